@@ -1,0 +1,64 @@
+# eks-distributed-training: every command a user or CI needs. Each target installs what it uses.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+CDK := node_modules/.bin/cdk
+ENV ?= dev
+JOB ?= cpu-ddp
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+CDK_FLAGS := --no-notices --no-version-reporting
+
+# jsii prints a Node end-of-life banner on every run; it is noise here.
+export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: help install local test synth synth-all deploy destroy lint etcd bench clean
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+install: $(VENV)/.installed node_modules/.installed ## create .venv and node_modules (idempotent)
+
+$(VENV)/.installed: requirements.txt
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run make PYTHON=/path/to/python3.11" >&2; exit 1; }
+	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+etcd: ## install Debian's etcd-server when no etcd is on PATH (local runs and tests use it on loopback)
+	@command -v etcd >/dev/null || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends etcd-server >/dev/null; }
+	@command -v etcd >/dev/null || { echo "error: etcd is not installed and apt-get could not install etcd-server" >&2; exit 1; }
+
+local: install etcd ## synthesize the default environment offline, print its summary, run JOB (default cpu-ddp) locally
+	$(PY) -m ops.synth_summary --env $(ENV)
+	$(PY) -m ops.local --job $(JOB)
+
+test: install etcd ## the whole suite
+	$(PY) -m pytest -q
+
+synth: install ## offline synth of ENV (default dev) into cdk.out/ and its Kubernetes YAML into dist/ENV/
+	$(CDK) synth $(CDK_FLAGS) --quiet -c env=$(ENV)
+
+deploy: install ## preflight, then deploy ENV with real AWS credentials
+	$(PY) -m ops preflight --env $(ENV)
+	$(CDK) deploy $(CDK_FLAGS) -c env=$(ENV) '$(ENV)/*'
+
+destroy: install ## destroy ENV (prod keeps what removalPolicy retain says)
+	$(CDK) destroy $(CDK_FLAGS) -c env=$(ENV) '$(ENV)/*'
+
+lint: synth ## cfn-lint every synthesized template, hadolint the Dockerfiles
+	$(VENV)/bin/cfn-lint 'cdk.out/**/*.template.json'
+	$(VENV)/bin/hadolint trainer/Dockerfile trainer/Dockerfile.cpu
+
+bench: install etcd ## run the CPU benchmarks and print their ratios
+	for b in bench/*.py; do $(PY) $$b || exit 1; done
+
+clean: ## remove build outputs (keeps .venv and node_modules)
+	rm -rf cdk.out dist .local .pytest_cache

@@ -1,0 +1,10 @@
+"""Pure-Python configuration: the environment schema, the instance-type table, the job presets.
+
+No CDK imports here: the trainer image and the ops CLI read these modules too.
+"""
+
+from config.environment import Environment, Nodegroup, load_environment
+from config.errors import ConfigError
+from config.instance_types import INSTANCE_TYPES, InstanceType, lookup
+
+__all__ = ["ConfigError", "Environment", "INSTANCE_TYPES", "InstanceType", "Nodegroup", "load_environment", "lookup"]

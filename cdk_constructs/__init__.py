@@ -1,0 +1,1 @@
+"""Reusable L3 constructs. Not named constructs/: that would shadow the constructs library."""

@@ -1,0 +1,1 @@
+"""cdk8s charts: the Kubernetes half of the product."""

@@ -1,0 +1,1 @@
+"""Command line for the moments around a deploy."""

@@ -1,0 +1,1 @@
+"""CDK stacks, one concern each; stage.py bundles them."""

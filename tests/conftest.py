@@ -1,0 +1,13 @@
+"""Shared test set-up: the repository root on sys.path, and where the upstream contracts live."""
+
+import os
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONTRACTS_DIR = REPO_ROOT.parent / "shared" / "contracts"
+
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")

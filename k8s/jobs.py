@@ -1,0 +1,247 @@
+"""PyTorchJob manifests from a typed job spec and a preset: the one code path for the chart and
+for `ops submit`.
+
+Pure Python (no cdk8s): `render_pytorchjob` returns the manifest as a dict. The TrainingJobsChart
+wraps the same dict in an ApiObject, so what the CLI submits is what `cdk deploy` applies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from config.environment import Environment, Nodegroup
+from config.errors import ConfigError
+from config.kubernetes import FSX_CLAIM_NAME, FSX_MOUNT_PATH, LABEL_PREFIX, NODEGROUP_LABEL, TRAINING_NAMESPACE
+from config.presets import CLUSTER_CHECKPOINT_ROOT, RENDEZVOUS_BACKENDS, JobPreset, get_preset
+from k8s.common import (
+    C10D_PORT, ETCD_CLIENT_LABEL, ETCD_CLIENT_PORT, ETCD_SERVICE, HF_TOKEN_KEY, HF_TOKEN_SECRET,
+    PYTORCH_CONTAINER, accelerator_resources, gpu_toleration, network_env, node_share, shm_size,
+)
+
+API_VERSION = "kubeflow.org/v1"
+KIND = "PyTorchJob"
+JOB_LABEL = f"{LABEL_PREFIX}/job"
+PRESET_LABEL = f"{LABEL_PREFIX}/preset"
+
+# Pods are named <job>-worker-<index> and get a Service of that name: a DNS-1035 label of at
+# most 63 characters, so the job name keeps room for the suffix.
+_JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,46}[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything that shapes one PyTorchJob. Built from a preset; overrides replace fields."""
+
+    name: str
+    preset: str
+    image: str
+    command: tuple[str, ...]
+    nodegroup: str
+    nodes_min: int
+    nodes_max: int
+    nproc_per_node: int
+    rendezvous: str
+    max_restarts: int
+    env: tuple[tuple[str, str], ...] = field(default=())
+
+
+# What `overrides` may change, and the type each key takes.
+OVERRIDABLE = {
+    "nodegroup": str, "nodes_min": int, "nodes_max": int, "nproc_per_node": int,
+    "rendezvous": str, "max_restarts": int, "env": dict,
+}
+
+
+def job_spec(config: Environment, preset: JobPreset, *, image: str, job_name: str | None = None,
+             overrides: dict | None = None) -> JobSpec:
+    """The validated JobSpec for `preset` in `config`; ConfigError names the offending field."""
+    name = job_name if job_name is not None else preset.name
+    if not isinstance(name, str) or not _JOB_NAME.match(name):
+        raise ConfigError("job_name", f"must be a DNS label of 1-48 lowercase letters, digits or '-', "
+                                      f"starting with a letter, got {name!r}")
+    if not isinstance(image, str) or not image:
+        raise ConfigError("image", "must be a container image reference")
+    values: dict[str, Any] = {
+        "nodegroup": preset.nodegroup, "nodes_min": preset.nodes_min, "nodes_max": preset.nodes_max,
+        "nproc_per_node": preset.nproc_per_node, "rendezvous": preset.rendezvous,
+        "max_restarts": preset.max_restarts, "env": {},
+    }
+    for key, value in (overrides or {}).items():
+        if key not in OVERRIDABLE:
+            raise ConfigError(f"overrides.{key}", f"unknown override; allowed are {', '.join(OVERRIDABLE)}")
+        kind = OVERRIDABLE[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ConfigError(f"overrides.{key}", f"must be {kind.__name__}, got {value!r}")
+        values[key] = value
+
+    group = _nodegroup(config, values["nodegroup"], preset.name)
+    instance = group.instance_type
+    nproc = values["nproc_per_node"]
+    if nproc is None:
+        nproc = instance.gpus if instance.is_gpu else 1
+    if nproc < 1:
+        raise ConfigError("overrides.nproc_per_node", f"must be at least 1, got {nproc}")
+    if instance.is_gpu and nproc > instance.gpus:
+        raise ConfigError("overrides.nproc_per_node",
+                          f"{nproc} processes need {nproc} GPUs but {instance.name} has {instance.gpus}")
+    if values["nodes_min"] < 1 or values["nodes_max"] < values["nodes_min"]:
+        raise ConfigError("overrides.nodes_max", f"need 1 <= nodes_min ({values['nodes_min']}) "
+                                                 f"<= nodes_max ({values['nodes_max']})")
+    if values["nodes_max"] > group.max_size:
+        raise ConfigError("overrides.nodes_max", f"{values['nodes_max']} nodes exceed node group "
+                                                 f"{group.name}'s maxSize {group.max_size} in {config.name}")
+    if values["rendezvous"] not in RENDEZVOUS_BACKENDS:
+        raise ConfigError("overrides.rendezvous", f"must be one of {', '.join(RENDEZVOUS_BACKENDS)}, "
+                                                  f"got {values['rendezvous']!r}")
+    if values["max_restarts"] < 0:
+        raise ConfigError("overrides.max_restarts", f"must be 0 or more, got {values['max_restarts']}")
+    env = values["env"]
+    for key, value in env.items():
+        if not isinstance(value, str):
+            raise ConfigError(f"overrides.env.{key}", "must be a string")
+        if "TOKEN" in key.upper() or "SECRET" in key.upper() or "PASSWORD" in key.upper():
+            raise ConfigError(f"overrides.env.{key}", "looks like a secret; put it in a Kubernetes "
+                                                      "Secret, never inline in the job")
+    return JobSpec(
+        name=name, preset=preset.name, image=image,
+        command=tuple(preset.command(CLUSTER_CHECKPOINT_ROOT)), nodegroup=group.name,
+        nodes_min=values["nodes_min"], nodes_max=values["nodes_max"], nproc_per_node=nproc,
+        rendezvous=values["rendezvous"], max_restarts=values["max_restarts"],
+        env=tuple(sorted(env.items())),
+    )
+
+
+def _nodegroup(config: Environment, name: str, preset: str) -> Nodegroup:
+    try:
+        return config.nodegroup(name)
+    except KeyError:
+        known = ", ".join(g.name for g in config.training_nodegroups) or "none"
+        raise ConfigError(f"environments.{config.name}",
+                          f"preset {preset} needs node group {name!r}, which this environment does not "
+                          f"define (its training node groups: {known})") from None
+
+
+def rendezvous_host(spec: JobSpec) -> str:
+    """etcd: our Service. c10d: the Service the operator creates for worker 0."""
+    if spec.rendezvous == "etcd":
+        return f"{ETCD_SERVICE}.{TRAINING_NAMESPACE}.svc"
+    return f"{spec.name}-worker-0"
+
+
+def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
+    """The PyTorchJob for `spec`; rdzvId is the job name plus a digest of everything else, so a
+    resubmitted job (new name or new content) never joins a stale rendezvous round in etcd."""
+    instance = config.nodegroup(spec.nodegroup).instance_type
+    preset = get_preset(spec.preset)
+    cpu, memory = node_share(instance)
+    extended = accelerator_resources(instance)
+    labels = {JOB_LABEL: spec.name, PRESET_LABEL: spec.preset}
+    pod_labels = dict(labels)
+    if spec.rendezvous == "etcd":
+        pod_labels[ETCD_CLIENT_LABEL] = "true"
+
+    env = [
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        # optional: jobs that download nothing gated start without the Secret.
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+            "name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY, "optional": True}}},
+        *network_env(instance),
+        *({"name": k, "value": v} for k, v in spec.env),
+    ]
+    container = {
+        "name": PYTORCH_CONTAINER,
+        "image": spec.image,
+        # Images are pinned by tag or digest; Always would only add a registry round-trip per pod.
+        "imagePullPolicy": "IfNotPresent",
+        "command": list(spec.command),
+        "env": env,
+        "resources": {
+            # CPU has no limit: CFS quotas throttle data loaders and NCCL proxy threads.
+            "requests": {"cpu": cpu, "memory": memory, **extended},
+            "limits": {"memory": memory, **extended},
+        },
+        "volumeMounts": [
+            {"name": "fsx", "mountPath": FSX_MOUNT_PATH},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+        ],
+    }
+    pod_spec: dict[str, Any] = {
+        "nodeSelector": {NODEGROUP_LABEL: spec.nodegroup},
+        "containers": [container],
+        "volumes": [
+            {"name": "fsx", "persistentVolumeClaim": {"claimName": FSX_CLAIM_NAME}},
+            # The container runtime's 64 MiB /dev/shm is too small for NCCL and DataLoader workers.
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(instance)}},
+        ],
+    }
+    if instance.is_gpu:
+        pod_spec["tolerations"] = [gpu_toleration()]
+
+    elastic = {
+        # config's rule for torchrun's backend name, applied to the (possibly overridden) choice.
+        "rdzvBackend": replace(preset, rendezvous=spec.rendezvous).torch_rdzv_backend,
+        "rdzvHost": rendezvous_host(spec),
+        "rdzvPort": ETCD_CLIENT_PORT if spec.rendezvous == "etcd" else C10D_PORT,
+        "rdzvId": "",
+        "minReplicas": spec.nodes_min,
+        "maxReplicas": spec.nodes_max,
+        "maxRestarts": spec.max_restarts,
+        # Deprecated upstream in favour of spec.nprocPerNode, but v1.9 still honours it and the
+        # two may not both be set; keeping the whole torchrun topology in one block.
+        "nProcPerNode": spec.nproc_per_node,
+    }
+    manifest = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": spec.name,
+            "namespace": TRAINING_NAMESPACE,
+            "labels": labels,
+            "annotations": {f"{LABEL_PREFIX}/description": preset.description},
+        },
+        "spec": {
+            "elasticPolicy": elastic,
+            "runPolicy": {
+                # Keep finished pods so `ops logs` can read them; they hold no GPUs once done.
+                "cleanPodPolicy": "None",
+                "backoffLimit": spec.max_restarts,
+            },
+            "pytorchReplicaSpecs": {
+                "Worker": {
+                    "replicas": spec.nodes_max,
+                    "restartPolicy": "OnFailure",
+                    "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
+                },
+            },
+        },
+    }
+    digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:10]
+    elastic["rdzvId"] = f"{spec.name}-{digest}"
+    return manifest
+
+
+def render_pytorchjob(config: Environment, preset_name: str, *, image: str, job_name: str | None = None,
+                      overrides: dict | None = None) -> dict:
+    """The PyTorchJob manifest for `preset_name` in `config`, as a dict ready for the API server.
+
+    Raises ConfigError (one line) for an unknown preset, a node group the environment lacks, or a
+    bad override. `overrides` may set: nodegroup, nodes_min, nodes_max, nproc_per_node,
+    rendezvous ("etcd" | "c10d"), max_restarts, env (dict of plain, non-secret variables).
+    """
+    preset = get_preset(preset_name)
+    return pytorchjob_manifest(config, job_spec(config, preset, image=image, job_name=job_name,
+                                                overrides=overrides))
+
+
+def presets_for(config: Environment) -> list[JobPreset]:
+    """Presets whose node group exists in `config`: the ones the chart renders for this env."""
+    from config.presets import PRESETS
+    names = {g.name for g in config.training_nodegroups}
+    return [p for p in PRESETS.values() if p.nodegroup in names]
+
+
+__all__ = ["JobSpec", "job_spec", "pytorchjob_manifest", "presets_for", "render_pytorchjob"]

@@ -1,0 +1,189 @@
+"""Cluster: the EKS control plane, its add-ons, and every node group the config lists."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk.lambda_layer_kubectl_v33 import KubectlV33Layer
+from constructs import Construct
+
+from cdk_constructs.efa_nodegroup import EfaNodegroup, efa_self_referencing_security_group
+from cdk_constructs.node_launch_template import NodeLaunchTemplate
+from config import Environment
+from config.kubernetes import NODEGROUP_LABEL, ROLE_LABEL
+from stacks.network import NetworkStack
+from stacks.removal import removal_policy
+
+SYSTEM_NODEGROUP = "system"
+CPU_ROOT_VOLUME_GIB = 100
+CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
+NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly", "AmazonEKS_CNI_Policy")
+FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
+CLOUDWATCH_SERVICE_ACCOUNT = "cloudwatch-agent"
+# Container Insights with enhanced observability; accelerated compute metrics are the NVIDIA
+# DCGM (GPU) and EFA counters the add-on collects on nodes that have them.
+CLOUDWATCH_CONFIGURATION = {
+    "containerLogs": {"enabled": True},
+    "agent": {"config": {"logs": {"metrics_collected": {"kubernetes": {
+        "enhanced_container_insights": True, "accelerated_compute_metrics": True,
+    }}}}},
+}
+
+
+class ClusterStack(cdk.Stack):
+    """Attributes: `cluster` (aws_eks_v2.Cluster), `nodegroups` (config name -> Nodegroup, the system
+    group under "system"), `efa_nodegroups` (name -> EfaNodegroup), `efa_security_group`,
+    `node_role`, `secrets_key`, `addons` (add-on name -> Addon)."""
+
+    def __init__(self, scope: Construct, id: str, *, config: Environment, network: NetworkStack, **kwargs) -> None:
+        super().__init__(scope, id, **kwargs)
+        self.config = config
+        policy = removal_policy(config)
+        vpc = network.vpc
+
+        self.secrets_key = kms.Key(
+            self, "SecretsKey", enable_key_rotation=True, removal_policy=policy,
+            description=f"{config.name}: envelope encryption of Kubernetes secrets",
+        )
+        self.cluster = eks.Cluster(
+            self, "Cluster",
+            version=eks.KubernetesVersion.of(config.kubernetes_version),
+            vpc=vpc,
+            vpc_subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)],
+            endpoint_access=_endpoint_access(config),
+            # Node groups from the config, not Auto Mode; no default group so nothing unplanned runs.
+            default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+            default_capacity=0,
+            # Admins come from adminRoleArns as access entries; whoever ran CloudFormation does not
+            # stay a hidden cluster admin.
+            bootstrap_cluster_creator_admin_permissions=False,
+            secrets_encryption_key=self.secrets_key,
+            cluster_logging=list(eks.ClusterLoggingTypes),
+            # The kubectl handler runs in the private subnets (the cluster does that whenever the
+            # private endpoint is on), so it reaches the API even when the public one is allow-listed.
+            kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=KubectlV33Layer(self, "KubectlLayer")),
+            removal_policy=policy,
+        )
+        for i, arn in enumerate(config.admin_role_arns):
+            self.cluster.grant_access(f"Admin{i}", arn, [eks.AccessPolicy.from_access_policy_name(
+                CLUSTER_ADMIN_POLICY, access_scope_type=eks.AccessScopeType.CLUSTER)])
+
+        self.node_role = iam.Role(
+            self, "NodeRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description="EKS worker nodes: join the cluster, pull images, manage pod ENIs",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(n) for n in NODE_MANAGED_POLICIES],
+        )
+        self.efa_security_group = efa_self_referencing_security_group(self, "EfaSecurityGroup", vpc=vpc)
+
+        self.nodegroups: dict[str, eks.Nodegroup] = {}
+        self.efa_nodegroups: dict[str, EfaNodegroup] = {}
+        self._add_system_nodegroup(policy)
+        for group in config.cpu_nodegroups:
+            self._add_cpu_nodegroup(group, network.training_subnet, policy)
+        for group in config.gpu_nodegroups:
+            efa = EfaNodegroup(
+                self, f"Gpu-{group.name}",
+                cluster=self.cluster, name=group.name, instance_type=group.instance_type,
+                subnet=network.training_subnet,
+                min_size=group.min_size, max_size=group.max_size, desired_size=group.desired_size,
+                capacity_type=group.capacity.type, reservation_id=group.capacity.reservation_id,
+                efa_security_group=self.efa_security_group, node_role=self.node_role, removal_policy=policy,
+            )
+            self.efa_nodegroups[group.name] = efa
+            self.nodegroups[group.name] = efa.nodegroup
+
+        self.addons: dict[str, eks.Addon] = {}
+        self._add_addons(policy)
+
+        cdk.CfnOutput(self, "ClusterName", value=self.cluster.cluster_name, description="EKS cluster name")
+        cdk.CfnOutput(self, "ClusterSecurityGroupId", value=self.cluster.cluster_security_group_id,
+                      description="EKS cluster security group (every node carries it)")
+        cdk.CfnOutput(self, "EfaSecurityGroupId", value=self.efa_security_group.security_group_id,
+                      description="Self-referencing security group on every EFA interface")
+
+    def _add_system_nodegroup(self, policy: cdk.RemovalPolicy) -> None:
+        system = self.config.system_nodegroup
+        template = NodeLaunchTemplate(self, "SystemLaunchTemplate", root_volume_gib=CPU_ROOT_VOLUME_GIB)
+        # Spread across every zone: cluster services must survive the loss of one.
+        self.nodegroups[SYSTEM_NODEGROUP] = eks.Nodegroup(
+            self, "SystemNodegroup",
+            cluster=self.cluster, instance_types=[ec2.InstanceType(system.instance_type_name)],
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD, launch_template_spec=template.spec,
+            subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            min_size=system.min_size, max_size=system.max_size, desired_size=system.min_size,
+            labels={NODEGROUP_LABEL: SYSTEM_NODEGROUP, ROLE_LABEL: "system"},
+            node_role=self.node_role, removal_policy=policy,
+        )
+
+    def _add_cpu_nodegroup(self, group, subnet: ec2.ISubnet, policy: cdk.RemovalPolicy) -> None:
+        template = NodeLaunchTemplate(self, f"Cpu-{group.name}LaunchTemplate", root_volume_gib=CPU_ROOT_VOLUME_GIB)
+        self.nodegroups[group.name] = eks.Nodegroup(
+            self, f"Cpu-{group.name}",
+            cluster=self.cluster, instance_types=[ec2.InstanceType(group.instance_type_name)],
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD, launch_template_spec=template.spec,
+            # Training workers sit next to FSx, in the training zone only.
+            subnets=ec2.SubnetSelection(subnets=[subnet]),
+            min_size=group.min_size, max_size=group.max_size, desired_size=group.desired_size,
+            labels={NODEGROUP_LABEL: group.name, ROLE_LABEL: "training"},
+            node_role=self.node_role, removal_policy=policy,
+        )
+
+    def _add_addons(self, policy: cdk.RemovalPolicy) -> None:
+        system_nodes = self.nodegroups[SYSTEM_NODEGROUP]
+        # The cluster's own pod-identity agent add-on, so constructs that ask for it share this one.
+        pod_identity_agent = self.cluster.eks_pod_identity_agent
+        self.addons["eks-pod-identity-agent"] = pod_identity_agent
+        # Network policy enforcement lets the workloads layer fence namespaces.
+        self._addon("vpc-cni", policy, configuration={"enableNetworkPolicy": "true"})
+        self._addon("kube-proxy", policy)
+        # These schedule Deployments: creating them before any node exists leaves them DEGRADED.
+        self._addon("coredns", policy, after=[system_nodes])
+
+        fsx_role = self._pod_identity_role("FsxCsiRole", "FSx CSI driver: read file system descriptions for static volumes")
+        # Volumes are static (the Storage stack creates the file system), so the driver only needs
+        # to describe file systems; no create, delete or update rights.
+        fsx_role.add_to_policy(iam.PolicyStatement(
+            actions=["fsx:DescribeFileSystems"],
+            resources=[self.format_arn(service="fsx", resource="file-system", resource_name="*")],
+        ))
+        self._addon("aws-fsx-csi-driver", policy, after=[system_nodes, pod_identity_agent],
+                    pod_identity={FSX_CSI_SERVICE_ACCOUNT: fsx_role})
+
+        cw_role = self._pod_identity_role("CloudWatchAgentRole", "CloudWatch agent: Container Insights metrics and logs")
+        cw_role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name("CloudWatchAgentServerPolicy"))
+        self._addon("amazon-cloudwatch-observability", policy, after=[system_nodes, pod_identity_agent],
+                    configuration=CLOUDWATCH_CONFIGURATION, pod_identity={CLOUDWATCH_SERVICE_ACCOUNT: cw_role})
+
+    def _addon(self, name: str, policy: cdk.RemovalPolicy, *, configuration: dict | None = None,
+               after: list[Construct] = (), pod_identity: dict[str, iam.IRole] | None = None) -> eks.Addon:
+        addon = eks.Addon(self, f"Addon-{name}", cluster=self.cluster, addon_name=name,
+                          configuration_values=configuration, preserve_on_delete=False, removal_policy=policy)
+        if pod_identity:
+            resource: eks.CfnAddon = addon.node.default_child
+            resource.pod_identity_associations = [
+                eks.CfnAddon.PodIdentityAssociationProperty(service_account=sa, role_arn=role.role_arn)
+                for sa, role in pod_identity.items()
+            ]
+        for dependency in after:
+            addon.node.add_dependency(dependency)
+        self.addons[name] = addon
+        return addon
+
+    def _pod_identity_role(self, id: str, description: str) -> iam.Role:
+        role = iam.Role(self, id, description=description,
+                        assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com"))
+        # Pod Identity assumes with session tags; the trust policy must allow tagging the session.
+        role.assume_role_policy.add_statements(iam.PolicyStatement(
+            actions=["sts:TagSession"], principals=[iam.ServicePrincipal("pods.eks.amazonaws.com")]))
+        return role
+
+
+def _endpoint_access(config: Environment) -> eks.EndpointAccess:
+    if config.endpoint_access.type == "private":
+        return eks.EndpointAccess.PRIVATE
+    # Public stays private too: nodes and the kubectl handler use the private endpoint, humans the
+    # allow-listed public one.
+    return eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*config.endpoint_access.public_cidrs)

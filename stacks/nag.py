@@ -1,0 +1,85 @@
+"""cdk-nag's AwsSolutions pack on every stack of a stage, and the findings we accept, with why.
+
+cdk-nag 3 runs as a CDK policy-validation plugin: a finding nobody acknowledged stops synthesis,
+and every finding, acknowledged or not, lands in the cloud assembly's validation report. Each
+acknowledgment below is attached to the one resource it is about (never a whole stack) and names
+the exact finding (policy or resource), so a new finding on the same resource still fails.
+"""
+
+from __future__ import annotations
+
+import json
+
+import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks
+from constructs import Construct
+
+PACK = "AwsSolutions"
+
+
+def apply_nag(stage) -> None:
+    """Register the pack on the stage and acknowledge the findings its stacks are known to have."""
+    cdk.Validations.of(stage).add_plugins(
+        AwsSolutionsChecks(stage, verbose=True, write_suppressions_to_cloud_formation=True))
+    _acknowledge_cluster(stage.cluster)
+
+
+def acknowledge(construct: Construct, rule: str, reason: str) -> None:
+    cdk.Validations.of(construct).acknowledge(cdk.Acknowledgment(id=f"{PACK}::{PACK}-{rule}", reason=reason))
+
+
+def _managed(policy: str) -> str:
+    return f"IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{policy}]"
+
+
+def _acknowledge_cluster(stack) -> None:
+    cluster = stack.cluster
+    acknowledge(cluster.role.node.default_child, _managed("AmazonEKSClusterPolicy"),
+                "EKS requires AmazonEKSClusterPolicy on the cluster service role; AWS maintains it as the "
+                "control plane's API needs change.")
+    node_role = stack.node_role.node.default_child
+    for policy, why in (
+        ("AmazonEKSWorkerNodePolicy", "lets the kubelet register the node and describe its instance"),
+        ("AmazonEC2ContainerRegistryReadOnly", "lets the kubelet pull images (read-only ECR)"),
+        ("AmazonEKS_CNI_Policy", "lets the VPC CNI attach ENIs and assign pod IPs before any pod runs"),
+    ):
+        acknowledge(node_role, _managed(policy),
+                    f"EKS managed node groups require this AWS-maintained policy on the node role: it {why}.")
+    acknowledge(stack.node.find_child("CloudWatchAgentRole").node.default_child,
+                _managed("CloudWatchAgentServerPolicy"),
+                "The amazon-cloudwatch-observability add-on documents this AWS-maintained policy for its "
+                "agent's Pod Identity role: put metrics and log events, describe volumes and tags.")
+    acknowledge(stack.node.find_child("FsxCsiRole").node.find_child("DefaultPolicy").node.default_child,
+                f"IAM5[Resource::{stack.format_arn(service='fsx', resource='file-system', resource_name='*')}]",
+                "Read-only fsx:DescribeFileSystems on this account and region's file systems. The file system "
+                "is created by the Storage stack, which depends on this one, so naming its ARN here would be "
+                "a dependency cycle; the driver cannot create, change or delete anything.")
+    _acknowledge_kubectl_provider(cluster.node.find_child("KubectlProvider"))
+
+
+def _acknowledge_kubectl_provider(provider: Construct) -> None:
+    """The kubectl handler and its custom-resource framework are aws-cdk-lib's own Lambda functions."""
+    handler = provider.node.find_child("Handler")
+    handler_role = handler.node.find_child("ServiceRole").node.default_child
+    framework_role = provider.node.find_child("Provider").node.find_child("framework-onEvent") \
+        .node.find_child("ServiceRole")
+    lambda_why = "aws-cdk-lib's kubectl provider Lambda needs it to {}; the role is not used by anything else."
+    for role in (handler_role, framework_role.node.default_child):
+        acknowledge(role, _managed("service-role/AWSLambdaBasicExecutionRole"), lambda_why.format("write its logs"))
+        acknowledge(role, _managed("service-role/AWSLambdaVPCAccessExecutionRole"),
+                    lambda_why.format("run in the private subnets that reach the private API endpoint"))
+    acknowledge(handler_role, _managed("AmazonEC2ContainerRegistryReadOnly"),
+                lambda_why.format("read Helm charts stored as OCI artifacts in ECR (read-only)"))
+    ecr_public = {"Fn::If": [
+        cdk.Stack.of(provider).get_logical_id(handler.node.find_child("HasEcrPublic")),
+        {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/AmazonElasticContainerRegistryPublicReadOnly"]]},
+        {"Ref": "AWS::NoValue"},
+    ]}
+    acknowledge(handler_role, f"IAM4[Policy::{json.dumps(ecr_public, separators=(',', ':'))}]",
+                lambda_why.format("read public Helm charts from ECR Public, only in partitions that have it"))
+    acknowledge(framework_role.node.find_child("DefaultPolicy").node.default_child,
+                f"IAM5[Resource::<{cdk.Stack.of(provider).get_logical_id(handler.node.default_child)}.Arn>:*]",
+                "The custom-resource framework may invoke any version of the kubectl handler Lambda, and only it.")
+    acknowledge(handler.node.default_child, "L1",
+                "aws-cdk-lib picks the kubectl handler's Python runtime and ships its code; it is upgraded with "
+                "aws-cdk-lib, not here.")

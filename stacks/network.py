@@ -1,0 +1,76 @@
+"""Network: the VPC every other stack lives in, and the one subnet training happens in."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from config import Environment
+from config.environment import PUBLIC_SUBNET_MASK
+from stacks.removal import removal_policy
+
+
+class NetworkStack(cdk.Stack):
+    """A VPC over the configured zones with one private subnet per zone sized for EFA nodes.
+
+    Attributes: `vpc`, `training_subnet` (the private subnet in the training zone).
+    """
+
+    def __init__(self, scope: Construct, id: str, *, config: Environment, **kwargs) -> None:
+        super().__init__(scope, id, **kwargs)
+        self.config = config
+        policy = removal_policy(config)
+
+        self.vpc = ec2.Vpc(
+            self, "Vpc",
+            ip_addresses=ec2.IpAddresses.cidr(config.vpc_cidr),
+            # Given explicitly so synthesis needs no AZ lookup (offline, no credentials).
+            availability_zones=list(config.availability_zones),
+            # One NAT per zone: nodes pull images and talk to AWS APIs through it, and a zone
+            # outage must not cut the other zones off.
+            nat_gateways=len(config.availability_zones),
+            # Private subnets first so they take the first half of the CIDR, as config/ plans it.
+            subnet_configuration=[
+                ec2.SubnetConfiguration(
+                    name="Private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS,
+                    cidr_mask=config.private_subnet_mask,
+                ),
+                ec2.SubnetConfiguration(
+                    name="Public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=PUBLIC_SUBNET_MASK,
+                    map_public_ip_on_launch=False,
+                ),
+            ],
+        )
+        # Training data and checkpoints go to S3; the gateway endpoint keeps that traffic off NAT.
+        self.vpc.add_gateway_endpoint(
+            "S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3,
+            subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)],
+        )
+
+        self.flow_log_group = logs.LogGroup(
+            self, "FlowLogs",
+            retention=logs.RetentionDays.ONE_YEAR if config.retain else logs.RetentionDays.ONE_MONTH,
+            removal_policy=policy,
+        )
+        self.vpc.add_flow_log(
+            "FlowLog",
+            destination=ec2.FlowLogDestination.to_cloud_watch_logs(self.flow_log_group),
+            traffic_type=ec2.FlowLogTrafficType.ALL,
+        )
+
+        self.training_subnet: ec2.ISubnet = self._subnet_in(config.training_availability_zone)
+
+        cdk.CfnOutput(self, "VpcId", value=self.vpc.vpc_id, description="VPC of the training cluster")
+        cdk.CfnOutput(
+            self, "TrainingSubnetId", value=self.training_subnet.subnet_id,
+            description=f"Private subnet in {config.training_availability_zone}: GPU nodes and FSx live here",
+        )
+
+    def _subnet_in(self, zone: str) -> ec2.ISubnet:
+        for subnet in self.vpc.private_subnets:
+            if subnet.availability_zone == zone:
+                return subnet
+        # config/ guarantees the zone is listed; reaching here is a bug, not a user error.
+        raise AssertionError(f"no private subnet in {zone}")

@@ -1,0 +1,70 @@
+"""Registry: the trainer's ECR repository, and the trainer images built from trainer/ at deploy time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aws_cdk as cdk
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_kms as kms
+from constructs import Construct
+
+from config import Environment
+from stacks.removal import removal_policy
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# The image needs the trainer, the shared config package and the requirements. Everything else
+# (.venv, node_modules, cdk.out) would otherwise be copied into every asset staging directory.
+DOCKER_CONTEXT_EXCLUDE = [
+    "*",
+    "!trainer/",
+    "!config/",
+    "!requirements*.txt",
+    "**/__pycache__",
+    "**/*.pyc",
+]
+TRAINER_DOCKERFILES = {"cpu": "trainer/Dockerfile.cpu", "gpu": "trainer/Dockerfile"}
+UNTAGGED_IMAGE_DAYS = 7
+IMAGES_KEPT = 50
+
+
+class RegistryStack(cdk.Stack):
+    """Attributes: `repository` (ecr.Repository), `kms_key`, `trainer_images` ({"cpu", "gpu"} ->
+    DockerImageAsset: built and pushed by `cdk deploy`, never by synth)."""
+
+    def __init__(self, scope: Construct, id: str, *, config: Environment, **kwargs) -> None:
+        super().__init__(scope, id, **kwargs)
+        self.config = config
+        policy = removal_policy(config)
+
+        self.kms_key = kms.Key(self, "RepositoryKey", enable_key_rotation=True, removal_policy=policy,
+                               description=f"{config.name}: trainer images at rest in ECR")
+        self.repository = ecr.Repository(
+            self, "TrainerRepository",
+            image_scan_on_push=True,
+            # A tag names one image forever: a job that ran with :v12 can be rerun with the same bits.
+            image_tag_mutability=ecr.TagMutability.IMMUTABLE,
+            encryption=ecr.RepositoryEncryption.KMS, encryption_key=self.kms_key,
+            lifecycle_rules=[
+                ecr.LifecycleRule(rule_priority=1, description="Drop untagged layers of superseded pushes",
+                                  tag_status=ecr.TagStatus.UNTAGGED, max_image_age=cdk.Duration.days(UNTAGGED_IMAGE_DAYS)),
+                ecr.LifecycleRule(rule_priority=2, description=f"Keep the newest {IMAGES_KEPT} images",
+                                  tag_status=ecr.TagStatus.ANY, max_image_count=IMAGES_KEPT),
+            ],
+            removal_policy=policy,
+            empty_on_delete=not config.retain,
+        )
+
+        self.trainer_images: dict[str, ecr_assets.DockerImageAsset] = {
+            variant: ecr_assets.DockerImageAsset(
+                self, f"TrainerImage-{variant}",
+                directory=str(REPO_ROOT), file=dockerfile,
+                exclude=DOCKER_CONTEXT_EXCLUDE, ignore_mode=cdk.IgnoreMode.DOCKER,
+                platform=ecr_assets.Platform.LINUX_AMD64,
+            )
+            for variant, dockerfile in TRAINER_DOCKERFILES.items()
+        }
+
+        cdk.CfnOutput(self, "RepositoryUri", value=self.repository.repository_uri,
+                      description="ECR repository for trainer images")

@@ -1,0 +1,126 @@
+"""Storage: FSx for Lustre next to the GPUs, in the training subnet, reachable only from nodes."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_fsx as fsx
+from aws_cdk import aws_kms as kms
+from constructs import Construct
+
+from config import Environment
+from stacks.cluster import ClusterStack
+from stacks.network import NetworkStack
+from stacks.removal import removal_policy
+
+# Lustre: 988 for LNet, 1018-1023 for the client/server RPC ports. Both directions, because
+# Lustre servers also open connections back to clients.
+LUSTRE_PORTS = (ec2.Port.tcp(988), ec2.Port.tcp_range(1018, 1023))
+BACKUP_RETENTION_DAYS = 14
+IMPORT_FS_PATH = "/data"
+EXPORT_FS_PATH = "/export"
+S3_EVENTS = ["NEW", "CHANGED", "DELETED"]
+
+
+class StorageStack(cdk.Stack):
+    """Attributes: `file_system` (LustreFileSystem), `file_system_id`, `dns_name`, `mount_name`,
+    `security_group`, `kms_key`, `data_repository_associations` (CfnDataRepositoryAssociation list),
+    `backups_enabled`."""
+
+    def __init__(self, scope: Construct, id: str, *, config: Environment, network: NetworkStack,
+                 cluster: ClusterStack, **kwargs) -> None:
+        super().__init__(scope, id, **kwargs)
+        self.config = config
+        policy = removal_policy(config)
+        settings = config.fsx
+
+        self.kms_key = kms.Key(self, "FsxKey", enable_key_rotation=True, removal_policy=policy,
+                               description=f"{config.name}: FSx for Lustre data at rest")
+        self.security_group = ec2.SecurityGroup(
+            self, "FsxSecurityGroup", vpc=network.vpc, allow_all_outbound=False,
+            description="FSx for Lustre: Lustre ports with cluster nodes and between file servers only",
+        )
+        node_groups = {
+            "cluster nodes": cluster.cluster.cluster_security_group,
+            "EFA interfaces": cluster.efa_security_group,
+        }
+        for port in LUSTRE_PORTS:
+            # File servers talk to each other; FSx requires the group to allow itself.
+            self.security_group.add_ingress_rule(self.security_group, port, "Lustre between file servers")
+            self.security_group.add_egress_rule(self.security_group, port, "Lustre between file servers")
+            for what, peer in node_groups.items():
+                self.security_group.add_ingress_rule(peer, port, f"Lustre from {what}")
+                self.security_group.add_egress_rule(peer, port, f"Lustre to {what}")
+            # Every node carries the cluster security group; let the servers' connections in.
+            ec2.CfnSecurityGroupIngress(
+                self, f"NodesFromFsx{port.to_string().replace(' ', '')}",
+                group_id=cluster.cluster.cluster_security_group_id, ip_protocol="tcp",
+                from_port=_from_port(port), to_port=_to_port(port),
+                source_security_group_id=self.security_group.security_group_id,
+                description="Lustre from FSx file servers",
+            )
+
+        has_repository = bool(settings.s3_import_path or settings.s3_export_path)
+        # FSx cannot back up a file system linked to S3; there S3 is the durable copy instead.
+        self.backups_enabled = config.retain and not has_repository
+        self.file_system = fsx.LustreFileSystem(
+            self, "FileSystem",
+            vpc=network.vpc, vpc_subnet=network.training_subnet, security_group=self.security_group,
+            storage_capacity_gib=settings.storage_capacity_gib, kms_key=self.kms_key,
+            file_system_type_version=fsx.FileSystemTypeVersion.V_2_15,
+            lustre_configuration=fsx.LustreConfiguration(
+                deployment_type=fsx.LustreDeploymentType.PERSISTENT_2,
+                per_unit_storage_throughput=settings.throughput_per_tib,
+                data_compression_type=fsx.LustreDataCompressionType.LZ4,
+                automatic_backup_retention=cdk.Duration.days(BACKUP_RETENTION_DAYS if self.backups_enabled else 0),
+                copy_tags_to_backups=self.backups_enabled or None,
+                daily_automatic_backup_start_time=fsx.DailyAutomaticBackupStartTime(hour=3, minute=0)
+                if self.backups_enabled else None,
+            ),
+            removal_policy=policy,
+        )
+        self.file_system_id: str = self.file_system.file_system_id
+        self.dns_name: str = self.file_system.dns_name
+        self.mount_name: str = self.file_system.mount_name
+        self.data_repository_associations = self._link_repositories(policy)
+
+        cdk.CfnOutput(self, "FileSystemId", value=self.file_system_id, description="FSx for Lustre file system id")
+        cdk.CfnOutput(self, "FileSystemDnsName", value=self.dns_name, description="FSx DNS name for the Lustre mount")
+        cdk.CfnOutput(self, "FileSystemMountName", value=self.mount_name, description="FSx Lustre mount name")
+
+    def _link_repositories(self, policy: cdk.RemovalPolicy) -> list[fsx.CfnDataRepositoryAssociation]:
+        """One association when import and export are the same S3 path (both directions), else one
+        per direction on separate file-system directories (FSx paths cannot nest)."""
+        imp, exp = self.config.fsx.s3_import_path, self.config.fsx.s3_export_path
+        links: list[tuple[str, str, str, bool, bool]] = []
+        if imp and imp == exp:
+            links.append(("DataRepository", IMPORT_FS_PATH, imp, True, True))
+        else:
+            if imp:
+                links.append(("ImportRepository", IMPORT_FS_PATH, imp, True, False))
+            if exp:
+                links.append(("ExportRepository", EXPORT_FS_PATH, exp, False, True))
+        associations = []
+        for id, fs_path, s3_path, auto_import, auto_export in links:
+            dra = fsx.CfnDataRepositoryAssociation(
+                self, id,
+                file_system_id=self.file_system_id, file_system_path=fs_path,
+                data_repository_path=s3_path + "/", batch_import_meta_data_on_create=auto_import,
+                s3=fsx.CfnDataRepositoryAssociation.S3Property(
+                    auto_import_policy=fsx.CfnDataRepositoryAssociation.AutoImportPolicyProperty(events=S3_EVENTS)
+                    if auto_import else None,
+                    auto_export_policy=fsx.CfnDataRepositoryAssociation.AutoExportPolicyProperty(events=S3_EVENTS)
+                    if auto_export else None,
+                ),
+            )
+            dra.apply_removal_policy(policy)
+            associations.append(dra)
+        return associations
+
+
+def _from_port(port: ec2.Port) -> int:
+    return int(port.to_rule_json()["fromPort"])
+
+
+def _to_port(port: ec2.Port) -> int:
+    return int(port.to_rule_json()["toPort"])

@@ -1,0 +1,234 @@
+"""plan: the scale plan on paper, from the config alone (no AWS calls).
+
+For one job preset on its node group at N nodes: subnet addresses, checkpoint time on FSx,
+hourly cost, and the largest N before each limit, named. The assumptions are constants here
+and printed with the plan, so a reader can disagree with a number and see where it came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from config import ConfigError, Environment, Nodegroup
+from config.presets import PRESETS, JobPreset, get_preset
+from ops import prices
+from ops.errors import OpsError
+
+# Checkpoint bytes per parameter: bf16 weights (2) + fp32 master weights (4) + fp32 Adam first
+# and second moments (4 + 4) = 14, rounded up to 16 for the sharded files' metadata and slack.
+BYTES_PER_PARAM = 16
+# Parameter counts of the models the presets name (trainer --model values).
+MODEL_PARAMETERS = {"llama3.1-8b": 8.03e9, "llama2-7b": 6.74e9}
+# Throughput model for data reads: a GPU at this MFU processes peak*MFU/(6*params) tokens/s,
+# and each token is read from FSx as a 4-byte id.
+ASSUMED_MFU = 0.40
+TOKEN_BYTES = 4
+# EKS "Nodes per managed node group" (L-BD136A63) default; preflight reads the applied value.
+EKS_NODES_PER_NODEGROUP_DEFAULT = 450
+
+
+@dataclass(frozen=True)
+class Limit:
+    name: str
+    max_nodes: int | None  # None: not computable from what the plan knows
+    detail: str
+
+
+@dataclass
+class Plan:
+    env: Environment
+    preset: JobPreset
+    group: Nodegroup
+    nodes: int
+    sections: list[tuple[str, list[str]]] = field(default_factory=list)
+    limits: list[Limit] = field(default_factory=list)
+
+    @property
+    def binding(self) -> Limit | None:
+        known = [lim for lim in self.limits if lim.max_nodes is not None]
+        return min(known, key=lambda lim: lim.max_nodes) if known else None
+
+
+def choose_preset(env: Environment, name: str | None) -> JobPreset:
+    if name:
+        preset = get_preset(name, "--preset")
+        _group_for(env, preset)
+        return preset
+    names = {g.name for g in env.training_nodegroups}
+    gpu = [p for p in PRESETS.values() if p.nodegroup in {g.name for g in env.gpu_nodegroups}]
+    fallback = [p for p in PRESETS.values() if p.nodegroup in names]
+    if not (gpu or fallback):
+        raise OpsError(f"no preset targets a node group of environment {env.name}; pass --preset")
+    # Growth planning is about the GPU groups; the first GPU preset is the default subject.
+    return (gpu or fallback)[0]
+
+
+def _group_for(env: Environment, preset: JobPreset) -> Nodegroup:
+    try:
+        return env.nodegroup(preset.nodegroup)
+    except KeyError:
+        raise ConfigError("--preset", f"preset {preset.name} runs on node group {preset.nodegroup!r}, "
+                                      f"which environment {env.name} does not define") from None
+
+
+def _arg(preset: JobPreset, flag: str) -> str | None:
+    args = list(preset.args)
+    return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else None
+
+
+def build(env: Environment, preset_name: str | None = None, nodes: int | None = None,
+          vcpu_quota: int | None = None) -> Plan:
+    preset = choose_preset(env, preset_name)
+    group = _group_for(env, preset)
+    n = nodes if nodes is not None else group.max_size
+    if n < 1:
+        raise OpsError(f"--nodes must be at least 1, got {n}")
+    plan = Plan(env, preset, group, n)
+    _addresses(plan)
+    _checkpoint(plan)
+    _cost(plan)
+    _limits(plan, vcpu_quota)
+    return plan
+
+
+def _others_ips(env: Environment, group: Nodegroup) -> tuple[int, str]:
+    """Addresses every other group takes at maxSize (the system group counted whole, as config does)."""
+    total = env.training_subnet_ips_at_max() - group.max_size * group.instance_type.ips_per_node
+    parts = [f"system {env.system_nodegroup.max_size} x {env.system_nodegroup.instance_type.ips_per_node}"]
+    parts += [f"{g.name} {g.max_size} x {g.instance_type.ips_per_node}"
+              for g in env.training_nodegroups if g.name != group.name]
+    return total, ", ".join(parts)
+
+
+def _addresses(plan: Plan) -> None:
+    env, group, it = plan.env, plan.group, plan.group.instance_type
+    per_node = it.ips_per_node
+    others, others_text = _others_ips(env, group)
+    need = others + plan.nodes * per_node
+    capacity = env.private_subnet_capacity
+    efa = (f"; its {it.efa_interfaces - 1} EFA-only interfaces take none" if it.efa_interfaces > 1 else
+           "; its EFA interface is the primary" if it.efa_interfaces == 1 else "")
+    plan.sections.append((
+        f"Addresses: training subnet in {env.training_availability_zone}, /{env.private_subnet_mask}, "
+        f"{capacity} usable", [
+            f"{group.name}: {plan.nodes} nodes x {per_node} (1 primary + {it.max_pods} pod IPs{efa}) = "
+            f"{plan.nodes * per_node}",
+            f"other groups at maxSize ({others_text}) = {others}",
+            f"total {need} of {capacity} ({need / capacity:.0%})" + ("  OVER" if need > capacity else ""),
+        ]))
+
+
+def _model_rate(plan: Plan) -> tuple[float | None, float | None, str]:
+    """(parameters, tokens/s per GPU, model name) for the preset's model, None where unknown."""
+    model = _arg(plan.preset, "--model") or "?"
+    params = MODEL_PARAMETERS.get(model)
+    peak = plan.group.instance_type.peak_bf16_flops
+    rate = ASSUMED_MFU * peak / (6 * params) if params and peak else None
+    return params, rate, model
+
+
+def _checkpoint(plan: Plan) -> None:
+    params, rate, model = _model_rate(plan)
+    fsx = plan.env.fsx
+    mbps = fsx.throughput_mbps
+    head = f"Checkpoint on FSx: {fsx.storage_capacity_gib} GiB x {fsx.throughput_per_tib} MB/s/TiB = {mbps:.0f} MB/s"
+    if params is None:
+        plan.sections.append((head, [f"model {model}: parameter count not in the plan's table; no estimate"]))
+        return
+    size = params * BYTES_PER_PARAM
+    seconds = size / (mbps * 1e6)
+    lines = [f"{model}: {params / 1e9:.2f}e9 params x {BYTES_PER_PARAM} bytes (bf16 weights + fp32 master "
+             f"weights and Adam moments, rounded up) = {size / 1e9:.1f} GB",
+             f"write at full FSx throughput: {seconds:.0f} s; sharded, so it does not shrink with more nodes: "
+             f"aggregate FSx throughput is the bound"]
+    every, batch, seq = (_arg(plan.preset, f) for f in ("--checkpoint-every", "--batch-size", "--seq-len"))
+    if rate and every and batch and seq:
+        step = int(batch) * int(seq) / rate
+        interval = int(every) * step
+        lines.append(f"every {every} steps of ~{step:.1f} s (at {ASSUMED_MFU:.0%} MFU) = {interval:.0f} s of "
+                     f"training: a synchronous save stalls {seconds / (interval + seconds):.0%} of wall time")
+    plan.sections.append((head, lines))
+
+
+def _cost(plan: Plan) -> None:
+    env, group = plan.env, plan.group
+    items: list[tuple[str, float | None]] = [
+        (f"{group.name}: {plan.nodes} x {group.instance_type_name}", _times(plan.nodes, group.instance_type_name)),
+        (f"system: {env.system_nodegroup.min_size} x {env.system_nodegroup.instance_type_name} (minSize)",
+         _times(env.system_nodegroup.min_size, env.system_nodegroup.instance_type_name)),
+    ]
+    items += [(f"{g.name}: {g.desired_size} x {g.instance_type_name} (desiredSize)",
+               _times(g.desired_size, g.instance_type_name))
+              for g in env.training_nodegroups if g.name != group.name and g.desired_size]
+    items += [("EKS control plane", prices.EKS_CLUSTER_HOURLY_USD),
+              (f"NAT gateways: {len(env.availability_zones)}",
+               len(env.availability_zones) * prices.NAT_GATEWAY_HOURLY_USD),
+              (f"FSx {env.fsx.storage_capacity_gib} GiB PERSISTENT_2",
+               prices.fsx_hourly(env.fsx.storage_capacity_gib, env.fsx.throughput_per_tib))]
+    width = max(len(label) for label, _ in items)
+    lines = [f"{label:<{width}}  " + (f"${value:>10,.2f}" if value is not None else "  no price in table")
+             for label, value in items]
+    known = sum(v for _, v in items if v is not None)
+    partial = any(v is None for _, v in items)
+    lines.append(f"{'total per hour' + (' (partial)' if partial else ''):<{width}}  ${known:>10,.2f}")
+    note = "" if env.region == prices.PRICES_REGION else f", {env.region} priced at {prices.PRICES_REGION} rates"
+    plan.sections.append((f"Hourly cost: On-Demand list prices of {prices.PRICES_AS_OF}{note}", lines))
+
+
+def _times(count: int, instance_type: str) -> float | None:
+    price = prices.instance_hourly(instance_type)
+    return None if price is None else count * price
+
+
+def _limits(plan: Plan, vcpu_quota: int | None) -> None:
+    env, group, it = plan.env, plan.group, plan.group.instance_type
+    others, _ = _others_ips(env, group)
+    limits = [Limit("subnet addresses", (env.private_subnet_capacity - others) // it.ips_per_node,
+                    f"({env.private_subnet_capacity} - {others} for other groups) // {it.ips_per_node} per node")]
+    same_class = sum(g.max_size * g.instance_type.vcpus for g in env.training_nodegroups
+                     if g.name != group.name and g.instance_type.quota_class == it.quota_class)
+    if env.system_nodegroup.instance_type.quota_class == it.quota_class:
+        same_class += env.system_nodegroup.max_size * env.system_nodegroup.instance_type.vcpus
+    if vcpu_quota is not None:
+        limits.append(Limit(f"On-Demand {it.quota_class} vCPU quota", max(0, vcpu_quota - same_class) // it.vcpus,
+                            f"({vcpu_quota} - {same_class} for other groups) // {it.vcpus} vCPUs per node"))
+    else:
+        limits.append(Limit(f"On-Demand {it.quota_class} vCPU quota", None,
+                            "unknown offline: pass --vcpu-quota N (preflight prints the account's value)"))
+    if group.capacity.is_reserved:
+        limits.append(Limit(f"reservation {group.capacity.reservation_id}", None,
+                            "its instance count is in the account: preflight checks it against maxSize"))
+    limits.append(Limit("EKS nodes per managed node group", EKS_NODES_PER_NODEGROUP_DEFAULT,
+                        "AWS default quota L-BD136A63"))
+    params, rate, model = _model_rate(plan)
+    if rate:
+        per_node = it.gpus * rate * TOKEN_BYTES / 1e6
+        limits.append(Limit("FSx throughput (data reads)", int(env.fsx.throughput_mbps // per_node),
+                            f"{env.fsx.throughput_mbps:.0f} MB/s // {per_node:.3f} MB/s per node "
+                            f"({it.gpus} GPUs x {rate:,.0f} tokens/s x {TOKEN_BYTES} B at {ASSUMED_MFU:.0%} MFU)"))
+    else:
+        limits.append(Limit("FSx throughput (data reads)", None, f"no throughput model for {model} on {it.name}"))
+    plan.limits = limits
+
+
+def render(plan: Plan) -> str:
+    g = plan.group
+    out = [f"Scale plan: environment {plan.env.name}, preset {plan.preset.name} on node group {g.name} "
+           f"({g.instance_type_name}, maxSize {g.max_size}), {plan.nodes} nodes"]
+    for head, lines in plan.sections:
+        out.append("")
+        out.append(head)
+        out += [f"  {line}" for line in lines]
+    out.append("")
+    out.append(f"Largest node count for {g.name} before each limit")
+    width = max(len(lim.name) for lim in plan.limits)
+    for lim in plan.limits:
+        value = "?" if lim.max_nodes is None else str(lim.max_nodes)
+        flag = "  EXCEEDED" if lim.max_nodes is not None and plan.nodes > lim.max_nodes else ""
+        out.append(f"  {lim.name:<{width}}  {value:>6}  {lim.detail}{flag}")
+    binding = plan.binding
+    if binding:
+        out.append(f"  => at most {binding.max_nodes} nodes: {binding.name} binds first"
+                   + ("" if all(lim.max_nodes is not None for lim in plan.limits)
+                      else " among the limits known offline"))
+    return "\n".join(out)

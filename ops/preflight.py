@@ -1,0 +1,279 @@
+"""Preflight: what a 30-minute deploy would trip over, checked in seconds with read-only calls.
+
+Each check yields rows of pass / warn / fail with a reason. A call the API will not answer
+(permissions, throttling, an operation the endpoint does not support) is a warn naming why:
+preflight must never be the thing that crashes before a deploy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from config import Environment
+from config.instance_types import INSTANCE_TYPES
+from ops.aws import AwsClients, api_failure_types, caller_account, error_code, explain, paginate
+from ops.checks import FAIL, PASS, WARN, Check
+from ops.quotas import QuotaReading, quota_row, read_quota
+
+# Service Quotas codes (service code, quota code). On-Demand vCPU buckets are per instance family.
+VCPU_QUOTA_CODES = {"P": "L-417A185B", "G": "L-DB2E81BA", "Standard": "L-1216C47A"}
+EKS_CLUSTERS = ("eks", "L-1194D53C")
+EKS_NODEGROUPS_PER_CLUSTER = ("eks", "L-6D54EA21")
+EKS_NODES_PER_NODEGROUP = ("eks", "L-BD136A63")
+FSX_PERSISTENT_2_STORAGE = ("fsx", "L-8F1B9C74")
+VPCS_PER_REGION = ("vpc", "L-F678F1CE")
+EIPS_PER_REGION = ("ec2", "L-0263D0A3")
+
+# The network stack runs one NAT gateway per AZ, each holding one Elastic IP.
+NAT_GATEWAYS_PER_AZ = 1
+USABLE_RESERVATION_STATES = ("active", "scheduled")
+
+
+def run(env: Environment, aws: AwsClients) -> list[Check]:
+    """All checks in order. Raises OpsError only when there are no credentials at all."""
+    account = caller_account(aws.sts)
+    rows = [_account_row(env, account)]
+    zone_ids: dict[str, str] = {}
+    steps: list[tuple[str, Callable[[], Iterable[Check]]]] = [
+        ("region", lambda: _region(env, aws)),
+        ("training AZ", lambda: _zones(env, aws, zone_ids)),
+        ("instance offerings", lambda: _offerings(env, aws)),
+        ("On-Demand vCPU quotas", lambda: _vcpu_quotas(env, aws)),
+        ("capacity reservations", lambda: _reservations(env, aws, zone_ids)),
+        ("EKS quotas", lambda: _eks_quotas(env, aws)),
+        ("FSx quota", lambda: _fsx_quota(env, aws)),
+        ("VPC and EIP quotas", lambda: _network_quotas(env, aws)),
+    ]
+    for name, step in steps:
+        try:
+            rows.extend(step())
+        except api_failure_types() as err:
+            rows.append(Check(name, WARN, f"could not check: {explain(err)}"))
+    return rows
+
+
+def failed(rows: list[Check]) -> bool:
+    return any(r.status == FAIL for r in rows)
+
+
+def render(rows: list[Check]) -> str:
+    width = max(len(r.name) for r in rows)
+    lines = [f"{'CHECK':<{width}}  STATUS  REASON"]
+    lines += [f"{r.name:<{width}}  {r.status.upper():<6}  {r.reason}" for r in rows]
+    counts = {s: sum(r.status == s for r in rows) for s in (PASS, WARN, FAIL)}
+    lines.append(f"{counts[PASS]} passed, {counts[WARN]} warned, {counts[FAIL]} failed")
+    return "\n".join(lines)
+
+
+def _account_row(env: Environment, account: str) -> Check:
+    if account == env.account:
+        return Check("credentials", PASS, f"account {account} matches environments.{env.name}.account")
+    return Check("credentials", FAIL,
+                 f"credentials are for account {account}, but environments.{env.name}.account is {env.account}")
+
+
+def _region(env: Environment, aws: AwsClients) -> list[Check]:
+    regions = aws.ec2.describe_regions(AllRegions=True, RegionNames=[env.region])["Regions"]
+    if not regions:
+        return [Check("region", FAIL, f"{env.region} is not a region this account can see")]
+    status = regions[0].get("OptInStatus", "opt-in-not-required")
+    if status == "not-opted-in":
+        return [Check("region", FAIL, f"{env.region} is an opt-in region this account has not enabled")]
+    return [Check("region", PASS, f"{env.region} is enabled ({status})")]
+
+
+def _zones(env: Environment, aws: AwsClients, zone_ids: dict[str, str]) -> list[Check]:
+    zones = aws.ec2.describe_availability_zones(AllAvailabilityZones=True)["AvailabilityZones"]
+    by_name = {z["ZoneName"]: z for z in zones}
+    zone_ids.update({name: z["ZoneId"] for name, z in by_name.items()})
+    missing = [az for az in env.availability_zones if az not in by_name]
+    training = by_name.get(env.training_availability_zone)
+    rows = []
+    if training is None:
+        rows.append(Check("training AZ", FAIL,
+                          f"{env.training_availability_zone} does not exist in {env.region} for this account"))
+    elif training.get("State") != "available":
+        rows.append(Check("training AZ", FAIL,
+                          f"{training['ZoneName']} ({training['ZoneId']}) is {training.get('State')}"))
+    else:
+        # AZ names are shuffled per account; capacity and reservations follow the ID.
+        rows.append(Check("training AZ", PASS, f"{training['ZoneName']} is {training['ZoneId']} in this account"))
+    if missing:
+        rows.append(Check("availability zones", FAIL, f"not in this account's {env.region}: {', '.join(missing)}"))
+    else:
+        ids = ", ".join(f"{az}={by_name[az]['ZoneId']}" for az in env.availability_zones)
+        rows.append(Check("availability zones", PASS, ids))
+    return rows
+
+
+def _offerings(env: Environment, aws: AwsClients) -> list[Check]:
+    system = env.system_nodegroup
+    # The system group spans every AZ; training groups live only in the training AZ.
+    wanted = [("system", system.instance_type_name, env.availability_zones)] + [
+        (g.name, g.instance_type_name, (env.training_availability_zone,)) for g in env.training_nodegroups
+    ]
+    types = sorted({t for _, t, _ in wanted})
+    offers = paginate(aws.ec2, "describe_instance_type_offerings", "InstanceTypeOfferings",
+                      LocationType="availability-zone",
+                      Filters=[{"Name": "instance-type", "Values": types},
+                               {"Name": "location", "Values": list(env.availability_zones)}])
+    offered = {(o["InstanceType"], o["Location"]) for o in offers}
+    rows = []
+    for group, itype, zones in wanted:
+        absent = [z for z in zones if (itype, z) not in offered]
+        name = f"offering {group}"
+        if absent:
+            rows.append(Check(name, FAIL, f"{itype} is not offered in {', '.join(absent)}"))
+        else:
+            rows.append(Check(name, PASS, f"{itype} is offered in {', '.join(zones)}"))
+    return rows
+
+
+def _vcpu_quotas(env: Environment, aws: AwsClients) -> list[Check]:
+    needed: dict[str, int] = {}
+    groups = [(env.system_nodegroup.instance_type, env.system_nodegroup.max_size)] + [
+        (g.instance_type, g.max_size) for g in env.training_nodegroups
+    ]
+    for itype, max_size in groups:
+        needed[itype.quota_class] = needed.get(itype.quota_class, 0) + itype.vcpus * max_size
+    in_use, usage_note = _running_vcpus(aws)
+    rows = []
+    for klass in ("P", "G", "Standard"):
+        if klass not in needed:
+            continue
+        name = f"vCPU quota {klass}"
+        try:
+            reading = read_quota(aws.quotas, "ec2", VCPU_QUOTA_CODES[klass])
+        except api_failure_types() as err:
+            rows.append(Check(name, WARN, f"could not read quota: {explain(err)}"))
+            continue
+        rows.append(_vcpu_row(name, needed[klass], reading, in_use.get(klass) if in_use is not None else None,
+                              usage_note))
+    return rows
+
+
+def _vcpu_row(name: str, need: int, quota: QuotaReading, in_use: int | None, usage_note: str) -> Check:
+    base = f"max sizes need {need} vCPUs, quota {quota.value:g} ({quota.source})"
+    if need > quota.value:
+        return Check(name, FAIL, f"{base}: request an increase of {need - quota.value:g}")
+    if in_use is None:
+        return Check(name, WARN, f"{base}; running vCPUs unknown ({usage_note})")
+    # Running instances (this environment's own nodes included, on a re-deploy) share the quota.
+    if need + in_use > quota.value:
+        return Check(name, WARN, f"{base}, but {in_use} already run: the groups cannot all reach maxSize")
+    return Check(name, PASS, f"{base}, {in_use} in use")
+
+
+def _running_vcpus(aws: AwsClients) -> tuple[dict[str, int] | None, str]:
+    try:
+        reservations = paginate(aws.ec2, "describe_instances", "Reservations",
+                                Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    except api_failure_types() as err:
+        return None, explain(err)
+    used: dict[str, int] = {}
+    for instance in (i for r in reservations for i in r.get("Instances", [])):
+        klass = _quota_class_of(instance["InstanceType"])
+        cpu = instance.get("CpuOptions") or {}
+        vcpus = cpu.get("CoreCount", 0) * cpu.get("ThreadsPerCore", 1)
+        if not vcpus and instance["InstanceType"] in INSTANCE_TYPES:
+            vcpus = INSTANCE_TYPES[instance["InstanceType"]].vcpus
+        if klass:
+            used[klass] = used.get(klass, 0) + vcpus
+    return used, ""
+
+
+def _quota_class_of(instance_type: str) -> str | None:
+    """The On-Demand bucket of any EC2 type, ours or not; None for buckets we do not check."""
+    family = instance_type.split(".", 1)[0]
+    if family.startswith(("inf", "trn", "dl", "hpc", "vt", "u-")):
+        return None
+    if family[0] == "p":
+        return "P"
+    if family[0] == "g":
+        return "G"
+    return "Standard" if family[0] in "acdhimrtz" else None
+
+
+def _reservations(env: Environment, aws: AwsClients, zone_ids: dict[str, str]) -> list[Check]:
+    rows = []
+    for group in env.gpu_nodegroups:
+        if not group.capacity.is_reserved:
+            continue
+        name = f"reservation {group.name}"
+        rid = group.capacity.reservation_id
+        try:
+            found = aws.reservations.describe_capacity_reservations(CapacityReservationIds=[rid])
+        except api_failure_types() as err:
+            if (error_code(err) or "").startswith("InvalidCapacityReservationId"):
+                rows.append(Check(name, FAIL, f"{rid} does not exist in {env.region} for this account"))
+            else:
+                rows.append(Check(name, WARN, f"could not check {rid}: {explain(err)}"))
+            continue
+        items = found.get("CapacityReservations", [])
+        if not items:
+            rows.append(Check(name, FAIL, f"{rid} does not exist in {env.region} for this account"))
+            continue
+        rows.append(_reservation_row(name, env, group, items[0], zone_ids))
+    return rows
+
+
+def _reservation_row(name: str, env: Environment, group: Any, cr: dict, zone_ids: dict[str, str]) -> Check:
+    rid, state = cr["CapacityReservationId"], cr.get("State", "unknown")
+    problems = []
+    if state not in USABLE_RESERVATION_STATES:
+        problems.append(f"state is {state} (needs active or scheduled)")
+    training_az = env.training_availability_zone
+    training_id = zone_ids.get(training_az)
+    in_zone = cr.get("AvailabilityZone") == training_az or (
+        training_id is not None and cr.get("AvailabilityZoneId") == training_id)
+    if not in_zone:
+        problems.append(f"it is in {cr.get('AvailabilityZone')} ({cr.get('AvailabilityZoneId', '?')}), "
+                        f"the training AZ is {training_az} ({training_id or '?'})")
+    if cr.get("InstanceType") != group.instance_type_name:
+        problems.append(f"it holds {cr.get('InstanceType')}, the group runs {group.instance_type_name}")
+    is_block = cr.get("ReservationType") == "capacity-block"
+    if group.capacity.type == "capacityBlock" and not is_block:
+        problems.append("it is an On-Demand Capacity Reservation, configured as capacityBlock")
+    if group.capacity.type == "reserved" and is_block:
+        problems.append("it is a capacity block, configured as reserved")
+    total = cr.get("TotalInstanceCount", 0)
+    if total < group.max_size:
+        problems.append(f"it holds {total} instances, maxSize is {group.max_size}")
+    if problems:
+        return Check(name, FAIL, f"{rid}: " + "; ".join(problems))
+    when = f", starts {cr['StartDate']:%Y-%m-%d %H:%M} UTC" if state == "scheduled" and cr.get("StartDate") else ""
+    return Check(name, PASS, f"{rid} {state}{when}, {total} x {cr['InstanceType']} in {training_az} "
+                             f"({cr.get('AvailableInstanceCount', '?')} available)")
+
+
+def _eks_quotas(env: Environment, aws: AwsClients) -> list[Check]:
+    clusters = len(paginate(aws.eks, "list_clusters", "clusters"))
+    groups = 1 + len(env.training_nodegroups)
+    largest = max([env.system_nodegroup.max_size] + [g.max_size for g in env.training_nodegroups])
+    return [
+        quota_row("EKS clusters", aws.quotas, EKS_CLUSTERS, need=1, in_use=clusters,
+                  what="cluster", note="a re-deploy needs none"),
+        quota_row("EKS node groups", aws.quotas, EKS_NODEGROUPS_PER_CLUSTER, need=groups, in_use=0,
+                  what="node groups in the cluster"),
+        quota_row("EKS nodes/group", aws.quotas, EKS_NODES_PER_NODEGROUP, need=largest, in_use=0,
+                  what="nodes in the largest group"),
+    ]
+
+
+def _fsx_quota(env: Environment, aws: AwsClients) -> list[Check]:
+    systems = paginate(aws.fsx, "describe_file_systems", "FileSystems")
+    used = sum(fs.get("StorageCapacity", 0) for fs in systems
+               if (fs.get("LustreConfiguration") or {}).get("DeploymentType") == "PERSISTENT_2")
+    return [quota_row("FSx Lustre storage", aws.quotas, FSX_PERSISTENT_2_STORAGE,
+                      need=env.fsx.storage_capacity_gib, in_use=used, what="GiB of PERSISTENT_2")]
+
+
+def _network_quotas(env: Environment, aws: AwsClients) -> list[Check]:
+    vpcs = len(paginate(aws.ec2, "describe_vpcs", "Vpcs"))
+    eips = len(aws.ec2.describe_addresses().get("Addresses", []))
+    nat = NAT_GATEWAYS_PER_AZ * len(env.availability_zones)
+    return [
+        quota_row("VPCs", aws.quotas, VPCS_PER_REGION, need=1, in_use=vpcs, what="VPC"),
+        quota_row("Elastic IPs", aws.quotas, EIPS_PER_REGION, need=nat, in_use=eips,
+                  what="EIPs (one per NAT gateway)"),
+    ]

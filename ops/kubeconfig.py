@@ -1,10 +1,10 @@
 """kubeconfig: what `aws eks update-kubeconfig` does, from describe_cluster through boto3.
 
-Finding the cluster: `--cluster-name` wins. Otherwise the cluster is the one CloudFormation
-created for this environment's stage: CDK names a stage's stacks `<env>-<StackId>`, and
-CloudFormation tags every cluster it creates with `aws:cloudformation:stack-name`, so the
-environment's cluster is the one whose stack name starts with `<env>-`. This holds whether or
-not the cluster stack sets an explicit cluster name.
+Finding the cluster: `--cluster-name` wins. Otherwise: stacks/cluster.py sets no explicit
+cluster name (CloudFormation generates one), so the name is looked up. The stage names its
+cluster stack `<env>-Cluster` (stage id = environment name, stack id "Cluster"; under the
+pipeline the stage's stacks carry a further prefix), and CloudFormation tags every cluster it
+creates with `aws:cloudformation:stack-name`. The environment's cluster is the one so tagged.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from config import Environment
 from ops.errors import OpsError
 
 STACK_NAME_TAG = "aws:cloudformation:stack-name"
+CLUSTER_STACK_ID = "Cluster"  # TrainingClusterStage's id for ClusterStack
 EXEC_API_VERSION = "client.authentication.k8s.io/v1beta1"
 
 
@@ -28,18 +29,19 @@ def find_cluster(eks: Any, env: Environment, cluster_name: str | None = None) ->
             return eks.describe_cluster(name=cluster_name)["cluster"]
         except eks.exceptions.ResourceNotFoundException:
             raise OpsError(f"no EKS cluster named {cluster_name!r} in {env.region}") from None
-    prefix = f"{env.name}-"
+    stack = f"{env.name}-{CLUSTER_STACK_ID}"
     names = [n for page in eks.get_paginator("list_clusters").paginate() for n in page["clusters"]]
     matches = []
     for name in names:
         cluster = eks.describe_cluster(name=name)["cluster"]
-        if (cluster.get("tags") or {}).get(STACK_NAME_TAG, "").startswith(prefix):
+        tagged = (cluster.get("tags") or {}).get(STACK_NAME_TAG, "")
+        if tagged == stack or tagged.endswith(f"-{stack}"):
             matches.append(cluster)
     if len(matches) == 1:
         return matches[0]
     if not matches:
         raise OpsError(f"no EKS cluster of environment {env.name} in {env.region} "
-                       f"(none tagged {STACK_NAME_TAG}={prefix}*); deploy first or pass --cluster-name")
+                       f"(none tagged {STACK_NAME_TAG}={stack}); deploy first or pass --cluster-name")
     found = ", ".join(c["name"] for c in matches)
     raise OpsError(f"several clusters belong to environment {env.name} ({found}); pass --cluster-name")
 

@@ -147,7 +147,7 @@ def _vcpu_quotas(env: Environment, aws: AwsClients) -> list[Check]:
         except api_failure_types() as err:
             rows.append(Check(name, WARN, f"could not read quota: {explain(err)}"))
             continue
-        rows.append(_vcpu_row(name, needed[klass], reading, in_use.get(klass) if in_use is not None else None,
+        rows.append(_vcpu_row(name, needed[klass], reading, in_use.get(klass, 0) if in_use is not None else None,
                               usage_note))
     return rows
 

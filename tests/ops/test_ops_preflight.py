@@ -1,0 +1,210 @@
+"""preflight against a real moto server (STS, EC2 zones and offerings, EKS, FSx, VPC), with
+Service Quotas and capacity reservations answered by botocore Stubbers."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timezone
+
+import boto3
+import pytest
+
+from ops import aws as ops_aws
+from ops import preflight
+from ops.checks import FAIL, PASS, WARN
+from ops.envconfig import load
+from ops_fakes import stubbed, write_context
+
+PROD_RESERVATION = "cr-0123456789abcdef0"
+# The order preflight asks Service Quotas in for prod: P and Standard vCPUs, EKS, FSx, VPC, EIP.
+PROD_QUOTAS = [("ec2", "L-417A185B"), ("ec2", "L-1216C47A"), ("eks", "L-1194D53C"), ("eks", "L-6D54EA21"),
+               ("eks", "L-BD136A63"), ("fsx", "L-8F1B9C74"), ("vpc", "L-F678F1CE"), ("ec2", "L-0263D0A3")]
+GENEROUS = {"L-417A185B": 4096, "L-1216C47A": 1024, "L-1194D53C": 100, "L-6D54EA21": 30,
+            "L-BD136A63": 450, "L-8F1B9C74": 100800, "L-F678F1CE": 5, "L-0263D0A3": 5}
+
+
+def quotas_answering(values: dict[str, float], order=PROD_QUOTAS):
+    client, stub = stubbed("service-quotas")
+    for service, code in order:
+        stub.add_response("get_service_quota",
+                          {"Quota": {"ServiceCode": service, "QuotaCode": code, "Value": float(values[code])}},
+                          {"ServiceCode": service, "QuotaCode": code})
+    stub.activate()
+    return client, stub
+
+
+def reservation(**changes) -> dict:
+    cr = {"CapacityReservationId": PROD_RESERVATION, "InstanceType": "p5.48xlarge",
+          "AvailabilityZone": "us-east-1a", "AvailabilityZoneId": "use1-az6", "State": "active",
+          "TotalInstanceCount": 16, "AvailableInstanceCount": 16, "ReservationType": "default"}
+    cr.update(changes)
+    return cr
+
+
+def reservations_answering(*items: dict, error: str | None = None):
+    """A Stubber answering one describe_capacity_reservations; with nothing to answer, it
+    fails the test on any call."""
+    client, stub = stubbed("ec2")
+    if error:
+        stub.add_client_error("describe_capacity_reservations", service_error_code=error,
+                              service_message="stubbed", http_status_code=400)
+    elif items:
+        stub.add_response("describe_capacity_reservations", {"CapacityReservations": list(items)},
+                          {"CapacityReservationIds": [PROD_RESERVATION]})
+    stub.activate()
+    return client, stub
+
+
+@pytest.fixture(scope="module")
+def moto_clients(moto_endpoint):
+    """Clients on the moto server, made once: a boto3 session costs about a second to build."""
+    return ops_aws.clients("us-east-1")
+
+
+def run_prod(clients, quotas=None, reservations=None, env_name="prod", context=None):
+    env = load(env_name, context)
+    clients = replace(clients)
+    clients.quotas, quota_stub = quotas or quotas_answering(GENEROUS)
+    clients.reservations, cr_stub = reservations or reservations_answering(reservation())
+    rows = preflight.run(env, clients)
+    quota_stub.assert_no_pending_responses()
+    cr_stub.assert_no_pending_responses()
+    return {r.name: r for r in rows}, rows
+
+
+def test_prod_passes_every_check_when_account_zone_quotas_and_reservation_fit(aws, moto_clients):
+    by_name, rows = run_prod(moto_clients)
+    print(preflight.render(rows))
+    assert all(r.status == PASS for r in rows), preflight.render(rows)
+    assert by_name["training AZ"].reason == "us-east-1a is use1-az6 in this account"
+    assert "p5.48xlarge is offered in us-east-1a" in by_name["offering p5"].reason
+    assert "max sizes need 3072 vCPUs, quota 4096 (applied)" in by_name["vCPU quota P"].reason
+    assert "16 x p5.48xlarge in us-east-1a" in by_name["reservation p5"].reason
+    assert not preflight.failed(rows)
+
+
+def test_credentials_of_another_account_fail(aws, moto_clients, monkeypatch):
+    monkeypatch.setenv("MOTO_ACCOUNT_ID", "123456789012")
+    by_name, rows = run_prod(moto_clients)
+    assert by_name["credentials"].status == FAIL
+    assert "123456789012" in by_name["credentials"].reason and "222222222222" in by_name["credentials"].reason
+    assert preflight.failed(rows)
+
+
+def test_p_vcpu_quota_below_the_groups_max_sizes_fails_with_the_shortfall(aws, moto_clients):
+    by_name, _ = run_prod(moto_clients, quotas=quotas_answering(dict(GENEROUS, **{"L-417A185B": 384})))
+    row = by_name["vCPU quota P"]
+    assert row.status == FAIL
+    assert "need 3072 vCPUs, quota 384" in row.reason and "increase of 2688" in row.reason
+
+
+def test_running_instances_that_crowd_the_quota_warn(aws, moto_clients):
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    image = ec2.describe_images()["Images"][0]["ImageId"]
+    ec2.run_instances(ImageId=image, InstanceType="p5.48xlarge", MinCount=6, MaxCount=6)
+    by_name, _ = run_prod(moto_clients, quotas=quotas_answering(dict(GENEROUS, **{"L-417A185B": 3500})))
+    row = by_name["vCPU quota P"]
+    assert row.status == WARN
+    assert "1152 already run" in row.reason
+
+
+def test_unknown_service_quota_falls_back_to_the_aws_default(aws, moto_clients):
+    client, stub = stubbed("service-quotas")
+    stub.add_client_error("get_service_quota", "NoSuchResourceException", "not applied")
+    stub.add_response("get_aws_default_service_quota",
+                      {"Quota": {"ServiceCode": "ec2", "QuotaCode": "L-417A185B", "Value": 0.0}},
+                      {"ServiceCode": "ec2", "QuotaCode": "L-417A185B"})
+    for service, code in PROD_QUOTAS[1:]:
+        stub.add_response("get_service_quota", {"Quota": {"Value": float(GENEROUS[code])}},
+                          {"ServiceCode": service, "QuotaCode": code})
+    stub.activate()
+    by_name, _ = run_prod(moto_clients, quotas=(client, stub))
+    assert by_name["vCPU quota P"].status == FAIL
+    assert "quota 0 (AWS default)" in by_name["vCPU quota P"].reason
+
+
+@pytest.mark.parametrize("code, words", [
+    ("AccessDeniedException", "not permitted"),
+    ("TooManyRequestsException", "throttled"),
+])
+def test_quota_calls_the_api_refuses_are_warnings_naming_the_reason(aws, moto_clients, code, words):
+    client, stub = stubbed("service-quotas")
+    for _ in PROD_QUOTAS:
+        stub.add_client_error("get_service_quota", code, "stubbed refusal")
+    stub.activate()
+    by_name, rows = run_prod(moto_clients, quotas=(client, stub))
+    for name in ("vCPU quota P", "vCPU quota Standard", "EKS clusters", "FSx Lustre storage", "Elastic IPs"):
+        assert by_name[name].status == WARN
+        assert words in by_name[name].reason and code in by_name[name].reason
+    assert not preflight.failed(rows)
+
+
+def test_operations_moto_does_not_answer_become_warnings_not_a_crash(aws, moto_clients):
+    """Service Quotas and capacity reservations straight from moto: 400s and HTML 500s."""
+    env = load("prod")
+    rows = preflight.run(env, moto_clients)
+    by_name = {r.name: r for r in rows}
+    assert by_name["reservation p5"].status == WARN
+    assert by_name["vCPU quota P"].status == WARN
+    assert not preflight.failed(rows)
+
+
+@pytest.mark.parametrize("changes, problem", [
+    ({"AvailabilityZone": "us-east-1b", "AvailabilityZoneId": "use1-az1"},
+     "it is in us-east-1b (use1-az1), the training AZ is us-east-1a (use1-az6)"),
+    ({"State": "expired"}, "state is expired"),
+    ({"TotalInstanceCount": 8}, "it holds 8 instances, maxSize is 16"),
+    ({"InstanceType": "p4d.24xlarge"}, "it holds p4d.24xlarge, the group runs p5.48xlarge"),
+    ({"ReservationType": "capacity-block"}, "it is a capacity block, configured as reserved"),
+])
+def test_a_reservation_that_cannot_hold_the_group_fails_saying_why(aws, moto_clients, changes, problem):
+    by_name, _ = run_prod(moto_clients, reservations=reservations_answering(reservation(**changes)))
+    assert by_name["reservation p5"].status == FAIL
+    assert problem in by_name["reservation p5"].reason
+
+
+def test_a_reservation_id_the_account_does_not_have_fails(aws, moto_clients):
+    missing = reservations_answering(error="InvalidCapacityReservationId.NotFound")
+    by_name, _ = run_prod(moto_clients, reservations=missing)
+    assert by_name["reservation p5"].status == FAIL
+    assert "does not exist" in by_name["reservation p5"].reason
+
+
+def test_a_scheduled_capacity_block_in_the_training_az_passes(aws, moto_clients, tmp_path):
+    prod = load("prod")
+    groups = [{"name": "p5", "instanceType": "p5.48xlarge", "minSize": 0, "maxSize": 16, "desiredSize": 0,
+               "capacity": {"type": "capacityBlock", "reservationId": PROD_RESERVATION}}]
+    context = write_context(tmp_path, "prod", gpuNodegroups=groups)
+    start = datetime(2026, 12, 1, 11, 30, tzinfo=timezone.utc)
+    block = reservation(State="scheduled", ReservationType="capacity-block", StartDate=start,
+                        AvailableInstanceCount=16)
+    by_name, _ = run_prod(moto_clients, reservations=reservations_answering(block), context=context)
+    assert prod.gpu_nodegroups[0].capacity.type == "reserved"  # the copy differs, not cdk.json
+    assert by_name["reservation p5"].status == PASS
+    assert "scheduled, starts 2026-12-01 11:30 UTC" in by_name["reservation p5"].reason
+
+
+def test_a_type_not_offered_in_the_training_az_fails(aws, moto_clients, tmp_path):
+    # moto's us-east-1e offers no p4d.24xlarge (as in the real us-east-1 catalogue it copies).
+    groups = [{"name": "p4d", "instanceType": "p4d.24xlarge", "minSize": 0, "maxSize": 2, "desiredSize": 0}]
+    context = write_context(tmp_path, "prod", availabilityZones=["us-east-1d", "us-east-1e"],
+                            trainingAvailabilityZone="us-east-1e", gpuNodegroups=groups)
+    order = [("ec2", "L-417A185B")] + PROD_QUOTAS[1:]
+    by_name, _ = run_prod(moto_clients, quotas=quotas_answering(GENEROUS, order), context=context,
+                          reservations=reservations_answering())
+    assert by_name["offering p4d"].status == FAIL
+    assert by_name["offering p4d"].reason == "p4d.24xlarge is not offered in us-east-1e"
+    assert by_name["offering cpu"].status == FAIL  # m5.2xlarge is missing from us-east-1e too
+
+
+def test_a_zone_the_account_does_not_have_fails(aws, moto_clients, tmp_path):
+    context = write_context(tmp_path, "prod", availabilityZones=["us-east-1a", "us-east-1g"],
+                            trainingAvailabilityZone="us-east-1g")
+    env = load("prod", context)
+    clients = replace(moto_clients)
+    clients.quotas, _ = quotas_answering(GENEROUS)
+    clients.reservations, _ = reservations_answering(reservation())
+    by_name = {r.name: r for r in preflight.run(env, clients)}
+    assert by_name["training AZ"].status == FAIL
+    assert "us-east-1g does not exist in us-east-1" in by_name["training AZ"].reason
+    assert by_name["availability zones"].status == FAIL

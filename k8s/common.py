@@ -19,7 +19,8 @@ C10D_PORT = 29400
 
 # The Training Operator injects its PET_* variables only into the container of this name.
 PYTORCH_CONTAINER = "pytorch"
-MPI_LAUNCHER_CONTAINER = "launcher"
+# MPIJob v1 injects the hostfile and kubectl-exec agent into, and execs into, this container.
+MPI_CONTAINER = "mpi"
 
 # The Hugging Face token is read from this Secret only; the charts never carry its value.
 HF_TOKEN_SECRET = "hf-token"

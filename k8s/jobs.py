@@ -219,7 +219,11 @@ def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
             },
         },
     }
+    # The image is left out of the digest: in the CDK sink it is a token whose text is not stable
+    # between synths, and a changed rdzvId would rewrite a running job's spec on every deploy.
+    container["image"] = ""
     digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:10]
+    container["image"] = spec.image
     elastic["rdzvId"] = f"{spec.name}-{digest}"
     return manifest
 

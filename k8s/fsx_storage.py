@@ -1,0 +1,79 @@
+"""FSx for Lustre as a static PersistentVolume and the one claim every job mounts.
+
+Static, not dynamic: the file system belongs to the storage stack (its lifecycle, its S3 link, its
+removal policy), so the cluster only points at it. The PV is pre-bound to the claim so no other
+claim can take it, and neither has a StorageClass, so the cluster's default class never provisions
+a stray EBS volume in its place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cdk8s
+import cdk8s_plus_27 as kplus
+from cdk8s_plus_27 import k8s
+from constructs import Construct
+
+from config.environment import Environment
+from config.kubernetes import FSX_CLAIM_NAME, TRAINING_NAMESPACE
+from k8s.base import ProjectChart
+
+CSI_DRIVER = "fsx.csi.aws.com"
+
+
+@dataclass(frozen=True)
+class FsxStorageProps:
+    """file_system_id, dns_name and mount_name may be CloudFormation tokens (the CDK sink resolves
+    them) or the dist placeholders (see k8s/values.py)."""
+
+    file_system_id: str
+    dns_name: str
+    mount_name: str
+    storage_gib: int
+    claim_name: str = FSX_CLAIM_NAME
+    namespace: str = TRAINING_NAMESPACE
+    volume_name: str = "fsx-lustre"
+
+    @classmethod
+    def from_config(cls, config: Environment, *, file_system_id: str, dns_name: str,
+                    mount_name: str) -> "FsxStorageProps":
+        return cls(file_system_id=file_system_id, dns_name=dns_name, mount_name=mount_name,
+                   storage_gib=config.fsx.storage_capacity_gib)
+
+
+class FsxStorageChart(ProjectChart):
+    component = "storage"
+
+    def __init__(self, scope: Construct, id: str, *, props: FsxStorageProps):
+        super().__init__(scope, id, namespace=props.namespace)
+        if props.storage_gib <= 0:
+            raise ValueError(f"storage_gib must be positive, got {props.storage_gib}")
+        size = k8s.Quantity.from_string(f"{props.storage_gib}Gi")
+        self.volume = k8s.KubePersistentVolume(
+            self, "PersistentVolume", metadata=k8s.ObjectMeta(name=props.volume_name),
+            spec=k8s.PersistentVolumeSpec(
+                capacity={"storage": size},
+                access_modes=["ReadWriteMany"],
+                # Deleting the claim must never delete the training data or checkpoints.
+                persistent_volume_reclaim_policy="Retain",
+                storage_class_name="",
+                volume_mode="Filesystem",
+                # flock: checkpoint writers and the data pipeline take POSIX locks on /fsx.
+                mount_options=["flock"],
+                claim_ref=k8s.ObjectReference(namespace=props.namespace, name=props.claim_name),
+                csi=k8s.CsiPersistentVolumeSource(
+                    driver=CSI_DRIVER, volume_handle=props.file_system_id,
+                    volume_attributes={"dnsname": props.dns_name, "mountname": props.mount_name},
+                ),
+            ),
+        )
+        self.claim = kplus.PersistentVolumeClaim(
+            self, "Claim", metadata=self.meta(props.claim_name),
+            access_modes=[kplus.PersistentVolumeAccessMode.READ_WRITE_MANY],
+            storage=cdk8s.Size.gibibytes(props.storage_gib),
+            # Empty, not absent: absent would let the default StorageClass provision a new volume.
+            storage_class_name="",
+            volume=kplus.PersistentVolume.from_persistent_volume_name(self, "Bound", props.volume_name),
+            volume_mode=kplus.PersistentVolumeMode.FILE_SYSTEM,
+        )

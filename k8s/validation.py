@@ -1,0 +1,169 @@
+"""Cluster validation: prove each GPU node group is what the instance-type table says.
+
+Per GPU node group, a GPU check Job runs nvidia-smi and counts the EFA devices the device plugin
+hands the pod; per EFA node group that can hold two nodes, an NCCL all-reduce MPIJob across two
+nodes fails below the table's bus-bandwidth floor. Numbers come from config/instance_types.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import cdk8s_plus_27 as kplus
+from cdk8s_plus_27 import k8s
+from constructs import Construct
+
+from config.environment import Environment, Nodegroup
+from config.kubernetes import NODEGROUP_LABEL, TRAINING_NAMESPACE
+from k8s.base import ProjectChart, hardened, patch_pod_spec, raw_object, tolerate_gpu_taint
+from k8s.common import (
+    IMAGES, MPI_CONTAINER, accelerator_resources, gpu_toleration, network_env, node_share, shm_size,
+)
+
+NCCL_TEST_NODES = 2
+ALL_REDUCE = "/opt/nccl-tests/build/all_reduce_perf"
+MPIRUN = "/opt/amazon/openmpi/bin/mpirun"
+
+
+@dataclass(frozen=True)
+class ValidationProps:
+    config: Environment
+    cuda_image: str = IMAGES["cuda-base"]
+    nccl_image: str = IMAGES["nccl-tests"]
+    namespace: str = TRAINING_NAMESPACE
+
+
+def gpu_check_script(group: Nodegroup) -> str:
+    instance = group.instance_type
+    return "\n".join([
+        "set -eu",
+        "nvidia-smi",
+        "gpus=$(nvidia-smi --list-gpus | wc -l)",
+        f'echo "GPUs: $gpus (expected {instance.gpus} on {instance.name})"',
+        f'[ "$gpus" -eq {instance.gpus} ] || {{ echo "FAIL: GPU count" >&2; exit 1; }}',
+        # The EFA device plugin mounts one uverbs device per requested interface.
+        "efa=$(ls -1d /dev/infiniband/uverbs* 2>/dev/null | wc -l)",
+        f'echo "EFA devices: $efa (expected {instance.efa_interfaces})"',
+        f'[ "$efa" -eq {instance.efa_interfaces} ] || {{ echo "FAIL: EFA device count" >&2; exit 1; }}',
+        'echo "PASS"',
+    ])
+
+
+def nccl_launcher_script(group: Nodegroup) -> str:
+    """mpirun across the workers, then fail unless the average bus bandwidth meets the floor."""
+    instance = group.instance_type
+    ranks = NCCL_TEST_NODES * instance.gpus
+    exported = " ".join(f"-x {e['name']}={e['value']}" for e in network_env(instance, nccl_debug="INFO"))
+    floor = instance.nccl_busbw_floor_gbps
+    return "\n".join([
+        "set -eu -o pipefail",
+        f"{MPIRUN} --allow-run-as-root --tag-output -np {ranks} -npernode {instance.gpus}"
+        f" --bind-to none -x PATH -x LD_LIBRARY_PATH {exported}"
+        # Keep MPI's own bootstrap traffic off EFA and off the link-local interface.
+        " --mca pml ^ucx --mca btl tcp,self --mca btl_tcp_if_exclude lo,docker0,pod-id-link0"
+        f" {ALL_REDUCE} -b 8 -e 2G -f 2 -g 1 -c 1 -n 20 | tee /tmp/all_reduce.log",
+        "busbw=$(awk '/Avg bus bandwidth/ {print $NF}' /tmp/all_reduce.log | tail -n 1)",
+        f'echo "average bus bandwidth: ${{busbw:-none}} GB/s (floor {floor} GB/s on {instance.name})"',
+        f'awk -v b="${{busbw:-0}}" -v f={floor} \'BEGIN {{ exit !(b + 0 >= f) }}\''
+        ' || { echo "FAIL: bus bandwidth below floor" >&2; exit 1; }',
+        'echo "PASS"',
+    ])
+
+
+def _short_digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:6]
+
+
+def nccl_mpijob_manifest(group: Nodegroup, *, image: str, namespace: str) -> dict:
+    instance = group.instance_type
+    cpu, memory = node_share(instance)
+    extended = accelerator_resources(instance)
+    launcher = {
+        "name": MPI_CONTAINER, "image": image, "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/bash", "-c", nccl_launcher_script(group)],
+        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
+    }
+    worker = {
+        "name": MPI_CONTAINER, "image": image, "imagePullPolicy": "IfNotPresent",
+        # The launcher drives the workers through kubectl exec; they only need to stay up.
+        "command": ["/bin/bash", "-c", "sleep infinity"],
+        "env": network_env(instance, nccl_debug="INFO"),
+        "resources": {"requests": {"cpu": cpu, "memory": memory, **extended},
+                      "limits": {"memory": memory, **extended}},
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    body = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "MPIJob",
+        "metadata": {"name": f"nccl-allreduce-{group.name.lower()}", "namespace": namespace},
+        "spec": {
+            "slotsPerWorker": instance.gpus,
+            "mainContainer": MPI_CONTAINER,
+            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0},
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "restartPolicy": "Never",
+                             "template": {"spec": {"containers": [launcher]}}},
+                "Worker": {"replicas": NCCL_TEST_NODES, "restartPolicy": "Never", "template": {"spec": {
+                    "nodeSelector": {NODEGROUP_LABEL: group.name},
+                    "tolerations": [gpu_toleration()],
+                    "containers": [worker],
+                    "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory",
+                                                              "sizeLimit": shm_size(instance)}}],
+                }}},
+            },
+        },
+    }
+    return body
+
+
+def nccl_groups(config: Environment) -> list[Nodegroup]:
+    """EFA groups with a bandwidth floor that can hold the two nodes the test spans."""
+    return [g for g in config.gpu_nodegroups
+            if g.instance_type.supports_efa and g.instance_type.nccl_busbw_floor_gbps is not None
+            and g.max_size >= NCCL_TEST_NODES]
+
+
+class ClusterValidationChart(ProjectChart):
+    component = "validation"
+
+    def __init__(self, scope: Construct, id: str, *, props: ValidationProps):
+        super().__init__(scope, id, namespace=props.namespace)
+        self.gpu_checks: dict[str, kplus.Job] = {}
+        for group in props.config.gpu_nodegroups:
+            self.gpu_checks[group.name] = self._gpu_check(group, props)
+        self.nccl_tests = {g.name: raw_object(self, f"Nccl{g.name}",
+                                              nccl_mpijob_manifest(g, image=props.nccl_image,
+                                                                   namespace=props.namespace))
+                           for g in nccl_groups(props.config)}
+
+    def _gpu_check(self, group: Nodegroup, props: ValidationProps) -> kplus.Job:
+        instance = group.instance_type
+        script = gpu_check_script(group)
+        # A Job's pod template is immutable: the name carries a digest of what it checks, so a
+        # changed check is a new Job rather than a failed update.
+        name = f"gpu-check-{group.name.lower()}-{_short_digest([script, props.cuda_image])}"
+        job = kplus.Job(
+            self, f"GpuCheck{group.name}", metadata=self.meta(name),
+            backoff_limit=1, ttl_after_finished=None,
+            automount_service_account_token=False,
+            # nvidia-smi and a device count need no root.
+            security_context=kplus.PodSecurityContextProps(ensure_non_root=True, user=65534, group=65534),
+        )
+        job.add_container(
+            name="gpu-check", image=props.cuda_image, image_pull_policy=kplus.ImagePullPolicy.IF_NOT_PRESENT,
+            command=["/bin/sh", "-c", script],
+            security_context=hardened(ensure_non_root=True, user=65534, group=65534),
+        )
+        # GPUs and EFA interfaces as extended resources (requests equal limits): the device
+        # plugins only hand a pod the devices it requests. cdk8s-plus has no API for extended
+        # resources, and the patch must carry Quantity objects: the typed Job serialiser drops
+        # plain strings from resource maps.
+        extended = {k: v for k, v in accelerator_resources(instance).items() if k != "hugepages-2Mi"}
+        q = k8s.Quantity.from_string
+        limits = {"memory": q("512Mi"), **{k: q(v) for k, v in extended.items()}}
+        patch_pod_spec(job, "containers/0/resources", {"requests": {"cpu": q("500m"), **limits}, "limits": limits})
+        job.scheduling.attract(kplus.Node.labeled(kplus.NodeLabelQuery.is_(NODEGROUP_LABEL, group.name)))
+        tolerate_gpu_taint(job)
+        return job

@@ -22,7 +22,9 @@ class _Parser(argparse.ArgumentParser):
     """argparse prints usage plus the error; we promise one line."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"error: {message} (see `python -m ops {self.prog.split()[-1]} --help`)", file=sys.stderr)
+        command = " ".join(self.prog.split()[1:])  # "ops plan" -> "plan"; "ops" -> ""
+        hint = f"python -m ops {command} --help".replace("  ", " ")
+        print(f"error: {message} (see `{hint}`)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
 

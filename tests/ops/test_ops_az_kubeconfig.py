@@ -1,0 +1,117 @@
+"""az-recommend and kubeconfig against a real moto server; reservations from a Stubber."""
+
+from __future__ import annotations
+
+import stat
+from dataclasses import replace
+
+import boto3
+import pytest
+import yaml
+
+from ops import aws as ops_aws
+from ops import az, kubeconfig
+from ops.envconfig import load
+from ops.errors import OpsError
+from ops_fakes import isolated_aws_env, run_ops, stubbed
+
+ROLE = "arn:aws:iam::222222222222:role/eks"
+
+
+@pytest.fixture(scope="module")
+def moto_clients(moto_endpoint):
+    return ops_aws.clients("us-east-1")
+
+
+def with_reservations(clients, *items):
+    client, stub = stubbed("ec2")
+    stub.add_response("describe_capacity_reservations", {"CapacityReservations": list(items)},
+                      {"Filters": [{"Name": "instance-type", "Values": ["p5.48xlarge"]},
+                                   {"Name": "state", "Values": ["active", "scheduled", "pending"]}]})
+    stub.activate()
+    return replace(clients, reservations=client)
+
+
+def test_az_recommend_lists_every_offering_zone_with_its_id_and_reservations(aws, moto_clients):
+    block = {"CapacityReservationId": "cr-0aaaaaaaaaaaaaaaa", "InstanceType": "p5.48xlarge",
+             "AvailabilityZone": "us-east-1b", "State": "scheduled", "ReservationType": "capacity-block",
+             "TotalInstanceCount": 4, "AvailableInstanceCount": 4}
+    rec = az.recommend(with_reservations(moto_clients, block), "p5.48xlarge", "us-east-1")
+    zones = {z.name: z for z in rec.zones}
+    assert sorted(zones) == [f"us-east-1{c}" for c in "abcdef"]
+    assert zones["us-east-1a"].zone_id == "use1-az6" and zones["us-east-1b"].zone_id == "use1-az1"
+    assert zones["us-east-1b"].reservations == ["cr-0aaaaaaaaaaaaaaaa (block, scheduled, 4/4 free)"]
+    text = az.render(rec)
+    assert "us-east-1b      use1-az1    cr-0aaaaaaaaaaaaaaaa" in text
+
+
+def test_az_recommend_leaves_out_zones_that_lack_the_type(aws, moto_clients):
+    client, stub = stubbed("ec2")
+    stub.add_client_error("describe_capacity_reservations", "UnauthorizedOperation", "no")
+    stub.activate()
+    rec = az.recommend(replace(moto_clients, reservations=client), "p4d.24xlarge", "us-east-1")
+    assert [z.name for z in rec.zones] == ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]
+    assert "reservations not listed" in rec.reservations_note and "not permitted" in rec.reservations_note
+
+
+def test_az_recommend_for_a_type_no_zone_offers_is_an_error(aws, moto_clients):
+    with pytest.raises(OpsError, match="p9.96xlarge is not offered in any AZ of us-east-1"):
+        az.recommend(moto_clients, "p9.96xlarge", "us-east-1")
+
+
+def test_az_recommend_command_prints_the_table(aws, tmp_path):
+    result = run_ops(["az-recommend", "--instance-type", "p5.48xlarge", "--region", "us-west-2"],
+                     isolated_aws_env(tmp_path, aws))
+    assert result.returncode == 0, result.stderr
+    assert "us-west-2b      usw2-az1" in result.stdout
+    assert "reservations not listed" in result.stdout  # moto does not answer them: said, not crashed
+
+
+def make_cluster(name: str, stack: str | None) -> dict:
+    eks = boto3.client("eks", region_name="us-east-1")
+    tags = {"aws:cloudformation:stack-name": stack} if stack else {}
+    return eks.create_cluster(name=name, roleArn=ROLE, resourcesVpcConfig={"subnetIds": []}, tags=tags)["cluster"]
+
+
+def test_kubeconfig_finds_the_cluster_of_the_environments_cluster_stack(aws, moto_clients):
+    make_cluster("Cluster9EE0221C-dev", "dev-Cluster")
+    make_cluster("Cluster9EE0221C-prod", "prod-Cluster")
+    make_cluster("unrelated", None)
+    assert kubeconfig.find_cluster(moto_clients.eks, load("prod"))["name"] == "Cluster9EE0221C-prod"
+
+
+def test_kubeconfig_without_a_cluster_of_the_environment_says_how_to_proceed(aws, moto_clients):
+    make_cluster("someone-elses", "prod-Clusterless")
+    with pytest.raises(OpsError, match="no EKS cluster of environment prod .* pass --cluster-name"):
+        kubeconfig.find_cluster(moto_clients.eks, load("prod"))
+
+
+def test_kubeconfig_writes_an_entry_kubectl_can_use_and_keeps_the_others(aws, tmp_path):
+    cluster = make_cluster("Cluster9EE0221C-prod", "prod-Cluster")
+    path = tmp_path / "kube" / "config"
+    path.parent.mkdir()
+    other = {"name": "kind-local", "cluster": {"server": "https://127.0.0.1:6443"}}
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "clusters": [other],
+                                    "users": [], "contexts": [], "current-context": "kind-local"}))
+    env = isolated_aws_env(tmp_path, aws)
+    for _ in range(2):  # twice: the second run replaces its entries instead of adding more
+        result = run_ops(["kubeconfig", "--env", "prod", "--kubeconfig", str(path)], env)
+        assert result.returncode == 0, result.stderr
+    doc = yaml.safe_load(path.read_text())
+    arn = cluster["arn"]
+    assert doc["current-context"] == arn
+    assert [c["name"] for c in doc["clusters"]] == ["kind-local", arn]
+    assert doc["clusters"][1]["cluster"]["server"] == cluster["endpoint"]
+    assert doc["clusters"][1]["cluster"]["certificate-authority-data"] == cluster["certificateAuthority"]["data"]
+    exec_ = doc["users"][0]["user"]["exec"]
+    assert exec_["command"] == "aws"
+    assert exec_["args"] == ["--region", "us-east-1", "eks", "get-token", "--cluster-name",
+                             "Cluster9EE0221C-prod", "--output", "json"]
+    assert doc["contexts"] == [{"name": arn, "context": {"cluster": arn, "user": arn}}]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_kubeconfig_with_an_unknown_cluster_name_is_one_line(aws, tmp_path):
+    result = run_ops(["kubeconfig", "--env", "prod", "--cluster-name", "ghost", "--kubeconfig",
+                      str(tmp_path / "config")], isolated_aws_env(tmp_path, aws))
+    assert result.returncode == 2 and result.stderr.strip() == "error: no EKS cluster named 'ghost' in us-east-1"

@@ -1,0 +1,115 @@
+"""Real torchrun jobs for the trainer tests: start, wait for a log line, kill a worker.
+
+Synchronisation is on what the job prints (a reader thread collects lines; waiters block on a
+condition with a deadline), never on sleeps.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def job_env(**extra) -> dict:
+    env = dict(os.environ)
+    env.update(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **extra)
+    return env
+
+
+def torchrun_args(module: str, args: list[str], *, nproc: int = 2, max_restarts: int = 0) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            f"--max-restarts={max_restarts}", "--monitor-interval=0.2", "-m", module, *args]
+
+
+class Job:
+    def __init__(self, argv: list[str], **popen):
+        self.proc = subprocess.Popen(argv, cwd=REPO, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, start_new_session=True, **popen)
+        self.lines: list[str] = []
+        self.cond = threading.Condition()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            with self.cond:
+                self.lines.append(line.rstrip("\n"))
+                self.cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()
+
+    @property
+    def output(self) -> str:
+        with self.cond:
+            return "\n".join(self.lines)
+
+    def wait_for(self, pattern: str, timeout: float = 120.0, start: int = 0) -> re.Match:
+        """Block until a line matching `pattern` appears (at or after line index `start`)."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        seen = start
+        with self.cond:
+            while True:
+                for line in self.lines[seen:]:
+                    if m := rx.search(line):
+                        return m
+                seen = len(self.lines)
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.proc.poll() is not None and not self.reader.is_alive()):
+                    raise AssertionError(f"no line matching {pattern!r} within {timeout}s; output:\n{self.output[-4000:]}")
+                self.cond.wait(timeout=min(left, 1.0))
+
+    def workers(self) -> dict[int, int]:
+        """rank -> pid of torchrun's worker processes (its children), read from /proc."""
+        found = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if ppid != self.proc.pid:
+                    continue
+                env = (entry / "environ").read_bytes().split(b"\0")
+            except (OSError, IndexError, ValueError):
+                continue
+            for item in env:
+                if item.startswith(b"RANK="):
+                    found[int(item[5:])] = int(entry.name)
+        return found
+
+    def kill_worker(self, rank: int, sig: int = signal.SIGKILL) -> int:
+        pid = self.workers()[rank]
+        os.kill(pid, sig)
+        return pid
+
+    def finish(self, timeout: float = 180.0) -> int:
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            raise AssertionError(f"job did not finish within {timeout}s; output:\n{self.output[-4000:]}")
+        self.reader.join(timeout=10)
+        return rc
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def run(argv: list[str], timeout: float = 180.0) -> tuple[int, str]:
+    job = Job(argv)
+    try:
+        rc = job.finish(timeout)
+    finally:
+        job.stop()
+    return rc, job.output

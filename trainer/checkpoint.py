@@ -1,0 +1,170 @@
+"""Distributed checkpoints (torch.distributed.checkpoint) that count only when complete.
+
+Layout: DIR/step-00000040/ holds DCP's files; DIR/step-00000040/COMPLETE is written by rank 0
+after every rank's files and the metadata are on disk. A save killed half way leaves a folder
+without the marker, which resume ignores and removes. Resume walks the complete checkpoints
+newest first and falls back, with a warning, past one that does not load.
+
+Saves are asynchronous: the state is staged to host memory, and the writing runs on a
+background thread over its own gloo group while training goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.stateful import Stateful
+
+from trainer.dist import Runtime
+from trainer.log import log, warn
+
+MARKER = "COMPLETE"
+_STEP_DIR = re.compile(r"^step-(\d{8})$")
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    directory: str | None = None  # None: never save or resume
+    every: int = 100  # steps between saves; the last step always saves
+    keep: int = 2  # newest complete checkpoints kept; older ones are deleted
+    async_save: bool = True
+
+
+class ModelAndOptimizer(Stateful):
+    """Model and optimizer state as DCP wants them: sharded tensors keyed by parameter name, so
+    a checkpoint written by N ranks loads on M."""
+
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+
+    def state_dict(self) -> dict[str, Any]:
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        return {"model": model_sd, "optim": optim_sd}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+
+def step_dir(directory: Path, step: int) -> Path:
+    return directory / f"step-{step:08d}"
+
+
+def list_steps(directory: Path, *, complete: bool = True) -> list[int]:
+    """Steps with a checkpoint folder in `directory`, oldest first."""
+    if not directory.is_dir():
+        return []
+    steps = []
+    for entry in directory.iterdir():
+        m = _STEP_DIR.match(entry.name)
+        if m and ((entry / MARKER).exists() == complete):
+            steps.append(int(m.group(1)))
+    return sorted(steps)
+
+
+class CheckpointManager:
+    def __init__(self, cfg: CheckpointConfig, rt: Runtime, state: dict[str, Stateful]):
+        self.cfg, self.rt, self.state = cfg, rt, state
+        self.directory = Path(cfg.directory) if cfg.directory else None
+        self.pending: tuple[int, Future] | None = None
+        self.last_saved = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.directory is not None
+
+    def due(self, step: int, last_step: int) -> bool:
+        return self.enabled and (step % self.cfg.every == 0 or step == last_step)
+
+    # --- resume ---------------------------------------------------------------------------------
+
+    def resume(self) -> int:
+        """Load the newest complete checkpoint that loads; return its step (0: none)."""
+        if not self.enabled:
+            return 0
+        candidates = [None]
+        if self.rt.is_main:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._remove_incomplete(below=None)
+            candidates = [list_steps(self.directory)]
+        # Every rank must try the same checkpoints in the same order: take rank 0's listing.
+        dist.broadcast_object_list(candidates, src=0)
+        for step in reversed(candidates[0]):
+            path = step_dir(self.directory, step)
+            try:
+                dcp.load(self.state, checkpoint_id=str(path))
+            except Exception as exc:  # DCP raises on every rank when any rank's read fails
+                if self.rt.is_main:
+                    warn(f"checkpoint {path} does not load ({type(exc).__name__}: {_first_line(exc)}); "
+                         "falling back to the previous one")
+                continue
+            if self.rt.is_main:
+                log(f"Resumed from checkpoint {path} (step {step})")
+            self.last_saved = step
+            return step
+        return 0
+
+    # --- save -----------------------------------------------------------------------------------
+
+    def save(self, step: int, *, blocking: bool = False) -> None:
+        """Start saving `step`; with `blocking`, return only once it is complete."""
+        if not self.enabled or step == self.last_saved:
+            return
+        self.wait()  # one save in flight at a time keeps host memory bounded
+        path = str(step_dir(self.directory, step))
+        if blocking or not self.cfg.async_save:
+            dcp.save(self.state, checkpoint_id=path, process_group=self.rt.checkpoint_group)
+            self._finalize(step)
+        else:
+            response = dcp.async_save(self.state, checkpoint_id=path, process_group=self.rt.checkpoint_group)
+            future = getattr(response, "upload_completion", response)
+            self.pending = (step, future)
+        self.last_saved = step
+
+    def poll(self) -> None:
+        """Finalise a background save that has finished; never blocks the training loop."""
+        if self.pending and self.pending[1].done():
+            self.wait()
+
+    def wait(self) -> None:
+        if self.pending:
+            step, future = self.pending
+            self.pending = None
+            future.result()  # re-raises a failed write here, on the training thread
+            self._finalize(step)
+
+    def _finalize(self, step: int) -> None:
+        if not self.rt.is_main:
+            return
+        # Rank 0's save finishes by writing DCP's metadata, which it does only after gathering
+        # every rank's write results: when it returns, all ranks' files are on disk.
+        path = step_dir(self.directory, step)
+        tmp = path / f".{MARKER}.tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{step}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path / MARKER)
+        log(f"Checkpoint saved: {path}")
+        for old in list_steps(self.directory)[:-self.cfg.keep]:
+            shutil.rmtree(step_dir(self.directory, old), ignore_errors=True)
+        self._remove_incomplete(below=step)
+
+    def _remove_incomplete(self, below: int | None) -> None:
+        """Delete folders of saves that never completed (a worker killed mid-write)."""
+        for step in list_steps(self.directory, complete=False):
+            if below is None or step < below:
+                shutil.rmtree(step_dir(self.directory, step), ignore_errors=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else ""

@@ -1,0 +1,86 @@
+"""Process-group set-up at the edge of every workload: backend, device, and bounded waits.
+
+Restarted gloo workers were seen hanging inside init_process_group under torchrun (NOTES.md).
+Every group here is created with an explicit timeout, so a stuck rendezvous or collective
+raises, the worker dies, and the elastic agent restarts the group instead of waiting forever.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistConfig:
+    timeout_s: float = 60.0  # bounds init and every training collective
+    checkpoint_timeout_s: float = 900.0  # checkpoint writes of large models take minutes
+
+
+@dataclass(frozen=True)
+class Runtime:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str
+    checkpoint_group: dist.ProcessGroup | None = None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init(cfg: DistConfig = DistConfig(), *, checkpoint_group: bool = False) -> Runtime:
+    """Join the job torchrun described in the environment, or make a one-process job when run
+    directly (benchmarks, single-GPU runs), so workloads need no special case for either."""
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    timeout = timedelta(seconds=cfg.timeout_s)
+    kwargs = {"device_id": device} if backend == "nccl" else {}
+    dist.init_process_group(backend=backend, timeout=timeout, **kwargs)
+    ckpt_pg = None
+    if checkpoint_group:
+        # Asynchronous checkpoint saves run collectives from a background thread; on their own
+        # gloo group they never interleave with the training collectives, and they get a
+        # longer bound because writing tens of GB is slower than a gradient all-reduce.
+        ckpt_pg = dist.new_group(backend="gloo", timeout=timedelta(seconds=cfg.checkpoint_timeout_s))
+    return Runtime(dist.get_rank(), dist.get_world_size(), local_rank, device, backend, ckpt_pg)
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_reduce_max(flag: bool, rt: Runtime) -> bool:
+    """True when any rank says true (a preemption signal may reach the ranks at different times)."""
+    t = torch.tensor([1.0 if flag else 0.0], device=rt.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item() > 0)
+
+
+def all_reduce_mean(value: float, rt: Runtime) -> float:
+    t = torch.tensor([value], dtype=torch.float64 if rt.device.type == "cpu" else torch.float32,
+                     device=rt.device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.item() / rt.world_size

@@ -1,0 +1,100 @@
+"""Training metrics on rank 0: loss, learning rate, throughput, MFU and peak memory.
+
+MFU = achieved model FLOPs per second per device / the device's peak dense bf16 FLOPs. The peak
+comes from config.instance_types, the table the node groups are built from: by the instance type
+when the job says which (TRAINER_INSTANCE_TYPE, set by the job chart), else by the GPU's name.
+On CPU there is no meaningful peak, and MFU is null rather than a made-up number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from config.instance_types import INSTANCE_TYPES, PEAK_BF16_BY_DEVICE_NAME
+from trainer.log import log
+
+
+def peak_flops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    instance = INSTANCE_TYPES.get(os.environ.get("TRAINER_INSTANCE_TYPE", ""))
+    if instance and instance.peak_bf16_flops:
+        return instance.peak_bf16_flops
+    name = torch.cuda.get_device_name(device)
+    for model, flops in PEAK_BF16_BY_DEVICE_NAME.items():
+        if model in name:
+            return flops
+    return None
+
+
+def peak_memory_gib(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    # ru_maxrss is in KiB on Linux: the process's peak resident set, the CPU analogue.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    log_every: int = 10
+    metrics_file: str | None = None
+
+
+class MetricsLogger:
+    """Accumulates tokens and time between log steps; prints and appends one JSON line each."""
+
+    def __init__(self, cfg: MetricsConfig, *, is_main: bool, device: torch.device, world_size: int,
+                 tokens_per_step_per_device: int, flops_per_token: float):
+        self.cfg, self.is_main, self.device, self.world_size = cfg, is_main, device, world_size
+        self.tokens_per_step = tokens_per_step_per_device
+        self.flops_per_token = flops_per_token
+        self.peak = peak_flops(device)
+        self.file = None
+        if is_main and cfg.metrics_file:
+            Path(cfg.metrics_file).parent.mkdir(parents=True, exist_ok=True)
+            self.file = open(cfg.metrics_file, "a", buffering=1)  # line-buffered: readable live
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new timing window (after start-up and compilation, after a checkpoint wait)."""
+        self.window_start, self.window_steps = time.perf_counter(), 0
+
+    def due(self, step: int) -> bool:
+        return step % self.cfg.log_every == 0
+
+    def step_done(self) -> None:
+        self.window_steps += 1
+
+    def log(self, step: int, loss: float, lr: float) -> dict | None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        elapsed = time.perf_counter() - self.window_start
+        per_device = self.window_steps * self.tokens_per_step / elapsed if elapsed > 0 else 0.0
+        mfu = per_device * self.flops_per_token / self.peak if self.peak else None
+        record = {
+            "step": step, "loss": round(loss, 5), "lr": lr,
+            "tokens_per_sec": round(per_device * self.world_size, 1),
+            "tokens_per_sec_per_device": round(per_device, 1),
+            "mfu": round(mfu, 4) if mfu is not None else None,
+            "peak_mem_gib": round(peak_memory_gib(self.device), 3),
+        }
+        if self.is_main:
+            mfu_text = f"{100 * mfu:.1f}%" if mfu is not None else "n/a"
+            log(f"step {step:>6} | loss {loss:.4f} | lr {lr:.2e} | tok/s {record['tokens_per_sec']:,.0f} "
+                f"({record['tokens_per_sec_per_device']:,.0f}/device) | mfu {mfu_text} | "
+                f"peak mem {record['peak_mem_gib']:.2f} GiB")
+            if self.file:
+                self.file.write(json.dumps(record) + "\n")
+        self.reset()
+        return record
+
+    def close(self) -> None:
+        if self.file:
+            self.file.close()

@@ -9,6 +9,7 @@ A configuration error stops here with one line and exit code 2, before any const
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import aws_cdk as cdk
 
@@ -26,7 +27,11 @@ def main() -> int:
 
     from stacks.stage import TrainingClusterStage
 
-    TrainingClusterStage(app, env_name, config=config)
+    stage = TrainingClusterStage(app, env_name, config=config)
+    # The dist sink: the same chart objects the Workloads stack applies, as YAML for kubectl/GitOps.
+    from k8s.sinks import write_dist
+
+    write_dist(stage.workloads.charts, Path(__file__).resolve().parent / "dist" / env_name)
     app.synth()
     return 0
 

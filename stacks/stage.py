@@ -11,6 +11,7 @@ from stacks.nag import apply_nag
 from stacks.network import NetworkStack
 from stacks.registry import RegistryStack
 from stacks.storage import StorageStack
+from stacks.workloads import WorkloadsStack, workload_values
 
 
 class TrainingClusterStage(cdk.Stage):
@@ -24,4 +25,5 @@ class TrainingClusterStage(cdk.Stage):
         self.cluster = ClusterStack(self, "Cluster", config=config, network=self.network)
         self.storage = StorageStack(self, "Storage", config=config, network=self.network, cluster=self.cluster)
         self.registry = RegistryStack(self, "Registry", config=config)
+        self.workloads = WorkloadsStack(self, "Workloads", config=config, cluster=self.cluster.cluster, values=workload_values(self.storage, self.registry))
         apply_nag(self)

@@ -1,23 +1,14 @@
 """Fixtures for the Kubernetes layer: the environments from cdk.json, parsed once."""
 
-import json
-
 import pytest
 
 from config import load_environment
-from tests.conftest import REPO_ROOT
-
-
-def _environments() -> dict:
-    return json.loads((REPO_ROOT / "cdk.json").read_text())["context"]["environments"]
-
-
-ENV_NAMES = sorted(_environments())
+from k8s_walk import raw_environments
 
 
 @pytest.fixture(scope="session")
 def environments():
-    raw = _environments()
+    raw = raw_environments()
     return {name: load_environment(raw, name) for name in raw}
 
 

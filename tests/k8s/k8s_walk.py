@@ -1,0 +1,71 @@
+"""Helpers the k8s tests share: build an environment's charts, walk pod templates and containers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+import cdk8s
+
+from config import Environment
+from config.kubernetes import NODEGROUP_LABEL
+from k8s.charts import EnvironmentCharts
+from k8s.values import ClusterValues
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def raw_environments() -> dict:
+    return json.loads((REPO_ROOT / "cdk.json").read_text())["context"]["environments"]
+
+
+ENV_NAMES = sorted(raw_environments())
+
+
+def build(config: Environment) -> EnvironmentCharts:
+    return EnvironmentCharts(config, ClusterValues.placeholders(), app=cdk8s.App())
+
+
+def objects(charts: EnvironmentCharts) -> list[dict]:
+    return [obj for docs in charts.manifests().values() for obj in docs]
+
+
+def key(obj: dict) -> tuple[str, str, str]:
+    return obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+
+
+def pod_specs(obj: dict) -> Iterator[tuple[str, dict]]:
+    """(where, pod spec) for every pod template an object carries."""
+    kind, spec = obj["kind"], obj.get("spec", {})
+    name = f"{kind}/{obj['metadata']['name']}"
+    if kind in ("Deployment", "DaemonSet", "StatefulSet", "Job", "ReplicaSet"):
+        yield name, spec["template"]["spec"]
+    elif kind == "Pod":
+        yield name, spec
+    elif kind in ("PyTorchJob", "MPIJob"):
+        replicas = spec.get("pytorchReplicaSpecs") or spec.get("mpiReplicaSpecs")
+        for role, replica in replicas.items():
+            yield f"{name}/{role}", replica["template"]["spec"]
+
+
+def containers(pod_spec: dict) -> list[dict]:
+    return pod_spec.get("initContainers", []) + pod_spec.get("containers", [])
+
+
+def target_nodegroups(pod_spec: dict) -> list[str]:
+    """Node groups a pod spec is pinned to, by nodeSelector or required node affinity."""
+    if NODEGROUP_LABEL in pod_spec.get("nodeSelector", {}):
+        return [pod_spec["nodeSelector"][NODEGROUP_LABEL]]
+    required = pod_spec.get("affinity", {}).get("nodeAffinity", {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution", {})
+    groups: list[str] = []
+    for term in required.get("nodeSelectorTerms", []):
+        for expr in term.get("matchExpressions", []):
+            if expr["key"] == NODEGROUP_LABEL and expr["operator"] == "In":
+                groups += expr["values"]
+    return groups
+
+
+def size(obj) -> int:
+    return len(json.dumps(obj, separators=(",", ":")))

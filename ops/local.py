@@ -1,0 +1,182 @@
+"""Run a job preset on this machine the way the cluster runs it: `python -m ops.local --job cpu-ddp`.
+
+A real etcd (v2 API, as the in-cluster etcd Service speaks it) starts on loopback with a
+throw-away data folder, torchrun joins it with the etcd-v2 rendezvous, and the workload gets
+the very arguments the PyTorchJob renders from the same preset; only the checkpoint root
+differs. etcd is stopped afterwards, on failure and on Ctrl-C too.
+
+The node count is fixed (--nnodes=1, not a range): with min < max the etcd rendezvous waits out
+its last-call timeout, about 36 s here, before starting (NOTES.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from config.errors import ConfigError
+from config.presets import PRESETS, JobPreset, get_preset
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_CHECKPOINT_ROOT = ".local/checkpoints"
+
+
+class LocalRunError(Exception):
+    pass
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Etcd:
+    endpoint: str
+    startup_s: float
+
+
+def find_etcd(explicit: str | None) -> str:
+    path = explicit or shutil.which("etcd") or ("/usr/bin/etcd" if Path("/usr/bin/etcd").exists() else None)
+    if not path or not Path(path).exists():
+        raise LocalRunError("--etcd: no etcd binary found; `make etcd` installs Debian's etcd-server")
+    return path
+
+
+@contextmanager
+def etcd_server(binary: str, timeout_s: float = 30.0):
+    """A single-member etcd on loopback ports, removed with its data when the block exits."""
+    client, peer = _free_port(), _free_port()
+    data_dir = tempfile.mkdtemp(prefix="etcd-local-")
+    log_path = Path(data_dir) / "etcd.log"
+    argv = [binary, "--name", "local", "--data-dir", str(Path(data_dir) / "data"), "--enable-v2",
+            "--listen-client-urls", f"http://127.0.0.1:{client}", "--advertise-client-urls", f"http://127.0.0.1:{client}",
+            "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-cluster", f"local=http://127.0.0.1:{peer}"]
+    t0 = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        # Ready means the v2 keys API answers: that is what torch's etcd-v2 rendezvous uses.
+        deadline = t0 + timeout_s
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{client}/v2/keys", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = log_path.read_text(errors="replace")[-600:]
+                raise LocalRunError(f"etcd did not become ready on 127.0.0.1:{client}: {tail.strip()}")
+            try:
+                proc.wait(timeout=0.05)  # bounded poll; returns at once if etcd died
+            except subprocess.TimeoutExpired:
+                pass
+        yield Etcd(f"127.0.0.1:{client}", time.monotonic() - t0)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def torchrun_command(preset: JobPreset, endpoint: str, checkpoint_root: str, run_id: str) -> list[str]:
+    """The preset's container command with the launcher topology filled in for one machine."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={preset.local_nproc}",
+            f"--rdzv-backend={preset.torch_rdzv_backend}", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}",
+            f"--max-restarts={preset.max_restarts}", "--module", preset.module,
+            *preset.workload_args(checkpoint_root=checkpoint_root)]
+
+
+def run_job(preset: JobPreset, endpoint: str, checkpoint_root: str) -> tuple[int, dict | None, float]:
+    argv = torchrun_command(preset, endpoint, checkpoint_root, f"local-{preset.name}-{uuid.uuid4().hex[:8]}")
+    print("$ " + " ".join(argv[2:] if argv[1] == "-m" else argv), flush=True)
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    summary, t0 = None, time.monotonic()
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            if line.startswith("SUMMARY "):
+                summary = json.loads(line[len("SUMMARY "):])
+        rc = proc.wait()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGTERM)  # workers save a checkpoint on SIGTERM
+        proc.wait(timeout=60)
+        raise
+    return rc, summary, time.monotonic() - t0
+
+
+def format_summary(preset: JobPreset, summary: dict | None, etcd: Etcd, wall_s: float, rc: int) -> str:
+    lines = [f"== local run of {preset.name}: {'ok' if rc == 0 else f'failed (exit {rc})'}"]
+    if summary and summary.get("workload") == "ddp":
+        lines += [f"   epochs         {summary['epochs']} ({summary['epochs_this_run']} in this run)",
+                  f"   samples/s      {summary['samples_per_sec']}",
+                  f"   final loss     {summary['final_loss']}",
+                  f"   snapshot       {summary['snapshot']}"]
+    elif summary:
+        lines += [f"   steps          {summary['steps']} ({summary['steps_this_run']} in this run)",
+                  f"   tokens/s       {summary['tokens_per_sec']}",
+                  f"   final loss     {summary['final_loss']}",
+                  f"   checkpoints    {summary['checkpoint_dir']}"]
+    lines += [f"   etcd start-up  {etcd.startup_s:.2f} s (etcd-v2 rendezvous at {etcd.endpoint})",
+              f"   torchrun wall  {wall_s:.1f} s"]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ops.local", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--job", default="cpu-ddp", help=f"job preset: {', '.join(PRESETS)}")
+    p.add_argument("--checkpoint-root", default=DEFAULT_CHECKPOINT_ROOT, help="local stand-in for /fsx/checkpoints")
+    p.add_argument("--resume", action="store_true", help="keep earlier checkpoints of this job and resume from them")
+    p.add_argument("--etcd", default=None, help="etcd binary (default: etcd on PATH)")
+    args = p.parse_args(argv)
+    try:
+        preset = get_preset(args.job, "--job")
+        if preset.image_variant != "cpu":
+            raise LocalRunError(f"--job: {preset.name} needs GPU nodes; local runs take the CPU presets "
+                                f"({', '.join(n for n, q in PRESETS.items() if q.image_variant == 'cpu')})")
+        binary = find_etcd(args.etcd)
+        root = str((REPO / args.checkpoint_root).resolve()) if not Path(args.checkpoint_root).is_absolute() \
+            else args.checkpoint_root
+        job_dir = Path(root) / preset.name
+        if not args.resume and job_dir.exists():
+            shutil.rmtree(job_dir)  # a fresh run each time; --resume keeps what was there
+        with etcd_server(binary) as etcd:
+            print(f"etcd ready at {etcd.endpoint} in {etcd.startup_s:.2f} s", flush=True)
+            rc, summary, wall = run_job(preset, etcd.endpoint, root)
+        print(format_summary(preset, summary, etcd, wall, rc), flush=True)
+        return 0 if rc == 0 else 1
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except LocalRunError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; etcd stopped", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

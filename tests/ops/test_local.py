@@ -1,0 +1,84 @@
+"""ops.local: `make local` runs a preset under torchrun on a real etcd, then stops etcd."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from config.presets import PRESETS
+from ops import local
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run_local(*argv: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "ops.local", *argv], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _port_open(endpoint: str) -> bool:
+    host, port = endpoint.rsplit(":", 1)
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex((host, int(port))) == 0
+
+
+def test_the_local_command_is_the_preset_command_with_a_one_machine_topology():
+    preset = PRESETS["cpu-ddp"]
+    argv = local.torchrun_command(preset, "127.0.0.1:2379", "/tmp/ck", "run-1")
+    assert argv[-len(preset.workload_args("/tmp/ck")):] == preset.workload_args("/tmp/ck")
+    assert preset.command("/tmp/ck")[1:] == argv[argv.index("--module"):]  # the PyTorchJob's command, same args
+    assert "--nnodes=1" in argv  # fixed: a node range makes the etcd rendezvous wait ~36 s
+    assert f"--nproc-per-node={preset.local_nproc}" in argv
+    assert "--rdzv-backend=etcd-v2" in argv and "--rdzv-endpoint=127.0.0.1:2379" in argv
+    assert f"--max-restarts={preset.max_restarts}" in argv
+
+
+needs_etcd = pytest.mark.skipif(not (Path("/usr/bin/etcd").exists() or local.shutil.which("etcd")),
+                                reason="etcd not installed (make etcd installs it)")
+
+
+@pytest.mark.slow
+@needs_etcd
+def test_cpu_ddp_runs_on_a_real_etcd_ends_with_a_summary_and_stops_etcd(tmp_path):
+    p = _run_local("--job", "cpu-ddp", "--checkpoint-root", str(tmp_path))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    endpoint = re.search(r"etcd ready at (\S+) in ([\d.]+) s", p.stdout)
+    assert endpoint, p.stdout
+    assert "--rdzv-backend=etcd-v2" in p.stdout
+    summary = p.stdout[p.stdout.index("== local run of cpu-ddp: ok"):]
+    for field in ("epochs         20", "samples/s", "final loss", "snapshot", "etcd start-up"):
+        assert field in summary, summary
+    final_loss = float(re.search(r"final loss\s+([\d.]+)", summary)[1])
+    assert final_loss < 0.5
+    assert (tmp_path / "cpu-ddp" / "snapshot.pt").is_file()
+    assert not _port_open(endpoint[1]), "etcd must be stopped after the run"
+
+
+def test_an_unknown_job_is_one_line_naming_the_field():
+    p = _run_local("--job", "nope", timeout=60)
+    assert p.returncode == 2
+    assert p.stderr.strip().count("\n") == 0 and "--job" in p.stderr and "cpu-ddp" in p.stderr
+
+
+def test_gpu_presets_are_refused_locally_in_one_line():
+    p = _run_local("--job", "llama3-8b-fsdp", timeout=60)
+    assert p.returncode == 2 and "--job" in p.stderr and "Traceback" not in p.stderr
+
+
+@needs_etcd
+def test_etcd_stops_when_the_job_fails(tmp_path):
+    binary = local.find_etcd(None)
+    with pytest.raises(RuntimeError):
+        with local.etcd_server(binary) as etcd:
+            endpoint = etcd.endpoint
+            assert _port_open(endpoint)
+            raise RuntimeError("the job failed")
+    assert not _port_open(endpoint)

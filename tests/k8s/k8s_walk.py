@@ -69,3 +69,9 @@ def target_nodegroups(pod_spec: dict) -> list[str]:
 
 def size(obj) -> int:
     return len(json.dumps(obj, separators=(",", ":")))
+
+
+def embedded_size(obj) -> int:
+    """Bytes the object takes as the KubernetesManifest's `Manifest` property: a JSON string inside
+    the template and the kubectl Lambda's event, so every quote is escaped once more."""
+    return len(json.dumps(json.dumps(obj, separators=(",", ":"))))

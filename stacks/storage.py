@@ -44,9 +44,9 @@ class StorageStack(cdk.Stack):
             "cluster nodes": cluster.cluster.cluster_security_group,
             "EFA interfaces": cluster.efa_security_group,
         }
+        # File servers also talk to each other: LustreFileSystem itself lets the group in from
+        # itself (988-1023); only the way out is ours to open.
         for port in LUSTRE_PORTS:
-            # File servers talk to each other; FSx requires the group to allow itself.
-            self.security_group.add_ingress_rule(self.security_group, port, "Lustre between file servers")
             self.security_group.add_egress_rule(self.security_group, port, "Lustre between file servers")
             for what, peer in node_groups.items():
                 self.security_group.add_ingress_rule(peer, port, f"Lustre from {what}")

@@ -1,0 +1,127 @@
+"""Build test environments from cdk.json and synthesize each one once per test session.
+
+A synth costs ~10 s here, so every module asks `synth(name)` and gets the cached stage.
+Variants are cdk.json's environments with a few keys replaced, parsed by config/ like any other.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk.assertions import Template
+
+from config import Environment
+from config.environment import parse_environment
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CDK_JSON = json.loads((REPO_ROOT / "cdk.json").read_text())
+CONTEXT = CDK_JSON["context"]
+RESERVATION = "cr-0123456789abcdef0"
+BLOCK = "cr-0fedcba9876543210"
+
+
+def raw_environment(name: str) -> dict[str, Any]:
+    return copy.deepcopy(CONTEXT["environments"][name])
+
+
+def _blocks() -> dict[str, Any]:
+    """dev with every capacity type and EFA layout, kept (retain) and with no S3 link."""
+    raw = raw_environment("dev")
+    raw["gpuNodegroups"] = [
+        {"name": "p5-block", "instanceType": "p5.48xlarge", "minSize": 0, "maxSize": 2, "desiredSize": 0,
+         "capacity": {"type": "capacityBlock", "reservationId": BLOCK}},
+        {"name": "p5en-odcr", "instanceType": "p5en.48xlarge", "minSize": 0, "maxSize": 2, "desiredSize": 0,
+         "capacity": {"type": "reserved", "reservationId": RESERVATION}},
+        {"name": "p4d", "instanceType": "p4d.24xlarge", "minSize": 0, "maxSize": 2, "desiredSize": 0},
+        {"name": "g5", "instanceType": "g5.xlarge", "minSize": 0, "maxSize": 2, "desiredSize": 1},
+    ]
+    raw["removalPolicy"] = "retain"
+    raw["endpointAccess"] = {"type": "private"}
+    return raw
+
+
+def _split() -> dict[str, Any]:
+    """dev, smallest cluster, importing from one S3 prefix and exporting to another."""
+    raw = raw_environment("dev")
+    raw["gpuNodegroups"] = []
+    raw["cpuNodegroups"] = []
+    raw["fsx"] = {"storageCapacityGiB": 2400, "throughputPerTiB": 125,
+                  "s3ImportPath": "s3://example-data/in", "s3ExportPath": "s3://example-results/out"}
+    return raw
+
+
+VARIANTS = {
+    "dev": lambda: raw_environment("dev"),
+    "prod": lambda: raw_environment("prod"),
+    "blocks": _blocks,
+    "split": _split,
+}
+
+
+def environment(variant: str) -> Environment:
+    # The stage id (and so the stack names) is the environment's name, as app.py does it.
+    return parse_environment(variant, VARIANTS[variant]())
+
+
+@dataclass
+class Synth:
+    config: Environment
+    stage: Any  # stacks.stage.TrainingClusterStage
+    outdir: Path
+    assembly: cdk.cx_api.CloudAssembly
+
+    @functools.cached_property
+    def templates(self) -> dict[str, Template]:
+        return {name: Template.from_stack(getattr(self.stage, name))
+                for name in ("network", "cluster", "storage", "registry")}
+
+    def template_json(self, name: str) -> dict:
+        return self.templates[name].to_json()
+
+    def template_files(self) -> list[Path]:
+        return sorted(self.outdir.glob("**/*.template.json"))
+
+    def logical_id(self, stack_name: str, construct) -> str:
+        stack = getattr(self.stage, stack_name)
+        return stack.get_logical_id(construct.node.default_child)
+
+    def imported_ref(self, value: Any) -> str | None:
+        """The logical id an `Fn::ImportValue` points at, followed through the exporting stack."""
+        if not isinstance(value, dict) or "Fn::ImportValue" not in value:
+            return None
+        export = value["Fn::ImportValue"]
+        for name in self.templates:
+            for output in self.template_json(name).get("Outputs", {}).values():
+                if output.get("Export", {}).get("Name") == export:
+                    ref = output["Value"]
+                    return ref.get("Ref") or ref.get("Fn::GetAtt", [None])[0]
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def synth(variant: str) -> Synth:
+    from stacks.stage import TrainingClusterStage
+
+    config = environment(variant)
+    outdir = Path(tempfile.mkdtemp(prefix=f"synth-{variant}-"))
+    flags = {k: v for k, v in CONTEXT.items() if k.startswith("@")}
+    app = cdk.App(outdir=str(outdir), context=flags)
+    stage = TrainingClusterStage(app, variant, config=config)
+    assembly = app.synth()
+    return Synth(config, stage, outdir, assembly)
+
+
+def resources(template: Template, type_: str) -> dict[str, dict]:
+    return template.find_resources(type_)
+
+
+def only(mapping: dict) -> Any:
+    assert len(mapping) == 1, f"expected exactly one, got {sorted(mapping)}"
+    return next(iter(mapping.values()))

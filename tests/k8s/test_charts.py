@@ -1,0 +1,250 @@
+"""Chart unit tests: each chart alone, synthesized with cdk8s Testing.synth."""
+
+from __future__ import annotations
+
+import pytest
+import cdk8s
+
+from config.kubernetes import (
+    EFA_LABEL, FSX_CLAIM_NAME, GPU_TAINT_KEY, NODEGROUP_LABEL, TRAINING_NAMESPACE,
+)
+from k8s.charts import EnvironmentCharts
+from k8s.common import ETCD_CLIENT_LABEL, ETCD_CLIENT_PORT, KUBEFLOW_NAMESPACE, efa_device_plugin_image
+from k8s.crds import TrainingOperatorCrdsChart
+from k8s.efa_device_plugin import EfaDevicePluginChart, EfaDevicePluginProps
+from k8s.etcd import EtcdChart
+from k8s.fsx_storage import FsxStorageChart, FsxStorageProps
+from k8s.namespaces import NamespacesChart
+from k8s.nvidia_device_plugin import NvidiaDevicePluginChart, NvidiaDevicePluginProps
+from k8s.training_jobs import TrainingJobsChart, TrainingJobsProps
+from k8s.training_operator import WEBHOOK_CONFIGURATION, WEBHOOK_SECRET, TrainingOperatorChart
+from k8s.validation import ClusterValidationChart, ValidationProps
+from k8s.values import ClusterValues
+from k8s_walk import target_nodegroups
+
+IMAGES = {"cpu": "registry.example/trainer:cpu-1", "gpu": "registry.example/trainer:gpu-1"}
+
+
+def synth(chart_cls, **kwargs) -> list[dict]:
+    return cdk8s.Testing.synth(chart_cls(cdk8s.Testing.app(), "test", **kwargs))
+
+
+def one(docs: list[dict], kind: str) -> dict:
+    found = [d for d in docs if d["kind"] == kind]
+    assert len(found) == 1, f"{kind}: {len(found)}"
+    return found[0]
+
+
+def pod(doc: dict) -> dict:
+    return doc["spec"]["template"]["spec"]
+
+
+def test_namespaces_for_the_operator_and_the_jobs():
+    docs = synth(NamespacesChart)
+    assert [d["metadata"]["name"] for d in docs] == [KUBEFLOW_NAMESPACE, TRAINING_NAMESPACE]
+
+
+def test_nvidia_plugin_runs_only_on_gpu_node_groups_tolerating_the_taint():
+    ds = one(synth(NvidiaDevicePluginChart, props=NvidiaDevicePluginProps(("p4d", "p5"))), "DaemonSet")
+    spec = pod(ds)
+    assert target_nodegroups(spec) == ["p4d", "p5"]
+    assert [t["key"] for t in spec["tolerations"]] == [GPU_TAINT_KEY]
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert spec["containers"][0]["image"].startswith("nvcr.io/nvidia/k8s-device-plugin:v0.")
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["volumes"][0]["hostPath"]["path"] == "/var/lib/kubelet/device-plugins"
+
+
+def test_nvidia_plugin_needs_a_gpu_node_group():
+    with pytest.raises(ValueError, match="GPU node group"):
+        synth(NvidiaDevicePluginChart, props=NvidiaDevicePluginProps(()))
+
+
+def test_efa_plugin_on_efa_nodes_with_host_paths_and_regional_image():
+    ds = one(synth(EfaDevicePluginChart, props=EfaDevicePluginProps(efa_device_plugin_image("eu-south-1"))),
+             "DaemonSet")
+    spec = pod(ds)
+    term = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    assert term["matchExpressions"] == [{"key": EFA_LABEL, "operator": "In", "values": ["true"]}]
+    assert spec["hostNetwork"] is True
+    assert {v["hostPath"]["path"] for v in spec["volumes"]} == {"/var/lib/kubelet/device-plugins", "/dev/infiniband"}
+    image = spec["containers"][0]["image"]
+    assert image.startswith("590381155156.dkr.ecr.eu-south-1.amazonaws.com/eks/aws-efa-k8s-device-plugin:v")
+    assert spec["priorityClassName"] == "system-node-critical"
+
+
+def test_efa_registry_is_looked_up_by_region_and_unknown_regions_fail_loudly():
+    assert efa_device_plugin_image("us-west-2").startswith("602401143452.dkr.ecr.us-west-2.")
+    with pytest.raises(KeyError, match="xx-east-9"):
+        efa_device_plugin_image("xx-east-9")
+
+
+def test_crd_chart_holds_exactly_the_two_job_kinds():
+    docs = synth(TrainingOperatorCrdsChart)
+    assert [d["metadata"]["name"] for d in docs] == ["pytorchjobs.kubeflow.org", "mpijobs.kubeflow.org"]
+    assert all(d["spec"]["versions"][0]["storage"] for d in docs)
+
+
+@pytest.fixture(scope="module")
+def operator():
+    return synth(TrainingOperatorChart)
+
+
+def test_operator_enables_only_the_schemes_we_use(operator):
+    container = pod(one(operator, "Deployment"))["containers"][0]
+    schemes = sorted(a.split("=", 1)[1] for a in container["args"] if a.startswith("--enable-scheme="))
+    assert schemes == ["mpijob", "pytorchjob"]
+    assert container["image"].startswith("docker.io/kubeflow/training-operator:v1.9")
+
+
+def test_operator_webhook_pieces_agree(operator):
+    container = pod(one(operator, "Deployment"))["containers"][0]
+    args = dict(a.split("=", 1) for a in container["args"] if "=" in a)
+    service, secret = one(operator, "Service"), one(operator, "Secret")
+    assert args["--webhook-service-name"] == service["metadata"]["name"]
+    assert args["--webhook-secret-name"] == secret["metadata"]["name"] == WEBHOOK_SECRET
+    webhook = one(operator, "ValidatingWebhookConfiguration")
+    assert webhook["metadata"]["name"] == WEBHOOK_CONFIGURATION
+    client = webhook["webhooks"][0]["clientConfig"]["service"]
+    assert (client["name"], client["namespace"]) == (service["metadata"]["name"], KUBEFLOW_NAMESPACE)
+    port = next(p for p in service["spec"]["ports"] if p["port"] == client["port"])
+    assert port["targetPort"] == int(args["--webhook-server-port"])
+    assert not secret.get("data") and not secret.get("stringData")
+    assert "namespace" not in webhook["metadata"], "cluster-scoped"
+
+
+def test_operator_is_probed_bounded_and_writable_only_where_certs_go(operator):
+    spec = pod(one(operator, "Deployment"))
+    container = spec["containers"][0]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["resources"]["requests"]["memory"] == container["resources"]["limits"]["memory"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["runAsNonRoot"] is True
+    assert [m["mountPath"] for m in container["volumeMounts"]] == ["/tmp/k8s-webhook-server/serving-certs"]
+    assert spec["automountServiceAccountToken"] is True, "the operator is an API client"
+    assert spec["serviceAccountName"] == one(operator, "ServiceAccount")["metadata"]["name"]
+
+
+def test_operator_rbac_covers_what_the_controllers_do(operator):
+    role = one(operator, "ClusterRole")
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+               for v in rule["verbs"]}
+    for need in [("kubeflow.org", "pytorchjobs", "watch"), ("kubeflow.org", "pytorchjobs/status", "update"),
+                 ("kubeflow.org", "mpijobs", "watch"), ("", "pods", "create"), ("", "services", "create"),
+                 ("", "pods/exec", "create"), ("rbac.authorization.k8s.io", "roles", "create"),
+                 ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "update"),
+                 ("", "secrets", "update"), ("coordination.k8s.io", "leases", "update")]:
+        assert need in granted, need
+    assert not any("*" in rule["verbs"] or "*" in rule["resources"] for rule in role["rules"])
+    binding = one(operator, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"][0]["namespace"] == KUBEFLOW_NAMESPACE
+
+
+@pytest.fixture(scope="module")
+def etcd():
+    return synth(EtcdChart)
+
+
+def test_etcd_speaks_v2_runs_non_root_and_writes_only_its_data_volume(etcd):
+    spec = pod(one(etcd, "Deployment"))
+    container = spec["containers"][0]
+    assert "--enable-v2=true" in container["command"]
+    assert container["image"].startswith("quay.io/coreos/etcd:v3.5.")
+    ctx = container["securityContext"]
+    assert ctx["runAsNonRoot"] is True and isinstance(ctx["runAsUser"], int) and ctx["runAsUser"] > 0
+    assert ctx["readOnlyRootFilesystem"] is True
+    data_dir = next(a for a in container["command"] if a.startswith("--data-dir=")).split("=", 1)[1]
+    mount = container["volumeMounts"][0]
+    assert data_dir.startswith(mount["mountPath"] + "/")
+    assert next(v for v in spec["volumes"] if v["name"] == mount["name"])["emptyDir"] == {}
+    assert "exec" in container["livenessProbe"] and "exec" in container["readinessProbe"]
+    assert container["resources"]["requests"]["cpu"]
+
+
+def test_etcd_is_reachable_only_from_rendezvous_clients(etcd):
+    deployment, service, policy = one(etcd, "Deployment"), one(etcd, "Service"), one(etcd, "NetworkPolicy")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    [rule] = policy["spec"]["ingress"]
+    assert rule["from"] == [{"podSelector": {"matchLabels": {ETCD_CLIENT_LABEL: "true"}}}]
+    assert rule["ports"] == [{"port": ETCD_CLIENT_PORT, "protocol": "TCP"}]
+
+
+def test_fsx_static_volume_and_the_one_claim():
+    docs = synth(FsxStorageChart, props=FsxStorageProps("fs-0123", "fs-0123.fsx.us-west-2.amazonaws.com", "abcd", 1200))
+    pv, pvc = one(docs, "PersistentVolume"), one(docs, "PersistentVolumeClaim")
+    csi = pv["spec"]["csi"]
+    assert (csi["driver"], csi["volumeHandle"]) == ("fsx.csi.aws.com", "fs-0123")
+    assert csi["volumeAttributes"] == {"dnsname": "fs-0123.fsx.us-west-2.amazonaws.com", "mountname": "abcd"}
+    assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    assert pvc["metadata"] == {**pvc["metadata"], "name": FSX_CLAIM_NAME, "namespace": TRAINING_NAMESPACE}
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pvc["spec"]["storageClassName"] == "" == pv["spec"]["storageClassName"]
+    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"]
+    assert pvc["spec"]["resources"]["requests"]["storage"] == pv["spec"]["capacity"]["storage"] == "1200Gi"
+
+
+def test_training_jobs_chart_renders_each_available_preset_with_its_image(dev, prod):
+    dev_jobs = synth(TrainingJobsChart, props=TrainingJobsProps(config=dev, images=IMAGES))
+    prod_jobs = synth(TrainingJobsChart, props=TrainingJobsProps(config=prod, images=IMAGES))
+    assert {j["metadata"]["name"] for j in dev_jobs} == {"cpu-ddp", "llm-tiny", "llama3-8b-fsdp", "llama2-7b-fsdp"}
+    assert {j["metadata"]["name"] for j in prod_jobs} == {"cpu-ddp", "llm-tiny", "llama3-8b-fsdp"}
+    images = {j["metadata"]["name"]: j["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"]
+              for j in dev_jobs}
+    assert images["cpu-ddp"] == IMAGES["cpu"] and images["llama3-8b-fsdp"] == IMAGES["gpu"]
+
+
+def test_training_jobs_chart_refuses_a_preset_the_environment_cannot_run(prod):
+    with pytest.raises(ValueError, match="llama2-7b-fsdp"):
+        synth(TrainingJobsChart, props=TrainingJobsProps(config=prod, images=IMAGES, presets=("llama2-7b-fsdp",)))
+
+
+def test_gpu_checks_request_every_device_of_their_node_group(dev):
+    docs = synth(ClusterValidationChart, props=ValidationProps(config=dev))
+    checks = [d for d in docs if d["kind"] == "Job"]
+    assert len(checks) == len(dev.gpu_nodegroups)
+    for job in checks:
+        spec = pod(job)
+        [group] = target_nodegroups(spec)
+        instance = dev.nodegroup(group).instance_type
+        container = spec["containers"][0]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == str(instance.gpus)
+        assert container["resources"]["limits"]["vpc.amazonaws.com/efa"] == str(instance.efa_interfaces)
+        script = container["command"][-1]
+        assert "nvidia-smi" in script and f'-eq {instance.efa_interfaces} ]' in script
+        assert spec["restartPolicy"] == "Never"
+
+
+def test_nccl_test_spans_two_nodes_and_fails_below_the_floor(dev):
+    docs = synth(ClusterValidationChart, props=ValidationProps(config=dev))
+    for job in (d for d in docs if d["kind"] == "MPIJob"):
+        replicas = job["spec"]["mpiReplicaSpecs"]
+        group = dev.nodegroup(target_nodegroups(replicas["Worker"]["template"]["spec"])[0])
+        assert replicas["Worker"]["replicas"] == 2
+        assert job["spec"]["slotsPerWorker"] == group.instance_type.gpus
+        script = replicas["Launcher"]["template"]["spec"]["containers"][0]["command"][-1]
+        assert f"-np {2 * group.instance_type.gpus}" in script
+        assert "exit 1" in script and str(group.instance_type.nccl_busbw_floor_gbps) in script
+        assert "FI_PROVIDER=efa" in script
+
+
+def test_environment_charts_order_users_after_what_they_use(dev):
+    charts = EnvironmentCharts(dev, ClusterValues.placeholders(), app=cdk8s.Testing.app())
+    order = [e.name for e in charts.entries]
+    assert order.index("namespaces") < order.index("training-operator") < order.index("training-jobs")
+    assert order.index("training-operator-crds") < order.index("training-operator")
+    assert set(charts.entry("training-jobs").depends_on) >= {"training-operator", "training-operator-crds",
+                                                             "etcd", "fsx-storage"}
+    assert "nvidia-device-plugin" in charts.entry("cluster-validation").depends_on
+
+
+def test_an_environment_without_gpus_gets_no_device_plugins_or_checks(dev):
+    from dataclasses import replace
+    cpu_only = replace(dev, gpu_nodegroups=())
+    names = [e.name for e in EnvironmentCharts(cpu_only, ClusterValues.placeholders(), app=cdk8s.Testing.app()).entries]
+    assert not {"nvidia-device-plugin", "efa-device-plugin", "cluster-validation"} & set(names)
+    assert NODEGROUP_LABEL  # the label the remaining jobs select on still exists

@@ -1,0 +1,185 @@
+"""Every rule config/environment.py enforces, one test each, asserting the exact error line.
+
+Each case starts from cdk.json's committed `dev` environment and breaks one thing.
+"""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from config import ConfigError, load_environment
+from config.environment import Environment
+
+CONTEXT = json.loads((Path(__file__).resolve().parents[2] / "cdk.json").read_text())["context"]
+P = "config error: environments.dev."
+
+
+def dev() -> dict:
+    return copy.deepcopy(CONTEXT["environments"]["dev"])
+
+
+def put(raw: dict, path: str, value) -> dict:
+    """Set `a.b[0].c` in raw; value DELETE removes the key."""
+    parts = path.replace("]", "").replace("[", ".").split(".")
+    target = raw
+    for part in parts[:-1]:
+        target = target[int(part)] if part.isdigit() else target[part]
+    last = parts[-1]
+    if value is DELETE:
+        del target[last]
+    elif last.isdigit():
+        target[int(last)] = value
+    else:
+        target[last] = value
+    return raw
+
+
+DELETE = object()
+GPU0 = "gpuNodegroups[0]"
+
+
+def error_line(*changes: tuple[str, object]) -> str:
+    raw = dev()
+    for path, value in changes:
+        put(raw, path, value)
+    with pytest.raises(ConfigError) as err:
+        load_environment({"dev": raw}, "dev")
+    return err.value.line()
+
+
+def test_committed_environments_parse():
+    for name in CONTEXT["environments"]:
+        assert isinstance(load_environment(CONTEXT["environments"], name), Environment)
+
+
+def test_committed_dev_has_the_seed_node_groups():
+    env = load_environment(CONTEXT["environments"], "dev")
+    assert {g.instance_type_name for g in env.gpu_nodegroups} >= {"p4d.24xlarge", "p5.48xlarge"}
+    assert all(g.desired_size == 0 for g in env.gpu_nodegroups)
+    assert [g.instance_type_name for g in env.cpu_nodegroups] == ["m5.2xlarge"]
+    assert load_environment(CONTEXT["environments"], "prod").removal_policy == "retain"
+
+
+def test_unknown_environment_name():
+    with pytest.raises(ConfigError) as err:
+        load_environment(CONTEXT["environments"], "staging")
+    assert err.value.line() == "config error: environments.staging: unknown environment; defined environments are dev, prod"
+
+
+def test_missing_environments_context():
+    with pytest.raises(ConfigError) as err:
+        load_environment(None, "dev")
+    assert err.value.line() == "config error: environments: is missing from cdk.json context"
+
+
+def test_environment_must_be_an_object():
+    with pytest.raises(ConfigError) as err:
+        load_environment({"dev": []}, "dev")
+    assert err.value.line() == "config error: environments.dev: must be an object, got a list"
+
+
+# (test id, changes, exact expected line after "config error: environments.dev.")
+CASES = [
+    ("unknown key", [("acount", "111111111111")],
+     "acount: unknown key; allowed keys are account, adminRoleArns, availabilityZones, cpuNodegroups, endpointAccess, "
+     "fsx, gpuNodegroups, kubernetesVersion, region, removalPolicy, systemNodegroup, trainingAvailabilityZone, vpcCidr"),
+    ("required key missing", [("account", DELETE)], "account: is required (a string)"),
+    ("wrong type", [("account", 111111111111)], "account: must be a string, got 111111111111"),
+    ("boolean is not a count", [("cpuNodegroups[0].maxSize", True)],
+     "cpuNodegroups[0].maxSize: must be an integer, got a boolean"),
+    ("account not 12 digits", [("account", "1234")], "account: must be a 12-digit AWS account id, got '1234'"),
+    ("region malformed", [("region", "uswest2")], "region: must be an AWS region such as us-west-2, got 'uswest2'"),
+    ("fewer than two zones", [("availabilityZones", ["us-west-2a"]), ("trainingAvailabilityZone", "us-west-2a")],
+     "availabilityZones: needs at least 2 zones (the EKS control plane spans two), got 1"),
+    ("zone outside the region", [("availabilityZones[2]", "us-east-1c")],
+     "availabilityZones[2]: 'us-east-1c' is not a zone of region us-west-2 (expected us-west-2a, us-west-2b, ...)"),
+    ("zone listed twice", [("availabilityZones[2]", "us-west-2a")], "availabilityZones: lists a zone twice"),
+    ("zone entry not a string", [("availabilityZones[1]", 2)], "availabilityZones[1]: must be a string, got 2"),
+    ("training zone not listed", [("trainingAvailabilityZone", "us-west-2d")],
+     "trainingAvailabilityZone: 'us-west-2d' must be one of availabilityZones (us-west-2a, us-west-2b, us-west-2c)"),
+    ("unsupported kubernetes version", [("kubernetesVersion", "1.27")],
+     "kubernetesVersion: must be one of 1.32, 1.33, 1.34, got '1.27'"),
+    ("cidr malformed", [("vpcCidr", "10.0.0.1/16")],
+     "vpcCidr: must be an IPv4 CIDR block such as 10.0.0.0/16, got '10.0.0.1/16'"),
+    ("cidr prefix out of VPC range", [("vpcCidr", "10.0.0.0/8")],
+     "vpcCidr: prefix must be between /16 and /24 (AWS VPC limits), got /8"),
+    ("cidr not private", [("vpcCidr", "8.8.0.0/16")], "vpcCidr: must be a private (RFC 1918) range, got 8.8.0.0/16"),
+    ("cidr too small for the zones", [("vpcCidr", "10.0.0.0/22")],
+     "vpcCidr: /22 is too small for 3 zones; use /20 or larger"),
+    ("cidr too small for the node groups at max", [("vpcCidr", "10.0.0.0/20"), ("gpuNodegroups[0].maxSize", 40)],
+     "vpcCidr: 10.0.0.0/20 gives each of 3 private subnets /23 (507 usable addresses), but the training AZ needs "
+     "10714 with every node group at maxSize (node and pod IPs); use a larger CIDR or lower maxSize"),
+    ("admin role not a role ARN", [("adminRoleArns[0]", "arn:aws:iam::111111111111:user/alice")],
+     "adminRoleArns[0]: must be an IAM role ARN (arn:aws:iam::<12 digits>:role/<name>), "
+     "got 'arn:aws:iam::111111111111:user/alice'"),
+    ("endpoint type unknown", [("endpointAccess.type", "open")],
+     "endpointAccess.type: must be one of private, public, got 'open'"),
+    ("private endpoint with public cidrs", [("endpointAccess.type", "private")],
+     "endpointAccess.publicCidrs: is only allowed with type public"),
+    ("public endpoint without cidrs", [("endpointAccess.publicCidrs", [])],
+     "endpointAccess.publicCidrs: is required with type public: list the CIDR blocks allowed to reach the API "
+     "(0.0.0.0/0 is not accepted)"),
+    ("public cidr malformed", [("endpointAccess.publicCidrs[0]", "203.0.113.0/33")],
+     "endpointAccess.publicCidrs[0]: must be an IPv4 CIDR block, got '203.0.113.0/33'"),
+    ("public cidr is the internet", [("endpointAccess.publicCidrs[0]", "0.0.0.0/0")],
+     "endpointAccess.publicCidrs[0]: 0.0.0.0/0 opens the API to the internet; list your own ranges"),
+    ("negative size", [("cpuNodegroups[0].minSize", -1)], "cpuNodegroups[0].minSize: must be 0 or more, got -1"),
+    ("max size zero", [("cpuNodegroups[0].maxSize", 0), ("cpuNodegroups[0].desiredSize", 0)],
+     "cpuNodegroups[0].maxSize: must be at least 1 (EKS node groups need maxSize >= 1), got 0"),
+    ("min above max", [("cpuNodegroups[0].minSize", 5)], "cpuNodegroups[0].minSize: must be <= maxSize (4), got 5"),
+    ("desired outside min and max", [(f"{GPU0}.desiredSize", 3)],
+     f"{GPU0}.desiredSize: must be between minSize (0) and maxSize (2), got 3"),
+    ("unknown instance type", [(f"{GPU0}.instanceType", "p9.96xlarge")],
+     f"{GPU0}.instanceType: unknown instance type 'p9.96xlarge'; known GPU types are "
+     "p4d.24xlarge, p4de.24xlarge, p5.48xlarge, p5e.48xlarge, p5en.48xlarge, g5.xlarge, g5.2xlarge, g5.4xlarge, "
+     "g5.8xlarge, g5.12xlarge, g5.16xlarge, g5.24xlarge, g5.48xlarge, g6.xlarge, g6.2xlarge, g6.4xlarge, g6.8xlarge, "
+     "g6.12xlarge, g6.16xlarge, g6.24xlarge, g6.48xlarge"),
+    ("gpu group with a cpu type", [(f"{GPU0}.instanceType", "m5.2xlarge")],
+     f"{GPU0}.instanceType: m5.2xlarge is not a GPU type; use one of p4d.24xlarge, p4de.24xlarge, p5.48xlarge, "
+     "p5e.48xlarge, p5en.48xlarge, g5.xlarge, g5.2xlarge, g5.4xlarge, g5.8xlarge, g5.12xlarge, g5.16xlarge, "
+     "g5.24xlarge, g5.48xlarge, g6.xlarge, g6.2xlarge, g6.4xlarge, g6.8xlarge, g6.12xlarge, g6.16xlarge, "
+     "g6.24xlarge, g6.48xlarge"),
+    ("cpu group with a gpu type", [("cpuNodegroups[0].instanceType", "g5.xlarge")],
+     "cpuNodegroups[0].instanceType: g5.xlarge is not a CPU type; use one of m5.large, m5.xlarge, m5.2xlarge, "
+     "m5.4xlarge, m5.8xlarge, m6i.large, m6i.xlarge, m6i.2xlarge, m6i.4xlarge, c5.2xlarge, c5.4xlarge"),
+    ("system group below two nodes", [("systemNodegroup.minSize", 1)],
+     "systemNodegroup.minSize: must be at least 2 so cluster services survive a node loss, got 1"),
+    ("system group has no desiredSize", [("systemNodegroup.desiredSize", 2)],
+     "systemNodegroup.desiredSize: unknown key; allowed keys are instanceType, maxSize, minSize"),
+    ("node group name malformed", [(f"{GPU0}.name", "-p4d")],
+     f"{GPU0}.name: must be 1-63 letters, digits, '-' or '_', starting with a letter or digit, got '-p4d'"),
+    ("node group names collide", [("cpuNodegroups[0].name", "p5")],
+     "cpuNodegroups[0].name: 'p5' is already used by gpuNodegroups[1]; names must be unique"),
+    ("capacity type unknown", [(f"{GPU0}.capacity.type", "spot")],
+     f"{GPU0}.capacity.type: must be one of onDemand, reserved, capacityBlock, got 'spot'"),
+    ("on-demand with a reservation", [(f"{GPU0}.capacity.reservationId", "cr-0123456789abcdef0")],
+     f"{GPU0}.capacity.reservationId: is only allowed with type reserved or capacityBlock"),
+    ("reserved without a reservation", [(f"{GPU0}.capacity.type", "reserved")],
+     f"{GPU0}.capacity.reservationId: is required with type reserved (cr- followed by 17 hex digits)"),
+    ("reservation id malformed", [(f"{GPU0}.capacity", {"type": "capacityBlock", "reservationId": "cr-123"})],
+     f"{GPU0}.capacity.reservationId: must be cr- followed by 17 hex digits, got 'cr-123'"),
+    ("capacity block for a type not sold that way",
+     [(f"{GPU0}.instanceType", "g5.48xlarge"),
+      (f"{GPU0}.capacity", {"type": "capacityBlock", "reservationId": "cr-0123456789abcdef0"})],
+     f"{GPU0}.capacity.type: capacity blocks are sold for p4d.24xlarge, p4de.24xlarge, p5.48xlarge, p5e.48xlarge, "
+     "p5en.48xlarge, not g5.48xlarge"),
+    ("fsx capacity not a PERSISTENT_2 size", [("fsx.storageCapacityGiB", 1800)],
+     "fsx.storageCapacityGiB: PERSISTENT_2 needs 1200 or a multiple of 2400 GiB, got 1800"),
+    ("fsx throughput not offered", [("fsx.throughputPerTiB", 200)],
+     "fsx.throughputPerTiB: must be one of 125, 250, 500, 1000 MB/s/TiB, got 200"),
+    ("s3 path not an s3 url", [("fsx.s3ImportPath", "https://bucket/prefix")],
+     "fsx.s3ImportPath: must be an s3:// URL such as s3://my-bucket/prefix, got 'https://bucket/prefix'"),
+    ("s3 paths nest", [("fsx.s3ImportPath", "s3://bucket/data"), ("fsx.s3ExportPath", "s3://bucket/data/out")],
+     "fsx.s3ExportPath: must equal s3ImportPath or not overlap it (FSx data repository paths cannot nest)"),
+    ("removal policy unknown", [("removalPolicy", "snapshot")],
+     "removalPolicy: must be one of destroy, retain, got 'snapshot'"),
+    ("nested unknown key", [("fsx.storageCapacityGb", 1200)],
+     "fsx.storageCapacityGb: unknown key; allowed keys are s3ExportPath, s3ImportPath, storageCapacityGiB, throughputPerTiB"),
+]
+
+
+@pytest.mark.parametrize("changes, expected", [pytest.param(c, e, id=i) for i, c, e in CASES])
+def test_rule_reports_one_line_naming_the_field(changes, expected):
+    assert error_line(*changes) == P + expected

@@ -1,0 +1,106 @@
+"""Workloads stack: the k8s charts reach CloudFormation as one manifest each, in dependency order,
+carrying the same objects the dist sink writes, far below the kubectl provider's limits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from aws_cdk.assertions import Template
+
+from synth_helpers import synth
+
+MANIFEST_TYPE = "Custom::AWSCDK-EKS-KubernetesResource"
+PRUNE_PREFIX = "aws.cdk.eks/prune-"
+TOKEN = "<token>"
+LAMBDA_EVENT_LIMIT = 256 * 1024
+MANIFEST_BUDGET = 32 * 1024  # per chart: an eighth of the event limit
+
+
+@pytest.fixture(scope="module")
+def dev():
+    return synth("dev")
+
+
+@pytest.fixture(scope="module")
+def template(dev):
+    return Template.from_stack(dev.stage.workloads).to_json()
+
+
+@pytest.fixture(scope="module")
+def manifests(dev, template):
+    """chart name -> CloudFormation resource of its KubernetesManifest."""
+    stack = dev.stage.workloads
+    return {name: template["Resources"][stack.get_logical_id(m.node.default_child)]
+            for name, m in stack.manifests.items()}
+
+
+def decode(manifest_property) -> list[dict]:
+    """The Manifest property as objects; CloudFormation intrinsics inside strings become TOKEN."""
+    if isinstance(manifest_property, str):
+        return json.loads(manifest_property)
+    parts = manifest_property["Fn::Join"][1]
+    return json.loads("".join(p if isinstance(p, str) else TOKEN for p in parts))
+
+
+def without_prune_labels(obj: dict) -> dict:
+    obj = json.loads(json.dumps(obj))
+    labels = obj["metadata"].get("labels", {})
+    for label in [k for k in labels if k.startswith(PRUNE_PREFIX)]:
+        del labels[label]
+    return obj
+
+
+def test_one_manifest_per_chart_all_in_the_workloads_stack(dev, template, manifests):
+    assert list(manifests) == [e.name for e in dev.stage.workloads.charts.entries]
+    ours = [r for r in template["Resources"].values() if r["Type"] == MANIFEST_TYPE]
+    assert len(ours) == len(manifests)
+    cluster_template = dev.template_json("cluster")
+    for resource in cluster_template["Resources"].values():
+        if resource["Type"] == MANIFEST_TYPE:
+            kinds = {o.get("kind") for o in decode(resource["Properties"]["Manifest"])}
+            assert not kinds & {"PyTorchJob", "CustomResourceDefinition", "DaemonSet"}, \
+                "k8s charts belong to the Workloads stack"
+
+
+def test_manifests_depend_on_what_they_use(dev, manifests):
+    stack = dev.stage.workloads
+    logical = {name: stack.get_logical_id(m.node.default_child) for name, m in stack.manifests.items()}
+    for entry in stack.charts.entries:
+        depends = set(manifests[entry.name].get("DependsOn", []))
+        assert {logical[d] for d in entry.depends_on} <= depends, entry.name
+    jobs = set(manifests["training-jobs"]["DependsOn"])
+    assert {logical["training-operator"], logical["training-operator-crds"], logical["etcd"]} <= jobs
+    assert logical["namespaces"] in set(manifests["training-operator"]["DependsOn"])
+
+
+def test_manifests_carry_the_same_objects_the_dist_sink_writes(dev, manifests):
+    for entry in dev.stage.workloads.charts.entries:
+        applied = [without_prune_labels(o) for o in decode(manifests[entry.name]["Properties"]["Manifest"])]
+        written = entry.chart.to_json()
+        assert [(o["kind"], o["metadata"]["name"]) for o in applied] == \
+               [(o["kind"], o["metadata"]["name"]) for o in written], entry.name
+        for a, w in zip(applied, written):
+            if TOKEN not in json.dumps(a):
+                assert a == w, f"{entry.name}: {a['kind']}/{a['metadata']['name']}"
+
+
+def test_fsx_values_come_from_the_storage_stack(dev, manifests):
+    pv = next(o for o in decode(manifests["fsx-storage"]["Properties"]["Manifest"]) if o["kind"] == "PersistentVolume")
+    assert pv["spec"]["csi"]["volumeHandle"] == TOKEN
+    parts = manifests["fsx-storage"]["Properties"]["Manifest"]["Fn::Join"][1]
+    refs = {dev.imported_ref(p) for p in parts if isinstance(p, dict)}
+    assert dev.logical_id("storage", dev.stage.storage.file_system) in refs
+
+
+def test_trainer_images_are_the_registry_assets(dev, manifests):
+    parts = manifests["training-jobs"]["Properties"]["Manifest"]["Fn::Join"][1]
+    text = "".join(p if isinstance(p, str) else json.dumps(p) for p in parts)
+    for asset in dev.stage.registry.trainer_images.values():
+        assert f":{asset.image_tag}" in text
+
+
+def test_inline_manifests_stay_far_below_the_kubectl_provider_limits(template, manifests):
+    for name, resource in manifests.items():
+        assert len(json.dumps(resource["Properties"]["Manifest"])) <= MANIFEST_BUDGET < LAMBDA_EVENT_LIMIT, name
+    assert len(json.dumps(template)) < 1024 * 1024 // 4, "a quarter of CloudFormation's template limit"

@@ -17,6 +17,8 @@ from config import Environment
 from k8s.charts import EnvironmentCharts
 from k8s.values import ClusterValues, image_placeholder
 
+DEFAULT_QUALIFIER = cdk.DefaultStackSynthesizer.DEFAULT_QUALIFIER
+
 
 class WorkloadsStack(cdk.Stack):
     """Attributes: `charts` (k8s.charts.EnvironmentCharts, the objects the dist sink writes too),
@@ -48,19 +50,23 @@ def _construct_id(chart_name: str) -> str:
 def workload_values(storage, registry) -> ClusterValues:
     """ClusterValues from the storage and registry stacks (their attributes are tokens), with
     hints that tell a dist/ reader where each value comes from."""
-    stage = cdk.Stage.of(storage)
-    prefix = f"{stage.stage_name}-" if stage and stage.stage_name else ""
-    outputs = f"aws cloudformation describe-stacks --stack-name {prefix}{storage.node.id}"
+    def output(key: str) -> str:
+        return (f"`aws cloudformation describe-stacks --region {storage.region} --stack-name {storage.stack_name} "
+                f"--query \"Stacks[0].Outputs[?OutputKey=='{key}'].OutputValue\" --output text`")
+
     hints = {
-        "FSX_FILE_SYSTEM_ID": f"output FileSystemId of `{outputs}`",
-        "FSX_DNS_NAME": f"output FileSystemDnsName of `{outputs}`",
-        "FSX_MOUNT_NAME": f"output FileSystemMountName of `{outputs}`",
+        "FSX_FILE_SYSTEM_ID": output("FileSystemId"),
+        "FSX_DNS_NAME": output("FileSystemDnsName"),
+        "FSX_MOUNT_NAME": output("FileSystemMountName"),
     }
     images = {}
+    # `cdk deploy` pushes the trainer images to the bootstrap's container-assets repository,
+    # tagged with the asset hash; with the default bootstrap qualifier that is this URI.
+    assets_repo = (f"{registry.account}.dkr.ecr.{registry.region}.amazonaws.com/"
+                   f"cdk-{DEFAULT_QUALIFIER}-container-assets-{registry.account}-{registry.region}")
     for variant, asset in registry.trainer_images.items():
         images[variant] = asset.image_uri
-        hints[image_placeholder(variant)] = (
-            f"the CDK asset image tagged {asset.image_tag} in the bootstrap container-assets repository "
-            f"(`cdk deploy` pushes it)")
+        hints[image_placeholder(variant)] = (f"after `cdk deploy`, `{assets_repo}:{asset.image_tag}` "
+                                             f"(default bootstrap qualifier)")
     return ClusterValues(fsx_file_system_id=storage.file_system_id, fsx_dns_name=storage.dns_name,
                          fsx_mount_name=storage.mount_name, trainer_images=images, hints=hints)

@@ -104,3 +104,16 @@ def test_inline_manifests_stay_far_below_the_kubectl_provider_limits(template, m
     for name, resource in manifests.items():
         assert len(json.dumps(resource["Properties"]["Manifest"])) <= MANIFEST_BUDGET < LAMBDA_EVENT_LIMIT, name
     assert len(json.dumps(template)) < 1024 * 1024 // 4, "a quarter of CloudFormation's template limit"
+
+
+def test_dist_placeholder_hints_name_the_real_stack_and_asset_tags(dev):
+    from stacks.workloads import workload_values
+
+    values = workload_values(dev.stage.storage, dev.stage.registry)
+    assert dev.stage.storage.stack_name in values.hints["FSX_FILE_SYSTEM_ID"]
+    assert "OutputKey=='FileSystemId'" in values.hints["FSX_FILE_SYSTEM_ID"]
+    for variant, asset in dev.stage.registry.trainer_images.items():
+        assert asset.image_tag in values.hints[f"TRAINER_IMAGE_{variant.upper()}"]
+    # Every token the charts carry has a named placeholder, so the dist sink never fails.
+    assert {p.name for p in values.dist_substitutions().values()} == {
+        "FSX_FILE_SYSTEM_ID", "FSX_DNS_NAME", "FSX_MOUNT_NAME", "TRAINER_IMAGE_CPU", "TRAINER_IMAGE_GPU"}

@@ -44,8 +44,9 @@ NCCL_SOCKET_IFNAME = "^lo,docker,pod-id-link0"
 IMAGES = {
     "nvidia-device-plugin": "nvcr.io/nvidia/k8s-device-plugin:v0.17.1",
     "training-operator": "docker.io/kubeflow/training-operator:v1.9.0",
-    # The MPI v1 launcher's init container; the operator's default is an unpinned :latest.
-    "mpi-kubectl-delivery": "docker.io/mpioperator/kubectl-delivery:v0.4.0",
+    # The MPI v1 launcher's init container (copies kubectl for mpirun's exec agent); the operator's
+    # default is an unpinned :latest. v0.2.3 is the last release of the v1 delivery image.
+    "mpi-kubectl-delivery": "docker.io/mpioperator/kubectl-delivery:v0.2.3",
     "etcd": "quay.io/coreos/etcd:v3.5.17",
     # nvidia-smi comes from the node's container toolkit; the base image only needs a shell.
     "cuda-base": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",

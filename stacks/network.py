@@ -22,6 +22,11 @@ class NetworkStack(cdk.Stack):
         super().__init__(scope, id, **kwargs)
         self.config = config
         policy = removal_policy(config)
+        # Vpc checks the zones it is given against the stack's zones, and asking the stack for its
+        # zones is an AWS lookup that fails offline. config/ already checked the zones belong to the
+        # region, so answer the lookup with them: synthesis stays offline for any account.
+        self.node.set_context(
+            f"availability-zones:account={config.account}:region={config.region}", list(config.availability_zones))
 
         self.vpc = ec2.Vpc(
             self, "Vpc",

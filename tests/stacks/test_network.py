@@ -90,3 +90,10 @@ def test_flow_log_group_is_kept_by_a_retain_environment():
 def test_outputs_name_the_vpc_and_training_subnet(network):
     outputs = network.find_outputs("*")
     assert {"VpcId", "TrainingSubnetId"} <= set(outputs)
+
+
+def test_synthesis_needs_no_aws_lookups(dev):
+    # A missing-context entry would make the CLI call AWS (and fail offline, without credentials).
+    import json
+    manifest = json.loads((dev.outdir / "manifest.json").read_text())
+    assert not manifest.get("missing")

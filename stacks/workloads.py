@@ -37,10 +37,22 @@ class WorkloadsStack(cdk.Stack):
                 overwrite=True,
                 # Removing an object from a chart removes it from the cluster.
                 prune=True,
+                removal_policy=removal_policy_for(config, entry.name),
             )
             for dependency in entry.depends_on:
                 manifest.node.add_dependency(self.manifests[dependency])
             self.manifests[entry.name] = manifest
+
+
+# Deleting these would cascade: CRDs take every job with them, namespaces everything inside, the
+# volume its binding. Environments that retain their data keep them when the stack goes.
+KEPT_WHEN_RETAINED = ("namespaces", "training-operator-crds", "fsx-storage")
+
+
+def removal_policy_for(config: Environment, chart_name: str) -> cdk.RemovalPolicy:
+    if config.retain and chart_name in KEPT_WHEN_RETAINED:
+        return cdk.RemovalPolicy.RETAIN
+    return cdk.RemovalPolicy.DESTROY
 
 
 def _construct_id(chart_name: str) -> str:

@@ -265,3 +265,17 @@ def test_dist_readme_explains_how_to_fill_placeholders(dist):
     readme = next(f for f in files if f.name == "README.md").read_text()
     assert "envsubst" in readme and "condition=established" in readme
     assert Path(files[0]).parent.name == "dev"
+
+
+def test_etcd_network_policy_admits_every_pod_that_rendezvouses_through_etcd(dist):
+    for env, (_, _, _, docs) in dist.items():
+        policy = next(o for _, o in docs if o["kind"] == "NetworkPolicy" and o["metadata"]["namespace"] == "training")
+        [rule] = policy["spec"]["ingress"]
+        allowed = rule["from"][0]["podSelector"]["matchLabels"]
+        etcd_jobs = [o for _, o in docs if o["kind"] == "PyTorchJob"
+                     and o["spec"]["elasticPolicy"]["rdzvBackend"].startswith("etcd")]
+        assert etcd_jobs
+        for job in etcd_jobs:
+            labels = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["labels"]
+            assert allowed.items() <= labels.items(), f"{env} {job['metadata']['name']} cannot reach etcd"
+            assert job["spec"]["elasticPolicy"]["rdzvPort"] in [p["port"] for p in rule["ports"]]

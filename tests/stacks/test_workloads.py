@@ -117,3 +117,17 @@ def test_dist_placeholder_hints_name_the_real_stack_and_asset_tags(dev):
     # Every token the charts carry has a named placeholder, so the dist sink never fails.
     assert {p.name for p in values.dist_substitutions().values()} == {
         "FSX_FILE_SYSTEM_ID", "FSX_DNS_NAME", "FSX_MOUNT_NAME", "TRAINER_IMAGE_CPU", "TRAINER_IMAGE_GPU"}
+
+
+def test_crds_namespaces_and_storage_outlive_the_stack_only_where_data_is_retained(dev, template, manifests):
+    import aws_cdk as cdk
+    from synth_helpers import environment
+
+    from stacks.workloads import KEPT_WHEN_RETAINED, removal_policy_for
+
+    assert all(r.get("DeletionPolicy", "Delete") == "Delete" for r in manifests.values()), "dev destroys"
+    prod = environment("prod")
+    assert prod.retain
+    for name in manifests:
+        expected = cdk.RemovalPolicy.RETAIN if name in KEPT_WHEN_RETAINED else cdk.RemovalPolicy.DESTROY
+        assert removal_policy_for(prod, name) == expected

@@ -1,0 +1,166 @@
+"""`python -m ops.synth_summary --env dev`: synthesize offline and print what a deploy would create.
+
+What a user checks before paying: the stacks and their resource counts, each node group (instance
+type, zone, sizes, EFA interfaces, capacity), FSx (capacity, throughput, zone), and the addresses
+the training subnet needs with every group at maxSize against what it has. Node groups and FSx
+are read back from the synthesized templates, so the summary shows what will be deployed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+from config import ConfigError, Environment, load_environment
+from config.kubernetes import NODEGROUP_LABEL
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CDK = REPO_ROOT / "node_modules" / ".bin" / "cdk"
+JSII_QUIET = {"JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION": "1", "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
+STACKS = ("Network", "Cluster", "Storage", "Registry")
+
+
+def synth_command(env_name: str, outdir: Path) -> list[str]:
+    return [str(CDK), "synth", "--no-notices", "--no-version-reporting", "--quiet",
+            "-c", f"env={env_name}", "--output", str(outdir)]
+
+
+def load_config(env_name: str) -> Environment:
+    context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
+    return load_environment(context.get("environments"), env_name)
+
+
+# ---- reading the cloud assembly -------------------------------------------------------------
+
+class Assembly:
+    """The stage's templates in a cloud assembly directory, by stack id (Network, Cluster, ...)."""
+
+    def __init__(self, outdir: Path, env_name: str):
+        stage_dir = outdir / f"assembly-{env_name}"
+        manifest = json.loads((stage_dir / "manifest.json").read_text())
+        self.templates: dict[str, dict] = {}
+        self.sizes: dict[str, int] = {}
+        for artifact in manifest["artifacts"].values():
+            if artifact["type"] != "aws:cloudformation:stack":
+                continue
+            name = artifact.get("displayName", "").split("/")[-1]
+            path = stage_dir / artifact["properties"]["templateFile"]
+            self.templates[name] = json.loads(path.read_text())
+            self.sizes[name] = path.stat().st_size
+
+    def resources(self, stack: str, type_: str) -> dict[str, dict]:
+        return {k: r for k, r in self.templates.get(stack, {}).get("Resources", {}).items() if r["Type"] == type_}
+
+    def subnet_zone(self, ref) -> str:
+        """The zone of a subnet given as a Ref or an import from the Network stack."""
+        if isinstance(ref, dict) and "Fn::ImportValue" in ref:
+            export = ref["Fn::ImportValue"]
+            for output in self.templates.get("Network", {}).get("Outputs", {}).values():
+                if output.get("Export", {}).get("Name") == export:
+                    ref = output["Value"]
+        logical = ref.get("Ref") if isinstance(ref, dict) else None
+        subnet = self.templates.get("Network", {}).get("Resources", {}).get(logical or "", {})
+        return subnet.get("Properties", {}).get("AvailabilityZone", "?")
+
+
+# ---- the summary ----------------------------------------------------------------------------
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows)]
+    fmt = "  " + "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt.format(*headers).rstrip(), *(fmt.format(*map(str, row)).rstrip() for row in rows)]
+
+
+def _nodegroup_rows(asm: Assembly) -> list[list[str]]:
+    rows = []
+    templates = asm.templates.get("Cluster", {}).get("Resources", {})
+    for props in (r["Properties"] for r in asm.resources("Cluster", "AWS::EKS::Nodegroup").values()):
+        launch = templates.get(props.get("LaunchTemplate", {}).get("Id", {}).get("Ref", ""), {})
+        data = launch.get("Properties", {}).get("LaunchTemplateData", {})
+        efa = sum(1 for i in data.get("NetworkInterfaces", []) if i.get("InterfaceType", "").startswith("efa"))
+        capacity = props.get("CapacityType", "ON_DEMAND")
+        if "CapacityReservationSpecification" in data:
+            target = data["CapacityReservationSpecification"]["CapacityReservationTarget"]["CapacityReservationId"]
+            capacity += f" {target}"
+        if "Placement" in data:
+            capacity += " +placement group"
+        zones = sorted({asm.subnet_zone(s) for s in props.get("Subnets", [])})
+        scaling = props["ScalingConfig"]
+        rows.append([props["Labels"].get(NODEGROUP_LABEL, "?"), ",".join(props.get("InstanceTypes", ["?"])),
+                     ",".join(zones), scaling["MinSize"], scaling["MaxSize"], scaling["DesiredSize"], efa, capacity])
+    return rows
+
+
+def _fsx_lines(asm: Assembly) -> list[str]:
+    lines = []
+    for fs in asm.resources("Storage", "AWS::FSx::FileSystem").values():
+        props = fs["Properties"]
+        lustre = props["LustreConfiguration"]
+        capacity, per_tib = props["StorageCapacity"], lustre["PerUnitStorageThroughput"]
+        zones = ",".join(asm.subnet_zone(s) for s in props["SubnetIds"])
+        backups = lustre.get("AutomaticBackupRetentionDays", 0)
+        lines.append(f"  {lustre['DeploymentType']} {capacity} GiB, {per_tib} MB/s/TiB = {capacity / 1024 * per_tib:.0f} MB/s, "
+                     f"zone {zones}, {lustre.get('DataCompressionType', 'no')} compression, "
+                     f"backups {f'{backups} days' if backups else 'off'}, on stack delete: {fs.get('DeletionPolicy', 'Delete')}")
+    for dra in asm.resources("Storage", "AWS::FSx::DataRepositoryAssociation").values():
+        p = dra["Properties"]
+        ways = [w for w, key in (("import", "AutoImportPolicy"), ("export", "AutoExportPolicy")) if key in p.get("S3", {})]
+        lines.append(f"  {p['FileSystemPath']} <-> {p['DataRepositoryPath']} (auto {' and '.join(ways)})")
+    return lines or ["  none"]
+
+
+def _ip_lines(config: Environment) -> list[str]:
+    needed, available = config.training_subnet_ips_at_max(), config.private_subnet_capacity
+    system = config.system_nodegroup
+    rows = [["system (if all in this zone)", system.max_size, system.instance_type.ips_per_node,
+             system.max_size * system.instance_type.ips_per_node]]
+    rows += [[g.name, g.max_size, g.instance_type.ips_per_node, g.max_size * g.instance_type.ips_per_node]
+             for g in config.training_nodegroups]
+    return [
+        f"IP addresses in the training subnet ({config.training_availability_zone}, /{config.private_subnet_mask}): "
+        f"{needed} needed at maxSize of {available} usable ({100 * needed / available:.0f}%)",
+        *_table(["group", "max nodes", "IPs/node", "IPs"], rows),
+    ]
+
+
+def summarize(config: Environment, outdir: Path) -> str:
+    asm = Assembly(outdir, config.name)
+    lines = [f"Environment {config.name}: account {config.account}, region {config.region}, "
+             f"Kubernetes {config.kubernetes_version}, removalPolicy {config.removal_policy}",
+             f"Synthesized offline into {outdir}", "", "Stacks"]
+    lines += _table(["stack", "resources", "template KB"],
+                    [[f"{config.name}/{name}", len(t.get("Resources", {})), f"{asm.sizes[name] / 1024:.1f}"]
+                     for name, t in asm.templates.items()])
+    lines += ["", "Node groups"]
+    lines += _table(["name", "instance", "zones", "min", "max", "desired", "EFA", "capacity"], _nodegroup_rows(asm))
+    lines += ["", "FSx for Lustre", *_fsx_lines(asm), "", *_ip_lines(config)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ops.synth_summary", description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="dev", help="environment name from cdk.json (default dev)")
+    parser.add_argument("--outdir", type=Path, default=REPO_ROOT / "cdk.out", help="cloud assembly directory")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.env)
+    except ConfigError as err:
+        print(err.line(), file=sys.stderr)
+        return 2
+    result = run(synth_command(args.env, args.outdir), cwd=REPO_ROOT, env={**os.environ, **JSII_QUIET},
+                 capture_output=True, text=True)
+    if result.returncode != 0:
+        print(f"error: cdk synth failed (exit {result.returncode}):", file=sys.stderr)
+        print(result.stderr.strip()[-4000:], file=sys.stderr)
+        return 1
+    print(summarize(config, args.outdir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""ops.synth_summary: offline synth, then the summary a user checks before paying for anything."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ops import synth_summary
+
+# Share the session's synthesized environments with the stack tests (one synth per variant).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "stacks"))
+from synth_helpers import BLOCK, RESERVATION, synth  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def fake_cdk(outdir_holder: list, returncode: int = 0, stderr: str = ""):
+    def run(command, **kwargs):
+        outdir_holder.append((command, kwargs))
+        return subprocess.CompletedProcess(command, returncode, stdout="", stderr=stderr)
+    return run
+
+
+def never_run(*args, **kwargs):
+    raise AssertionError("cdk synth must not run for a bad environment")
+
+
+def row(summary: str, name: str) -> list[str]:
+    for line in summary.splitlines():
+        if line.split()[:1] == [name]:
+            return line.split()
+    raise AssertionError(f"no row for {name}:\n{summary}")
+
+
+@pytest.fixture(scope="module")
+def dev_summary():
+    dev = synth("dev")
+    return dev, synth_summary.summarize(dev.config, dev.outdir)
+
+
+def test_unknown_env_prints_one_line_and_exits_2(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "ops.synth_summary", "--env", "staging", "--outdir", str(tmp_path)],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "config error: environments.staging: unknown environment; defined environments are dev, prod"]
+    assert result.stdout == ""
+
+
+def test_bad_env_never_starts_a_synth(capsys):
+    assert synth_summary.main(["--env", "nope"], run=never_run) == 2
+    assert capsys.readouterr().err.startswith("config error: environments.nope")
+
+
+def test_runs_the_offline_cdk_synth_for_the_env_then_summarizes(capsys):
+    dev = synth("dev")
+    calls = []
+    assert synth_summary.main(["--env", "dev", "--outdir", str(dev.outdir)], run=fake_cdk(calls)) == 0
+    [(command, kwargs)] = calls
+    assert command[0].endswith("node_modules/.bin/cdk") and command[1] == "synth"
+    assert ["-c", "env=dev"] == command[command.index("-c"):command.index("-c") + 2]
+    assert "--quiet" in command and command[command.index("--output") + 1] == str(dev.outdir)
+    assert kwargs["cwd"] == synth_summary.REPO_ROOT
+    assert "Node groups" in capsys.readouterr().out
+
+
+def test_failed_synth_exits_1_with_its_error(capsys):
+    calls = []
+    assert synth_summary.main(["--env", "dev"], run=fake_cdk(calls, 1, "boom")) == 1
+    err = capsys.readouterr().err
+    assert "cdk synth failed" in err and "boom" in err
+
+
+def test_summary_lists_every_stack_with_its_resource_count(dev_summary):
+    dev, summary = dev_summary
+    for name in ("Network", "Cluster", "Storage", "Registry"):
+        count = len(dev.template_json(name.lower())["Resources"])
+        assert row(summary, f"dev/{name}")[1] == str(count)
+
+
+def test_summary_lists_each_nodegroup_with_type_zone_sizes_efa_and_capacity(dev_summary):
+    dev, summary = dev_summary
+    training_zone = dev.config.training_availability_zone
+    for group in dev.config.training_nodegroups:
+        cells = row(summary, group.name)
+        assert cells[1:7] == [group.instance_type_name, training_zone, str(group.min_size), str(group.max_size),
+                              str(group.desired_size), str(group.instance_type.efa_interfaces)]
+        assert cells[7] == "ON_DEMAND"
+    assert row(summary, "p5")[6] == "32" and row(summary, "p4d")[6] == "4"
+    assert row(summary, "system")[2] == ",".join(dev.config.availability_zones)
+
+
+def test_summary_shows_fsx_capacity_throughput_and_zone(dev_summary):
+    dev, summary = dev_summary
+    fsx = dev.config.fsx
+    assert (f"PERSISTENT_2 {fsx.storage_capacity_gib} GiB, {fsx.throughput_per_tib} MB/s/TiB = "
+            f"{fsx.throughput_mbps:.0f} MB/s, zone {dev.config.training_availability_zone}") in summary
+
+
+def test_summary_compares_ips_at_max_with_the_training_subnet(dev_summary):
+    dev, summary = dev_summary
+    assert (f"{dev.config.training_subnet_ips_at_max()} needed at maxSize of "
+            f"{dev.config.private_subnet_capacity} usable") in summary
+
+
+def test_summary_shows_reservations_and_capacity_blocks():
+    blocks = synth("blocks")
+    summary = synth_summary.summarize(blocks.config, blocks.outdir)
+    assert row(summary, "p5-block")[7:9] == ["CAPACITY_BLOCK", BLOCK]
+    assert row(summary, "p5en-odcr")[7:9] == ["ON_DEMAND", RESERVATION]
+    assert row(summary, "p5en-odcr")[6] == "16"
+    assert "placement" not in " ".join(row(summary, "p5-block") + row(summary, "p5en-odcr"))
+    assert "backups 14 days" in summary

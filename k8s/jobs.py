@@ -30,6 +30,7 @@ PRESET_LABEL = f"{LABEL_PREFIX}/preset"
 # Pods are named <job>-worker-<index> and get a Service of that name: a DNS-1035 label of at
 # most 63 characters, so the job name keeps room for the suffix.
 _JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,46}[a-z0-9])?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,8 @@ def job_spec(config: Environment, preset: JobPreset, *, image: str, job_name: st
         raise ConfigError("overrides.max_restarts", f"must be 0 or more, got {values['max_restarts']}")
     env = values["env"]
     for key, value in env.items():
+        if not _ENV_NAME.match(key):
+            raise ConfigError(f"overrides.env.{key}", "must be a variable name (letters, digits, '_')")
         if not isinstance(value, str):
             raise ConfigError(f"overrides.env.{key}", "must be a string")
         if "TOKEN" in key.upper() or "SECRET" in key.upper() or "PASSWORD" in key.upper():

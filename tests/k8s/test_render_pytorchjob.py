@@ -105,6 +105,8 @@ def test_unknown_preset_or_missing_nodegroup_is_a_one_line_config_error(environm
     ({"bogus": 1}, "bogus"),
     ({"env": {"HF_TOKEN": "hf_abc"}}, "HF_TOKEN"),
     ({"rendezvous": "zookeeper"}, "rendezvous"),
+    ({"env": {"BAD NAME": "x"}}, "BAD NAME"),
+    ({"nodes_min": True}, "nodes_min"),
 ])
 def test_bad_overrides_are_rejected_naming_the_field(dev, overrides, field):
     with pytest.raises(ConfigError, match=field):
@@ -119,3 +121,8 @@ def test_bad_job_name_is_rejected(dev):
 def test_presets_render_only_where_their_node_group_exists(dev, prod):
     assert {p.name for p in presets_for(dev)} == set(PRESETS)
     assert "llama2-7b-fsdp" not in {p.name for p in presets_for(prod)}
+
+
+def test_plain_env_overrides_reach_the_container(dev):
+    m = render_pytorchjob(dev, "cpu-ddp", image=IMAGE, overrides={"env": {"LOGLEVEL": "DEBUG"}})
+    assert {"name": "LOGLEVEL", "value": "DEBUG"} in _container(m)["env"]

@@ -14,6 +14,7 @@ from pathlib import Path
 import aws_cdk as cdk
 
 from config import ConfigError, load_environment
+from config.pipeline import load_pipeline
 
 
 def main() -> int:
@@ -21,17 +22,30 @@ def main() -> int:
     try:
         env_name = app.node.try_get_context("env") or "dev"
         config = load_environment(app.node.try_get_context("environments"), env_name)
+        pipeline_context = app.node.try_get_context("pipeline")
+        pipeline = None
+        if pipeline_context is not None:
+            pipeline = load_pipeline(pipeline_context, app.node.try_get_context("promotion"),
+                                     app.node.try_get_context("environments"))
     except ConfigError as err:
         print(err.line(), file=sys.stderr)
         return 2
 
+    from k8s.sinks import write_dist
     from stacks.stage import TrainingClusterStage
 
-    stage = TrainingClusterStage(app, env_name, config=config)
-    # The dist sink: the same chart objects the Workloads stack applies, as YAML for kubectl/GitOps.
-    from k8s.sinks import write_dist
+    stages = [TrainingClusterStage(app, env_name, config=config)]
+    if pipeline is not None:
+        from stacks.pipeline import PipelineStack
 
-    write_dist(stage.workloads.charts, Path(__file__).resolve().parent / "dist" / env_name)
+        stages += PipelineStack(app, "Pipeline", settings=pipeline).stages.values()
+    # The dist sink: the same chart objects the Workloads stacks apply, as YAML for kubectl/GitOps,
+    # once per environment (the standalone stage and the pipeline's stage of it are identical).
+    written: set[str] = set()
+    for stage in stages:
+        if stage.config.name not in written:
+            write_dist(stage.workloads.charts, Path(__file__).resolve().parent / "dist" / stage.config.name)
+            written.add(stage.config.name)
     app.synth()
     return 0
 

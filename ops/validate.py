@@ -1,0 +1,162 @@
+"""Post-deploy validation, run by the pipeline after each stage (and by hand after a deploy).
+
+    python -m ops.validate --dist dist/<env> [--timeout 1800]
+
+Reads the cluster-validation objects the k8s layer wrote to dist/, counts Ready nodes per node
+group with kubectl, then (re)runs each GPU check Job whose group has a node and each NCCL MPIJob
+whose group has as many nodes as the test spans. A group with no nodes yet (desiredSize 0) is
+reported and skipped, not failed. Any check that fails or times out fails the command.
+Needs kubectl configured for the cluster (the pipeline does update-kubeconfig first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from config.kubernetes import NODEGROUP_LABEL
+
+POLL_SECONDS = 10
+
+
+@dataclass(frozen=True)
+class Check:
+    kind: str  # "Job" or "MPIJob"
+    name: str
+    namespace: str
+    nodegroup: str
+    nodes_needed: int
+    manifest: dict
+
+
+def _pod_nodegroup(pod_spec: dict) -> str | None:
+    selector = (pod_spec.get("nodeSelector") or {}).get(NODEGROUP_LABEL)
+    if selector:
+        return selector
+    terms = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
+             .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
+    for term in terms:
+        for expr in term.get("matchExpressions") or []:
+            if expr.get("key") == NODEGROUP_LABEL and expr.get("operator") == "In" and expr.get("values"):
+                return expr["values"][0]
+    return None
+
+
+def checks_from_objects(objects: list[dict]) -> list[Check]:
+    checks = []
+    for obj in objects:
+        kind, meta = obj.get("kind"), obj.get("metadata", {})
+        if kind == "Job":
+            group = _pod_nodegroup(obj["spec"]["template"]["spec"])
+            nodes = 1
+        elif kind == "MPIJob":
+            worker = obj["spec"]["mpiReplicaSpecs"]["Worker"]
+            group = _pod_nodegroup(worker["template"]["spec"])
+            nodes = int(worker.get("replicas", 1))
+        else:
+            continue
+        if group is None:
+            raise ValueError(f"{kind} {meta.get('name')} selects no node group ({NODEGROUP_LABEL})")
+        checks.append(Check(kind, meta["name"], meta.get("namespace", "default"), group, nodes, obj))
+    return checks
+
+
+def plan(checks: list[Check], ready_nodes: dict[str, int]) -> tuple[list[Check], list[str]]:
+    """Which checks can run now, and a reason for each that cannot."""
+    runnable, skipped = [], []
+    for check in checks:
+        have = ready_nodes.get(check.nodegroup, 0)
+        if have >= check.nodes_needed:
+            runnable.append(check)
+        else:
+            skipped.append(f"{check.kind} {check.name}: node group {check.nodegroup} has {have} Ready "
+                           f"node(s), needs {check.nodes_needed}")
+    return runnable, skipped
+
+
+def ready_nodes_by_group(nodes: dict) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node in nodes.get("items", []):
+        group = node["metadata"].get("labels", {}).get(NODEGROUP_LABEL)
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", []))
+        if group and ready:
+            counts[group] = counts.get(group, 0) + 1
+    return counts
+
+
+def load_validation_objects(dist: Path) -> list[dict]:
+    files = sorted(dist.glob("*validation*.yaml"))
+    if not files:
+        raise FileNotFoundError(f"no cluster-validation YAML under {dist} (run make synth first)")
+    return [doc for f in files for doc in yaml.safe_load_all(f.read_text()) if doc]
+
+
+def _kubectl(*args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(["kubectl", *args], input=stdin, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def _outcome(check: Check) -> str | None:
+    """'passed', 'failed' or None while running, from the object's status conditions."""
+    status = json.loads(_kubectl("get", check.kind.lower(), check.name, "-n", check.namespace, "-o", "json")).get("status", {})
+    for cond in status.get("conditions") or []:
+        if cond.get("status") != "True":
+            continue
+        if cond["type"] in ("Complete", "Succeeded"):
+            return "passed"
+        if cond["type"] == "Failed":
+            return "failed"
+    return None
+
+
+def run_check(check: Check, timeout_s: float) -> bool:
+    # Delete first: a Job that passed on an earlier deploy must run again to prove this one.
+    _kubectl("delete", check.kind.lower(), check.name, "-n", check.namespace, "--ignore-not-found", "--wait=true")
+    _kubectl("create", "-f", "-", stdin=json.dumps(check.manifest))
+    deadline = time.monotonic() + timeout_s
+    while (outcome := _outcome(check)) is None:
+        if time.monotonic() > deadline:
+            outcome = "timed out"
+            break
+        time.sleep(POLL_SECONDS)
+    selector = f"job-name={check.name}" if check.kind == "Job" else f"training.kubeflow.org/job-name={check.name}"
+    try:
+        print(_kubectl("logs", "-n", check.namespace, "-l", selector, "--tail=50", "--all-containers"))
+    except RuntimeError as err:
+        print(f"(no logs: {err})")
+    print(f"{check.kind} {check.name} on {check.nodegroup}: {outcome}")
+    return outcome == "passed"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ops.validate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dist", type=Path, required=True, help="dist/<env> folder written by make synth")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds each check may take (default 1800)")
+    args = parser.parse_args(argv)
+    if args.timeout <= 0:
+        parser.error(f"--timeout must be positive, got {args.timeout}")
+    try:
+        checks = checks_from_objects(load_validation_objects(args.dist))
+        ready = ready_nodes_by_group(json.loads(_kubectl("get", "nodes", "-l", NODEGROUP_LABEL, "-o", "json")))
+        runnable, skipped = plan(checks, ready)
+        for reason in skipped:
+            print(f"skipped: {reason}")
+        failures = [c.name for c in runnable if not run_check(c, args.timeout)]
+    except (FileNotFoundError, ValueError, RuntimeError) as err:
+        print(f"validate: {err}", file=sys.stderr)
+        return 1
+    print(f"validation finished: {len(runnable) - len(failures)} passed, {len(failures)} failed, {len(skipped)} skipped")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""PipelineStack: the same TrainingClusterStage promoted through environments by CDK Pipelines.
+
+Source (a CodeConnections connection) -> Synth (the README's install, `make test`, `cdk synth`)
+-> self-mutation -> asset publishing (the trainer images, docker-enabled) -> one stage per
+environment in `promotion` order, each into its own account and region, a manual approval
+before every environment after the first, and a post-deploy validation step per stage that runs
+the GPU checks (and the NCCL test where the group has the nodes) and fails the stage on failure.
+"""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_codebuild as codebuild
+from aws_cdk import aws_iam as iam
+from aws_cdk import pipelines
+from constructs import Construct
+
+from config.environment import Environment
+from config.pipeline import PipelineSettings
+from stacks.pipeline_nag import acknowledge_pipeline
+from stacks.stage import TrainingClusterStage
+from stacks.validation_access import ValidationAccessStack, validation_role_name, validation_runner_role_name
+
+BUILD_IMAGE = codebuild.LinuxBuildImage.STANDARD_7_0
+KUBECTL_VERSION = "v1.33.5"
+CDK = "node_modules/.bin/cdk"
+
+
+def approval_step_id(env_name: str) -> str:
+    return f"Approve-{env_name}"
+
+
+def validation_step_id(env_name: str) -> str:
+    return f"Validate-{env_name}"
+
+
+class PipelineStack(cdk.Stack):
+    """Attributes: `pipeline` (pipelines.CodePipeline), `stages` (env name -> TrainingClusterStage),
+    `synth` (the ShellStep whose commands run the tests)."""
+
+    def __init__(self, scope: Construct, id: str, *, settings: PipelineSettings, **kwargs) -> None:
+        kwargs.setdefault("env", cdk.Environment(account=settings.account, region=settings.region))
+        super().__init__(scope, id, **kwargs)
+        source = pipelines.CodePipelineSource.connection(
+            settings.repository, settings.branch, connection_arn=settings.connection_arn)
+        self.synth = pipelines.ShellStep(
+            "Synth", input=source,
+            # The README's commands, so the pipeline installs exactly what a developer does.
+            install_commands=["make install etcd"],
+            commands=["make test", f"{CDK} synth --no-notices --quiet"],
+            primary_output_directory="cdk.out",
+        )
+        dist = self.synth.add_output_directory("dist")
+        self.pipeline = pipelines.CodePipeline(
+            self, "Pipeline",
+            synth=self.synth,
+            pipeline_type=cdk.aws_codepipeline.PipelineType.V2,
+            cross_account_keys=settings.cross_account,
+            enable_key_rotation=settings.cross_account,
+            # The trainer images are Docker assets: publishing them needs a Docker daemon.
+            docker_enabled_for_self_mutation=True,
+            code_build_defaults=pipelines.CodeBuildOptions(
+                build_environment=codebuild.BuildEnvironment(build_image=BUILD_IMAGE,
+                                                             compute_type=codebuild.ComputeType.LARGE)),
+        )
+        self.stages: dict[str, TrainingClusterStage] = {}
+        for i, env in enumerate(settings.stages):
+            stage = TrainingClusterStage(self, env.name, config=env)
+            access = ValidationAccessStack(stage, "ValidationAccess", cluster=stage.cluster.cluster,
+                                           env_name=env.name, pipeline_account=settings.account)
+            pre = [pipelines.ManualApprovalStep(
+                approval_step_id(env.name), comment=f"Promote to {env.name} ({env.account}, {env.region})?")] if i else []
+            post = [self._validation_step(env, stage, access, source, dist)]
+            self.pipeline.add_stage(stage, pre=pre, post=post)
+            self.stages[env.name] = stage
+        # Build now, not at synthesis, so the generated roles exist to be reviewed by cdk-nag.
+        self.pipeline.build_pipeline()
+        support = self.pipeline.pipeline.cross_region_support
+        acknowledge_pipeline([self, *(s.stack for s in support.values())])
+
+    def _validation_step(self, env: Environment, stage: TrainingClusterStage, access: ValidationAccessStack,
+                         source: pipelines.IFileSetProducer, dist: pipelines.FileSet) -> pipelines.CodeBuildStep:
+        runner = iam.Role(
+            self, f"ValidationRunner-{env.name}",
+            role_name=validation_runner_role_name(env.name),
+            assumed_by=iam.ServicePrincipal("codebuild.amazonaws.com"),
+            description=f"Runs the post-deploy validation of {env.name}",
+        )
+        runner.add_to_policy(iam.PolicyStatement(
+            actions=["sts:AssumeRole"],
+            resources=[f"arn:{cdk.Aws.PARTITION}:iam::{env.account}:role/{validation_role_name(env.name)}"],
+        ))
+        return pipelines.CodeBuildStep(
+            validation_step_id(env.name),
+            input=source,
+            additional_inputs={"dist": dist},
+            role=runner,
+            env_from_cfn_outputs={
+                "CLUSTER_NAME": stage.cluster.node.find_child("ClusterName"),
+                "VALIDATION_ROLE_ARN": access.role_arn_output,
+            },
+            install_commands=[
+                f"curl -fsSLo /usr/local/bin/kubectl https://dl.k8s.io/release/{KUBECTL_VERSION}/bin/linux/amd64/kubectl",
+                "chmod +x /usr/local/bin/kubectl",
+                "python3 -m pip install --quiet PyYAML==6.0.3",
+            ],
+            commands=[
+                "creds=$(aws sts assume-role --role-arn \"$VALIDATION_ROLE_ARN\" --role-session-name pipeline-validation"
+                " --query 'Credentials.[AccessKeyId,SecretAccessKey,SessionToken]' --output text)",
+                "export AWS_ACCESS_KEY_ID=$(echo \"$creds\" | cut -f1) AWS_SECRET_ACCESS_KEY=$(echo \"$creds\" | cut -f2)"
+                " AWS_SESSION_TOKEN=$(echo \"$creds\" | cut -f3)",
+                f"aws eks update-kubeconfig --name \"$CLUSTER_NAME\" --region {env.region}",
+                f"python3 -m ops.validate --dist dist/{env.name}",
+            ],
+            timeout=cdk.Duration.hours(2),
+        )

@@ -1,0 +1,105 @@
+"""cdk-nag acknowledgments for what CDK Pipelines generates, each with the reviewer's reason.
+
+The pipelines library writes its own roles and grants (artifact bucket, artifact key, CodeBuild
+logs and reports, self-mutation). Their wildcard findings are acknowledged here one by one, on
+the policy that has them, by matching the finding against the patterns below. A finding that
+matches no pattern is left alone, so anything new still stops synthesis.
+"""
+
+from __future__ import annotations
+
+import re
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from constructs import Construct, IConstruct
+
+from stacks.nag import acknowledge
+
+_ARTIFACTS = "the pipeline's own artifact bucket, private and KMS-encrypted"
+ACCEPTED_IAM5 = (
+    (r"^Action::s3:(Abort|DeleteObject|GetBucket|GetObject|List)\*$",
+     f"CDK Pipelines' standard object grant on {_ARTIFACTS}: stages read and write build artifacts."),
+    (r"^Action::kms:(GenerateDataKey|ReEncrypt)\*$",
+     "CDK Pipelines' grant on the pipeline's artifact encryption key: encrypting artifacts needs data keys."),
+    (r"^Resource::<[A-Za-z0-9]+ArtifactsBucket[A-Za-z0-9]*\.Arn>/\*$",
+     f"Objects of {_ARTIFACTS}; no other bucket is reachable."),
+    (r"^Resource::arn:[a-z-]+:s3:::pipeline-support-[a-z0-9-]+/\*$",
+     "Objects of the cross-region replication bucket CDK Pipelines creates for the prod region's artifacts."),
+    (r"^Resource::arn:[a-z-]+:codebuild:[a-z0-9-]+:\d{12}:report-group/(\*|<[A-Za-z0-9]+>-\*)$",
+     "CodeBuild test reports of the pipeline's own build projects."),
+    (r"^Resource::arn:[a-z-]+:logs:[a-z0-9-]+:\d{12}:log-group:/aws/codebuild/(\*|<[A-Za-z0-9]+>:\*)$",
+     "CloudWatch log streams of the pipeline's own CodeBuild projects."),
+    (r"^Resource::arn:\*:iam::\d{12}:role/\*$",
+     "Self-mutation assumes the CDK bootstrap roles of the pipeline account; the pipelines library adds "
+     "a condition on the bootstrap role tag, so only those roles can be assumed."),
+    (r"^Resource::\*$",
+     "Actions AWS does not scope by resource here: CodeBuild batch/start on the asset projects created "
+     "at publish time, cloudformation:DescribeStacks and s3:ListBucket for self-mutation, and KMS on the "
+     "cross-region replication key that lives in another stack."),
+)
+
+
+def iam5_findings(policy_document: dict) -> list[str]:
+    """The IAM5 findings cdk-nag reports for a resolved policy document."""
+    findings: list[str] = []
+    for statement in policy_document.get("Statement", []):
+        if statement.get("Effect") != "Allow":
+            continue
+        for action in _as_list(statement.get("Action")):
+            if "*" in action:
+                findings.append(f"Action::{action}")
+        for resource in _as_list(statement.get("Resource")):
+            flat = flatten_reference(resource)
+            if "*" in flat:
+                findings.append(f"Resource::{flat}")
+    return list(dict.fromkeys(findings))
+
+
+def flatten_reference(node) -> str:
+    """CloudFormation intrinsics as cdk-nag spells them in finding ids."""
+    if isinstance(node, str):
+        return node.replace("${", "<").replace("}", ">")
+    if isinstance(node, dict):
+        if "Fn::Join" in node:
+            delimiter, items = node["Fn::Join"]
+            return delimiter.join(flatten_reference(i) for i in items)
+        if "Fn::Sub" in node:
+            return flatten_reference(node["Fn::Sub"])
+        if "Fn::GetAtt" in node:
+            resource, attribute = node["Fn::GetAtt"]
+            return f"<{resource}.{attribute}>"
+        if "Ref" in node:
+            return f"<{node['Ref']}>"
+    raise ValueError(f"unexpected reference in a pipeline policy: {node!r}")
+
+
+def acknowledge_pipeline(scopes: list[Construct]) -> None:
+    """Acknowledge the accepted findings on every generated policy and artifact bucket in `scopes`,
+    skipping the deployment stages (their stacks have their own acknowledgments)."""
+    for scope in scopes:
+        for node in _outside_stages(scope):
+            if isinstance(node, iam.CfnPolicy):
+                document = cdk.Stack.of(node).resolve(node.policy_document)
+                for finding in iam5_findings(document):
+                    reason = next((why for pattern, why in ACCEPTED_IAM5 if re.match(pattern, finding)), None)
+                    if reason:
+                        acknowledge(node, f"IAM5[{finding}]", reason)
+            elif isinstance(node, s3.CfnBucket):
+                acknowledge(node, "S1", "Pipeline artifact store written only by the pipeline's roles; access "
+                            "is audited through CloudTrail, and a log bucket would itself need a log bucket.")
+
+
+def _outside_stages(scope: IConstruct):
+    stack = [scope]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(c for c in node.node.children if not isinstance(c, cdk.Stage))
+
+
+def _as_list(value) -> list:
+    if value is None:
+        return []
+    return value if isinstance(value, list) else [value]

@@ -1,0 +1,134 @@
+"""Post-deploy validation: which checks run for which Ready nodes, and the verdict it returns.
+
+The objects come from the real validation chart; the cluster is a stand-in `kubectl` on PATH
+that answers from a JSON state file and records every call (there is no cluster here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import cdk8s
+import pytest
+import yaml
+
+from config import load_environment
+from config.kubernetes import NODEGROUP_LABEL
+from ops.validate import checks_from_objects, plan, ready_nodes_by_group
+from tests.conftest import REPO_ROOT
+
+
+@pytest.fixture(scope="module")
+def dev_objects():
+    from k8s.validation import ClusterValidationChart, ValidationProps
+
+    environments = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]["environments"]
+    app = cdk8s.App()
+    chart = ClusterValidationChart(app, "cluster-validation",
+                                   props=ValidationProps(config=load_environment(environments, "dev")))
+    return chart.to_json()
+
+
+@pytest.fixture(scope="module")
+def checks(dev_objects):
+    return {(c.kind, c.nodegroup): c for c in checks_from_objects(dev_objects)}
+
+
+def test_every_gpu_group_gets_a_one_node_check_and_efa_groups_a_two_node_nccl_test(checks):
+    assert sorted(checks) == [("Job", "p4d"), ("Job", "p5"), ("MPIJob", "p4d"), ("MPIJob", "p5")]
+    assert checks["Job", "p5"].nodes_needed == 1
+    assert checks["MPIJob", "p5"].nodes_needed == 2
+
+
+def test_groups_without_enough_ready_nodes_are_skipped_with_a_reason(checks):
+    runnable, skipped = plan(list(checks.values()), {"p5": 2, "p4d": 1})
+    assert {(c.kind, c.nodegroup) for c in runnable} == {("Job", "p5"), ("MPIJob", "p5"), ("Job", "p4d")}
+    [reason] = skipped
+    assert "node group p4d has 1 Ready node(s), needs 2" in reason
+
+
+def test_only_ready_labelled_nodes_count():
+    def node(group, ready):
+        return {"metadata": {"labels": {NODEGROUP_LABEL: group}},
+                "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+    nodes = {"items": [node("p5", True), node("p5", False), node("p4d", True), {"metadata": {}, "status": {}}]}
+    assert ready_nodes_by_group(nodes) == {"p5": 1, "p4d": 1}
+
+
+FAKE_KUBECTL = textwrap.dedent("""\
+    #!{python}
+    import json, os, sys
+    state_path = os.environ["FAKE_CLUSTER"]
+    state = json.load(open(state_path))
+    args = sys.argv[1:]
+    state["calls"].append(" ".join(args))
+    json.dump(state, open(state_path, "w"))
+    if args[:2] == ["get", "nodes"]:
+        print(json.dumps({{"items": [
+            {{"metadata": {{"labels": {{"{label}": g}}}}, "status": {{"conditions": [{{"type": "Ready", "status": "True"}}]}}}}
+            for g, n in state["nodes"].items() for _ in range(n)]}}))
+    elif args[0] == "get":
+        name = args[2]
+        outcome = state["outcomes"].get(name, "Complete")
+        print(json.dumps({{"status": {{"conditions": [{{"type": outcome, "status": "True"}}]}}}}))
+    elif args[0] == "logs":
+        print("PASS")
+    elif args[0] == "create":
+        sys.stdin.read()
+""")
+
+
+@pytest.fixture
+def cluster(tmp_path, dev_objects):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    kubectl = bin_dir / "kubectl"
+    kubectl.write_text(FAKE_KUBECTL.format(python=sys.executable, label=NODEGROUP_LABEL))
+    kubectl.chmod(0o755)
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / "90-cluster-validation.yaml").write_text(yaml.safe_dump_all(dev_objects))
+    state = tmp_path / "cluster.json"
+
+    def run(nodes: dict, outcomes: dict | None = None):
+        state.write_text(json.dumps({"nodes": nodes, "outcomes": outcomes or {}, "calls": []}))
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_CLUSTER": str(state)}
+        done = subprocess.run([sys.executable, "-m", "ops.validate", "--dist", str(dist), "--timeout", "60"],
+                              cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+        return done, json.loads(state.read_text())["calls"]
+    return run
+
+
+def test_a_stage_without_gpu_nodes_passes_with_every_check_skipped(cluster):
+    done, calls = cluster({"cpu": 2})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("skipped:") == 4
+    assert not any(c.startswith("create") for c in calls)
+
+
+def test_checks_rerun_and_a_failed_check_fails_the_stage(cluster, checks):
+    failing = checks["MPIJob", "p5"].name
+    done, calls = cluster({"p5": 2}, {failing: "Failed"})
+    assert done.returncode == 1
+    assert f"MPIJob {failing} on p5: failed" in done.stdout
+    gpu_check = checks["Job", "p5"].name
+    # A check that passed on an earlier deploy is deleted and created again, in that order.
+    deleted = calls.index(f"delete job {gpu_check} -n training --ignore-not-found --wait=true")
+    assert calls[deleted + 1] == "create -f -"
+
+
+def test_all_checks_passing_passes(cluster):
+    done, _ = cluster({"p5": 2, "p4d": 2})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1].startswith("validation finished: 4 passed, 0 failed, 0 skipped")
+
+
+def test_missing_dist_folder_is_one_line_and_exit_1(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "ops.validate", "--dist", str(tmp_path / "nope")],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip().count("\n") == 0 and "no cluster-validation YAML" in done.stderr

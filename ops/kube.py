@@ -40,6 +40,16 @@ def to_model(manifest: dict) -> Any:
     return ApiClient().deserialize(_Response(), PYTORCHJOB_MODEL)
 
 
+def _check_lossless(manifest: dict, job: Any) -> None:
+    """The SDK's models silently drop fields they do not know; refuse rather than create a job
+    that differs from what the chart rendered."""
+    from kubernetes.client import ApiClient
+
+    if ApiClient().sanitize_for_serialization(job) != manifest:
+        raise OpsError("the kubeflow-training SDK model would drop fields of the rendered PyTorchJob; "
+                       "check `submit --dry-run` against the SDK version")
+
+
 def render(env: Any, preset: str, *, image: str, job_name: str | None, overrides: dict | None,
            renderer: Callable[..., dict] | None = None) -> dict:
     if renderer is None:
@@ -52,6 +62,7 @@ def render(env: Any, preset: str, *, image: str, job_name: str | None, overrides
 
 def submit(client: Any, manifest: dict) -> str:
     job = to_model(manifest)
+    _check_lossless(manifest, job)
     namespace = job.metadata.namespace or client.namespace
     _call(lambda: client.create_job(job=job, namespace=namespace))
     return f"{namespace}/{job.metadata.name}"

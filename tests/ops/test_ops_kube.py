@@ -1,0 +1,205 @@
+"""submit / status / logs / delete through the real kubeflow-training SDK and kubernetes client.
+
+Only HTTP is replaced: the kubernetes ApiClient's urllib3 pool manager is a recording fake API
+server, so everything above it (TrainingClient, CustomObjectsApi, CoreV1Api, the log Watch)
+runs as it would against a cluster.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+import urllib3
+import yaml
+from kubeflow.training import TrainingClient
+from kubernetes.client import Configuration
+
+from ops import kube
+from ops.envconfig import load
+from ops.errors import OpsError
+
+JOBS = "/apis/kubeflow.org/v1/namespaces/training/pytorchjobs"
+PODS = "/api/v1/namespaces/training/pods"
+
+
+@dataclass
+class Call:
+    method: str
+    path: str
+    query: dict
+    body: object
+
+
+class _Body(io.BytesIO):
+    """A response body that reports itself closed once read to the end, as http.client's does:
+    urllib3 streams until the body says so, and a BytesIO never would."""
+
+    def __init__(self, data: bytes):
+        super().__init__(data)
+        self._size = len(data)
+
+    def isclosed(self) -> bool:
+        return self.tell() >= self._size
+
+
+class FakeApiServer:
+    """Stands in for urllib3.PoolManager: answers by (method, path), records every request."""
+
+    def __init__(self):
+        self.calls: list[Call] = []
+        self.routes: dict[tuple[str, str], tuple[int, object]] = {}
+
+    def on(self, method: str, path: str, body: object, status: int = 200) -> None:
+        self.routes[(method, path)] = (status, body)
+
+    def request(self, method, url, fields=None, body=None, preload_content=True, headers=None, **_):
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query)) | dict(fields or [])
+        self.calls.append(Call(method, parts.path, query, json.loads(body) if body else None))
+        status, payload = self.routes.get((method, parts.path), (404, {
+            "kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404,
+            "message": f"{parts.path} not found"}))
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        return urllib3.HTTPResponse(body=_Body(data), status=status, preload_content=preload_content,
+                                    headers={"Content-Type": "application/json"})
+
+
+@pytest.fixture
+def api():
+    config = Configuration()
+    config.host = "https://k8s.test"
+    client = TrainingClient(client_configuration=config, namespace="training")
+    server = FakeApiServer()
+    # custom_api and core_api share one ApiClient, hence one REST client and one pool manager.
+    assert client.core_api.api_client is client.custom_api.api_client
+    client.custom_api.api_client.rest_client.pool_manager = server
+    return client, server
+
+
+def job(name: str, *conditions: tuple[str, str]) -> dict:
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": name, "namespace": "training", "creationTimestamp": "2026-11-22T10:00:00Z"},
+            "spec": {"pytorchReplicaSpecs": {}, "runPolicy": {}},
+            "status": {"conditions": [{"type": t, "status": s, "message": f"{name} is {t.lower()}"}
+                                      for t, s in conditions]}}
+
+
+def pod(name: str, phase: str) -> dict:
+    return {"metadata": {"name": name}, "status": {"phase": phase}}
+
+
+def test_submit_posts_exactly_the_manifest_the_chart_renders(api):
+    client, server = api
+    manifest = kube.render(load("dev"), "cpu-ddp", image="registry/trainer:1", job_name="smoke", overrides=None)
+    server.on("POST", JOBS, manifest, status=201)
+    assert kube.submit(client, manifest) == "training/smoke"
+    [call] = server.calls
+    assert (call.method, call.path) == ("POST", JOBS)
+    assert call.body == manifest
+
+
+def test_submit_passes_overrides_to_the_chart(api):
+    client, server = api
+    manifest = kube.render(load("dev"), "cpu-ddp", image="img:1", job_name="smoke",
+                           overrides={"max_restarts": 7})
+    server.on("POST", JOBS, manifest, status=201)
+    kube.submit(client, manifest)
+    assert server.calls[0].body["spec"]["elasticPolicy"]["maxRestarts"] == 7
+
+
+def test_submit_of_an_existing_job_is_one_line_with_the_api_message(api):
+    client, server = api
+    manifest = kube.render(load("dev"), "cpu-ddp", image="img:1", job_name="smoke", overrides=None)
+    server.on("POST", JOBS, {"kind": "Status", "code": 409, "reason": "AlreadyExists",
+                             "message": 'pytorchjobs.kubeflow.org "smoke" already exists'}, status=409)
+    with pytest.raises(OpsError) as err:
+        kube.submit(client, manifest)
+    assert "\n" not in str(err.value)
+    assert 'HTTP 409 pytorchjobs.kubeflow.org "smoke" already exists' in str(err.value)
+
+
+def test_submit_refuses_a_manifest_the_sdk_model_would_truncate(api):
+    client, server = api
+    manifest = kube.render(load("dev"), "cpu-ddp", image="img:1", job_name="smoke", overrides=None)
+    manifest["spec"]["notAField"] = True
+    with pytest.raises(OpsError, match="would drop fields"):
+        kube.submit(client, manifest)
+    assert server.calls == []
+
+
+def test_status_reports_the_current_phase_of_each_job(api):
+    client, server = api
+    server.on("GET", JOBS, {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJobList", "items": [
+        job("a", ("Created", "True"), ("Running", "True")),
+        job("b", ("Created", "True"), ("Running", "True"), ("Succeeded", "True")),
+        job("c", ("Created", "True"), ("Running", "False"), ("Failed", "True")),
+        job("d")]})
+    rows = {r.name: r for r in kube.status(client)}
+    assert {n: r.phase for n, r in rows.items()} == {"a": "Running", "b": "Succeeded", "c": "Failed", "d": "Pending"}
+    assert rows["c"].message == "c is failed"
+    table = kube.render_status(list(rows.values()))
+    assert table.splitlines()[0].split() == ["NAME", "PHASE", "CREATED", "MESSAGE"]
+
+
+def test_status_of_one_job_reads_that_job(api):
+    client, server = api
+    server.on("GET", f"{JOBS}/smoke", job("smoke", ("Created", "True")))
+    [row] = kube.status(client, "smoke")
+    assert row.phase == "Created"
+    assert server.calls[0].path == f"{JOBS}/smoke"
+
+
+def test_logs_follow_streams_the_master_pod(api, capsys):
+    client, server = api
+    server.on("GET", PODS, {"kind": "PodList", "items": [pod("smoke-master-0", "Running")]})
+    server.on("GET", f"{PODS}/smoke-master-0/log", b"epoch 1 loss 0.9\nepoch 2 loss 0.5\n")
+    kube.logs(client, "smoke", follow=True)
+    listing, stream = server.calls[0], server.calls[-1]
+    assert listing.query["labelSelector"] == ("training.kubeflow.org/job-name=smoke,"
+                                              "training.kubeflow.org/job-role=master")
+    assert stream.path == f"{PODS}/smoke-master-0/log"
+    assert stream.query["container"] == "pytorch" and stream.query["follow"] is True
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["[Pod smoke-master-0]: epoch 1 loss 0.9", "[Pod smoke-master-0]: epoch 2 loss 0.5"]
+
+
+def test_logs_without_follow_prints_what_is_there(api):
+    client, server = api
+    server.on("GET", PODS, {"kind": "PodList", "items": [pod("smoke-master-0", "Succeeded")]})
+    server.on("GET", f"{PODS}/smoke-master-0/log", b"done\n")
+    lines: list[str] = []
+    kube.logs(client, "smoke", echo=lines.append)
+    assert lines == ["[smoke-master-0] done"]
+    assert "follow" not in server.calls[-1].query
+
+
+def test_logs_of_a_pending_master_say_so(api):
+    client, server = api
+    server.on("GET", PODS, {"kind": "PodList", "items": [pod("smoke-master-0", "Pending")]})
+    with pytest.raises(OpsError, match="smoke-master-0 is Pending"):
+        kube.logs(client, "smoke")
+
+
+def test_delete_deletes_the_job_and_a_missing_one_is_one_line(api):
+    client, server = api
+    server.on("DELETE", f"{JOBS}/smoke", {"kind": "Status", "status": "Success"})
+    kube.delete(client, "smoke")
+    assert (server.calls[0].method, server.calls[0].path) == ("DELETE", f"{JOBS}/smoke")
+    with pytest.raises(OpsError, match="Failed to delete PyTorchJob: training/ghost: HTTP 404"):
+        kube.delete(client, "ghost")
+
+
+def test_training_client_reads_the_given_kubeconfig(tmp_path):
+    path = tmp_path / "config"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": "https://cluster.example:443"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+    client = kube.training_client(str(path), namespace="research")
+    assert client.namespace == "research"
+    assert client.custom_api.api_client.configuration.host == "https://cluster.example:443"

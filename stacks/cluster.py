@@ -15,7 +15,7 @@ from cdk_constructs.node_launch_template import NodeLaunchTemplate
 from config import Environment
 from config.kubernetes import NODEGROUP_LABEL, ROLE_LABEL
 from stacks.network import NetworkStack
-from stacks.removal import removal_policy
+from stacks.removal import apply_removal_policy, removal_policy
 
 SYSTEM_NODEGROUP = "system"
 CPU_ROOT_VOLUME_GIB = 100
@@ -98,6 +98,7 @@ class ClusterStack(cdk.Stack):
         self.addons: dict[str, eks.Addon] = {}
         self._add_addons(policy)
 
+        apply_removal_policy(self, config)
         cdk.CfnOutput(self, "ClusterName", value=self.cluster.cluster_name, description="EKS cluster name")
         cdk.CfnOutput(self, "ClusterSecurityGroupId", value=self.cluster.cluster_security_group_id,
                       description="EKS cluster security group (every node carries it)")

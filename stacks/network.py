@@ -9,13 +9,14 @@ from constructs import Construct
 
 from config import Environment
 from config.environment import PUBLIC_SUBNET_MASK
-from stacks.removal import removal_policy
+from stacks.removal import apply_removal_policy, removal_policy
 
 
 class NetworkStack(cdk.Stack):
     """A VPC over the configured zones with one private subnet per zone sized for EFA nodes.
 
-    Attributes: `vpc`, `training_subnet` (the private subnet in the training zone).
+    Attributes: `vpc`, `training_subnet` (the private subnet in the training zone),
+    `training_availability_zone`, `flow_log_group`.
     """
 
     def __init__(self, scope: Construct, id: str, *, config: Environment, **kwargs) -> None:
@@ -66,12 +67,16 @@ class NetworkStack(cdk.Stack):
         )
 
         self.training_subnet: ec2.ISubnet = self._subnet_in(config.training_availability_zone)
+        self.training_availability_zone: str = config.training_availability_zone
 
+        apply_removal_policy(self, config)
         cdk.CfnOutput(self, "VpcId", value=self.vpc.vpc_id, description="VPC of the training cluster")
         cdk.CfnOutput(
             self, "TrainingSubnetId", value=self.training_subnet.subnet_id,
             description=f"Private subnet in {config.training_availability_zone}: GPU nodes and FSx live here",
         )
+        cdk.CfnOutput(self, "TrainingAvailabilityZone", value=config.training_availability_zone,
+                      description="The one zone of training nodes and FSx")
 
     def _subnet_in(self, zone: str) -> ec2.ISubnet:
         for subnet in self.vpc.private_subnets:

@@ -11,7 +11,7 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from config import Environment
-from stacks.removal import removal_policy
+from stacks.removal import apply_removal_policy, removal_policy
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The image needs the trainer, the shared config package and the requirements. Everything else
@@ -66,5 +66,6 @@ class RegistryStack(cdk.Stack):
             for variant, dockerfile in TRAINER_DOCKERFILES.items()
         }
 
+        apply_removal_policy(self, config)
         cdk.CfnOutput(self, "RepositoryUri", value=self.repository.repository_uri,
                       description="ECR repository for trainer images")

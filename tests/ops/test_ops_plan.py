@@ -1,0 +1,119 @@
+"""plan: addresses, checkpoint time, cost and node limits on paper, from the config alone."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+
+import pytest
+
+from config import ConfigError, load_environment
+from config.instance_types import INSTANCE_TYPES
+from ops import plan, prices
+from ops.envconfig import load, read_environments
+from ops_fakes import isolated_aws_env, run_ops
+
+
+def limits(p: plan.Plan) -> dict[str, int | None]:
+    return {lim.name: lim.max_nodes for lim in p.limits}
+
+
+def section(p: plan.Plan, starts: str) -> list[str]:
+    return next(lines for head, lines in p.sections if head.startswith(starts))
+
+
+def test_prod_defaults_to_its_gpu_preset_at_max_size():
+    p = plan.build(load("prod"))
+    assert (p.preset.name, p.group.name, p.nodes) == ("llama3-8b-fsdp", "p5", 16)
+
+
+def test_addresses_count_a_primary_ip_and_pod_ips_per_node_and_every_other_group():
+    lines = section(plan.build(load("prod")), "Addresses")
+    # p5: 1 + 100 pods (EFA-only interfaces carry no address); system 6 x 59 and cpu 4 x 59 at maxSize.
+    assert lines[0].endswith("= 1616") and "31 EFA-only interfaces take none" in lines[0]
+    assert lines[1].endswith("= 590")
+    assert lines[2] == "total 2206 of 8187 (27%)"
+
+
+def test_subnet_limit_is_the_largest_count_config_validation_still_accepts():
+    p = plan.build(load("prod"))
+    largest = limits(p)["subnet addresses"]
+    assert largest == 75
+    environments = read_environments()
+    for size, ok in ((largest, True), (largest + 1, False)):
+        changed = json.loads(json.dumps(environments))
+        changed["prod"]["gpuNodegroups"][0]["maxSize"] = size
+        if ok:
+            load_environment(changed, "prod")
+        else:
+            with pytest.raises(ConfigError, match="vpcCidr"):
+                load_environment(changed, "prod")
+
+
+def test_checkpoint_time_is_model_state_over_fsx_throughput():
+    lines = section(plan.build(load("prod")), "Checkpoint")
+    # 8.03e9 params x 16 B = 128.5 GB; 4800 GiB x 500 MB/s/TiB = 2343.75 MB/s -> 54.8 s.
+    assert "= 128.5 GB" in lines[0] and "x 16 bytes" in lines[0]
+    assert lines[1].startswith("write at full FSx throughput: 55 s")
+    assert "every 200 steps" in lines[2] and "stalls" in lines[2]
+
+
+def test_hourly_cost_sums_the_dated_price_table():
+    p = plan.build(load("prod"), nodes=4)
+    head = next(h for h, _ in p.sections if h.startswith("Hourly cost"))
+    assert prices.PRICES_AS_OF in head
+    lines = section(p, "Hourly cost")
+    assert lines[0].startswith("p5: 4 x p5.48xlarge") and lines[0].endswith("$    220.16")
+    amounts = [float(line.rsplit("$", 1)[1].replace(",", "")) for line in lines]
+    assert amounts[-1] == pytest.approx(sum(amounts[:-1]), abs=0.011)
+
+
+def test_a_vcpu_quota_becomes_a_named_limit_and_can_bind_first():
+    p = plan.build(load("prod"), vcpu_quota=3072)
+    assert limits(p)["On-Demand P vCPU quota"] == 16
+    assert p.binding.name == "On-Demand P vCPU quota"
+    assert "at most 16 nodes: On-Demand P vCPU quota binds first" in plan.render(p)
+
+
+def test_without_a_quota_the_plan_says_what_it_does_not_know():
+    text = plan.render(plan.build(load("prod")))
+    assert "unknown offline: pass --vcpu-quota N" in text
+    assert "reservation cr-0123456789abcdef0" in text
+    assert "=> at most 75 nodes: subnet addresses binds first among the limits known offline" in text
+
+
+def test_nodes_past_a_limit_are_flagged():
+    text = plan.render(plan.build(load("prod"), nodes=80))
+    assert "total 8670 of 8187 (106%)  OVER" in text
+    subnet = next(line for line in text.splitlines() if line.strip().startswith("subnet addresses"))
+    assert subnet.endswith("EXCEEDED")
+
+
+def test_a_cpu_preset_has_no_throughput_model_and_says_so():
+    p = plan.build(load("dev"), "cpu-ddp")
+    assert limits(p)["FSx throughput (data reads)"] is None
+    assert "no estimate" in section(p, "Checkpoint")[0]
+
+
+def test_a_preset_on_a_group_the_environment_lacks_is_a_config_error():
+    with pytest.raises(ConfigError, match="node group 'p4d'"):
+        plan.build(load("prod"), "llama2-7b-fsdp")
+
+
+def test_price_table_is_dated_and_covers_the_configured_types():
+    date.fromisoformat(prices.PRICES_AS_OF)
+    for env_name in ("dev", "prod"):
+        env = load(env_name)
+        for group in (env.system_nodegroup, *env.training_nodegroups):
+            assert prices.instance_hourly(group.instance_type_name) is not None, group.instance_type_name
+    assert all(price > 0 for price in prices.INSTANCE_HOURLY_USD.values())
+    # A priced type the instance table does not know would be a typo nobody notices.
+    assert set(prices.INSTANCE_HOURLY_USD) <= set(INSTANCE_TYPES)
+    assert set(prices.FSX_PERSISTENT_2_GB_MONTH_USD) == {125, 250, 500, 1000}
+
+
+def test_plan_command_prints_the_plan(tmp_path):
+    result = run_ops(["plan", "--env", "prod", "--nodes", "8"], isolated_aws_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Scale plan: environment prod, preset llama3-8b-fsdp on node group p5")
+    assert "8 nodes" in result.stdout.splitlines()[0]

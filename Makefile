@@ -62,3 +62,7 @@ bench: install etcd ## run the CPU benchmarks and print their ratios
 
 clean: ## remove build outputs (keeps .venv and node_modules)
 	rm -rf cdk.out dist .local .pytest_cache
+
+.PHONY: ops
+ops: install ## the ops CLI, e.g. make ops ARGS="plan --env prod" (preflight, az-recommend, kubeconfig, submit, status, logs, delete)
+	$(PY) -m ops $(ARGS)

@@ -77,7 +77,7 @@ def dist_readme(charts: EnvironmentCharts, files: list[Path]) -> str:
                   "substitute only these names (the validation scripts contain other `$` text):", ""]
         lines += [f"- `{p.name}`: {p.description}" for p in placeholders]
         lines += ["", "```sh",
-                  *(f"export {p.name}=..." for p in placeholders),
+                  *(f"export {p.name}={p.fill or '...'}" for p in placeholders),
                   f"for f in dist/{env}/*.yaml; do",
                   f"  envsubst '{names}' < \"$f\" | kubectl apply -f - || break",
                   "  # Custom resources need their CRDs Established, not just created.",

@@ -23,6 +23,7 @@ def image_placeholder(variant: str) -> str:
 class Placeholder:
     name: str
     description: str
+    fill: str | None = None  # shell right-hand side that yields the value, when known
 
 
 @dataclass(frozen=True)
@@ -33,14 +34,17 @@ class ClusterValues:
     trainer_images: Mapping[str, str]  # JobPreset.image_variant -> image URI
     # How to find each placeholder's value, by placeholder name (shown in dist/<env>/README.md).
     hints: Mapping[str, str] = field(default_factory=dict)
+    # Shell right-hand sides that produce a value, e.g. "$(aws cloudformation ...)".
+    fills: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def placeholders(cls, hints: Mapping[str, str] | None = None) -> "ClusterValues":
+    def placeholders(cls, hints: Mapping[str, str] | None = None,
+                     fills: Mapping[str, str] | None = None) -> "ClusterValues":
         """Values for building charts with no stacks at all: every value is its placeholder."""
         return cls(fsx_file_system_id="${FSX_FILE_SYSTEM_ID}", fsx_dns_name="${FSX_DNS_NAME}",
                    fsx_mount_name="${FSX_MOUNT_NAME}",
                    trainer_images={v: f"${{{image_placeholder(v)}}}" for v in IMAGE_VARIANTS},
-                   hints=dict(hints or {}))
+                   hints=dict(hints or {}), fills=dict(fills or {}))
 
     def named(self) -> list[tuple[str, str, str]]:
         """(placeholder name, value, what it is) for every value."""
@@ -57,8 +61,7 @@ class ClusterValues:
         subs: dict[str, Placeholder] = {}
         for name, value, what in self.named():
             if Token.is_unresolved(value):
-                hint = self.hints.get(name)
-                subs[value] = Placeholder(name, f"{what}; {hint}" if hint else what)
+                subs[value] = self._placeholder(name, what)
         return subs
 
     def placeholders_in_use(self) -> list[Placeholder]:
@@ -66,6 +69,9 @@ class ClusterValues:
         found = {p.name: p for p in self.dist_substitutions().values()}
         for name, value, what in self.named():
             if value == f"${{{name}}}":
-                hint = self.hints.get(name)
-                found[name] = Placeholder(name, f"{what}; {hint}" if hint else what)
+                found[name] = self._placeholder(name, what)
         return [found[k] for k in sorted(found)]
+
+    def _placeholder(self, name: str, what: str) -> Placeholder:
+        hint = self.hints.get(name)
+        return Placeholder(name, f"{what}; {hint}" if hint else what, self.fills.get(name))

@@ -63,14 +63,12 @@ def workload_values(storage, registry) -> ClusterValues:
     """ClusterValues from the storage and registry stacks (their attributes are tokens), with
     hints that tell a dist/ reader where each value comes from."""
     def output(key: str) -> str:
-        return (f"`aws cloudformation describe-stacks --region {storage.region} --stack-name {storage.stack_name} "
-                f"--query \"Stacks[0].Outputs[?OutputKey=='{key}'].OutputValue\" --output text`")
+        return (f"$(aws cloudformation describe-stacks --region {storage.region} --stack-name {storage.stack_name} "
+                f"--query \"Stacks[0].Outputs[?OutputKey=='{key}'].OutputValue\" --output text)")
 
-    hints = {
-        "FSX_FILE_SYSTEM_ID": output("FileSystemId"),
-        "FSX_DNS_NAME": output("FileSystemDnsName"),
-        "FSX_MOUNT_NAME": output("FileSystemMountName"),
-    }
+    fills = {"FSX_FILE_SYSTEM_ID": output("FileSystemId"), "FSX_DNS_NAME": output("FileSystemDnsName"),
+             "FSX_MOUNT_NAME": output("FileSystemMountName")}
+    hints = {name: f"output of stack {storage.stack_name}" for name in fills}
     images = {}
     # `cdk deploy` pushes the trainer images to the bootstrap's container-assets repository,
     # tagged with the asset hash; with the default bootstrap qualifier that is this URI.
@@ -78,7 +76,8 @@ def workload_values(storage, registry) -> ClusterValues:
                    f"cdk-{DEFAULT_QUALIFIER}-container-assets-{registry.account}-{registry.region}")
     for variant, asset in registry.trainer_images.items():
         images[variant] = asset.image_uri
-        hints[image_placeholder(variant)] = (f"after `cdk deploy`, `{assets_repo}:{asset.image_tag}` "
-                                             f"(default bootstrap qualifier)")
+        name = image_placeholder(variant)
+        hints[name] = f"pushed by `cdk deploy`, tagged {asset.image_tag} (default bootstrap qualifier assumed)"
+        fills[name] = f"{assets_repo}:{asset.image_tag}"
     return ClusterValues(fsx_file_system_id=storage.file_system_id, fsx_dns_name=storage.dns_name,
-                         fsx_mount_name=storage.mount_name, trainer_images=images, hints=hints)
+                         fsx_mount_name=storage.mount_name, trainer_images=images, hints=hints, fills=fills)

@@ -279,3 +279,15 @@ def test_etcd_network_policy_admits_every_pod_that_rendezvouses_through_etcd(dis
             labels = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["labels"]
             assert allowed.items() <= labels.items(), f"{env} {job['metadata']['name']} cannot reach etcd"
             assert job["spec"]["elasticPolicy"]["rdzvPort"] in [p["port"] for p in rule["ports"]]
+
+
+def test_dist_readme_exports_each_placeholder_from_its_source(dev, tmp_path):
+    import cdk8s
+
+    from k8s.charts import EnvironmentCharts
+    fill = "$(aws cloudformation describe-stacks --stack-name dev-Storage --output text)"
+    values = ClusterValues.placeholders(fills={"FSX_FILE_SYSTEM_ID": fill})
+    written = write_dist(EnvironmentCharts(dev, values, app=cdk8s.App()), tmp_path)
+    readme = next(f for f in written if f.name == "README.md").read_text()
+    assert f"export FSX_FILE_SYSTEM_ID={fill}" in readme
+    assert "export FSX_DNS_NAME=..." in readme

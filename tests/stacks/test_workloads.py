@@ -110,10 +110,10 @@ def test_dist_placeholder_hints_name_the_real_stack_and_asset_tags(dev):
     from stacks.workloads import workload_values
 
     values = workload_values(dev.stage.storage, dev.stage.registry)
-    assert dev.stage.storage.stack_name in values.hints["FSX_FILE_SYSTEM_ID"]
-    assert "OutputKey=='FileSystemId'" in values.hints["FSX_FILE_SYSTEM_ID"]
+    assert dev.stage.storage.stack_name in values.fills["FSX_FILE_SYSTEM_ID"]
+    assert "OutputKey=='FileSystemId'" in values.fills["FSX_FILE_SYSTEM_ID"]
     for variant, asset in dev.stage.registry.trainer_images.items():
-        assert asset.image_tag in values.hints[f"TRAINER_IMAGE_{variant.upper()}"]
+        assert values.fills[f"TRAINER_IMAGE_{variant.upper()}"].endswith(f":{asset.image_tag}")
     # Every token the charts carry has a named placeholder, so the dist sink never fails.
     assert {p.name for p in values.dist_substitutions().values()} == {
         "FSX_FILE_SYSTEM_ID", "FSX_DNS_NAME", "FSX_MOUNT_NAME", "TRAINER_IMAGE_CPU", "TRAINER_IMAGE_GPU"}

@@ -6,6 +6,8 @@ import cdk8s
 import cdk8s_plus_27 as kplus
 from constructs import Construct
 
+from config.kubernetes import GPU_TAINT_EFFECT, GPU_TAINT_KEY, GPU_TAINT_VALUE
+
 PART_OF = "eks-distributed-training"
 
 
@@ -36,17 +38,19 @@ class ProjectChart(cdk8s.Chart):
         return metadata
 
 
-def resources(cpu_milli: int, memory_mib: int, *, cpu_limit_milli: int | None = None) -> kplus.ContainerResources:
-    """Requests with a memory limit equal to the request; CPU limits only where asked for, since
-    throttling a control loop makes it slow, not safe."""
-    cpu = kplus.CpuResources(request=kplus.Cpu.millis(cpu_milli),
-                             limit=kplus.Cpu.millis(cpu_limit_milli) if cpu_limit_milli else None)
+def resources(cpu_milli: int, memory_mib: int) -> kplus.ContainerResources:
+    """Replaces cdk8s-plus's default requests/limits: a memory limit equal to the request (no OOM
+    surprises under node pressure) and no CPU limit, since throttling a control loop makes it
+    slow, not safe."""
+    cpu = kplus.CpuResources(request=kplus.Cpu.millis(cpu_milli))
     mem = kplus.MemoryResources(request=cdk8s.Size.mebibytes(memory_mib), limit=cdk8s.Size.mebibytes(memory_mib))
     return kplus.ContainerResources(cpu=cpu, memory=mem)
 
 
 def patch_pod_spec(workload: kplus.AbstractPod, path: str, value) -> None:
-    """Set a pod-spec field cdk8s-plus has no API for (priorityClassName, tolerations' values)."""
+    """Set a pod-spec field cdk8s-plus has no API for (priorityClassName, capabilities, extended
+    resources). The patch passes the typed serialiser of the underlying object, so quantities
+    must be k8s.Quantity objects, not strings."""
     prefix = "/spec/template/spec" if not isinstance(workload, kplus.Pod) else "/spec"
     cdk8s.ApiObject.of(workload).add_json_patch(cdk8s.JsonPatch.add(f"{prefix}/{path}", value))
 
@@ -71,7 +75,6 @@ def taint_effect(name: str) -> kplus.TaintEffect:
 
 
 def tolerate_gpu_taint(workload: kplus.AbstractPod) -> None:
-    from config.kubernetes import GPU_TAINT_EFFECT, GPU_TAINT_KEY, GPU_TAINT_VALUE
     workload.scheduling.tolerate(kplus.Node.tainted(
         kplus.NodeTaintQuery.is_(GPU_TAINT_KEY, GPU_TAINT_VALUE, effect=taint_effect(GPU_TAINT_EFFECT))))
 
@@ -91,7 +94,8 @@ def drop_all_capabilities(workload: kplus.AbstractPod) -> None:
 
 def raw_object(scope: Construct, id: str, manifest: dict) -> cdk8s.ApiObject:
     """An ApiObject from a whole manifest dict, for kinds cdk8s-plus has no API for (CRDs,
-    PyTorchJob, MPIJob, webhook configurations). The body goes in as one JSON patch, unchanged."""
+    PyTorchJob, MPIJob, webhook configurations). Each top-level field goes in as one JSON patch,
+    unchanged: a bare ApiObject has no typed serialiser to drop anything."""
     obj = cdk8s.ApiObject(scope, id, api_version=manifest["apiVersion"], kind=manifest["kind"],
                           metadata=manifest.get("metadata", {}))
     for key, value in manifest.items():

@@ -100,7 +100,8 @@ class TrainingOperatorChart(ProjectChart):
                    kplus.ServicePort(name="monitoring-port", port=METRICS_PORT, target_port=METRICS_PORT)],
         )
         self.webhook = raw_object(self, "ValidatingWebhookConfiguration",
-                                  webhook_configuration(props.namespace, props.webhook_failure_policy))
+                                  webhook_configuration(props.namespace, props.webhook_failure_policy,
+                                                        props.schemes))
 
     def _deployment(self, props: TrainingOperatorProps) -> kplus.Deployment:
         deployment = kplus.Deployment(
@@ -155,21 +156,22 @@ class TrainingOperatorChart(ProjectChart):
         return deployment
 
 
-def webhook_configuration(namespace: str, failure_policy: str) -> dict:
-    """The operator validates PyTorchJobs at this path; MPIJob v1 has no webhook in 1.9."""
+def webhook_configuration(namespace: str, failure_policy: str, schemes: tuple[str, ...] = SCHEMES) -> dict:
+    """One validating webhook per enabled job kind, at the paths the operator's webhook server
+    registers (/validate-kubeflow-org-v1-<kind>)."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": WEBHOOK_CONFIGURATION},
         "webhooks": [{
-            "name": "validate-kubeflow-org-v1-pytorchjob.kubeflow.org",
+            "name": f"validate-kubeflow-org-v1-{scheme}.kubeflow.org",
             "admissionReviewVersions": ["v1"],
             "clientConfig": {"service": {"name": NAME, "namespace": namespace, "port": 443,
-                                         "path": "/validate-kubeflow-org-v1-pytorchjob"}},
+                                         "path": f"/validate-kubeflow-org-v1-{scheme}"}},
             "failurePolicy": failure_policy,
             "sideEffects": "None",
             "timeoutSeconds": 10,
             "rules": [{"apiGroups": ["kubeflow.org"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                       "resources": ["pytorchjobs"], "scope": "Namespaced"}],
-        }],
+                       "resources": [f"{scheme}s"], "scope": "Namespaced"}],
+        } for scheme in schemes],
     }

@@ -105,10 +105,13 @@ def test_operator_webhook_pieces_agree(operator):
     assert args["--webhook-secret-name"] == secret["metadata"]["name"] == WEBHOOK_SECRET
     webhook = one(operator, "ValidatingWebhookConfiguration")
     assert webhook["metadata"]["name"] == WEBHOOK_CONFIGURATION
-    client = webhook["webhooks"][0]["clientConfig"]["service"]
-    assert (client["name"], client["namespace"]) == (service["metadata"]["name"], KUBEFLOW_NAMESPACE)
-    port = next(p for p in service["spec"]["ports"] if p["port"] == client["port"])
-    assert port["targetPort"] == int(args["--webhook-server-port"])
+    assert sorted(r for w in webhook["webhooks"] for r in w["rules"][0]["resources"]) == ["mpijobs", "pytorchjobs"]
+    for hook in webhook["webhooks"]:
+        client = hook["clientConfig"]["service"]
+        assert (client["name"], client["namespace"]) == (service["metadata"]["name"], KUBEFLOW_NAMESPACE)
+        port = next(p for p in service["spec"]["ports"] if p["port"] == client["port"])
+        assert port["targetPort"] == int(args["--webhook-server-port"])
+        assert client["path"] == f"/validate-kubeflow-org-v1-{hook['rules'][0]['resources'][0][:-1]}"
     assert not secret.get("data") and not secret.get("stringData")
     assert "namespace" not in webhook["metadata"], "cluster-scoped"
 

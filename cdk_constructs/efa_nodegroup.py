@@ -16,12 +16,12 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from cdk_constructs.node_launch_template import NetworkInterfaceSpec, NodeLaunchTemplate
+from config.environment import CAPACITY_TYPES
 from config.instance_types import InstanceType
 from config.kubernetes import (
     EFA_LABEL, GPU_LABEL, GPU_TAINT_KEY, GPU_TAINT_VALUE, NODEGROUP_LABEL, ROLE_LABEL,
 )
 
-CAPACITY_TYPES = ("onDemand", "reserved", "capacityBlock")
 _RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
 # Container images for GPU training run to tens of GiB, and the NVIDIA AMI takes ~30 GiB itself.
 DEFAULT_ROOT_VOLUME_GIB = 500

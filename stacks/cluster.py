@@ -12,7 +12,7 @@ from constructs import Construct
 
 from cdk_constructs.efa_nodegroup import EfaNodegroup, efa_self_referencing_security_group
 from cdk_constructs.node_launch_template import NodeLaunchTemplate
-from config import Environment
+from config import Environment, Nodegroup
 from config.kubernetes import NODEGROUP_LABEL, ROLE_LABEL
 from stacks.network import NetworkStack
 from stacks.removal import apply_removal_policy, removal_policy
@@ -119,7 +119,7 @@ class ClusterStack(cdk.Stack):
             node_role=self.node_role, removal_policy=policy,
         )
 
-    def _add_cpu_nodegroup(self, group, subnet: ec2.ISubnet, policy: cdk.RemovalPolicy) -> None:
+    def _add_cpu_nodegroup(self, group: Nodegroup, subnet: ec2.ISubnet, policy: cdk.RemovalPolicy) -> None:
         template = NodeLaunchTemplate(self, f"Cpu-{group.name}LaunchTemplate", root_volume_gib=CPU_ROOT_VOLUME_GIB)
         self.nodegroups[group.name] = eks.Nodegroup(
             self, f"Cpu-{group.name}",

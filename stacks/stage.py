@@ -15,7 +15,7 @@ from stacks.workloads import WorkloadsStack, workload_values
 
 
 class TrainingClusterStage(cdk.Stage):
-    """Attributes: `config`, `network`, `cluster`, `storage`, `registry` (the stacks)."""
+    """Attributes: `config`, and the stacks `network`, `cluster`, `storage`, `registry`, `workloads`."""
 
     def __init__(self, scope: Construct, id: str, *, config: config.Environment, **kwargs) -> None:
         kwargs.setdefault("env", cdk.Environment(account=config.account, region=config.region))

@@ -33,7 +33,7 @@ _THROTTLING_CODES = {
     "RequestThrottled", "SlowDown",
 }
 _UNSUPPORTED_CODES = {"UnsupportedOperation", "InvalidAction", "NotImplemented", "OptInRequired",
-                      "InvalidParameterValue", "NoSuchResourceException"}
+                      "NoSuchResourceException"}
 
 
 def error_code(err: Exception) -> str | None:

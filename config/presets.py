@@ -30,6 +30,9 @@ class JobPreset:
     rendezvous: str = "etcd"  # "etcd" (torch's etcd-v2 backend on our etcd Service) or "c10d"
     max_restarts: int = 3
     local_nproc: int = 2  # workers `make local` starts on one machine
+    # Whether `cdk deploy` starts the job. Presets that do not are deployed suspended: a GPU preset
+    # that ran on deploy would sit Pending and then seize the first GPU nodes that appear.
+    start_on_deploy: bool = False
 
     @property
     def torch_rdzv_backend(self) -> str:
@@ -55,6 +58,7 @@ PRESETS: dict[str, JobPreset] = {
             args=("--epochs", "20", "--save-every", "2", "--batch-size", "64",
                   "--snapshot-path", "{checkpoint_root}/cpu-ddp/snapshot.pt"),
             nodegroup="cpu", image_variant="cpu", nodes_min=2, nodes_max=2, nproc_per_node=2,
+            start_on_deploy=True,
         ),
         JobPreset(
             name="llm-tiny",

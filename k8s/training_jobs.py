@@ -1,7 +1,8 @@
 """The preset PyTorchJobs of an environment: one per preset whose node group exists there.
 
 The manifests come from k8s/jobs.py, the code path `ops submit` uses; this chart only decides
-which presets an environment gets and which trainer image each runs.
+which presets an environment gets, which trainer image each runs, and which start on deploy
+(the smoke job); the rest are deployed suspended.
 """
 
 from __future__ import annotations
@@ -43,5 +44,10 @@ class TrainingJobsChart(ProjectChart):
                 raise ValueError(f"no trainer image for variant {preset.image_variant!r} (preset {name})")
             spec = job_spec(props.config, preset, image=props.images[preset.image_variant],
                             overrides=dict(props.overrides.get(name, {})))
-            self.manifests[name] = pytorchjob_manifest(props.config, spec)
+            manifest = pytorchjob_manifest(props.config, spec)
+            if not preset.start_on_deploy:
+                # Deployed ready to run, not running: `kubectl patch pytorchjob NAME --type merge
+                # -p '{"spec":{"runPolicy":{"suspend":false}}}'` or `ops submit` starts it.
+                manifest["spec"]["runPolicy"]["suspend"] = True
+            self.manifests[name] = manifest
             raw_object(self, name, self.manifests[name])

@@ -201,6 +201,12 @@ def test_training_jobs_chart_renders_each_available_preset_with_its_image(dev, p
     assert images["cpu-ddp"] == IMAGES["cpu"] and images["llama3-8b-fsdp"] == IMAGES["gpu"]
 
 
+def test_only_the_smoke_job_starts_on_deploy_the_rest_wait_suspended(dev):
+    jobs = synth(TrainingJobsChart, props=TrainingJobsProps(config=dev, images=IMAGES))
+    suspended = {j["metadata"]["name"]: j["spec"]["runPolicy"].get("suspend", False) for j in jobs}
+    assert suspended == {"cpu-ddp": False, "llm-tiny": True, "llama3-8b-fsdp": True, "llama2-7b-fsdp": True}
+
+
 def test_training_jobs_chart_refuses_a_preset_the_environment_cannot_run(prod):
     with pytest.raises(ValueError, match="llama2-7b-fsdp"):
         synth(TrainingJobsChart, props=TrainingJobsProps(config=prod, images=IMAGES, presets=("llama2-7b-fsdp",)))

@@ -1,0 +1,102 @@
+"""Custom resources that make `cdk destroy` finish and keep what must be kept.
+
+- `EniJanitor`: deleted before the VPC's subnets, it removes ENIs that controllers left behind
+  (VPC CNI pod ENIs, EFA interfaces, the kubectl Lambda's hyperplane ENIs); see aws-cdk 26716.
+- `FsxFinalBackup`: in retained environments, starts a final backup of the file system as the
+  storage stack is deleted.
+
+Each handler is its own service token (one Lambda, no provider framework), runs outside the VPC
+(its own ENIs would otherwise block the subnets it is cleaning), logs to a log group that follows
+the environment's removal policy, and replies SUCCESS whatever it finds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_fsx as fsx
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+HANDLERS = Path(__file__).resolve().parent / "teardown_handlers"
+
+
+class _TeardownFunction(Construct):
+    """A Lambda from teardown_handlers/ with its own role and log group (no managed policies)."""
+
+    def __init__(self, scope: Construct, id: str, *, handler: str, description: str, timeout: cdk.Duration,
+                 removal_policy: cdk.RemovalPolicy):
+        super().__init__(scope, id)
+        self.log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH,
+                                       removal_policy=removal_policy)
+        self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+                             description=description)
+        self.log_group.grant_write(self.role)
+        self.function = lambda_.Function(
+            self, "Function", runtime=lambda_.Runtime.PYTHON_3_14, handler=handler,
+            code=lambda_.Code.from_asset(str(HANDLERS), exclude=["__pycache__", "*.pyc"]),
+            role=self.role, timeout=timeout, description=description, log_group=self.log_group,
+        )
+        self.function.node.add_dependency(self.log_group)
+
+
+class EniJanitor(Construct):
+    """Attributes: `resource` (the CfnResource deleted before every resource of `vpc`), `role`."""
+
+    def __init__(self, scope: Construct, id: str, *, vpc: ec2.Vpc, removal_policy: cdk.RemovalPolicy):
+        super().__init__(scope, id)
+        fn = _TeardownFunction(
+            self, "Handler", handler="eni_janitor.handler",
+            description="On stack deletion: delete ENIs controllers left in the VPC so its subnets can go",
+            # Lambda's maximum: hyperplane ENIs of a deleted VPC Lambda take minutes to be released.
+            timeout=cdk.Duration.minutes(15), removal_policy=removal_policy,
+        )
+        stack = cdk.Stack.of(self)
+        fn.role.add_to_policy(iam.PolicyStatement(actions=["ec2:DescribeNetworkInterfaces"], resources=["*"]))
+        fn.role.add_to_policy(iam.PolicyStatement(
+            actions=["ec2:DeleteNetworkInterface"],
+            resources=[stack.format_arn(service="ec2", resource="network-interface", resource_name="*")],
+            conditions={"ArnEquals": {"ec2:Vpc": stack.format_arn(service="ec2", resource="vpc",
+                                                                    resource_name=vpc.vpc_id)}},
+        ))
+        self.role = fn.role
+        self.function = fn.function
+        self.resource = cdk.CustomResource(
+            self, "Resource", service_token=fn.function.function_arn,
+            resource_type="Custom::EniJanitor", properties={"VpcId": vpc.vpc_id},
+        )
+        # Depending on the VPC construct depends on every subnet, route, NAT gateway and gateway in
+        # it: CloudFormation deletes this resource (and so sweeps) before any of them.
+        self.resource.node.add_dependency(vpc)
+
+
+class FsxFinalBackup(Construct):
+    """Attributes: `resource`, `role`."""
+
+    def __init__(self, scope: Construct, id: str, *, file_system: fsx.LustreFileSystem):
+        super().__init__(scope, id)
+        fn = _TeardownFunction(
+            self, "Handler", handler="fsx_final_backup.handler",
+            description="On stack deletion: start a final backup of the retained FSx file system",
+            timeout=cdk.Duration.minutes(2), removal_policy=cdk.RemovalPolicy.RETAIN,
+        )
+        stack = cdk.Stack.of(self)
+        fn.role.add_to_policy(iam.PolicyStatement(
+            actions=["fsx:CreateBackup"],
+            resources=[stack.format_arn(service="fsx", resource="file-system", resource_name=file_system.file_system_id),
+                       stack.format_arn(service="fsx", resource="backup", resource_name="*")],
+        ))
+        fn.role.add_to_policy(iam.PolicyStatement(
+            actions=["fsx:TagResource"],
+            resources=[stack.format_arn(service="fsx", resource="backup", resource_name="*")],
+        ))
+        self.role = fn.role
+        self.function = fn.function
+        self.resource = cdk.CustomResource(
+            self, "Resource", service_token=fn.function.function_arn, resource_type="Custom::FsxFinalBackup",
+            properties={"FileSystemId": file_system.file_system_id, "StackName": stack.stack_name},
+        )

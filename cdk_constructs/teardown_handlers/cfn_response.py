@@ -1,0 +1,39 @@
+"""The CloudFormation custom-resource reply: PUT a JSON body to the pre-signed ResponseURL.
+
+Used by handlers that are their own service token (no provider framework Lambda in between).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+
+def send(event: dict, status: str, reason: str, physical_id: str, data: dict | None = None) -> None:
+    body = json.dumps({
+        "Status": status,
+        "Reason": reason[:1024],
+        "PhysicalResourceId": physical_id,
+        "StackId": event["StackId"],
+        "RequestId": event["RequestId"],
+        "LogicalResourceId": event["LogicalResourceId"],
+        "Data": data or {},
+    }).encode()
+    request = urllib.request.Request(event["ResponseURL"], data=body, method="PUT",
+                                     headers={"Content-Type": "", "Content-Length": str(len(body))})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        response.read()
+
+
+def run(event: dict, context, on_delete) -> None:
+    """Reply SUCCESS to Create/Update at once; on Delete run `on_delete(event)` and reply SUCCESS
+    whatever it found: a teardown helper must never be the reason a stack fails to delete."""
+    physical_id = event.get("PhysicalResourceId") or event["LogicalResourceId"]
+    reason = "nothing to do"
+    if event["RequestType"] == "Delete":
+        try:
+            reason = on_delete(event)
+        except Exception as err:  # noqa: BLE001 - reported to CloudFormation, never raised
+            reason = f"teardown step failed, continuing: {type(err).__name__}: {err}"
+        print(reason)
+    send(event, "SUCCESS", reason, physical_id)

@@ -57,11 +57,20 @@ def _split() -> dict[str, Any]:
     return raw
 
 
+def _linked() -> dict[str, Any]:
+    """prod (retain) reading from and writing back to one S3 prefix."""
+    raw = raw_environment("prod")
+    raw["fsx"] = {**raw["fsx"], "s3ImportPath": "s3://example-training-data/corpus",
+                  "s3ExportPath": "s3://example-training-data/corpus"}
+    return raw
+
+
 VARIANTS = {
     "dev": lambda: raw_environment("dev"),
     "prod": lambda: raw_environment("prod"),
     "blocks": _blocks,
     "split": _split,
+    "linked": _linked,
 }
 
 

@@ -78,7 +78,8 @@ def test_public_endpoint_is_public_and_private_from_the_allow_list_only(dev, con
 
 
 def test_private_endpoint_has_no_public_access():
-    control = only(synth("prod").templates["cluster"].find_resources("AWS::EKS::Cluster"))["Properties"]
+    # the "blocks" variant sets endpointAccess private
+    control = only(synth("blocks").templates["cluster"].find_resources("AWS::EKS::Cluster"))["Properties"]
     assert control["ResourcesVpcConfig"]["EndpointPublicAccess"] is False
     assert control["ResourcesVpcConfig"]["EndpointPrivateAccess"] is True
 

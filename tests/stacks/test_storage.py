@@ -99,18 +99,18 @@ def test_retain_environment_without_s3_link_keeps_daily_backups():
 
 def test_retain_environment_linked_to_s3_keeps_the_file_system_and_relies_on_s3():
     # FSx cannot back up a file system linked to S3.
-    prod = synth("prod")
-    fs = only(prod.templates["storage"].find_resources("AWS::FSx::FileSystem"))
+    linked = synth("linked")
+    fs = only(linked.templates["storage"].find_resources("AWS::FSx::FileSystem"))
     assert fs["DeletionPolicy"] == "Retain"
     assert fs["Properties"]["LustreConfiguration"]["AutomaticBackupRetentionDays"] == 0
-    assert prod.stage.storage.backups_enabled is False
+    assert linked.stage.storage.backups_enabled is False
 
 
 def test_same_import_and_export_path_is_one_two_way_association():
-    prod = synth("prod")
-    dra = only(prod.templates["storage"].find_resources("AWS::FSx::DataRepositoryAssociation"))
+    linked = synth("linked")
+    dra = only(linked.templates["storage"].find_resources("AWS::FSx::DataRepositoryAssociation"))
     props = dra["Properties"]
-    assert props["DataRepositoryPath"] == prod.config.fsx.s3_import_path + "/"
+    assert props["DataRepositoryPath"] == linked.config.fsx.s3_import_path + "/"
     assert props["FileSystemPath"] == "/data"
     assert props["S3"]["AutoImportPolicy"]["Events"] == ["NEW", "CHANGED", "DELETED"]
     assert props["S3"]["AutoExportPolicy"]["Events"] == ["NEW", "CHANGED", "DELETED"]

@@ -152,8 +152,12 @@ def main(argv: list[str] | None = None, run: Callable[..., subprocess.CompletedP
     except ConfigError as err:
         print(err.line(), file=sys.stderr)
         return 2
-    result = run(synth_command(args.env, args.outdir), cwd=REPO_ROOT, env={**os.environ, **JSII_QUIET},
-                 capture_output=True, text=True)
+    try:
+        result = run(synth_command(args.env, args.outdir), cwd=REPO_ROOT, env={**os.environ, **JSII_QUIET},
+                     capture_output=True, text=True)
+    except FileNotFoundError:
+        print(f"error: {CDK.relative_to(REPO_ROOT)} not found; run `make install` first", file=sys.stderr)
+        return 1
     if result.returncode != 0:
         print(f"error: cdk synth failed (exit {result.returncode}):", file=sys.stderr)
         print(result.stderr.strip()[-4000:], file=sys.stderr)

@@ -72,6 +72,13 @@ def test_failed_synth_exits_1_with_its_error(capsys):
     assert "cdk synth failed" in err and "boom" in err
 
 
+def test_missing_cdk_cli_says_how_to_install_it(capsys):
+    def missing(*args, **kwargs):
+        raise FileNotFoundError(args[0][0])
+    assert synth_summary.main(["--env", "dev"], run=missing) == 1
+    assert capsys.readouterr().err.strip() == "error: node_modules/.bin/cdk not found; run `make install` first"
+
+
 def test_summary_lists_every_stack_with_its_resource_count(dev_summary):
     dev, summary = dev_summary
     for name in ("Network", "Cluster", "Storage", "Registry"):

@@ -13,6 +13,7 @@ CDK_FLAGS := --no-notices --no-version-reporting
 
 # jsii prints a Node end-of-life banner on every run; it is noise here.
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: help install local test synth synth-all deploy destroy lint etcd bench clean

@@ -22,6 +22,8 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from cdk_constructs.nag import acknowledge, wildcard_resource
+
 HANDLERS = Path(__file__).resolve().parent / "teardown_handlers"
 
 
@@ -57,12 +59,18 @@ class EniJanitor(Construct):
         )
         stack = cdk.Stack.of(self)
         fn.role.add_to_policy(iam.PolicyStatement(actions=["ec2:DescribeNetworkInterfaces"], resources=["*"]))
+        any_interface = stack.format_arn(service="ec2", resource="network-interface", resource_name="*")
         fn.role.add_to_policy(iam.PolicyStatement(
-            actions=["ec2:DeleteNetworkInterface"],
-            resources=[stack.format_arn(service="ec2", resource="network-interface", resource_name="*")],
+            actions=["ec2:DeleteNetworkInterface"], resources=[any_interface],
             conditions={"ArnEquals": {"ec2:Vpc": stack.format_arn(service="ec2", resource="vpc",
                                                                     resource_name=vpc.vpc_id)}},
         ))
+        policy = fn.role.node.find_child("DefaultPolicy").node.default_child
+        acknowledge(policy, "IAM5[Resource::*]",
+                    "ec2:DescribeNetworkInterfaces has no resource-level permissions; it only reads.")
+        acknowledge(policy, wildcard_resource(policy, any_interface),
+                    "The leftover ENIs have ids nobody knows in advance; the ec2:Vpc condition limits "
+                    "deletion to interfaces in this environment's VPC.")
         self.role = fn.role
         self.function = fn.function
         self.resource = cdk.CustomResource(
@@ -85,15 +93,16 @@ class FsxFinalBackup(Construct):
             timeout=cdk.Duration.minutes(2), removal_policy=cdk.RemovalPolicy.RETAIN,
         )
         stack = cdk.Stack.of(self)
+        any_backup = stack.format_arn(service="fsx", resource="backup", resource_name="*")
         fn.role.add_to_policy(iam.PolicyStatement(
             actions=["fsx:CreateBackup"],
             resources=[stack.format_arn(service="fsx", resource="file-system", resource_name=file_system.file_system_id),
-                       stack.format_arn(service="fsx", resource="backup", resource_name="*")],
+                       any_backup],
         ))
-        fn.role.add_to_policy(iam.PolicyStatement(
-            actions=["fsx:TagResource"],
-            resources=[stack.format_arn(service="fsx", resource="backup", resource_name="*")],
-        ))
+        fn.role.add_to_policy(iam.PolicyStatement(actions=["fsx:TagResource"], resources=[any_backup]))
+        acknowledge(fn.role.node.find_child("DefaultPolicy").node.default_child, wildcard_resource(fn.role, any_backup),
+                    "A new backup's id is only known once FSx creates it; CreateBackup is also limited to "
+                    "this one file system, and no permission reads, restores or deletes backups.")
         self.role = fn.role
         self.function = fn.function
         self.resource = cdk.CustomResource(

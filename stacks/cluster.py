@@ -65,7 +65,6 @@ class ClusterStack(cdk.Stack):
             # The kubectl handler runs in the private subnets (the cluster does that whenever the
             # private endpoint is on), so it reaches the API even when the public one is allow-listed.
             kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=KubectlV33Layer(self, "KubectlLayer")),
-            removal_policy=policy,
         )
         for i, arn in enumerate(config.admin_role_arns):
             self.cluster.grant_access(f"Admin{i}", arn, [eks.AccessPolicy.from_access_policy_name(
@@ -90,7 +89,7 @@ class ClusterStack(cdk.Stack):
                 subnet=network.training_subnet,
                 min_size=group.min_size, max_size=group.max_size, desired_size=group.desired_size,
                 capacity_type=group.capacity.type, reservation_id=group.capacity.reservation_id,
-                efa_security_group=self.efa_security_group, node_role=self.node_role, removal_policy=policy,
+                efa_security_group=self.efa_security_group, node_role=self.node_role,
             )
             self.efa_nodegroups[group.name] = efa
             self.nodegroups[group.name] = efa.nodegroup
@@ -116,7 +115,7 @@ class ClusterStack(cdk.Stack):
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
             min_size=system.min_size, max_size=system.max_size, desired_size=system.min_size,
             labels={NODEGROUP_LABEL: SYSTEM_NODEGROUP, ROLE_LABEL: "system"},
-            node_role=self.node_role, removal_policy=policy,
+            node_role=self.node_role,
         )
 
     def _add_cpu_nodegroup(self, group: Nodegroup, subnet: ec2.ISubnet, policy: cdk.RemovalPolicy) -> None:
@@ -129,7 +128,7 @@ class ClusterStack(cdk.Stack):
             subnets=ec2.SubnetSelection(subnets=[subnet]),
             min_size=group.min_size, max_size=group.max_size, desired_size=group.desired_size,
             labels={NODEGROUP_LABEL: group.name, ROLE_LABEL: "training"},
-            node_role=self.node_role, removal_policy=policy,
+            node_role=self.node_role,
         )
 
     def _add_addons(self, policy: cdk.RemovalPolicy) -> None:
@@ -161,7 +160,7 @@ class ClusterStack(cdk.Stack):
     def _addon(self, name: str, policy: cdk.RemovalPolicy, *, configuration: dict | None = None,
                after: list[Construct] = (), pod_identity: dict[str, iam.IRole] | None = None) -> eks.Addon:
         addon = eks.Addon(self, f"Addon-{name}", cluster=self.cluster, addon_name=name,
-                          configuration_values=configuration, preserve_on_delete=False, removal_policy=policy)
+                          configuration_values=configuration, preserve_on_delete=False)
         if pod_identity:
             resource: eks.CfnAddon = addon.node.default_child
             resource.pod_identity_associations = [

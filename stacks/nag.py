@@ -14,7 +14,8 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
-PACK = "AwsSolutions"
+from cdk_constructs.nag import acknowledge
+
 
 
 def apply_nag(stage) -> None:
@@ -22,10 +23,6 @@ def apply_nag(stage) -> None:
     cdk.Validations.of(stage).add_plugins(
         AwsSolutionsChecks(stage, verbose=True, write_suppressions_to_cloud_formation=True))
     _acknowledge_cluster(stage.cluster)
-
-
-def acknowledge(construct: Construct, rule: str, reason: str) -> None:
-    cdk.Validations.of(construct).acknowledge(cdk.Acknowledgment(id=f"{PACK}::{PACK}-{rule}", reason=reason))
 
 
 def _managed(policy: str) -> str:

@@ -9,7 +9,8 @@ from constructs import Construct
 
 from config import Environment
 from config.environment import PUBLIC_SUBNET_MASK
-from stacks.removal import apply_removal_policy, removal_policy
+from cdk_constructs.teardown import EniJanitor
+from stacks.removal import KEPT_NETWORK_HOME, apply_removal_policy, removal_policy
 
 
 class NetworkStack(cdk.Stack):
@@ -69,7 +70,9 @@ class NetworkStack(cdk.Stack):
         self.training_subnet: ec2.ISubnet = self._subnet_in(config.training_availability_zone)
         self.training_availability_zone: str = config.training_availability_zone
 
-        apply_removal_policy(self, config)
+        # Deleted before any subnet, route or gateway of the VPC: clears the ENIs controllers left.
+        self.eni_janitor = EniJanitor(self, "EniJanitor", vpc=self.vpc, removal_policy=policy)
+        apply_removal_policy(self, config, also_kept=KEPT_NETWORK_HOME)
         cdk.CfnOutput(self, "VpcId", value=self.vpc.vpc_id, description="VPC of the training cluster")
         cdk.CfnOutput(
             self, "TrainingSubnetId", value=self.training_subnet.subnet_id,

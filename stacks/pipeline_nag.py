@@ -15,7 +15,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
-from stacks.nag import acknowledge
+from cdk_constructs.nag import acknowledge, flatten_reference
 
 _ARTIFACTS = "the pipeline's own artifact bucket, private and KMS-encrypted"
 ACCEPTED_IAM5 = (
@@ -55,24 +55,6 @@ def iam5_findings(policy_document: dict) -> list[str]:
             if "*" in flat:
                 findings.append(f"Resource::{flat}")
     return list(dict.fromkeys(findings))
-
-
-def flatten_reference(node) -> str:
-    """CloudFormation intrinsics as cdk-nag spells them in finding ids."""
-    if isinstance(node, str):
-        return node.replace("${", "<").replace("}", ">")
-    if isinstance(node, dict):
-        if "Fn::Join" in node:
-            delimiter, items = node["Fn::Join"]
-            return delimiter.join(flatten_reference(i) for i in items)
-        if "Fn::Sub" in node:
-            return flatten_reference(node["Fn::Sub"])
-        if "Fn::GetAtt" in node:
-            resource, attribute = node["Fn::GetAtt"]
-            return f"<{resource}.{attribute}>"
-        if "Ref" in node:
-            return f"<{node['Ref']}>"
-    raise ValueError(f"unexpected reference in a pipeline policy: {node!r}")
 
 
 def acknowledge_pipeline(scopes: list[Construct]) -> None:

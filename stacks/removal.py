@@ -1,8 +1,13 @@
-"""The environment's removalPolicy as CDK sees it: one place decides what `destroy` deletes.
+"""What `cdk destroy` deletes, decided in one place from the environment's removalPolicy.
 
 destroy: every resource goes with its stack (FSx, ECR images, KMS keys and log groups included),
-so a dev environment leaves nothing billing behind. retain: every resource stays, so deleting a
-stack (by hand or by a replacement) never takes a file system, an image or a key with it.
+so a dev environment leaves nothing billing behind.
+
+retain: the data stays and everything that only costs money goes. Kept: the FSx file system and
+its S3 links, the ECR repository, KMS keys and log groups; and, because a kept file system keeps its network
+interfaces in the training subnet, the VPC, its subnets and the file system's security group
+(deleting any of them would fail on those interfaces). Deleted: the cluster, node groups, NAT
+gateways, Lambdas, roles and the rest.
 """
 
 from __future__ import annotations
@@ -11,11 +16,25 @@ import aws_cdk as cdk
 
 from config import Environment
 
+KEPT_DATA = ("AWS::FSx::FileSystem", "AWS::FSx::DataRepositoryAssociation", "AWS::ECR::Repository", "AWS::KMS::Key", "AWS::KMS::Alias",
+             "AWS::Logs::LogGroup")
+# The kept file system's home: its ENIs live in a subnet of this VPC behind its security group.
+KEPT_NETWORK_HOME = ("AWS::EC2::VPC", "AWS::EC2::Subnet")
+KEPT_FILE_SYSTEM_GUARD = ("AWS::EC2::SecurityGroup",)
+
 
 def removal_policy(config: Environment) -> cdk.RemovalPolicy:
+    """The policy for the data-bearing resources (the ones a retain environment keeps)."""
     return cdk.RemovalPolicy.RETAIN if config.retain else cdk.RemovalPolicy.DESTROY
 
 
-def apply_removal_policy(stack: cdk.Stack, config: Environment) -> None:
-    """The policy on every resource of `stack`, including those aws-cdk-lib creates for us."""
-    cdk.RemovalPolicies.of(stack).apply(removal_policy(config))
+def apply_removal_policy(stack: cdk.Stack, config: Environment, *, also_kept: tuple[str, ...] = ()) -> None:
+    """The environment's policy on every resource of `stack`, those aws-cdk-lib creates included:
+    in a retain environment, RETAIN on KEPT_DATA (plus `also_kept`), DESTROY on everything else."""
+    policies = cdk.RemovalPolicies.of(stack)
+    if not config.retain:
+        policies.apply(cdk.RemovalPolicy.DESTROY)
+        return
+    kept = list(KEPT_DATA + also_kept)
+    policies.apply(cdk.RemovalPolicy.DESTROY, exclude_resource_types=kept)
+    policies.apply(cdk.RemovalPolicy.RETAIN, apply_to_resource_types=kept)

@@ -11,7 +11,8 @@ from constructs import Construct
 from config import Environment
 from stacks.cluster import ClusterStack
 from stacks.network import NetworkStack
-from stacks.removal import apply_removal_policy, removal_policy
+from cdk_constructs.teardown import FsxFinalBackup
+from stacks.removal import KEPT_FILE_SYSTEM_GUARD, apply_removal_policy, removal_policy
 
 # Lustre: 988 for LNet, 1018-1023 for the client/server RPC ports. Both directions, because
 # Lustre servers also open connections back to clients.
@@ -84,7 +85,10 @@ class StorageStack(cdk.Stack):
         self.mount_name: str = self.file_system.mount_name
         self.data_repository_associations = self._link_repositories(policy)
 
-        apply_removal_policy(self, config)
+        # A kept file system with backups gets a final one as the stack goes.
+        self.final_backup = FsxFinalBackup(self, "FinalBackup", file_system=self.file_system) \
+            if self.backups_enabled else None
+        apply_removal_policy(self, config, also_kept=KEPT_FILE_SYSTEM_GUARD)
         cdk.CfnOutput(self, "FileSystemId", value=self.file_system_id, description="FSx for Lustre file system id")
         cdk.CfnOutput(self, "FileSystemDnsName", value=self.dns_name, description="FSx DNS name for the Lustre mount")
         cdk.CfnOutput(self, "FileSystemMountName", value=self.mount_name, description="FSx Lustre mount name")

@@ -210,10 +210,11 @@ def test_destroy_environment_deletes_the_secrets_key(cluster):
     cluster.has_resource("AWS::KMS::Key", {"DeletionPolicy": "Delete"})
 
 
-def test_retain_environment_keeps_the_secrets_key_and_cluster():
+def test_retain_environment_keeps_the_secrets_key_but_not_the_cluster():
     prod = synth("prod").templates["cluster"]
     prod.has_resource("AWS::KMS::Key", {"DeletionPolicy": "Retain"})
-    prod.has_resource("AWS::EKS::Cluster", {"DeletionPolicy": "Retain"})
+    # A kept cluster would keep billing; what a retain environment keeps is its data.
+    prod.has_resource("AWS::EKS::Cluster", {"DeletionPolicy": "Delete"})
 
 
 def test_outputs_for_humans(cluster):

@@ -74,13 +74,3 @@ def cfn_lint_findings():
 def test_cfn_lint_reports_no_errors_on_any_template(cfn_lint_findings):
     errors = [f"{f['Filename']}: {f['Rule']['Id']} {f['Message']}" for f in cfn_lint_findings if f["Level"] == "Error"]
     assert errors == []
-
-
-@pytest.mark.parametrize("variant, expected", [("dev", "Delete"), ("prod", "Retain"), ("blocks", "Retain")])
-def test_every_resource_follows_the_environment_removal_policy(variant, expected):
-    s = synth(variant)
-    for stack in ("network", "cluster", "storage", "registry"):
-        for logical, resource in s.template_json(stack)["Resources"].items():
-            # CloudFormation's default is Delete; destroy environments may leave it implicit.
-            assert resource.get("DeletionPolicy", "Delete") == expected, f"{stack}/{logical}"
-            assert resource.get("UpdateReplacePolicy", "Delete") == expected, f"{stack}/{logical}"

@@ -1,0 +1,203 @@
+"""Teardown: what `cdk destroy` deletes per environment, and the order that lets it finish.
+
+Read off the synthesized templates of dev (removalPolicy destroy) and prod (retain). The order
+rules answer known CDK/EKS destroy failures: manifests deleted after the security-group rules
+the kubectl Lambda needs (aws-cdk 9970), the control-plane security group deleted before the
+cluster (18650), and subnets blocked by ENIs or load balancers controllers created (26716).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from aws_cdk.assertions import Template
+
+from synth_helpers import only, synth
+
+STACKS = ("network", "cluster", "storage", "registry", "workloads")
+KUBERNETES_RESOURCE = "Custom::AWSCDK-EKS-KubernetesResource"
+
+
+def templates(variant: str) -> dict[str, dict]:
+    s = synth(variant)
+    return {name: Template.from_stack(getattr(s.stage, name)).to_json() for name in STACKS}
+
+
+@pytest.fixture(scope="module")
+def dev():
+    return templates("dev")
+
+
+@pytest.fixture(scope="module")
+def prod():
+    return templates("prod")
+
+
+def policies(template: dict, type_: str) -> list[tuple[str, str]]:
+    return [(r.get("DeletionPolicy", "Delete"), r.get("UpdateReplacePolicy", "Delete"))
+            for r in template["Resources"].values() if r["Type"] == type_]
+
+
+def all_resources(stacks: dict[str, dict]):
+    for stack, template in stacks.items():
+        for logical_id, resource in template["Resources"].items():
+            yield stack, logical_id, resource
+
+
+def test_destroy_environment_deletes_everything(dev):
+    kept = [f"{s}/{lid}" for s, lid, r in all_resources(dev)
+            if r.get("DeletionPolicy", "Delete") != "Delete" or r.get("UpdateReplacePolicy", "Delete") != "Delete"]
+    assert kept == []
+
+
+def test_destroy_environment_empties_the_repository_before_deleting_it(dev):
+    repository = only({k: r for k, r in dev["registry"]["Resources"].items() if r["Type"] == "AWS::ECR::Repository"})
+    assert repository["Properties"]["EmptyOnDelete"] is True
+
+
+@pytest.mark.parametrize("type_", ["AWS::FSx::FileSystem", "AWS::ECR::Repository", "AWS::KMS::Key",
+                                   "AWS::Logs::LogGroup"])
+def test_retain_environment_keeps_its_data(prod, type_):
+    found = [p for t in prod.values() for p in policies(t, type_)]
+    assert found and set(found) == {("Retain", "Retain")}, type_
+
+
+def test_retain_environment_keeps_the_file_systems_network_home(prod):
+    assert set(policies(prod["network"], "AWS::EC2::VPC")) == {("Retain", "Retain")}
+    assert set(policies(prod["network"], "AWS::EC2::Subnet")) == {("Retain", "Retain")}
+    assert set(policies(prod["storage"], "AWS::EC2::SecurityGroup")) == {("Retain", "Retain")}
+
+
+@pytest.mark.parametrize("stack, type_", [
+    ("cluster", "AWS::EKS::Cluster"), ("cluster", "AWS::EKS::Nodegroup"), ("network", "AWS::EC2::NatGateway"),
+    ("network", "AWS::EC2::EIP"), ("cluster", "AWS::Lambda::Function"),
+])
+def test_retain_environment_deletes_what_only_costs_money(prod, stack, type_):
+    found = policies(prod[stack], type_)
+    assert found and set(found) == {("Delete", "Delete")}
+
+
+def test_retain_environment_keeps_only_the_manifests_that_bind_data(prod):
+    """Namespaces, CRDs and the FSx volume would cascade into jobs and bindings if the Workloads
+    stack alone were deleted or replaced; every other manifest goes."""
+    from stacks.workloads import KEPT_WHEN_RETAINED, _construct_id
+
+    kept_ids = {_construct_id(name) for name in KEPT_WHEN_RETAINED}
+    for logical_id, resource in prod["workloads"]["Resources"].items():
+        if resource["Type"] == KUBERNETES_RESOURCE:
+            expected = "Retain" if any(logical_id.startswith(k) for k in kept_ids) else "Delete"
+            assert resource.get("DeletionPolicy", "Delete") == expected, logical_id
+
+
+def test_retain_environment_takes_a_final_backup_of_the_file_system(prod, dev):
+    [backup] = [r for r in prod["storage"]["Resources"].values() if r["Type"] == "Custom::FsxFinalBackup"]
+    fs_id = next(k for k, r in prod["storage"]["Resources"].items() if r["Type"] == "AWS::FSx::FileSystem")
+    assert backup["Properties"]["FileSystemId"] == {"Ref": fs_id}
+    # The backup resource itself must be deleted, or its handler never hears of the deletion.
+    assert backup.get("DeletionPolicy", "Delete") == "Delete"
+    assert not [r for r in dev["storage"]["Resources"].values() if r["Type"] == "Custom::FsxFinalBackup"]
+
+
+def test_kept_security_groups_have_no_inline_rules_that_pin_deleted_groups(prod):
+    for stack, logical_id, resource in all_resources(prod):
+        if resource["Type"] == "AWS::EC2::SecurityGroup" and resource.get("DeletionPolicy") == "Retain":
+            rules = resource["Properties"].get("SecurityGroupIngress", []) + \
+                resource["Properties"].get("SecurityGroupEgress", [])
+            assert not [r for r in rules if "SourceSecurityGroupId" in r or "DestinationSecurityGroupId" in r], \
+                f"{stack}/{logical_id}"
+
+
+# -- destroy order ------------------------------------------------------------------------------
+
+
+def stack_dependencies(variant: str) -> dict[str, set[str]]:
+    """Stack artifact id -> the artifact ids it depends on, transitively, from the cloud assembly."""
+    s = synth(variant)
+    direct = {st.id: {d.id for d in st.dependencies}
+              for st in s.assembly.get_nested_assembly(s.stage.artifact_id).stacks}
+    closed: dict[str, set[str]] = {}
+
+    def close(name: str) -> set[str]:
+        if name not in closed:
+            closed[name] = set()
+            for dep in direct.get(name, ()):
+                closed[name] |= {dep} | close(dep)
+        return closed[name]
+    return {name: close(name) for name in direct}
+
+
+def artifact_ids(variant: str) -> dict[str, str]:
+    s = synth(variant)
+    return {name: getattr(s.stage, name).artifact_id for name in STACKS}
+
+
+@pytest.mark.parametrize("variant", ["dev", "prod"])
+def test_manifests_are_deleted_before_the_cluster_its_rules_and_the_network(variant):
+    """aws-cdk 9970: the kubectl Lambda must still reach the API while it deletes manifests, so
+    every manifest lives in a stack that CloudFormation deletes before the stacks holding the
+    cluster, its security-group rules, the node groups, the NAT gateways and the storage."""
+    stacks = templates(variant)
+    holders = {name for name, t in stacks.items()
+               if any(r["Type"] == KUBERNETES_RESOURCE for r in t["Resources"].values())}
+    assert holders == {"workloads"}
+    ids = artifact_ids(variant)
+    by_id = {v: k for k, v in ids.items()}
+    deps = stack_dependencies(variant)
+    assert {by_id[d] for d in deps[ids["workloads"]] if d in by_id} >= {"network", "cluster", "storage"}
+
+
+def test_cluster_security_groups_outlive_the_cluster(dev):
+    """aws-cdk 18650: the cluster references each of its security groups, so CloudFormation deletes
+    the cluster first, and no other stack owns a group the cluster uses."""
+    resources = dev["cluster"]["Resources"]
+    cluster = only({k: r for k, r in resources.items() if r["Type"] == "AWS::EKS::Cluster"})
+    groups = cluster["Properties"]["ResourcesVpcConfig"]["SecurityGroupIds"]
+    assert groups
+    for group in groups:
+        logical_id = group["Fn::GetAtt"][0]
+        assert resources[logical_id]["Type"] == "AWS::EC2::SecurityGroup"
+
+
+def test_node_groups_are_deleted_before_the_cluster(dev):
+    resources = dev["cluster"]["Resources"]
+    cluster_id = next(k for k, r in resources.items() if r["Type"] == "AWS::EKS::Cluster")
+    for logical_id, resource in resources.items():
+        if resource["Type"] == "AWS::EKS::Nodegroup":
+            assert resource["Properties"]["ClusterName"] == {"Ref": cluster_id}, logical_id
+
+
+def test_no_chart_asks_a_controller_for_a_load_balancer():
+    """aws-cdk 26716: a load balancer a controller created blocks subnet deletion; we create none."""
+    s = synth("dev")
+    for name, objects in s.stage.workloads.charts.manifests().items():
+        for obj in objects:
+            assert obj["kind"] != "Ingress", name
+            if obj["kind"] == "Service":
+                assert obj["spec"].get("type", "ClusterIP") == "ClusterIP", f"{name}/{obj['metadata']['name']}"
+
+
+def test_eni_janitor_runs_before_any_subnet_route_or_gateway_is_deleted(dev):
+    """aws-cdk 26716: ENIs left by the VPC CNI, EFA or the kubectl Lambda block subnet deletion;
+    the janitor depends on every VPC resource, so it runs (and sweeps) before they go."""
+    resources = dev["network"]["Resources"]
+    [(janitor_id, janitor)] = [(k, r) for k, r in resources.items() if r["Type"] == "Custom::EniJanitor"]
+    vpc_id = next(k for k, r in resources.items() if r["Type"] == "AWS::EC2::VPC")
+    assert janitor["Properties"]["VpcId"] == {"Ref": vpc_id}
+    network_types = {"AWS::EC2::Subnet", "AWS::EC2::RouteTable", "AWS::EC2::NatGateway", "AWS::EC2::Route",
+                     "AWS::EC2::SubnetRouteTableAssociation", "AWS::EC2::VPCGatewayAttachment",
+                     "AWS::EC2::InternetGateway", "AWS::EC2::VPC"}
+    expected = {k for k, r in resources.items() if r["Type"] in network_types}
+    assert expected <= set(janitor.get("DependsOn", []))
+    handler = resources[janitor["Properties"]["ServiceToken"]["Fn::GetAtt"][0]]
+    assert "VpcConfig" not in handler["Properties"], "a janitor inside the VPC would leave ENIs of its own"
+
+
+def test_eni_janitor_may_delete_interfaces_only_in_its_own_vpc(dev):
+    resources = dev["network"]["Resources"]
+    statements = [s for r in resources.values() if r["Type"] == "AWS::IAM::Policy"
+                  and "EniJanitor" in json.dumps(r["Properties"]["Roles"])
+                  for s in r["Properties"]["PolicyDocument"]["Statement"]]
+    [delete] = [s for s in statements if s["Action"] == "ec2:DeleteNetworkInterface"]
+    vpc_id = next(k for k, r in resources.items() if r["Type"] == "AWS::EC2::VPC")
+    assert json.dumps({"Ref": vpc_id}) in json.dumps(delete["Condition"]["ArnEquals"]["ec2:Vpc"])

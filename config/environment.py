@@ -147,6 +147,12 @@ def private_subnet_mask(vpc_cidr: str, az_count: int) -> int:
     return prefix + 1 + math.ceil(math.log2(az_count))
 
 
+def read_account_and_region(r: ObjectReader) -> tuple[str, str]:
+    """Where something deploys: shared by environments and the pipeline."""
+    return (r.required_match("account", _ACCOUNT, "a 12-digit AWS account id"),
+            r.required_match("region", _REGION, "an AWS region such as us-west-2"))
+
+
 def parse_environments(raw: Any) -> Mapping[str, Any]:
     if raw is None:
         raise ConfigError("environments", "is missing from cdk.json context")
@@ -170,12 +176,7 @@ def parse_environment(name: str, raw: Any) -> Environment:
     path = f"environments.{name}"
     r = ObjectReader(raw, path)
 
-    account = r.required("account", str)
-    if not _ACCOUNT.match(account):
-        raise ConfigError(r.at("account"), f"must be a 12-digit AWS account id, got {account!r}")
-    region = r.required("region", str)
-    if not _REGION.match(region):
-        raise ConfigError(r.at("region"), f"must be an AWS region such as us-west-2, got {region!r}")
+    account, region = read_account_and_region(r)
 
     azs = string_list(r.required("availabilityZones", list), r.at("availabilityZones"))
     if len(azs) < 2:

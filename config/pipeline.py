@@ -6,12 +6,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from config.environment import Environment, load_environment, parse_environments
+from config.environment import Environment, load_environment, parse_environments, read_account_and_region
 from config.errors import ConfigError
 from config.reader import ObjectReader, check_type, string_list
 
-_ACCOUNT = re.compile(r"^\d{12}$")
-_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
 _CONNECTION_ARN = re.compile(
     r"^arn:aws(-[a-z]+)*:(codeconnections|codestar-connections):[a-z0-9-]+:\d{12}:connection/[0-9a-f-]{36}$"
 )
@@ -36,22 +34,11 @@ class PipelineSettings:
 
 def load_pipeline(raw: Any, promotion: Any, environments: Any) -> PipelineSettings:
     r = ObjectReader(raw, "pipeline")
-    account = r.required("account", str)
-    if not _ACCOUNT.match(account):
-        raise ConfigError(r.at("account"), f"must be a 12-digit AWS account id, got {account!r}")
-    region = r.required("region", str)
-    if not _REGION.match(region):
-        raise ConfigError(r.at("region"), f"must be an AWS region such as us-west-2, got {region!r}")
-    connection = r.required("connectionArn", str)
-    if not _CONNECTION_ARN.match(connection):
-        raise ConfigError(r.at("connectionArn"),
-                          "must be a CodeConnections ARN (arn:aws:codeconnections:<region>:<account>:connection/<uuid>)")
-    repository = r.required("repository", str)
-    if not _REPOSITORY.match(repository):
-        raise ConfigError(r.at("repository"), f"must be owner/name, got {repository!r}")
-    branch = r.required("branch", str)
-    if not _BRANCH.match(branch):
-        raise ConfigError(r.at("branch"), f"must be a branch name, got {branch!r}")
+    account, region = read_account_and_region(r)
+    connection = r.required_match(
+        "connectionArn", _CONNECTION_ARN, "a CodeConnections ARN (arn:aws:codeconnections:<region>:<account>:connection/<uuid>)")
+    repository = r.required_match("repository", _REPOSITORY, "owner/name")
+    branch = r.required_match("branch", _BRANCH, "a branch name")
     r.finish()
 
     if promotion is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from config.errors import ConfigError
@@ -37,6 +38,13 @@ class ObjectReader:
         if key not in self.raw or self.raw[key] is None:
             return default
         return check_type(self.raw[key], kind, self.at(key))
+
+    def required_match(self, key: str, pattern: "re.Pattern[str]", what: str) -> str:
+        """A required string that must match `pattern`; `what` says what is allowed."""
+        value = self.required(key, str)
+        if not pattern.match(value):
+            raise ConfigError(self.at(key), f"must be {what}, got {value!r}")
+        return value
 
     def finish(self) -> None:
         unknown = sorted(set(self.raw) - self._seen)

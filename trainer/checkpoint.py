@@ -21,6 +21,7 @@ from typing import Any
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
 
@@ -101,7 +102,9 @@ class CheckpointManager:
             path = step_dir(self.directory, step)
             try:
                 dcp.load(self.state, checkpoint_id=str(path))
-            except Exception as exc:  # DCP raises on every rank when any rank's read fails
+            # DCP raises on every rank when any rank's read fails; its CheckpointException is a
+            # BaseException, so it is named here explicitly.
+            except (Exception, CheckpointException) as exc:
                 if self.rt.is_main:
                     warn(f"checkpoint {path} does not load ({type(exc).__name__}: {_first_line(exc)}); "
                          "falling back to the previous one")

@@ -42,6 +42,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _per_attempt_store(timeout: timedelta) -> dist.Store | None:
+    """Under torchrun's c10d rendezvous the workers share the agent's TCPStore, the same server in
+    every restart round, and torch reads it without a per-round prefix. A restarted worker can
+    then read the address a killed worker published in the previous round, and gloo's connect
+    fails ("Connection refused") or hangs until the timeout, round after round; seen here in
+    about half of the SIGKILL runs. Keying the round's keys by the restart count fixes that.
+    The count is the same for all workers only when one agent started them all (one node);
+    multi-node jobs use the etcd-v2 rendezvous, where rank 0 hosts a fresh store each round.
+    """
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or os.environ.get("GROUP_WORLD_SIZE", "1") != "1":
+        return None
+    client = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                           int(os.environ["WORLD_SIZE"]), is_master=False, timeout=timeout)
+    return dist.PrefixStore(f"/trainer/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", client)
+
+
 def init(cfg: DistConfig = DistConfig(), *, checkpoint_group: bool = False) -> Runtime:
     """Join the job torchrun described in the environment, or make a one-process job when run
     directly (benchmarks, single-GPU runs), so workloads need no special case for either."""
@@ -57,6 +73,9 @@ def init(cfg: DistConfig = DistConfig(), *, checkpoint_group: bool = False) -> R
         device, backend = torch.device("cpu"), "gloo"
     timeout = timedelta(seconds=cfg.timeout_s)
     kwargs = {"device_id": device} if backend == "nccl" else {}
+    store = _per_attempt_store(timeout)
+    if store is not None:
+        kwargs.update(store=store, rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
     dist.init_process_group(backend=backend, timeout=timeout, **kwargs)
     ckpt_pg = None
     if checkpoint_group:

@@ -1,0 +1,148 @@
+"""trainer.llm under torchrun with real faults: killed workers, a kill mid-checkpoint, a corrupt
+checkpoint, preemption (SIGTERM) and a rendezvous that never completes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from trainer.checkpoint import MARKER, list_steps, step_dir
+from trainer_procs import REPO, Job, job_env, run, torchrun_args
+
+pytestmark = pytest.mark.slow
+
+RESUMED = re.compile(r"Resumed from checkpoint \S+ \(step (\d+)\)")
+LOGGED = re.compile(r"^step\s+(\d+) \| loss ([\d.]+)")
+
+
+def llm(ckpt, *extra, steps=20, every=10):
+    return ["--model", "tiny", "--steps", str(steps), "--batch-size", "2", "--seq-len", "64",
+            "--checkpoint-dir", str(ckpt), "--checkpoint-every", str(every), "--log-every", "5",
+            "--dist-timeout", "20", *extra]
+
+
+def logged_steps(output: str) -> list[int]:
+    return [int(m[1]) for line in output.splitlines() if (m := LOGGED.search(line))]
+
+
+def metrics(path) -> dict[int, dict]:
+    return {r["step"]: r for r in map(json.loads, path.read_text().splitlines())}
+
+
+def test_loss_falls_and_resume_restores_model_optimizer_schedule_and_data_position_exactly(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    rc, out = run(torchrun_args("trainer.llm", llm(a, "--metrics-file", str(a / "m.jsonl"))))
+    assert rc == 0, out
+    ma = metrics(a / "m.jsonl")
+    assert sorted(ma) == [5, 10, 15, 20]  # steps count from 1: the line for step N follows the N-th step
+    for record in ma.values():
+        assert {"step", "loss", "lr", "tokens_per_sec", "mfu"} <= record.keys() and record["mfu"] is None
+    assert ma[20]["loss"] < ma[5]["loss"] - 0.5, ma
+    assert list_steps(a) == [10, 20]
+
+    # Resume from the step-10 checkpoint alone: steps 11..20 must retrace run a exactly.
+    shutil.copytree(step_dir(a, 10), step_dir(b, 10))
+    rc, out = run(torchrun_args("trainer.llm", llm(b, "--metrics-file", str(b / "m.jsonl"))))
+    assert rc == 0, out
+    assert [int(s) for s in RESUMED.findall(out)] == [10]
+    mb = metrics(b / "m.jsonl")
+    assert sorted(mb) == [15, 20]
+    for step in (15, 20):
+        assert mb[step]["loss"] == pytest.approx(ma[step]["loss"], abs=1e-4)
+        assert mb[step]["lr"] == pytest.approx(ma[step]["lr"])
+
+    # A corrupt newest checkpoint: fall back to the previous one, with a warning.
+    shard = step_dir(a, 20) / "__1_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:100])
+    rc, out = run(torchrun_args("trainer.llm", llm(a, steps=25)))
+    assert rc == 0, out
+    assert re.search(r"WARNING: checkpoint \S+step-00000020 does not load", out), out
+    assert [int(s) for s in RESUMED.findall(out)] == [10]
+    assert logged_steps(out) == [15, 20, 25]
+
+
+def test_a_sigkilled_worker_restarts_and_resumes_losing_at_most_one_interval(tmp_path):
+    every = 10
+    job = Job(torchrun_args("trainer.llm", llm(tmp_path, steps=70, every=every), max_restarts=2))
+    try:
+        job.wait_for(r"Checkpoint saved: \S+step-00000020")
+        before = max(logged_steps(job.output))
+        job.kill_worker(1)
+        rc = job.finish(timeout=200)
+    finally:
+        job.stop()
+    out = job.output
+    assert rc == 0, out
+    resumed = [int(s) for s in RESUMED.findall(out)]
+    assert resumed and resumed[0] >= before - every, (before, resumed)
+    assert logged_steps(out)[-1] == 70 and '"steps": 70' in out
+    assert list_steps(tmp_path)[-1] == 70
+
+
+def test_a_kill_during_a_checkpoint_write_leaves_the_previous_checkpoint_loadable(tmp_path):
+    # Rank 0's file of the step-20 checkpoint is a FIFO with no reader: its writer blocks inside
+    # the save (in open) for as long as the test likes, so the kill lands mid-write by
+    # construction. Rank 1's file appearing shows the save is under way on every rank.
+    job = Job(torchrun_args("trainer.llm", llm(tmp_path, steps=30), max_restarts=1))
+    try:
+        # After start-up (resume clears unfinished checkpoint folders), well before step 20.
+        job.wait_for(r"^step\s+5 ")
+        target = step_dir(tmp_path, 20)
+        target.mkdir(parents=True)
+        os.mkfifo(target / "__0_0.distcp")
+        other_rank_file = target / "__1_0.distcp"
+        deadline = time.monotonic() + 90
+        while not other_rank_file.exists():
+            assert time.monotonic() < deadline, "the step-20 save never started:\n" + job.output[-3000:]
+            select.select([], [], [], 0.05)  # a bounded poll of the file, not a synchronising sleep
+        assert not (target / ".metadata").exists() and not (target / MARKER).exists()
+        job.kill_worker(0)
+        rc = job.finish(timeout=200)
+    finally:
+        job.stop()
+    out = job.output
+    assert rc == 0, out
+    assert [int(s) for s in RESUMED.findall(out)] == [10]  # the previous checkpoint loads
+    assert list_steps(tmp_path) == [20, 30] and (step_dir(tmp_path, 20) / MARKER).exists()
+    assert not list_steps(tmp_path, complete=False)
+    assert not (step_dir(tmp_path, 20) / "__0_0.distcp").is_fifo()  # the half-written save was cleared
+
+
+def test_sigterm_saves_a_final_checkpoint_and_the_next_run_resumes_from_it(tmp_path):
+    job = Job(torchrun_args("trainer.llm", llm(tmp_path, steps=2000, every=1000)))
+    try:
+        job.wait_for(r"^step\s+10 ")
+        job.proc.send_signal(signal.SIGTERM)  # what the kubelet sends torchrun on preemption
+        job.finish(timeout=90)
+    finally:
+        job.stop()
+    m = re.search(r"SIGTERM: checkpoint saved at step (\d+); exiting cleanly", job.output)
+    assert m, job.output
+    step = int(m[1])
+    assert (step_dir(tmp_path, step) / MARKER).exists()
+    rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, steps=step + 3, every=1000)))
+    assert rc == 0, out
+    assert [int(s) for s in RESUMED.findall(out)] == [step]
+    assert logged_steps(out) == [step + 3]
+
+
+def test_a_rendezvous_that_never_completes_fails_within_its_timeout_instead_of_hanging():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = job_env(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "trainer.llm", "--dist-timeout", "3"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert time.monotonic() - t0 < 30

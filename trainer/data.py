@@ -11,10 +11,10 @@ and DIR/shard-00000.bin, ... holding the token ids back to back (little-endian).
 from __future__ import annotations
 
 import json
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from trainer.cli import Parser, UsageError, positive_int, run_main
@@ -61,9 +61,12 @@ class TokenShards:
             raise UsageError("--data", f"{directory} has no meta.json; make shards with `python -m trainer.data prepare`")
         try:
             meta = json.loads(meta_path.read_text())
-            dtype = np.dtype(meta["dtype"])
-            self.shards = [np.memmap(directory / name, dtype=dtype, mode="r") for name in meta["shards"]]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            dtype, width = _DTYPES[meta["dtype"]]
+            # Private memory maps: pages load on first touch, so a 100 GB corpus costs no RAM up front.
+            self.shards = [torch.from_file(str(directory / name), shared=False,
+                                           size=(directory / name).stat().st_size // width, dtype=dtype)
+                           for name in meta["shards"]]
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
             raise UsageError("--data", f"{meta_path} is not a shard index ({exc})") from None
         if meta.get("vocab_size", 0) > vocab_size:
             raise UsageError("--data", f"tokens go up to {meta['vocab_size']} but the model's vocabulary has {vocab_size}")
@@ -76,7 +79,7 @@ class TokenShards:
         index %= self.num_windows(length)  # past the end, start another pass over the data
         for shard, size in zip(self.shards, self.sizes):
             if index < size // length:
-                return torch.from_numpy(shard[index * length:(index + 1) * length].astype(np.int64))
+                return shard[index * length:(index + 1) * length].to(torch.long)
             index -= size // length
         raise AssertionError("unreachable")
 
@@ -119,6 +122,7 @@ class RankBatches:
 
 # --- prepare ------------------------------------------------------------------------------------
 
+_DTYPES = {"uint16": (torch.uint16, 2), "uint32": (torch.uint32, 4)}
 _EOS_CANDIDATES = ("<|end_of_text|>", "</s>", "<|endoftext|>", "<eos>")
 
 
@@ -141,13 +145,14 @@ def prepare(tokenizer_path: Path, inputs: list[Path], output: Path, shard_tokens
     if eos and eos_id is None:
         raise UsageError("--eos-token", f"{eos!r} is not in the tokenizer's vocabulary")
     vocab = tok.get_vocab_size()
-    dtype = np.uint16 if vocab <= 2**16 else np.uint32
+    dtype = "uint16" if vocab <= 2**16 else "uint32"
     output.mkdir(parents=True, exist_ok=True)
     shards, buffer, total = [], [], 0
 
     def flush():
         name = f"shard-{len(shards):05d}.bin"
-        np.asarray(buffer, dtype=dtype).tofile(output / name)
+        with open(output / name, "wb") as f:
+            array("H" if dtype == "uint16" else "I", buffer).tofile(f)  # native order: little-endian on x86/arm
         shards.append(name)
         buffer.clear()
 
@@ -165,7 +170,7 @@ def prepare(tokenizer_path: Path, inputs: list[Path], output: Path, shard_tokens
             bar.update(f.stat().st_size)
     if buffer:
         flush()
-    meta = {"dtype": np.dtype(dtype).name, "vocab_size": vocab, "shards": shards, "tokens": total,
+    meta = {"dtype": dtype, "vocab_size": vocab, "shards": shards, "tokens": total,
             "tokenizer": str(tokenizer_path)}
     (output / "meta.json").write_text(json.dumps(meta, indent=2))
     return meta

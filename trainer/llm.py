@@ -128,8 +128,6 @@ def parse_args(argv=None):
     mcfg = model_config(args.model, n_layers=args.layers)
     if args.seq_len > mcfg.max_seq_len:
         raise UsageError("--seq-len", f"{args.seq_len} is longer than {args.model}'s context of {mcfg.max_seq_len}")
-    if args.warmup_steps >= args.steps and args.steps > 1:
-        raise UsageError("--warmup-steps", f"{args.warmup_steps} must be fewer than --steps ({args.steps})")
     return args, mcfg
 
 
@@ -147,7 +145,7 @@ def train(args, mcfg: ModelConfig, rt: tdist.Runtime) -> int:
     batches = RankBatches(DataConfig(args.data, args.batch_size, args.seq_len, args.seed), rt.rank,
                           rt.world_size, mcfg.vocab_size)
     model = build_model(mcfg, rt, compile=args.compile, activation_checkpointing=args.activation_checkpointing)
-    ocfg = OptimConfig(lr=args.lr or DEFAULT_LR.get(args.model, OptimConfig.lr), warmup_steps=args.warmup_steps,
+    ocfg = OptimConfig(lr=args.lr or DEFAULT_LR.get(args.model, OptimConfig.lr), warmup_steps=min(args.warmup_steps, args.steps // 2),
                        total_steps=args.steps, max_grad_norm=args.max_grad_norm)
     optimizer = torch.optim.AdamW(model.parameters(), lr=ocfg.lr, betas=(0.9, 0.95), weight_decay=ocfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(ocfg))

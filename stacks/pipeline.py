@@ -34,6 +34,19 @@ def validation_step_id(env_name: str) -> str:
     return f"Validate-{env_name}"
 
 
+def _as_sub(parts: list) -> str:
+    """Fn::Join parts (strings and Refs) as one Fn::Sub template."""
+    out = []
+    for part in parts:
+        if isinstance(part, str):
+            out.append(part.replace("${", "${!"))
+        elif isinstance(part, dict) and set(part) == {"Ref"}:
+            out.append("${" + part["Ref"] + "}")
+        else:
+            raise ValueError(f"cannot express {part!r} in Fn::Sub")
+    return "".join(out)
+
+
 class PipelineStack(cdk.Stack):
     """Attributes: `pipeline` (pipelines.CodePipeline), `stages` (env name -> TrainingClusterStage),
     `synth` (the ShellStep whose commands run the tests)."""
@@ -77,6 +90,19 @@ class PipelineStack(cdk.Stack):
         self.pipeline.build_pipeline()
         support = self.pipeline.pipeline.cross_region_support
         acknowledge_pipeline([self, *(s.stack for s in support.values())])
+        self._role_arns_as_sub()
+
+    def _role_arns_as_sub(self) -> None:
+        """CDK Pipelines writes cross-account deploy role ARNs as Fn::Join with an empty delimiter,
+        which cfn-lint reports as an error (E3703); the same value as Fn::Sub passes."""
+        cfn = self.pipeline.pipeline.node.default_child
+        for i, stage in enumerate(self.resolve(cfn.stages)):
+            # The L1 property resolves with its own (camelCase) keys; Configuration is free-form.
+            for j, action in enumerate(stage["actions"]):
+                role = (action.get("configuration") or {}).get("RoleArn")
+                if isinstance(role, dict) and "Fn::Join" in role and role["Fn::Join"][0] == "":
+                    cfn.add_property_override(f"Stages.{i}.Actions.{j}.Configuration.RoleArn",
+                                              {"Fn::Sub": _as_sub(role["Fn::Join"][1])})
 
     def _validation_step(self, env: Environment, stage: TrainingClusterStage, access: ValidationAccessStack,
                          source: pipelines.IFileSetProducer, dist: pipelines.FileSet) -> pipelines.CodeBuildStep:

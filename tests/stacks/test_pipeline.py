@@ -151,3 +151,18 @@ def test_pipeline_has_no_unacknowledged_cdk_nag_findings(built):
     reports = json.loads((outdir / "validation-report.json").read_text())["pluginReports"]
     for report in reports:
         assert report["conclusion"] == "success", [v["ruleName"] for v in report["violations"]][:10]
+
+
+def test_pipeline_templates_pass_cfn_lint_and_stay_small(built):
+    _, _, outdir = built
+    import subprocess
+    import sys
+
+    files = sorted(str(p) for p in outdir.glob("*.template.json"))  # the pipeline and its cross-region support
+    assert len(files) >= 2
+    for path in files:
+        assert Path(path).stat().st_size < 800_000, path
+    lint = Path(sys.executable).parent / "cfn-lint"
+    result = subprocess.run([str(lint), "--format", "json", *files], capture_output=True, text=True, timeout=300)
+    findings = json.loads(result.stdout)
+    assert [f"{f['Rule']['Id']} {f['Message']}" for f in findings if f["Level"] == "Error"] == []

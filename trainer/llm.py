@@ -65,14 +65,38 @@ class TrainState:
 
 
 class Preemption:
-    """SIGTERM (a pod being evicted; torchrun forwards it) asks for a checkpoint and a clean exit."""
+    """SIGTERM (a pod being evicted; torchrun forwards it) asks for a checkpoint and a clean exit.
 
-    def __init__(self):
-        self.requested = False
+    The signal can reach ranks at different steps, so they agree through an all-reduce. Its
+    result is read one step later: reading it at once would make the host wait for the device
+    every step and leave the GPU idle while the next step is queued.
+    """
+
+    def __init__(self, rt: tdist.Runtime):
+        self.rt, self.requested, self.inflight = rt, False, None
         signal.signal(signal.SIGTERM, self._handle)
 
     def _handle(self, signum, frame):
         self.requested = True
+
+    def agreed(self, *, now: bool = False) -> bool:
+        """True once any rank has been asked to stop (as of the previous step, or now)."""
+        # fill_ launches a kernel with the value as an argument; building the tensor from a host
+        # list would copy from pageable memory, which synchronises the stream every step.
+        flag = torch.empty(1, device=self.rt.device).fill_(1.0 if self.requested else 0.0)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        previous, self.inflight = self.inflight, flag
+        if now:
+            return bool(flag.item() > 0)
+        return previous is not None and bool(previous.item() > 0)
+
+
+def to_device(batch: tuple[torch.Tensor, ...], device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Copy a batch to the GPU without stopping the host: a copy from pageable memory waits for
+    the stream to drain, a copy from pinned memory is queued behind the running step."""
+    if device.type != "cuda":
+        return batch
+    return tuple(t.pin_memory().to(device, non_blocking=True) for t in batch)
 
 
 def build_model(cfg: ModelConfig, rt: tdist.Runtime, *, compile: bool, activation_checkpointing: bool):
@@ -141,13 +165,16 @@ def main(argv=None) -> int:
 
 
 def train(args, mcfg: ModelConfig, rt: tdist.Runtime) -> int:
-    preemption = Preemption()
+    preemption = Preemption(rt)
     batches = RankBatches(DataConfig(args.data, args.batch_size, args.seq_len, args.seed), rt.rank,
                           rt.world_size, mcfg.vocab_size)
     model = build_model(mcfg, rt, compile=args.compile, activation_checkpointing=args.activation_checkpointing)
     ocfg = OptimConfig(lr=args.lr or DEFAULT_LR.get(args.model, OptimConfig.lr), warmup_steps=min(args.warmup_steps, args.steps // 2),
                        total_steps=args.steps, max_grad_norm=args.max_grad_norm)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=ocfg.lr, betas=(0.9, 0.95), weight_decay=ocfg.weight_decay)
+    # The fused kernel updates all parameters in one pass over memory on GPU; CPUs use foreach.
+    optimizer = torch.optim.AdamW(model.parameters(), lr=ocfg.lr, betas=(0.9, 0.95), weight_decay=ocfg.weight_decay,
+                                  fused=rt.device.type == "cuda")
+    compute_loss = torch.compile(loss_fn) if args.compile else loss_fn  # fuses the fp32 cast into the softmax
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(ocfg))
     train_state = TrainState(scheduler)
     ckpt = CheckpointManager(
@@ -163,11 +190,11 @@ def train(args, mcfg: ModelConfig, rt: tdist.Runtime) -> int:
 
     t0, loss_sum, loss_count, last_loss, step = time.perf_counter(), torch.zeros((), device=rt.device), 0, None, start
     for step in range(start + 1, args.steps + 1):
-        inputs, labels = batches.next()
-        inputs, labels = inputs.to(rt.device, non_blocking=True), labels.to(rt.device, non_blocking=True)
-        loss = loss_fn(model(inputs), labels)
+        inputs, labels = to_device(batches.next(), rt.device)
+        loss = compute_loss(model(inputs), labels)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), ocfg.max_grad_norm)
+        ckpt.wait_staging()  # an asynchronous save's copy of the weights must finish first
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
@@ -185,13 +212,13 @@ def train(args, mcfg: ModelConfig, rt: tdist.Runtime) -> int:
         if ckpt.due(step, args.steps):
             ckpt.save(step)
         ckpt.poll()
-        if tdist.all_reduce_max(preemption.requested, rt):
+        if preemption.agreed(now=step == args.steps):
             ckpt.save(step, blocking=True)
             ckpt.wait()
             if rt.is_main:
                 log(f"SIGTERM: checkpoint saved at step {step}; exiting cleanly")
             break
-    ckpt.wait()
+    ckpt.close()
     metrics.close()
     elapsed = time.perf_counter() - t0
     if rt.is_main:

@@ -91,13 +91,6 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
-def all_reduce_max(flag: bool, rt: Runtime) -> bool:
-    """True when any rank says true (a preemption signal may reach the ranks at different times)."""
-    t = torch.tensor([1.0 if flag else 0.0], device=rt.device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item() > 0)
-
-
 def all_reduce_mean(value: float, rt: Runtime) -> float:
     t = torch.tensor([value], dtype=torch.float64 if rt.device.type == "cpu" else torch.float32,
                      device=rt.device)

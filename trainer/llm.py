@@ -111,7 +111,7 @@ def build_model(cfg: ModelConfig, rt: tdist.Runtime, *, compile: bool, activatio
     for i, block in enumerate(layers):
         block.activation_checkpointing = activation_checkpointing
         if compile:
-            block.compile()  # per block: shorter compiles, and FSDP hooks stay outside the graph
+            block.compile()  # per block: all blocks share one compiled graph, so compile time does not grow with depth
         # The last block's parameters are needed again at once by backward: keep them gathered.
         fully_shard(block, mp_policy=mp, reshard_after_forward=i < len(layers) - 1)
     fully_shard(model, mp_policy=mp)
@@ -169,7 +169,8 @@ def train(args, mcfg: ModelConfig, rt: tdist.Runtime) -> int:
     batches = RankBatches(DataConfig(args.data, args.batch_size, args.seq_len, args.seed), rt.rank,
                           rt.world_size, mcfg.vocab_size)
     model = build_model(mcfg, rt, compile=args.compile, activation_checkpointing=args.activation_checkpointing)
-    ocfg = OptimConfig(lr=args.lr or DEFAULT_LR.get(args.model, OptimConfig.lr), warmup_steps=min(args.warmup_steps, args.steps // 2),
+    ocfg = OptimConfig(lr=args.lr or DEFAULT_LR.get(args.model, OptimConfig.lr),
+                       warmup_steps=min(args.warmup_steps, args.steps // 2),  # short runs still decay
                        total_steps=args.steps, max_grad_norm=args.max_grad_norm)
     # The fused kernel updates all parameters in one pass over memory on GPU; CPUs use foreach.
     optimizer = torch.optim.AdamW(model.parameters(), lr=ocfg.lr, betas=(0.9, 0.95), weight_decay=ocfg.weight_decay,

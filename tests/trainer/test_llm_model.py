@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -76,8 +77,7 @@ def test_rope_preserves_norms_and_is_relative():
 
 
 def test_llama3_rope_scaling_slows_only_the_low_frequencies():
-    plain = rope_frequencies(MODEL_PRESETS["llama3.1-8b"].__class__(**{**MODEL_PRESETS["llama3.1-8b"].__dict__,
-                                                                       "rope_scaling_factor": None}), torch.device("cpu"))
+    plain = rope_frequencies(replace(MODEL_PRESETS["llama3.1-8b"], rope_scaling_factor=None), torch.device("cpu"))
     scaled = rope_frequencies(MODEL_PRESETS["llama3.1-8b"], torch.device("cpu"))
     torch.testing.assert_close(scaled[:, 0], plain[:, 0])  # highest frequency untouched
     assert not torch.allclose(scaled[:, -1], plain[:, -1])

@@ -85,6 +85,12 @@ class MetricsLogger:
             "mfu": round(mfu, 4) if mfu is not None else None,
             "peak_mem_gib": round(peak_memory_gib(self.device), 3),
         }
+        if self.device.type == "cuda":
+            # Allocations the caching allocator had to retry after freeing its cache: each one
+            # synchronises the device, so a rising count explains a throughput cliff near full memory.
+            stats = torch.cuda.memory_stats(self.device)
+            record["alloc_retries"] = stats.get("num_alloc_retries", 0)
+            record["reserved_gib"] = round(stats.get("reserved_bytes.all.peak", 0) / 2**30, 3)
         if self.is_main:
             mfu_text = f"{100 * mfu:.1f}%" if mfu is not None else "n/a"
             log(f"step {step:>6} | loss {loss:.4f} | lr {lr:.2e} | tok/s {record['tokens_per_sec']:,.0f} "

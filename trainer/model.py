@@ -15,6 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from trainer.chunked_loss import linear_cross_entropy
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -200,11 +202,18 @@ class Transformer(nn.Module):
         # Derived from the config, never trained: not saved in checkpoints, rebuilt by init.
         self.register_buffer("freqs", torch.empty(cfg.max_seq_len, cfg.head_dim // 2, 2), persistent=False)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, labels: torch.Tensor | None = None,
+                loss_chunk_tokens: int = 0) -> torch.Tensor:
+        """Logits; or, given `labels` and `loss_chunk_tokens`, the mean cross-entropy computed a
+        chunk at a time without materialising the logits (inside forward, so FSDP has gathered
+        the output weight)."""
         h = self.tok_embeddings(tokens)
         for layer in self.layers.values():
             h = layer(h, self.freqs)
-        return self.output(self.norm(h))
+        h = self.norm(h)
+        if labels is not None and loss_chunk_tokens > 0:
+            return linear_cross_entropy(h, self.output.weight, labels, loss_chunk_tokens)
+        return self.output(h)
 
     @torch.no_grad()
     def init_weights(self, device: torch.device | None = None) -> None:

@@ -54,8 +54,8 @@ deploy: install ## preflight, then deploy ENV with real AWS credentials
 destroy: install ## destroy ENV (prod keeps what removalPolicy retain says)
 	$(CDK) destroy $(CDK_FLAGS) -c env=$(ENV) '$(ENV)/*'
 
-lint: synth ## cfn-lint every synthesized template, hadolint the Dockerfiles
-	$(VENV)/bin/cfn-lint 'cdk.out/**/*.template.json'
+lint: synth ## cfn-lint every synthesized template (errors fail, warnings print), hadolint the Dockerfiles
+	$(VENV)/bin/cfn-lint --non-zero-exit-code error --format parseable 'cdk.out/**/*.template.json'
 	$(VENV)/bin/hadolint trainer/Dockerfile trainer/Dockerfile.cpu
 
 bench: install etcd ## run the CPU benchmarks and print their ratios

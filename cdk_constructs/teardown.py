@@ -43,7 +43,6 @@ class _TeardownFunction(Construct):
             code=lambda_.Code.from_asset(str(HANDLERS), exclude=["__pycache__", "*.pyc"]),
             role=self.role, timeout=timeout, description=description, log_group=self.log_group,
         )
-        self.function.node.add_dependency(self.log_group)
 
 
 class EniJanitor(Construct):

@@ -16,8 +16,10 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from config import ConfigError, Environment, load_environment
+from config import ConfigError, Environment
 from config.kubernetes import NODEGROUP_LABEL
+from ops import envconfig
+from ops.errors import OpsError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CDK = REPO_ROOT / "node_modules" / ".bin" / "cdk"
@@ -28,11 +30,6 @@ STACKS = ("Network", "Cluster", "Storage", "Registry")
 def synth_command(env_name: str, outdir: Path) -> list[str]:
     return [str(CDK), "synth", "--no-notices", "--no-version-reporting", "--quiet",
             "-c", f"env={env_name}", "--output", str(outdir)]
-
-
-def load_config(env_name: str) -> Environment:
-    context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
-    return load_environment(context.get("environments"), env_name)
 
 
 # ---- reading the cloud assembly -------------------------------------------------------------
@@ -148,9 +145,12 @@ def main(argv: list[str] | None = None, run: Callable[..., subprocess.CompletedP
     parser.add_argument("--outdir", type=Path, default=REPO_ROOT / "cdk.out", help="cloud assembly directory")
     args = parser.parse_args(argv)
     try:
-        config = load_config(args.env)
+        config = envconfig.load(args.env)
     except ConfigError as err:
         print(err.line(), file=sys.stderr)
+        return 2
+    except OpsError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
     try:
         result = run(synth_command(args.env, args.outdir), cwd=REPO_ROOT, env={**os.environ, **JSII_QUIET},

@@ -16,8 +16,8 @@ import cdk8s
 import pytest
 import yaml
 
-from config import load_environment
 from config.kubernetes import NODEGROUP_LABEL
+from ops import envconfig
 from ops.validate import checks_from_objects, plan, ready_nodes_by_group
 from tests.conftest import REPO_ROOT
 
@@ -26,10 +26,8 @@ from tests.conftest import REPO_ROOT
 def dev_objects():
     from k8s.validation import ClusterValidationChart, ValidationProps
 
-    environments = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]["environments"]
     app = cdk8s.App()
-    chart = ClusterValidationChart(app, "cluster-validation",
-                                   props=ValidationProps(config=load_environment(environments, "dev")))
+    chart = ClusterValidationChart(app, "cluster-validation", props=ValidationProps(config=envconfig.load("dev")))
     return chart.to_json()
 
 

@@ -36,7 +36,7 @@ CLOUDWATCH_CONFIGURATION = {
 class ClusterStack(cdk.Stack):
     """Attributes: `cluster` (aws_eks_v2.Cluster), `nodegroups` (config name -> Nodegroup, the system
     group under "system"), `efa_nodegroups` (name -> EfaNodegroup), `efa_security_group`,
-    `node_role`, `secrets_key`, `addons` (add-on name -> Addon)."""
+    `node_role`, `secrets_key`, `addons` (add-on name -> Addon), `cluster_name_output` (for the pipeline)."""
 
     def __init__(self, scope: Construct, id: str, *, config: Environment, network: NetworkStack, **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
@@ -98,7 +98,8 @@ class ClusterStack(cdk.Stack):
         self._add_addons(policy)
 
         apply_removal_policy(self, config)
-        cdk.CfnOutput(self, "ClusterName", value=self.cluster.cluster_name, description="EKS cluster name")
+        self.cluster_name_output = cdk.CfnOutput(self, "ClusterName", value=self.cluster.cluster_name,
+                                                 description="EKS cluster name")
         cdk.CfnOutput(self, "ClusterSecurityGroupId", value=self.cluster.cluster_security_group_id,
                       description="EKS cluster security group (every node carries it)")
         cdk.CfnOutput(self, "EfaSecurityGroupId", value=self.efa_security_group.security_group_id,

@@ -122,7 +122,7 @@ class PipelineStack(cdk.Stack):
             additional_inputs={"dist": dist},
             role=runner,
             env_from_cfn_outputs={
-                "CLUSTER_NAME": stage.cluster.node.find_child("ClusterName"),
+                "CLUSTER_NAME": stage.cluster.cluster_name_output,
                 "VALIDATION_ROLE_ARN": access.role_arn_output,
             },
             install_commands=[

@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="phase of one job, or of all jobs in the namespace")
     p.add_argument("name", nargs="?")
     with_kube(p)
-    p = sub.add_parser("logs", help="the master pod's log")
+    p = sub.add_parser("logs", help="worker 0's log (rank 0 logs the metrics)")
     p.add_argument("name")
     p.add_argument("-f", "--follow", action="store_true")
     with_kube(p)

@@ -110,13 +110,16 @@ def render_status(rows: list[JobStatus]) -> str:
 
 def logs(client: Any, name: str, namespace: str | None = None, follow: bool = False,
          echo: Callable[[str], None] = print) -> None:
-    """The master pod's log. With follow the SDK streams and prints each line as it arrives."""
-    pods = _call(lambda: client.get_job_pods(name, namespace=namespace, is_master=True))
+    """Worker 0's log (rank 0 logs the metrics). Our PyTorchJobs have only Worker replicas, and
+    the operator marks no pod of those as master. With follow the SDK streams each line."""
+    leader = {"replica_type": "worker", "replica_index": 0}
+    pods = _call(lambda: client.get_job_pods(name, namespace=namespace, is_master=False, **leader))
     if not pods:
-        raise OpsError(f"job {name} has no master pod (yet); see `python -m ops status {name}`")
+        raise OpsError(f"job {name} has no worker 0 pod (yet); see `python -m ops status {name}`")
     if all(p.status is not None and p.status.phase == "Pending" for p in pods):
-        raise OpsError(f"master pod {pods[0].metadata.name} is Pending; its log starts when it runs")
-    found, _ = _call(lambda: client.get_job_logs(name, namespace=namespace, is_master=True, follow=follow))
+        raise OpsError(f"worker pod {pods[0].metadata.name} is Pending; its log starts when it runs")
+    found, _ = _call(lambda: client.get_job_logs(name, namespace=namespace, is_master=False, follow=follow,
+                                                 **leader))
     if not follow:
         for pod, text in found.items():
             for line in text.splitlines():

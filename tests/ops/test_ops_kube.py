@@ -153,34 +153,36 @@ def test_status_of_one_job_reads_that_job(api):
     assert server.calls[0].path == f"{JOBS}/smoke"
 
 
-def test_logs_follow_streams_the_master_pod(api, capsys):
+def test_logs_follow_streams_worker_0(api, capsys):
     client, server = api
-    server.on("GET", PODS, {"kind": "PodList", "items": [pod("smoke-master-0", "Running")]})
-    server.on("GET", f"{PODS}/smoke-master-0/log", b"epoch 1 loss 0.9\nepoch 2 loss 0.5\n")
+    server.on("GET", PODS, {"kind": "PodList", "items": [pod("smoke-worker-0", "Running")]})
+    server.on("GET", f"{PODS}/smoke-worker-0/log", b"epoch 1 loss 0.9\nepoch 2 loss 0.5\n")
     kube.logs(client, "smoke", follow=True)
     listing, stream = server.calls[0], server.calls[-1]
+    # Only Worker replicas exist in our jobs; the operator labels none of them master.
     assert listing.query["labelSelector"] == ("training.kubeflow.org/job-name=smoke,"
-                                              "training.kubeflow.org/job-role=master")
-    assert stream.path == f"{PODS}/smoke-master-0/log"
+                                              "training.kubeflow.org/replica-type=worker,"
+                                              "training.kubeflow.org/replica-index=0")
+    assert stream.path == f"{PODS}/smoke-worker-0/log"
     assert stream.query["container"] == "pytorch" and stream.query["follow"] is True
     out = capsys.readouterr().out.splitlines()
-    assert out == ["[Pod smoke-master-0]: epoch 1 loss 0.9", "[Pod smoke-master-0]: epoch 2 loss 0.5"]
+    assert out == ["[Pod smoke-worker-0]: epoch 1 loss 0.9", "[Pod smoke-worker-0]: epoch 2 loss 0.5"]
 
 
 def test_logs_without_follow_prints_what_is_there(api):
     client, server = api
-    server.on("GET", PODS, {"kind": "PodList", "items": [pod("smoke-master-0", "Succeeded")]})
-    server.on("GET", f"{PODS}/smoke-master-0/log", b"done\n")
+    server.on("GET", PODS, {"kind": "PodList", "items": [pod("smoke-worker-0", "Succeeded")]})
+    server.on("GET", f"{PODS}/smoke-worker-0/log", b"done\n")
     lines: list[str] = []
     kube.logs(client, "smoke", echo=lines.append)
-    assert lines == ["[smoke-master-0] done"]
+    assert lines == ["[smoke-worker-0] done"]
     assert "follow" not in server.calls[-1].query
 
 
-def test_logs_of_a_pending_master_say_so(api):
+def test_logs_of_a_pending_worker_say_so(api):
     client, server = api
-    server.on("GET", PODS, {"kind": "PodList", "items": [pod("smoke-master-0", "Pending")]})
-    with pytest.raises(OpsError, match="smoke-master-0 is Pending"):
+    server.on("GET", PODS, {"kind": "PodList", "items": [pod("smoke-worker-0", "Pending")]})
+    with pytest.raises(OpsError, match="smoke-worker-0 is Pending"):
         kube.logs(client, "smoke")
 
 

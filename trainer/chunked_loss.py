@@ -11,7 +11,6 @@ path (logits, their input gradient and their weight gradient are each computed o
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -26,14 +25,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         for start in range(0, count, chunk):
             h = tokens[start:start + chunk]
-            y = targets[start:start + chunk]
+            y = targets[start:start + chunk, None]
             # Same numerics as the plain path: matmul in the parameter dtype, softmax in fp32.
-            logits = (h @ weight.t()).float()
-            loss += F.cross_entropy(logits, y, reduction="sum")
-            # d(mean CE)/d(logits) = (softmax - one-hot) / count, computed in place.
-            grad = logits.softmax(dim=-1)
-            grad[torch.arange(y.numel(), device=y.device), y] -= 1.0
-            grad = (grad / count).to(weight.dtype)
+            # One log-softmax serves the loss and, exponentiated in place, the gradient:
+            # d(mean CE)/d(logits) = (softmax - one-hot) / count.
+            grad = (h @ weight.t()).float().log_softmax(dim=-1)
+            loss -= grad.gather(1, y).sum()
+            grad.exp_().scatter_add_(1, y, grad.new_full(y.shape, -1.0))
+            grad = grad.div_(count).to(weight.dtype)
             grad_hidden[start:start + chunk] = grad @ weight
             grad_weight.add_(grad.t() @ h)  # promotes into the fp32 sum without an fp32 copy
         ctx.save_for_backward(grad_hidden.view_as(hidden), grad_weight.to(weight.dtype))
@@ -42,7 +41,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor):
         grad_hidden, grad_weight = ctx.saved_tensors
-        return grad_hidden * grad_loss.to(grad_hidden.dtype), grad_weight * grad_loss.to(grad_weight.dtype), None, None
+        # In place: the saved gradients are used once, and a copy would cost a weight-sized
+        # buffer at the start of backward, when activations peak.
+        return (grad_hidden.mul_(grad_loss.to(grad_hidden.dtype)), grad_weight.mul_(grad_loss.to(grad_weight.dtype)),
+                None, None)
 
 
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,

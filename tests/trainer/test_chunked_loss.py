@@ -1,5 +1,7 @@
 """The chunked output layer + cross-entropy matches the plain path in value and gradients."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -27,19 +29,21 @@ def test_loss_and_gradients_match_the_full_logits_path(chunk):
     torch.testing.assert_close(got_w, grad_w)
 
 
-def test_model_forward_with_labels_equals_logits_then_loss():
+@pytest.mark.parametrize("tied", [False, True])
+def test_model_forward_with_labels_equals_logits_then_loss(tied):
     torch.manual_seed(0)
-    model = Transformer(MODEL_PRESETS["tiny"])
+    model = Transformer(replace(MODEL_PRESETS["tiny"], tie_embeddings=tied))
     model.init_weights()
     tokens = torch.randint(0, model.cfg.vocab_size, (2, 32))
     plain = loss_fn(model(tokens[:, :-1]), tokens[:, 1:])
     plain.backward()
-    plain_grad = model.output.weight.grad.clone()
+    plain_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
     chunked = model(tokens[:, :-1], tokens[:, 1:], loss_chunk_tokens=16)
     chunked.backward()
     torch.testing.assert_close(chunked, plain)
-    torch.testing.assert_close(model.output.weight.grad, plain_grad, rtol=1e-4, atol=1e-6)
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, plain_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
 def test_chunk_size_must_be_positive():

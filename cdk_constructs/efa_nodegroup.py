@@ -6,23 +6,18 @@ the one table of hardware facts. A GPU type without EFA (g5.xlarge) gets a plain
 
 from __future__ import annotations
 
-import re
-from typing import Mapping
-
-import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from cdk_constructs.node_launch_template import NetworkInterfaceSpec, NodeLaunchTemplate
-from config.environment import CAPACITY_TYPES
+from config.environment import CAPACITY_TYPES, RESERVATION_ID
 from config.instance_types import InstanceType
 from config.kubernetes import (
     EFA_LABEL, GPU_LABEL, GPU_TAINT_KEY, GPU_TAINT_VALUE, NODEGROUP_LABEL, ROLE_LABEL,
 )
 
-_RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
 # Container images for GPU training run to tens of GiB, and the NVIDIA AMI takes ~30 GiB itself.
 DEFAULT_ROOT_VOLUME_GIB = 500
 MIN_GPU_ROOT_VOLUME_GIB = 100
@@ -54,8 +49,6 @@ class EfaNodegroup(Construct):
         efa_security_group: ec2.ISecurityGroup | None = None,
         node_role: iam.IRole | None = None,
         root_volume_gib: int = DEFAULT_ROOT_VOLUME_GIB,
-        labels: Mapping[str, str] | None = None,
-        removal_policy: cdk.RemovalPolicy | None = None,
     ) -> None:
         super().__init__(scope, id)
         self._validate(name, instance_type, min_size, max_size, desired_size, capacity_type, reservation_id,
@@ -84,8 +77,6 @@ class EfaNodegroup(Construct):
         self.placement_group: ec2.CfnPlacementGroup | None = None
         if instance_type.supports_efa and capacity_type == "onDemand":
             self.placement_group = ec2.CfnPlacementGroup(self, "PlacementGroup", strategy="cluster")
-            if removal_policy is not None:
-                self.placement_group.apply_removal_policy(removal_policy)
 
         self.launch_template = NodeLaunchTemplate(
             self, "LaunchTemplate",
@@ -99,7 +90,6 @@ class EfaNodegroup(Construct):
         self.labels: dict[str, str] = {
             NODEGROUP_LABEL: name, ROLE_LABEL: "training", GPU_LABEL: "true",
             **({EFA_LABEL: "true"} if instance_type.supports_efa else {}),
-            **(labels or {}),
         }
         self.nodegroup = eks.Nodegroup(
             self, "Nodegroup",
@@ -113,7 +103,6 @@ class EfaNodegroup(Construct):
             labels=self.labels,
             taints=[eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE)],
             node_role=node_role,
-            removal_policy=removal_policy,
         )
         # Set on the resource, not the L2: aws-cdk-lib's table of GPU types lacks p5 and would
         # reject the NVIDIA AMI type for it. Our own table (config/) already vouched for the type.
@@ -140,7 +129,7 @@ class EfaNodegroup(Construct):
         if capacity_type == "onDemand" and reservation_id is not None:
             fail("reservation_id is only for reserved or capacityBlock capacity")
         if capacity_type != "onDemand":
-            if not reservation_id or not _RESERVATION_ID.match(reservation_id):
+            if not reservation_id or not RESERVATION_ID.match(reservation_id):
                 fail(f"{capacity_type} capacity needs reservation_id cr- followed by 17 hex digits, got {reservation_id!r}")
         if capacity_type == "capacityBlock" and not instance_type.capacity_blocks:
             fail(f"capacity blocks are not sold for {instance_type.name}")

@@ -7,7 +7,7 @@
 
 Each handler is its own service token (one Lambda, no provider framework), runs outside the VPC
 (its own ENIs would otherwise block the subnets it is cleaning), logs to a log group that follows
-the environment's removal policy, and replies SUCCESS whatever it finds.
+the environment's removal policy (applied by the stack), and replies SUCCESS whatever it finds.
 """
 
 from __future__ import annotations
@@ -30,11 +30,10 @@ HANDLERS = Path(__file__).resolve().parent / "teardown_handlers"
 class _TeardownFunction(Construct):
     """A Lambda from teardown_handlers/ with its own role and log group (no managed policies)."""
 
-    def __init__(self, scope: Construct, id: str, *, handler: str, description: str, timeout: cdk.Duration,
-                 removal_policy: cdk.RemovalPolicy):
+    def __init__(self, scope: Construct, id: str, *, handler: str, description: str, timeout: cdk.Duration):
         super().__init__(scope, id)
-        self.log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH,
-                                       removal_policy=removal_policy)
+        # Its removal policy is the stack's (stacks/removal.py), like every other log group.
+        self.log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH)
         self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
                              description=description)
         self.log_group.grant_write(self.role)
@@ -48,13 +47,13 @@ class _TeardownFunction(Construct):
 class EniJanitor(Construct):
     """Attributes: `resource` (the CfnResource deleted before every resource of `vpc`), `role`."""
 
-    def __init__(self, scope: Construct, id: str, *, vpc: ec2.Vpc, removal_policy: cdk.RemovalPolicy):
+    def __init__(self, scope: Construct, id: str, *, vpc: ec2.Vpc):
         super().__init__(scope, id)
         fn = _TeardownFunction(
             self, "Handler", handler="eni_janitor.handler",
             description="On stack deletion: delete ENIs controllers left in the VPC so its subnets can go",
             # Lambda's maximum: hyperplane ENIs of a deleted VPC Lambda take minutes to be released.
-            timeout=cdk.Duration.minutes(15), removal_policy=removal_policy,
+            timeout=cdk.Duration.minutes(15),
         )
         stack = cdk.Stack.of(self)
         fn.role.add_to_policy(iam.PolicyStatement(actions=["ec2:DescribeNetworkInterfaces"], resources=["*"]))
@@ -89,7 +88,7 @@ class FsxFinalBackup(Construct):
         fn = _TeardownFunction(
             self, "Handler", handler="fsx_final_backup.handler",
             description="On stack deletion: start a final backup of the retained FSx file system",
-            timeout=cdk.Duration.minutes(2), removal_policy=cdk.RemovalPolicy.RETAIN,
+            timeout=cdk.Duration.minutes(2),
         )
         stack = cdk.Stack.of(self)
         any_backup = stack.format_arn(service="fsx", resource="backup", resource_name="*")

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from config.errors import ConfigError
 from config.instance_types import CPU_TYPES, GPU_TYPES, INSTANCE_TYPES, InstanceType
-from config.reader import ObjectReader, check_type, one_of, string_list
+from config.reader import ObjectReader, one_of, string_list
 
 # kubectl supports one minor version of skew either side, so the v1.33 kubectl layer serves these.
 SUPPORTED_KUBERNETES_VERSIONS = ("1.32", "1.33", "1.34")
@@ -26,7 +26,7 @@ FSX_THROUGHPUTS = (125, 250, 500, 1000)
 _ACCOUNT = re.compile(r"^\d{12}$")
 _REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
 _ROLE_ARN = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
-_RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
+RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
 _NODEGROUP_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_-]{0,62}$")
 _S3_URL = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?P<prefix>/[^\s]*)?$")
 
@@ -335,7 +335,7 @@ def _parse_capacity(raw: dict, path: str, instance_type: InstanceType) -> Capaci
         return Capacity(kind)
     if reservation is None:
         raise ConfigError(r.at("reservationId"), f"is required with type {kind} (cr- followed by 17 hex digits)")
-    if not _RESERVATION_ID.match(reservation):
+    if not RESERVATION_ID.match(reservation):
         raise ConfigError(r.at("reservationId"), f"must be cr- followed by 17 hex digits, got {reservation!r}")
     if kind == "capacityBlock" and not instance_type.capacity_blocks:
         blocks = ", ".join(n for n, t in INSTANCE_TYPES.items() if t.capacity_blocks)

@@ -15,7 +15,7 @@ from cdk_constructs.node_launch_template import NodeLaunchTemplate
 from config import Environment, Nodegroup
 from config.kubernetes import NODEGROUP_LABEL, ROLE_LABEL
 from stacks.network import NetworkStack
-from stacks.removal import apply_removal_policy, removal_policy
+from stacks.removal import apply_removal_policy
 
 SYSTEM_NODEGROUP = "system"
 CPU_ROOT_VOLUME_GIB = 100
@@ -41,11 +41,10 @@ class ClusterStack(cdk.Stack):
     def __init__(self, scope: Construct, id: str, *, config: Environment, network: NetworkStack, **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
         self.config = config
-        policy = removal_policy(config)
         vpc = network.vpc
 
         self.secrets_key = kms.Key(
-            self, "SecretsKey", enable_key_rotation=True, removal_policy=policy,
+            self, "SecretsKey", enable_key_rotation=True,
             description=f"{config.name}: envelope encryption of Kubernetes secrets",
         )
         self.cluster = eks.Cluster(
@@ -79,9 +78,9 @@ class ClusterStack(cdk.Stack):
 
         self.nodegroups: dict[str, eks.Nodegroup] = {}
         self.efa_nodegroups: dict[str, EfaNodegroup] = {}
-        self._add_system_nodegroup(policy)
+        self._add_system_nodegroup()
         for group in config.cpu_nodegroups:
-            self._add_cpu_nodegroup(group, network.training_subnet, policy)
+            self._add_cpu_nodegroup(group, network.training_subnet)
         for group in config.gpu_nodegroups:
             efa = EfaNodegroup(
                 self, f"Gpu-{group.name}",
@@ -95,7 +94,7 @@ class ClusterStack(cdk.Stack):
             self.nodegroups[group.name] = efa.nodegroup
 
         self.addons: dict[str, eks.Addon] = {}
-        self._add_addons(policy)
+        self._add_addons()
 
         apply_removal_policy(self, config)
         self.cluster_name_output = cdk.CfnOutput(self, "ClusterName", value=self.cluster.cluster_name,
@@ -105,7 +104,7 @@ class ClusterStack(cdk.Stack):
         cdk.CfnOutput(self, "EfaSecurityGroupId", value=self.efa_security_group.security_group_id,
                       description="Self-referencing security group on every EFA interface")
 
-    def _add_system_nodegroup(self, policy: cdk.RemovalPolicy) -> None:
+    def _add_system_nodegroup(self) -> None:
         system = self.config.system_nodegroup
         template = NodeLaunchTemplate(self, "SystemLaunchTemplate", root_volume_gib=CPU_ROOT_VOLUME_GIB)
         # Spread across every zone: cluster services must survive the loss of one.
@@ -119,7 +118,7 @@ class ClusterStack(cdk.Stack):
             node_role=self.node_role,
         )
 
-    def _add_cpu_nodegroup(self, group: Nodegroup, subnet: ec2.ISubnet, policy: cdk.RemovalPolicy) -> None:
+    def _add_cpu_nodegroup(self, group: Nodegroup, subnet: ec2.ISubnet) -> None:
         template = NodeLaunchTemplate(self, f"Cpu-{group.name}LaunchTemplate", root_volume_gib=CPU_ROOT_VOLUME_GIB)
         self.nodegroups[group.name] = eks.Nodegroup(
             self, f"Cpu-{group.name}",
@@ -132,16 +131,16 @@ class ClusterStack(cdk.Stack):
             node_role=self.node_role,
         )
 
-    def _add_addons(self, policy: cdk.RemovalPolicy) -> None:
+    def _add_addons(self) -> None:
         system_nodes = self.nodegroups[SYSTEM_NODEGROUP]
         # The cluster's own pod-identity agent add-on, so constructs that ask for it share this one.
         pod_identity_agent = self.cluster.eks_pod_identity_agent
         self.addons["eks-pod-identity-agent"] = pod_identity_agent
         # Network policy enforcement lets the workloads layer fence namespaces.
-        self._addon("vpc-cni", policy, configuration={"enableNetworkPolicy": "true"})
-        self._addon("kube-proxy", policy)
+        self._addon("vpc-cni", configuration={"enableNetworkPolicy": "true"})
+        self._addon("kube-proxy")
         # These schedule Deployments: creating them before any node exists leaves them DEGRADED.
-        self._addon("coredns", policy, after=[system_nodes])
+        self._addon("coredns", after=[system_nodes])
 
         fsx_role = self._pod_identity_role("FsxCsiRole", "FSx CSI driver: read file system descriptions for static volumes")
         # Volumes are static (the Storage stack creates the file system), so the driver only needs
@@ -150,15 +149,15 @@ class ClusterStack(cdk.Stack):
             actions=["fsx:DescribeFileSystems"],
             resources=[self.format_arn(service="fsx", resource="file-system", resource_name="*")],
         ))
-        self._addon("aws-fsx-csi-driver", policy, after=[system_nodes, pod_identity_agent],
+        self._addon("aws-fsx-csi-driver", after=[system_nodes, pod_identity_agent],
                     pod_identity={FSX_CSI_SERVICE_ACCOUNT: fsx_role})
 
         cw_role = self._pod_identity_role("CloudWatchAgentRole", "CloudWatch agent: Container Insights metrics and logs")
         cw_role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name("CloudWatchAgentServerPolicy"))
-        self._addon("amazon-cloudwatch-observability", policy, after=[system_nodes, pod_identity_agent],
+        self._addon("amazon-cloudwatch-observability", after=[system_nodes, pod_identity_agent],
                     configuration=CLOUDWATCH_CONFIGURATION, pod_identity={CLOUDWATCH_SERVICE_ACCOUNT: cw_role})
 
-    def _addon(self, name: str, policy: cdk.RemovalPolicy, *, configuration: dict | None = None,
+    def _addon(self, name: str, *, configuration: dict | None = None,
                after: list[Construct] = (), pod_identity: dict[str, iam.IRole] | None = None) -> eks.Addon:
         addon = eks.Addon(self, f"Addon-{name}", cluster=self.cluster, addon_name=name,
                           configuration_values=configuration, preserve_on_delete=False)

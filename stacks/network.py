@@ -10,7 +10,7 @@ from constructs import Construct
 from config import Environment
 from config.environment import PUBLIC_SUBNET_MASK
 from cdk_constructs.teardown import EniJanitor
-from stacks.removal import KEPT_NETWORK_HOME, apply_removal_policy, removal_policy
+from stacks.removal import KEPT_NETWORK_HOME, apply_removal_policy
 
 
 class NetworkStack(cdk.Stack):
@@ -23,7 +23,6 @@ class NetworkStack(cdk.Stack):
     def __init__(self, scope: Construct, id: str, *, config: Environment, **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
         self.config = config
-        policy = removal_policy(config)
         # Vpc checks the zones it is given against the stack's zones, and asking the stack for its
         # zones is an AWS lookup that fails offline. config/ already checked the zones belong to the
         # region, so answer the lookup with them: synthesis stays offline for any account.
@@ -59,7 +58,6 @@ class NetworkStack(cdk.Stack):
         self.flow_log_group = logs.LogGroup(
             self, "FlowLogs",
             retention=logs.RetentionDays.ONE_YEAR if config.retain else logs.RetentionDays.ONE_MONTH,
-            removal_policy=policy,
         )
         self.vpc.add_flow_log(
             "FlowLog",
@@ -71,7 +69,7 @@ class NetworkStack(cdk.Stack):
         self.training_availability_zone: str = config.training_availability_zone
 
         # Deleted before any subnet, route or gateway of the VPC: clears the ENIs controllers left.
-        self.eni_janitor = EniJanitor(self, "EniJanitor", vpc=self.vpc, removal_policy=policy)
+        self.eni_janitor = EniJanitor(self, "EniJanitor", vpc=self.vpc)
         apply_removal_policy(self, config, also_kept=KEPT_NETWORK_HOME)
         cdk.CfnOutput(self, "VpcId", value=self.vpc.vpc_id, description="VPC of the training cluster")
         cdk.CfnOutput(

@@ -12,7 +12,7 @@ from config import Environment
 from stacks.cluster import ClusterStack
 from stacks.network import NetworkStack
 from cdk_constructs.teardown import FsxFinalBackup
-from stacks.removal import KEPT_FILE_SYSTEM_GUARD, apply_removal_policy, removal_policy
+from stacks.removal import KEPT_FILE_SYSTEM_GUARD, apply_removal_policy
 
 # Lustre: 988 for LNet, 1018-1023 for the client/server RPC ports. Both directions, because
 # Lustre servers also open connections back to clients.
@@ -32,10 +32,9 @@ class StorageStack(cdk.Stack):
                  cluster: ClusterStack, **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
         self.config = config
-        policy = removal_policy(config)
         settings = config.fsx
 
-        self.kms_key = kms.Key(self, "FsxKey", enable_key_rotation=True, removal_policy=policy,
+        self.kms_key = kms.Key(self, "FsxKey", enable_key_rotation=True,
                                description=f"{config.name}: FSx for Lustre data at rest")
         self.security_group = ec2.SecurityGroup(
             self, "FsxSecurityGroup", vpc=network.vpc, allow_all_outbound=False,
@@ -78,12 +77,11 @@ class StorageStack(cdk.Stack):
                 daily_automatic_backup_start_time=fsx.DailyAutomaticBackupStartTime(hour=3, minute=0)
                 if self.backups_enabled else None,
             ),
-            removal_policy=policy,
         )
         self.file_system_id: str = self.file_system.file_system_id
         self.dns_name: str = self.file_system.dns_name
         self.mount_name: str = self.file_system.mount_name
-        self.data_repository_associations = self._link_repositories(policy)
+        self.data_repository_associations = self._link_repositories()
 
         # A kept file system with backups gets a final one as the stack goes.
         self.final_backup = FsxFinalBackup(self, "FinalBackup", file_system=self.file_system) \
@@ -93,7 +91,7 @@ class StorageStack(cdk.Stack):
         cdk.CfnOutput(self, "FileSystemDnsName", value=self.dns_name, description="FSx DNS name for the Lustre mount")
         cdk.CfnOutput(self, "FileSystemMountName", value=self.mount_name, description="FSx Lustre mount name")
 
-    def _link_repositories(self, policy: cdk.RemovalPolicy) -> list[fsx.CfnDataRepositoryAssociation]:
+    def _link_repositories(self) -> list[fsx.CfnDataRepositoryAssociation]:
         """One association when import and export are the same S3 path (both directions), else one
         per direction on separate file-system directories (FSx paths cannot nest)."""
         imp, exp = self.config.fsx.s3_import_path, self.config.fsx.s3_export_path
@@ -118,7 +116,6 @@ class StorageStack(cdk.Stack):
                     if auto_export else None,
                 ),
             )
-            dra.apply_removal_policy(policy)
             associations.append(dra)
         return associations
 

@@ -5,6 +5,9 @@ Everything here is plain data or a pure function, so the ops CLI can import it w
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 from config.instance_types import InstanceType
 from config.kubernetes import GPU_TAINT_EFFECT, GPU_TAINT_KEY, GPU_TAINT_VALUE, LABEL_PREFIX
 
@@ -133,3 +136,12 @@ def network_env(instance: InstanceType, *, nccl_debug: str = "WARN") -> list[dic
                 {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"},
                 {"name": "FI_EFA_FORK_SAFE", "value": "1"}]
     return env
+
+
+# Where the kubelet looks for device-plugin sockets; every device plugin mounts it.
+KUBELET_DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
+
+
+def short_digest(value, length: int) -> str:
+    """A stable short hash of a JSON-able value, for names that must change when content does."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:length]

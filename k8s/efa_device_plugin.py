@@ -10,9 +10,8 @@ from constructs import Construct
 from config.environment import Environment
 from config.kubernetes import EFA_LABEL
 from k8s.base import ProjectChart, drop_all_capabilities, hardened, patch_pod_spec, resources, select_own_pods, tolerate_gpu_taint
-from k8s.common import efa_device_plugin_image
+from k8s.common import KUBELET_DEVICE_PLUGINS, efa_device_plugin_image
 
-KUBELET_DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
 INFINIBAND_DEVICES = "/dev/infiniband"
 
 

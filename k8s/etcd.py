@@ -25,11 +25,9 @@ ETCD_UID = 65532
 
 @dataclass(frozen=True)
 class EtcdProps:
+    # Where etcd listens is not a prop: k8s/jobs.py points every job's rendezvous at these same
+    # constants, and a prop that moved one side would silently cut the jobs off.
     image: str = IMAGES["etcd"]
-    namespace: str = TRAINING_NAMESPACE
-    service_name: str = ETCD_SERVICE
-    client_port: int = ETCD_CLIENT_PORT
-    client_label: str = ETCD_CLIENT_LABEL
     cpu_milli: int = 250
     memory_mib: int = 512
 
@@ -38,9 +36,9 @@ class EtcdChart(ProjectChart):
     component = "rendezvous"
 
     def __init__(self, scope: Construct, id: str, *, props: EtcdProps = EtcdProps()):
-        super().__init__(scope, id, namespace=props.namespace)
-        name = props.service_name
-        advertise = f"http://{name}.{props.namespace}.svc:{props.client_port}"
+        super().__init__(scope, id, namespace=TRAINING_NAMESPACE)
+        name = ETCD_SERVICE
+        advertise = f"http://{name}.{TRAINING_NAMESPACE}.svc:{ETCD_CLIENT_PORT}"
         peer = f"http://127.0.0.1:{PEER_PORT}"
 
         self.deployment = kplus.Deployment(
@@ -53,13 +51,13 @@ class EtcdChart(ProjectChart):
             select=False,
         )
         select_own_pods(self.deployment, name)
-        health = ["/usr/local/bin/etcdctl", f"--endpoints=http://127.0.0.1:{props.client_port}",
+        health = ["/usr/local/bin/etcdctl", f"--endpoints=http://127.0.0.1:{ETCD_CLIENT_PORT}",
                   "--command-timeout=3s", "endpoint", "health"]
         container = self.deployment.add_container(
             name="etcd", image=props.image, image_pull_policy=kplus.ImagePullPolicy.IF_NOT_PRESENT,
             command=[
                 "/usr/local/bin/etcd", f"--name={name}", f"--data-dir={DATA_DIR}/data",
-                f"--listen-client-urls=http://0.0.0.0:{props.client_port}",
+                f"--listen-client-urls=http://0.0.0.0:{ETCD_CLIENT_PORT}",
                 f"--advertise-client-urls={advertise}",
                 # A single member: peers only ever talk over loopback.
                 f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
@@ -68,7 +66,7 @@ class EtcdChart(ProjectChart):
                 # Rendezvous keys churn with every job; keep the history short.
                 "--auto-compaction-mode=periodic", "--auto-compaction-retention=1h",
             ],
-            ports=[kplus.ContainerPort(number=props.client_port, name="client")],
+            ports=[kplus.ContainerPort(number=ETCD_CLIENT_PORT, name="client")],
             # exec probes: they work whatever the NetworkPolicy lets through from the node.
             liveness=kplus.Probe.from_command(health, initial_delay_seconds=cdk8s.Duration.seconds(10),
                                               period_seconds=cdk8s.Duration.seconds(20),
@@ -85,7 +83,7 @@ class EtcdChart(ProjectChart):
 
         self.service = kplus.Service(
             self, "Service", metadata=self.meta(name), selector=self.deployment,
-            ports=[kplus.ServicePort(name="client", port=props.client_port, target_port=props.client_port)],
+            ports=[kplus.ServicePort(name="client", port=ETCD_CLIENT_PORT, target_port=ETCD_CLIENT_PORT)],
         )
 
         # Only pods that declare themselves rendezvous clients (the PyTorchJob workers) get in.
@@ -93,5 +91,5 @@ class EtcdChart(ProjectChart):
             self, "NetworkPolicy", metadata=self.meta(f"{name}-clients-only"), selector=self.deployment,
             ingress=kplus.NetworkPolicyTraffic(default=kplus.NetworkPolicyTrafficDefault.DENY),
         )
-        clients = kplus.Pods.select(self, "Clients", labels={props.client_label: "true"})
-        self.network_policy.add_ingress_rule(clients, [kplus.NetworkPolicyPort.tcp(props.client_port)])
+        clients = kplus.Pods.select(self, "Clients", labels={ETCD_CLIENT_LABEL: "true"})
+        self.network_policy.add_ingress_rule(clients, [kplus.NetworkPolicyPort.tcp(ETCD_CLIENT_PORT)])

@@ -7,8 +7,6 @@ wraps the same dict in an ApiObject, so what the CLI submits is what `cdk deploy
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -18,6 +16,7 @@ from config.errors import ConfigError
 from config.kubernetes import FSX_CLAIM_NAME, FSX_MOUNT_PATH, LABEL_PREFIX, NODEGROUP_LABEL, TRAINING_NAMESPACE
 from config.presets import CLUSTER_CHECKPOINT_ROOT, RENDEZVOUS_BACKENDS, JobPreset, get_preset
 from k8s.common import (
+    short_digest,
     C10D_PORT, ETCD_CLIENT_LABEL, ETCD_CLIENT_PORT, ETCD_SERVICE, HF_TOKEN_KEY, HF_TOKEN_SECRET,
     PYTORCH_CONTAINER, accelerator_resources, gpu_toleration, network_env, node_share, shm_size,
 )
@@ -225,7 +224,7 @@ def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
     # The image is left out of the digest: in the CDK sink it is a token whose text is not stable
     # between synths, and a changed rdzvId would rewrite a running job's spec on every deploy.
     container["image"] = ""
-    digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:10]
+    digest = short_digest(manifest, 10)
     container["image"] = spec.image
     elastic["rdzvId"] = f"{spec.name}-{digest}"
     return manifest

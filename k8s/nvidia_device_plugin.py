@@ -10,9 +10,8 @@ from constructs import Construct
 from config.environment import Environment
 from config.kubernetes import NODEGROUP_LABEL
 from k8s.base import ProjectChart, drop_all_capabilities, hardened, patch_pod_spec, resources, select_own_pods, tolerate_gpu_taint
-from k8s.common import IMAGES
+from k8s.common import IMAGES, KUBELET_DEVICE_PLUGINS
 
-KUBELET_DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
 
 
 @dataclass(frozen=True)

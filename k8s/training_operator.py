@@ -1,6 +1,6 @@
 """Kubeflow Training Operator v1.9: the controller behind PyTorchJob and MPIJob (kubeflow.org/v1).
 
-The namespace and the CRDs come from their own charts, applied first (see k8s/workloads.py).
+The namespace and the CRDs come from their own charts, applied first (see k8s/charts.py).
 The operator runs its own certificate rotation: it fills the webhook Secret below and injects the
 CA into the ValidatingWebhookConfiguration, so neither carries key material here.
 """

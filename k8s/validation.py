@@ -7,8 +7,6 @@ nodes fails below the table's bus-bandwidth floor. Numbers come from config/inst
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 
 import cdk8s_plus_27 as kplus
@@ -19,6 +17,7 @@ from config.environment import Environment, Nodegroup
 from config.kubernetes import NODEGROUP_LABEL, TRAINING_NAMESPACE
 from k8s.base import ProjectChart, hardened, patch_pod_spec, raw_object, tolerate_gpu_taint
 from k8s.common import (
+    short_digest,
     IMAGES, MPI_CONTAINER, accelerator_resources, gpu_toleration, network_env, node_share, shm_size,
 )
 
@@ -70,10 +69,6 @@ def nccl_launcher_script(group: Nodegroup) -> str:
         ' || { echo "FAIL: bus bandwidth below floor" >&2; exit 1; }',
         'echo "PASS"',
     ])
-
-
-def _short_digest(value) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:6]
 
 
 def nccl_mpijob_manifest(group: Nodegroup, *, image: str, namespace: str) -> dict:
@@ -143,7 +138,7 @@ class ClusterValidationChart(ProjectChart):
         script = gpu_check_script(group)
         # A Job's pod template is immutable: the name carries a digest of what it checks, so a
         # changed check is a new Job rather than a failed update.
-        name = f"gpu-check-{group.name.lower()}-{_short_digest([script, props.cuda_image])}"
+        name = f"gpu-check-{group.name.lower()}-{short_digest([script, props.cuda_image], 6)}"
         job = kplus.Job(
             self, f"GpuCheck{group.name}", metadata=self.meta(name),
             backoff_limit=1, ttl_after_finished=None,

@@ -50,14 +50,10 @@ def _check_lossless(manifest: dict, job: Any) -> None:
                        "check `submit --dry-run` against the SDK version")
 
 
-def render(env: Any, preset: str, *, image: str, job_name: str | None, overrides: dict | None,
-           renderer: Callable[..., dict] | None = None) -> dict:
-    if renderer is None:
-        try:
-            from k8s.jobs import render_pytorchjob as renderer
-        except ImportError as err:
-            raise OpsError(f"the PyTorchJob chart code (k8s/jobs.py) is not available: {err}") from None
-    return renderer(env, preset, image=image, job_name=job_name, overrides=overrides)
+def render(env: Any, preset: str, *, image: str, job_name: str | None, overrides: dict | None) -> dict:
+    from k8s.jobs import render_pytorchjob
+
+    return render_pytorchjob(env, preset, image=image, job_name=job_name, overrides=overrides)
 
 
 def submit(client: Any, manifest: dict) -> str:

@@ -21,12 +21,12 @@ def main() -> int:
     app = cdk.App()
     try:
         env_name = app.node.try_get_context("env") or "dev"
-        config = load_environment(app.node.try_get_context("environments"), env_name)
+        environments = app.node.try_get_context("environments")
+        config = load_environment(environments, env_name)
         pipeline_context = app.node.try_get_context("pipeline")
         pipeline = None
         if pipeline_context is not None:
-            pipeline = load_pipeline(pipeline_context, app.node.try_get_context("promotion"),
-                                     app.node.try_get_context("environments"))
+            pipeline = load_pipeline(pipeline_context, app.node.try_get_context("promotion"), environments)
     except ConfigError as err:
         print(err.line(), file=sys.stderr)
         return 2

@@ -24,7 +24,6 @@ from ops.errors import OpsError
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CDK = REPO_ROOT / "node_modules" / ".bin" / "cdk"
 JSII_QUIET = {"JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION": "1", "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
-STACKS = ("Network", "Cluster", "Storage", "Registry")
 
 
 def synth_command(env_name: str, outdir: Path) -> list[str]:

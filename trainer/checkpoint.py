@@ -99,7 +99,11 @@ class CheckpointManager:
     # --- resume ---------------------------------------------------------------------------------
 
     def resume(self) -> int:
-        """Load the newest complete checkpoint that loads; return its step (0: none)."""
+        """Load the newest complete checkpoint that loads; return its step (0: none).
+
+        Complete checkpoints newer than the one loaded do not load: rank 0 renames them out of
+        the step-NNNNNNNN pattern (kept for inspection), so retention never ranks them newest
+        and a later save of the same step starts from an empty folder."""
         if not self.enabled:
             return 0
         candidates = [None]
@@ -109,6 +113,7 @@ class CheckpointManager:
             candidates = [list_steps(self.directory)]
         # Every rank must try the same checkpoints in the same order: take rank 0's listing.
         dist.broadcast_object_list(candidates, src=0)
+        loaded = 0
         for step in reversed(candidates[0]):
             path = step_dir(self.directory, step)
             try:
@@ -122,9 +127,27 @@ class CheckpointManager:
                 continue
             if self.rt.is_main:
                 log(f"Resumed from checkpoint {path} (step {step})")
-            self.last_saved = step
-            return step
-        return 0
+            loaded = step
+            break
+        # Every rank reached the same decision (DCP's load is collective), so rank 0 alone acts
+        # on it; the barrier keeps any rank from listing or saving before the renames are done.
+        if self.rt.is_main:
+            for step in candidates[0]:
+                if step > loaded:
+                    self._set_aside(step)
+        dist.barrier()
+        self.last_saved = loaded
+        return loaded
+
+    def _set_aside(self, step: int) -> None:
+        path = step_dir(self.directory, step)
+        target = path.with_name(f"{path.name}.unloadable")
+        n = 1
+        while target.exists():
+            target = path.with_name(f"{path.name}.unloadable.{n}")
+            n += 1
+        os.replace(path, target)
+        warn(f"checkpoint {path} does not load; moved aside to {target}")
 
     # --- save -----------------------------------------------------------------------------------
 
@@ -134,6 +157,11 @@ class CheckpointManager:
             return
         self.wait()  # one save in flight at a time keeps host memory bounded
         path = str(step_dir(self.directory, step))
+        if self.rt.is_main:
+            # A folder left by an earlier save of this step must not look complete while this one
+            # is being written: a kill mid-write would otherwise leave a half-new "checkpoint".
+            # DCP's save begins with a collective, so no rank writes before this removal.
+            Path(path, MARKER).unlink(missing_ok=True)
         if blocking or not self.cfg.async_save:
             dcp.save(self.state, checkpoint_id=path, process_group=self.rt.checkpoint_group)
             self._finalize(step)

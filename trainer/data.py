@@ -2,7 +2,7 @@
 `python -m trainer.data prepare`, which turns text files into those shards.
 
 Each rank reads its own windows (rank r takes windows r, r+W, r+2W, ...), so no two ranks
-train on the same tokens, and the reader's position is a number the checkpoint stores.
+train on the same tokens, and the reader's position is the step, so a resume needs no data state.
 
 Shard layout: DIR/meta.json {"dtype": "uint16"|"uint32", "vocab_size": V, "shards": [...]}
 and DIR/shard-00000.bin, ... holding the token ids back to back (little-endian).
@@ -85,8 +85,9 @@ class TokenShards:
 
 
 class RankBatches:
-    """The batches one rank trains on. `position` counts the batches already handed out and is
-    saved in checkpoints, so a resumed run continues exactly where it stopped."""
+    """The batches one rank trains on. `position` counts the batches already handed out; the
+    trainer takes one per step, so a resumed run sets it to the checkpoint's step and continues
+    exactly where it stopped."""
 
     def __init__(self, cfg: DataConfig, rank: int, world_size: int, vocab_size: int):
         self.cfg, self.rank, self.world_size = cfg, rank, world_size
@@ -112,12 +113,6 @@ class RankBatches:
         rows = torch.stack([self.source.window(i, self.cfg.seq_len + 1) for i in self.window_indices(self.position)])
         self.position += 1
         return rows[:, :-1], rows[:, 1:]  # inputs, and the next token of each as the label
-
-    def state_dict(self) -> dict:
-        return {"position": self.position, "world_size": self.world_size}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.position = int(state["position"])
 
 
 # --- prepare ------------------------------------------------------------------------------------

@@ -51,16 +51,16 @@ def warmup_cosine(cfg: OptimConfig):
 
 
 class TrainState:
-    """Step and scheduler, saved with the model so a resumed run picks up the same rate."""
+    """The scheduler, saved with the model so a resumed run picks up the same rate. The step is
+    the checkpoint folder's own number, and the data position follows from it."""
 
     def __init__(self, scheduler):
-        self.scheduler, self.step = scheduler, 0
+        self.scheduler = scheduler
 
     def state_dict(self) -> dict:
-        return {"step": self.step, "scheduler": self.scheduler.state_dict()}
+        return {"scheduler": self.scheduler.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.step = int(state["step"])
         self.scheduler.load_state_dict(state["scheduler"])
 
 
@@ -183,8 +183,11 @@ def train(args, mcfg: ModelConfig, rt: tdist.Runtime) -> int:
     train_state = TrainState(scheduler)
     ckpt = CheckpointManager(
         CheckpointConfig(args.checkpoint_dir, args.checkpoint_every, args.keep_checkpoints, not args.sync_checkpoint),
-        rt, {"app": ModelAndOptimizer(model, optimizer), "train": train_state, f"data_rank{rt.rank}": batches})
+        rt, {"app": ModelAndOptimizer(model, optimizer), "train": train_state})
     start = ckpt.resume()
+    # batches.next() runs once per step, so the data position is the step: nothing per rank is
+    # saved, and a checkpoint written by N ranks resumes on M.
+    batches.position = start
     if start >= args.steps and rt.is_main:
         log(f"Checkpoint at step {start} already reaches --steps {args.steps}; nothing to train")
     metrics = MetricsLogger(
@@ -205,7 +208,6 @@ def train(args, mcfg: ModelConfig, rt: tdist.Runtime) -> int:
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        train_state.step = step
         loss_sum += loss.detach()
         loss_count += 1
         metrics.step_done()

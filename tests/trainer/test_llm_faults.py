@@ -69,6 +69,41 @@ def test_loss_falls_and_resume_restores_model_optimizer_schedule_and_data_positi
     assert re.search(r"WARNING: checkpoint \S+step-00000020 does not load", out), out
     assert [int(s) for s in RESUMED.findall(out)] == [10]
     assert logged_steps(out) == [15, 20, 25]
+    # The unloadable folder is moved aside, so the new save of step 20 starts clean and counts.
+    assert (a / "step-00000020.unloadable").is_dir()
+    assert list_steps(a) == [20, 25] and (step_dir(a, 20) / MARKER).exists()
+
+
+def test_an_unloadable_newer_checkpoint_is_moved_aside_and_retention_keeps_new_saves(tmp_path):
+    rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, steps=20)))
+    assert rc == 0, out
+    assert list_steps(tmp_path) == [10, 20]
+    shard = step_dir(tmp_path, 20) / "__1_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:100])
+    # Resume at 10 and save 15 with one checkpoint kept: the corrupt step 20 must not outrank it.
+    rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, "--keep-checkpoints", "1", steps=15, every=5)))
+    assert rc == 0, out
+    assert [int(s) for s in RESUMED.findall(out)] == [10]
+    assert re.search(r"WARNING: checkpoint \S+step-00000020 does not load; moved aside", out), out
+    assert list_steps(tmp_path) == [15]
+    assert (tmp_path / "step-00000020.unloadable").is_dir()
+    # A later save of step 20 is a real checkpoint again, and retention keeps it.
+    rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, "--keep-checkpoints", "1", steps=20, every=5)))
+    assert rc == 0, out
+    assert [int(s) for s in RESUMED.findall(out)] == [15]
+    assert list_steps(tmp_path) == [20] and (step_dir(tmp_path, 20) / MARKER).exists()
+
+
+@pytest.mark.parametrize("nproc_before, nproc_after", [(1, 2), (2, 1)])
+def test_a_checkpoint_resumes_on_a_different_number_of_ranks(tmp_path, nproc_before, nproc_after):
+    rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, steps=10), nproc=nproc_before))
+    assert rc == 0, out
+    assert list_steps(tmp_path) == [10]
+    rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, steps=15), nproc=nproc_after))
+    assert rc == 0, out
+    assert "does not load" not in out, out
+    assert [int(s) for s in RESUMED.findall(out)] == [10]
+    assert logged_steps(out) == [15]
 
 
 def test_a_sigkilled_worker_restarts_and_resumes_losing_at_most_one_interval(tmp_path):

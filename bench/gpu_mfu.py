@@ -22,7 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run_config(layers: int, batch: int, compile_: bool, ac: bool, steps: int, timeout: int) -> dict:
+def run_config(layers: int, batch: int, compile_: bool, ac: bool, steps: int, timeout: int,
+               loss_chunk_tokens: int = 0, alloc_conf: str | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         metrics = Path(tmp) / "m.jsonl"
         argv = [sys.executable, "-m", "trainer.llm", "--model", "llama3.1-8b", "--layers", str(layers),
@@ -30,7 +31,10 @@ def run_config(layers: int, batch: int, compile_: bool, ac: bool, steps: int, ti
                 "--warmup-steps", "2", "--metrics-file", str(metrics)]
         argv += ["--compile"] if compile_ else []
         argv += ["--activation-checkpointing"] if ac else []
-        env = dict(os.environ, PYTHONPATH=str(REPO), PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
+        argv += ["--loss-chunk-tokens", str(loss_chunk_tokens)] if loss_chunk_tokens else []
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        if alloc_conf is not None:
+            env["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf
         try:
             p = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -52,6 +56,9 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=15)
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--timeout", type=int, default=240)
+    p.add_argument("--loss-chunk-tokens", type=int, default=0, help="pass through to trainer.llm (0 = plain loss)")
+    p.add_argument("--alloc-conf", default="expandable_segments:True",
+                   help="PYTORCH_CUDA_ALLOC_CONF for the runs ('' = the allocator's defaults)")
     args = p.parse_args()
     import torch
     if not torch.cuda.is_available():
@@ -63,8 +70,10 @@ def main() -> int:
     for spec in args.configs:
         parts = spec.split(":")
         layers, batch, ac = int(parts[0]), int(parts[1]), len(parts) > 2 and parts[2] == "ac"
-        r = run_config(layers, batch, not args.no_compile, ac, args.steps, args.timeout)
-        tag = f"layers={layers} batch={batch} seq=8192 compile={not args.no_compile} ac={ac}"
+        r = run_config(layers, batch, not args.no_compile, ac, args.steps, args.timeout,
+                       args.loss_chunk_tokens, args.alloc_conf)
+        tag = (f"layers={layers} batch={batch} seq=8192 compile={not args.no_compile} ac={ac} "
+               f"loss_chunk={args.loss_chunk_tokens} alloc={args.alloc_conf!r}")
         if r["ok"]:
             print(f"{tag}: MFU {100 * r['mfu']:.1f}% | {r['tokens_per_sec']:,.0f} tok/s | "
                   f"peak {r['peak_mem_gib']:.1f} GiB | loss {r['loss']}", flush=True)

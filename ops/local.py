@@ -109,7 +109,7 @@ def torchrun_command(preset: JobPreset, endpoint: str, checkpoint_root: str, run
 
 def run_job(preset: JobPreset, endpoint: str, checkpoint_root: str) -> tuple[int, dict | None, float]:
     argv = torchrun_command(preset, endpoint, checkpoint_root, f"local-{preset.name}-{uuid.uuid4().hex[:8]}")
-    print("$ " + " ".join(argv[2:] if argv[1] == "-m" else argv), flush=True)
+    print("$ " + " ".join(argv[2:]), flush=True)  # argv is [python, -m, torch.distributed.run, ...]
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
     summary, t0 = None, time.monotonic()
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -167,10 +167,7 @@ def main(argv=None) -> int:
             rc, summary, wall = run_job(preset, etcd.endpoint, root)
         print(format_summary(preset, summary, etcd, wall, rc), flush=True)
         return 0 if rc == 0 else 1
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except LocalRunError as exc:
+    except (ConfigError, LocalRunError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

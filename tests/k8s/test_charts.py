@@ -67,7 +67,8 @@ def test_efa_plugin_on_efa_nodes_with_host_paths_and_regional_image():
     term = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
     assert term["matchExpressions"] == [{"key": EFA_LABEL, "operator": "In", "values": ["true"]}]
     assert spec["hostNetwork"] is True
-    assert {v["hostPath"]["path"] for v in spec["volumes"]} == {"/var/lib/kubelet/device-plugins", "/dev/infiniband"}
+    assert {v["hostPath"]["path"] for v in spec["volumes"]} == {"/var/lib/kubelet/device-plugins", "/dev/infiniband/",
+                                                               "/opt/aws/neuron/"}
     image = spec["containers"][0]["image"]
     assert image.startswith("590381155156.dkr.ecr.eu-south-1.amazonaws.com/eks/aws-efa-k8s-device-plugin:v")
     assert spec["priorityClassName"] == "system-node-critical"
@@ -94,7 +95,7 @@ def test_operator_enables_only_the_schemes_we_use(operator):
     container = pod(one(operator, "Deployment"))["containers"][0]
     schemes = sorted(a.split("=", 1)[1] for a in container["args"] if a.startswith("--enable-scheme="))
     assert schemes == ["mpijob", "pytorchjob"]
-    assert container["image"].startswith("docker.io/kubeflow/training-operator:v1.9")
+    assert container["image"] == "ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489"
 
 
 def test_operator_webhook_pieces_agree(operator):
@@ -105,8 +106,10 @@ def test_operator_webhook_pieces_agree(operator):
     assert args["--webhook-secret-name"] == secret["metadata"]["name"] == WEBHOOK_SECRET
     webhook = one(operator, "ValidatingWebhookConfiguration")
     assert webhook["metadata"]["name"] == WEBHOOK_CONFIGURATION
-    assert sorted(r for w in webhook["webhooks"] for r in w["rules"][0]["resources"]) == ["mpijobs", "pytorchjobs"]
+    # v1 serves no MPIJob validator: registering one would reject every MPIJob (failurePolicy Fail).
+    assert sorted(r for w in webhook["webhooks"] for r in w["rules"][0]["resources"]) == ["pytorchjobs"]
     for hook in webhook["webhooks"]:
+        assert hook["failurePolicy"] == "Fail"
         client = hook["clientConfig"]["service"]
         assert (client["name"], client["namespace"]) == (service["metadata"]["name"], KUBEFLOW_NAMESPACE)
         port = next(p for p in service["spec"]["ports"] if p["port"] == client["port"])
@@ -116,7 +119,7 @@ def test_operator_webhook_pieces_agree(operator):
     assert "namespace" not in webhook["metadata"], "cluster-scoped"
 
 
-def test_operator_is_probed_bounded_and_writable_only_where_certs_go(operator):
+def test_operator_is_probed_bounded_and_reads_its_certificates_from_the_webhook_secret(operator):
     spec = pod(one(operator, "Deployment"))
     container = spec["containers"][0]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
@@ -124,7 +127,11 @@ def test_operator_is_probed_bounded_and_writable_only_where_certs_go(operator):
     assert container["resources"]["requests"]["memory"] == container["resources"]["limits"]["memory"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["runAsNonRoot"] is True
-    assert [m["mountPath"] for m in container["volumeMounts"]] == ["/tmp/k8s-webhook-server/serving-certs"]
+    [mount] = container["volumeMounts"]
+    assert (mount["mountPath"], mount["readOnly"]) == ("/tmp/k8s-webhook-server/serving-certs", True)
+    [volume] = spec["volumes"]
+    assert volume["secret"]["secretName"] == one(operator, "Secret")["metadata"]["name"] == WEBHOOK_SECRET
+    assert "emptyDir" not in volume, "the rotator writes the Secret; only the kubelet fills the directory"
     assert spec["automountServiceAccountToken"] is True, "the operator is an API client"
     assert spec["serviceAccountName"] == one(operator, "ServiceAccount")["metadata"]["name"]
 
@@ -137,7 +144,8 @@ def test_operator_rbac_covers_what_the_controllers_do(operator):
                  ("kubeflow.org", "mpijobs", "watch"), ("", "pods", "create"), ("", "services", "create"),
                  ("", "pods/exec", "create"), ("rbac.authorization.k8s.io", "roles", "create"),
                  ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "update"),
-                 ("", "secrets", "update"), ("coordination.k8s.io", "leases", "update")]:
+                 ("", "secrets", "update"), ("coordination.k8s.io", "leases", "update"),
+                 ("scheduling.volcano.sh", "podgroups", "watch"), ("scheduling.x-k8s.io", "podgroups", "watch")]:
         assert need in granted, need
     assert not any("*" in rule["verbs"] or "*" in rule["resources"] for rule in role["rules"])
     binding = one(operator, "ClusterRoleBinding")

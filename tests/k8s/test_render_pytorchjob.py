@@ -30,10 +30,9 @@ def test_llama3_on_p5_requests_every_gpu_and_efa_interface_with_equal_limits(dev
 def test_efa_variables_only_where_efa_is_requested(dev):
     gpu = {e["name"]: e.get("value") for e in _container(render_pytorchjob(dev, "llama2-7b-fsdp", image=IMAGE))["env"]}
     cpu = {e["name"]: e.get("value") for e in _container(render_pytorchjob(dev, "cpu-ddp", image=IMAGE))["env"]}
-    assert gpu["FI_PROVIDER"] == "efa"
-    assert gpu["NCCL_SOCKET_IFNAME"].startswith("^lo,docker,")
-    assert "pod-id-link0" in gpu["NCCL_SOCKET_IFNAME"]
-    assert not any(k.startswith("FI_") for k in cpu)
+    assert gpu["FI_PROVIDER"] == "efa" and gpu["NCCL_NET_PLUGIN"] == "ofi"
+    assert gpu["NCCL_SOCKET_IFNAME"] == "^lo,docker0,pod-id-link0"
+    assert not any(k.startswith("FI_") or k == "NCCL_NET_PLUGIN" for k in cpu)
 
 
 def test_cpu_job_targets_cpu_group_without_gpu_toleration(dev):

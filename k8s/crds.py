@@ -179,6 +179,7 @@ class TrainingOperatorCrdsChart(ProjectChart):
     """The CRDs alone: applied (and Established) before the operator and any job that uses them."""
 
     component = "training-operator-crds"
+    addon = "training-operator-crds"
 
     def __init__(self, scope: Construct, id: str, *, props: TrainingOperatorCrdsProps = TrainingOperatorCrdsProps()):
         super().__init__(scope, id)

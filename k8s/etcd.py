@@ -34,6 +34,8 @@ class EtcdProps:
 
 class EtcdChart(ProjectChart):
     component = "rendezvous"
+    addon = "etcd"
+    depends_on = ("namespaces",)
 
     def __init__(self, scope: Construct, id: str, *, props: EtcdProps = EtcdProps()):
         super().__init__(scope, id, namespace=TRAINING_NAMESPACE)

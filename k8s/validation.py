@@ -122,6 +122,17 @@ def nccl_groups(config: Environment) -> list[Nodegroup]:
 
 class ClusterValidationChart(ProjectChart):
     component = "validation"
+    addon = "cluster-validation"
+    depends_on = ("namespaces", "training-operator-crds", "training-operator", "nvidia-device-plugin")
+    after = ("efa-device-plugin",)
+
+    @classmethod
+    def applies_to(cls, config: Environment) -> bool:
+        return bool(config.gpu_nodegroups)
+
+    @classmethod
+    def for_environment(cls, scope, config, values) -> "ClusterValidationChart":
+        return cls(scope, cls.addon, props=ValidationProps(config=config))
 
     def __init__(self, scope: Construct, id: str, *, props: ValidationProps):
         super().__init__(scope, id, namespace=props.namespace)

@@ -251,6 +251,63 @@ def test_nccl_test_spans_two_nodes_and_fails_below_the_floor(dev):
         assert "FI_PROVIDER=efa" in script
 
 
+def test_every_chart_module_is_an_add_on_found_by_scanning_the_package(dev):
+    from k8s.charts import addons
+
+    assert sorted(addons()) == ["cluster-validation", "efa-device-plugin", "etcd", "fsx-storage", "namespaces",
+                                "nvidia-device-plugin", "training-jobs", "training-operator",
+                                "training-operator-crds"]
+
+
+def test_apply_order_is_layered_by_the_declared_dependencies(dev):
+    from k8s.charts import apply_order
+
+    assert [cls.addon for cls, _ in apply_order(dev)] == [
+        # layer 0: nothing to wait for
+        "efa-device-plugin", "namespaces", "nvidia-device-plugin", "training-operator-crds",
+        # layer 1
+        "etcd", "fsx-storage", "training-operator",
+        # layer 2: the charts that create jobs
+        "cluster-validation", "training-jobs"]
+
+
+def test_adding_a_chart_is_adding_a_class_that_declares_what_it_needs(dev):
+    from k8s.base import ProjectChart
+    from k8s.charts import addons, apply_order
+
+    class Dashboard(ProjectChart):
+        addon = "dashboard"
+        depends_on = ("training-operator",)
+
+    order = [cls.addon for cls, _ in apply_order(dev, {**addons(), "dashboard": Dashboard})]
+    assert order.index("dashboard") > order.index("training-operator")
+
+
+@pytest.mark.parametrize("depends_on,needle", [
+    (("no-such-chart",), "no chart in k8s/ provides"),
+    (("cycle-b",), "cycle"),
+])
+def test_a_missing_or_circular_dependency_is_an_error(dev, depends_on, needle):
+    from k8s.base import ProjectChart
+    from k8s.charts import addons, apply_order
+
+    a = type("A", (ProjectChart,), {"addon": "cycle-a", "depends_on": depends_on})
+    b = type("B", (ProjectChart,), {"addon": "cycle-b", "depends_on": ("cycle-a",)})
+    with pytest.raises(ValueError, match=needle):
+        apply_order(dev, {**addons(), "cycle-a": a, "cycle-b": b})
+
+
+def test_a_chart_needing_one_the_environment_lacks_is_an_error(dev):
+    from dataclasses import replace
+
+    from k8s.base import ProjectChart
+    from k8s.charts import addons, apply_order
+
+    needs_gpu = type("N", (ProjectChart,), {"addon": "needs-gpu", "depends_on": ("nvidia-device-plugin",)})
+    with pytest.raises(ValueError, match="does not get"):
+        apply_order(replace(dev, gpu_nodegroups=()), {**addons(), "needs-gpu": needs_gpu})
+
+
 def test_environment_charts_order_users_after_what_they_use(dev):
     charts = EnvironmentCharts(dev, ClusterValues.placeholders(), app=cdk8s.Testing.app())
     order = [e.name for e in charts.entries]

@@ -324,3 +324,19 @@ def test_an_environment_without_gpus_gets_no_device_plugins_or_checks(dev):
     names = [e.name for e in EnvironmentCharts(cpu_only, ClusterValues.placeholders(), app=cdk8s.Testing.app()).entries]
     assert not {"nvidia-device-plugin", "efa-device-plugin", "cluster-validation"} & set(names)
     assert "training-jobs" in names
+
+
+def test_repeated_literals_live_only_in_k8s_common():
+    """Namespaces, numeric uids and the interface exclude list are named once (k8s/common.py)."""
+    import re
+    from pathlib import Path
+
+    import k8s
+
+    literals = [r'"kube-system"', r"\b6553[24]\b", r"pod-id-link0", r"docker0"]
+    for path in Path(k8s.__file__).parent.glob("*.py"):
+        if path.name == "common.py":
+            continue
+        text = path.read_text()
+        for literal in literals:
+            assert not re.search(literal, text), f"{path.name} repeats {literal}; use the constant in k8s/common.py"

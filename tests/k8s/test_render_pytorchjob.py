@@ -125,3 +125,12 @@ def test_presets_render_only_where_their_node_group_exists(dev, prod):
 def test_plain_env_overrides_reach_the_container(dev):
     m = render_pytorchjob(dev, "cpu-ddp", image=IMAGE, overrides={"env": {"LOGLEVEL": "DEBUG"}})
     assert {"name": "LOGLEVEL", "value": "DEBUG"} in _container(m)["env"]
+
+
+def test_the_job_tells_the_trainer_its_instance_type_for_mfu(dev):
+    """trainer/metrics.py takes peak FLOPs from the instance-type table by TRAINER_INSTANCE_TYPE."""
+    from config.instance_types import INSTANCE_TYPES
+
+    env = {e["name"]: e.get("value") for e in _container(render_pytorchjob(dev, "llama3-8b-fsdp", image=IMAGE))["env"]}
+    assert env["TRAINER_INSTANCE_TYPE"] == dev.nodegroup("p5").instance_type.name == "p5.48xlarge"
+    assert INSTANCE_TYPES[env["TRAINER_INSTANCE_TYPE"]].peak_bf16_flops

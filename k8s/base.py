@@ -131,7 +131,8 @@ def hardened(**overrides) -> kplus.ContainerSecurityContextProps:
 
 def runtime_default_seccomp(workload: kplus.AbstractPod) -> None:
     """The pod runs under the container runtime's default seccomp profile; cdk8s-plus has no API
-    for it. (For a privileged container the kubelet ignores it.)"""
+    for it. Privileged containers always run Unconfined whatever the profile ("Seccomp and
+    Kubernetes", https://kubernetes.io/docs/reference/node/seccomp/)."""
     patch_pod_spec(workload, "securityContext/seccompProfile", dict(RUNTIME_DEFAULT_SECCOMP))
 
 

@@ -27,8 +27,9 @@ DEVIATIONS = (
               "our EFA node groups are GPU node groups and carry the GPU taint, which the chart's "
               "default tolerations do not tolerate (values.yaml leaves `tolerations` to the user)"),
     Deviation("security.seccompProfile", {"type": "RuntimeDefault"}, ABSENT,
-              "every pod we render says RuntimeDefault; the container is privileged, and the kubelet "
-              "runs privileged containers Unconfined whatever the profile, so this changes nothing for it"),
+              "every pod we render says RuntimeDefault; the container is privileged, and privileged "
+              "containers always run Unconfined (Kubernetes docs, 'Seccomp and Kubernetes', "
+              "https://kubernetes.io/docs/reference/node/seccomp/), so this changes nothing for it"),
 )
 
 

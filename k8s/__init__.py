@@ -1,17 +1,21 @@
 """cdk8s charts: the Kubernetes half of the product.
 
-One chart per file, each a class taking a typed props dataclass:
+One add-on chart per file, each a class taking a typed props dataclass and declaring its `addon`
+name, what it depends on and whether an environment gets it (k8s/charts.py finds them all):
   namespaces.py            kubeflow and training namespaces
   crds.py                  small structural PyTorchJob / MPIJob CRDs (kubeflow.org/v1)
-  nvidia_device_plugin.py  nvidia.com/gpu on GPU node groups
-  efa_device_plugin.py     vpc.amazonaws.com/efa on EFA node groups
-  training_operator.py     Kubeflow Training Operator v1.9 (PyTorchJob and MPIJob only)
+  nvidia_device_plugin.py  nvidia.com/gpu on GPU node groups (NVIDIA device plugin v0.19.3)
+  efa_device_plugin.py     vpc.amazonaws.com/efa on EFA node groups (EFA device plugin v0.5.20)
+  training_operator.py     Kubeflow Training Operator v1.9.4 (PyTorchJob and MPIJob only)
   etcd.py                  etcd v3.5 with the v2 API for torch's etcd-v2 rendezvous
   fsx_storage.py           static FSx for Lustre PV and the `fsx-pvc` claim
   training_jobs.py         the preset PyTorchJobs an environment can run
   validation.py            GPU check Jobs and the NCCL all-reduce MPIJob
-Shared: base.py (chart base, cdk8s-plus overrides), common.py (names, pinned images, pod rules),
+Shared: base.py (chart base and add-on declaration, cdk8s-plus overrides), device_plugin.py (the
+device plugins' common DaemonSet), common.py (names, pinned images with their evidence, pod rules),
 jobs.py (render_pytorchjob: the PyTorchJob code path shared with `ops submit`; no cdk8s import),
-charts.py (every chart of an environment, ordered), values.py (stack values and dist placeholders),
-sinks.py (dist/<env>/ YAML). stacks/workloads.py is the CDK sink.
+podspec.py (every rendered pod template checked against the Kubernetes PodSpec schema),
+charts.py (finds the add-ons and orders them by their dependencies), values.py (stack values and
+dist placeholders), sinks.py (dist/<env>/ YAML). stacks/workloads.py is the CDK sink.
+Each third-party component is compared with its upstream release by tests/k8s/test_conformance_*.py.
 """

@@ -2,13 +2,38 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
 import cdk8s
 import cdk8s_plus_27 as kplus
 from constructs import Construct
 
 from config.kubernetes import GPU_TAINT_EFFECT, GPU_TAINT_KEY, GPU_TAINT_VALUE
+from k8s.common import RUNTIME_DEFAULT_SECCOMP
+
+if TYPE_CHECKING:
+    from config.environment import Environment
+    from k8s.values import ClusterValues
 
 PART_OF = "eks-distributed-training"
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """What must hold on the cluster before the charts that depend on this one are applied.
+
+    `json_path` is read with `kubectl get`: the CDK sink waits until it yields any output (the
+    semantics of aws-eks-v2's KubernetesObjectValue); `kubectl_wait` is the same condition for
+    dist/ readers, as a `kubectl wait --for=...` argument.
+    """
+
+    object_type: str
+    name: str
+    namespace: str
+    json_path: str
+    kubectl_wait: str
+    timeout_minutes: int
 
 
 class ProjectChart(cdk8s.Chart):
@@ -16,9 +41,27 @@ class ProjectChart(cdk8s.Chart):
 
     Resource names are stable (no cdk8s hash suffix): jobs, Services and the rendezvous host are
     looked up by name, and a renamed object would be a new object on the cluster.
+
+    A chart that sets `addon` is one add-on of an environment (cdk-eks-blueprints style): k8s/charts.py
+    finds it by scanning this package, so adding a chart is adding a file. It declares what it
+    needs applied first (`depends_on`; `after` for charts it follows only where the environment
+    has them), whether an environment gets it (`applies_to`), how it is built from the
+    environment (`for_environment`), and optionally a `ready_when` its dependents wait for.
     """
 
     component: str = ""
+    addon: ClassVar[str | None] = None
+    depends_on: ClassVar[tuple[str, ...]] = ()
+    after: ClassVar[tuple[str, ...]] = ()
+    ready_when: ClassVar[Readiness | None] = None
+
+    @classmethod
+    def applies_to(cls, config: "Environment") -> bool:
+        return True
+
+    @classmethod
+    def for_environment(cls, scope: Construct, config: "Environment", values: "ClusterValues") -> "ProjectChart":
+        return cls(scope, cls.addon)
 
     def __init__(self, scope: Construct, id: str, *, namespace: str | None = None):
         # The namespace goes on each namespaced object by hand (self.meta): cdk8s would also stamp
@@ -84,6 +127,13 @@ def hardened(**overrides) -> kplus.ContainerSecurityContextProps:
     base = dict(allow_privilege_escalation=False, read_only_root_filesystem=True)
     base.update(overrides)
     return kplus.ContainerSecurityContextProps(**base)
+
+
+def runtime_default_seccomp(workload: kplus.AbstractPod) -> None:
+    """The pod runs under the container runtime's default seccomp profile; cdk8s-plus has no API
+    for it. Privileged containers always run Unconfined whatever the profile ("Seccomp and
+    Kubernetes", https://kubernetes.io/docs/reference/node/seccomp/)."""
+    patch_pod_spec(workload, "securityContext/seccompProfile", dict(RUNTIME_DEFAULT_SECCOMP))
 
 
 def drop_all_capabilities(workload: kplus.AbstractPod) -> None:

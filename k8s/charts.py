@@ -1,23 +1,24 @@
-"""Every chart of an environment, in apply order with explicit dependencies: one set of chart
-objects that both sinks (the CDK stack and dist/ YAML) consume."""
+"""Every chart of an environment, in apply order: one set of chart objects that both sinks (the
+CDK stack and dist/ YAML) consume.
+
+The charts are add-ons in the style of cdk-eks-blueprints: each chart module's ProjectChart
+subclass with an `addon` name is found by scanning this package, so adding a chart is adding a
+file. Each declares what must be applied before it (`depends_on`, and `after` for charts it
+follows only where the environment has them) and whether an environment gets it. The apply
+order follows from those declarations: a chart's layer is one more than its deepest dependency's,
+and charts apply layer by layer, by name within a layer.
+"""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import dataclass
 
 import cdk8s
 
 from config.environment import Environment
-from k8s.base import ProjectChart
-from k8s.crds import TrainingOperatorCrdsChart
-from k8s.efa_device_plugin import EfaDevicePluginChart, EfaDevicePluginProps
-from k8s.etcd import EtcdChart
-from k8s.fsx_storage import FsxStorageChart, FsxStorageProps
-from k8s.namespaces import NamespacesChart
-from k8s.nvidia_device_plugin import NvidiaDevicePluginChart, NvidiaDevicePluginProps
-from k8s.training_jobs import TrainingJobsChart, TrainingJobsProps
-from k8s.training_operator import TrainingOperatorChart
-from k8s.validation import ClusterValidationChart, ValidationProps
+from k8s.base import ProjectChart, Readiness
 from k8s.values import ClusterValues
 
 
@@ -27,52 +28,69 @@ class ChartEntry:
     chart: ProjectChart
     depends_on: tuple[str, ...] = ()
 
+    @property
+    def ready_when(self) -> Readiness | None:
+        return self.chart.ready_when
+
+
+def addons() -> dict[str, type[ProjectChart]]:
+    """addon name -> chart class, for every chart module in this package."""
+    import k8s
+
+    found: dict[str, type[ProjectChart]] = {}
+    for info in sorted(pkgutil.iter_modules(k8s.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"k8s.{info.name}")
+        for value in vars(module).values():
+            if (isinstance(value, type) and issubclass(value, ProjectChart) and value.__module__ == module.__name__
+                    and value.addon):
+                if value.addon in found:
+                    raise ValueError(f"two charts are named {value.addon}: {found[value.addon].__name__} "
+                                     f"and {value.__name__}")
+                found[value.addon] = value
+    return found
+
+
+def apply_order(config: Environment, available: dict[str, type[ProjectChart]] | None = None
+                ) -> list[tuple[type[ProjectChart], tuple[str, ...]]]:
+    """(chart class, the charts it waits for) for every chart `config` gets, in apply order."""
+    available = addons() if available is None else available
+    present = {name: cls for name, cls in available.items() if cls.applies_to(config)}
+    waits: dict[str, tuple[str, ...]] = {}
+    for name, cls in present.items():
+        for dep in cls.depends_on:
+            if dep not in available:
+                raise ValueError(f"chart {name} depends on {dep}, which no chart in k8s/ provides")
+            if dep not in present:
+                raise ValueError(f"chart {name} depends on {dep}, which environment {config.name} does not get")
+        waits[name] = tuple(cls.depends_on) + tuple(d for d in cls.after if d in present and d not in cls.depends_on)
+    layer: dict[str, int] = {}
+
+    def depth(name: str, path: tuple[str, ...] = ()) -> int:
+        if name in path:
+            raise ValueError(f"chart dependencies form a cycle: {' -> '.join(path + (name,))}")
+        if name not in layer:
+            layer[name] = 1 + max((depth(d, path + (name,)) for d in waits[name]), default=-1)
+        return layer[name]
+
+    order = sorted(present, key=lambda n: (depth(n), n))
+    return [(present[name], waits[name]) for name in order]
+
 
 class EnvironmentCharts:
-    """Builds the charts for `config` from `values` inside one cdk8s App.
-
-    Order and dependencies: namespaces and CRDs before anything that uses them; device plugins
-    before the checks that need GPUs; the operator, etcd and storage before the jobs.
-    """
+    """Builds the charts for `config` from `values` inside one cdk8s App."""
 
     def __init__(self, config: Environment, values: ClusterValues, *, app: cdk8s.App | None = None):
         self.config = config
         self.values = values
         self.app = app or cdk8s.App()
         self.entries: list[ChartEntry] = []
-        add = self._add
-        add("namespaces", NamespacesChart(self.app, "namespaces"))
-        add("training-operator-crds", TrainingOperatorCrdsChart(self.app, "training-operator-crds"))
-        plugins: list[str] = []
-        if config.gpu_nodegroups:
-            add("nvidia-device-plugin", NvidiaDevicePluginChart(
-                self.app, "nvidia-device-plugin", props=NvidiaDevicePluginProps.from_config(config)))
-            plugins.append("nvidia-device-plugin")
-        if any(g.instance_type.supports_efa for g in config.gpu_nodegroups):
-            add("efa-device-plugin", EfaDevicePluginChart(
-                self.app, "efa-device-plugin", props=EfaDevicePluginProps.from_config(config)))
-            plugins.append("efa-device-plugin")
-        add("training-operator", TrainingOperatorChart(self.app, "training-operator"),
-            "namespaces", "training-operator-crds")
-        add("etcd", EtcdChart(self.app, "etcd"), "namespaces")
-        add("fsx-storage", FsxStorageChart(self.app, "fsx-storage", props=FsxStorageProps.from_config(
-            config, file_system_id=values.fsx_file_system_id, dns_name=values.fsx_dns_name,
-            mount_name=values.fsx_mount_name)), "namespaces")
-        add("training-jobs", TrainingJobsChart(self.app, "training-jobs", props=TrainingJobsProps(
-            config=config, images=dict(values.trainer_images))),
-            "training-operator-crds", "training-operator", "etcd", "fsx-storage")
-        if config.gpu_nodegroups:
-            add("cluster-validation", ClusterValidationChart(
-                self.app, "cluster-validation", props=ValidationProps(config=config)),
-                "namespaces", "training-operator-crds", "training-operator", *plugins)
-
-    def _add(self, name: str, chart: ProjectChart, *depends_on: str) -> None:
-        known = {e.name: e for e in self.entries}
-        for dep in depends_on:
-            if dep not in known:
-                raise ValueError(f"chart {name} depends on {dep}, which is not built before it")
-            chart.add_dependency(known[dep].chart)
-        self.entries.append(ChartEntry(name, chart, tuple(depends_on)))
+        built: dict[str, ProjectChart] = {}
+        for cls, waits in apply_order(config):
+            chart = cls.for_environment(self.app, config, values)
+            for dep in waits:
+                chart.add_dependency(built[dep])
+            built[cls.addon] = chart
+            self.entries.append(ChartEntry(cls.addon, chart, waits))
 
     def entry(self, name: str) -> ChartEntry:
         for e in self.entries:

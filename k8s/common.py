@@ -12,6 +12,17 @@ from config.instance_types import InstanceType
 from config.kubernetes import GPU_TAINT_EFFECT, GPU_TAINT_KEY, GPU_TAINT_VALUE, LABEL_PREFIX
 
 KUBEFLOW_NAMESPACE = "kubeflow"
+# Cluster add-ons (the device plugins) live beside the other node agents.
+KUBE_SYSTEM_NAMESPACE = "kube-system"
+
+# Numeric users: the kubelet can only enforce runAsNonRoot for images whose USER is numeric, and
+# these images set none, so the charts choose. 65532 is distroless's "nonroot" uid, 65534 "nobody".
+NONROOT_UID = 65532
+NOBODY_UID = 65534
+
+# Every pod we render runs under the container runtime's default seccomp profile (the Kubernetes
+# restricted Pod Security profile asks for it; none of these workloads makes unusual syscalls).
+RUNTIME_DEFAULT_SECCOMP = {"type": "RuntimeDefault"}
 
 # Rendezvous: torch's etcd-v2 backend talks to this Service in the training namespace.
 ETCD_SERVICE = "etcd"
@@ -20,9 +31,13 @@ ETCD_CLIENT_PORT = 2379
 ETCD_CLIENT_LABEL = f"{LABEL_PREFIX}/etcd-client"
 C10D_PORT = 29400
 
-# The Training Operator injects its PET_* variables only into the container of this name.
+# The operator's webhook rejects a PyTorchJob replica without a container of this name, and the
+# operator takes the job's port from it (kubeflow/trainer v1.9.4 pkg/webhooks/pytorch). The PET_*
+# variables torchrun reads go to every container of the pod, not only this one
+# (pkg/controller.v1/pytorch/envvar.go: setPodEnv loops over all containers).
 PYTORCH_CONTAINER = "pytorch"
-# MPIJob v1 injects the hostfile and kubectl-exec agent into, and execs into, this container.
+# MPIJob v1 execs into this container of each worker (spec.mainContainer, kubexec.sh) and gives
+# the launcher's first container the hostfile and kubectl (pkg/controller.v1/mpi at v1.9.4).
 MPI_CONTAINER = "mpi"
 
 # The Hugging Face token is read from this Secret only; the charts never carry its value.
@@ -39,25 +54,51 @@ NODE_CPU_SHARE = 0.85
 NODE_MEMORY_SHARE = 0.80
 SHM_MAX_GIB = 128
 
-# Interfaces NCCL must not bootstrap over: loopback, a Docker bridge, and the EKS Pod Identity
-# agent's link-local interface (pod-id-link0, 169.254.170.23), which carries no pod traffic.
-NCCL_SOCKET_IFNAME = "^lo,docker,pod-id-link0"
+# Interfaces neither NCCL nor Open MPI may bootstrap over: loopback, a Docker bridge, and the EKS
+# Pod Identity agent's link-local interface (pod-id-link0, 169.254.170.23), which carries no pod
+# traffic. NCCL takes a "^"-prefixed exclude list, Open MPI's btl_tcp_if_exclude a plain one.
+EXCLUDED_INTERFACES = ("lo", "docker0", "pod-id-link0")
+NCCL_SOCKET_IFNAME = "^" + ",".join(EXCLUDED_INTERFACES)
+MPI_TCP_IF_EXCLUDE = ",".join(EXCLUDED_INTERFACES)
+
+# Training Operator v1.9.4, the last v1 release: both images are built by the release's
+# publish-core-images workflow from commit 93c5489 and tagged v1-<sha>
+# (../shared/contracts/kubeflow-training-v1.9.4/operator/standalone-kustomization.yaml names the
+# operator's; kubeflow/trainer tag v1.9.4 .github/workflows/publish-core-images.yaml builds
+# kubectl-delivery in the same matrix).
+TRAINING_OPERATOR_RELEASE_TAG = "v1-93c5489"
 
 # Images, pinned by tag. One table so pin checks and upgrades look in one place.
 IMAGES = {
-    "nvidia-device-plugin": "nvcr.io/nvidia/k8s-device-plugin:v0.17.1",
-    "training-operator": "docker.io/kubeflow/training-operator:v1.9.0",
-    # The MPI v1 launcher's init container (copies kubectl for mpirun's exec agent); the operator's
-    # default is an unpinned :latest. v0.2.3 is the last release of the v1 delivery image.
-    "mpi-kubectl-delivery": "docker.io/mpioperator/kubectl-delivery:v0.2.3",
-    "etcd": "quay.io/coreos/etcd:v3.5.17",
+    # ../shared/contracts/nvidia-device-plugin-v0.19.3/nvidia-device-plugin.yml (NVIDIA/k8s-device-plugin v0.19.3).
+    "nvidia-device-plugin": "nvcr.io/nvidia/k8s-device-plugin:v0.19.3",
+    "training-operator": f"ghcr.io/kubeflow/training-v1/training-operator:{TRAINING_OPERATOR_RELEASE_TAG}",
+    # The MPI launcher's init container: it only copies kubectl (1.30.7, Alpine 3.17; kubeflow/trainer
+    # v1.9.4 build/images/kubectl-delivery/Dockerfile) into the launcher. The operator's default is
+    # an unpinned :latest (source-pkg-config-config.go).
+    "mpi-kubectl-delivery": f"ghcr.io/kubeflow/training-v1/kubectl-delivery:{TRAINING_OPERATOR_RELEASE_TAG}",
+    # etcd 3.5, the last minor with the v2 API torch's etcd rendezvous speaks (3.6 removed it).
+    # 3.5.33 (2026-07-23) is the newest 3.5 patch, and its v2 API works for us: etcd-io/etcd#21249
+    # ("/v2/keys broken on 3.5.26") was the reporter's own set-up (HTTP moved to a separate port
+    # with --listen-client-http-urls, etcdctl pointed at the gRPC-only one; their words in
+    # etcd-io/etcd#21250), its routing PR #21240 was closed unmerged, and release-3.5's
+    # server/embed/serve.go still routes every HTTP/1.1 request on a plain-HTTP client listener
+    # to the HTTP handler that serves /v2 (git log v3.5.25..v3.5.33 -- server/embed/serve.go: only
+    # a read-header timeout and CRL checks changed). python-etcd speaks HTTP/1.1 to our plain
+    # listener, and v3.5.33's own e2e tests (tests/e2e/v2_curl_test.go TestV2CurlNoTLS,
+    # cmux_test.go ServerNonTLS) PUT and GET /v2/keys there. Image: scripts/release.sh pushes
+    # quay.io/coreos/etcd:<version> (and gcr.io/etcd-development/etcd).
+    "etcd": "quay.io/coreos/etcd:v3.5.33",
     # nvidia-smi comes from the node's container toolkit; the base image only needs a shell.
     "cuda-base": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
     # all_reduce_perf with libfabric, EFA and the aws-ofi-nccl plugin built in.
     "nccl-tests": "public.ecr.aws/hpc-cloud/nccl-tests:cuda12.8.1-efa1.43.2-ofiv1.16.3-ncclv2.27.7-1-testsv2.16.9",
 }
 
-EFA_DEVICE_PLUGIN_TAG = "v0.5.6"
+# The EFA device plugin as the aws/eks-charts chart v0.5.30 deploys it (its appVersion and
+# values.yaml image.tag; ../shared/contracts/aws-efa-k8s-device-plugin-chart-v0.5.30/). v0.5.6,
+# pinned before, miscounts devices on newer instance families.
+EFA_DEVICE_PLUGIN_TAG = "v0.5.20"
 # Amazon EKS add-on images live in a per-region ECR account (EKS guide, "Amazon container image
 # registries"). Regions not listed here fail loudly rather than pull from the wrong partition.
 EKS_ADDON_REGISTRY_ACCOUNTS = {
@@ -124,17 +165,32 @@ def accelerator_resources(instance: InstanceType) -> dict[str, str]:
     return resources
 
 
+def container_resources(instance: InstanceType, *, cpu: str, memory: str) -> dict[str, dict[str, str]]:
+    """requests and limits of a container on `instance`: `cpu` and `memory`, plus every device a
+    training pod on that node group takes (accelerator_resources). Training pods and the
+    validation pods of a node group both call this, so a node that passes validation can
+    schedule training pods. CPU has no limit: CFS quotas throttle data loaders and NCCL's proxy
+    threads; the memory limit equals the request."""
+    extended = accelerator_resources(instance)
+    return {"requests": {"cpu": cpu, "memory": memory, **extended}, "limits": {"memory": memory, **extended}}
+
+
+# EFA settings belong to the pods that request EFA devices, never to an image: a pod told to use
+# libfabric's EFA provider without the devices would believe it runs on EFA while NCCL falls back
+# to TCP sockets. NCCL_NET_PLUGIN=ofi makes NCCL load libnccl-net-ofi.so, the name aws-ofi-nccl
+# always installs (aws/aws-ofi-nccl v1.16.3 src/Makefile.am).
+EFA_ENV = (("FI_PROVIDER", "efa"), ("FI_EFA_USE_DEVICE_RDMA", "1"), ("FI_EFA_FORK_SAFE", "1"),
+           ("NCCL_NET_PLUGIN", "ofi"))
+
+
 def network_env(instance: InstanceType, *, nccl_debug: str = "WARN") -> list[dict]:
-    """NCCL and libfabric settings; FI_* only where the pod also requests EFA devices, so a job
-    never believes it runs on EFA while NCCL silently falls back to TCP sockets."""
+    """NCCL settings on GPU pods; EFA_ENV only where the pod also requests EFA devices."""
     env: list[dict] = []
     if instance.is_gpu:
         env += [{"name": "NCCL_SOCKET_IFNAME", "value": NCCL_SOCKET_IFNAME},
                 {"name": "NCCL_DEBUG", "value": nccl_debug}]
     if instance.supports_efa:
-        env += [{"name": "FI_PROVIDER", "value": "efa"},
-                {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"},
-                {"name": "FI_EFA_FORK_SAFE", "value": "1"}]
+        env += [{"name": name, "value": value} for name, value in EFA_ENV]
     return env
 
 

@@ -5,8 +5,11 @@ The upstream CRDs are about 600 KB each because they inline the whole PodTemplat
 exceeds the kubectl Lambda's 256 KB event and what a CloudFormation template can carry inline
 (aws-cdk issues 19165 and 17362). These schemas type every field of the job specs themselves, so
 kubectl's strict field validation rejects unknown or mistyped job fields, and check the parts of
-the pod template our charts rely on (container names and images); the rest of the template keeps
-its unknown fields and is validated by the API server when the operator creates the pods.
+the pod template our charts rely on (container names and images). The rest of the template keeps
+its unknown fields at admission, and nothing later rejects them: the operator decodes the job into
+its typed Go structs, which drop unknown fields, and creates the pods from those. So every pod
+template we render is validated against the Kubernetes PodSpec schema before it leaves this
+repository (k8s/podspec.py, called by k8s/jobs.py, k8s/validation.py and `ops submit`).
 """
 
 from __future__ import annotations
@@ -179,6 +182,7 @@ class TrainingOperatorCrdsChart(ProjectChart):
     """The CRDs alone: applied (and Established) before the operator and any job that uses them."""
 
     component = "training-operator-crds"
+    addon = "training-operator-crds"
 
     def __init__(self, scope: Construct, id: str, *, props: TrainingOperatorCrdsProps = TrainingOperatorCrdsProps()):
         super().__init__(scope, id)

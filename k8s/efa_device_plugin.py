@@ -1,4 +1,12 @@
-"""EFA device plugin: advertises vpc.amazonaws.com/efa on EFA nodes and hands pods the devices."""
+"""EFA device plugin: advertises vpc.amazonaws.com/efa on EFA nodes and hands pods the devices.
+
+As the aws/eks-charts chart v0.5.30 renders it with its default values (plugin v0.5.20;
+../shared/contracts/aws-efa-k8s-device-plugin-chart-v0.5.30/values.yaml and templates-daemonset.yaml):
+privileged, root, in the host's network namespace (it enumerates the node's EFA interfaces), with
+the kubelet's device-plugins directory, /dev/infiniband/ and /opt/aws/neuron/ from the host.
+Ours differs only where tests/k8s/test_conformance_efa_device_plugin.py declares it: our EFA
+node groups by label, our GPU taint tolerated, RuntimeDefault seccomp stated.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +16,14 @@ import cdk8s_plus_27 as kplus
 from constructs import Construct
 
 from config.environment import Environment
-from config.kubernetes import EFA_LABEL
-from k8s.base import ProjectChart, drop_all_capabilities, hardened, patch_pod_spec, resources, select_own_pods, tolerate_gpu_taint
-from k8s.common import KUBELET_DEVICE_PLUGINS, efa_device_plugin_image
-
-INFINIBAND_DEVICES = "/dev/infiniband"
+from config.kubernetes import EFA_LABEL, GPU_TAINT_KEY
+from k8s.common import efa_device_plugin_image
+from k8s.device_plugin import DevicePluginChart, DevicePluginSpec, HostMount
 
 
 @dataclass(frozen=True)
 class EfaDevicePluginProps:
     image: str
-    namespace: str = "kube-system"
 
     @classmethod
     def from_config(cls, config: Environment) -> "EfaDevicePluginProps":
@@ -26,35 +31,29 @@ class EfaDevicePluginProps:
         return cls(image=efa_device_plugin_image(config.region))
 
 
-class EfaDevicePluginChart(ProjectChart):
+class EfaDevicePluginChart(DevicePluginChart):
     component = "efa-device-plugin"
+    addon = "efa-device-plugin"
+
+    @classmethod
+    def applies_to(cls, config: Environment) -> bool:
+        return any(g.instance_type.supports_efa for g in config.gpu_nodegroups)
+
+    @classmethod
+    def for_environment(cls, scope, config, values) -> "EfaDevicePluginChart":
+        return cls(scope, cls.addon, props=EfaDevicePluginProps.from_config(config))
 
     def __init__(self, scope: Construct, id: str, *, props: EfaDevicePluginProps):
-        super().__init__(scope, id, namespace=props.namespace)
-        name = "aws-efa-k8s-device-plugin"
-        self.daemon_set = kplus.DaemonSet(
-            self, "DaemonSet", metadata=self.meta(name),
-            automount_service_account_token=False,
-            # As upstream runs it: the plugin enumerates the node's EFA interfaces, which lives in
-            # the host's network namespace.
+        super().__init__(scope, id, spec=DevicePluginSpec(
+            name="aws-efa-k8s-device-plugin", image=props.image,
+            node_label=kplus.NodeLabelQuery.is_(EFA_LABEL, "true"),
+            # The chart's own toleration, and our EFA groups are GPU groups carrying the GPU taint.
+            tolerate=(("CriticalAddonsOnly", ""), (GPU_TAINT_KEY, "NoSchedule")),
+            security=kplus.ContainerSecurityContextProps(
+                privileged=True, allow_privilege_escalation=True, ensure_non_root=False, user=0,
+                read_only_root_filesystem=False),
+            extra_mounts=(HostMount("infiniband-volume", "/dev/infiniband/"),
+                          HostMount("neuron-tools", "/opt/aws/neuron/", "DirectoryOrCreate")),
             host_network=True,
-            security_context=kplus.PodSecurityContextProps(ensure_non_root=False),
-            select=False,
-        )
-        select_own_pods(self.daemon_set, name)
-        container = self.daemon_set.add_container(
-            name=name, image=props.image,
-            image_pull_policy=kplus.ImagePullPolicy.IF_NOT_PRESENT,
-            resources=resources(10, 64),
-            security_context=hardened(ensure_non_root=False),
-        )
-        container.mount(KUBELET_DEVICE_PLUGINS,
-                        kplus.Volume.from_host_path(self, "DevicePlugins", "device-plugin", path=KUBELET_DEVICE_PLUGINS))
-        container.mount(INFINIBAND_DEVICES,
-                        kplus.Volume.from_host_path(self, "Infiniband", "infiniband", path=INFINIBAND_DEVICES),
-                        read_only=True)
-        # EFA node groups only; they are GPU groups too, so tolerate the GPU taint.
-        self.daemon_set.scheduling.attract(kplus.Node.labeled(kplus.NodeLabelQuery.is_(EFA_LABEL, "true")))
-        tolerate_gpu_taint(self.daemon_set)
-        drop_all_capabilities(self.daemon_set)
-        patch_pod_spec(self.daemon_set, "priorityClassName", "system-node-critical")
+            cpu_milli=10, memory_mib=64,
+        ))

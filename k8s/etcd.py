@@ -14,13 +14,14 @@ import cdk8s_plus_27 as kplus
 from constructs import Construct
 
 from config.kubernetes import ROLE_LABEL, TRAINING_NAMESPACE
-from k8s.base import ProjectChart, drop_all_capabilities, hardened, resources, select_own_pods
-from k8s.common import ETCD_CLIENT_LABEL, ETCD_CLIENT_PORT, ETCD_SERVICE, IMAGES
+from k8s.base import ProjectChart, drop_all_capabilities, hardened, resources, runtime_default_seccomp, select_own_pods
+from k8s.common import ETCD_CLIENT_LABEL, ETCD_CLIENT_PORT, ETCD_SERVICE, IMAGES, NONROOT_UID
 
 PEER_PORT = 2380
 DATA_DIR = "/var/run/etcd"
-# Any non-root uid works: the emptyDir is world-writable and fsGroup owns it.
-ETCD_UID = 65532
+# Any non-root uid works (the image, distroless static, sets no USER): the emptyDir is
+# world-writable and fsGroup owns it.
+ETCD_UID = NONROOT_UID
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class EtcdProps:
 
 class EtcdChart(ProjectChart):
     component = "rendezvous"
+    addon = "etcd"
+    depends_on = ("namespaces",)
 
     def __init__(self, scope: Construct, id: str, *, props: EtcdProps = EtcdProps()):
         super().__init__(scope, id, namespace=TRAINING_NAMESPACE)
@@ -78,6 +81,7 @@ class EtcdChart(ProjectChart):
         )
         container.mount(DATA_DIR, kplus.Volume.from_empty_dir(self, "Data", "data"))
         drop_all_capabilities(self.deployment)
+        runtime_default_seccomp(self.deployment)
         self.deployment.scheduling.attract(kplus.Node.labeled(kplus.NodeLabelQuery.is_(ROLE_LABEL, "system")),
                                            weight=100)
 

@@ -44,6 +44,14 @@ class FsxStorageProps:
 
 class FsxStorageChart(ProjectChart):
     component = "storage"
+    addon = "fsx-storage"
+    depends_on = ("namespaces",)
+
+    @classmethod
+    def for_environment(cls, scope, config, values) -> "FsxStorageChart":
+        return cls(scope, cls.addon, props=FsxStorageProps.from_config(
+            config, file_system_id=values.fsx_file_system_id, dns_name=values.fsx_dns_name,
+            mount_name=values.fsx_mount_name))
 
     def __init__(self, scope: Construct, id: str, *, props: FsxStorageProps):
         super().__init__(scope, id, namespace=props.namespace)

@@ -15,10 +15,11 @@ from config.environment import Environment, Nodegroup
 from config.errors import ConfigError
 from config.kubernetes import FSX_CLAIM_NAME, FSX_MOUNT_PATH, LABEL_PREFIX, NODEGROUP_LABEL, TRAINING_NAMESPACE
 from config.presets import CLUSTER_CHECKPOINT_ROOT, RENDEZVOUS_BACKENDS, JobPreset, get_preset
+from k8s.podspec import validate_pod_templates
 from k8s.common import (
-    short_digest,
     C10D_PORT, ETCD_CLIENT_LABEL, ETCD_CLIENT_PORT, ETCD_SERVICE, HF_TOKEN_KEY, HF_TOKEN_SECRET,
-    PYTORCH_CONTAINER, accelerator_resources, gpu_toleration, network_env, node_share, shm_size,
+    PYTORCH_CONTAINER, RUNTIME_DEFAULT_SECCOMP, container_resources, gpu_toleration, network_env, node_share,
+    shm_size, short_digest,
 )
 
 API_VERSION = "kubeflow.org/v1"
@@ -140,7 +141,6 @@ def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
     instance = config.nodegroup(spec.nodegroup).instance_type
     preset = get_preset(spec.preset)
     cpu, memory = node_share(instance)
-    extended = accelerator_resources(instance)
     labels = {JOB_LABEL: spec.name, PRESET_LABEL: spec.preset}
     pod_labels = dict(labels)
     if spec.rendezvous == "etcd":
@@ -148,6 +148,9 @@ def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
 
     env = [
         {"name": "PYTHONUNBUFFERED", "value": "1"},
+        # trainer/metrics.py takes the peak FLOPs for MFU from the instance-type table by this
+        # name; without it, it guesses from the GPU's name.
+        {"name": "TRAINER_INSTANCE_TYPE", "value": instance.name},
         # optional: jobs that download nothing gated start without the Secret.
         {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
             "name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY, "optional": True}}},
@@ -161,17 +164,14 @@ def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
         "imagePullPolicy": "IfNotPresent",
         "command": list(spec.command),
         "env": env,
-        "resources": {
-            # CPU has no limit: CFS quotas throttle data loaders and NCCL proxy threads.
-            "requests": {"cpu": cpu, "memory": memory, **extended},
-            "limits": {"memory": memory, **extended},
-        },
+        "resources": container_resources(instance, cpu=cpu, memory=memory),
         "volumeMounts": [
             {"name": "fsx", "mountPath": FSX_MOUNT_PATH},
             {"name": "dshm", "mountPath": "/dev/shm"},
         ],
     }
     pod_spec: dict[str, Any] = {
+        "securityContext": {"seccompProfile": dict(RUNTIME_DEFAULT_SECCOMP)},
         "nodeSelector": {NODEGROUP_LABEL: spec.nodegroup},
         "containers": [container],
         "volumes": [
@@ -227,6 +227,8 @@ def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
     digest = short_digest(manifest, 10)
     container["image"] = spec.image
     elastic["rdzvId"] = f"{spec.name}-{digest}"
+    # The operator would silently drop a field the PodSpec does not have; make it an error here.
+    validate_pod_templates(manifest, config.kubernetes_version)
     return manifest
 
 

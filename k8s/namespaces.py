@@ -19,6 +19,7 @@ class NamespacesProps:
 
 class NamespacesChart(ProjectChart):
     component = "namespaces"
+    addon = "namespaces"
 
     def __init__(self, scope: Construct, id: str, *, props: NamespacesProps = NamespacesProps()):
         super().__init__(scope, id)

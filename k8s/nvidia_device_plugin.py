@@ -1,4 +1,10 @@
-"""NVIDIA device plugin: advertises nvidia.com/gpu on GPU nodes so pods can request GPUs."""
+"""NVIDIA device plugin: advertises nvidia.com/gpu on GPU nodes so pods can request GPUs.
+
+As NVIDIA's static DaemonSet for v0.19.3 runs it (../shared/contracts/nvidia-device-plugin-v0.19.3/):
+unprivileged, no privilege escalation, every capability dropped, the kubelet's device-plugins
+directory mounted (type Directory). Ours differs only where tests/k8s/test_conformance_nvidia_device_plugin.py
+declares it: our GPU node groups only, no API token, RuntimeDefault seccomp.
+"""
 
 from __future__ import annotations
 
@@ -8,57 +14,44 @@ import cdk8s_plus_27 as kplus
 from constructs import Construct
 
 from config.environment import Environment
-from config.kubernetes import NODEGROUP_LABEL
-from k8s.base import ProjectChart, drop_all_capabilities, hardened, patch_pod_spec, resources, select_own_pods, tolerate_gpu_taint
-from k8s.common import IMAGES, KUBELET_DEVICE_PLUGINS
-
+from config.kubernetes import GPU_TAINT_KEY, NODEGROUP_LABEL
+from k8s.common import IMAGES
+from k8s.device_plugin import DevicePluginChart, DevicePluginSpec
 
 
 @dataclass(frozen=True)
 class NvidiaDevicePluginProps:
     gpu_nodegroups: tuple[str, ...]
     image: str = IMAGES["nvidia-device-plugin"]
-    namespace: str = "kube-system"
 
     @classmethod
     def from_config(cls, config: Environment) -> "NvidiaDevicePluginProps":
         return cls(gpu_nodegroups=tuple(g.name for g in config.gpu_nodegroups))
 
 
-class NvidiaDevicePluginChart(ProjectChart):
+class NvidiaDevicePluginChart(DevicePluginChart):
     component = "nvidia-device-plugin"
+    addon = "nvidia-device-plugin"
+
+    @classmethod
+    def applies_to(cls, config: Environment) -> bool:
+        return bool(config.gpu_nodegroups)
+
+    @classmethod
+    def for_environment(cls, scope, config, values) -> "NvidiaDevicePluginChart":
+        return cls(scope, cls.addon, props=NvidiaDevicePluginProps.from_config(config))
 
     def __init__(self, scope: Construct, id: str, *, props: NvidiaDevicePluginProps):
-        super().__init__(scope, id, namespace=props.namespace)
         if not props.gpu_nodegroups:
             raise ValueError("NvidiaDevicePluginChart needs at least one GPU node group")
-        name = "nvidia-device-plugin"
-        self.daemon_set = kplus.DaemonSet(
-            self, "DaemonSet", metadata=self.meta(name),
-            # The plugin talks to the kubelet over a socket, never to the API server.
-            automount_service_account_token=False,
-            # It must write its socket into a root-owned host directory.
-            security_context=kplus.PodSecurityContextProps(ensure_non_root=False),
-            select=False,
-        )
-        select_own_pods(self.daemon_set, name)
-        plugins_dir = kplus.Volume.from_host_path(self, "DevicePlugins", "device-plugin", path=KUBELET_DEVICE_PLUGINS)
-        container = self.daemon_set.add_container(
-            name=name, image=props.image,
-            image_pull_policy=kplus.ImagePullPolicy.IF_NOT_PRESENT,  # pinned tag
-            env_variables={
-                # A node whose driver is not ready yet should not crash-loop the plugin.
-                "FAIL_ON_INIT_ERROR": kplus.EnvValue.from_value("false"),
-            },
-            resources=resources(50, 128),
-            security_context=hardened(ensure_non_root=False),
-        )
-        container.mount(KUBELET_DEVICE_PLUGINS, plugins_dir)
-        # Only GPU node groups, selected by the label our node groups carry.
-        self.daemon_set.scheduling.attract(kplus.Node.labeled(
-            kplus.NodeLabelQuery.in_(NODEGROUP_LABEL, list(props.gpu_nodegroups))))
-        tolerate_gpu_taint(self.daemon_set)
-        # Evicting the plugin would make the node's GPUs disappear from scheduling.
-        drop_all_capabilities(self.daemon_set)
-        patch_pod_spec(self.daemon_set, "priorityClassName", "system-node-critical")
-
+        super().__init__(scope, id, spec=DevicePluginSpec(
+            name="nvidia-device-plugin", image=props.image,
+            node_label=kplus.NodeLabelQuery.in_(NODEGROUP_LABEL, list(props.gpu_nodegroups)),
+            # Upstream's toleration: any nvidia.com/gpu NoSchedule taint, ours included.
+            tolerate=((GPU_TAINT_KEY, "NoSchedule"),),
+            security=kplus.ContainerSecurityContextProps(
+                allow_privilege_escalation=False, ensure_non_root=False, read_only_root_filesystem=False),
+            drop_all_capabilities=True,
+            plugins_dir_type="Directory",
+            cpu_milli=50, memory_mib=128,
+        ))

@@ -30,6 +30,12 @@ class TrainingJobsProps:
 
 class TrainingJobsChart(ProjectChart):
     component = "training-jobs"
+    addon = "training-jobs"
+    depends_on = ("training-operator-crds", "training-operator", "etcd", "fsx-storage")
+
+    @classmethod
+    def for_environment(cls, scope, config, values) -> "TrainingJobsChart":
+        return cls(scope, cls.addon, props=TrainingJobsProps(config=config, images=dict(values.trainer_images)))
 
     def __init__(self, scope: Construct, id: str, *, props: TrainingJobsProps):
         super().__init__(scope, id, namespace=TRAINING_NAMESPACE)

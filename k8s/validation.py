@@ -15,15 +15,22 @@ from constructs import Construct
 
 from config.environment import Environment, Nodegroup
 from config.kubernetes import NODEGROUP_LABEL, TRAINING_NAMESPACE
-from k8s.base import ProjectChart, hardened, patch_pod_spec, raw_object, tolerate_gpu_taint
+from k8s.base import ProjectChart, hardened, patch_pod_spec, raw_object, runtime_default_seccomp, tolerate_gpu_taint
+from k8s.podspec import validate_pod_templates
 from k8s.common import (
-    short_digest,
-    IMAGES, MPI_CONTAINER, accelerator_resources, gpu_toleration, network_env, node_share, shm_size,
+    IMAGES, MPI_CONTAINER, MPI_TCP_IF_EXCLUDE, NOBODY_UID, RUNTIME_DEFAULT_SECCOMP, container_resources,
+    gpu_toleration, network_env, node_share, shm_size, short_digest,
 )
 
 NCCL_TEST_NODES = 2
 ALL_REDUCE = "/opt/nccl-tests/build/all_reduce_perf"
 MPIRUN = "/opt/amazon/openmpi/bin/mpirun"
+# Where the MPIJob v1 controller puts kubectl and the hostfile in the launcher
+# (kubeflow/trainer v1.9.4 pkg/controller.v1/mpi/mpijob.go: kubectlMountPath, configMountPath).
+MPI_KUBECTL = "/opt/kube/kubectl"
+MPI_HOSTFILE = "/etc/mpi/hostfile"
+# How long the launcher waits for its workers: a fresh GPU node pulls the multi-GB nccl-tests image.
+WORKER_WAIT = "20m"
 
 
 @dataclass(frozen=True)
@@ -58,10 +65,18 @@ def nccl_launcher_script(group: Nodegroup) -> str:
     floor = instance.nccl_busbw_floor_gbps
     return "\n".join([
         "set -eu -o pipefail",
+        # The operator starts the launcher as soon as it creates the workers, and v1.9.4's
+        # kubectl-delivery only copies kubectl (the old mpioperator image also waited for the
+        # workers to run). mpirun's first `kubectl exec` into a worker that is still pulling its
+        # image would fail the job, so wait for every host in the hostfile to be Ready; the
+        # launcher's Role allows get/list/watch on pods.
+        f"workers=$(awk '{{print \"pod/\" $1}}' {MPI_HOSTFILE})",
+        f"{MPI_KUBECTL} wait --for=condition=Ready --timeout={WORKER_WAIT} $workers"
+        ' || { echo "FAIL: workers not Ready" >&2; exit 1; }',
         f"{MPIRUN} --allow-run-as-root --tag-output -np {ranks} -npernode {instance.gpus}"
         f" --bind-to none -x PATH -x LD_LIBRARY_PATH {exported}"
         # Keep MPI's own bootstrap traffic off EFA and off the link-local interface.
-        " --mca pml ^ucx --mca btl tcp,self --mca btl_tcp_if_exclude lo,docker0,pod-id-link0"
+        f" --mca pml ^ucx --mca btl tcp,self --mca btl_tcp_if_exclude {MPI_TCP_IF_EXCLUDE}"
         f" {ALL_REDUCE} -b 8 -e 2G -f 2 -g 1 -c 1 -n 20 | tee /tmp/all_reduce.log",
         "busbw=$(awk '/Avg bus bandwidth/ {print $NF}' /tmp/all_reduce.log | tail -n 1)",
         f'echo "average bus bandwidth: ${{busbw:-none}} GB/s (floor {floor} GB/s on {instance.name})"',
@@ -73,8 +88,6 @@ def nccl_launcher_script(group: Nodegroup) -> str:
 
 def nccl_mpijob_manifest(group: Nodegroup, *, image: str, namespace: str) -> dict:
     instance = group.instance_type
-    cpu, memory = node_share(instance)
-    extended = accelerator_resources(instance)
     launcher = {
         "name": MPI_CONTAINER, "image": image, "imagePullPolicy": "IfNotPresent",
         "command": ["/bin/bash", "-c", nccl_launcher_script(group)],
@@ -85,8 +98,8 @@ def nccl_mpijob_manifest(group: Nodegroup, *, image: str, namespace: str) -> dic
         # The launcher drives the workers through kubectl exec; they only need to stay up.
         "command": ["/bin/bash", "-c", "sleep infinity"],
         "env": network_env(instance, nccl_debug="INFO"),
-        "resources": {"requests": {"cpu": cpu, "memory": memory, **extended},
-                      "limits": {"memory": memory, **extended}},
+        # What a training pod of this node group asks for.
+        "resources": container_resources(instance, cpu=node_share(instance)[0], memory=node_share(instance)[1]),
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
     body = {
@@ -98,9 +111,11 @@ def nccl_mpijob_manifest(group: Nodegroup, *, image: str, namespace: str) -> dic
             "mainContainer": MPI_CONTAINER,
             "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0},
             "mpiReplicaSpecs": {
-                "Launcher": {"replicas": 1, "restartPolicy": "Never",
-                             "template": {"spec": {"containers": [launcher]}}},
+                "Launcher": {"replicas": 1, "restartPolicy": "Never", "template": {"spec": {
+                    "securityContext": {"seccompProfile": dict(RUNTIME_DEFAULT_SECCOMP)},
+                    "containers": [launcher]}}},
                 "Worker": {"replicas": NCCL_TEST_NODES, "restartPolicy": "Never", "template": {"spec": {
+                    "securityContext": {"seccompProfile": dict(RUNTIME_DEFAULT_SECCOMP)},
                     "nodeSelector": {NODEGROUP_LABEL: group.name},
                     "tolerations": [gpu_toleration()],
                     "containers": [worker],
@@ -122,16 +137,28 @@ def nccl_groups(config: Environment) -> list[Nodegroup]:
 
 class ClusterValidationChart(ProjectChart):
     component = "validation"
+    addon = "cluster-validation"
+    depends_on = ("namespaces", "training-operator-crds", "training-operator", "nvidia-device-plugin")
+    after = ("efa-device-plugin",)
+
+    @classmethod
+    def applies_to(cls, config: Environment) -> bool:
+        return bool(config.gpu_nodegroups)
+
+    @classmethod
+    def for_environment(cls, scope, config, values) -> "ClusterValidationChart":
+        return cls(scope, cls.addon, props=ValidationProps(config=config))
 
     def __init__(self, scope: Construct, id: str, *, props: ValidationProps):
         super().__init__(scope, id, namespace=props.namespace)
         self.gpu_checks: dict[str, kplus.Job] = {}
         for group in props.config.gpu_nodegroups:
             self.gpu_checks[group.name] = self._gpu_check(group, props)
-        self.nccl_tests = {g.name: raw_object(self, f"Nccl{g.name}",
-                                              nccl_mpijob_manifest(g, image=props.nccl_image,
-                                                                   namespace=props.namespace))
-                           for g in nccl_groups(props.config)}
+        self.nccl_tests = {}
+        for group in nccl_groups(props.config):
+            manifest = nccl_mpijob_manifest(group, image=props.nccl_image, namespace=props.namespace)
+            validate_pod_templates(manifest, props.config.kubernetes_version)
+            self.nccl_tests[group.name] = raw_object(self, f"Nccl{group.name}", manifest)
 
     def _gpu_check(self, group: Nodegroup, props: ValidationProps) -> kplus.Job:
         instance = group.instance_type
@@ -144,21 +171,23 @@ class ClusterValidationChart(ProjectChart):
             backoff_limit=1, ttl_after_finished=None,
             automount_service_account_token=False,
             # nvidia-smi and a device count need no root.
-            security_context=kplus.PodSecurityContextProps(ensure_non_root=True, user=65534, group=65534),
+            security_context=kplus.PodSecurityContextProps(ensure_non_root=True, user=NOBODY_UID, group=NOBODY_UID),
         )
         job.add_container(
             name="gpu-check", image=props.cuda_image, image_pull_policy=kplus.ImagePullPolicy.IF_NOT_PRESENT,
             command=["/bin/sh", "-c", script],
-            security_context=hardened(ensure_non_root=True, user=65534, group=65534),
+            security_context=hardened(ensure_non_root=True, user=NOBODY_UID, group=NOBODY_UID),
         )
-        # GPUs and EFA interfaces as extended resources (requests equal limits): the device
-        # plugins only hand a pod the devices it requests. cdk8s-plus has no API for extended
+        # Every device a training pod of this node group takes (GPUs, EFA interfaces and their
+        # huge pages, requests equal to limits), so a node that passes can schedule training pods:
+        # the device plugins only hand a pod what it requests. cdk8s-plus has no API for extended
         # resources, and the patch must carry Quantity objects: the typed Job serialiser drops
         # plain strings from resource maps.
-        extended = {k: v for k, v in accelerator_resources(instance).items() if k != "hugepages-2Mi"}
         q = k8s.Quantity.from_string
-        limits = {"memory": q("512Mi"), **{k: q(v) for k, v in extended.items()}}
-        patch_pod_spec(job, "containers/0/resources", {"requests": {"cpu": q("500m"), **limits}, "limits": limits})
+        patch_pod_spec(job, "containers/0/resources", {
+            side: {k: q(v) for k, v in values.items()}
+            for side, values in container_resources(instance, cpu="500m", memory="512Mi").items()})
+        runtime_default_seccomp(job)
         job.scheduling.attract(kplus.Node.labeled(kplus.NodeLabelQuery.is_(NODEGROUP_LABEL, group.name)))
         tolerate_gpu_taint(job)
         return job

@@ -51,6 +51,9 @@ def _check_lossless(manifest: dict, job: Any) -> None:
 
 
 def render(env: Any, preset: str, *, image: str, job_name: str | None, overrides: dict | None) -> dict:
+    """The chart's PyTorchJob for `preset` with the `--set` overrides applied. Its pod template is
+    validated against the PodSpec schema of the environment's Kubernetes version (k8s/podspec.py),
+    unknown fields rejected: the operator would drop them silently. A failure is a ConfigError."""
     from k8s.jobs import render_pytorchjob
 
     return render_pytorchjob(env, preset, image=image, job_name=job_name, overrides=overrides)

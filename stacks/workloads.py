@@ -5,6 +5,11 @@ creates the manifest in the cluster's own stack, and the FSx values come from th
 which already depends on the cluster stack, so that would be a dependency cycle. This stack builds
 exactly what `add_cdk8s_chart` builds (a KubernetesManifest of `chart.to_json()` on the cluster's
 kubectl provider), in its own scope, with explicit dependencies between charts.
+
+A chart with a `ready_when` (the Training Operator) gets a KubernetesObjectValue that polls it
+until the condition holds, and the charts that depend on it wait for that value, not only for the
+apply: the operator's webhook fails closed, so a PyTorchJob applied before its pod is Available
+would be rejected and fail the deploy.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from config import Environment
-from k8s.charts import EnvironmentCharts
+from k8s.charts import ChartEntry, EnvironmentCharts
+from k8s.common import short_digest
 from k8s.values import ClusterValues, image_placeholder
 
 DEFAULT_QUALIFIER = cdk.DefaultStackSynthesizer.DEFAULT_QUALIFIER
@@ -22,7 +28,8 @@ DEFAULT_QUALIFIER = cdk.DefaultStackSynthesizer.DEFAULT_QUALIFIER
 
 class WorkloadsStack(cdk.Stack):
     """Attributes: `charts` (k8s.charts.EnvironmentCharts, the objects the dist sink writes too),
-    `manifests` (chart name -> KubernetesManifest)."""
+    `manifests` (chart name -> KubernetesManifest), `readiness` (chart name -> the
+    KubernetesObjectValue its dependents wait for)."""
 
     def __init__(self, scope: Construct, id: str, *, config: Environment, cluster: eks.ICluster,
                  values: ClusterValues, **kwargs) -> None:
@@ -30,6 +37,7 @@ class WorkloadsStack(cdk.Stack):
         self.config = config
         self.charts = EnvironmentCharts(config, values)
         self.manifests: dict[str, eks.KubernetesManifest] = {}
+        self.readiness: dict[str, eks.KubernetesObjectValue] = {}
         for entry in self.charts.entries:
             manifest = eks.KubernetesManifest(
                 self, _construct_id(entry.name), cluster=cluster, manifest=entry.chart.to_json(),
@@ -41,7 +49,25 @@ class WorkloadsStack(cdk.Stack):
             )
             for dependency in entry.depends_on:
                 manifest.node.add_dependency(self.manifests[dependency])
+                if dependency in self.readiness:
+                    manifest.node.add_dependency(self.readiness[dependency])
             self.manifests[entry.name] = manifest
+            if entry.ready_when:
+                self.readiness[entry.name] = self._wait_until_ready(entry, cluster, manifest)
+
+    def _wait_until_ready(self, entry: ChartEntry, cluster: eks.ICluster,
+                          manifest: eks.KubernetesManifest) -> eks.KubernetesObjectValue:
+        """Polls the chart's readiness object until the JSON path yields a value. Its id carries a
+        digest of the chart, so a changed chart is waited for again on the next deploy (a custom
+        resource whose properties do not change is not re-run)."""
+        ready = entry.ready_when
+        value = eks.KubernetesObjectValue(
+            self, f"{_construct_id(entry.name)}Ready{short_digest(entry.chart.to_json(), 8)}", cluster=cluster,
+            object_type=ready.object_type, object_name=ready.name, object_namespace=ready.namespace,
+            json_path=ready.json_path, timeout=cdk.Duration.minutes(ready.timeout_minutes),
+        )
+        value.node.add_dependency(manifest)
+        return value
 
 
 # Deleting these would cascade: CRDs take every job with them, namespaces everything inside, the

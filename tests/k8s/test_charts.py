@@ -67,7 +67,8 @@ def test_efa_plugin_on_efa_nodes_with_host_paths_and_regional_image():
     term = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
     assert term["matchExpressions"] == [{"key": EFA_LABEL, "operator": "In", "values": ["true"]}]
     assert spec["hostNetwork"] is True
-    assert {v["hostPath"]["path"] for v in spec["volumes"]} == {"/var/lib/kubelet/device-plugins", "/dev/infiniband"}
+    assert {v["hostPath"]["path"] for v in spec["volumes"]} == {"/var/lib/kubelet/device-plugins", "/dev/infiniband/",
+                                                               "/opt/aws/neuron/"}
     image = spec["containers"][0]["image"]
     assert image.startswith("590381155156.dkr.ecr.eu-south-1.amazonaws.com/eks/aws-efa-k8s-device-plugin:v")
     assert spec["priorityClassName"] == "system-node-critical"
@@ -94,7 +95,7 @@ def test_operator_enables_only_the_schemes_we_use(operator):
     container = pod(one(operator, "Deployment"))["containers"][0]
     schemes = sorted(a.split("=", 1)[1] for a in container["args"] if a.startswith("--enable-scheme="))
     assert schemes == ["mpijob", "pytorchjob"]
-    assert container["image"].startswith("docker.io/kubeflow/training-operator:v1.9")
+    assert container["image"] == "ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489"
 
 
 def test_operator_webhook_pieces_agree(operator):
@@ -105,8 +106,10 @@ def test_operator_webhook_pieces_agree(operator):
     assert args["--webhook-secret-name"] == secret["metadata"]["name"] == WEBHOOK_SECRET
     webhook = one(operator, "ValidatingWebhookConfiguration")
     assert webhook["metadata"]["name"] == WEBHOOK_CONFIGURATION
-    assert sorted(r for w in webhook["webhooks"] for r in w["rules"][0]["resources"]) == ["mpijobs", "pytorchjobs"]
+    # v1 serves no MPIJob validator: registering one would reject every MPIJob (failurePolicy Fail).
+    assert sorted(r for w in webhook["webhooks"] for r in w["rules"][0]["resources"]) == ["pytorchjobs"]
     for hook in webhook["webhooks"]:
+        assert hook["failurePolicy"] == "Fail"
         client = hook["clientConfig"]["service"]
         assert (client["name"], client["namespace"]) == (service["metadata"]["name"], KUBEFLOW_NAMESPACE)
         port = next(p for p in service["spec"]["ports"] if p["port"] == client["port"])
@@ -116,7 +119,7 @@ def test_operator_webhook_pieces_agree(operator):
     assert "namespace" not in webhook["metadata"], "cluster-scoped"
 
 
-def test_operator_is_probed_bounded_and_writable_only_where_certs_go(operator):
+def test_operator_is_probed_bounded_and_reads_its_certificates_from_the_webhook_secret(operator):
     spec = pod(one(operator, "Deployment"))
     container = spec["containers"][0]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
@@ -124,7 +127,11 @@ def test_operator_is_probed_bounded_and_writable_only_where_certs_go(operator):
     assert container["resources"]["requests"]["memory"] == container["resources"]["limits"]["memory"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["runAsNonRoot"] is True
-    assert [m["mountPath"] for m in container["volumeMounts"]] == ["/tmp/k8s-webhook-server/serving-certs"]
+    [mount] = container["volumeMounts"]
+    assert (mount["mountPath"], mount["readOnly"]) == ("/tmp/k8s-webhook-server/serving-certs", True)
+    [volume] = spec["volumes"]
+    assert volume["secret"]["secretName"] == one(operator, "Secret")["metadata"]["name"] == WEBHOOK_SECRET
+    assert "emptyDir" not in volume, "the rotator writes the Secret; only the kubelet fills the directory"
     assert spec["automountServiceAccountToken"] is True, "the operator is an API client"
     assert spec["serviceAccountName"] == one(operator, "ServiceAccount")["metadata"]["name"]
 
@@ -137,7 +144,8 @@ def test_operator_rbac_covers_what_the_controllers_do(operator):
                  ("kubeflow.org", "mpijobs", "watch"), ("", "pods", "create"), ("", "services", "create"),
                  ("", "pods/exec", "create"), ("rbac.authorization.k8s.io", "roles", "create"),
                  ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "update"),
-                 ("", "secrets", "update"), ("coordination.k8s.io", "leases", "update")]:
+                 ("", "secrets", "update"), ("coordination.k8s.io", "leases", "update"),
+                 ("scheduling.volcano.sh", "podgroups", "watch"), ("scheduling.x-k8s.io", "podgroups", "watch")]:
         assert need in granted, need
     assert not any("*" in rule["verbs"] or "*" in rule["resources"] for rule in role["rules"])
     binding = one(operator, "ClusterRoleBinding")
@@ -243,6 +251,63 @@ def test_nccl_test_spans_two_nodes_and_fails_below_the_floor(dev):
         assert "FI_PROVIDER=efa" in script
 
 
+def test_every_chart_module_is_an_add_on_found_by_scanning_the_package(dev):
+    from k8s.charts import addons
+
+    assert sorted(addons()) == ["cluster-validation", "efa-device-plugin", "etcd", "fsx-storage", "namespaces",
+                                "nvidia-device-plugin", "training-jobs", "training-operator",
+                                "training-operator-crds"]
+
+
+def test_apply_order_is_layered_by_the_declared_dependencies(dev):
+    from k8s.charts import apply_order
+
+    assert [cls.addon for cls, _ in apply_order(dev)] == [
+        # layer 0: nothing to wait for
+        "efa-device-plugin", "namespaces", "nvidia-device-plugin", "training-operator-crds",
+        # layer 1
+        "etcd", "fsx-storage", "training-operator",
+        # layer 2: the charts that create jobs
+        "cluster-validation", "training-jobs"]
+
+
+def test_adding_a_chart_is_adding_a_class_that_declares_what_it_needs(dev):
+    from k8s.base import ProjectChart
+    from k8s.charts import addons, apply_order
+
+    class Dashboard(ProjectChart):
+        addon = "dashboard"
+        depends_on = ("training-operator",)
+
+    order = [cls.addon for cls, _ in apply_order(dev, {**addons(), "dashboard": Dashboard})]
+    assert order.index("dashboard") > order.index("training-operator")
+
+
+@pytest.mark.parametrize("depends_on,needle", [
+    (("no-such-chart",), "no chart in k8s/ provides"),
+    (("cycle-b",), "cycle"),
+])
+def test_a_missing_or_circular_dependency_is_an_error(dev, depends_on, needle):
+    from k8s.base import ProjectChart
+    from k8s.charts import addons, apply_order
+
+    a = type("A", (ProjectChart,), {"addon": "cycle-a", "depends_on": depends_on})
+    b = type("B", (ProjectChart,), {"addon": "cycle-b", "depends_on": ("cycle-a",)})
+    with pytest.raises(ValueError, match=needle):
+        apply_order(dev, {**addons(), "cycle-a": a, "cycle-b": b})
+
+
+def test_a_chart_needing_one_the_environment_lacks_is_an_error(dev):
+    from dataclasses import replace
+
+    from k8s.base import ProjectChart
+    from k8s.charts import addons, apply_order
+
+    needs_gpu = type("N", (ProjectChart,), {"addon": "needs-gpu", "depends_on": ("nvidia-device-plugin",)})
+    with pytest.raises(ValueError, match="does not get"):
+        apply_order(replace(dev, gpu_nodegroups=()), {**addons(), "needs-gpu": needs_gpu})
+
+
 def test_environment_charts_order_users_after_what_they_use(dev):
     charts = EnvironmentCharts(dev, ClusterValues.placeholders(), app=cdk8s.Testing.app())
     order = [e.name for e in charts.entries]
@@ -259,3 +324,19 @@ def test_an_environment_without_gpus_gets_no_device_plugins_or_checks(dev):
     names = [e.name for e in EnvironmentCharts(cpu_only, ClusterValues.placeholders(), app=cdk8s.Testing.app()).entries]
     assert not {"nvidia-device-plugin", "efa-device-plugin", "cluster-validation"} & set(names)
     assert "training-jobs" in names
+
+
+def test_repeated_literals_live_only_in_k8s_common():
+    """Namespaces, numeric uids and the interface exclude list are named once (k8s/common.py)."""
+    import re
+    from pathlib import Path
+
+    import k8s
+
+    literals = [r'"kube-system"', r"\b6553[24]\b", r"pod-id-link0", r"docker0"]
+    for path in Path(k8s.__file__).parent.glob("*.py"):
+        if path.name == "common.py":
+            continue
+        text = path.read_text()
+        for literal in literals:
+            assert not re.search(literal, text), f"{path.name} repeats {literal}; use the constant in k8s/common.py"

@@ -76,12 +76,14 @@ def test_strict_validation_would_catch_an_unknown_field(dist):
 
 def test_efa_environment_only_where_efa_devices_are_requested(dist):
     """A pod told to use libfabric's EFA provider without EFA devices silently falls back to TCP."""
+    from k8s.common import EFA_ENV
+
     seen = 0
     for env, _, file, obj in _all(dist):
         for where, spec in pod_specs(obj):
             for c in containers(spec):
                 env_names = {e["name"] for e in c.get("env", [])}
-                if any(n.startswith("FI_") for n in env_names):
+                if any(n.startswith("FI_") or n in dict(EFA_ENV) for n in env_names):
                     seen += 1
                     requests = c.get("resources", {}).get("requests", {})
                     assert int(requests.get("vpc.amazonaws.com/efa", 0)) > 0, f"{env} {where}/{c['name']}"
@@ -264,6 +266,9 @@ def test_dist_readme_explains_how_to_fill_placeholders(dist):
     _, charts, files, _ = dist["dev"]
     readme = next(f for f in files if f.name == "README.md").read_text()
     assert "envsubst" in readme and "condition=established" in readme
+    # The same wait the Workloads stack makes before jobs: the webhook fails closed.
+    assert ("*-training-operator.yaml) kubectl wait --for condition=Available --timeout=10m "
+            "-n kubeflow deployment/training-operator") in readme
     assert Path(files[0]).parent.name == "dev"
 
 
@@ -291,3 +296,52 @@ def test_dist_readme_exports_each_placeholder_from_its_source(dev, tmp_path):
     readme = next(f for f in written if f.name == "README.md").read_text()
     assert f"export FSX_FILE_SYSTEM_ID={fill}" in readme
     assert "export FSX_DNS_NAME=..." in readme
+
+
+def test_every_pod_runs_under_the_runtime_default_seccomp_profile(dist):
+    """The restricted Pod Security profile's seccomp rule, on every pod template of every chart."""
+    checked = 0
+    for env, config, file, obj in _all(dist):
+        for where, spec in pod_specs(obj):
+            profiles = {c.get("securityContext", {}).get("seccompProfile", {}).get("type") for c in containers(spec)}
+            pod_profile = spec.get("securityContext", {}).get("seccompProfile", {}).get("type")
+            assert pod_profile == "RuntimeDefault" and profiles <= {None, "RuntimeDefault"}, f"{env} {where}"
+            checked += 1
+    assert checked > 10
+
+
+def _extended(container: dict) -> dict:
+    requests = container.get("resources", {}).get("requests", {})
+    return {k: str(requests[k]) for k in EXTENDED if k in requests}
+
+
+def test_validation_pods_request_exactly_what_training_pods_of_their_node_group_request(dist):
+    """A node that passes validation must be able to schedule the training pods: same GPUs, EFA
+    interfaces and huge pages. (The GPU check used to drop hugepages-2Mi.)"""
+    from k8s.common import accelerator_resources
+
+    compared = 0
+    for env, (config, _, _, docs) in dist.items():
+        for _, obj in docs:
+            if obj["kind"] not in ("Job", "PyTorchJob", "MPIJob"):
+                continue
+            for where, spec in pod_specs(obj):
+                groups = target_nodegroups(spec)
+                if not groups or not config.nodegroup(groups[0]).instance_type.is_gpu:
+                    continue  # CPU jobs, and the MPI launcher, which runs anywhere
+                [group] = groups
+                main = spec["containers"][0]
+                expected = accelerator_resources(config.nodegroup(group).instance_type)
+                assert _extended(main) == expected, f"{env} {where} on {group}"
+                compared += 1
+    assert compared >= 6  # gpu checks, NCCL workers and GPU PyTorchJobs
+
+
+def test_pytorchjobs_say_which_instance_type_they_run_on(dist):
+    """trainer/metrics.py reads TRAINER_INSTANCE_TYPE for the peak FLOPs behind MFU."""
+    for env, (config, _, _, docs) in dist.items():
+        for _, obj in docs:
+            if obj["kind"] == "PyTorchJob":
+                spec = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+                env_vars = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+                assert env_vars["TRAINER_INSTANCE_TYPE"] == config.nodegroup(target_nodegroups(spec)[0]).instance_type_name

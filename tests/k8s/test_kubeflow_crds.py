@@ -1,5 +1,6 @@
-"""Our PyTorchJob and MPIJob: they satisfy the upstream v1.9 CRDs with unknown fields rejected, and
-our small structural CRDs accept them, reject what the API server would, and fit the limits."""
+"""Our PyTorchJob and MPIJob: they satisfy the upstream v1.9.4 CRDs (the release we deploy) with
+unknown fields rejected, and our small structural CRDs accept them, reject what the API server
+would, and fit the limits."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from k8s_walk import ENV_NAMES, build, embedded_size, objects
 
 from tests.conftest import CONTRACTS_DIR
 
-CONTRACTS = CONTRACTS_DIR / "kubeflow-training-v1.9"
+CONTRACTS = CONTRACTS_DIR / "kubeflow-training-v1.9.4" / "crds"
 UPSTREAM_FILES = {"PyTorchJob": "kubeflow.org_pytorchjobs.yaml", "MPIJob": "kubeflow.org_mpijobs.yaml"}
 # The kubectl provider's Lambda receives the manifest in its event: 256 KB at most. Stay far below.
 LAMBDA_EVENT_LIMIT = 256 * 1024
@@ -49,7 +50,7 @@ def upstream(kind: str) -> dict:
 
 def upstream_or_skip(kind: str) -> dict:
     if not (CONTRACTS / UPSTREAM_FILES[kind]).exists():
-        pytest.skip(f"upstream Kubeflow v1.9 contracts not found at {CONTRACTS}: cannot check {kind}")
+        pytest.skip(f"upstream Kubeflow v1.9.4 CRDs not found at {CONTRACTS}: cannot check {kind}")
     return upstream(kind)
 
 
@@ -67,7 +68,7 @@ OURS = {"PyTorchJob": pytorchjob_crd(), "MPIJob": mpijob_crd()}
 
 
 @pytest.mark.parametrize("kind", sorted(UPSTREAM_FILES))
-def test_jobs_validate_against_the_upstream_v1_9_crd_with_unknown_fields_rejected(jobs, kind):
+def test_jobs_validate_against_the_upstream_v1_9_4_crd_with_unknown_fields_rejected(jobs, kind):
     validator = jsonschema.Draft7Validator(closed(_schema(upstream_or_skip(kind))))
     checked = 0
     for env, obj in jobs:

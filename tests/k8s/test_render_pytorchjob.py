@@ -30,10 +30,9 @@ def test_llama3_on_p5_requests_every_gpu_and_efa_interface_with_equal_limits(dev
 def test_efa_variables_only_where_efa_is_requested(dev):
     gpu = {e["name"]: e.get("value") for e in _container(render_pytorchjob(dev, "llama2-7b-fsdp", image=IMAGE))["env"]}
     cpu = {e["name"]: e.get("value") for e in _container(render_pytorchjob(dev, "cpu-ddp", image=IMAGE))["env"]}
-    assert gpu["FI_PROVIDER"] == "efa"
-    assert gpu["NCCL_SOCKET_IFNAME"].startswith("^lo,docker,")
-    assert "pod-id-link0" in gpu["NCCL_SOCKET_IFNAME"]
-    assert not any(k.startswith("FI_") for k in cpu)
+    assert gpu["FI_PROVIDER"] == "efa" and gpu["NCCL_NET_PLUGIN"] == "ofi"
+    assert gpu["NCCL_SOCKET_IFNAME"] == "^lo,docker0,pod-id-link0"
+    assert not any(k.startswith("FI_") or k == "NCCL_NET_PLUGIN" for k in cpu)
 
 
 def test_cpu_job_targets_cpu_group_without_gpu_toleration(dev):
@@ -126,3 +125,12 @@ def test_presets_render_only_where_their_node_group_exists(dev, prod):
 def test_plain_env_overrides_reach_the_container(dev):
     m = render_pytorchjob(dev, "cpu-ddp", image=IMAGE, overrides={"env": {"LOGLEVEL": "DEBUG"}})
     assert {"name": "LOGLEVEL", "value": "DEBUG"} in _container(m)["env"]
+
+
+def test_the_job_tells_the_trainer_its_instance_type_for_mfu(dev):
+    """trainer/metrics.py takes peak FLOPs from the instance-type table by TRAINER_INSTANCE_TYPE."""
+    from config.instance_types import INSTANCE_TYPES
+
+    env = {e["name"]: e.get("value") for e in _container(render_pytorchjob(dev, "llama3-8b-fsdp", image=IMAGE))["env"]}
+    assert env["TRAINER_INSTANCE_TYPE"] == dev.nodegroup("p5").instance_type.name == "p5.48xlarge"
+    assert INSTANCE_TYPES[env["TRAINER_INSTANCE_TYPE"]].peak_bf16_flops

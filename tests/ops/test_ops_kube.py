@@ -205,3 +205,21 @@ def test_training_client_reads_the_given_kubeconfig(tmp_path):
     client = kube.training_client(str(path), namespace="research")
     assert client.namespace == "research"
     assert client.custom_api.api_client.configuration.host == "https://cluster.example:443"
+
+
+def test_submit_checks_the_pod_template_against_the_podspec_schema_with_the_overrides_applied(monkeypatch):
+    """The operator drops pod-template fields it does not know; `ops submit --set ...` refuses
+    them instead, in one line naming the field."""
+    import k8s.jobs
+    from config import ConfigError
+
+    env = load("dev")
+    overrides = {"env": {"LOGLEVEL": "DEBUG"}, "max_restarts": 2}
+    rendered = kube.render(env, "llama3-8b-fsdp", image="img:1", job_name="smoke", overrides=overrides)
+    assert {"name": "LOGLEVEL", "value": "DEBUG"} in rendered["spec"]["pytorchReplicaSpecs"]["Worker"][
+        "template"]["spec"]["containers"][0]["env"]
+    monkeypatch.setattr(k8s.jobs, "network_env",
+                        lambda instance, **_: [{"name": "NCCL_DEBUG", "value": "INFO", "valueFrum": {}}])
+    with pytest.raises(ConfigError, match="valueFrum") as err:
+        kube.render(env, "llama3-8b-fsdp", image="img:1", job_name="smoke", overrides=overrides)
+    assert "PyTorchJob/smoke Worker pod template" in str(err.value) and "\n" not in str(err.value)

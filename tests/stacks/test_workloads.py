@@ -131,3 +131,26 @@ def test_crds_namespaces_and_storage_outlive_the_stack_only_where_data_is_retain
     for name in manifests:
         expected = cdk.RemovalPolicy.RETAIN if name in KEPT_WHEN_RETAINED else cdk.RemovalPolicy.DESTROY
         assert removal_policy_for(prod, name) == expected
+
+
+OBJECT_VALUE_TYPE = "Custom::AWSCDK-EKS-KubernetesObjectValue"
+
+
+def test_jobs_and_validation_wait_until_the_operator_deployment_is_available(dev, template, manifests):
+    """The webhook fails closed (failurePolicy Fail), so nothing that creates PyTorchJobs may be
+    applied before the operator's pod is Available: the later manifests depend on a
+    KubernetesObjectValue that polls the Deployment's availableReplicas (empty until one is)."""
+    stack = dev.stage.workloads
+    [(logical, waiter)] = [(k, r) for k, r in template["Resources"].items() if r["Type"] == OBJECT_VALUE_TYPE]
+    props = waiter["Properties"]
+    assert (props["ObjectType"], props["ObjectName"], props["ObjectNamespace"]) == (
+        "deployment", "training-operator", "kubeflow")
+    assert props["JsonPath"] == ".status.availableReplicas"
+    # Below the kubectl provider's 15-minute Lambda timeout.
+    assert 60 <= int(props["TimeoutSeconds"]) < 15 * 60
+    operator = stack.get_logical_id(stack.manifests["training-operator"].node.default_child)
+    assert operator in waiter["DependsOn"]
+    for name in ("training-jobs", "cluster-validation"):
+        assert logical in manifests[name]["DependsOn"], name
+    for name in ("namespaces", "training-operator-crds", "etcd", "fsx-storage", "training-operator"):
+        assert logical not in manifests[name].get("DependsOn", []), name

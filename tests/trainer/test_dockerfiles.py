@@ -58,3 +58,14 @@ def test_the_trainer_imports_neither_cdk_nor_cdk8s():
     for path in (REPO / "trainer").rglob("*.py"):
         text = path.read_text()
         assert not re.search(r"^\s*(import|from)\s+(aws_cdk|cdk8s|constructs|stacks|k8s)\b", text, re.M), path
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_images_set_no_network_selection_the_chart_owns(dockerfile):
+    """EFA and NCCL transport settings live in the job chart (k8s/common.py network_env), which sets
+    them only where EFA devices are requested; an image-wide FI_PROVIDER=efa would reach every pod."""
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    env_lines = [line for line in text.splitlines() if line.startswith("ENV ")]
+    assert env_lines
+    for line in env_lines:
+        assert not re.search(r"\b(FI_[A-Z_]+|NCCL_[A-Z_]+)=", line), line

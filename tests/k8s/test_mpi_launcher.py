@@ -1,0 +1,56 @@
+"""The NCCL test's MPI launcher waits for its workers before mpirun execs into them.
+
+v1.9.4's kubectl-delivery init container only copies kubectl; the old mpioperator image also
+waited for every worker to be Running. The script is run here for real with bash, with the
+operator's kubectl, hostfile and mpirun replaced by recording stand-ins."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from k8s.validation import MPI_HOSTFILE, MPI_KUBECTL, MPIRUN, WORKER_WAIT, nccl_groups, nccl_launcher_script
+
+
+def _stand_in(path: Path, body: str) -> str:
+    path.write_text("#!/bin/bash\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def run_launcher(dev, tmp_path, *, wait_exit: int, busbw: str = "400.0") -> tuple[subprocess.CompletedProcess, list[str]]:
+    group = nccl_groups(dev)[0]
+    calls = tmp_path / "calls"
+    hostfile = tmp_path / "hostfile"
+    # What the operator writes (pkg/controller.v1/mpi: newConfigMap), slots = GPUs per node.
+    hostfile.write_text(f"job-worker-0 slots={group.instance_type.gpus}\njob-worker-1 slots={group.instance_type.gpus}\n")
+    kubectl = _stand_in(tmp_path / "kubectl", f'echo "kubectl $*" >> {calls}\nexit {wait_exit}\n')
+    mpirun = _stand_in(tmp_path / "mpirun", f'echo "mpirun" >> {calls}\necho "# Avg bus bandwidth    : {busbw}"\n')
+    script = (nccl_launcher_script(group).replace(MPI_KUBECTL, kubectl).replace(MPI_HOSTFILE, str(hostfile))
+              .replace(MPIRUN, mpirun).replace("/tmp/all_reduce.log", str(tmp_path / "log")))
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env={**os.environ}, timeout=60)
+    return result, calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_launcher_waits_for_every_worker_in_the_hostfile_before_mpirun(dev, tmp_path):
+    result, calls = run_launcher(dev, tmp_path, wait_exit=0)
+    assert result.returncode == 0, result.stderr
+    assert calls == [f"kubectl wait --for=condition=Ready --timeout={WORKER_WAIT} pod/job-worker-0 pod/job-worker-1",
+                     "mpirun"]
+    assert "PASS" in result.stdout
+
+
+def test_launcher_fails_without_running_mpirun_when_workers_never_become_ready(dev, tmp_path):
+    result, calls = run_launcher(dev, tmp_path, wait_exit=1)
+    assert result.returncode != 0
+    assert calls and calls[-1].startswith("kubectl wait") and "mpirun" not in calls
+    assert "workers not Ready" in result.stderr
+
+
+@pytest.mark.parametrize("busbw", ["0.5", ""])
+def test_launcher_still_fails_below_the_bandwidth_floor(dev, tmp_path, busbw):
+    result, _ = run_launcher(dev, tmp_path, wait_exit=0, busbw=busbw)
+    assert result.returncode != 0 and "below floor" in result.stderr

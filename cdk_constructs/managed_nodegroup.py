@@ -11,7 +11,7 @@ What a group gets follows from its instance type (config/instance_types.py) and 
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
@@ -82,7 +82,6 @@ class ManagedNodegroup(Construct):
         placement_group_name: str | None = None,
         root_volume_gib: int | None = None,
         auto_repair: bool = True,
-        extra_labels: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(scope, id)
         self._validate(name, role, min_size, max_size, desired_size, capacity_type, reservation_id, instance_type)
@@ -108,7 +107,6 @@ class ManagedNodegroup(Construct):
             NODEGROUP_LABEL: name, ROLE_LABEL: role,
             **({GPU_LABEL: "true"} if gpu else {}),
             **({EFA_LABEL: "true"} if instance_type.supports_efa else {}),
-            **(extra_labels or {}),
         }
         self.nodegroup = eks.Nodegroup(
             self, "Nodegroup",

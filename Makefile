@@ -47,9 +47,10 @@ test: install etcd ## the whole suite
 synth: install ## offline synth of ENV (default dev) into cdk.out/ and its Kubernetes YAML into dist/ENV/
 	$(CDK) synth $(CDK_FLAGS) --quiet -c env=$(ENV)
 
-deploy: install ## preflight, then deploy ENV with real AWS credentials
+deploy: install ## preflight, deploy ENV with real AWS credentials, then schedule its capacity blocks
 	$(PY) -m ops preflight --env $(ENV)
 	$(CDK) deploy $(CDK_FLAGS) -c env=$(ENV) '$(ENV)/*'
+	$(PY) -m ops capacity-block schedule --env $(ENV) --if-any
 
 destroy: install ## destroy ENV (prod keeps what removalPolicy retain says)
 	$(CDK) destroy $(CDK_FLAGS) -c env=$(ENV) '$(ENV)/*'

@@ -1,7 +1,9 @@
-"""EfaNodegroup: a managed GPU node group that attaches every EFA interface its instance type has.
+"""EfaNodegroup: a GPU node group that attaches every EFA device its instance type has.
 
 The interface layout, GPU count and capacity-block support come from config/instance_types.py,
 the one table of hardware facts. A GPU type without EFA (g5.xlarge) gets a plain GPU node group.
+The node group itself, its launch template and its update and repair policy come from
+ManagedNodegroup, the path every node group takes.
 """
 
 from __future__ import annotations
@@ -11,24 +13,20 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from cdk_constructs.node_launch_template import NetworkInterfaceSpec, NodeLaunchTemplate
-from config.environment import CAPACITY_TYPES, RESERVATION_ID
+from cdk_constructs.managed_nodegroup import ManagedNodegroup
+from cdk_constructs.node_launch_template import NetworkInterfaceSpec
 from config.instance_types import InstanceType
-from config.kubernetes import (
-    EFA_LABEL, GPU_LABEL, GPU_TAINT_KEY, GPU_TAINT_VALUE, NODEGROUP_LABEL, ROLE_LABEL,
-)
+from config.kubernetes import TRAINING_ROLE
 
-# Container images for GPU training run to tens of GiB, and the NVIDIA AMI takes ~30 GiB itself.
-DEFAULT_ROOT_VOLUME_GIB = 500
 MIN_GPU_ROOT_VOLUME_GIB = 100
 
 
 class EfaNodegroup(Construct):
     """A GPU node group in one subnet, with EFA when the instance type has it.
 
-    Attributes: `nodegroup` (aws_eks_v2.Nodegroup), `launch_template` (NodeLaunchTemplate),
-    `placement_group` (CfnPlacementGroup or None), `efa_security_group` (ISecurityGroup or None),
-    `efa_interface_count`, `labels`, `capacity_type`.
+    Attributes: `group` (ManagedNodegroup), `nodegroup` (aws_eks_v2.Nodegroup), `launch_template`
+    (NodeLaunchTemplate), `placement_group` (CfnPlacementGroup or None), `efa_security_group`
+    (ISecurityGroup or None), `efa_interface_count`, `labels`, `capacity_type`.
     """
 
     def __init__(
@@ -48,11 +46,15 @@ class EfaNodegroup(Construct):
         cluster_security_group_id: str | None = None,
         efa_security_group: ec2.ISecurityGroup | None = None,
         node_role: iam.IRole | None = None,
-        root_volume_gib: int = DEFAULT_ROOT_VOLUME_GIB,
+        root_volume_gib: int | None = None,
+        auto_repair: bool = True,
     ) -> None:
         super().__init__(scope, id)
-        self._validate(name, instance_type, min_size, max_size, desired_size, capacity_type, reservation_id,
-                       root_volume_gib)
+        if not instance_type.is_gpu:
+            raise ValueError(f"{self.node.path}: {instance_type.name} has no GPUs; EfaNodegroup is for GPU instance types")
+        if root_volume_gib is not None and root_volume_gib < MIN_GPU_ROOT_VOLUME_GIB:
+            raise ValueError(f"{self.node.path}: root_volume_gib must be at least {MIN_GPU_ROOT_VOLUME_GIB} "
+                             f"for GPU images, got {root_volume_gib}")
         self.instance_type = instance_type
         self.capacity_type = capacity_type
         self.efa_interface_count = instance_type.efa_interfaces
@@ -67,10 +69,8 @@ class EfaNodegroup(Construct):
             self.efa_security_group = efa_security_group or efa_self_referencing_security_group(
                 self, "EfaSecurityGroup", vpc=cluster.vpc)
             groups = (sg_cluster, self.efa_security_group.security_group_id)
-            interfaces = [
-                NetworkInterfaceSpec(i.network_card_index, i.device_index, i.interface_type, groups)
-                for i in instance_type.efa_layout()
-            ]
+            interfaces = [NetworkInterfaceSpec(i.network_card_index, i.device_index, i.interface_type, groups)
+                          for i in instance_type.network_interfaces()]
 
         # Reserved and capacity-block instances already sit where EC2 put the reservation; a
         # placement group on top makes launches fail with InsufficientInstanceCapacity.
@@ -78,63 +78,19 @@ class EfaNodegroup(Construct):
         if instance_type.supports_efa and capacity_type == "onDemand":
             self.placement_group = ec2.CfnPlacementGroup(self, "PlacementGroup", strategy="cluster")
 
-        self.launch_template = NodeLaunchTemplate(
-            self, "LaunchTemplate",
-            root_volume_gib=root_volume_gib, root_volume_iops=6000, root_volume_throughput_mbps=500,
+        self.group = ManagedNodegroup(
+            self, "Group",
+            cluster=cluster, name=name, role=TRAINING_ROLE, instance_type=instance_type,
+            subnets=ec2.SubnetSelection(subnets=[subnet]),
+            min_size=min_size, max_size=max_size, desired_size=desired_size, node_role=node_role,
+            capacity_type=capacity_type, reservation_id=reservation_id,
             network_interfaces=interfaces,
             placement_group_name=self.placement_group.ref if self.placement_group else None,
-            capacity_reservation_id=reservation_id,
-            capacity_block=capacity_type == "capacityBlock",
+            root_volume_gib=root_volume_gib, auto_repair=auto_repair,
         )
-
-        self.labels: dict[str, str] = {
-            NODEGROUP_LABEL: name, ROLE_LABEL: "training", GPU_LABEL: "true",
-            **({EFA_LABEL: "true"} if instance_type.supports_efa else {}),
-        }
-        self.nodegroup = eks.Nodegroup(
-            self, "Nodegroup",
-            cluster=cluster,
-            ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
-            capacity_type=eks.CapacityType.CAPACITY_BLOCK if capacity_type == "capacityBlock"
-            else eks.CapacityType.ON_DEMAND,
-            launch_template_spec=self.launch_template.spec,
-            subnets=ec2.SubnetSelection(subnets=[subnet]),
-            min_size=min_size, max_size=max_size, desired_size=desired_size,
-            labels=self.labels,
-            taints=[eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE)],
-            node_role=node_role,
-        )
-        # Set on the resource, not the L2: aws-cdk-lib's table of GPU types lacks p5 and would
-        # reject the NVIDIA AMI type for it. Our own table (config/) already vouched for the type.
-        resource: eks.CfnNodegroup = self.nodegroup.node.default_child
-        resource.instance_types = [instance_type.name]
-
-    def _validate(self, name, instance_type, min_size, max_size, desired_size, capacity_type, reservation_id,
-                  root_volume_gib) -> None:
-        where = self.node.path
-
-        def fail(message: str) -> None:
-            raise ValueError(f"{where}: {message}")
-
-        if not name:
-            fail("name must not be empty")
-        if not instance_type.is_gpu:
-            fail(f"{instance_type.name} has no GPUs; EfaNodegroup is for GPU instance types")
-        if min(min_size, max_size, desired_size) < 0 or max_size < 1:
-            fail(f"sizes must be >= 0 with max_size >= 1, got min {min_size}, desired {desired_size}, max {max_size}")
-        if not min_size <= desired_size <= max_size:
-            fail(f"need min_size <= desired_size <= max_size, got {min_size} <= {desired_size} <= {max_size}")
-        if capacity_type not in CAPACITY_TYPES:
-            fail(f"capacity_type must be one of {', '.join(CAPACITY_TYPES)}, got {capacity_type!r}")
-        if capacity_type == "onDemand" and reservation_id is not None:
-            fail("reservation_id is only for reserved or capacityBlock capacity")
-        if capacity_type != "onDemand":
-            if not reservation_id or not RESERVATION_ID.match(reservation_id):
-                fail(f"{capacity_type} capacity needs reservation_id cr- followed by 17 hex digits, got {reservation_id!r}")
-        if capacity_type == "capacityBlock" and not instance_type.capacity_blocks:
-            fail(f"capacity blocks are not sold for {instance_type.name}")
-        if root_volume_gib < MIN_GPU_ROOT_VOLUME_GIB:
-            fail(f"root_volume_gib must be at least {MIN_GPU_ROOT_VOLUME_GIB} for GPU images, got {root_volume_gib}")
+        self.nodegroup = self.group.nodegroup
+        self.launch_template = self.group.launch_template
+        self.labels = self.group.labels
 
 
 def efa_self_referencing_security_group(scope: Construct, id: str, *, vpc: ec2.IVpc) -> ec2.SecurityGroup:

@@ -1,7 +1,11 @@
-"""The launch template every managed node group uses: IMDSv2 and an encrypted gp3 root volume.
+"""The launch template every managed node group uses: the instance type, IMDSv2, an encrypted gp3
+root volume, and the user data the hardware needs.
 
 A managed node group without a launch template gets IMDSv1 and an unencrypted 20 GiB gp2 disk;
-every group here, system, CPU and GPU, goes through this construct instead.
+every group here, system, CPU and GPU, goes through this construct instead (via ManagedNodegroup).
+The instance type lives here and never on the node group: capacity-block groups require it
+(EKS capacity-blocks-mng.html), and a setting in both places fails create and update
+(EKS launch-templates.html).
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
@@ -42,6 +47,7 @@ class NodeLaunchTemplate(Construct):
         scope: Construct,
         id: str,
         *,
+        instance_type: str,
         root_volume_gib: int,
         root_volume_iops: int = 3000,
         root_volume_throughput_mbps: int = 125,
@@ -49,6 +55,7 @@ class NodeLaunchTemplate(Construct):
         placement_group_name: str | None = None,
         capacity_reservation_id: str | None = None,
         capacity_block: bool = False,
+        user_data: str | None = None,
     ) -> None:
         super().__init__(scope, id)
         if not MIN_ROOT_VOLUME_GIB <= root_volume_gib <= MAX_ROOT_VOLUME_GIB:
@@ -61,6 +68,7 @@ class NodeLaunchTemplate(Construct):
                 raise ValueError(f"{self.node.path}: interface on card {iface.network_card_index} has no security group")
 
         data = ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+            instance_type=instance_type,
             metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
                 http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=IMDS_HOP_LIMIT,
             ),
@@ -89,6 +97,9 @@ class NodeLaunchTemplate(Construct):
             ) if capacity_reservation_id else None,
             instance_market_options=ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty(market_type="capacity-block")
             if capacity_block else None,
+            user_data=cdk.Fn.base64(user_data) if user_data else None,
         )
         self.resource = ec2.CfnLaunchTemplate(self, "Resource", launch_template_data=data)
+        # The version CloudFormation created, not $Latest or $Default: it changes only when the data
+        # above changes, and only then does EKS roll the group's nodes.
         self.spec = eks.LaunchTemplateSpec(id=self.resource.ref, version=self.resource.attr_latest_version_number)

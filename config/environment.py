@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from config.errors import ConfigError
 from config.instance_types import CPU_TYPES, GPU_TYPES, INSTANCE_TYPES, InstanceType
+from config.kubernetes import RESERVED_NODEGROUP_NAMES
 from config.reader import ObjectReader, one_of, string_list
 
 # kubectl supports one minor version of skew either side, so the v1.33 kubectl layer serves these.
@@ -54,6 +55,8 @@ class Nodegroup:
     max_size: int
     desired_size: int
     capacity: Capacity = Capacity()
+    # EKS node auto repair replaces nodes whose health conditions fail (node-health.html).
+    auto_repair: bool = True
 
     @property
     def instance_type(self) -> InstanceType:
@@ -314,14 +317,32 @@ def _parse_nodegroup(raw: Any, path: str, *, gpu: bool) -> Nodegroup:
     name = r.required("name", str)
     if not _NODEGROUP_NAME.match(name):
         raise ConfigError(r.at("name"), f"must be 1-63 letters, digits, '-' or '_', starting with a letter or digit, got {name!r}")
+    if name in RESERVED_NODEGROUP_NAMES:
+        raise ConfigError(r.at("name"), f"{name!r} is reserved (the system node group carries it); choose another name")
     instance_type = _instance_type(r, GPU_TYPES if gpu else CPU_TYPES, "GPU" if gpu else "CPU")
     min_size, max_size, desired = _sizes(r, with_desired=True)
     capacity = Capacity()
     if gpu:
         capacity = _parse_capacity(r.optional("capacity", dict, {"type": "onDemand"}), r.at("capacity"),
                                    INSTANCE_TYPES[instance_type])
+    auto_repair = r.optional("nodeAutoRepair", bool, True)
     r.finish()
-    return Nodegroup(name, instance_type, min_size, max_size, desired, capacity)
+    if capacity.type == "capacityBlock":
+        _check_capacity_block_sizes(r, min_size, desired)
+    return Nodegroup(name, instance_type, min_size, max_size, desired, capacity, auto_repair)
+
+
+def _check_capacity_block_sizes(r: ObjectReader, min_size: int, desired: int) -> None:
+    """A capacity block launches nothing before it starts, EKS updates the group only at desired
+    size 0 (capacity-blocks-mng.html), and EKS itself scales it to 0 before the block ends; so the
+    template holds 0 and `ops capacity-block schedule` brings nodes up at the start."""
+    if min_size != 0:
+        raise ConfigError(r.at("minSize"), "must be 0 with capacity type capacityBlock (the group must be able to "
+                                           f"rest at 0 before an update and after the block ends), got {min_size}")
+    if desired != 0:
+        raise ConfigError(r.at("desiredSize"), "must be 0 with capacity type capacityBlock (EKS updates such groups "
+                                               "only at desired size 0; `ops capacity-block schedule` brings nodes up "
+                                               f"when the block starts), got {desired}")
 
 
 def _parse_capacity(raw: dict, path: str, instance_type: InstanceType) -> Capacity:

@@ -1,8 +1,10 @@
 """The instance-type table: the one source of hardware facts.
 
-The node-group construct (EFA interfaces, AMI), the job chart (GPU and EFA requests), the trainer
-(MFU denominator), preflight (vCPU quotas) and the IP plan all read it. Figures come from the EC2
-instance-type pages, the EFA guide and the GPU vendors' data sheets (dense, not sparse, bf16).
+The node-group construct (EFA interfaces, AMI, local NVMe), the job chart (GPU and EFA requests),
+the trainer (MFU denominator), preflight (vCPU quotas) and the IP plan all read it. Figures come
+from the EC2 instance-type pages, the EFA guide and the GPU vendors' data sheets (dense, not
+sparse, bf16); vCPUs, GPUs, memory, EFA devices, network cards and instance storage are checked
+against EC2's DescribeInstanceTypes answer (tests/config/test_instance_types.py).
 Pod counts are the VPC CNI's per-type maxima, capped as the EKS AL2023 AMI caps kubelet's maxPods.
 """
 
@@ -11,11 +13,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+# "Maximize network bandwidth on Amazon EC2 instances with multiple network cards", Amazon EC2
+# User Guide. Each EFA row of the table names the section of this page its layout follows.
+EFA_GUIDE_URL = "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html"
+# The basic configuration at the top of the page: ENA primary (card 0, device 0), EFA-only on card 0
+# device 1 where card 0 supports EFA, then EFA-only at device 0 of each further card.
+EFA_BASIC = f"{EFA_GUIDE_URL}#efa-acc-inst-types (basic configuration)"
+# "EFA configuration for a P5 and P5e instances", use case 1 ("Save IP addresses and avoid potential
+# Linux IP issues"): the basic layout on all 32 cards; up to 3,200 Gbps EFA and 100 Gbps IP with one
+# private address. Use case 2 adds seven ENA interfaces (cards 4, 8, ... 28, device 1) for up to
+# 800 Gbps of IP traffic; the guide does not require it for EFA bandwidth, and the IP traffic here
+# (FSx for Lustre at its provisioned throughput, image pulls) stays far below 100 Gbps a node.
+EFA_P5 = f"{EFA_GUIDE_URL}#efa-for-p5 (use case 1)"
+
+
 @dataclass(frozen=True)
-class EfaInterface:
+class NetworkInterface:
     network_card_index: int
     device_index: int
-    interface_type: str  # "efa" (EFA with ENA, carries the node's IP) or "efa-only"
+    interface_type: str  # "interface" (ENA, carries the node's IP) or "efa-only" (no IP address)
+
+    def as_tuple(self) -> tuple[int, int, str]:
+        return (self.network_card_index, self.device_index, self.interface_type)
 
 
 @dataclass(frozen=True)
@@ -33,6 +52,10 @@ class InstanceType:
     # Bus bandwidth an NCCL all-reduce across two nodes must reach (GB/s); None: no NCCL gate.
     nccl_busbw_floor_gbps: float | None = None
     capacity_blocks: bool = False
+    # NVMe instance store: disk count and total GB (EC2's InstanceStorageInfo).
+    local_nvme_disks: int = 0
+    local_nvme_gb: int = 0
+    efa_layout_source: str = ""  # the EFA guide section network_interfaces() follows
 
     @property
     def family(self) -> str:
@@ -69,22 +92,25 @@ class InstanceType:
         """
         return 1 + self.max_pods
 
-    def efa_layout(self) -> tuple[EfaInterface, ...]:
-        """Interfaces as the EC2 EFA guide lays them out for multi-card instances.
+    def network_interfaces(self) -> tuple[NetworkInterface, ...]:
+        """The launch template's interfaces, as `efa_layout_source` lays them out; () without EFA
+        (the node then gets EKS's default single ENA interface).
 
-        The primary interface (card 0, device 0) is EFA with ENA; every further card gets one
-        EFA-only interface at device index 1, which saves an IP address per card.
+        The primary interface is ENA only (an EFA-only interface cannot be primary); one EFA-only
+        interface per EFA device follows: card 0 at device 1, every further card at device 0.
+        EFA-only interfaces take no IP address, so the whole layout costs one address per node.
         """
         if not self.supports_efa:
             return ()
-        primary = EfaInterface(0, 0, "efa")
-        rest = tuple(EfaInterface(card, 1, "efa-only") for card in range(1, self.efa_interfaces))
-        return (primary, *rest)
+        return (NetworkInterface(0, 0, "interface"), NetworkInterface(0, 1, "efa-only"),
+                *(NetworkInterface(card, 0, "efa-only") for card in range(1, self.efa_interfaces)))
 
 
-def _g(name, vcpus, mem, gpus, model, gpu_mem, efa, pods, flops):
+def _g(name, vcpus, mem, gpus, model, gpu_mem, efa, pods, flops, disks, disk_gb):
     return InstanceType(name, vcpus, mem, gpus, model, gpu_mem, efa, 1, flops, pods,
-                        nccl_busbw_floor_gbps=8.0 if efa else None)
+                        nccl_busbw_floor_gbps=8.0 if efa else None,
+                        local_nvme_disks=disks, local_nvme_gb=disks * disk_gb,
+                        efa_layout_source=EFA_BASIC if efa else "")
 
 
 _A100 = 312e12
@@ -96,27 +122,32 @@ _L4 = 121e12
 INSTANCE_TYPES: dict[str, InstanceType] = {
     t.name: t
     for t in (
-        InstanceType("p4d.24xlarge", 96, 1152, 8, "A100", 40, 4, 4, _A100, 737, 40.0, True),
-        InstanceType("p4de.24xlarge", 96, 1152, 8, "A100", 80, 4, 4, _A100, 737, 40.0, True),
-        InstanceType("p5.48xlarge", 192, 2048, 8, "H100", 80, 32, 32, _H100, 100, 250.0, True),
-        InstanceType("p5e.48xlarge", 192, 2048, 8, "H200", 141, 32, 32, _H200, 100, 250.0, True),
-        InstanceType("p5en.48xlarge", 192, 2048, 8, "H200", 141, 16, 16, _H200, 100, 250.0, True),
-        _g("g5.xlarge", 4, 16, 1, "A10G", 24, 0, 58, _A10G),
-        _g("g5.2xlarge", 8, 32, 1, "A10G", 24, 0, 58, _A10G),
-        _g("g5.4xlarge", 16, 64, 1, "A10G", 24, 0, 234, _A10G),
-        _g("g5.8xlarge", 32, 128, 1, "A10G", 24, 1, 234, _A10G),
-        _g("g5.12xlarge", 48, 192, 4, "A10G", 24, 1, 737, _A10G),
-        _g("g5.16xlarge", 64, 256, 1, "A10G", 24, 1, 234, _A10G),
-        _g("g5.24xlarge", 96, 384, 4, "A10G", 24, 1, 737, _A10G),
-        _g("g5.48xlarge", 192, 768, 8, "A10G", 24, 1, 345, _A10G),
-        _g("g6.xlarge", 4, 16, 1, "L4", 24, 0, 58, _L4),
-        _g("g6.2xlarge", 8, 32, 1, "L4", 24, 0, 58, _L4),
-        _g("g6.4xlarge", 16, 64, 1, "L4", 24, 0, 234, _L4),
-        _g("g6.8xlarge", 32, 128, 1, "L4", 24, 1, 234, _L4),
-        _g("g6.12xlarge", 48, 192, 4, "L4", 24, 1, 234, _L4),
-        _g("g6.16xlarge", 64, 256, 1, "L4", 24, 1, 737, _L4),
-        _g("g6.24xlarge", 96, 384, 4, "L4", 24, 1, 737, _L4),
-        _g("g6.48xlarge", 192, 768, 8, "L4", 24, 1, 737, _L4),
+        InstanceType("p4d.24xlarge", 96, 1152, 8, "A100", 40, 4, 4, _A100, 737, 40.0, True,
+                     local_nvme_disks=8, local_nvme_gb=8 * 1000, efa_layout_source=EFA_BASIC),
+        InstanceType("p4de.24xlarge", 96, 1152, 8, "A100", 80, 4, 4, _A100, 737, 40.0, True,
+                     local_nvme_disks=8, local_nvme_gb=8 * 1000, efa_layout_source=EFA_BASIC),
+        InstanceType("p5.48xlarge", 192, 2048, 8, "H100", 80, 32, 32, _H100, 100, 250.0, True,
+                     local_nvme_disks=8, local_nvme_gb=8 * 3800, efa_layout_source=EFA_P5),
+        InstanceType("p5e.48xlarge", 192, 2048, 8, "H200", 141, 32, 32, _H200, 100, 250.0, True,
+                     local_nvme_disks=8, local_nvme_gb=8 * 3800, efa_layout_source=EFA_P5),
+        InstanceType("p5en.48xlarge", 192, 2048, 8, "H200", 141, 16, 16, _H200, 100, 250.0, True,
+                     local_nvme_disks=8, local_nvme_gb=8 * 3800, efa_layout_source=EFA_BASIC),
+        _g("g5.xlarge", 4, 16, 1, "A10G", 24, 0, 58, _A10G, 1, 250),
+        _g("g5.2xlarge", 8, 32, 1, "A10G", 24, 0, 58, _A10G, 1, 450),
+        _g("g5.4xlarge", 16, 64, 1, "A10G", 24, 0, 234, _A10G, 1, 600),
+        _g("g5.8xlarge", 32, 128, 1, "A10G", 24, 1, 234, _A10G, 1, 900),
+        _g("g5.12xlarge", 48, 192, 4, "A10G", 24, 1, 737, _A10G, 1, 3800),
+        _g("g5.16xlarge", 64, 256, 1, "A10G", 24, 1, 234, _A10G, 1, 1900),
+        _g("g5.24xlarge", 96, 384, 4, "A10G", 24, 1, 737, _A10G, 1, 3800),
+        _g("g5.48xlarge", 192, 768, 8, "A10G", 24, 1, 345, _A10G, 2, 3800),
+        _g("g6.xlarge", 4, 16, 1, "L4", 24, 0, 58, _L4, 1, 250),
+        _g("g6.2xlarge", 8, 32, 1, "L4", 24, 0, 58, _L4, 1, 450),
+        _g("g6.4xlarge", 16, 64, 1, "L4", 24, 0, 234, _L4, 1, 600),
+        _g("g6.8xlarge", 32, 128, 1, "L4", 24, 1, 234, _L4, 2, 450),
+        _g("g6.12xlarge", 48, 192, 4, "L4", 24, 1, 234, _L4, 4, 940),
+        _g("g6.16xlarge", 64, 256, 1, "L4", 24, 1, 737, _L4, 2, 940),
+        _g("g6.24xlarge", 96, 384, 4, "L4", 24, 1, 737, _L4, 4, 940),
+        _g("g6.48xlarge", 192, 768, 8, "L4", 24, 1, 737, _L4, 8, 940),
         InstanceType("m5.large", 2, 8, vpc_cni_max_pods=29),
         InstanceType("m5.xlarge", 4, 16, vpc_cni_max_pods=58),
         InstanceType("m5.2xlarge", 8, 32, vpc_cni_max_pods=58),

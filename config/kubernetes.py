@@ -2,7 +2,9 @@
 
 LABEL_PREFIX = "eks-distributed-training.io"
 NODEGROUP_LABEL = f"{LABEL_PREFIX}/nodegroup"  # value: the node group's name from cdk.json
-ROLE_LABEL = f"{LABEL_PREFIX}/role"  # "system" or "training"
+ROLE_LABEL = f"{LABEL_PREFIX}/role"  # SYSTEM_ROLE or TRAINING_ROLE
+SYSTEM_ROLE = "system"
+TRAINING_ROLE = "training"
 GPU_LABEL = f"{LABEL_PREFIX}/gpu"  # "true" on GPU node groups
 EFA_LABEL = f"{LABEL_PREFIX}/efa"  # "true" on node groups with EFA interfaces
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"  # set by the kubelet
@@ -10,6 +12,11 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"  # set by the kubelet
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_TAINT_VALUE = "true"
 GPU_TAINT_EFFECT = "NoSchedule"
+
+# The system node group's name: its NODEGROUP_LABEL value and its key among the cluster's node
+# groups. No training group may take it (config/environment.py refuses it).
+SYSTEM_NODEGROUP = "system"
+RESERVED_NODEGROUP_NAMES = (SYSTEM_NODEGROUP,)
 
 TRAINING_NAMESPACE = "training"
 FSX_CLAIM_NAME = "fsx-pvc"

@@ -80,6 +80,7 @@ class AwsClients:
     quotas: Any
     eks: Any
     fsx: Any
+    autoscaling: Any = None  # the Auto Scaling groups behind managed node groups (ops capacity-block)
 
 
 def session(region: str) -> boto3.Session:
@@ -96,7 +97,8 @@ def clients(region: str, boto_session: boto3.Session | None = None) -> AwsClient
             raise OpsError(f"no region for {service}; pass --region") from None
 
     return AwsClients(sts=make("sts"), ec2=make("ec2"), reservations=make("ec2"),
-                      quotas=make("service-quotas"), eks=make("eks"), fsx=make("fsx"))
+                      quotas=make("service-quotas"), eks=make("eks"), fsx=make("fsx"),
+                      autoscaling=make("autoscaling"))
 
 
 def caller_account(sts: Any) -> str:

@@ -92,6 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", type=_positive_int, help="node count to plan for (default: maxSize)")
     p.add_argument("--preset", help="job preset (default: the first preset on a GPU group)")
     p.add_argument("--vcpu-quota", type=_positive_int, help="On-Demand vCPU quota to plan against")
+    p = sub.add_parser("capacity-block", help="bring capacity-block groups up at the block's start, or to 0 "
+                                              "before an update")
+    p.add_argument("action", choices=["schedule", "scale-to-zero"])
+    with_env(p)
+    p.add_argument("--group", help="one capacity-block group (required for scale-to-zero)")
+    p.add_argument("--cluster-name", help="skip the lookup by CloudFormation stack tag")
+    p.add_argument("--if-any", action="store_true",
+                   help="do nothing when the environment has no capacity-block groups (make deploy uses it)")
     return parser
 
 
@@ -202,5 +210,26 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _capacity_block(args: argparse.Namespace) -> int:
+    from ops import aws, capacity_blocks
+
+    env = _env(args)
+    if args.action == "scale-to-zero" and not args.group:
+        raise OpsError("scale-to-zero needs --group: the capacity-block group to take to 0")
+    if args.if_any and not args.group and not any(g.capacity.type == "capacityBlock" for g in env.gpu_nodegroups):
+        return 0
+    capacity_blocks.block_groups(env, args.group)  # a bad group is one line before any AWS call
+    clients = aws.clients(env.region)
+    aws.caller_account(clients.sts)
+    if args.action == "scale-to-zero":
+        print(capacity_blocks.scale_to_zero(env, clients, group=args.group, cluster_name=args.cluster_name))
+        return 0
+    results = capacity_blocks.schedule(env, clients, group=args.group, cluster_name=args.cluster_name)
+    for result in results:
+        print(f"{result.group}: {result.message}")
+    return 0 if all(r.ok for r in results) else EXIT_PROBLEM
+
+
 _COMMANDS = {"preflight": _preflight, "az-recommend": _az_recommend, "kubeconfig": _kubeconfig,
-             "submit": _submit, "status": _status, "logs": _logs, "delete": _delete, "plan": _plan}
+             "submit": _submit, "status": _status, "logs": _logs, "delete": _delete, "plan": _plan,
+             "capacity-block": _capacity_block}

@@ -7,11 +7,13 @@ preflight must never be the thing that crashes before a deploy.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Iterable
 
 from config import Environment
 from config.instance_types import INSTANCE_TYPES
 from ops.aws import AwsClients, api_failure_types, caller_account, error_code, explain, paginate
+from ops.capacity_blocks import EKS_SCALEDOWN_BEFORE_END, utc
 from ops.checks import FAIL, PASS, WARN, Check
 from ops.quotas import QuotaReading, quota_row, read_quota
 
@@ -27,19 +29,25 @@ EIPS_PER_REGION = ("ec2", "L-0263D0A3")
 # The network stack runs one NAT gateway per AZ, each holding one Elastic IP.
 NAT_GATEWAYS_PER_AZ = 1
 USABLE_RESERVATION_STATES = ("active", "scheduled")
+# A block this close to its end leaves no time for a deploy and a job (EKS scales it to 0 forty
+# minutes before the end, EC2 stops instances thirty minutes before).
+BLOCK_ENDING_SOON = timedelta(hours=1)
 
 
-def run(env: Environment, aws: AwsClients) -> list[Check]:
+def run(env: Environment, aws: AwsClients, now: datetime | None = None) -> list[Check]:
     """All checks in order. Raises OpsError only when there are no credentials at all."""
     account = caller_account(aws.sts)
     rows = [_account_row(env, account)]
+    now = now or datetime.now(timezone.utc)
     zone_ids: dict[str, str] = {}
+    blocks: dict[str, dict] = {}  # capacity-block group -> its reservation, as _reservations read it
     steps: list[tuple[str, Callable[[], Iterable[Check]]]] = [
         ("region", lambda: _region(env, aws)),
         ("training AZ", lambda: _zones(env, aws, zone_ids)),
         ("instance offerings", lambda: _offerings(env, aws)),
         ("On-Demand vCPU quotas", lambda: _vcpu_quotas(env, aws)),
-        ("capacity reservations", lambda: _reservations(env, aws, zone_ids)),
+        ("capacity reservations", lambda: _reservations(env, aws, zone_ids, blocks)),
+        ("capacity blocks", lambda: _capacity_blocks(env, blocks, now)),
         ("EKS quotas", lambda: _eks_quotas(env, aws)),
         ("FSx quota", lambda: _fsx_quota(env, aws)),
         ("VPC and EIP quotas", lambda: _network_quotas(env, aws)),
@@ -194,7 +202,7 @@ def _quota_class_of(instance_type: str) -> str | None:
     return "Standard" if family[0] in "acdhimrtz" else None
 
 
-def _reservations(env: Environment, aws: AwsClients, zone_ids: dict[str, str]) -> list[Check]:
+def _reservations(env: Environment, aws: AwsClients, zone_ids: dict[str, str], blocks: dict[str, dict]) -> list[Check]:
     rows = []
     for group in env.gpu_nodegroups:
         if not group.capacity.is_reserved:
@@ -214,7 +222,38 @@ def _reservations(env: Environment, aws: AwsClients, zone_ids: dict[str, str]) -
             rows.append(Check(name, FAIL, f"{rid} does not exist in {env.region} for this account"))
             continue
         rows.append(_reservation_row(name, env, group, items[0], zone_ids))
+        if group.capacity.type == "capacityBlock":
+            blocks[group.name] = items[0]
     return rows
+
+
+def _capacity_blocks(env: Environment, blocks: dict[str, dict], now: datetime) -> list[Check]:
+    """When each capacity block starts and ends, and what brings its group's nodes up (EKS User
+    Guide, capacity-blocks-mng.html: nothing launches before the start; EKS scales the group to 0
+    forty minutes before the end)."""
+    return [_capacity_block_row(env, name, cr, now) for name, cr in blocks.items()]
+
+
+def _capacity_block_row(env: Environment, group: str, cr: dict, now: datetime) -> Check:
+    name, rid = f"capacity block {group}", cr["CapacityReservationId"]
+    start, end = cr.get("StartDate"), cr.get("EndDate")
+    if not start or not end:
+        return Check(name, WARN, f"{rid}: the API gave no start and end date")
+    if end <= now:
+        return Check(name, FAIL, f"{rid}: ended {utc(end)}; buy a new block and put its id in capacity.reservationId")
+    if end - now <= BLOCK_ENDING_SOON:
+        return Check(name, WARN, f"{rid}: ends {utc(end)}, in {int((end - now).total_seconds() // 60)} min; "
+                                 "too late to start a job")
+    started = "started" if start <= now else "starts"
+    return Check(name, PASS, f"{rid}: {started} {utc(start)}, ends {utc(end)} ({_duration(end - start)}); "
+                             f"EKS scales {group} to 0 at {utc(end - EKS_SCALEDOWN_BEFORE_END)}; after the deploy run "
+                             f"`python -m ops capacity-block schedule --env {env.name}` so nodes join at the start")
+
+
+def _duration(span: timedelta) -> str:
+    hours = int(span.total_seconds() // 3600)
+    days, hours = divmod(hours, 24)
+    return " ".join(part for part in (f"{days} d" if days else "", f"{hours} h" if hours else "") if part) or "< 1 h"
 
 
 def _reservation_row(name: str, env: Environment, group: Any, cr: dict, zone_ids: dict[str, str]) -> Check:

@@ -87,7 +87,9 @@ def _nodegroup_rows(asm: Assembly) -> list[list[str]]:
             capacity += " +placement group"
         zones = sorted({asm.subnet_zone(s) for s in props.get("Subnets", [])})
         scaling = props["ScalingConfig"]
-        rows.append([props["Labels"].get(NODEGROUP_LABEL, "?"), ",".join(props.get("InstanceTypes", ["?"])),
+        # The launch template names the instance type (cdk_constructs/node_launch_template.py).
+        types = props.get("InstanceTypes") or [data.get("InstanceType", "?")]
+        rows.append([props["Labels"].get(NODEGROUP_LABEL, "?"), ",".join(types),
                      ",".join(zones), scaling["MinSize"], scaling["MaxSize"], scaling["DesiredSize"], efa, capacity])
     return rows
 

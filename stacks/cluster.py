@@ -11,14 +11,12 @@ from aws_cdk.lambda_layer_kubectl_v33 import KubectlV33Layer
 from constructs import Construct
 
 from cdk_constructs.efa_nodegroup import EfaNodegroup, efa_self_referencing_security_group
-from cdk_constructs.node_launch_template import NodeLaunchTemplate
+from cdk_constructs.managed_nodegroup import ManagedNodegroup
 from config import Environment, Nodegroup
-from config.kubernetes import NODEGROUP_LABEL, ROLE_LABEL
+from config.kubernetes import SYSTEM_NODEGROUP, SYSTEM_ROLE, TRAINING_ROLE
 from stacks.network import NetworkStack
 from stacks.removal import apply_removal_policy
 
-SYSTEM_NODEGROUP = "system"
-CPU_ROOT_VOLUME_GIB = 100
 CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly", "AmazonEKS_CNI_Policy")
 FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
@@ -82,16 +80,7 @@ class ClusterStack(cdk.Stack):
         for group in config.cpu_nodegroups:
             self._add_cpu_nodegroup(group, network.training_subnet)
         for group in config.gpu_nodegroups:
-            efa = EfaNodegroup(
-                self, f"Gpu-{group.name}",
-                cluster=self.cluster, name=group.name, instance_type=group.instance_type,
-                subnet=network.training_subnet,
-                min_size=group.min_size, max_size=group.max_size, desired_size=group.desired_size,
-                capacity_type=group.capacity.type, reservation_id=group.capacity.reservation_id,
-                efa_security_group=self.efa_security_group, node_role=self.node_role,
-            )
-            self.efa_nodegroups[group.name] = efa
-            self.nodegroups[group.name] = efa.nodegroup
+            self._add_gpu_nodegroup(group, network.training_subnet)
 
         self.addons: dict[str, eks.Addon] = {}
         self._add_addons()
@@ -106,30 +95,43 @@ class ClusterStack(cdk.Stack):
 
     def _add_system_nodegroup(self) -> None:
         system = self.config.system_nodegroup
-        template = NodeLaunchTemplate(self, "SystemLaunchTemplate", root_volume_gib=CPU_ROOT_VOLUME_GIB)
         # Spread across every zone: cluster services must survive the loss of one.
-        self.nodegroups[SYSTEM_NODEGROUP] = eks.Nodegroup(
+        self._register(SYSTEM_NODEGROUP, ManagedNodegroup(
             self, "SystemNodegroup",
-            cluster=self.cluster, instance_types=[ec2.InstanceType(system.instance_type_name)],
-            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD, launch_template_spec=template.spec,
+            cluster=self.cluster, name=SYSTEM_NODEGROUP, role=SYSTEM_ROLE, instance_type=system.instance_type,
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
             min_size=system.min_size, max_size=system.max_size, desired_size=system.min_size,
-            labels={NODEGROUP_LABEL: SYSTEM_NODEGROUP, ROLE_LABEL: "system"},
             node_role=self.node_role,
-        )
+        ).nodegroup)
 
     def _add_cpu_nodegroup(self, group: Nodegroup, subnet: ec2.ISubnet) -> None:
-        template = NodeLaunchTemplate(self, f"Cpu-{group.name}LaunchTemplate", root_volume_gib=CPU_ROOT_VOLUME_GIB)
-        self.nodegroups[group.name] = eks.Nodegroup(
+        self._register(group.name, ManagedNodegroup(
             self, f"Cpu-{group.name}",
-            cluster=self.cluster, instance_types=[ec2.InstanceType(group.instance_type_name)],
-            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD, launch_template_spec=template.spec,
+            cluster=self.cluster, name=group.name, role=TRAINING_ROLE, instance_type=group.instance_type,
             # Training workers sit next to FSx, in the training zone only.
             subnets=ec2.SubnetSelection(subnets=[subnet]),
             min_size=group.min_size, max_size=group.max_size, desired_size=group.desired_size,
-            labels={NODEGROUP_LABEL: group.name, ROLE_LABEL: "training"},
-            node_role=self.node_role,
+            node_role=self.node_role, auto_repair=group.auto_repair,
+        ).nodegroup)
+
+    def _add_gpu_nodegroup(self, group: Nodegroup, subnet: ec2.ISubnet) -> None:
+        efa = EfaNodegroup(
+            self, f"Gpu-{group.name}",
+            cluster=self.cluster, name=group.name, instance_type=group.instance_type, subnet=subnet,
+            min_size=group.min_size, max_size=group.max_size, desired_size=group.desired_size,
+            capacity_type=group.capacity.type, reservation_id=group.capacity.reservation_id,
+            efa_security_group=self.efa_security_group, node_role=self.node_role, auto_repair=group.auto_repair,
         )
+        self._register(group.name, efa.nodegroup)
+        self.efa_nodegroups[group.name] = efa
+
+    def _register(self, name: str, nodegroup: eks.Nodegroup) -> None:
+        # config/ refuses reserved and repeated names; an Environment built in code must not
+        # silently replace a group (the system group above all) either.
+        if name in self.nodegroups:
+            raise ValueError(f"{self.node.path}: node group name {name!r} is taken; node group names must be unique "
+                             f"and {SYSTEM_NODEGROUP!r} is the system group's")
+        self.nodegroups[name] = nodegroup
 
     def _add_addons(self) -> None:
         system_nodes = self.nodegroups[SYSTEM_NODEGROUP]

@@ -1,4 +1,4 @@
-"""EfaNodegroup: every EFA interface in EC2's layout, placement rules per capacity type, validation."""
+"""EfaNodegroup: every EFA device in EC2's layout, placement rules per capacity type, validation."""
 
 import aws_cdk as cdk
 import pytest
@@ -65,21 +65,25 @@ def nodegroup(built, name):
 
 
 @pytest.mark.parametrize("name", list(GROUPS))
-def test_attaches_every_efa_interface_of_the_instance_type(built, name):
+def test_attaches_every_efa_device_of_the_instance_type(built, name):
     interfaces = launch_data(built, name).get("NetworkInterfaces", [])
-    assert len(interfaces) == EXPECTED_EFA[name] == INSTANCE_TYPES[GROUPS[name][0]].efa_interfaces
+    efa_only = [i for i in interfaces if i["InterfaceType"] == "efa-only"]
+    assert len(efa_only) == EXPECTED_EFA[name] == INSTANCE_TYPES[GROUPS[name][0]].efa_interfaces
+    # Plus the ENA primary wherever interfaces are named at all.
+    assert len(interfaces) == (EXPECTED_EFA[name] + 1 if EXPECTED_EFA[name] else 0)
     assert built[1][name].efa_interface_count == EXPECTED_EFA[name]
 
 
-@pytest.mark.parametrize("name", ["p4d", "p5", "p5en"])
-def test_interfaces_follow_the_ec2_layout_one_per_network_card(built, name):
+@pytest.mark.parametrize("name", ["p4d", "p5", "p5en", "g5-48"])
+def test_interfaces_follow_the_ec2_layout_one_efa_per_network_card(built, name):
+    """"Maximize network bandwidth on Amazon EC2 instances with multiple network cards", EC2 User
+    Guide (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html): ENA primary
+    at card 0 device 0, EFA-only at card 0 device 1, EFA-only at device 0 of every further card."""
     interfaces = launch_data(built, name)["NetworkInterfaces"]
     layout = [(i["NetworkCardIndex"], i["DeviceIndex"], i["InterfaceType"]) for i in interfaces]
-    assert layout[0] == (0, 0, "efa")
-    assert layout[1:] == [(card, 1, "efa-only") for card in range(1, EXPECTED_EFA[name])]
-    expected = [(i.network_card_index, i.device_index, i.interface_type)
-                for i in INSTANCE_TYPES[GROUPS[name][0]].efa_layout()]
-    assert layout == expected
+    assert layout[:2] == [(0, 0, "interface"), (0, 1, "efa-only")]
+    assert layout[2:] == [(card, 0, "efa-only") for card in range(1, EXPECTED_EFA[name])]
+    assert layout == [i.as_tuple() for i in INSTANCE_TYPES[GROUPS[name][0]].network_interfaces()]
 
 
 def test_every_interface_carries_the_cluster_and_efa_security_groups(built):
@@ -138,7 +142,8 @@ def test_capacity_block_group_uses_capacity_block_market_and_capacity_type(built
 def test_nodegroup_uses_the_nvidia_al2023_ami_in_the_one_subnet(built, name):
     props = nodegroup(built, name)
     assert props["AmiType"] == "AL2023_x86_64_NVIDIA"
-    assert props["InstanceTypes"] == [GROUPS[name][0]]
+    # The type is named once, in the launch template (EKS launch-templates.html).
+    assert "InstanceTypes" not in props and launch_data(built, name)["InstanceType"] == GROUPS[name][0]
     subnet_id = built[0].stack.get_logical_id(built[0].subnet.node.default_child)
     assert props["Subnets"] == [{"Ref": subnet_id}]
 
@@ -150,12 +155,13 @@ def test_labels_and_gpu_taint(built):
 
 
 @pytest.mark.parametrize("name", list(GROUPS))
-def test_imdsv2_required_and_large_encrypted_gp3_root(built, name):
+def test_imdsv2_required_and_encrypted_gp3_root_for_the_os(built, name):
     data = launch_data(built, name)
     assert data["MetadataOptions"]["HttpTokens"] == "required"
     [root] = data["BlockDeviceMappings"]
     assert root["Ebs"]["Encrypted"] is True and root["Ebs"]["VolumeType"] == "gp3"
-    assert root["Ebs"]["VolumeSize"] >= 500
+    # Every GPU type in the table has NVMe instance storage, where images and pod data go.
+    assert root["Ebs"]["VolumeSize"] == 100
 
 
 def test_efa_security_group_is_self_referencing(built):
@@ -182,9 +188,23 @@ def test_efa_security_group_is_self_referencing(built):
      "capacity blocks are not sold for g5.48xlarge"),
     ({"root_volume_gib": 50}, "root_volume_gib must be at least 100"),
     ({"name": ""}, "name must not be empty"),
+    ({"capacity_type": "capacityBlock", "reservation_id": RESERVATION, "desired_size": 1},
+     "a capacityBlock group rests at min_size 0 and desired_size 0"),
 ])
 def test_bad_props_fail_eagerly_with_a_clear_message(overrides, message):
     f = Fixture()
-    with pytest.raises(ValueError, match="Test/Bad: .*") as err:
+    with pytest.raises(ValueError, match="^Test/Bad(/Group)?: ") as err:
         f.group("Bad", **overrides)
     assert message in str(err.value)
+
+
+def test_launch_data_is_identical_on_every_synth():
+    """A new launch template version recycles every node of the group (EKS launch-templates.html):
+    the same props must give byte-identical launch data, user data included."""
+    def data():
+        f = Fixture()
+        group = f.group("p5", capacity_type="capacityBlock", reservation_id=RESERVATION)
+        return Template.from_stack(f.stack).to_json()["Resources"][
+            f.stack.get_logical_id(group.launch_template.resource)]["Properties"]["LaunchTemplateData"]
+    first = data()
+    assert "UserData" in first and first == data()

@@ -183,3 +183,34 @@ CASES = [
 @pytest.mark.parametrize("changes, expected", [pytest.param(c, e, id=i) for i, c, e in CASES])
 def test_rule_reports_one_line_naming_the_field(changes, expected):
     assert error_line(*changes) == P + expected
+
+
+# Node-group rules of issue 11: reserved names, the repair switch, capacity blocks at rest.
+BLOCK = {"type": "capacityBlock", "reservationId": "cr-0123456789abcdef0"}
+NODEGROUP_CASES = [
+    ("gpu group named system", [(f"{GPU0}.name", "system")],
+     f"{GPU0}.name: 'system' is reserved (the system node group carries it); choose another name"),
+    ("cpu group named system", [("cpuNodegroups[0].name", "system")],
+     "cpuNodegroups[0].name: 'system' is reserved (the system node group carries it); choose another name"),
+    ("repair switch not a boolean", [(f"{GPU0}.nodeAutoRepair", "yes")],
+     f"{GPU0}.nodeAutoRepair: must be true or false, got 'yes'"),
+    ("capacity block with nodes wanted at deploy", [(f"{GPU0}.capacity", BLOCK), (f"{GPU0}.desiredSize", 1)],
+     f"{GPU0}.desiredSize: must be 0 with capacity type capacityBlock (EKS updates such groups only at "
+     "desired size 0; `ops capacity-block schedule` brings nodes up when the block starts), got 1"),
+    ("capacity block with a floor", [(f"{GPU0}.capacity", BLOCK), (f"{GPU0}.minSize", 1),
+                                     (f"{GPU0}.desiredSize", 1)],
+     f"{GPU0}.minSize: must be 0 with capacity type capacityBlock (the group must be able to rest at 0 "
+     "before an update and after the block ends), got 1"),
+]
+
+
+@pytest.mark.parametrize("changes, expected", [pytest.param(c, e, id=i) for i, c, e in NODEGROUP_CASES])
+def test_nodegroup_rule_reports_one_line_naming_the_field(changes, expected):
+    assert error_line(*changes) == P + expected
+
+
+def test_node_auto_repair_is_on_unless_a_group_turns_it_off():
+    raw = put(dev(), f"{GPU0}.nodeAutoRepair", False)
+    env = load_environment({"dev": raw}, "dev")
+    assert [g.auto_repair for g in env.gpu_nodegroups] == [False, True]
+    assert all(g.auto_repair for g in env.cpu_nodegroups)

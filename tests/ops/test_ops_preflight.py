@@ -208,3 +208,45 @@ def test_a_zone_the_account_does_not_have_fails(aws, moto_clients, tmp_path):
     assert by_name["training AZ"].status == FAIL
     assert "us-east-1g does not exist in us-east-1" in by_name["training AZ"].reason
     assert by_name["availability zones"].status == FAIL
+
+
+BLOCK_GROUPS = [{"name": "p5", "instanceType": "p5.48xlarge", "minSize": 0, "maxSize": 16, "desiredSize": 0,
+                 "capacity": {"type": "capacityBlock", "reservationId": PROD_RESERVATION}}]
+BLOCK_START = datetime(2026, 12, 1, 11, 30, tzinfo=timezone.utc)
+BLOCK_END = datetime(2026, 12, 8, 11, 30, tzinfo=timezone.utc)
+
+
+def run_block(moto_clients, tmp_path, now, **changes):
+    """preflight of prod with its p5 group on a capacity block, the block answered by a Stubber."""
+    env = load("prod", write_context(tmp_path, "prod", gpuNodegroups=BLOCK_GROUPS))
+    clients = replace(moto_clients)
+    clients.quotas, _ = quotas_answering(GENEROUS)
+    clients.reservations, stub = reservations_answering(reservation(
+        ReservationType="capacity-block", StartDate=BLOCK_START, EndDate=BLOCK_END, **changes))
+    rows = preflight.run(env, clients, now=now)
+    stub.assert_no_pending_responses()
+    return {r.name: r for r in rows}
+
+
+def test_preflight_says_when_a_capacity_block_starts_and_ends(aws, moto_clients, tmp_path):
+    """"Create a managed node group with Capacity Blocks for ML" (EKS User Guide,
+    https://docs.aws.amazon.com/eks/latest/userguide/capacity-blocks-mng.html): instances launch
+    only once the block is active, and EKS scales the group to 0 forty minutes before it ends."""
+    by_name = run_block(moto_clients, tmp_path, datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc), State="scheduled")
+    row = by_name["capacity block p5"]
+    assert row.status == PASS
+    assert row.reason.startswith(f"{PROD_RESERVATION}: starts 2026-12-01 11:30 UTC, ends 2026-12-08 11:30 UTC (7 d)")
+    assert "EKS scales p5 to 0 at 2026-12-08 10:50 UTC" in row.reason
+    assert "python -m ops capacity-block schedule --env prod" in row.reason
+
+
+def test_a_capacity_block_that_has_ended_fails(aws, moto_clients, tmp_path):
+    by_name = run_block(moto_clients, tmp_path, datetime(2026, 12, 9, tzinfo=timezone.utc), State="expired")
+    row = by_name["capacity block p5"]
+    assert row.status == FAIL and "ended 2026-12-08 11:30 UTC" in row.reason
+
+
+def test_a_capacity_block_in_its_last_hour_warns(aws, moto_clients, tmp_path):
+    by_name = run_block(moto_clients, tmp_path, datetime(2026, 12, 8, 11, 0, tzinfo=timezone.utc), State="active")
+    row = by_name["capacity block p5"]
+    assert row.status == WARN and "ends 2026-12-08 11:30 UTC, in 30 min" in row.reason

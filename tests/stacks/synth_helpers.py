@@ -32,7 +32,8 @@ def raw_environment(name: str) -> dict[str, Any]:
 
 
 def _blocks() -> dict[str, Any]:
-    """dev with every capacity type and EFA layout, kept (retain) and with no S3 link."""
+    """dev with every capacity type and EFA layout, repair off on one group, kept (retain) and with
+    no S3 link."""
     raw = raw_environment("dev")
     raw["gpuNodegroups"] = [
         {"name": "p5-block", "instanceType": "p5.48xlarge", "minSize": 0, "maxSize": 2, "desiredSize": 0,
@@ -40,7 +41,8 @@ def _blocks() -> dict[str, Any]:
         {"name": "p5en-odcr", "instanceType": "p5en.48xlarge", "minSize": 0, "maxSize": 2, "desiredSize": 0,
          "capacity": {"type": "reserved", "reservationId": RESERVATION}},
         {"name": "p4d", "instanceType": "p4d.24xlarge", "minSize": 0, "maxSize": 2, "desiredSize": 0},
-        {"name": "g5", "instanceType": "g5.xlarge", "minSize": 0, "maxSize": 2, "desiredSize": 1},
+        {"name": "g5", "instanceType": "g5.xlarge", "minSize": 0, "maxSize": 2, "desiredSize": 1,
+         "nodeAutoRepair": False},
     ]
     raw["removalPolicy"] = "retain"
     raw["endpointAccess"] = {"type": "private"}

@@ -162,7 +162,7 @@ def test_cpu_nodegroup_labels_and_sizes(dev):
     for group in dev.config.cpu_nodegroups:
         props = nodegroup_props(dev, group.name)
         assert props["Labels"] == {NODEGROUP_LABEL: group.name, ROLE_LABEL: "training"}
-        assert props["InstanceTypes"] == [group.instance_type_name]
+        assert launch_template_data(dev, props)["InstanceType"] == group.instance_type_name
         assert props["AmiType"] == "AL2023_x86_64_STANDARD"
         assert props["ScalingConfig"] == {"MinSize": group.min_size, "MaxSize": group.max_size,
                                           "DesiredSize": group.desired_size}
@@ -175,7 +175,7 @@ def test_gpu_nodegroups_are_labelled_and_tainted(dev):
                                    EFA_LABEL: "true"}
         assert props["Taints"] == [{"Key": GPU_TAINT_KEY, "Value": GPU_TAINT_VALUE, "Effect": "NO_SCHEDULE"}]
         assert props["AmiType"] == "AL2023_x86_64_NVIDIA"
-        assert props["InstanceTypes"] == [group.instance_type_name]
+        assert launch_template_data(dev, props)["InstanceType"] == group.instance_type_name
 
 
 def test_every_nodegroup_requires_imdsv2_and_encrypts_its_gp3_root_volume(dev):
@@ -187,10 +187,11 @@ def test_every_nodegroup_requires_imdsv2_and_encrypts_its_gp3_root_volume(dev):
         assert root["Ebs"]["Encrypted"] is True and root["Ebs"]["VolumeType"] == "gp3", name
 
 
-def test_gpu_root_volumes_are_large(dev):
+def test_gpu_root_volumes_hold_at_least_the_nvidia_ami(dev):
+    # Sizing per instance storage: tests/stacks/test_nodegroups.py.
     for group in dev.config.gpu_nodegroups:
         data = launch_template_data(dev, nodegroup_props(dev, group.name))
-        assert data["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] >= 500
+        assert data["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] >= 100
 
 
 def test_efa_security_group_allows_all_traffic_only_to_and_from_itself(dev, cluster):

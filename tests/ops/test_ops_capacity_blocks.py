@@ -1,0 +1,165 @@
+"""`ops capacity-block`: nodes come up when a capacity block starts, and a group rests at 0 before
+an update. EKS and Auto Scaling come from a moto server; the block itself from a botocore Stubber
+(moto cannot answer describe-capacity-reservations).
+
+"Create a managed node group with Capacity Blocks for ML", Amazon EKS User Guide,
+https://docs.aws.amazon.com/eks/latest/userguide/capacity-blocks-mng.html: with desiredSize 0 at
+create time, scale up when the reservation becomes active with "a scheduled scaling policy for the
+ASG that aligns to the Capacity Block reservation start time" or `eks update-nodegroup-config`;
+"When upgrading managed node groups with Capacity Blocks, make sure that the desired size of the
+node group is set to 0"; EKS itself scales the group to 0 forty minutes before the block ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import boto3
+import pytest
+
+from config.kubernetes import NODEGROUP_LABEL
+from ops import aws as ops_aws
+from ops import capacity_blocks
+from ops.envconfig import load
+from ops.errors import OpsError
+from ops_fakes import isolated_aws_env, run_ops, stubbed, write_context
+
+BLOCK = "cr-0123456789abcdef0"
+NOW = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
+START = datetime(2026, 12, 1, 11, 30, tzinfo=timezone.utc)
+END = START + timedelta(days=7)
+GROUPS = [
+    {"name": "p5", "instanceType": "p5.48xlarge", "minSize": 0, "maxSize": 4, "desiredSize": 0,
+     "capacity": {"type": "capacityBlock", "reservationId": BLOCK}},
+    {"name": "p4d", "instanceType": "p4d.24xlarge", "minSize": 0, "maxSize": 2, "desiredSize": 0},
+]
+
+
+@pytest.fixture
+def env(tmp_path):
+    return load("prod", write_context(tmp_path, "prod", gpuNodegroups=GROUPS))
+
+
+@pytest.fixture
+def deployed(aws):
+    """The prod cluster as CloudFormation leaves it: tagged with its stack, one managed node group
+    per config group, labelled with the config name."""
+    eks = boto3.client("eks", region_name="us-east-1")
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    vpc = ec2.create_vpc(CidrBlock="10.16.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.16.0.0/20", AvailabilityZone="us-east-1a")["Subnet"]["SubnetId"]
+    role = "arn:aws:iam::222222222222:role/node"
+    cluster = "prod-cluster-a1b2c3"
+    eks.create_cluster(name=cluster, roleArn=role, resourcesVpcConfig={"subnetIds": [subnet]},
+                       tags={"aws:cloudformation:stack-name": "prod-Cluster"})
+    names = {}
+    for group in ("p5", "p4d"):
+        names[group] = f"{group}-nodegroup-x9y8"
+        eks.create_nodegroup(clusterName=cluster, nodegroupName=names[group], nodeRole=role, subnets=[subnet],
+                             scalingConfig={"minSize": 0, "maxSize": 4, "desiredSize": 0},
+                             labels={NODEGROUP_LABEL: group})
+    asg = eks.describe_nodegroup(clusterName=cluster, nodegroupName=names["p5"])["nodegroup"]["resources"][
+        "autoScalingGroups"][0]["name"]
+    return {"cluster": cluster, "nodegroups": names, "asg": asg, "eks": eks}
+
+
+def block(**changes) -> dict:
+    cr = {"CapacityReservationId": BLOCK, "InstanceType": "p5.48xlarge", "AvailabilityZone": "us-east-1a",
+          "State": "scheduled", "TotalInstanceCount": 8, "AvailableInstanceCount": 8,
+          "ReservationType": "capacity-block", "StartDate": START, "EndDate": END, "EndDateType": "limited"}
+    cr.update(changes)
+    return cr
+
+
+def clients_with(block_answer: dict | None):
+    clients = replace(ops_aws.clients("us-east-1"))
+    client, stub = stubbed("ec2")
+    if block_answer is not None:
+        stub.add_response("describe_capacity_reservations", {"CapacityReservations": [block_answer]},
+                          {"CapacityReservationIds": [BLOCK]})
+    stub.activate()
+    clients.reservations = client
+    return clients, stub
+
+
+def scheduled_actions(asg: str) -> list[dict]:
+    autoscaling = boto3.client("autoscaling", region_name="us-east-1")
+    return autoscaling.describe_scheduled_actions(AutoScalingGroupName=asg)["ScheduledUpdateGroupActions"]
+
+
+def test_a_block_that_has_not_started_gets_a_scale_up_at_its_start(env, deployed):
+    clients, stub = clients_with(block())
+    results = capacity_blocks.schedule(env, clients, now=NOW)
+    stub.assert_no_pending_responses()
+    [action] = [a for a in scheduled_actions(deployed["asg"]) if a["ScheduledActionName"] == "eks-distributed-training-p5-block-start"]
+    assert action["StartTime"] == START
+    # The block holds 8; the group may grow to 4.
+    assert action["DesiredCapacity"] == 4
+    [result] = results
+    assert result.ok and "starts 2026-12-01 11:30 UTC" in result.message and "ends 2026-12-08 11:30 UTC" in result.message
+    # Nothing is scaled now: the block cannot launch instances before it starts.
+    ng = deployed["eks"].describe_nodegroup(clusterName=deployed["cluster"], nodegroupName=deployed["nodegroups"]["p5"])
+    assert ng["nodegroup"]["scalingConfig"]["desiredSize"] == 0
+
+
+def test_an_active_block_scales_the_group_up_now(env, deployed):
+    clients, _ = clients_with(block(State="active", StartDate=NOW - timedelta(hours=1)))
+    [result] = capacity_blocks.schedule(env, clients, now=NOW)
+    ng = deployed["eks"].describe_nodegroup(clusterName=deployed["cluster"], nodegroupName=deployed["nodegroups"]["p5"])
+    assert ng["nodegroup"]["scalingConfig"]["desiredSize"] == 4
+    assert result.ok and "active" in result.message and "desired size 4 now" in result.message
+
+
+def test_an_ended_block_schedules_nothing_and_says_so(env, deployed):
+    clients, _ = clients_with(block(State="expired", StartDate=NOW - timedelta(days=8), EndDate=NOW - timedelta(days=1)))
+    [result] = capacity_blocks.schedule(env, clients, now=NOW)
+    assert not result.ok and "ended 2026-11-30 09:00 UTC" in result.message
+    assert scheduled_actions(deployed["asg"]) == []
+
+
+def test_scale_to_zero_sets_the_desired_size_an_update_needs(env, deployed):
+    deployed["eks"].update_nodegroup_config(clusterName=deployed["cluster"], nodegroupName=deployed["nodegroups"]["p5"],
+                                            scalingConfig={"minSize": 0, "maxSize": 4, "desiredSize": 3})
+    clients, stub = clients_with(None)
+    message = capacity_blocks.scale_to_zero(env, clients, group="p5")
+    ng = deployed["eks"].describe_nodegroup(clusterName=deployed["cluster"], nodegroupName=deployed["nodegroups"]["p5"])
+    assert ng["nodegroup"]["scalingConfig"]["desiredSize"] == 0
+    assert "desired size 0" in message
+
+
+def test_a_group_that_is_not_a_capacity_block_is_refused(env):
+    with pytest.raises(OpsError, match="p4d is not a capacityBlock group"):
+        capacity_blocks.scale_to_zero(env, None, group="p4d")
+
+
+def test_a_group_the_cluster_lacks_says_to_deploy_first(env, aws):
+    eks = boto3.client("eks", region_name="us-east-1")
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    vpc = ec2.create_vpc(CidrBlock="10.16.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.16.0.0/20")["Subnet"]["SubnetId"]
+    eks.create_cluster(name="c", roleArn="arn:aws:iam::222222222222:role/r", resourcesVpcConfig={"subnetIds": [subnet]},
+                       tags={"aws:cloudformation:stack-name": "prod-Cluster"})
+    clients, _ = clients_with(None)
+    with pytest.raises(OpsError, match="no node group labelled .*=p5 in cluster c; deploy first"):
+        capacity_blocks.scale_to_zero(env, clients, group="p5")
+
+
+def test_cli_refuses_an_environment_without_capacity_blocks_in_one_line(tmp_path):
+    result = run_ops(["capacity-block", "schedule", "--env", "prod"], isolated_aws_env(tmp_path))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == ("error: environments.prod has no gpuNodegroups with capacity type "
+                                     "capacityBlock; nothing to schedule")
+
+
+def test_make_deploy_s_call_is_a_no_op_without_capacity_blocks(tmp_path):
+    result = run_ops(["capacity-block", "schedule", "--env", "prod", "--if-any"], isolated_aws_env(tmp_path))
+    assert result.returncode == 0 and result.stdout == "" and result.stderr == ""
+
+
+def test_scale_to_zero_without_a_group_is_one_line(tmp_path, env):
+    context = write_context(tmp_path, "prod", gpuNodegroups=GROUPS)
+    result = run_ops(["capacity-block", "scale-to-zero", "--env", "prod", "--context-file", str(context)],
+                     isolated_aws_env(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: scale-to-zero needs --group: the capacity-block group to take to 0"

@@ -178,8 +178,9 @@ class ClusterStack(cdk.Stack):
         self._addon(addon_names.CLOUDWATCH_OBSERVABILITY, after=[system_nodes, pod_identity_agent, *insights_logs],
                     pod_identity={CLOUDWATCH_SERVICE_ACCOUNT: cw_role})
         # Node health conditions (GPU XID and DCGM errors, EFA and networking faults) that node auto
-        # repair acts on; a DaemonSet that tolerates every taint.
-        self._addon(addon_names.NODE_MONITORING_AGENT)
+        # repair acts on; a DaemonSet that tolerates every taint. Not needed for a node to become
+        # Ready, so it waits for nodes like the add-ons above rather than racing them.
+        self._addon(addon_names.NODE_MONITORING_AGENT, after=[system_nodes])
 
     def _addon(self, name: str, *, after: list[Construct] = (),
                pod_identity: dict[str, iam.IRole] | None = None) -> eks.Addon:

@@ -7,7 +7,11 @@ intrinsics the way cdk-nag flattens them, which `flatten_reference` reproduces.
 
 from __future__ import annotations
 
+import json
+import re
+
 import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
 from constructs import IConstruct
 
 PACK = "AwsSolutions"
@@ -38,3 +42,34 @@ def flatten_reference(node) -> str:
 def wildcard_resource(scope: IConstruct, resource: str) -> str:
     """The IAM5 rule id for a wildcard `resource` (an ARN that may hold tokens) used in `scope`."""
     return f"IAM5[Resource::{flatten_reference(cdk.Stack.of(scope).resolve(resource))}]"
+
+
+def iam5_findings(policy_document: dict) -> list[str]:
+    """The IAM5 findings cdk-nag reports for a resolved policy document."""
+    findings: list[str] = []
+    for statement in policy_document.get("Statement", []):
+        if statement.get("Effect") != "Allow":
+            continue
+        for action in _as_list(statement.get("Action")):
+            if "*" in action:
+                findings.append(f"Action::{action}")
+        for resource in _as_list(statement.get("Resource")):
+            if "*" in json.dumps(resource):
+                findings.append(f"Resource::{flatten_reference(resource)}")
+    return list(dict.fromkeys(findings))
+
+
+def acknowledge_accepted_iam5(policy: iam.CfnPolicy, accepted: tuple[tuple[str, str], ...]) -> None:
+    """Acknowledge each IAM5 finding of `policy` that matches an accepted (pattern, reason) pair;
+    a finding that matches none is left alone, so anything new still stops synthesis."""
+    document = cdk.Stack.of(policy).resolve(policy.policy_document)
+    for finding in iam5_findings(document):
+        reason = next((why for pattern, why in accepted if re.match(pattern, finding)), None)
+        if reason:
+            acknowledge(policy, f"IAM5[{finding}]", reason)
+
+
+def _as_list(value) -> list:
+    if value is None:
+        return []
+    return value if isinstance(value, list) else [value]

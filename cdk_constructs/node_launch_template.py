@@ -22,10 +22,11 @@ from constructs import Construct
 ROOT_DEVICE = "/dev/xvda"
 MIN_ROOT_VOLUME_GIB = 20
 MAX_ROOT_VOLUME_GIB = 16384
-# Two hops, as EC2 recommends for container hosts: the FSx CSI controller (a Deployment, not on
-# the host network) discovers its region from IMDS and crash-loops at one hop. IMDSv2 tokens are
-# still required, and pods get their AWS permissions from EKS Pod Identity, not the node role.
-IMDS_HOP_LIMIT = 2
+# One hop: IMDS answers the host (and hostNetwork pods) but drops its reply to any other pod, so
+# no pod can take the node role's credentials (Amazon EKS Best Practices Guide, "Restrict access
+# to the instance profile assigned to the worker node"). Pods get AWS permissions from EKS Pod
+# Identity; add-ons that used to ask IMDS for their region are told it (config/addons.py).
+IMDS_HOP_LIMIT = 1
 
 
 @dataclass(frozen=True)

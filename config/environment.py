@@ -12,13 +12,15 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from config.addons import ADDON_VERSION, ADDON_VERSION_EXAMPLE, MANAGED_ADDONS
+from config.eks_versions import (
+    BY_VERSION as EKS_VERSIONS, CALENDAR_AS_OF, DEFAULT_KUBERNETES_VERSION, SUPPORTED_KUBERNETES_VERSIONS,
+    UPGRADE_POLICIES,
+)
 from config.errors import ConfigError
 from config.instance_types import CPU_TYPES, GPU_TYPES, INSTANCE_TYPES, InstanceType
 from config.kubernetes import RESERVED_NODEGROUP_NAMES
-from config.reader import ObjectReader, one_of, string_list
-
-# kubectl supports one minor version of skew either side, so the v1.33 kubectl layer serves these.
-SUPPORTED_KUBERNETES_VERSIONS = ("1.32", "1.33", "1.34")
+from config.reader import ObjectReader, check_type, one_of, string_list
 CAPACITY_TYPES = ("onDemand", "reserved", "capacityBlock")
 REMOVAL_POLICIES = ("destroy", "retain")
 ENDPOINT_ACCESS_TYPES = ("private", "public")
@@ -29,6 +31,9 @@ _REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
 _ROLE_ARN = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
 RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
 _NODEGROUP_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_-]{0,62}$")
+# The name prefixes the EKS cluster (CreateCluster: ^[0-9A-Za-z][A-Za-z0-9-_]*, 100 characters) and
+# IAM role names (64 characters), so keep it short and plain.
+_ENVIRONMENT_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,31}$")
 _S3_URL = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?P<prefix>/[^\s]*)?$")
 
 # Addresses AWS keeps in every subnet.
@@ -109,10 +114,21 @@ class Environment:
     cpu_nodegroups: tuple[Nodegroup, ...]
     fsx: Fsx
     removal_policy: str
+    upgrade_policy: str = "standard"
+    addon_versions: tuple[tuple[str, str], ...] = ()
 
     @property
     def retain(self) -> bool:
         return self.removal_policy == "retain"
+
+    @property
+    def cluster_name(self) -> str:
+        """The EKS cluster's name, fixed so its log groups can be created before it."""
+        return f"{self.name}-training"
+
+    def addon_version(self, addon: str) -> str | None:
+        """The pinned version of a managed add-on; None leaves the choice to EKS."""
+        return dict(self.addon_versions).get(addon)
 
     @property
     def training_nodegroups(self) -> tuple[Nodegroup, ...]:
@@ -177,6 +193,9 @@ def load_environment(environments: Any, name: str) -> Environment:
 
 def parse_environment(name: str, raw: Any) -> Environment:
     path = f"environments.{name}"
+    if not _ENVIRONMENT_NAME.match(name):
+        raise ConfigError(path, f"environment names must be 1-32 letters, digits or '-', starting with a letter, "
+                                f"got {name!r}")
     r = ObjectReader(raw, path)
 
     account, region = read_account_and_region(r)
@@ -197,8 +216,10 @@ def parse_environment(name: str, raw: Any) -> Environment:
         raise ConfigError(r.at("trainingAvailabilityZone"),
                           f"{training_az!r} must be one of availabilityZones ({', '.join(azs)})")
 
-    k8s_version = r.required("kubernetesVersion", str)
-    one_of(k8s_version, SUPPORTED_KUBERNETES_VERSIONS, r.at("kubernetesVersion"))
+    k8s_version = _parse_kubernetes_version(r.optional("kubernetesVersion", str, DEFAULT_KUBERNETES_VERSION),
+                                            r.at("kubernetesVersion"))
+    upgrade_policy = one_of(r.optional("upgradePolicy", str, "standard"), UPGRADE_POLICIES, r.at("upgradePolicy"))
+    addon_versions = _parse_addon_versions(r.optional("addonVersions", dict, {}), r.at("addonVersions"))
 
     vpc_cidr = _parse_vpc_cidr(r.required("vpcCidr", str), r.at("vpcCidr"), len(azs))
 
@@ -228,6 +249,7 @@ def parse_environment(name: str, raw: Any) -> Environment:
         training_availability_zone=training_az, kubernetes_version=k8s_version, vpc_cidr=vpc_cidr,
         admin_role_arns=admin_roles, endpoint_access=endpoint, system_nodegroup=system,
         gpu_nodegroups=gpu_groups, cpu_nodegroups=cpu_groups, fsx=fsx, removal_policy=removal,
+        upgrade_policy=upgrade_policy, addon_versions=addon_versions,
     )
     needed, available = env.training_subnet_ips_at_max(), env.private_subnet_capacity
     if needed > available:
@@ -238,6 +260,31 @@ def parse_environment(name: str, raw: Any) -> Environment:
             f"at maxSize (node and pod IPs); use a larger CIDR or lower maxSize",
         )
     return env
+
+
+def _parse_kubernetes_version(version: str, path: str) -> str:
+    allowed = ", ".join(SUPPORTED_KUBERNETES_VERSIONS)
+    known = EKS_VERSIONS.get(version)
+    if version not in SUPPORTED_KUBERNETES_VERSIONS and known and known.end_of_standard_support <= CALENDAR_AS_OF:
+        raise ConfigError(path, f"{version} left EKS standard support on {known.end_of_standard_support} "
+                                f"(a new cluster would pay extended-support rates); use one of {allowed}")
+    if version not in SUPPORTED_KUBERNETES_VERSIONS:
+        raise ConfigError(path, f"must be one of {allowed} (the versions in EKS standard support on "
+                                f"{CALENDAR_AS_OF}), got {version!r}")
+    return version
+
+
+def _parse_addon_versions(raw: dict, path: str) -> tuple[tuple[str, str], ...]:
+    pins = []
+    for addon, version in raw.items():
+        where = f"{path}.{addon}"
+        if addon not in MANAGED_ADDONS:
+            raise ConfigError(where, f"not an add-on this cluster installs; pin one of {', '.join(MANAGED_ADDONS)}")
+        check_type(version, str, where)
+        if not ADDON_VERSION.match(version):
+            raise ConfigError(where, f"must be an EKS add-on version such as {ADDON_VERSION_EXAMPLE}, got {version!r}")
+        pins.append((addon, version))
+    return tuple(pins)
 
 
 def _parse_vpc_cidr(value: str, path: str, az_count: int) -> str:

@@ -72,7 +72,8 @@ def explain(err: Exception) -> str:
 class AwsClients:
     """The clients the ops commands use. `reservations` is its own EC2 client because capacity
     reservations and blocks are a separate concern (and an API moto does not answer), so they can
-    be served by a different endpoint or a Stubber without touching the rest of EC2."""
+    be served by a different endpoint or a Stubber without touching the rest of EC2. `addons` is
+    an EKS client of its own for the same reason (add-on versions and schemas)."""
 
     sts: Any
     ec2: Any
@@ -80,6 +81,7 @@ class AwsClients:
     quotas: Any
     eks: Any
     fsx: Any
+    addons: Any
     autoscaling: Any = None  # the Auto Scaling groups behind managed node groups (ops capacity-block)
 
 
@@ -97,7 +99,7 @@ def clients(region: str, boto_session: boto3.Session | None = None) -> AwsClient
             raise OpsError(f"no region for {service}; pass --region") from None
 
     return AwsClients(sts=make("sts"), ec2=make("ec2"), reservations=make("ec2"),
-                      quotas=make("service-quotas"), eks=make("eks"), fsx=make("fsx"),
+                      quotas=make("service-quotas"), eks=make("eks"), fsx=make("fsx"), addons=make("eks"),
                       autoscaling=make("autoscaling"))
 
 

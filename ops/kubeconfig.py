@@ -1,10 +1,11 @@
 """kubeconfig: what `aws eks update-kubeconfig` does, from describe_cluster through boto3.
 
-Finding the cluster: `--cluster-name` wins. Otherwise: stacks/cluster.py sets no explicit
-cluster name (CloudFormation generates one), so the name is looked up. The stage names its
-cluster stack `<env>-Cluster` (stage id = environment name, stack id "Cluster"; under the
-pipeline the stage's stacks carry a further prefix), and CloudFormation tags every cluster it
-creates with `aws:cloudformation:stack-name`. The environment's cluster is the one so tagged.
+Finding the cluster: `--cluster-name` wins. Otherwise the name stacks/cluster.py gives it
+(`Environment.cluster_name`). Clusters created before the stack named them have a generated
+name; for those the lookup falls back to the tag CloudFormation puts on every cluster it creates,
+`aws:cloudformation:stack-name`: the stage names its cluster stack `<env>-Cluster` (stage id =
+environment name, stack id "Cluster"; under the pipeline the stage's stacks carry a further
+prefix), and the environment's cluster is the one so tagged.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ def find_cluster(eks: Any, env: Environment, cluster_name: str | None = None) ->
             return eks.describe_cluster(name=cluster_name)["cluster"]
         except eks.exceptions.ResourceNotFoundException:
             raise OpsError(f"no EKS cluster named {cluster_name!r} in {env.region}") from None
+    try:
+        return eks.describe_cluster(name=env.cluster_name)["cluster"]
+    except eks.exceptions.ResourceNotFoundException:
+        pass
     stack = f"{env.name}-{CLUSTER_STACK_ID}"
     names = [n for page in eks.get_paginator("list_clusters").paginate() for n in page["clusters"]]
     matches = []
@@ -40,8 +45,8 @@ def find_cluster(eks: Any, env: Environment, cluster_name: str | None = None) ->
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise OpsError(f"no EKS cluster of environment {env.name} in {env.region} "
-                       f"(none tagged {STACK_NAME_TAG}={stack}); deploy first or pass --cluster-name")
+        raise OpsError(f"no EKS cluster of environment {env.name} in {env.region} (none named {env.cluster_name} "
+                       f"or tagged {STACK_NAME_TAG}={stack}); deploy first or pass --cluster-name")
     found = ", ".join(c["name"] for c in matches)
     raise OpsError(f"several clusters belong to environment {env.name} ({found}); pass --cluster-name")
 

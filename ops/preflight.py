@@ -7,10 +7,14 @@ preflight must never be the thing that crashes before a deploy.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Iterable
 
+import jsonschema
+
 from config import Environment
+from config.addons import MANAGED_ADDONS, configuration_values
 from config.instance_types import INSTANCE_TYPES
 from ops.aws import AwsClients, api_failure_types, caller_account, error_code, explain, paginate
 from ops.capacity_blocks import EKS_SCALEDOWN_BEFORE_END, utc
@@ -49,6 +53,7 @@ def run(env: Environment, aws: AwsClients, now: datetime | None = None) -> list[
         ("capacity reservations", lambda: _reservations(env, aws, zone_ids, blocks)),
         ("capacity blocks", lambda: _capacity_blocks(env, blocks, now)),
         ("EKS quotas", lambda: _eks_quotas(env, aws)),
+        ("EKS add-ons", lambda: _addons(env, aws)),
         ("FSx quota", lambda: _fsx_quota(env, aws)),
         ("VPC and EIP quotas", lambda: _network_quotas(env, aws)),
     ]
@@ -297,6 +302,62 @@ def _eks_quotas(env: Environment, aws: AwsClients) -> list[Check]:
         quota_row("EKS nodes/group", aws.quotas, EKS_NODES_PER_NODEGROUP, need=largest, in_use=0,
                   what="nodes in the largest group"),
     ]
+
+
+def _addons(env: Environment, aws: AwsClients) -> list[Check]:
+    """Per add-on: the version EKS would install for the cluster's Kubernetes version, whether a
+    pin is offered for it, and whether the add-on's configuration schema accepts our values."""
+    configured = configuration_values(env)
+    rows = []
+    for name in MANAGED_ADDONS:
+        row = f"add-on {name}"
+        try:
+            rows.append(_addon_row(row, env, aws, name, configured.get(name)))
+        except api_failure_types() as err:
+            rows.append(Check(row, WARN, f"could not check: {explain(err)}"))
+    return rows
+
+
+def _addon_row(row: str, env: Environment, aws: AwsClients, name: str, configuration: dict | None) -> Check:
+    k8s = env.kubernetes_version
+    # Amazon EKS API Reference, DescribeAddonVersions: each version lists the cluster versions it
+    # is compatible with, and whether it is the default EKS installs for each.
+    found = paginate(aws.addons, "describe_addon_versions", "addons", addonName=name, kubernetesVersion=k8s)
+    offered: list[str] = []
+    default = None
+    for version in (v for addon in found for v in addon.get("addonVersions", [])):
+        for compatibility in version.get("compatibilities", []):
+            if compatibility.get("clusterVersion") == k8s:
+                offered.append(version["addonVersion"])
+                if compatibility.get("defaultVersion"):
+                    default = version["addonVersion"]
+    if not offered:
+        return Check(row, FAIL, f"not offered for Kubernetes {k8s} in {env.region}")
+    default = default or offered[0]
+    pin = env.addon_version(name)
+    if pin and pin not in offered:
+        return Check(row, FAIL, f"pinned {pin} is not offered for Kubernetes {k8s}; offered: {', '.join(offered)} "
+                                f"(EKS default {default})")
+    reason = (f"pinned {pin} is offered for Kubernetes {k8s} (EKS default {default})" if pin
+              else f"EKS installs {default} (its default for Kubernetes {k8s})")
+    if configuration is None:
+        return Check(row, PASS, reason)
+    installed = pin or default
+    schema = aws.addons.describe_addon_configuration(addonName=name, addonVersion=installed)["configurationSchema"]
+    problem = _schema_problem(json.loads(schema), configuration)
+    if problem:
+        return Check(row, FAIL, f"{installed} rejects the configuration at {problem}")
+    return Check(row, PASS, f"{reason}; configuration accepted by its schema")
+
+
+def _schema_problem(schema: dict, values: dict) -> str | None:
+    """Where and why `values` break `schema` (the JSON schema CreateAddon validates them against)."""
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(values))
+    if error is None:
+        return None
+    where = ".".join(str(p) for p in error.absolute_path) or "the top level"
+    return f"{where}: {error.message}"
 
 
 def _fsx_quota(env: Environment, aws: AwsClients) -> list[Check]:

@@ -30,6 +30,7 @@ INSTANCE_HOURLY_USD: dict[str, float] = {
 # recorded here, and `plan` says so instead of guessing.
 
 EKS_CLUSTER_HOURLY_USD = 0.10  # standard Kubernetes version support
+EKS_EXTENDED_SUPPORT_CLUSTER_HOURLY_USD = 0.60  # a version in extended support (per AWS's notices and EKS pricing)
 NAT_GATEWAY_HOURLY_USD = 0.045  # per gateway, before data processing
 # FSx for Lustre PERSISTENT_2 SSD storage per GB-month, by MB/s per TiB.
 FSX_PERSISTENT_2_GB_MONTH_USD: dict[int, float] = {125: 0.145, 250: 0.21, 500: 0.29, 1000: 0.42}

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Callable
 
 from config import ConfigError, Environment
+from config.eks_versions import BY_VERSION as EKS_VERSIONS
 from config.kubernetes import NODEGROUP_LABEL
 from ops import envconfig
 from ops.errors import OpsError
+from ops.prices import EKS_CLUSTER_HOURLY_USD, EKS_EXTENDED_SUPPORT_CLUSTER_HOURLY_USD
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CDK = REPO_ROOT / "node_modules" / ".bin" / "cdk"
@@ -112,6 +114,26 @@ def _fsx_lines(asm: Assembly) -> list[str]:
     return lines or ["  none"]
 
 
+def _support_line(asm: Assembly) -> str:
+    """The control plane's Kubernetes version, upgrade policy and what each costs, read from the template."""
+    [cluster] = asm.resources("Cluster", "AWS::EKS::Cluster").values() or [{"Properties": {}}]
+    props = cluster["Properties"]
+    version = props.get("Version", "?")
+    # The EKS API's default when the template says nothing.
+    policy = props.get("UpgradePolicy", {}).get("SupportType", "EXTENDED")
+    row = EKS_VERSIONS.get(version)
+    standard = f"${EKS_CLUSTER_HOURLY_USD:.2f}/hour"
+    if row is None:
+        return f"Kubernetes {version}: not in the recorded EKS calendar. Upgrade policy {policy}"
+    head = f"Kubernetes {version}: EKS standard support until {row.end_of_standard_support}. Upgrade policy {policy}: "
+    if policy == "STANDARD":
+        return head + (f"the control plane costs {standard} and EKS upgrades it to the next version when "
+                       "standard support ends")
+    return head + (f"the control plane costs {standard} until then, then "
+                   f"${EKS_EXTENDED_SUPPORT_CLUSTER_HOURLY_USD:.2f}/hour in extended support until "
+                   f"{row.end_of_extended_support}")
+
+
 def _ip_lines(config: Environment) -> list[str]:
     needed, available = config.training_subnet_ips_at_max(), config.private_subnet_capacity
     system = config.system_nodegroup
@@ -130,7 +152,7 @@ def summarize(config: Environment, outdir: Path) -> str:
     asm = Assembly(outdir, config.name)
     lines = [f"Environment {config.name}: account {config.account}, region {config.region}, "
              f"Kubernetes {config.kubernetes_version}, removalPolicy {config.removal_policy}",
-             f"Synthesized offline into {outdir}", "", "Stacks"]
+             f"Synthesized offline into {outdir}", _support_line(asm), "", "Stacks"]
     lines += _table(["stack", "resources", "template KB"],
                     [[f"{config.name}/{name}", len(t.get("Resources", {})), f"{asm.sizes[name] / 1024:.1f}"]
                      for name, t in asm.templates.items()])

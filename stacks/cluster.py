@@ -7,46 +7,60 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
-from aws_cdk.lambda_layer_kubectl_v33 import KubectlV33Layer
+from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
 from cdk_constructs.efa_nodegroup import EfaNodegroup, efa_self_referencing_security_group
+from cdk_constructs.log_groups import EncryptedLogs
 from cdk_constructs.managed_nodegroup import ManagedNodegroup
 from config import Environment, Nodegroup
+from config import addons as addon_names
+from config.addons import TAKES_OVER_SELF_MANAGED, configuration_values
 from config.kubernetes import SYSTEM_NODEGROUP, SYSTEM_ROLE, TRAINING_ROLE
-from stacks.network import NetworkStack
 from stacks.removal import apply_removal_policy
 
 CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly", "AmazonEKS_CNI_Policy")
 FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
 CLOUDWATCH_SERVICE_ACCOUNT = "cloudwatch-agent"
-# Container Insights with enhanced observability; accelerated compute metrics are the NVIDIA
-# DCGM (GPU) and EFA counters the add-on collects on nodes that have them.
-CLOUDWATCH_CONFIGURATION = {
-    "containerLogs": {"enabled": True},
-    "agent": {"config": {"logs": {"metrics_collected": {"kubernetes": {
-        "enhanced_container_insights": True, "accelerated_compute_metrics": True,
-    }}}}},
-}
+# Where Fluent Bit (application, dataplane, host) and the CloudWatch agent (performance) of the
+# amazon-cloudwatch-observability add-on write; they create these groups, without expiry or key,
+# unless they exist.
+CONTAINER_INSIGHTS_LOG_GROUPS = ("application", "dataplane", "host", "performance")
+
+
+def control_plane_log_group_name(cluster_name: str) -> str:
+    # Amazon EKS User Guide, "Send control plane logs to CloudWatch Logs".
+    return f"/aws/eks/{cluster_name}/cluster"
+
+
+def container_insights_log_group_name(cluster_name: str, kind: str) -> str:
+    return f"/aws/containerinsights/{cluster_name}/{kind}"
 
 
 class ClusterStack(cdk.Stack):
-    """Attributes: `cluster` (aws_eks_v2.Cluster), `nodegroups` (config name -> Nodegroup, the system
-    group under "system"), `efa_nodegroups` (name -> EfaNodegroup), `efa_security_group`,
-    `node_role`, `secrets_key`, `addons` (add-on name -> Addon), `cluster_name_output` (for the pipeline)."""
+    """Attributes: `cluster` (aws_eks_v2.Cluster), `cluster_name`, `nodegroups` (config name ->
+    Nodegroup, the system group under "system"), `efa_nodegroups` (name -> EfaNodegroup),
+    `efa_security_group`, `node_role`, `secrets_key`, `logs` (EncryptedLogs: the control-plane and
+    Container Insights log groups and their key), `addons` (add-on name -> Addon)."""
 
-    def __init__(self, scope: Construct, id: str, *, config: Environment, network: NetworkStack, **kwargs) -> None:
+    def __init__(self, scope: Construct, id: str, *, config: Environment, vpc: ec2.IVpc,
+                 training_subnet: ec2.ISubnet, **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
         self.config = config
-        vpc = network.vpc
+        self.cluster_name = config.cluster_name
 
         self.secrets_key = kms.Key(
             self, "SecretsKey", enable_key_rotation=True,
             description=f"{config.name}: envelope encryption of Kubernetes secrets",
         )
+        self.logs = EncryptedLogs(self, "Logs", retain=config.retain,
+                                  description=f"{config.name}: EKS control-plane and Container Insights logs")
+        control_plane_logs = self.logs.group(
+            "ControlPlane", name=control_plane_log_group_name(self.cluster_name))
         self.cluster = eks.Cluster(
             self, "Cluster",
+            cluster_name=self.cluster_name,
             version=eks.KubernetesVersion.of(config.kubernetes_version),
             vpc=vpc,
             vpc_subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)],
@@ -61,8 +75,14 @@ class ClusterStack(cdk.Stack):
             cluster_logging=list(eks.ClusterLoggingTypes),
             # The kubectl handler runs in the private subnets (the cluster does that whenever the
             # private endpoint is on), so it reaches the API even when the public one is allow-listed.
-            kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=KubectlV33Layer(self, "KubectlLayer")),
+            kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=KubectlV35Layer(self, "KubectlLayer")),
         )
+        control_plane: eks.CfnCluster = self.cluster.node.default_child
+        # EKS creates the group itself (no expiry, no key) if it does not exist yet.
+        control_plane.node.add_dependency(control_plane_logs)
+        # The EKS API's default is EXTENDED: at the end of standard support a cluster would stay on
+        # its version and pay the extended-support rate. STANDARD upgrades it instead.
+        control_plane.upgrade_policy = eks.CfnCluster.UpgradePolicyProperty(support_type=config.upgrade_policy.upper())
         for i, arn in enumerate(config.admin_role_arns):
             self.cluster.grant_access(f"Admin{i}", arn, [eks.AccessPolicy.from_access_policy_name(
                 CLUSTER_ADMIN_POLICY, access_scope_type=eks.AccessScopeType.CLUSTER)])
@@ -78,16 +98,15 @@ class ClusterStack(cdk.Stack):
         self.efa_nodegroups: dict[str, EfaNodegroup] = {}
         self._add_system_nodegroup()
         for group in config.cpu_nodegroups:
-            self._add_cpu_nodegroup(group, network.training_subnet)
+            self._add_cpu_nodegroup(group, training_subnet)
         for group in config.gpu_nodegroups:
-            self._add_gpu_nodegroup(group, network.training_subnet)
+            self._add_gpu_nodegroup(group, training_subnet)
 
         self.addons: dict[str, eks.Addon] = {}
         self._add_addons()
 
         apply_removal_policy(self, config)
-        self.cluster_name_output = cdk.CfnOutput(self, "ClusterName", value=self.cluster.cluster_name,
-                                                 description="EKS cluster name")
+        cdk.CfnOutput(self, "ClusterName", value=self.cluster.cluster_name, description="EKS cluster name")
         cdk.CfnOutput(self, "ClusterSecurityGroupId", value=self.cluster.cluster_security_group_id,
                       description="EKS cluster security group (every node carries it)")
         cdk.CfnOutput(self, "EfaSecurityGroupId", value=self.efa_security_group.security_group_id,
@@ -137,12 +156,11 @@ class ClusterStack(cdk.Stack):
         system_nodes = self.nodegroups[SYSTEM_NODEGROUP]
         # The cluster's own pod-identity agent add-on, so constructs that ask for it share this one.
         pod_identity_agent = self.cluster.eks_pod_identity_agent
-        self.addons["eks-pod-identity-agent"] = pod_identity_agent
-        # Network policy enforcement lets the workloads layer fence namespaces.
-        self._addon("vpc-cni", configuration={"enableNetworkPolicy": "true"})
-        self._addon("kube-proxy")
+        self._configure(pod_identity_agent, addon_names.POD_IDENTITY_AGENT)
+        self._addon(addon_names.VPC_CNI)
+        self._addon(addon_names.KUBE_PROXY)
         # These schedule Deployments: creating them before any node exists leaves them DEGRADED.
-        self._addon("coredns", after=[system_nodes])
+        self._addon(addon_names.COREDNS, after=[system_nodes])
 
         fsx_role = self._pod_identity_role("FsxCsiRole", "FSx CSI driver: read file system descriptions for static volumes")
         # Volumes are static (the Storage stack creates the file system), so the driver only needs
@@ -151,18 +169,26 @@ class ClusterStack(cdk.Stack):
             actions=["fsx:DescribeFileSystems"],
             resources=[self.format_arn(service="fsx", resource="file-system", resource_name="*")],
         ))
-        self._addon("aws-fsx-csi-driver", after=[system_nodes, pod_identity_agent],
+        self._addon(addon_names.FSX_CSI_DRIVER, after=[system_nodes, pod_identity_agent],
                     pod_identity={FSX_CSI_SERVICE_ACCOUNT: fsx_role})
 
         cw_role = self._pod_identity_role("CloudWatchAgentRole", "CloudWatch agent: Container Insights metrics and logs")
         cw_role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name("CloudWatchAgentServerPolicy"))
-        self._addon("amazon-cloudwatch-observability", after=[system_nodes, pod_identity_agent],
-                    configuration=CLOUDWATCH_CONFIGURATION, pod_identity={CLOUDWATCH_SERVICE_ACCOUNT: cw_role})
+        insights_logs = [self.logs.group(f"ContainerInsights-{kind}",
+                                         name=container_insights_log_group_name(self.cluster_name, kind))
+                         for kind in CONTAINER_INSIGHTS_LOG_GROUPS]
+        self._addon(addon_names.CLOUDWATCH_OBSERVABILITY, after=[system_nodes, pod_identity_agent, *insights_logs],
+                    pod_identity={CLOUDWATCH_SERVICE_ACCOUNT: cw_role})
+        # Node health conditions (GPU XID and DCGM errors, EFA and networking faults) that node auto
+        # repair acts on; a DaemonSet that tolerates every taint. Not needed for a node to become
+        # Ready, so it waits for nodes like the add-ons above rather than racing them.
+        self._addon(addon_names.NODE_MONITORING_AGENT, after=[system_nodes])
 
-    def _addon(self, name: str, *, configuration: dict | None = None,
-               after: list[Construct] = (), pod_identity: dict[str, iam.IRole] | None = None) -> eks.Addon:
+    def _addon(self, name: str, *, after: list[Construct] = (),
+               pod_identity: dict[str, iam.IRole] | None = None) -> eks.Addon:
         addon = eks.Addon(self, f"Addon-{name}", cluster=self.cluster, addon_name=name,
-                          configuration_values=configuration, preserve_on_delete=False)
+                          configuration_values=configuration_values(self.config).get(name), preserve_on_delete=False)
+        self._configure(addon, name)
         if pod_identity:
             resource: eks.CfnAddon = addon.node.default_child
             resource.pod_identity_associations = [
@@ -171,8 +197,17 @@ class ClusterStack(cdk.Stack):
             ]
         for dependency in after:
             addon.node.add_dependency(dependency)
-        self.addons[name] = addon
         return addon
+
+    def _configure(self, addon: eks.Addon, name: str) -> None:
+        """What every add-on gets, whoever created it: the environment's version pin, if any, and
+        the takeover of EKS's self-managed copy where there is one."""
+        resource: eks.CfnAddon = addon.node.default_child
+        if self.config.addon_version(name):
+            resource.addon_version = self.config.addon_version(name)
+        if name in TAKES_OVER_SELF_MANAGED:
+            resource.resolve_conflicts = "OVERWRITE"
+        self.addons[name] = addon
 
     def _pod_identity_role(self, id: str, description: str) -> iam.Role:
         role = iam.Role(self, id, description=description,

@@ -14,7 +14,23 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
-from cdk_constructs.nag import acknowledge
+from cdk_constructs.nag import acknowledge, acknowledge_accepted_iam5
+
+# aws-cdk-lib's grants to the validation runner's CodeBuild role (stacks/validation.py).
+RUNNER_IAM5 = (
+    (r"^Action::s3:(GetBucket|GetObject|List)\*$",
+     "aws-cdk-lib's read grant for the runner's source; the statement names only the bootstrap asset bucket "
+     "and the one source object."),
+    (r"^Action::kms:(GenerateDataKey|ReEncrypt)\*$",
+     "CodeBuild encrypts the runner's build output with the stack's own key, the only key the statement names."),
+    (r"^Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:network-interface/\*$",
+     "CodeBuild in a VPC: ec2:CreateNetworkInterfacePermission on the interfaces it creates, conditioned on "
+     "the runner's subnets and on ec2:AuthorizedService codebuild.amazonaws.com."),
+    (r"^Resource::arn:[a-z-]+:codebuild:[a-z0-9-]+:\d{12}:report-group/<[A-Za-z0-9]+>-\*$",
+     "Test-report groups of the runner project only (aws-cdk-lib's default CodeBuild grant)."),
+    (r"^Resource::arn:[a-z-]+:logs:[a-z0-9-]+:\d{12}:log-group:/aws/codebuild/<[A-Za-z0-9]+>:\*$",
+     "Log streams of the runner project's default log group only (aws-cdk-lib's default CodeBuild grant)."),
+)
 
 
 
@@ -23,6 +39,7 @@ def apply_nag(stage) -> None:
     cdk.Validations.of(stage).add_plugins(
         AwsSolutionsChecks(stage, verbose=True, write_suppressions_to_cloud_formation=True))
     _acknowledge_cluster(stage.cluster)
+    _acknowledge_validation(stage.validation)
 
 
 def _managed(policy: str) -> str:
@@ -80,3 +97,10 @@ def _acknowledge_kubectl_provider(provider: Construct) -> None:
     acknowledge(handler.node.default_child, "L1",
                 "aws-cdk-lib picks the kubectl handler's Python runtime and ships its code; it is upgraded with "
                 "aws-cdk-lib, not here.")
+
+
+def _acknowledge_validation(stack) -> None:
+    acknowledge_accepted_iam5(stack.runner_role.node.find_child("DefaultPolicy").node.default_child, RUNNER_IAM5)
+    acknowledge(stack.runner.node.find_child("PolicyDocument").node.default_child, "IAM5[Resource::*]",
+                "CodeBuild's VPC permissions (ec2:CreateNetworkInterface, DeleteNetworkInterface and the "
+                "Describe calls for subnets, VPCs, security groups and DHCP options) cannot be scoped to a resource.")

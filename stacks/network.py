@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from config import Environment
 from config.environment import PUBLIC_SUBNET_MASK
+from cdk_constructs.log_groups import EncryptedLogs
 from cdk_constructs.teardown import EniJanitor
 from stacks.removal import KEPT_NETWORK_HOME, apply_removal_policy
 
@@ -17,7 +17,7 @@ class NetworkStack(cdk.Stack):
     """A VPC over the configured zones with one private subnet per zone sized for EFA nodes.
 
     Attributes: `vpc`, `training_subnet` (the private subnet in the training zone),
-    `training_availability_zone`, `flow_log_group`.
+    `training_availability_zone`, `flow_log_group`, `logs` (EncryptedLogs: the key and its groups).
     """
 
     def __init__(self, scope: Construct, id: str, *, config: Environment, **kwargs) -> None:
@@ -55,10 +55,9 @@ class NetworkStack(cdk.Stack):
             subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)],
         )
 
-        self.flow_log_group = logs.LogGroup(
-            self, "FlowLogs",
-            retention=logs.RetentionDays.ONE_YEAR if config.retain else logs.RetentionDays.ONE_MONTH,
-        )
+        self.logs = EncryptedLogs(self, "Logs", retain=config.retain,
+                                  description=f"{config.name}: VPC flow logs at rest in CloudWatch Logs")
+        self.flow_log_group = self.logs.group("FlowLogs")
         self.vpc.add_flow_log(
             "FlowLog",
             destination=ec2.FlowLogDestination.to_cloud_watch_logs(self.flow_log_group),

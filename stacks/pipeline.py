@@ -3,8 +3,13 @@
 Source (a CodeConnections connection) -> Synth (the README's install, `make test`, `cdk synth`)
 -> self-mutation -> asset publishing (the trainer images, docker-enabled) -> one stage per
 environment in `promotion` order, each into its own account and region, a manual approval
-before every environment after the first, and a post-deploy validation step per stage that runs
-the GPU checks (and the NCCL test where the group has the nodes) and fails the stage on failure.
+before every environment after the first, and a post-deploy validation step per stage.
+
+The validation step cannot run the checks itself: it runs here, outside every environment's VPC,
+and prod's API endpoint is private. Each stage carries its own runner inside its VPC
+(stacks/validation.py); the step assumes that stage's starter role, which may only start the
+runner and read its builds, starts one build and waits for it (`python -m ops.remote_validation`).
+A failed check fails the runner's build, the step and so the stage.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ from config.environment import Environment
 from config.pipeline import PipelineSettings
 from stacks.pipeline_nag import acknowledge_pipeline
 from stacks.stage import TrainingClusterStage
-from stacks.validation_access import ValidationAccessStack, validation_role_name, validation_runner_role_name
+from stacks.validation import (
+    BUILD_IMAGE, RUNNER_TIMEOUT, pinned_requirement, validation_starter_role_name, validation_trigger_role_name,
+)
 
-BUILD_IMAGE = codebuild.LinuxBuildImage.STANDARD_7_0
-KUBECTL_VERSION = "v1.33.5"
 CDK = "node_modules/.bin/cdk"
+# The step outlives its runner by the time a build may wait in CodeBuild's queue.
+VALIDATION_STEP_TIMEOUT = RUNNER_TIMEOUT.plus(cdk.Duration.minutes(30))
 
 
 def approval_step_id(env_name: str) -> str:
@@ -63,7 +70,6 @@ class PipelineStack(cdk.Stack):
             commands=["make test", f"{CDK} synth --no-notices --quiet"],
             primary_output_directory="cdk.out",
         )
-        dist = self.synth.add_output_directory("dist")
         self.pipeline = pipelines.CodePipeline(
             self, "Pipeline",
             synth=self.synth,
@@ -78,12 +84,10 @@ class PipelineStack(cdk.Stack):
         )
         self.stages: dict[str, TrainingClusterStage] = {}
         for i, env in enumerate(settings.stages):
-            stage = TrainingClusterStage(self, env.name, config=env)
-            access = ValidationAccessStack(stage, "ValidationAccess", cluster=stage.cluster.cluster,
-                                           env_name=env.name, pipeline_account=settings.account)
+            stage = TrainingClusterStage(self, env.name, config=env, pipeline_account=settings.account)
             pre = [pipelines.ManualApprovalStep(
                 approval_step_id(env.name), comment=f"Promote to {env.name} ({env.account}, {env.region})?")] if i else []
-            post = [self._validation_step(env, stage, access, source, dist)]
+            post = [self._validation_step(env, stage, source)]
             self.pipeline.add_stage(stage, pre=pre, post=post)
             self.stages[env.name] = stage
         # Build now, not at synthesis, so the generated roles exist to be reviewed by cdk-nag.
@@ -104,39 +108,28 @@ class PipelineStack(cdk.Stack):
                     cfn.add_property_override(f"Stages.{i}.Actions.{j}.Configuration.RoleArn",
                                               {"Fn::Sub": _as_sub(role["Fn::Join"][1])})
 
-    def _validation_step(self, env: Environment, stage: TrainingClusterStage, access: ValidationAccessStack,
-                         source: pipelines.IFileSetProducer, dist: pipelines.FileSet) -> pipelines.CodeBuildStep:
-        runner = iam.Role(
-            self, f"ValidationRunner-{env.name}",
-            role_name=validation_runner_role_name(env.name),
+    def _validation_step(self, env: Environment, stage: TrainingClusterStage,
+                         source: pipelines.IFileSetProducer) -> pipelines.CodeBuildStep:
+        trigger = iam.Role(
+            self, f"ValidationTrigger-{env.name}",
+            role_name=validation_trigger_role_name(env.name),
             assumed_by=iam.ServicePrincipal("codebuild.amazonaws.com"),
-            description=f"Runs the post-deploy validation of {env.name}",
+            description=f"Starts {env.name}'s validation runner and waits for it",
         )
-        runner.add_to_policy(iam.PolicyStatement(
+        trigger.add_to_policy(iam.PolicyStatement(
             actions=["sts:AssumeRole"],
-            resources=[f"arn:{cdk.Aws.PARTITION}:iam::{env.account}:role/{validation_role_name(env.name)}"],
+            resources=[f"arn:{cdk.Aws.PARTITION}:iam::{env.account}:role/{validation_starter_role_name(env.name)}"],
         ))
         return pipelines.CodeBuildStep(
             validation_step_id(env.name),
             input=source,
-            additional_inputs={"dist": dist},
-            role=runner,
+            role=trigger,
             env_from_cfn_outputs={
-                "CLUSTER_NAME": stage.cluster.cluster_name_output,
-                "VALIDATION_ROLE_ARN": access.role_arn_output,
+                "RUNNER_PROJECT": stage.validation.runner_project_output,
+                "STARTER_ROLE_ARN": stage.validation.starter_role_arn_output,
             },
-            install_commands=[
-                f"curl -fsSLo /usr/local/bin/kubectl https://dl.k8s.io/release/{KUBECTL_VERSION}/bin/linux/amd64/kubectl",
-                "chmod +x /usr/local/bin/kubectl",
-                "python3 -m pip install --quiet PyYAML==6.0.3",
-            ],
-            commands=[
-                "creds=$(aws sts assume-role --role-arn \"$VALIDATION_ROLE_ARN\" --role-session-name pipeline-validation"
-                " --query 'Credentials.[AccessKeyId,SecretAccessKey,SessionToken]' --output text)",
-                "export AWS_ACCESS_KEY_ID=$(echo \"$creds\" | cut -f1) AWS_SECRET_ACCESS_KEY=$(echo \"$creds\" | cut -f2)"
-                " AWS_SESSION_TOKEN=$(echo \"$creds\" | cut -f3)",
-                f"aws eks update-kubeconfig --name \"$CLUSTER_NAME\" --region {env.region}",
-                f"python3 -m ops.validate --dist dist/{env.name}",
-            ],
-            timeout=cdk.Duration.hours(2),
+            install_commands=[f"python3 -m pip install --quiet {pinned_requirement('boto3')}"],
+            commands=[f'python3 -m ops.remote_validation --project "$RUNNER_PROJECT" --role-arn "$STARTER_ROLE_ARN" '
+                      f'--region {env.region}'],
+            timeout=VALIDATION_STEP_TIMEOUT,
         )

@@ -8,14 +8,12 @@ matches no pattern is left alone, so anything new still stops synthesis.
 
 from __future__ import annotations
 
-import re
-
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
-from cdk_constructs.nag import acknowledge, flatten_reference
+from cdk_constructs.nag import acknowledge, acknowledge_accepted_iam5
 
 _ARTIFACTS = "the pipeline's own artifact bucket, private and KMS-encrypted"
 ACCEPTED_IAM5 = (
@@ -41,33 +39,13 @@ ACCEPTED_IAM5 = (
 )
 
 
-def iam5_findings(policy_document: dict) -> list[str]:
-    """The IAM5 findings cdk-nag reports for a resolved policy document."""
-    findings: list[str] = []
-    for statement in policy_document.get("Statement", []):
-        if statement.get("Effect") != "Allow":
-            continue
-        for action in _as_list(statement.get("Action")):
-            if "*" in action:
-                findings.append(f"Action::{action}")
-        for resource in _as_list(statement.get("Resource")):
-            flat = flatten_reference(resource)
-            if "*" in flat:
-                findings.append(f"Resource::{flat}")
-    return list(dict.fromkeys(findings))
-
-
 def acknowledge_pipeline(scopes: list[Construct]) -> None:
     """Acknowledge the accepted findings on every generated policy and artifact bucket in `scopes`,
     skipping the deployment stages (their stacks have their own acknowledgments)."""
     for scope in scopes:
         for node in _outside_stages(scope):
             if isinstance(node, iam.CfnPolicy):
-                document = cdk.Stack.of(node).resolve(node.policy_document)
-                for finding in iam5_findings(document):
-                    reason = next((why for pattern, why in ACCEPTED_IAM5 if re.match(pattern, finding)), None)
-                    if reason:
-                        acknowledge(node, f"IAM5[{finding}]", reason)
+                acknowledge_accepted_iam5(node, ACCEPTED_IAM5)
             elif isinstance(node, s3.CfnBucket):
                 acknowledge(node, "S1", "Pipeline artifact store written only by the pipeline's roles; access "
                             "is audited through CloudTrail, and a log bucket would itself need a log bucket.")
@@ -79,9 +57,3 @@ def _outside_stages(scope: IConstruct):
         node = stack.pop()
         yield node
         stack.extend(c for c in node.node.children if not isinstance(c, cdk.Stage))
-
-
-def _as_list(value) -> list:
-    if value is None:
-        return []
-    return value if isinstance(value, list) else [value]

@@ -11,19 +11,41 @@ from stacks.nag import apply_nag
 from stacks.network import NetworkStack
 from stacks.registry import RegistryStack
 from stacks.storage import StorageStack
+from stacks.validation import ValidationStack
 from stacks.workloads import WorkloadsStack, workload_values
 
 
 class TrainingClusterStage(cdk.Stage):
-    """Attributes: `config`, and the stacks `network`, `cluster`, `storage`, `registry`, `workloads`."""
+    """Attributes: `config`, and the stacks `network`, `cluster`, `storage`, `registry`, `workloads`,
+    `validation`. Each stack gets what it uses, so its signature shows its dependencies.
 
-    def __init__(self, scope: Construct, id: str, *, config: config.Environment, **kwargs) -> None:
+    `pipeline_account`: the account of the pipeline that promotes this stage; only that pipeline's
+    validation step may then start the stage's validation runner."""
+
+    def __init__(self, scope: Construct, id: str, *, config: config.Environment,
+                 pipeline_account: str | None = None, **kwargs) -> None:
         kwargs.setdefault("env", cdk.Environment(account=config.account, region=config.region))
         super().__init__(scope, id, **kwargs)
         self.config = config
         self.network = NetworkStack(self, "Network", config=config)
-        self.cluster = ClusterStack(self, "Cluster", config=config, network=self.network)
-        self.storage = StorageStack(self, "Storage", config=config, network=self.network, cluster=self.cluster)
+        vpc, training_subnet = self.network.vpc, self.network.training_subnet
+        self.cluster = ClusterStack(self, "Cluster", config=config, vpc=vpc, training_subnet=training_subnet)
+        self.storage = StorageStack(
+            self, "Storage", config=config, vpc=vpc, training_subnet=training_subnet,
+            cluster_security_group=self.cluster.cluster.cluster_security_group,
+            efa_security_group=self.cluster.efa_security_group)
         self.registry = RegistryStack(self, "Registry", config=config)
-        self.workloads = WorkloadsStack(self, "Workloads", config=config, cluster=self.cluster.cluster, values=workload_values(self.storage, self.registry))
+        self.workloads = WorkloadsStack(self, "Workloads", config=config, cluster=self.cluster.cluster,
+                                        values=workload_values(self.storage, self.registry))
+        self.validation = ValidationStack(
+            self, "Validation", config=config, vpc=vpc, cluster=self.cluster.cluster,
+            validation_objects=_validation_objects(self.workloads.charts), pipeline_account=pipeline_account)
         apply_nag(self)
+
+
+def _validation_objects(charts) -> list[dict]:
+    """The cluster-validation chart's objects; an environment without GPU groups has none."""
+    try:
+        return charts.entry("cluster-validation").chart.to_json()
+    except KeyError:
+        return []

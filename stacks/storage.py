@@ -9,8 +9,6 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from config import Environment
-from stacks.cluster import ClusterStack
-from stacks.network import NetworkStack
 from cdk_constructs.teardown import FsxFinalBackup
 from stacks.removal import KEPT_FILE_SYSTEM_GUARD, apply_removal_policy
 
@@ -28,8 +26,10 @@ class StorageStack(cdk.Stack):
     `security_group`, `kms_key`, `data_repository_associations` (CfnDataRepositoryAssociation list),
     `backups_enabled`."""
 
-    def __init__(self, scope: Construct, id: str, *, config: Environment, network: NetworkStack,
-                 cluster: ClusterStack, **kwargs) -> None:
+    def __init__(self, scope: Construct, id: str, *, config: Environment, vpc: ec2.IVpc, training_subnet: ec2.ISubnet,
+                 cluster_security_group: ec2.ISecurityGroup, efa_security_group: ec2.ISecurityGroup, **kwargs) -> None:
+        """`cluster_security_group` is the one every node carries; `efa_security_group` the one on
+        every EFA interface."""
         super().__init__(scope, id, **kwargs)
         self.config = config
         settings = config.fsx
@@ -37,13 +37,10 @@ class StorageStack(cdk.Stack):
         self.kms_key = kms.Key(self, "FsxKey", enable_key_rotation=True,
                                description=f"{config.name}: FSx for Lustre data at rest")
         self.security_group = ec2.SecurityGroup(
-            self, "FsxSecurityGroup", vpc=network.vpc, allow_all_outbound=False,
+            self, "FsxSecurityGroup", vpc=vpc, allow_all_outbound=False,
             description="FSx for Lustre: Lustre ports with cluster nodes and between file servers only",
         )
-        node_groups = {
-            "cluster nodes": cluster.cluster.cluster_security_group,
-            "EFA interfaces": cluster.efa_security_group,
-        }
+        node_groups = {"cluster nodes": cluster_security_group, "EFA interfaces": efa_security_group}
         # File servers also talk to each other: LustreFileSystem itself lets the group in from
         # itself (988-1023); only the way out is ours to open.
         for port in LUSTRE_PORTS:
@@ -54,7 +51,7 @@ class StorageStack(cdk.Stack):
             # Every node carries the cluster security group; let the servers' connections in.
             ec2.CfnSecurityGroupIngress(
                 self, f"NodesFromFsx{port.to_string().replace(' ', '')}",
-                group_id=cluster.cluster.cluster_security_group_id, ip_protocol="tcp",
+                group_id=cluster_security_group.security_group_id, ip_protocol="tcp",
                 from_port=_from_port(port), to_port=_to_port(port),
                 source_security_group_id=self.security_group.security_group_id,
                 description="Lustre from FSx file servers",
@@ -65,7 +62,7 @@ class StorageStack(cdk.Stack):
         self.backups_enabled = config.retain and not has_repository
         self.file_system = fsx.LustreFileSystem(
             self, "FileSystem",
-            vpc=network.vpc, vpc_subnet=network.training_subnet, security_group=self.security_group,
+            vpc=vpc, vpc_subnet=training_subnet, security_group=self.security_group,
             storage_capacity_gib=settings.storage_capacity_gib, kms_key=self.kms_key,
             file_system_type_version=fsx.FileSystemTypeVersion.V_2_15,
             lustre_configuration=fsx.LustreConfiguration(
@@ -78,6 +75,12 @@ class StorageStack(cdk.Stack):
                 if self.backups_enabled else None,
             ),
         )
+        # FSx checks the group's Lustre rules when it creates the file system. The rules are
+        # resources of their own, which CloudFormation would otherwise create in parallel with it
+        # (InvalidNetworkSettings: "...does not permit Lustre LNET network traffic on port 988").
+        for rule in self.security_group.node.find_all():
+            if isinstance(rule, (ec2.CfnSecurityGroupIngress, ec2.CfnSecurityGroupEgress)):
+                self.file_system.node.default_child.node.add_dependency(rule)
         self.file_system_id: str = self.file_system.file_system_id
         self.dns_name: str = self.file_system.dns_name
         self.mount_name: str = self.file_system.mount_name

@@ -62,6 +62,28 @@ def test_committed_dev_has_the_seed_node_groups():
     assert load_environment(CONTEXT["environments"], "prod").removal_policy == "retain"
 
 
+def test_kubernetes_version_and_upgrade_policy_default_to_1_35_and_standard():
+    raw = dev()
+    del raw["kubernetesVersion"]
+    env = load_environment({"dev": raw}, "dev")
+    assert (env.kubernetes_version, env.upgrade_policy, env.addon_versions) == ("1.35", "standard", ())
+    raw["upgradePolicy"] = "extended"
+    raw["addonVersions"] = {"coredns": "v1.12.4-eksbuild.1"}
+    env = load_environment({"dev": raw}, "dev")
+    assert env.upgrade_policy == "extended" and env.addon_version("coredns") == "v1.12.4-eksbuild.1"
+    assert env.addon_version("vpc-cni") is None
+
+
+def test_environment_name_must_make_a_valid_cluster_name():
+    """Amazon EKS API Reference, CreateCluster `name`: 1-100 characters, ^[0-9A-Za-z][A-Za-z0-9\\-_]*$;
+    the name also prefixes IAM role names (64 characters at most)."""
+    for bad in ("dev env", "-dev", "d" * 33):
+        with pytest.raises(ConfigError) as err:
+            load_environment({bad: dev()}, bad)
+        assert err.value.line() == (f"config error: environments.{bad}: environment names must be 1-32 letters, "
+                                    f"digits or '-', starting with a letter, got {bad!r}")
+
+
 def test_unknown_environment_name():
     with pytest.raises(ConfigError) as err:
         load_environment(CONTEXT["environments"], "staging")
@@ -83,8 +105,9 @@ def test_environment_must_be_an_object():
 # (test id, changes, exact expected line after "config error: environments.dev.")
 CASES = [
     ("unknown key", [("acount", "111111111111")],
-     "acount: unknown key; allowed keys are account, adminRoleArns, availabilityZones, cpuNodegroups, endpointAccess, "
-     "fsx, gpuNodegroups, kubernetesVersion, region, removalPolicy, systemNodegroup, trainingAvailabilityZone, vpcCidr"),
+     "acount: unknown key; allowed keys are account, addonVersions, adminRoleArns, availabilityZones, cpuNodegroups, "
+     "endpointAccess, fsx, gpuNodegroups, kubernetesVersion, region, removalPolicy, systemNodegroup, "
+     "trainingAvailabilityZone, upgradePolicy, vpcCidr"),
     ("required key missing", [("account", DELETE)], "account: is required (a string)"),
     ("wrong type", [("account", 111111111111)], "account: must be a string, got 111111111111"),
     ("boolean is not a count", [("cpuNodegroups[0].maxSize", True)],
@@ -100,7 +123,20 @@ CASES = [
     ("training zone not listed", [("trainingAvailabilityZone", "us-west-2d")],
      "trainingAvailabilityZone: 'us-west-2d' must be one of availabilityZones (us-west-2a, us-west-2b, us-west-2c)"),
     ("unsupported kubernetes version", [("kubernetesVersion", "1.27")],
-     "kubernetesVersion: must be one of 1.32, 1.33, 1.34, got '1.27'"),
+     "kubernetesVersion: must be one of 1.34, 1.35, 1.36 (the versions in EKS standard support on 2026-11-23), "
+     "got '1.27'"),
+    ("kubernetes version out of standard support", [("kubernetesVersion", "1.33")],
+     "kubernetesVersion: 1.33 left EKS standard support on 2026-07-29 (a new cluster would pay extended-support "
+     "rates); use one of 1.34, 1.35, 1.36"),
+    ("upgrade policy unknown", [("upgradePolicy", "lts")],
+     "upgradePolicy: must be one of standard, extended, got 'lts'"),
+    ("add-on version for an add-on the cluster does not run", [("addonVersions", {"aws-ebs-csi-driver": "v1.40.0-eksbuild.1"})],
+     "addonVersions.aws-ebs-csi-driver: not an add-on this cluster installs; pin one of vpc-cni, kube-proxy, coredns, "
+     "eks-pod-identity-agent, aws-fsx-csi-driver, amazon-cloudwatch-observability, eks-node-monitoring-agent"),
+    ("add-on version malformed", [("addonVersions", {"coredns": "1.12"})],
+     "addonVersions.coredns: must be an EKS add-on version such as v1.12.4-eksbuild.1, got '1.12'"),
+    ("add-on version not a string", [("addonVersions", {"coredns": 1.12})],
+     "addonVersions.coredns: must be a string, got 1.12"),
     ("cidr malformed", [("vpcCidr", "10.0.0.1/16")],
      "vpcCidr: must be an IPv4 CIDR block such as 10.0.0.0/16, got '10.0.0.1/16'"),
     ("cidr prefix out of VPC range", [("vpcCidr", "10.0.0.0/8")],

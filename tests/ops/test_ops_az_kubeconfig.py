@@ -80,6 +80,14 @@ def test_kubeconfig_finds_the_cluster_of_the_environments_cluster_stack(aws, mot
     assert kubeconfig.find_cluster(moto_clients.eks, load("prod"))["name"] == "Cluster9EE0221C-prod"
 
 
+def test_kubeconfig_finds_the_cluster_by_the_name_the_stack_gives_it(aws, moto_clients):
+    """stacks/cluster.py names the cluster after the environment (its log groups need the name),
+    so the lookup is one DescribeCluster; clusters without the tag are found too."""
+    make_cluster("prod-training", None)
+    make_cluster("Cluster9EE0221C-prod", "prod-Cluster")  # an older, generated-name cluster loses
+    assert kubeconfig.find_cluster(moto_clients.eks, load("prod"))["name"] == "prod-training"
+
+
 def test_kubeconfig_without_a_cluster_of_the_environment_says_how_to_proceed(aws, moto_clients):
     make_cluster("someone-elses", "prod-Clusterless")
     with pytest.raises(OpsError, match="no EKS cluster of environment prod .* pass --cluster-name"):

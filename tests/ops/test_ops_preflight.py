@@ -3,6 +3,7 @@ Service Quotas and capacity reservations answered by botocore Stubbers."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import datetime, timezone
 
@@ -61,14 +62,48 @@ def moto_clients(moto_endpoint):
     return ops_aws.clients("us-east-1")
 
 
-def run_prod(clients, quotas=None, reservations=None, env_name="prod", context=None):
+# What DescribeAddonVersions answers here: per add-on, versions offered for the cluster's
+# Kubernetes version, the first being EKS's default. Test data, not attested versions.
+OFFERED = ["v1.9.0-eksbuild.2", "v1.9.0-eksbuild.1", "v1.8.1-eksbuild.1"]
+PERMISSIVE_SCHEMA = {"$schema": "https://json-schema.org/draft/2019-09/schema", "type": "object"}
+
+
+def addons_answering(env, offered=None, schemas=None):
+    """A Stubber answering DescribeAddonVersions for every managed add-on (in install order) and
+    DescribeAddonConfiguration for those the stack configures, with the schemas given."""
+    from config.addons import MANAGED_ADDONS, configuration_values
+
+    offered, schemas = offered or {}, schemas or {}
+    configured = configuration_values(env)
+    client, stub = stubbed("eks")
+    for name in MANAGED_ADDONS:
+        versions = offered.get(name, OFFERED)
+        stub.add_response("describe_addon_versions", {"addons": [{"addonName": name, "addonVersions": [
+            {"addonVersion": v, "compatibilities": [
+                {"clusterVersion": env.kubernetes_version, "defaultVersion": i == 0, "platformVersions": ["*"]}]}
+            for i, v in enumerate(versions)]}] if versions else []},
+            {"addonName": name, "kubernetesVersion": env.kubernetes_version})
+        pin = env.addon_version(name)
+        if name in configured and versions and (pin is None or pin in versions):
+            checked = pin or versions[0]
+            stub.add_response("describe_addon_configuration", {
+                "addonName": name, "addonVersion": checked,
+                "configurationSchema": json.dumps(schemas.get(name, PERMISSIVE_SCHEMA))},
+                {"addonName": name, "addonVersion": checked})
+    stub.activate()
+    return client, stub
+
+
+def run_prod(clients, quotas=None, reservations=None, env_name="prod", context=None, addons=None):
     env = load(env_name, context)
     clients = replace(clients)
     clients.quotas, quota_stub = quotas or quotas_answering(GENEROUS)
     clients.reservations, cr_stub = reservations or reservations_answering(reservation())
+    clients.addons, addon_stub = addons or addons_answering(env)
     rows = preflight.run(env, clients)
     quota_stub.assert_no_pending_responses()
     cr_stub.assert_no_pending_responses()
+    addon_stub.assert_no_pending_responses()
     return {r.name: r for r in rows}, rows
 
 
@@ -250,3 +285,69 @@ def test_a_capacity_block_in_its_last_hour_warns(aws, moto_clients, tmp_path):
     by_name = run_block(moto_clients, tmp_path, datetime(2026, 12, 8, 11, 0, tzinfo=timezone.utc), State="active")
     row = by_name["capacity block p5"]
     assert row.status == WARN and "ends 2026-12-08 11:30 UTC, in 30 min" in row.reason
+
+
+def test_each_addon_reports_the_version_eks_would_install_for_the_clusters_kubernetes(aws, moto_clients):
+    """Amazon EKS API Reference, DescribeAddonVersions: per add-on version, `compatibilities` lists
+    the cluster versions it runs on and whether it is the `defaultVersion` EKS installs for one."""
+    by_name, _ = run_prod(moto_clients)
+    for name in ("vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent", "aws-fsx-csi-driver",
+                 "amazon-cloudwatch-observability", "eks-node-monitoring-agent"):
+        row = by_name[f"add-on {name}"]
+        assert row.status == PASS, row.reason
+        assert row.reason.startswith("EKS installs v1.9.0-eksbuild.2 (its default for Kubernetes 1.35)"), row.reason
+    assert "configuration accepted by its schema" in by_name["add-on aws-fsx-csi-driver"].reason
+
+
+def test_a_pin_eks_offers_for_the_clusters_version_passes(aws, moto_clients, tmp_path):
+    context = write_context(tmp_path, "prod", addonVersions={"coredns": "v1.8.1-eksbuild.1"})
+    by_name, _ = run_prod(moto_clients, context=context, addons=addons_answering(load("prod", context)))
+    row = by_name["add-on coredns"]
+    assert row.status == PASS
+    assert row.reason == "pinned v1.8.1-eksbuild.1 is offered for Kubernetes 1.35 (EKS default v1.9.0-eksbuild.2)"
+
+
+def test_a_pin_eks_does_not_offer_for_the_clusters_version_fails_naming_what_it_offers(aws, moto_clients, tmp_path):
+    context = write_context(tmp_path, "prod", addonVersions={"vpc-cni": "v1.7.0-eksbuild.1"})
+    by_name, rows = run_prod(moto_clients, context=context, addons=addons_answering(load("prod", context)))
+    row = by_name["add-on vpc-cni"]
+    assert row.status == FAIL
+    assert row.reason == ("pinned v1.7.0-eksbuild.1 is not offered for Kubernetes 1.35; offered: v1.9.0-eksbuild.2, "
+                          "v1.9.0-eksbuild.1, v1.8.1-eksbuild.1 (EKS default v1.9.0-eksbuild.2)")
+    assert preflight.failed(rows)
+
+
+def test_an_addon_not_offered_for_the_clusters_version_fails(aws, moto_clients):
+    env = load("prod")
+    by_name, _ = run_prod(moto_clients, addons=addons_answering(env, offered={"eks-node-monitoring-agent": []}))
+    row = by_name["add-on eks-node-monitoring-agent"]
+    assert row.status == FAIL and row.reason == "not offered for Kubernetes 1.35 in us-east-1"
+
+
+def test_configuration_the_addons_schema_rejects_fails_naming_the_field(aws, moto_clients):
+    """Amazon EKS API Reference, DescribeAddonConfiguration: `configurationSchema` is the JSON
+    schema CreateAddon validates configurationValues against; a value outside it fails the deploy."""
+    strict = {"$schema": "https://json-schema.org/draft/2019-09/schema", "type": "object",
+              "additionalProperties": False, "properties": {
+                  "controller": {"type": "object", "additionalProperties": False,
+                                 "properties": {"tolerations": {"type": "array"}}},
+                  "node": {"type": "object"}}}
+    env = load("prod")
+    by_name, _ = run_prod(moto_clients, addons=addons_answering(env, schemas={"aws-fsx-csi-driver": strict}))
+    row = by_name["add-on aws-fsx-csi-driver"]
+    assert row.status == FAIL
+    assert row.reason == ("v1.9.0-eksbuild.2 rejects the configuration at controller: Additional properties are "
+                          "not allowed ('region' was unexpected)")
+
+
+def test_addon_calls_the_api_refuses_are_warnings(aws, moto_clients):
+    env = load("prod")
+    client, stub = stubbed("eks")
+    from config.addons import MANAGED_ADDONS
+    for _ in MANAGED_ADDONS:
+        stub.add_client_error("describe_addon_versions", "AccessDeniedException", "stubbed refusal")
+    stub.activate()
+    by_name, rows = run_prod(moto_clients, addons=(client, stub))
+    assert by_name["add-on coredns"].status == WARN
+    assert "not permitted" in by_name["add-on coredns"].reason
+    assert not preflight.failed(rows)

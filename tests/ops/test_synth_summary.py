@@ -119,3 +119,16 @@ def test_summary_shows_reservations_and_capacity_blocks():
     assert row(summary, "p5en-odcr")[6] == "16"
     assert "placement" not in " ".join(row(summary, "p5-block") + row(summary, "p5en-odcr"))
     assert "backups 14 days" in summary
+
+
+def test_summary_says_which_upgrade_policy_the_cluster_has_and_what_it_costs(dev_summary):
+    """Amazon EKS pricing: $0.10 per cluster hour in standard support, $0.60 in extended support
+    (https://aws.amazon.com/eks/pricing/); AWS::EKS::Cluster UpgradePolicy: STANDARD upgrades the
+    cluster at the end of standard support, EXTENDED keeps it on its version and bills extended support."""
+    dev, summary = dev_summary
+    assert ("Kubernetes 1.35: EKS standard support until 2027-03-27. Upgrade policy STANDARD: the control plane "
+            "costs $0.10/hour and EKS upgrades it to the next version when standard support ends") in summary
+    split = synth("split")
+    extended = synth_summary.summarize(split.config, split.outdir)
+    assert ("Kubernetes 1.35: EKS standard support until 2027-03-27. Upgrade policy EXTENDED: the control plane "
+            "costs $0.10/hour until then, then $0.60/hour in extended support until 2028-03-27") in extended

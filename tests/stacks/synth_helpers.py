@@ -25,6 +25,8 @@ CDK_JSON = json.loads((REPO_ROOT / "cdk.json").read_text())
 CONTEXT = CDK_JSON["context"]
 RESERVATION = "cr-0123456789abcdef0"
 BLOCK = "cr-0fedcba9876543210"
+# Test data for version pins (the shipped environments pin none and take EKS's default).
+ADDON_PINS = {"vpc-cni": "v1.20.4-eksbuild.1", "eks-node-monitoring-agent": "v1.7.0-eksbuild.1"}
 
 
 def raw_environment(name: str) -> dict[str, Any]:
@@ -50,8 +52,11 @@ def _blocks() -> dict[str, Any]:
 
 
 def _split() -> dict[str, Any]:
-    """dev, smallest cluster, importing from one S3 prefix and exporting to another."""
+    """dev, smallest cluster, importing from one S3 prefix and exporting to another; opted into
+    extended Kubernetes support, with two add-ons pinned."""
     raw = raw_environment("dev")
+    raw["upgradePolicy"] = "extended"
+    raw["addonVersions"] = dict(ADDON_PINS)
     raw["gpuNodegroups"] = []
     raw["cpuNodegroups"] = []
     raw["fsx"] = {"storageCapacityGiB": 2400, "throughputPerTiB": 125,
@@ -90,8 +95,8 @@ class Synth:
 
     @functools.cached_property
     def templates(self) -> dict[str, Template]:
-        return {name: Template.from_stack(getattr(self.stage, name))
-                for name in ("network", "cluster", "storage", "registry")}
+        names = ("network", "cluster", "storage", "registry", "validation")
+        return {name: Template.from_stack(getattr(self.stage, name)) for name in names if hasattr(self.stage, name)}
 
     def template_json(self, name: str) -> dict:
         return self.templates[name].to_json()
@@ -103,17 +108,23 @@ class Synth:
         stack = getattr(self.stage, stack_name)
         return stack.get_logical_id(construct.node.default_child)
 
-    def imported_ref(self, value: Any) -> str | None:
-        """The logical id an `Fn::ImportValue` points at, followed through the exporting stack."""
+    def exported_value(self, value: Any) -> Any:
+        """What an `Fn::ImportValue` imports: the exporting output's value; None if `value` is no import."""
         if not isinstance(value, dict) or "Fn::ImportValue" not in value:
             return None
         export = value["Fn::ImportValue"]
         for name in self.templates:
             for output in self.template_json(name).get("Outputs", {}).values():
                 if output.get("Export", {}).get("Name") == export:
-                    ref = output["Value"]
-                    return ref.get("Ref") or ref.get("Fn::GetAtt", [None])[0]
+                    return output["Value"]
         return None
+
+    def imported_ref(self, value: Any) -> str | None:
+        """The logical id an `Fn::ImportValue` points at, followed through the exporting stack."""
+        ref = self.exported_value(value)
+        if ref is None:
+            return None
+        return ref.get("Ref") or ref.get("Fn::GetAtt", [None])[0]
 
 
 @functools.lru_cache(maxsize=None)

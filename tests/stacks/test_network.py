@@ -1,6 +1,7 @@
 """Network stack: the VPC over the configured zones, subnets sized for EFA, NAT, S3 endpoint, flow logs."""
 
 import ipaddress
+import json
 
 import pytest
 from aws_cdk.assertions import Match
@@ -97,3 +98,21 @@ def test_synthesis_needs_no_aws_lookups(dev):
     import json
     manifest = json.loads((dev.outdir / "manifest.json").read_text())
     assert not manifest.get("missing")
+
+
+def test_flow_log_group_is_encrypted_with_a_rotating_key_cloudwatch_logs_may_use(dev, network):
+    """Amazon CloudWatch Logs User Guide, "Encrypt log data in CloudWatch Logs using AWS Key
+    Management Service" (https://docs.aws.amazon.com/AmazonCloudWatch/latest/logs/encrypt-log-data-kms.html):
+    the key policy must let logs.<region>.amazonaws.com use the key, scoped by the
+    kms:EncryptionContext:aws:logs:arn condition, or associating the key with the group fails."""
+    resources = dev.template_json("network")["Resources"]
+    flow_log = only(network.find_resources("AWS::EC2::FlowLog"))["Properties"]
+    group = resources[flow_log["LogGroupName"]["Ref"]]
+    key = resources[group["Properties"]["KmsKeyId"]["Fn::GetAtt"][0]]
+    assert key["Type"] == "AWS::KMS::Key" and key["Properties"]["EnableKeyRotation"] is True
+    [logs] = [s for s in key["Properties"]["KeyPolicy"]["Statement"]
+              if s.get("Principal", {}).get("Service") == f"logs.{dev.config.region}.amazonaws.com"]
+    assert {"kms:Encrypt*", "kms:Decrypt*", "kms:GenerateDataKey*"} <= set(logs["Action"])
+    scope = json.dumps(logs["Condition"]["ArnLike"]["kms:EncryptionContext:aws:logs:arn"])
+    assert f":logs:{dev.config.region}:{dev.config.account}:log-group:" in scope
+    network.has_resource("AWS::KMS::Key", {"DeletionPolicy": "Delete"})

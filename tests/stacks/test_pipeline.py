@@ -89,18 +89,87 @@ def test_synth_step_installs_like_the_readme_runs_the_tests_then_synthesizes(bui
     assert commands.index("make test") < next(i for i, c in enumerate(commands) if " synth" in c)
 
 
-def test_validation_runs_the_checks_with_the_validation_role_against_its_cluster(built, stages):
+def _requirement(name: str) -> str:
+    for line in (Path(__file__).resolve().parents[2] / "requirements.txt").read_text().splitlines():
+        if line.startswith(f"{name}=="):
+            return line
+    raise AssertionError(f"{name} is not pinned in requirements.txt")
+
+
+def test_validation_step_only_starts_and_awaits_its_stages_runner(built, stages):
+    """The step runs in the pipeline account, outside any VPC: it must not talk to the cluster
+    (prod's endpoint is private; dev's public one admits one CIDR). It starts the stage's runner
+    and waits for it; a failed runner build is a non-zero exit, which fails the stage."""
     _, template, _ = built
     for name in PROMOTION:
         env = CONTEXT["environments"][name]
         validate = actions(stages[name])[-1]
+        project = template.to_json()["Resources"][_project_of(validate)]["Properties"]
         spec = _buildspec(template, _project_of(validate))
-        commands = spec["phases"]["build"]["commands"]
-        assert any("sts assume-role" in c and "$VALIDATION_ROLE_ARN" in c for c in commands)
-        assert f'aws eks update-kubeconfig --name "$CLUSTER_NAME" --region {env["region"]}' in commands
-        assert commands[-1] == f"python3 -m ops.validate --dist dist/{name}"
-        variables = json.loads(validate["Configuration"]["EnvironmentVariables"])
-        assert {v["name"] for v in variables} >= {"CLUSTER_NAME", "VALIDATION_ROLE_ARN"}
+        assert spec["phases"]["install"]["commands"] == [f"python3 -m pip install --quiet {_requirement('boto3')}"]
+        assert spec["phases"]["build"]["commands"] == [
+            f'python3 -m ops.remote_validation --project "$RUNNER_PROJECT" --role-arn "$STARTER_ROLE_ARN" '
+            f'--region {env["region"]}']
+        assert "kubectl" not in json.dumps(spec) and "VpcConfig" not in project
+        variables = {v["name"]: v["value"] for v in json.loads(validate["Configuration"]["EnvironmentVariables"])}
+        assert set(variables) >= {"RUNNER_PROJECT", "STARTER_ROLE_ARN"}
+
+
+def _policy_statements(template: Template, role_logical_id: str) -> list[dict]:
+    return [s for p in resources(template, "AWS::IAM::Policy").values()
+            if {"Ref": role_logical_id} in p["Properties"]["Roles"]
+            for s in p["Properties"]["PolicyDocument"]["Statement"]]
+
+
+def _role_named(template: Template, role_name: str) -> str:
+    [logical] = [k for k, r in resources(template, "AWS::IAM::Role").items()
+                 if r["Properties"].get("RoleName") == role_name]
+    return logical
+
+
+def _as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def test_validation_step_role_may_reach_nothing_but_its_stages_starter_role(built):
+    """Beyond what CDK Pipelines grants every CodeBuild step (its logs, test reports and the
+    pipeline's artifacts), the step's role may only assume the stage's starter role."""
+    _, template, _ = built
+    housekeeping = ("logs:", "codebuild:CreateReport", "codebuild:UpdateReport", "codebuild:BatchPutTestCases",
+                    "codebuild:BatchPutCodeCoverages", "s3:", "kms:")
+    for name in PROMOTION:
+        env = CONTEXT["environments"][name]
+        role = _role_named(template, f"{name}-cluster-validation-trigger")
+        reach = [s for s in _policy_statements(template, role)
+                 if not all(a.startswith(housekeeping) for a in _as_list(s["Action"]))]
+        assert len(reach) == 1 and reach[0]["Action"] == "sts:AssumeRole", reach
+        assert reach[0]["Resource"] == {"Fn::Join": ["", [
+            "arn:", {"Ref": "AWS::Partition"}, f':iam::{env["account"]}:role/{name}-cluster-validation-starter']]}
+
+
+def test_starter_role_may_only_start_and_read_builds_of_the_runner_and_trusts_only_the_step(built):
+    stack, _, _ = built
+    pipeline_account = CONTEXT["pipeline"]["account"]
+    for name in PROMOTION:
+        validation = Template.from_stack(stack.stages[name].validation)
+        role = _role_named(validation, f"{name}-cluster-validation-starter")
+        [trust] = resources(validation, "AWS::IAM::Role")[role]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        trigger = f":iam::{pipeline_account}:role/{name}-cluster-validation-trigger"
+        assert trigger in json.dumps(trust["Condition"]["ArnEquals"]["aws:PrincipalArn"])
+        [statement] = _policy_statements(validation, role)
+        [project_id] = resources(validation, "AWS::CodeBuild::Project")
+        assert sorted(_as_list(statement["Action"])) == ["codebuild:BatchGetBuilds", "codebuild:StartBuild"]
+        assert statement["Resource"] == {"Fn::GetAtt": [project_id, "Arn"]}
+
+
+def test_every_stage_has_its_runner_in_its_own_vpc(built):
+    stack, _, _ = built
+    for name in PROMOTION:
+        stage = stack.stages[name]
+        project = only(resources(Template.from_stack(stage.validation), "AWS::CodeBuild::Project"))
+        vpc_export = project["Properties"]["VpcConfig"]["VpcId"]["Fn::ImportValue"]
+        assert vpc_export.startswith(f"{stage.network.stack_name}:"), vpc_export
+        assert stage.network.get_logical_id(stage.network.vpc.node.default_child) in vpc_export
 
 
 def test_cross_account_promotion_encrypts_artifacts_with_a_rotated_key(built):
@@ -127,23 +196,6 @@ def test_each_environment_deploys_into_its_own_account_and_region(built):
         stage = stack.stages[name]
         env = CONTEXT["environments"][name]
         assert (stage.account, stage.region) == (env["account"], env["region"])
-
-
-def test_validation_role_trusts_only_the_runner_and_gets_no_cluster_admin(built):
-    stack, _, _ = built
-    for name in PROMOTION:
-        access = Template.from_stack(stack.stages[name].node.find_child("ValidationAccess"))
-        role = only(resources(access, "AWS::IAM::Role"))
-        [statement] = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
-        runner = f":iam::{CONTEXT['pipeline']['account']}:role/{name}-cluster-validation-runner"
-        assert runner in json.dumps(statement["Condition"]["ArnEquals"]["aws:PrincipalArn"])
-        entry = only(resources(access, "AWS::EKS::AccessEntry"))
-        policies = {json.dumps(p["PolicyArn"]).rsplit("/", 1)[-1].strip('"]}'): p["AccessScope"]
-                    for p in entry["Properties"]["AccessPolicies"]}
-        assert policies == {
-            "AmazonEKSEditPolicy": {"Type": "namespace", "Namespaces": ["training"]},
-            "AmazonEKSAdminViewPolicy": {"Type": "cluster"},
-        }
 
 
 def test_pipeline_has_no_unacknowledged_cdk_nag_findings(built):

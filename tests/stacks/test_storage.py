@@ -142,3 +142,20 @@ def test_typed_attributes_for_the_kubernetes_layer(dev):
 
 def test_outputs_for_humans(storage):
     assert {"FileSystemId", "FileSystemDnsName", "FileSystemMountName"} <= set(storage.find_outputs("*"))
+
+
+def test_file_system_waits_for_every_rule_of_its_security_group(dev, file_system):
+    """Amazon FSx for Lustre User Guide, "File system access control with Amazon VPC"
+    (https://docs.aws.amazon.com/fsx/latest/LustreGuide/limit-access-security-groups.html): the
+    file system's security group must allow Lustre traffic on port 988 (and 1018-1023); FSx checks
+    it at CreateFileSystem. Rules that are separate resources are created in parallel with the file
+    system unless it depends on them, and creation then fails with InvalidNetworkSettings."""
+    sg = {"Fn::GetAtt": [dev.logical_id("storage", dev.stage.storage.security_group), "GroupId"]}
+    resources = dev.template_json("storage")["Resources"]
+    rules = {k for k, r in resources.items()
+             if r["Type"] in ("AWS::EC2::SecurityGroupIngress", "AWS::EC2::SecurityGroupEgress")
+             and r["Properties"]["GroupId"] == sg}
+    lnet = {k for k in rules if resources[k]["Type"] == "AWS::EC2::SecurityGroupIngress"
+            and resources[k]["Properties"]["FromPort"] <= 988 <= resources[k]["Properties"]["ToPort"]}
+    assert len(lnet) >= 3, "port 988 from cluster nodes, EFA interfaces and the file servers"
+    assert rules - set(file_system.get("DependsOn", [])) == set()

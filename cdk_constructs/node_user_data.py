@@ -57,17 +57,24 @@ def efa_hugepages() -> int:
     return int(EFA_HUGEPAGES_2MI.removesuffix("Mi")) // HUGEPAGE_MIB * EFA_PODS_PER_NODE
 
 
-def node_config() -> str:
-    return "\n".join([
-        "---",
-        "apiVersion: node.eks.aws/v1alpha1",
-        "kind: NodeConfig",
-        "spec:",
-        "  instance:",
-        "    localStorage:",
-        f"      strategy: {LOCAL_STORAGE_STRATEGY}",
-        "",
-    ])
+def node_config(instance_type: InstanceType) -> str:
+    """The NodeConfig part: RAID0 local storage where the type has NVMe instance store, and kubelet's
+    maxPods where our EFA layout leaves the VPC CNI fewer addresses than nodeadm would assume.
+
+    nodeadm computes maxPods from the instance type's full interface count (on p5: 100); with
+    EFA-only interfaces in card 0's slots the CNI has fewer (on p5: 51, see
+    InstanceType.max_pods). "Amazon EKS recommended maximum Pods for each Amazon EC2 instance type"
+    (https://docs.aws.amazon.com/eks/latest/userguide/choosing-instance-type.html#determine-max-pods)
+    gives the count; the EKS custom-networking tutorial
+    (https://docs.aws.amazon.com/eks/latest/userguide/cni-custom-network-tutorial.html) passes such
+    a count to AL2023 nodes as `spec.kubelet.config.maxPods` of a NodeConfig in the launch template.
+    """
+    lines = ["---", "apiVersion: node.eks.aws/v1alpha1", "kind: NodeConfig", "spec:"]
+    if instance_type.supports_efa:
+        lines += ["  kubelet:", "    config:", f"      maxPods: {instance_type.max_pods}"]
+    if instance_type.local_nvme_disks:
+        lines += ["  instance:", "    localStorage:", f"      strategy: {LOCAL_STORAGE_STRATEGY}"]
+    return "\n".join([*lines, ""])
 
 
 def hugepages_script(pages: int) -> str:
@@ -93,8 +100,8 @@ def hugepages_script(pages: int) -> str:
 def node_user_data(instance_type: InstanceType) -> str | None:
     """The MIME archive for `instance_type`, or None when its nodes need nothing beyond EKS's own."""
     parts: list[tuple[str, str]] = []
-    if instance_type.local_nvme_disks:
-        parts.append((NODECONFIG_CONTENT_TYPE, node_config()))
+    if instance_type.local_nvme_disks or instance_type.supports_efa:
+        parts.append((NODECONFIG_CONTENT_TYPE, node_config(instance_type)))
     if instance_type.supports_efa:
         parts.append((SHELL_CONTENT_TYPE, hugepages_script(efa_hugepages())))
     if not parts:

@@ -5,7 +5,8 @@ the trainer (MFU denominator), preflight (vCPU quotas) and the IP plan all read 
 from the EC2 instance-type pages, the EFA guide and the GPU vendors' data sheets (dense, not
 sparse, bf16); vCPUs, GPUs, memory, EFA devices, network cards and instance storage are checked
 against EC2's DescribeInstanceTypes answer (tests/config/test_instance_types.py).
-Pod counts are the VPC CNI's per-type maxima, capped as the EKS AL2023 AMI caps kubelet's maxPods.
+Pod counts are the VPC CNI's per-type maxima, capped as the EKS AL2023 AMI caps kubelet's maxPods,
+and on EFA types lowered to what card 0 has left after the EFA layout (InstanceType.max_pods).
 """
 
 from __future__ import annotations
@@ -56,6 +57,11 @@ class InstanceType:
     local_nvme_disks: int = 0
     local_nvme_gb: int = 0
     efa_layout_source: str = ""  # the EFA guide section network_interfaces() follows
+    # Network card 0's interface limit and the IPv4 addresses an interface holds (EC2
+    # DescribeInstanceTypes: NetworkCards[0].MaximumNetworkInterfaces, Ipv4AddressesPerInterface).
+    # Needed for EFA types only: see max_pods.
+    card0_max_interfaces: int = 0
+    ipv4_per_interface: int = 0
 
     @property
     def family(self) -> str:
@@ -79,9 +85,25 @@ class InstanceType:
         return "Standard"
 
     @property
+    def pod_network_interfaces(self) -> int:
+        """ENA interfaces the VPC CNI can give pod addresses from: it attaches them on network card 0
+        only, and every EFA-only interface our layout puts on card 0 takes one of that card's slots."""
+        efa_only_on_card0 = sum(1 for i in self.network_interfaces()
+                                if i.network_card_index == 0 and i.interface_type == "efa-only")
+        return self.card0_max_interfaces - efa_only_on_card0
+
+    @property
     def max_pods(self) -> int:
-        # AL2023 nodeadm caps maxPods at 110 below 30 vCPUs and 250 above.
-        return min(self.vpc_cni_max_pods, 110 if self.vcpus < 30 else 250)
+        """Pods kubelet admits on a node. The VPC CNI's per-type figure (eni-max-pods) counts every
+        slot of card 0; with our EFA layout fewer are left, so EFA types count what remains:
+        ENIs x (addresses per ENI - 1) + 2 host-network pods, the same formula. On p5 that is
+        1 x 49 + 2 = 51, not 100: kubelet left at 100 would admit pods that then wait forever for
+        an address. The node's NodeConfig sets kubelet's maxPods to this (cdk_constructs/node_user_data.py).
+        AL2023 nodeadm caps maxPods at 110 below 30 vCPUs and 250 above."""
+        cni = self.vpc_cni_max_pods
+        if self.supports_efa:
+            cni = min(cni, self.pod_network_interfaces * (self.ipv4_per_interface - 1) + 2)
+        return min(cni, 110 if self.vcpus < 30 else 250)
 
     @property
     def ips_per_node(self) -> int:
@@ -106,11 +128,12 @@ class InstanceType:
                 *(NetworkInterface(card, 0, "efa-only") for card in range(1, self.efa_interfaces)))
 
 
-def _g(name, vcpus, mem, gpus, model, gpu_mem, efa, pods, flops, disks, disk_gb):
+def _g(name, vcpus, mem, gpus, model, gpu_mem, efa, pods, flops, disks, disk_gb, card0=0, ipv4=0):
     return InstanceType(name, vcpus, mem, gpus, model, gpu_mem, efa, 1, flops, pods,
                         nccl_busbw_floor_gbps=8.0 if efa else None,
                         local_nvme_disks=disks, local_nvme_gb=disks * disk_gb,
-                        efa_layout_source=EFA_BASIC if efa else "")
+                        efa_layout_source=EFA_BASIC if efa else "",
+                        card0_max_interfaces=card0, ipv4_per_interface=ipv4)
 
 
 _A100 = 312e12
@@ -123,31 +146,36 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
     t.name: t
     for t in (
         InstanceType("p4d.24xlarge", 96, 1152, 8, "A100", 40, 4, 4, _A100, 737, 40.0, True,
-                     local_nvme_disks=8, local_nvme_gb=8 * 1000, efa_layout_source=EFA_BASIC),
+                     local_nvme_disks=8, local_nvme_gb=8 * 1000, efa_layout_source=EFA_BASIC,
+                     card0_max_interfaces=15, ipv4_per_interface=50),
         InstanceType("p4de.24xlarge", 96, 1152, 8, "A100", 80, 4, 4, _A100, 737, 40.0, True,
-                     local_nvme_disks=8, local_nvme_gb=8 * 1000, efa_layout_source=EFA_BASIC),
+                     local_nvme_disks=8, local_nvme_gb=8 * 1000, efa_layout_source=EFA_BASIC,
+                     card0_max_interfaces=15, ipv4_per_interface=50),
         InstanceType("p5.48xlarge", 192, 2048, 8, "H100", 80, 32, 32, _H100, 100, 250.0, True,
-                     local_nvme_disks=8, local_nvme_gb=8 * 3800, efa_layout_source=EFA_P5),
+                     local_nvme_disks=8, local_nvme_gb=8 * 3800, efa_layout_source=EFA_P5,
+                     card0_max_interfaces=2, ipv4_per_interface=50),
         InstanceType("p5e.48xlarge", 192, 2048, 8, "H200", 141, 32, 32, _H200, 100, 250.0, True,
-                     local_nvme_disks=8, local_nvme_gb=8 * 3800, efa_layout_source=EFA_P5),
+                     local_nvme_disks=8, local_nvme_gb=8 * 3800, efa_layout_source=EFA_P5,
+                     card0_max_interfaces=2, ipv4_per_interface=50),
         InstanceType("p5en.48xlarge", 192, 2048, 8, "H200", 141, 16, 16, _H200, 100, 250.0, True,
-                     local_nvme_disks=8, local_nvme_gb=8 * 3800, efa_layout_source=EFA_BASIC),
+                     local_nvme_disks=8, local_nvme_gb=8 * 3800, efa_layout_source=EFA_BASIC,
+                     card0_max_interfaces=4, ipv4_per_interface=50),
         _g("g5.xlarge", 4, 16, 1, "A10G", 24, 0, 58, _A10G, 1, 250),
         _g("g5.2xlarge", 8, 32, 1, "A10G", 24, 0, 58, _A10G, 1, 450),
         _g("g5.4xlarge", 16, 64, 1, "A10G", 24, 0, 234, _A10G, 1, 600),
-        _g("g5.8xlarge", 32, 128, 1, "A10G", 24, 1, 234, _A10G, 1, 900),
-        _g("g5.12xlarge", 48, 192, 4, "A10G", 24, 1, 737, _A10G, 1, 3800),
-        _g("g5.16xlarge", 64, 256, 1, "A10G", 24, 1, 234, _A10G, 1, 1900),
-        _g("g5.24xlarge", 96, 384, 4, "A10G", 24, 1, 737, _A10G, 1, 3800),
-        _g("g5.48xlarge", 192, 768, 8, "A10G", 24, 1, 345, _A10G, 2, 3800),
+        _g("g5.8xlarge", 32, 128, 1, "A10G", 24, 1, 234, _A10G, 1, 900, 8, 30),
+        _g("g5.12xlarge", 48, 192, 4, "A10G", 24, 1, 737, _A10G, 1, 3800, 15, 50),
+        _g("g5.16xlarge", 64, 256, 1, "A10G", 24, 1, 234, _A10G, 1, 1900, 8, 30),
+        _g("g5.24xlarge", 96, 384, 4, "A10G", 24, 1, 737, _A10G, 1, 3800, 15, 50),
+        _g("g5.48xlarge", 192, 768, 8, "A10G", 24, 1, 345, _A10G, 2, 3800, 7, 50),
         _g("g6.xlarge", 4, 16, 1, "L4", 24, 0, 58, _L4, 1, 250),
         _g("g6.2xlarge", 8, 32, 1, "L4", 24, 0, 58, _L4, 1, 450),
         _g("g6.4xlarge", 16, 64, 1, "L4", 24, 0, 234, _L4, 1, 600),
-        _g("g6.8xlarge", 32, 128, 1, "L4", 24, 1, 234, _L4, 2, 450),
-        _g("g6.12xlarge", 48, 192, 4, "L4", 24, 1, 234, _L4, 4, 940),
-        _g("g6.16xlarge", 64, 256, 1, "L4", 24, 1, 737, _L4, 2, 940),
-        _g("g6.24xlarge", 96, 384, 4, "L4", 24, 1, 737, _L4, 4, 940),
-        _g("g6.48xlarge", 192, 768, 8, "L4", 24, 1, 737, _L4, 8, 940),
+        _g("g6.8xlarge", 32, 128, 1, "L4", 24, 1, 234, _L4, 2, 450, 8, 30),
+        _g("g6.12xlarge", 48, 192, 4, "L4", 24, 1, 234, _L4, 4, 940, 8, 30),
+        _g("g6.16xlarge", 64, 256, 1, "L4", 24, 1, 737, _L4, 2, 940, 15, 50),
+        _g("g6.24xlarge", 96, 384, 4, "L4", 24, 1, 737, _L4, 4, 940, 15, 50),
+        _g("g6.48xlarge", 192, 768, 8, "L4", 24, 1, 737, _L4, 8, 940, 15, 50),
         InstanceType("m5.large", 2, 8, vpc_cni_max_pods=29),
         InstanceType("m5.xlarge", 4, 16, vpc_cni_max_pods=58),
         InstanceType("m5.2xlarge", 8, 32, vpc_cni_max_pods=58),

@@ -106,8 +106,8 @@ def _addresses(plan: Plan) -> None:
     others, others_text = _others_ips(env, group)
     need = others + plan.nodes * per_node
     capacity = env.private_subnet_capacity
-    efa = (f"; its {it.efa_interfaces - 1} EFA-only interfaces take none" if it.efa_interfaces > 1 else
-           "; its EFA interface is the primary" if it.efa_interfaces == 1 else "")
+    # The primary interface is ENA; every EFA device is an EFA-only interface, which has no address.
+    efa = f"; its {it.efa_interfaces} EFA-only interfaces take none" if it.efa_interfaces else ""
     plan.sections.append((
         f"Addresses: training subnet in {env.training_availability_zone}, /{env.private_subnet_mask}, "
         f"{capacity} usable", [

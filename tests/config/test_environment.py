@@ -146,7 +146,7 @@ CASES = [
      "vpcCidr: /22 is too small for 3 zones; use /20 or larger"),
     ("cidr too small for the node groups at max", [("vpcCidr", "10.0.0.0/20"), ("gpuNodegroups[0].maxSize", 40)],
      "vpcCidr: 10.0.0.0/20 gives each of 3 private subnets /23 (507 usable addresses), but the training AZ needs "
-     "10714 with every node group at maxSize (node and pod IPs); use a larger CIDR or lower maxSize"),
+     "10616 with every node group at maxSize (node and pod IPs); use a larger CIDR or lower maxSize"),
     ("admin role not a role ARN", [("adminRoleArns[0]", "arn:aws:iam::111111111111:user/alice")],
      "adminRoleArns[0]: must be an IAM role ARN (arn:aws:iam::<12 digits>:role/<name>), "
      "got 'arn:aws:iam::111111111111:user/alice'"),

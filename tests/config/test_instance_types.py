@@ -72,3 +72,30 @@ def test_efa_layout_fits_every_network_card(ec2_types, name):
 def test_every_efa_row_names_the_guide_section_it_follows(name):
     source = INSTANCE_TYPES[name].efa_layout_source
     assert source.startswith(EFA_GUIDE_URL) and "#" in source, source
+
+
+@pytest.mark.parametrize("name", sorted(n for n, t in INSTANCE_TYPES.items() if t.supports_efa))
+def test_card0_limits_match_ec2(ec2_types, name):
+    ours, network = INSTANCE_TYPES[name], ec2_types[name]["NetworkInfo"]
+    card0 = next(c for c in network["NetworkCards"] if c["NetworkCardIndex"] == 0)
+    assert ours.card0_max_interfaces == card0["MaximumNetworkInterfaces"]
+    assert ours.ipv4_per_interface == network["Ipv4AddressesPerInterface"]
+
+
+@pytest.mark.parametrize("name", sorted(n for n, t in INSTANCE_TYPES.items() if t.supports_efa))
+def test_max_pods_never_exceeds_the_addresses_the_vpc_cni_can_hand_out(ec2_types, name):
+    """"Amazon EKS recommended maximum Pods for each Amazon EC2 instance type"
+    (https://docs.aws.amazon.com/eks/latest/userguide/choosing-instance-type.html#determine-max-pods):
+    max pods = ENIs x (IPv4 addresses per ENI - 1) + 2. The VPC CNI attaches ENIs on network card 0
+    only, and each EFA-only interface our layout puts there takes a slot an ENI would have had; a
+    kubelet maxPods above what is left admits pods that never get an address."""
+    ours, network = INSTANCE_TYPES[name], ec2_types[name]["NetworkInfo"]
+    card0 = next(c for c in network["NetworkCards"] if c["NetworkCardIndex"] == 0)
+    taken = sum(1 for i in ours.network_interfaces() if i.network_card_index == 0 and i.interface_type == "efa-only")
+    enis = card0["MaximumNetworkInterfaces"] - taken
+    assert ours.max_pods <= enis * (network["Ipv4AddressesPerInterface"] - 1) + 2
+
+
+def test_p5_admits_51_pods_with_its_efa_layout():
+    assert INSTANCE_TYPES["p5.48xlarge"].max_pods == 51
+    assert INSTANCE_TYPES["p5.48xlarge"].ips_per_node == 52

@@ -29,16 +29,17 @@ def test_prod_defaults_to_its_gpu_preset_at_max_size():
 
 def test_addresses_count_a_primary_ip_and_pod_ips_per_node_and_every_other_group():
     lines = section(plan.build(load("prod")), "Addresses")
-    # p5: 1 + 100 pods (EFA-only interfaces carry no address); system 6 x 59 and cpu 4 x 59 at maxSize.
-    assert lines[0].endswith("= 1616") and "31 EFA-only interfaces take none" in lines[0]
+    # p5: 1 + 51 pods (what card 0 leaves the VPC CNI; EFA-only interfaces carry no address);
+    # system 6 x 59 and cpu 4 x 59 at maxSize.
+    assert lines[0].endswith("= 832") and "32 EFA-only interfaces take none" in lines[0]
     assert lines[1].endswith("= 590")
-    assert lines[2] == "total 2206 of 8187 (27%)"
+    assert lines[2] == "total 1422 of 8187 (17%)"
 
 
 def test_subnet_limit_is_the_largest_count_config_validation_still_accepts():
     p = plan.build(load("prod"))
     largest = limits(p)["subnet addresses"]
-    assert largest == 75
+    assert largest == 146
     environments = read_environments()
     for size, ok in ((largest, True), (largest + 1, False)):
         changed = json.loads(json.dumps(environments))
@@ -79,12 +80,12 @@ def test_without_a_quota_the_plan_says_what_it_does_not_know():
     text = plan.render(plan.build(load("prod")))
     assert "unknown offline: pass --vcpu-quota N" in text
     assert "reservation cr-0123456789abcdef0" in text
-    assert "=> at most 75 nodes: subnet addresses binds first among the limits known offline" in text
+    assert "=> at most 146 nodes: subnet addresses binds first among the limits known offline" in text
 
 
 def test_nodes_past_a_limit_are_flagged():
-    text = plan.render(plan.build(load("prod"), nodes=80))
-    assert "total 8670 of 8187 (106%)  OVER" in text
+    text = plan.render(plan.build(load("prod"), nodes=160))
+    assert "total 8910 of 8187 (109%)  OVER" in text
     subnet = next(line for line in text.splitlines() if line.strip().startswith("subnet addresses"))
     assert subnet.endswith("EXCEEDED")
 

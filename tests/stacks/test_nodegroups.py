@@ -201,6 +201,23 @@ def test_groups_with_instance_storage_put_kubelet_and_containerd_on_a_raid0_of_i
             assert root == (500 if group_type.is_gpu else 100), name
 
 
+def test_efa_groups_tell_kubelet_how_many_pods_the_vpc_cni_can_address(synthesized):
+    """"Amazon EKS recommended maximum Pods for each Amazon EC2 instance type"
+    (https://docs.aws.amazon.com/eks/latest/userguide/choosing-instance-type.html#determine-max-pods),
+    passed to AL2023 nodes as NodeConfig `spec.kubelet.config.maxPods` (EKS custom-networking
+    tutorial, https://docs.aws.amazon.com/eks/latest/userguide/cni-custom-network-tutorial.html).
+    nodeadm's own figure counts every slot of network card 0; our EFA-only interfaces take some,
+    so without this a p5 kubelet admits 100 pods for 49 pod addresses."""
+    efa_groups = [(name, t) for name, t in _all_groups(synthesized) if t.supports_efa]
+    assert efa_groups
+    for name, group_type in efa_groups:
+        config = node_config(launch_data(synthesized, name))
+        assert config["spec"]["kubelet"]["config"]["maxPods"] == group_type.max_pods, name
+    p5 = [name for name, t in efa_groups if t.name == "p5.48xlarge"]
+    for name in p5:
+        assert node_config(launch_data(synthesized, name))["spec"]["kubelet"]["config"]["maxPods"] == 51
+
+
 def _all_groups(s):
     yield SYSTEM_NODEGROUP, s.config.system_nodegroup.instance_type
     for group in s.config.training_nodegroups:

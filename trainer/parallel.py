@@ -63,6 +63,10 @@ def build_model(cfg: ModelConfig, rt: tdist.Runtime, *, compile: bool = False, a
     elif on_gpu:
         model.autocast_dtype = torch.bfloat16
     model.to_empty(device=rt.device)
+    if cfg.tie_embeddings and model.output.weight is not model.tok_embeddings.weight:
+        # to_empty gives each module its own new tensor, which would silently untie the output
+        # layer from the embedding (FSDP2 keeps the tie: it owns the parameters).
+        model.output.weight = model.tok_embeddings.weight
     # Same seed on every rank: replicated buffers and any replicated parameter agree.
     torch.manual_seed(0)
     with warnings.catch_warnings():

@@ -126,3 +126,13 @@ def test_mfu_has_no_peak_on_cpu():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_gpu_peak_comes_from_the_instance_table():
     assert peak_flops(torch.device("cuda", 0)) is not None
+
+
+def test_tied_embeddings_stay_tied_when_one_process_skips_fsdp():
+    from types import SimpleNamespace
+
+    from trainer.parallel import build_model
+    cfg = replace(MODEL_PRESETS["tiny"], tie_embeddings=True)
+    model = build_model(cfg, SimpleNamespace(world_size=1, device=torch.device("cpu")), rope_length=16)
+    assert model.output.weight is model.tok_embeddings.weight
+    assert "output.weight" not in dict(model.named_parameters())

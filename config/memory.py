@@ -16,6 +16,12 @@ Per rank, with N parameters sharded over S ranks (FSDP2), c bytes per element of
   checkpointing only each block's input is kept, plus one block's activations being recomputed;
 - the output layer: logits in compute precision, their fp32 log-softmax and its gradient
   (c + 8 bytes per token and vocabulary entry), or one chunk of them with --loss-chunk-tokens.
+The peak is parameters + optimizer + working copies + the larger of the gradients and the
+activations with the logits: the loop frees gradients after each step (zero_grad to None), and
+backward releases a block's activations as it produces that block's gradients.
+Activations are counted as eager autograd saves them; torch.compile's partitioner recomputes
+cheap ops and saves less, so for --compile runs this is an upper bound (bench/RESULTS.md: an H100
+measured 59.3 / 60.5 / 74.5 GiB where this says 82.5 / 77.5 / 95.5).
 Not counted: the CUDA context, NCCL buffers and allocator fragmentation; `ops plan` keeps
 HEADROOM of the device for them.
 """
@@ -41,7 +47,7 @@ class MemoryEstimate:
 
     @property
     def total(self) -> float:
-        return self.parameters + self.gradients + self.optimizer + self.working + self.activations + self.logits
+        return self.parameters + self.optimizer + self.working + max(self.gradients, self.activations + self.logits)
 
     def summary(self) -> str:
         parts = ", ".join(f"{name} {getattr(self, name) / GIB:.2f}"

@@ -96,6 +96,8 @@ class JobPreset:
     # that ran on deploy would sit Pending and then seize the first GPU nodes that appear.
     start_on_deploy: bool = False
     local: LocalSteps = LocalSteps()
+    # False: only `make local` runs it (its inputs exist only where its local steps made them).
+    cluster: bool = True
 
     @property
     def module(self) -> str:
@@ -166,6 +168,7 @@ PRESETS: dict[str, JobPreset] = {
                 before=(("trainer.hf", "tiny", "--out", "{job_dir}/hf-source"),),
                 after=(("trainer.hf", "export", "--checkpoint", "{job_dir}", "--out", "{job_dir}/hf-export"),
                        ("trainer.hf", "verify", "{job_dir}/hf-export"))),
+            cluster=False,
         ),
         _llm("llama3-8b-fsdp", "llama3.1-8b", "Llama 3.1 8B under FSDP2, bf16, on p5.48xlarge", "p5", 2,
              seq_len=8192, batch_size=2, compile=True),

@@ -81,3 +81,30 @@ def test_an_existing_non_empty_output_is_refused(corpus, tmp_path):
     (tmp_path / "out" / "keep").write_text("x")
     with pytest.raises(UsageError, match="--output: .* exists and is not an empty folder"):
         prepare(corpus / "model", [corpus / "in" / "a.jsonl"], tmp_path / "out", 100, None)
+
+
+def test_prepare_streams_bounded_batches_never_a_whole_file(corpus, tmp_path, monkeypatch):
+    import trainer.prepare as prep
+    monkeypatch.setattr(prep, "BATCH_DOCUMENTS", 7)
+    monkeypatch.setattr(prep, "TEXT_BLOCK_BYTES", 256)
+    batches = []
+    real = prep.load_tokenizer
+
+    def recording(path):
+        tok, file = real(path)
+
+        class Recorder:
+            def __getattr__(self, name):
+                return getattr(tok, name)
+
+            def encode_batch(self, texts, **kw):
+                batches.append(texts)
+                return tok.encode_batch(texts, **kw)
+        return Recorder(), file
+
+    monkeypatch.setattr(prep, "load_tokenizer", recording)
+    meta = prepare(corpus / "model", [corpus / "in"], tmp_path / "out", 5000, None)
+    assert meta["documents"] == 701 and len(batches) > 100
+    assert max(len(b) for b in batches) <= 7
+    longest_line = max(len(d) for d in DOCS) + 1
+    assert max(len(t.encode()) for b in batches for t in b) <= 256 + longest_line  # text files in blocks of lines

@@ -111,9 +111,9 @@ def check_directory(cfg: CheckpointConfig, model: ModelConfig) -> None:
 
 
 class CheckpointManager:
-    def __init__(self, cfg: CheckpointConfig, rt: Runtime, state: dict[str, Stateful], *, last_step: int,
+    def __init__(self, cfg: CheckpointConfig, rt: Runtime, state: dict[str, Stateful], *, last_step: int = 0,
                  model_record: dict | None = None):
-        """`last_step` always saves; `model_record` is written to DIR/model.json."""
+        """`last_step` (if any) always saves; `model_record` is written to DIR/model.json."""
         self.cfg, self.rt, self.state = cfg, rt, state
         self.last_step, self.model_record = last_step, model_record
         self.directory = Path(cfg.directory) if cfg.directory else None

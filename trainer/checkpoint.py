@@ -103,6 +103,11 @@ def check_directory(cfg: CheckpointConfig, model: ModelConfig) -> None:
         record = read_model_record(path)
     except (OSError, ValueError) as exc:
         raise UsageError("--checkpoint-dir", f"{path / MODEL_FILE} is unreadable ({exc})") from None
+    if record is None and list_steps(path):
+        # Older trainers wrote no model.json and rotated q/k in the interleaved (Meta) layout;
+        # their weights would load without error and compute something else.
+        raise UsageError("--checkpoint-dir", f"{path} holds checkpoints without {MODEL_FILE}, written by a trainer "
+                                             "with another rotary layout; they cannot be resumed, use another directory")
     if record and list_steps(path):
         difference = shape_difference(record.get("model", {}), model)
         if difference:

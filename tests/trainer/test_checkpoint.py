@@ -85,6 +85,9 @@ def test_checkpoints_of_another_model_shape_are_refused_in_one_line_not_moved_as
     assert list_steps(tmp_path) == [2] and not list(tmp_path.glob("*.unloadable*"))
     deeper = _llm("--model", "tiny", "--layers", "3", "--steps", "4", "--checkpoint-dir", str(tmp_path))
     assert deeper.returncode == 2 and "n_layers is 2 in the checkpoints but 3 in this run" in deeper.stderr
+    (tmp_path / "model.json").unlink()  # as an older trainer left its folders
+    older = _llm("--model", "tiny", "--steps", "4", "--checkpoint-dir", str(tmp_path))
+    assert older.returncode == 2 and "holds checkpoints without model.json" in older.stderr
 
 
 def test_a_checkpoint_directory_that_cannot_be_created_is_one_line_before_training(tmp_path):

@@ -58,6 +58,7 @@ def test_loss_falls_and_resume_restores_model_optimizer_schedule_and_data_positi
 
     # Resume from the step-10 checkpoint alone: steps 11..20 must retrace run a exactly.
     shutil.copytree(step_dir(a, 10), step_dir(b, 10))
+    shutil.copy(a / "model.json", b / "model.json")
     rc, out = run(torchrun_args("trainer.llm", llm(b, "--metrics-file", str(b / "m.jsonl"), model=model)))
     assert rc == 0, out
     assert [int(s) for s in RESUMED.findall(out)] == [10]

@@ -1,11 +1,18 @@
-"""Trainer step overhead: trainer.llm's loop against a bare PyTorch loop of the same model.
+"""Trainer step overhead: trainer.llm's loop against bare PyTorch loops of the same model.
 
-    python bench/step_overhead.py [--dim 512 --layers 4 --seq-len 256 --batch 4] [--rounds 3]
+    python bench/step_overhead.py [--dim 256 --layers 2 --seq-len 128 --batch 4] [--rounds 5]
 
-Both run in this one process on the same FSDP2-sharded model shape, alternating, so machine
-noise hits both alike. The bare loop is forward, loss, backward, gradient clipping, AdamW on
-tensors already in memory; the trainer adds its data pipeline, schedule, metrics, checkpoint
-polling and preemption check. Ratio = trainer tokens/s / bare tokens/s (target >= 0.97).
+Everything runs in this one process, alternating within each round, and each ratio is the
+median over rounds of that round's ratio: on a shared machine a slow round then slows both sides
+of its ratio instead of skewing one median. A bare loop is forward, loss, backward, gradient clipping and AdamW on tensors already in
+memory; the trainer adds its data pipeline, schedule, metrics, checkpoint polling and preemption
+check. Ratios = trainer tokens/s / bare tokens/s (target >= 0.97):
+- one process: the trainer as it runs on one process (no FSDP2) against a plain loop of the
+  unwrapped model, and against a plain loop of transformers' LlamaForCausalLM of the same shape
+  (where transformers is installed);
+- FSDP2: the trainer with --fsdp always against a bare loop of the FSDP2-wrapped model;
+- mixture of experts: the same one-process comparison for a Mixtral-style model (8 experts,
+  top-2) with the dense model's dimensions.
 """
 
 from __future__ import annotations
@@ -16,29 +23,32 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
+from config.models import MODELS, ModelConfig  # noqa: E402
 from trainer import dist as tdist  # noqa: E402
 from trainer import llm  # noqa: E402
-from trainer.model import MODEL_PRESETS, ModelConfig, loss_fn  # noqa: E402
+from trainer.job_config import parse_job  # noqa: E402
+from trainer.parallel import ParallelConfig, build_model  # noqa: E402
+
+WARMUP = 5
 
 
-def bare_loop(cfg: ModelConfig, rt, batch: int, seq: int, steps: int, warmup: int) -> float:
-    model = llm.build_model(cfg, rt, compile=False, activation_checkpointing=False)
+def timed_loop(model, step_loss, cfg: ModelConfig, device, batch: int, seq: int, steps: int) -> float:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1,
-                                  fused=rt.device.type == "cuda")
-    data = torch.randint(cfg.vocab_size, (steps + warmup, batch, seq + 1), device=rt.device)
-    for i in range(steps + warmup):
-        if i == warmup:
-            if rt.device.type == "cuda":
+                                  fused=device.type == "cuda")
+    data = torch.randint(cfg.vocab_size, (steps + WARMUP, batch, seq + 1), device=device)
+    for i in range(steps + WARMUP):
+        if i == WARMUP:
+            if device.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-        x = data[i]
-        loss = loss_fn(model(x[:, :-1]), x[:, 1:])
+        loss = step_loss(model, data[i])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -47,16 +57,35 @@ def bare_loop(cfg: ModelConfig, rt, batch: int, seq: int, steps: int, warmup: in
     return steps * batch * seq / (time.perf_counter() - t0)
 
 
-def trainer_loop(batch: int, seq: int, steps: int, warmup: int, rt) -> float:
+def bare_loop(cfg: ModelConfig, rt, batch: int, seq: int, steps: int, fsdp: str) -> float:
+    model = build_model(cfg, rt, rope_length=seq, parallel=ParallelConfig(fsdp=fsdp))
+    # The model's own loss (cross-entropy, plus the balancing loss of a mixture of experts), as
+    # the trainer computes it.
+    return timed_loop(model, lambda m, x: m(x[:, :-1], x[:, 1:]), cfg, rt.device, batch, seq, steps)
+
+
+def transformers_loop(cfg: ModelConfig, rt, batch: int, seq: int, steps: int) -> float | None:
+    try:
+        import transformers
+    except ImportError:
+        return None
+    from trainer.hf_config import to_hf_config
+    hf_cfg = transformers.AutoConfig.for_model(**to_hf_config(cfg, "float32"))
+    model = transformers.AutoModelForCausalLM.from_config(hf_cfg, dtype=torch.float32).to(rt.device).train()
+    return timed_loop(model, lambda m, x: m(input_ids=x[:, :-1], labels=x[:, :-1]).loss, cfg, rt.device, batch, seq,
+                      steps)
+
+
+def trainer_loop(model: str, batch: int, seq: int, steps: int, rt, fsdp: str) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         metrics = Path(tmp) / "m.jsonl"
-        args, mcfg = llm.parse_args(["--model", "bench", "--steps", str(steps + warmup), "--batch-size", str(batch),
-                                     "--seq-len", str(seq), "--log-every", str(warmup), "--warmup-steps", "1",
-                                     "--lr", "1e-4", "--metrics-file", str(metrics)])
-        llm.train(args, mcfg, rt)
+        job = parse_job(["--model", model, "--steps", str(steps + WARMUP), "--batch-size", str(batch),
+                         "--seq-len", str(seq), "--log-every", str(WARMUP), "--warmup-steps", "1",
+                         "--lr", "1e-4", "--metrics-file", str(metrics), "--fsdp", fsdp])
+        llm.train(job, rt)
         records = [json.loads(line) for line in metrics.read_text().splitlines()]
     # The first window holds the warm-up steps; the rest is steady state.
-    steady = [r for r in records if r["step"] > warmup]
+    steady = [r for r in records if r["step"] > WARMUP]
     return statistics.mean(r["tokens_per_sec_per_device"] for r in steady)
 
 
@@ -70,22 +99,41 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args()
-    cfg = ModelConfig(dim=args.dim, n_layers=args.layers, n_heads=max(1, args.dim // 128), n_kv_heads=max(1, args.dim // 512),
-                      vocab_size=args.vocab, ffn_dim=int(args.dim * 8 / 3) // 64 * 64, max_seq_len=args.seq_len)
-    MODEL_PRESETS["bench"] = cfg  # the trainer's --model reads the preset table
+    dense = ModelConfig(dim=args.dim, n_layers=args.layers, n_heads=max(1, args.dim // 128),
+                        n_kv_heads=max(1, args.dim // 512), vocab_size=args.vocab,
+                        ffn_dim=int(args.dim * 8 / 3) // 64 * 64, max_seq_len=args.seq_len)
+    moe = replace(dense, ffn_dim=dense.ffn_dim // 2, n_experts=8, experts_per_token=2, router_aux_loss_coef=0.02,
+                  family="mixtral")
+    MODELS.update({"bench": dense, "bench-moe": moe})  # the trainer's --model reads the table
     rt = tdist.init()
-    warmup = 5
-    bare, trainer = [], []
+    shape = (args.batch, args.seq_len, args.steps)
+    runs = {name: [] for name in ("plain", "transformers", "trainer", "bare_fsdp", "trainer_fsdp", "plain_moe",
+                                  "trainer_moe")}
     for _ in range(args.rounds):
-        bare.append(bare_loop(cfg, rt, args.batch, args.seq_len, args.steps, warmup))
-        trainer.append(trainer_loop(args.batch, args.seq_len, args.steps, warmup, rt))
+        runs["plain"].append(bare_loop(dense, rt, *shape, fsdp="auto"))
+        runs["transformers"].append(transformers_loop(dense, rt, *shape))
+        runs["trainer"].append(trainer_loop("bench", *shape, rt, fsdp="auto"))
+        runs["bare_fsdp"].append(bare_loop(dense, rt, *shape, fsdp="always"))
+        runs["trainer_fsdp"].append(trainer_loop("bench", *shape, rt, fsdp="always"))
+        runs["plain_moe"].append(bare_loop(moe, rt, *shape, fsdp="auto"))
+        runs["trainer_moe"].append(trainer_loop("bench-moe", *shape, rt, fsdp="auto"))
     if rt.is_main:
-        b, t = statistics.median(bare), statistics.median(trainer)
+        def ratio(a: str, b: str) -> str:
+            pairs = [x / y for x, y in zip(runs[a], runs[b]) if x is not None and y is not None]
+            return f"{statistics.median(pairs):.3f} (rounds: {', '.join(f'{r:.2f}' for r in pairs)})"
+
         print(f"step_overhead: dim {args.dim}, {args.layers} layers, batch {args.batch} x seq {args.seq_len} "
-              f"on {rt.device.type}, median of {args.rounds} rounds of {args.steps} steps")
-        print(f"  bare loop  {b:12,.0f} tokens/s   (rounds: {', '.join(f'{x:,.0f}' for x in bare)})")
-        print(f"  trainer    {t:12,.0f} tokens/s   (rounds: {', '.join(f'{x:,.0f}' for x in trainer)})")
-        print(f"  ratio trainer/bare = {t / b:.3f} (target >= 0.97)")
+              f"on {rt.device.type}, {args.rounds} rounds of {args.steps} steps")
+        for name, values in runs.items():
+            if None not in values:
+                print(f"  {name:<13} median {statistics.median(values):10,.0f} tokens/s   "
+                      f"(rounds: {', '.join(f'{x:,.0f}' for x in values)})")
+        print(f"  one process: trainer/plain loop = {ratio('trainer', 'plain')}  target >= 0.97")
+        if None not in runs["transformers"]:
+            print(f"  one process: trainer/transformers loop = {ratio('trainer', 'transformers')}")
+        print(f"  FSDP2: trainer/bare FSDP2 loop = {ratio('trainer_fsdp', 'bare_fsdp')}  target >= 0.97")
+        print(f"  one process: FSDP2-wrapped/unwrapped bare loop = {ratio('bare_fsdp', 'plain')}")
+        print(f"  MoE, one process: trainer/plain loop = {ratio('trainer_moe', 'plain_moe')}  target >= 0.97")
     tdist.shutdown()
     return 0
 

@@ -1,27 +1,89 @@
-"""Job presets: what a PyTorchJob runs, defined once.
+"""Job presets: what a PyTorchJob runs, defined once, with typed workload arguments.
 
 The PyTorchJob chart renders a preset for the cluster and `make local` renders the same preset
 for this machine, so the workload command on a laptop is the one on the cluster. Only the launcher
 topology (nodes, processes, rendezvous endpoint) and the checkpoint root differ between the two.
+Each workload's fields map one to one onto its trainer's flags (`--field-name value`, a true
+bool as a bare flag); tests/config/test_presets.py parses every preset with the trainer's own
+parser, so a renamed flag fails there and not in a pod.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import ClassVar
 
 from config.errors import ConfigError
 
 # Where checkpoints live: the FSx claim on the cluster, a local folder on a laptop.
 CLUSTER_CHECKPOINT_ROOT = "/fsx/checkpoints"
+# Where Hugging Face model directories live on FSx (the model-download Job writes them there).
+CLUSTER_MODELS_ROOT = "/fsx/models"
+CLUSTER_DATA_ROOT = "/fsx/data"
 RENDEZVOUS_BACKENDS = ("etcd", "c10d")
+
+
+def _flags(workload) -> list[str]:
+    out = []
+    for f in fields(workload):
+        value = getattr(workload, f.name)
+        flag = "--" + f.name.replace("_", "-")
+        if value is None or value is False:
+            continue
+        out += [flag] if value is True else [flag, str(value)]
+    return out
+
+
+@dataclass(frozen=True)
+class LlmWorkload:
+    """Arguments of `python -m trainer.llm`; None (or False) leaves the trainer's default."""
+    module: ClassVar[str] = "trainer.llm"
+    steps: int
+    batch_size: int
+    seq_len: int
+    model: str | None = None
+    # A Hugging Face directory; "{checkpoint_root}" is filled in per sink. Presets name the table's
+    # model too, so the trainer refuses a directory holding another model and `ops plan` sizes it.
+    init_from_hf: str | None = None
+    data: str | None = None  # None: synthetic tokens
+    lr: float | None = None
+    warmup_steps: int | None = None
+    checkpoint_every: int | None = None
+    log_every: int | None = None
+    activation_checkpointing: bool = False
+    compile: bool = False
+    loss_chunk_tokens: int | None = None
+
+    def argv(self, job_dir: str) -> list[str]:
+        return _flags(self) + ["--checkpoint-dir", job_dir, "--metrics-file", f"{job_dir}/metrics.jsonl"]
+
+
+@dataclass(frozen=True)
+class DdpWorkload:
+    """Arguments of `python -m trainer.ddp`."""
+    module: ClassVar[str] = "trainer.ddp"
+    epochs: int
+    save_every: int
+    batch_size: int
+
+    def argv(self, job_dir: str) -> list[str]:
+        return _flags(self) + ["--snapshot-path", f"{job_dir}/snapshot.pt"]
+
+
+@dataclass(frozen=True)
+class LocalSteps:
+    """`make local` only: module commands run before and after the job on this machine (a tiny
+    Hugging Face directory made on the spot, the export checked with transformers). Arguments
+    may hold "{job_dir}"."""
+    before: tuple[tuple[str, ...], ...] = ()
+    after: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)
 class JobPreset:
     name: str
     description: str
-    module: str  # the trainer module torchrun runs
-    args: tuple[str, ...]  # workload arguments; "{checkpoint_root}" is filled in per sink
+    workload: LlmWorkload | DdpWorkload
     nodegroup: str  # node group name the job targets by default
     image_variant: str  # "cpu" or "gpu": which trainer Dockerfile builds its image
     nodes_min: int
@@ -33,14 +95,26 @@ class JobPreset:
     # Whether `cdk deploy` starts the job. Presets that do not are deployed suspended: a GPU preset
     # that ran on deploy would sit Pending and then seize the first GPU nodes that appear.
     start_on_deploy: bool = False
+    local: LocalSteps = LocalSteps()
+    # False: only `make local` runs it (its inputs exist only where its local steps made them).
+    cluster: bool = True
+
+    @property
+    def module(self) -> str:
+        """The trainer module torchrun runs."""
+        return self.workload.module
 
     @property
     def torch_rdzv_backend(self) -> str:
         """The name torchrun and the operator's elasticPolicy use for our rendezvous choice."""
         return "etcd-v2" if self.rendezvous == "etcd" else "c10d"
 
+    def job_dir(self, checkpoint_root: str = CLUSTER_CHECKPOINT_ROOT) -> str:
+        return f"{checkpoint_root.rstrip('/')}/{self.name}"
+
     def workload_args(self, checkpoint_root: str = CLUSTER_CHECKPOINT_ROOT) -> list[str]:
-        return [a.replace("{checkpoint_root}", checkpoint_root.rstrip("/")) for a in self.args]
+        root = checkpoint_root.rstrip("/")
+        return [a.replace("{checkpoint_root}", root) for a in self.workload.argv(self.job_dir(root))]
 
     def command(self, checkpoint_root: str = CLUSTER_CHECKPOINT_ROOT) -> list[str]:
         """The container command: torchrun reads nodes, processes and rendezvous from the PET_*
@@ -48,45 +122,78 @@ class JobPreset:
         return ["torchrun", "--module", self.module, *self.workload_args(checkpoint_root)]
 
 
+def _llm(name: str, model: str, description: str, nodegroup: str, nodes: int, *, seq_len: int, batch_size: int = 1,
+         steps: int = 1000, checkpoint_every: int = 200, **extra) -> JobPreset:
+    """A GPU pre-training preset: FSDP2 in bf16 with activation checkpointing, on tokens under
+    /fsx/data/tokens, deployed suspended."""
+    workload = LlmWorkload(model=model, steps=steps, batch_size=batch_size, seq_len=seq_len,
+                           data=f"{CLUSTER_DATA_ROOT}/tokens", checkpoint_every=checkpoint_every, log_every=10,
+                           activation_checkpointing=True, **extra)
+    return JobPreset(name=name, description=description, workload=workload, nodegroup=nodegroup, image_variant="gpu",
+                     nodes_min=nodes, nodes_max=nodes, nproc_per_node=None)
+
+
+_TINY_HF = "{checkpoint_root}/llm-tiny-hf/hf-source"
+
 PRESETS: dict[str, JobPreset] = {
     p.name: p
     for p in (
         JobPreset(
             name="cpu-ddp",
             description="CPU DDP smoke job: a learnable synthetic task with resumable snapshots",
-            module="trainer.ddp",
-            args=("--epochs", "20", "--save-every", "2", "--batch-size", "64",
-                  "--snapshot-path", "{checkpoint_root}/cpu-ddp/snapshot.pt"),
+            workload=DdpWorkload(epochs=20, save_every=2, batch_size=64),
             nodegroup="cpu", image_variant="cpu", nodes_min=2, nodes_max=2, nproc_per_node=2,
             start_on_deploy=True,
         ),
         JobPreset(
             name="llm-tiny",
             description="A tiny Llama-style decoder under FSDP2 on CPU: the LLM path end to end",
-            module="trainer.llm",
-            args=("--model", "tiny", "--steps", "40", "--batch-size", "4", "--seq-len", "128",
-                  "--checkpoint-dir", "{checkpoint_root}/llm-tiny", "--checkpoint-every", "10",
-                  "--log-every", "5", "--metrics-file", "{checkpoint_root}/llm-tiny/metrics.jsonl"),
+            workload=LlmWorkload(model="tiny", steps=40, batch_size=4, seq_len=128, checkpoint_every=10, log_every=5),
             nodegroup="cpu", image_variant="cpu", nodes_min=2, nodes_max=2, nproc_per_node=2,
         ),
         JobPreset(
-            name="llama3-8b-fsdp",
-            description="Llama 3.1 8B under FSDP2, bf16, on p5.48xlarge",
-            module="trainer.llm",
-            args=("--model", "llama3.1-8b", "--steps", "1000", "--batch-size", "2", "--seq-len", "8192",
-                  "--data", "/fsx/data/tokens", "--checkpoint-dir", "{checkpoint_root}/llama3-8b",
-                  "--checkpoint-every", "200", "--log-every", "10", "--activation-checkpointing",
-                  "--compile", "--metrics-file", "{checkpoint_root}/llama3-8b/metrics.jsonl"),
-            nodegroup="p5", image_variant="gpu", nodes_min=2, nodes_max=2, nproc_per_node=None,
+            name="llm-tiny-moe",
+            description="A tiny Mixtral-style mixture of experts under FSDP2 on CPU",
+            workload=LlmWorkload(model="tiny-moe", steps=40, batch_size=4, seq_len=128, checkpoint_every=10,
+                                 log_every=5),
+            nodegroup="cpu", image_variant="cpu", nodes_min=2, nodes_max=2, nproc_per_node=2,
         ),
         JobPreset(
-            name="llama2-7b-fsdp",
-            description="Llama 2 7B under FSDP2, bf16, on p4d.24xlarge",
-            module="trainer.llm",
-            args=("--model", "llama2-7b", "--steps", "1000", "--batch-size", "1", "--seq-len", "4096",
-                  "--data", "/fsx/data/tokens", "--checkpoint-dir", "{checkpoint_root}/llama2-7b",
-                  "--checkpoint-every", "200", "--log-every", "10", "--activation-checkpointing",
-                  "--metrics-file", "{checkpoint_root}/llama2-7b/metrics.jsonl"),
+            name="llm-tiny-hf",
+            description="Fine-tune a tiny Hugging Face Llama on CPU and export it back to Hugging Face format",
+            workload=LlmWorkload(model="tiny", init_from_hf=_TINY_HF, steps=30, batch_size=4, seq_len=64, lr=1e-3,
+                                 checkpoint_every=10, log_every=5),
+            nodegroup="cpu", image_variant="cpu", nodes_min=2, nodes_max=2, nproc_per_node=2,
+            local=LocalSteps(
+                before=(("trainer.hf", "tiny", "--out", "{job_dir}/hf-source"),),
+                after=(("trainer.hf", "export", "--checkpoint", "{job_dir}", "--out", "{job_dir}/hf-export"),
+                       ("trainer.hf", "verify", "{job_dir}/hf-export"))),
+            cluster=False,
+        ),
+        _llm("llama3-8b-fsdp", "llama3.1-8b", "Llama 3.1 8B under FSDP2, bf16, on p5.48xlarge", "p5", 2,
+             seq_len=8192, batch_size=2, compile=True),
+        _llm("llama31-70b-fsdp", "llama3.1-70b", "Llama 3.1 70B under FSDP2, bf16, on 4 p5.48xlarge", "p5", 4,
+             seq_len=8192, loss_chunk_tokens=2048),
+        _llm("llama32-1b-fsdp", "llama3.2-1b", "Llama 3.2 1B under FSDP2, bf16, on one p4d.24xlarge", "p4d", 1,
+             seq_len=8192, batch_size=2),
+        _llm("llama32-3b-fsdp", "llama3.2-3b", "Llama 3.2 3B under FSDP2, bf16, on one p4d.24xlarge", "p4d", 1,
+             seq_len=8192),
+        _llm("llama2-7b-fsdp", "llama2-7b", "Llama 2 7B under FSDP2, bf16, on p4d.24xlarge", "p4d", 2, seq_len=4096),
+        _llm("llama2-13b-fsdp", "llama2-13b", "Llama 2 13B under FSDP2, bf16, on p4d.24xlarge", "p4d", 2,
+             seq_len=4096),
+        _llm("llama2-70b-fsdp", "llama2-70b", "Llama 2 70B under FSDP2, bf16, on 4 p5.48xlarge", "p5", 4,
+             seq_len=4096),
+        _llm("mixtral-8x7b-fsdp", "mixtral-8x7b", "Mixtral 8x7B (sparse MoE, top-2 of 8) under FSDP2 on p5.48xlarge",
+             "p5", 2, seq_len=4096),
+        _llm("mathstral-7b-fsdp", "mathstral-7b", "Mathstral 7B (Mistral 7B v0.3 shape) under FSDP2 on p4d.24xlarge",
+             "p4d", 2, seq_len=4096),
+        JobPreset(
+            name="llama2-7b-finetune",
+            description="Fine-tune Llama 2 7B from Hugging Face weights on FSx, on p4d.24xlarge",
+            # --model as well: the trainer then checks the downloaded config.json against the table.
+            workload=LlmWorkload(model="llama2-7b", init_from_hf=f"{CLUSTER_MODELS_ROOT}/Llama-2-7b-hf", steps=1000, batch_size=1,
+                                 seq_len=4096, data=f"{CLUSTER_DATA_ROOT}/tokens", lr=2e-5, warmup_steps=50,
+                                 checkpoint_every=200, log_every=10, activation_checkpointing=True),
             nodegroup="p4d", image_variant="gpu", nodes_min=2, nodes_max=2, nproc_per_node=None,
         ),
     )

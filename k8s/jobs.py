@@ -246,10 +246,11 @@ def render_pytorchjob(config: Environment, preset_name: str, *, image: str, job_
 
 
 def presets_for(config: Environment) -> list[JobPreset]:
-    """Presets whose node group exists in `config`: the ones the chart renders for this env."""
+    """Cluster presets whose node group exists in `config` and can hold their nodes: the ones the
+    chart renders for this env (a 70B preset on 4 p5 nodes has no place in dev's 2-node p5 group)."""
     from config.presets import PRESETS
-    names = {g.name for g in config.training_nodegroups}
-    return [p for p in PRESETS.values() if p.nodegroup in names]
+    max_size = {g.name: g.max_size for g in config.training_nodegroups}
+    return [p for p in PRESETS.values() if p.cluster and p.nodes_min <= max_size.get(p.nodegroup, 0)]
 
 
 __all__ = ["JobSpec", "job_spec", "pytorchjob_manifest", "presets_for", "render_pytorchjob"]

@@ -126,6 +126,18 @@ def run_job(preset: JobPreset, endpoint: str, checkpoint_root: str) -> tuple[int
     return rc, summary, time.monotonic() - t0
 
 
+def run_local_steps(commands: tuple[tuple[str, ...], ...], job_dir: Path) -> None:
+    """A preset's before/after steps (`python -m MODULE ARGS`, "{job_dir}" filled in); the first
+    that fails stops the run."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    for module, *args in commands:
+        argv = [sys.executable, "-m", module, *(a.replace("{job_dir}", str(job_dir)) for a in args)]
+        print("$ " + " ".join(argv[1:]), flush=True)
+        rc = subprocess.call(argv, cwd=REPO, env=env)
+        if rc != 0:
+            raise LocalRunError(f"--job: step `python -m {module} {' '.join(args[:1])}` failed (exit {rc})")
+
+
 def format_summary(preset: JobPreset, summary: dict | None, etcd: Etcd, wall_s: float, rc: int) -> str:
     lines = [f"== local run of {preset.name}: {'ok' if rc == 0 else f'failed (exit {rc})'}"]
     if summary and summary.get("workload") == "ddp":
@@ -159,13 +171,16 @@ def main(argv=None) -> int:
         binary = find_etcd(args.etcd)
         root = str((REPO / args.checkpoint_root).resolve()) if not Path(args.checkpoint_root).is_absolute() \
             else args.checkpoint_root
-        job_dir = Path(root) / preset.name
+        job_dir = Path(preset.job_dir(root))
         if not args.resume and job_dir.exists():
             shutil.rmtree(job_dir)  # a fresh run each time; --resume keeps what was there
+        run_local_steps(preset.local.before, job_dir)
         with etcd_server(binary) as etcd:
             print(f"etcd ready at {etcd.endpoint} in {etcd.startup_s:.2f} s", flush=True)
             rc, summary, wall = run_job(preset, etcd.endpoint, root)
         print(format_summary(preset, summary, etcd, wall, rc), flush=True)
+        if rc == 0:
+            run_local_steps(preset.local.after, job_dir)
         return 0 if rc == 0 else 1
     except (ConfigError, LocalRunError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,7 +1,8 @@
 """plan: the scale plan on paper, from the config alone (no AWS calls).
 
-For one job preset on its node group at N nodes: subnet addresses, checkpoint time on FSx,
-hourly cost, and the largest N before each limit, named. The assumptions are constants here
+For one job preset on its node group at N nodes: whether the model fits the devices' memory
+(the estimate the trainer itself logs, config/memory.py), subnet addresses, checkpoint time on
+FSx, hourly cost, and the largest N before each limit, named. The assumptions are constants here
 and printed with the plan, so a reader can disagree with a number and see where it came from.
 """
 
@@ -10,16 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from config import ConfigError, Environment, Nodegroup
-from config.presets import PRESETS, JobPreset, get_preset
+from config.memory import GIB, HEADROOM, estimate_memory
+from config.models import MODELS, ModelConfig
+from config.presets import PRESETS, JobPreset, LlmWorkload, get_preset
 from ops import prices
 from ops.errors import OpsError
 
 # Checkpoint bytes per parameter: bf16 weights (2) + fp32 master weights (4) + fp32 Adam first
 # and second moments (4 + 4) = 14, rounded up to 16 for the sharded files' metadata and slack.
 BYTES_PER_PARAM = 16
-# Parameter counts of the models the presets name (trainer --model values).
-MODEL_PARAMETERS = {"llama3.1-8b": 8.03e9, "llama2-7b": 6.74e9}
-# Throughput model for data reads: a GPU at this MFU processes peak*MFU/(6*params) tokens/s,
+# Throughput model for data reads: a GPU at this MFU processes peak*MFU/(FLOPs per token) tokens/s
+# (config.models: 6 x active parameters plus attention),
 # and each token is read from FSx as a 4-byte id.
 ASSUMED_MFU = 0.40
 TOKEN_BYTES = 4
@@ -71,9 +73,12 @@ def _group_for(env: Environment, preset: JobPreset) -> Nodegroup:
                                       f"which environment {env.name} does not define") from None
 
 
-def _arg(preset: JobPreset, flag: str) -> str | None:
-    args = list(preset.args)
-    return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else None
+def preset_model(preset: JobPreset) -> tuple[str, ModelConfig] | None:
+    """The model a preset trains, from the model table (None: not an LLM preset)."""
+    w = preset.workload
+    if not isinstance(w, LlmWorkload) or not w.model:
+        return None
+    return w.model, MODELS[w.model]
 
 
 def build(env: Environment, preset_name: str | None = None, nodes: int | None = None,
@@ -84,6 +89,7 @@ def build(env: Environment, preset_name: str | None = None, nodes: int | None = 
     if n < 1:
         raise OpsError(f"--nodes must be at least 1, got {n}")
     plan = Plan(env, preset, group, n)
+    _memory(plan)
     _addresses(plan)
     _checkpoint(plan)
     _cost(plan)
@@ -118,13 +124,63 @@ def _addresses(plan: Plan) -> None:
         ]))
 
 
+def ranks_per_node(preset: JobPreset, group: Nodegroup) -> int:
+    it = group.instance_type
+    return preset.nproc_per_node or (it.gpus if it.is_gpu else 1)
+
+
+def memory_fit(preset: JobPreset, group: Nodegroup, nodes: int):
+    """(estimate, usable bytes per rank) for `preset` on `nodes` nodes of `group`; None when the
+    preset trains no model of the table."""
+    found = preset_model(preset)
+    if found is None:
+        return None
+    _, cfg = found
+    w, it = preset.workload, group.instance_type
+    ranks = ranks_per_node(preset, group)
+    estimate = estimate_memory(cfg, shards=nodes * ranks, batch_size=w.batch_size, seq_len=w.seq_len,
+                               activation_checkpointing=w.activation_checkpointing, mixed_precision=it.is_gpu,
+                               loss_chunk_tokens=w.loss_chunk_tokens or 0)
+    device = it.gpu_memory_gib if it.is_gpu else it.memory_gib / ranks
+    return estimate, device * GIB * (1 - HEADROOM)
+
+
+def _memory(plan: Plan) -> None:
+    preset, group, it = plan.preset, plan.group, plan.group.instance_type
+    nodes = preset.nodes_min  # the fewest nodes the job runs on shard the least
+    fit = memory_fit(preset, group, nodes)
+    if fit is None:
+        plan.sections.append(("Memory per rank", [f"{preset.name} trains no model of the table; no estimate"]))
+        return
+    estimate, usable = fit
+    name, cfg = preset_model(preset)
+    w = preset.workload
+    device = f"{it.gpu_model} {it.gpu_memory_gib} GiB" if it.is_gpu else f"{it.memory_gib} GiB / {ranks_per_node(preset, group)} ranks"
+    margin = usable - estimate.total
+    verdict = (f"fits {preset.name}'s node group {group.name}: {margin / GIB:.1f} GiB to spare" if margin >= 0 else
+               f"does NOT fit node group {group.name}: {-margin / GIB:.1f} GiB short")
+    plan.sections.append((
+        f"Memory per rank: {name}, {cfg.num_params() / 1e9:.2f}e9 parameters "
+        f"({cfg.num_params(active=True) / 1e9:.2f}e9 active), sharded over {nodes} x "
+        f"{ranks_per_node(preset, group)} ranks, batch {w.batch_size} x {w.seq_len}"
+        + (", activation checkpointing" if w.activation_checkpointing else ""), [
+            f"estimate {estimate.summary()}",
+            f"usable {usable / GIB:.1f} GiB ({device}, less {HEADROOM:.0%} for the CUDA context, NCCL and "
+            f"fragmentation)",
+            verdict,
+        ]))
+
+
 def _model_rate(plan: Plan) -> tuple[float | None, float | None, str]:
     """(parameters, tokens/s per GPU, model name) for the preset's model, None where unknown."""
-    model = _arg(plan.preset, "--model") or "?"
-    params = MODEL_PARAMETERS.get(model)
+    found = preset_model(plan.preset)
+    if found is None:
+        return None, None, plan.preset.name
+    name, cfg = found
+    params = cfg.num_params()
     peak = plan.group.instance_type.peak_bf16_flops
-    rate = ASSUMED_MFU * peak / (6 * params) if params and peak else None
-    return params, rate, model
+    rate = ASSUMED_MFU * peak / cfg.flops_per_token(plan.preset.workload.seq_len) if peak else None
+    return params, rate, name
 
 
 def _checkpoint(plan: Plan) -> None:
@@ -141,7 +197,8 @@ def _checkpoint(plan: Plan) -> None:
              f"weights and Adam moments, rounded up) = {size / 1e9:.1f} GB",
              f"write at full FSx throughput: {seconds:.0f} s; sharded, so it does not shrink with more nodes: "
              f"aggregate FSx throughput is the bound"]
-    every, batch, seq = (_arg(plan.preset, f) for f in ("--checkpoint-every", "--batch-size", "--seq-len"))
+    w = plan.preset.workload
+    every, batch, seq = w.checkpoint_every, w.batch_size, w.seq_len
     if rate and every and batch and seq:
         step = int(batch) * int(seq) / rate
         interval = int(every) * step

@@ -5,12 +5,17 @@ after every rank's files and the metadata are on disk. A save killed half way le
 without the marker, which resume ignores and removes. Resume walks the complete checkpoints
 newest first and falls back, with a warning, past one that does not load.
 
+DIR/model.json records the model the checkpoints belong to (its configuration, and the Hugging
+Face directory it started from, whose tokenizer an export copies). A run of another shape is
+refused before it starts instead of loading nothing and training from step 0.
+
 Saves are asynchronous: the state is staged to host memory, and the writing runs on a
 background thread over its own gloo group while training goes on.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -27,10 +32,13 @@ from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
 
+from config.models import ModelConfig, shape_difference
+from trainer.cli import UsageError
 from trainer.dist import Runtime
 from trainer.log import log, warn
 
 MARKER = "COMPLETE"
+MODEL_FILE = "model.json"
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 
 
@@ -73,9 +81,46 @@ def list_steps(directory: Path, *, complete: bool = True) -> list[int]:
     return sorted(steps)
 
 
+def read_model_record(directory: Path) -> dict | None:
+    path = directory / MODEL_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def check_directory(cfg: CheckpointConfig, model: ModelConfig) -> None:
+    """Run by every rank before any process group exists, so a bad directory is one line and an
+    exit, not a hang or a run that trains from step 0: the directory must be creatable and
+    writable, and its checkpoints (if any) must be of this model's shape."""
+    if not cfg.directory:
+        return
+    path = Path(cfg.directory)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError("--checkpoint-dir", f"cannot create {path}: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError("--checkpoint-dir", f"{path} is not writable by this user (uid {os.getuid()})")
+    try:
+        record = read_model_record(path)
+    except (OSError, ValueError) as exc:
+        raise UsageError("--checkpoint-dir", f"{path / MODEL_FILE} is unreadable ({exc})") from None
+    if record is None and list_steps(path):
+        # Older trainers wrote no model.json and rotated q/k in the interleaved (Meta) layout;
+        # their weights would load without error and compute something else.
+        raise UsageError("--checkpoint-dir", f"{path} holds checkpoints without {MODEL_FILE}, written by a trainer "
+                                             "with another rotary layout; they cannot be resumed, use another directory")
+    if record and list_steps(path):
+        difference = shape_difference(record.get("model", {}), model)
+        if difference:
+            raise UsageError("--checkpoint-dir", f"{path} holds checkpoints of another model: {difference}; "
+                                                 "use another directory, or the model they were written by")
+
+
 class CheckpointManager:
-    def __init__(self, cfg: CheckpointConfig, rt: Runtime, state: dict[str, Stateful]):
+    def __init__(self, cfg: CheckpointConfig, rt: Runtime, state: dict[str, Stateful], *, last_step: int = 0,
+                 model_record: dict | None = None):
+        """`last_step` (if any) always saves; `model_record` is written to DIR/model.json."""
         self.cfg, self.rt, self.state = cfg, rt, state
+        self.last_step, self.model_record = last_step, model_record
         self.directory = Path(cfg.directory) if cfg.directory else None
         self.pending: tuple[int, Future] | None = None
         self.staging: Future | None = None
@@ -93,8 +138,19 @@ class CheckpointManager:
     def enabled(self) -> bool:
         return self.directory is not None
 
-    def due(self, step: int, last_step: int) -> bool:
-        return self.enabled and (step % self.cfg.every == 0 or step == last_step)
+    def due(self, step: int) -> bool:
+        return self.enabled and (step % self.cfg.every == 0 or step == self.last_step)
+
+    def step_done(self, step: int) -> None:
+        """After each optimizer step: start a save when one is due, finalise finished ones."""
+        if self.due(step):
+            self.save(step)
+        self.poll()
+
+    def save_now(self, step: int) -> None:
+        """A complete checkpoint of `step` before returning (preemption)."""
+        self.save(step, blocking=True)
+        self.wait()
 
     # --- resume ---------------------------------------------------------------------------------
 
@@ -109,6 +165,7 @@ class CheckpointManager:
         candidates = [None]
         if self.rt.is_main:
             self.directory.mkdir(parents=True, exist_ok=True)
+            self._write_model_record()
             self._remove_incomplete(below=None)
             candidates = [list_steps(self.directory)]
         # Every rank must try the same checkpoints in the same order: take rank 0's listing.
@@ -138,6 +195,17 @@ class CheckpointManager:
         dist.barrier()
         self.last_saved = loaded
         return loaded
+
+    def _write_model_record(self) -> None:
+        if self.model_record is None:
+            return
+        # Kept when checkpoints exist (check_directory has matched their shape): it also names
+        # the Hugging Face directory the run first started from.
+        if read_model_record(self.directory) is not None and list_steps(self.directory):
+            return
+        tmp = self.directory / f".{MODEL_FILE}.tmp"
+        tmp.write_text(json.dumps(self.model_record, indent=2) + "\n")
+        os.replace(tmp, self.directory / MODEL_FILE)
 
     def _set_aside(self, step: int) -> None:
         path = step_dir(self.directory, step)

@@ -1,5 +1,5 @@
 """Token data for the LLM workload: a learnable synthetic stream, token shards on disk, and
-`python -m trainer.data prepare`, which turns text files into those shards.
+`python -m trainer.data prepare` (trainer/prepare.py), which turns text into those shards.
 
 Each rank reads its own windows (rank r takes windows r, r+W, r+2W, ...), so no two ranks
 train on the same tokens, and the reader's position is the step, so a resume needs no data state.
@@ -11,13 +11,12 @@ and DIR/shard-00000.bin, ... holding the token ids back to back (little-endian).
 from __future__ import annotations
 
 import json
-from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from trainer.cli import Parser, UsageError, positive_int, run_main
+from trainer.cli import UsageError, run_main
 
 
 @dataclass(frozen=True)
@@ -115,82 +114,12 @@ class RankBatches:
         return rows[:, :-1], rows[:, 1:]  # inputs, and the next token of each as the label
 
 
-# --- prepare ------------------------------------------------------------------------------------
-
 _DTYPES = {"uint16": (torch.uint16, 2), "uint32": (torch.uint32, 4)}
-_EOS_CANDIDATES = ("<|end_of_text|>", "</s>", "<|endoftext|>", "<eos>")
-
-
-def prepare(tokenizer_path: Path, inputs: list[Path], output: Path, shard_tokens: int, eos: str | None) -> dict:
-    from tokenizers import Tokenizer
-    from tqdm import tqdm
-
-    try:
-        tok = Tokenizer.from_file(str(tokenizer_path))
-    except Exception as exc:
-        raise UsageError("--tokenizer", f"{tokenizer_path} is not a tokenizer.json ({exc})") from None
-    files = sorted(f for p in inputs for f in ([p] if p.is_file() else p.rglob("*.txt")))
-    if not files:
-        raise UsageError("--input", f"no text files found in {', '.join(map(str, inputs))}")
-    eos_id = None
-    for name in ([eos] if eos else _EOS_CANDIDATES):
-        eos_id = tok.token_to_id(name)
-        if eos_id is not None:
-            break
-    if eos and eos_id is None:
-        raise UsageError("--eos-token", f"{eos!r} is not in the tokenizer's vocabulary")
-    vocab = tok.get_vocab_size()
-    dtype = "uint16" if vocab <= 2**16 else "uint32"
-    output.mkdir(parents=True, exist_ok=True)
-    shards, buffer, total = [], [], 0
-
-    def flush():
-        name = f"shard-{len(shards):05d}.bin"
-        with open(output / name, "wb") as f:
-            array("H" if dtype == "uint16" else "I", buffer).tofile(f)  # native order: little-endian on x86/arm
-        shards.append(name)
-        buffer.clear()
-
-    with tqdm(total=sum(f.stat().st_size for f in files), unit="B", unit_scale=True, desc="tokenizing") as bar:
-        for f in files:
-            text = f.read_text(encoding="utf-8", errors="replace")
-            ids = tok.encode(text).ids + ([eos_id] if eos_id is not None else [])
-            total += len(ids)
-            buffer.extend(ids)
-            while len(buffer) >= shard_tokens:
-                rest = buffer[shard_tokens:]
-                del buffer[shard_tokens:]
-                flush()
-                buffer.extend(rest)
-            bar.update(f.stat().st_size)
-    if buffer:
-        flush()
-    meta = {"dtype": dtype, "vocab_size": vocab, "shards": shards, "tokens": total,
-            "tokenizer": str(tokenizer_path)}
-    (output / "meta.json").write_text(json.dumps(meta, indent=2))
-    return meta
 
 
 def main(argv=None) -> int:
-    p = Parser(prog="python -m trainer.data", description="Turn text files into token shards.")
-    sub = p.add_subparsers(dest="command", required=True)
-    prep = sub.add_parser("prepare", help="tokenize text files into shards", formatter_class=p.formatter_class)
-    prep.error = p.error  # the same one-line errors as the top level
-    prep.add_argument("--tokenizer", default="tokenizer.json", help="a tokenizers-library tokenizer.json")
-    prep.add_argument("--input", nargs="+", default=["data/text"], help="text files or folders of *.txt")
-    prep.add_argument("--output", default="data/tokens", help="folder for the shards and meta.json")
-    prep.add_argument("--shard-tokens", type=positive_int, default=100_000_000, help="tokens per shard")
-    prep.add_argument("--eos-token", default=None, help="separator after each file (default: the tokenizer's own)")
-    args = p.parse_args(argv)
-    missing = [i for i in args.input if not Path(i).exists()]
-    if missing:
-        raise UsageError("--input", f"{missing[0]} does not exist")
-    if not Path(args.tokenizer).is_file():
-        raise UsageError("--tokenizer", f"{args.tokenizer} does not exist")
-    meta = prepare(Path(args.tokenizer), [Path(i) for i in args.input], Path(args.output), args.shard_tokens,
-                   args.eos_token)
-    print(f"wrote {meta['tokens']} tokens in {len(meta['shards'])} shard(s) to {args.output}")
-    return 0
+    from trainer.prepare import main as prepare_main
+    return prepare_main(argv)
 
 
 if __name__ == "__main__":

@@ -92,6 +92,8 @@ def shutdown() -> None:
 
 
 def all_reduce_mean(value: float, rt: Runtime) -> float:
+    if rt.world_size == 1:
+        return value
     t = torch.tensor([value], dtype=torch.float64 if rt.device.type == "cpu" else torch.float32,
                      device=rt.device)
     dist.all_reduce(t, op=dist.ReduceOp.SUM)

@@ -12,12 +12,14 @@ import json
 import os
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from config.instance_types import INSTANCE_TYPES, PEAK_BF16_BY_DEVICE_NAME
+from trainer.dist import all_reduce_mean
 from trainer.log import log
 
 
@@ -48,29 +50,39 @@ class MetricsConfig:
 
 
 class MetricsLogger:
-    """Accumulates tokens and time between log steps; prints and appends one JSON line each."""
+    """Accumulates the loss, tokens and time between log steps; prints and appends one JSON line
+    each. The loss stays on the device between log lines: one synchronising all-reduce per line,
+    none per step."""
 
-    def __init__(self, cfg: MetricsConfig, *, is_main: bool, device: torch.device, world_size: int,
-                 tokens_per_step_per_device: int, flops_per_token: float):
-        self.cfg, self.is_main, self.device, self.world_size = cfg, is_main, device, world_size
+    def __init__(self, cfg: MetricsConfig, rt, *, tokens_per_step_per_device: int, flops_per_token: float,
+                 last_step: int):
+        self.cfg, self.rt, self.last_step = cfg, rt, last_step
+        self.is_main, self.device, self.world_size = rt.is_main, rt.device, rt.world_size
         self.tokens_per_step = tokens_per_step_per_device
         self.flops_per_token = flops_per_token
-        self.peak = peak_flops(device)
+        self.peak = peak_flops(rt.device)
         self.file = None
-        if is_main and cfg.metrics_file:
+        if self.is_main and cfg.metrics_file:
             Path(cfg.metrics_file).parent.mkdir(parents=True, exist_ok=True)
             self.file = open(cfg.metrics_file, "a", buffering=1)  # line-buffered: readable live
+        self.loss_sum, self.loss_count = torch.zeros((), device=rt.device), 0
+        self.last_loss: float | None = None
         self.reset()
 
     def reset(self) -> None:
         """Start a new timing window (after start-up and compilation, after a checkpoint wait)."""
         self.window_start, self.window_steps = time.perf_counter(), 0
 
-    def due(self, step: int) -> bool:
-        return step % self.cfg.log_every == 0
-
-    def step_done(self) -> None:
+    def step_done(self, step: int, loss: torch.Tensor, lr: Callable[[], float]) -> None:
+        self.loss_sum += loss.detach()
+        self.loss_count += 1
         self.window_steps += 1
+        if step % self.cfg.log_every == 0 or step == self.last_step:
+            # The mean over the window and over ranks.
+            self.last_loss = all_reduce_mean(self.loss_sum.item() / self.loss_count, self.rt)
+            self.log(step, self.last_loss, lr())
+            self.loss_sum.zero_()
+            self.loss_count = 0
 
     def log(self, step: int, loss: float, lr: float) -> dict | None:
         if self.device.type == "cuda":

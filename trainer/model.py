@@ -1,109 +1,62 @@
-"""A Llama-family decoder: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU.
+"""Llama-family decoders: RMSNorm, rotary embeddings, grouped-query attention (optionally with
+Mistral's sliding window), and a SwiGLU feed-forward, dense or a sparse mixture of experts.
 
 Built on the meta device by the trainer (no memory, no time for a 70B model), sharded, then
-given real storage and initialised by `init_weights` on the real device: nothing here trains
-from whatever bytes the allocator happened to hand out.
+given real storage and initialised by `init_weights` on the real device (or loaded from a
+Hugging Face checkpoint): nothing here trains from whatever bytes the allocator handed out.
+
+Rotary embeddings use Hugging Face's layout (each head's first half rotates with its second
+half), so q/k weights are the same tensors in our checkpoints and in `*.safetensors`: import and
+export are plain copies, and a rank can read exactly its rows of a weight from disk.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from config.models import MODELS, ModelConfig, RopeScaling, model_config  # noqa: F401  (re-exported)
 from trainer.chunked_loss import linear_cross_entropy
+from trainer.moe import MoEFeedForward, load_balancing_loss
 
-
-@dataclass(frozen=True)
-class ModelConfig:
-    dim: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    vocab_size: int
-    ffn_dim: int
-    norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
-    # Llama 3.1 and 3.2 stretch the low rotary frequencies for long context (their "rope_scaling");
-    # None keeps the plain Llama 2 frequencies.
-    rope_scaling_factor: float | None = None
-    tie_embeddings: bool = False  # Llama 3.2 1B/3B share the input embedding with the output layer
-    max_seq_len: int = 8192
-
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.n_heads
-
-    def num_params(self, *, embedding: bool = True) -> int:
-        kv = self.n_kv_heads * self.head_dim
-        attn = 2 * self.dim * self.dim + 2 * self.dim * kv
-        layer = attn + 3 * self.dim * self.ffn_dim + 2 * self.dim
-        out = 0 if self.tie_embeddings else self.vocab_size * self.dim
-        emb = self.vocab_size * self.dim if embedding else 0
-        # A tied model's one matrix still does the output projection's matmul, so it counts
-        # towards the FLOPs even when the embedding lookup (no matmul) is left out.
-        if self.tie_embeddings and not embedding:
-            out = self.vocab_size * self.dim
-        return emb + self.n_layers * layer + self.dim + out
-
-    def flops_per_token(self, seq_len: int) -> float:
-        """Training FLOPs per token: 6·N for the matmuls (forward 2, backward 4) plus the
-        attention scores and their weighted sum, 12·layers·heads·head_dim·seq (the PaLM paper's
-        count, which torchtitan also reports; it ignores the causal mask's saving)."""
-        n = self.num_params(embedding=False)
-        return 6 * n + 12 * self.n_layers * self.n_heads * self.head_dim * seq_len
-
-
-# Published dimensions (Meta's params.json for each release). `tiny` exists for tests.
-MODEL_PRESETS: dict[str, ModelConfig] = {
-    "tiny": ModelConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=1024, ffn_dim=192,
-                        max_seq_len=512),
-    "llama2-7b": ModelConfig(4096, 32, 32, 32, 32000, 11008, max_seq_len=4096),
-    "llama2-13b": ModelConfig(5120, 40, 40, 40, 32000, 13824, max_seq_len=4096),
-    "llama2-70b": ModelConfig(8192, 80, 64, 8, 32000, 28672, max_seq_len=4096),
-    "llama3.1-8b": ModelConfig(4096, 32, 32, 8, 128256, 14336, rope_theta=500000.0, rope_scaling_factor=8.0),
-    "llama3.1-70b": ModelConfig(8192, 80, 64, 8, 128256, 28672, rope_theta=500000.0, rope_scaling_factor=8.0),
-    "llama3.2-1b": ModelConfig(2048, 16, 32, 8, 128256, 8192, rope_theta=500000.0, rope_scaling_factor=32.0,
-                               tie_embeddings=True),
-    "llama3.2-3b": ModelConfig(3072, 28, 24, 8, 128256, 8192, rope_theta=500000.0, rope_scaling_factor=32.0,
-                               tie_embeddings=True),
-}
-
-
-def model_config(name: str, *, n_layers: int | None = None) -> ModelConfig:
-    cfg = MODEL_PRESETS[name]
-    return replace(cfg, n_layers=n_layers) if n_layers else cfg
+MODEL_PRESETS = MODELS  # the name the benchmarks use
 
 
 # --- rotary embeddings --------------------------------------------------------------------------
 
-def rope_frequencies(cfg: ModelConfig, device: torch.device) -> torch.Tensor:
+def rope_inverse_frequencies(cfg: ModelConfig, device: torch.device) -> torch.Tensor:
     inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, device=device, dtype=torch.float64) / cfg.head_dim))
-    if cfg.rope_scaling_factor:
-        # Llama 3.1's scheme: wavelengths longer than the original context (8192 tokens / 1) are
-        # slowed by the factor, those shorter than 8192 / 4 are kept, the band between blends.
-        low, high, original = 1.0, 4.0, 8192
+    scaling: RopeScaling | None = cfg.rope_scaling
+    if scaling:
+        low_wavelen = scaling.original_max_position / scaling.low_freq_factor
+        high_wavelen = scaling.original_max_position / scaling.high_freq_factor
         wavelen = 2 * math.pi / inv
-        smooth = (original / wavelen - low) / (high - low)
-        blended = (1 - smooth) * inv / cfg.rope_scaling_factor + smooth * inv
-        inv = torch.where(wavelen > original / low, inv / cfg.rope_scaling_factor,
-                          torch.where(wavelen < original / high, inv, blended))
-    angles = torch.outer(torch.arange(cfg.max_seq_len, device=device, dtype=torch.float64), inv)
-    return torch.stack([angles.cos(), angles.sin()], dim=-1).float()  # (seq, head_dim/2, 2)
+        smooth = (scaling.original_max_position / wavelen - scaling.low_freq_factor) / (
+            scaling.high_freq_factor - scaling.low_freq_factor)
+        blended = (1 - smooth) * inv / scaling.factor + smooth * inv
+        inv = torch.where(wavelen > low_wavelen, inv / scaling.factor,
+                          torch.where(wavelen < high_wavelen, inv, blended))
+    return inv
+
+
+def rope_frequencies(cfg: ModelConfig, device: torch.device, length: int | None = None) -> torch.Tensor:
+    """cos and sin of every position's angles: (length, head_dim/2, 2), fp32."""
+    inv = rope_inverse_frequencies(cfg, device)
+    angles = torch.outer(torch.arange(length or cfg.max_seq_len, device=device, dtype=torch.float64), inv)
+    return torch.stack([angles.cos(), angles.sin()], dim=-1).float()
 
 
 def apply_rope(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
-    """Rotate each (even, odd) pair of x (batch, seq, heads, head_dim) by its position's angle."""
+    """Rotate x (batch, seq, heads, head_dim): element i of each head's first half pairs with
+    element i of its second half (Hugging Face's `rotate_half` layout)."""
     seq = x.shape[1]
     cos, sin = freqs[:seq, None, :, 0], freqs[:seq, None, :, 1]
-    pairs = x.float().unflatten(-1, (-1, 2))
-    even, odd = pairs[..., 0], pairs[..., 1]
-    rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
-    return rotated.flatten(-2).type_as(x)
+    first, second = x.float().chunk(2, dim=-1)
+    return torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1).type_as(x)
 
 
 # --- blocks -------------------------------------------------------------------------------------
@@ -127,6 +80,7 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.sliding_window = cfg.sliding_window
         self.wq = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=False)
         self.wk = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
         self.wv = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
@@ -137,10 +91,18 @@ class Attention(nn.Module):
         q = apply_rope(self.wq(x).view(b, t, self.n_heads, self.head_dim), freqs)
         k = apply_rope(self.wk(x).view(b, t, self.n_kv_heads, self.head_dim), freqs)
         v = self.wv(x).view(b, t, self.n_kv_heads, self.head_dim)
+        mask = None
+        if self.sliding_window and t > self.sliding_window:
+            # Query i sees keys i-window+1 .. i. Only sequences longer than the window pay for an
+            # explicit mask (and lose the fused causal kernel).
+            pos = torch.arange(t, device=x.device)
+            distance = pos[:, None] - pos[None, :]
+            mask = (distance >= 0) & (distance < self.sliding_window)
         # enable_gqa lets the fused kernel share each K/V head across its group of query heads
         # without materialising the repeated K/V tensors.
         out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                             is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads)
+                                             attn_mask=mask, is_causal=mask is None,
+                                             enable_gqa=self.n_kv_heads != self.n_heads)
         return self.wo(out.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -154,41 +116,55 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
+    def init_weights(self, out_std: float) -> None:
+        nn.init.trunc_normal_(self.w1.weight, mean=0.0, std=0.02)
+        for lin in (self.w2, self.w3):
+            nn.init.trunc_normal_(lin.weight, mean=0.0, std=out_std)
+
 
 class Block(nn.Module):
+    """One decoder layer. A dense block returns its output; a mixture-of-experts block returns
+    (output, router statistics) so the model can add the load-balancing loss."""
+
     def __init__(self, cfg: ModelConfig, layer_id: int):
         super().__init__()
         self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.attention = Attention(cfg)
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.feed_forward = FeedForward(cfg)
+        self.feed_forward = MoEFeedForward(cfg) if cfg.is_moe else FeedForward(cfg)
         # Output projections get a depth-scaled std so the residual stream's variance does not
         # grow with the number of layers (GPT-2 / torchtitan's scheme).
         self.out_std = 0.02 / math.sqrt(2 * (layer_id + 1))
         self.activation_checkpointing = False
 
-    def forward(self, x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, freqs: torch.Tensor):
         if self.activation_checkpointing and torch.is_grad_enabled():
             # Keep only the block's input; recompute the rest in backward. Done inside the block
             # (not by a wrapper module) so checkpoint keys are the same with and without it.
             return checkpoint(self._forward, x, freqs, use_reentrant=False)
         return self._forward(x, freqs)
 
-    def _forward(self, x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+    def _forward(self, x: torch.Tensor, freqs: torch.Tensor):
         h = x + self.attention(self.attention_norm(x), freqs)
-        return h + self.feed_forward(self.ffn_norm(h))
+        ffn = self.feed_forward(self.ffn_norm(h))
+        if isinstance(ffn, tuple):
+            out, stats = ffn
+            return h + out, stats
+        return h + ffn
 
     def init_weights(self) -> None:
         for norm in (self.attention_norm, self.ffn_norm):
             norm.reset_parameters()
-        for lin in (self.attention.wq, self.attention.wk, self.attention.wv, self.feed_forward.w1):
+        for lin in (self.attention.wq, self.attention.wk, self.attention.wv):
             nn.init.trunc_normal_(lin.weight, mean=0.0, std=0.02)
-        for lin in (self.attention.wo, self.feed_forward.w2, self.feed_forward.w3):
-            nn.init.trunc_normal_(lin.weight, mean=0.0, std=self.out_std)
+        nn.init.trunc_normal_(self.attention.wo.weight, mean=0.0, std=self.out_std)
+        self.feed_forward.init_weights(self.out_std)
 
 
 class Transformer(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, *, rope_length: int | None = None):
+        """`rope_length`: positions to precompute rotary angles for (default: the model's whole
+        context; the trainer passes its sequence length, as 128k positions cost 64 MB a rank)."""
         super().__init__()
         self.cfg = cfg
         self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
@@ -199,26 +175,50 @@ class Transformer(nn.Module):
         self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.output.weight = self.tok_embeddings.weight
+        # The loss the trainer asks for: F.cross_entropy in fp32 (or a compiled version of it),
+        # or the chunked output layer + loss when loss_chunk_tokens > 0.
+        self.compute_loss = loss_fn
+        self.loss_chunk_tokens = 0
+        # bf16 autocast where no FSDP mixed-precision policy casts the weights (one GPU).
+        self.autocast_dtype: torch.dtype | None = None
         # Derived from the config, never trained: not saved in checkpoints, rebuilt by init.
-        self.register_buffer("freqs", torch.empty(cfg.max_seq_len, cfg.head_dim // 2, 2), persistent=False)
+        self.register_buffer("freqs", torch.empty(rope_length or cfg.max_seq_len, cfg.head_dim // 2, 2),
+                             persistent=False)
 
-    def forward(self, tokens: torch.Tensor, labels: torch.Tensor | None = None,
-                loss_chunk_tokens: int = 0) -> torch.Tensor:
-        """Logits; or, given `labels` and `loss_chunk_tokens`, the mean cross-entropy computed a
-        chunk at a time without materialising the logits (inside forward, so FSDP has gathered
-        the output weight)."""
+    def forward(self, tokens: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        """The logits; given `labels` (the next token of each position, -100 to skip one), the
+        training loss instead: mean cross-entropy plus, for a mixture of experts, the weighted
+        load-balancing loss. The loss is computed inside forward so FSDP has the output weight
+        gathered for the chunked path."""
+        if self.autocast_dtype is not None:
+            with torch.autocast(tokens.device.type, dtype=self.autocast_dtype):
+                return self._forward(tokens, labels)
+        return self._forward(tokens, labels)
+
+    def _forward(self, tokens: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
         h = self.tok_embeddings(tokens)
+        router_stats = None
         for layer in self.layers.values():
             h = layer(h, self.freqs)
+            if isinstance(h, tuple):
+                h, stats = h
+                router_stats = stats if router_stats is None else router_stats + stats
         h = self.norm(h)
-        if labels is not None and loss_chunk_tokens > 0:
-            return linear_cross_entropy(h, self.output.weight, labels, loss_chunk_tokens)
-        return self.output(h)
+        if labels is None:
+            return self.output(h)
+        if self.loss_chunk_tokens > 0:
+            loss = linear_cross_entropy(h, self.output.weight, labels, self.loss_chunk_tokens)
+        else:
+            loss = self.compute_loss(self.output(h), labels)
+        if router_stats is not None and self.cfg.router_aux_loss_coef:
+            aux = load_balancing_loss(router_stats, self.cfg.n_layers, tokens.numel())
+            loss = loss + self.cfg.router_aux_loss_coef * aux
+        return loss
 
     @torch.no_grad()
     def init_weights(self, device: torch.device | None = None) -> None:
         """Initialise every parameter and buffer in place (after `to_empty` on the real device)."""
-        self.freqs.copy_(rope_frequencies(self.cfg, device or self.freqs.device))
+        self.init_buffers(device)
         nn.init.normal_(self.tok_embeddings.weight, mean=0.0, std=1.0 if not self.cfg.tie_embeddings else 0.02)
         for layer in self.layers.values():
             layer.init_weights()
@@ -228,6 +228,11 @@ class Transformer(nn.Module):
             # loss sits near log(vocab).
             std = self.cfg.dim ** -0.5
             nn.init.trunc_normal_(self.output.weight, mean=0.0, std=std, a=-3 * std, b=3 * std)
+
+    @torch.no_grad()
+    def init_buffers(self, device: torch.device | None = None) -> None:
+        device = device or self.freqs.device
+        self.freqs.copy_(rope_frequencies(self.cfg, device, self.freqs.shape[0]))
 
 
 def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

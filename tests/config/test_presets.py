@@ -1,5 +1,7 @@
 """Job presets: one workload command for the cluster and the laptop."""
 
+import re
+
 import pytest
 
 from config import ConfigError
@@ -36,3 +38,54 @@ def test_unknown_preset_names_the_known_ones():
     assert err.value.line() == (
         "config error: preset: unknown preset 'llama-9000'; presets are " + ", ".join(PRESETS)
     )
+
+
+@pytest.mark.parametrize("name", sorted(n for n, p in PRESETS.items() if p.module == "trainer.llm"))
+def test_every_llm_preset_parses_with_the_trainers_own_parser_into_its_typed_values(name, monkeypatch):
+    preset = PRESETS[name]
+    w = preset.workload
+    import trainer.job_config as job_config
+    from config.models import MODELS
+    from trainer.hf_config import to_hf_config
+
+    if w.init_from_hf:
+        # The Hugging Face directory is read at parse time: stand in the table's model for it.
+        from ops.plan import preset_model
+        _, cfg = preset_model(preset)
+        monkeypatch.setattr(job_config, "read_config", lambda directory: to_hf_config(cfg, "bfloat16"))
+    job = job_config.parse_job(preset.workload_args("/ck"))
+    assert job.steps == w.steps and job.data.batch_size == w.batch_size and job.data.seq_len == w.seq_len
+    assert job.checkpoint.directory == f"/ck/{name}" and job.metrics.metrics_file == f"/ck/{name}/metrics.jsonl"
+    assert job.model.activation_checkpointing == w.activation_checkpointing and job.model.compile == w.compile
+    if w.model:
+        assert job.model.config == MODELS[w.model]
+    if w.lr:
+        assert job.optim.lr == w.lr
+    if w.data:
+        assert job.data.source == w.data
+
+
+def test_the_ddp_preset_parses_with_its_trainers_parser():
+    from trainer.ddp import parse_args
+    args = parse_args(get_preset("cpu-ddp").workload_args("/ck"))
+    assert (args.epochs, args.save_every, args.batch_size, args.snapshot_path) == (20, 2, 64, "/ck/cpu-ddp/snapshot.pt")
+
+
+def test_gpu_presets_are_deployed_suspended_and_the_fine_tuning_preset_starts_from_fsx_weights():
+    assert all(not p.start_on_deploy for p in PRESETS.values() if p.image_variant == "gpu")
+    tune = get_preset("llama2-7b-finetune").workload
+    assert tune.init_from_hf == "/fsx/models/Llama-2-7b-hf" and tune.lr < 1e-4
+    assert get_preset("llama2-7b-finetune").workload_args()[
+        get_preset("llama2-7b-finetune").workload_args().index("--checkpoint-dir") + 1].startswith("/fsx/checkpoints/")
+
+
+def test_every_model_the_reference_lists_has_a_preset():
+    models = {p.workload.model for p in PRESETS.values() if p.module == "trainer.llm"}
+    assert {"llama2-7b", "llama2-13b", "llama2-70b", "llama3.1-8b", "llama3.1-70b", "llama3.2-1b", "llama3.2-3b",
+            "mixtral-8x7b", "mathstral-7b"} <= models
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_preset_names_are_job_names_kubernetes_accepts(name):
+    # The PyTorchJob is named after the preset: a DNS label, so no dots (llama31, not llama3.1).
+    assert re.fullmatch(r"[a-z][a-z0-9-]{0,47}", name)

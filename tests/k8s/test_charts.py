@@ -8,6 +8,7 @@ import cdk8s
 from config.kubernetes import (
     EFA_LABEL, FSX_CLAIM_NAME, GPU_TAINT_KEY, TRAINING_NAMESPACE,
 )
+from k8s.jobs import presets_for
 from k8s.charts import EnvironmentCharts
 from k8s.common import ETCD_CLIENT_LABEL, ETCD_CLIENT_PORT, KUBEFLOW_NAMESPACE, efa_device_plugin_image
 from k8s.crds import TrainingOperatorCrdsChart
@@ -202,8 +203,10 @@ def test_fsx_static_volume_and_the_one_claim():
 def test_training_jobs_chart_renders_each_available_preset_with_its_image(dev, prod):
     dev_jobs = synth(TrainingJobsChart, props=TrainingJobsProps(config=dev, images=IMAGES))
     prod_jobs = synth(TrainingJobsChart, props=TrainingJobsProps(config=prod, images=IMAGES))
-    assert {j["metadata"]["name"] for j in dev_jobs} == {"cpu-ddp", "llm-tiny", "llama3-8b-fsdp", "llama2-7b-fsdp"}
-    assert {j["metadata"]["name"] for j in prod_jobs} == {"cpu-ddp", "llm-tiny", "llama3-8b-fsdp"}
+    assert {j["metadata"]["name"] for j in dev_jobs} == {p.name for p in presets_for(dev)}
+    assert {j["metadata"]["name"] for j in prod_jobs} == {p.name for p in presets_for(prod)}
+    assert {"cpu-ddp", "llm-tiny", "llama3-8b-fsdp", "llama2-7b-fsdp"} <= {p.name for p in presets_for(dev)}
+    assert {"cpu-ddp", "llm-tiny", "llama3-8b-fsdp", "llama31-70b-fsdp"} <= {p.name for p in presets_for(prod)}
     images = {j["metadata"]["name"]: j["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"]
               for j in dev_jobs}
     assert images["cpu-ddp"] == IMAGES["cpu"] and images["llama3-8b-fsdp"] == IMAGES["gpu"]
@@ -212,7 +215,8 @@ def test_training_jobs_chart_renders_each_available_preset_with_its_image(dev, p
 def test_only_the_smoke_job_starts_on_deploy_the_rest_wait_suspended(dev):
     jobs = synth(TrainingJobsChart, props=TrainingJobsProps(config=dev, images=IMAGES))
     suspended = {j["metadata"]["name"]: j["spec"]["runPolicy"].get("suspend", False) for j in jobs}
-    assert suspended == {"cpu-ddp": False, "llm-tiny": True, "llama3-8b-fsdp": True, "llama2-7b-fsdp": True}
+    assert suspended == {p.name: not p.start_on_deploy for p in presets_for(dev)}
+    assert [name for name, held in suspended.items() if not held] == ["cpu-ddp"]
 
 
 def test_training_jobs_chart_refuses_a_preset_the_environment_cannot_run(prod):

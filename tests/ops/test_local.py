@@ -82,3 +82,16 @@ def test_etcd_stops_when_the_job_fails(tmp_path):
             assert _port_open(endpoint)
             raise RuntimeError("the job failed")
     assert not _port_open(endpoint)
+
+
+@pytest.mark.slow
+@needs_etcd
+def test_llm_tiny_hf_starts_from_a_generated_hf_directory_and_ends_with_an_export_transformers_loads(tmp_path):
+    p = _run_local("--job", "llm-tiny-hf", "--checkpoint-root", str(tmp_path))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    job = tmp_path / "llm-tiny-hf"
+    assert "Initialised" in p.stdout and "Hugging Face checkpoint" in p.stdout  # started from the HF weights
+    assert "== local run of llm-tiny-hf: ok" in p.stdout
+    last = p.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"Hugging Face export {job / 'hf-export'} loads in transformers: LlamaForCausalLM")
+    assert (job / "hf-export" / "tokenizer.json").is_file()  # copied from the directory it started from

@@ -118,3 +118,39 @@ def test_plan_command_prints_the_plan(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("Scale plan: environment prod, preset llama3-8b-fsdp on node group p5")
     assert "8 nodes" in result.stdout.splitlines()[0]
+
+
+def test_the_plan_says_whether_a_preset_fits_its_node_group_and_by_how_much():
+    from config.memory import estimate_memory
+    from config.models import MODELS
+    p = plan.build(load("prod"), "llama31-70b-fsdp")
+    lines = section(p, "Memory per rank")
+    # The trainer logs the same function's summary at start-up.
+    expected = estimate_memory(MODELS["llama3.1-70b"], shards=4 * 8, batch_size=1, seq_len=8192,
+                               activation_checkpointing=True, mixed_precision=True, loss_chunk_tokens=2048)
+    assert lines[0] == f"estimate {expected.summary()}"
+    assert lines[1].startswith("usable 72.0 GiB (H100 80 GiB")
+    assert lines[2].startswith("fits llama31-70b-fsdp's node group p5: ") and "GiB to spare" in lines[2]
+
+
+def test_a_preset_on_too_few_nodes_is_reported_short():
+    from dataclasses import replace
+    from config.presets import get_preset
+    group = load("prod").nodegroup("p5")
+    estimate, usable = plan.memory_fit(replace(get_preset("llama31-70b-fsdp"), nodes_min=1), group, 1)
+    assert estimate.total > usable
+
+
+@pytest.mark.parametrize("env_name", ["dev", "prod"])
+def test_every_llm_preset_fits_its_node_group_wherever_it_is_rendered(env_name):
+    from k8s.jobs import presets_for
+    env = load(env_name)
+    for preset in presets_for(env):
+        fit = plan.memory_fit(preset, env.nodegroup(preset.nodegroup), preset.nodes_min)
+        if fit is not None:
+            estimate, usable = fit
+            assert estimate.total <= usable, (preset.name, estimate.summary(), usable / 2**30)
+
+
+def test_plan_has_no_parameter_table_of_its_own():
+    assert not hasattr(plan, "MODEL_PARAMETERS")

@@ -14,15 +14,16 @@ import sys, torch
 import torch.distributed.checkpoint as dcp
 from trainer import dist as tdist
 from trainer.checkpoint import CheckpointConfig, CheckpointManager, ModelAndOptimizer
-from trainer.llm import build_model
+from trainer.parallel import ParallelConfig, build_model
 from trainer.model import MODEL_PRESETS, loss_fn
 
 directory = sys.argv[1]
 rt = tdist.init(checkpoint_group=True)
 cfg = MODEL_PRESETS["tiny"]
-model = build_model(cfg, rt, compile=False, activation_checkpointing=False)
+model = build_model(cfg, rt, parallel=ParallelConfig(fsdp="always"))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-ckpt = CheckpointManager(CheckpointConfig(directory, every=1, keep=2), rt, {"app": ModelAndOptimizer(model, opt)})
+ckpt = CheckpointManager(CheckpointConfig(directory, every=1, keep=2), rt, {"app": ModelAndOptimizer(model, opt)},
+                         last_step=4)
 
 def step():
     x = torch.randint(cfg.vocab_size, (2, 32))
@@ -38,7 +39,7 @@ for _ in range(3):
     step()  # the weights change while the save is in flight
 ckpt.save(4)
 ckpt.close()
-fresh = build_model(cfg, rt, compile=False, activation_checkpointing=False)
+fresh = build_model(cfg, rt, parallel=ParallelConfig(fsdp="always"))
 dcp.load({"app": ModelAndOptimizer(fresh, torch.optim.AdamW(fresh.parameters(), lr=1e-2))},
          checkpoint_id=f"{directory}/step-00000001")
 changed = [k for k, v in fresh.state_dict().items() if not torch.equal(v.full_tensor(), at_save[k])]
@@ -63,3 +64,36 @@ def test_a_folder_without_the_marker_is_not_a_checkpoint(tmp_path):
     (step_dir(tmp_path, 3) / MARKER).write_text("3\n")
     assert list_steps(tmp_path) == [3]
     assert list_steps(tmp_path, complete=False) == [7]
+
+
+def _llm(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainer.llm", "--seq-len", "32", "--batch-size", "2",
+                           "--log-every", "2", *args], cwd=REPO, env=job_env(), capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_checkpoints_of_another_model_shape_are_refused_in_one_line_not_moved_aside(tmp_path):
+    first = _llm("--model", "tiny", "--steps", "2", "--checkpoint-dir", str(tmp_path))
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert list_steps(tmp_path) == [2] and (tmp_path / "model.json").is_file()
+    other = _llm("--model", "tiny-moe", "--steps", "4", "--checkpoint-dir", str(tmp_path))
+    assert other.returncode == 2
+    assert other.stderr.strip() == (
+        f"error: --checkpoint-dir: {tmp_path} holds checkpoints of another model: ffn_dim is 192 in the "
+        "checkpoints but 96 in this run; use another directory, or the model they were written by")
+    assert "step " not in other.stdout  # refused before any training
+    assert list_steps(tmp_path) == [2] and not list(tmp_path.glob("*.unloadable*"))
+    deeper = _llm("--model", "tiny", "--layers", "3", "--steps", "4", "--checkpoint-dir", str(tmp_path))
+    assert deeper.returncode == 2 and "n_layers is 2 in the checkpoints but 3 in this run" in deeper.stderr
+    (tmp_path / "model.json").unlink()  # as an older trainer left its folders
+    older = _llm("--model", "tiny", "--steps", "4", "--checkpoint-dir", str(tmp_path))
+    assert older.returncode == 2 and "holds checkpoints without model.json" in older.stderr
+
+
+def test_a_checkpoint_directory_that_cannot_be_created_is_one_line_before_training(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    p = _llm("--steps", "2", "--checkpoint-dir", str(blocker / "ckpt"))
+    assert p.returncode == 2
+    assert p.stderr.strip() == f"error: --checkpoint-dir: cannot create {blocker / 'ckpt'}: Not a directory"
+    assert "step " not in p.stdout

@@ -39,7 +39,8 @@ def test_model_forward_with_labels_equals_logits_then_loss(tied):
     plain.backward()
     plain_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
-    chunked = model(tokens[:, :-1], tokens[:, 1:], loss_chunk_tokens=16)
+    model.loss_chunk_tokens = 16
+    chunked = model(tokens[:, :-1], tokens[:, 1:])
     chunked.backward()
     torch.testing.assert_close(chunked, plain)
     for name, param in model.named_parameters():

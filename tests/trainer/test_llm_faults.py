@@ -1,5 +1,7 @@
 """trainer.llm under torchrun with real faults: killed workers, a kill mid-checkpoint, a corrupt
-checkpoint, preemption (SIGTERM) and a rendezvous that never completes."""
+checkpoint, preemption (SIGTERM) and a rendezvous that never completes. The faults that touch
+the model's state run for the dense model and for the mixture of experts (sharded differently:
+its expert weights along their rows)."""
 
 from __future__ import annotations
 
@@ -25,8 +27,11 @@ RESUMED = re.compile(r"Resumed from checkpoint \S+ \(step (\d+)\)")
 LOGGED = re.compile(r"^step\s+(\d+) \| loss ([\d.]+)")
 
 
-def llm(ckpt, *extra, steps=20, every=10):
-    return ["--model", "tiny", "--steps", str(steps), "--batch-size", "2", "--seq-len", "64",
+MODELS = ["tiny", "tiny-moe"]
+
+
+def llm(ckpt, *extra, steps=20, every=10, model="tiny"):
+    return ["--model", model, "--steps", str(steps), "--batch-size", "2", "--seq-len", "64",
             "--checkpoint-dir", str(ckpt), "--checkpoint-every", str(every), "--log-every", "5",
             "--dist-timeout", "20", *extra]
 
@@ -39,9 +44,10 @@ def metrics(path) -> dict[int, dict]:
     return {r["step"]: r for r in map(json.loads, path.read_text().splitlines())}
 
 
-def test_loss_falls_and_resume_restores_model_optimizer_schedule_and_data_position_exactly(tmp_path):
+@pytest.mark.parametrize("model", MODELS)
+def test_loss_falls_and_resume_restores_model_optimizer_schedule_and_data_position_exactly(tmp_path, model):
     a, b = tmp_path / "a", tmp_path / "b"
-    rc, out = run(torchrun_args("trainer.llm", llm(a, "--metrics-file", str(a / "m.jsonl"))))
+    rc, out = run(torchrun_args("trainer.llm", llm(a, "--metrics-file", str(a / "m.jsonl"), model=model)))
     assert rc == 0, out
     ma = metrics(a / "m.jsonl")
     assert sorted(ma) == [5, 10, 15, 20]  # steps count from 1: the line for step N follows the N-th step
@@ -52,7 +58,8 @@ def test_loss_falls_and_resume_restores_model_optimizer_schedule_and_data_positi
 
     # Resume from the step-10 checkpoint alone: steps 11..20 must retrace run a exactly.
     shutil.copytree(step_dir(a, 10), step_dir(b, 10))
-    rc, out = run(torchrun_args("trainer.llm", llm(b, "--metrics-file", str(b / "m.jsonl"))))
+    shutil.copy(a / "model.json", b / "model.json")
+    rc, out = run(torchrun_args("trainer.llm", llm(b, "--metrics-file", str(b / "m.jsonl"), model=model)))
     assert rc == 0, out
     assert [int(s) for s in RESUMED.findall(out)] == [10]
     mb = metrics(b / "m.jsonl")
@@ -64,7 +71,7 @@ def test_loss_falls_and_resume_restores_model_optimizer_schedule_and_data_positi
     # A corrupt newest checkpoint: fall back to the previous one, with a warning.
     shard = step_dir(a, 20) / "__1_0.distcp"
     shard.write_bytes(shard.read_bytes()[:100])
-    rc, out = run(torchrun_args("trainer.llm", llm(a, steps=25)))
+    rc, out = run(torchrun_args("trainer.llm", llm(a, steps=25, model=model)))
     assert rc == 0, out
     assert re.search(r"WARNING: checkpoint \S+step-00000020 does not load", out), out
     assert [int(s) for s in RESUMED.findall(out)] == [10]
@@ -94,21 +101,24 @@ def test_an_unloadable_newer_checkpoint_is_moved_aside_and_retention_keeps_new_s
     assert list_steps(tmp_path) == [20] and (step_dir(tmp_path, 20) / MARKER).exists()
 
 
+@pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("nproc_before, nproc_after", [(1, 2), (2, 1)])
-def test_a_checkpoint_resumes_on_a_different_number_of_ranks(tmp_path, nproc_before, nproc_after):
-    rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, steps=10), nproc=nproc_before))
+def test_a_checkpoint_resumes_on_a_different_number_of_ranks(tmp_path, nproc_before, nproc_after, model):
+    # One rank trains unsharded, two under FSDP2: the checkpoint crosses that boundary too.
+    rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, steps=10, model=model), nproc=nproc_before))
     assert rc == 0, out
     assert list_steps(tmp_path) == [10]
-    rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, steps=15), nproc=nproc_after))
+    rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, steps=15, model=model), nproc=nproc_after))
     assert rc == 0, out
     assert "does not load" not in out, out
     assert [int(s) for s in RESUMED.findall(out)] == [10]
     assert logged_steps(out) == [15]
 
 
-def test_a_sigkilled_worker_restarts_and_resumes_losing_at_most_one_interval(tmp_path):
+@pytest.mark.parametrize("model", MODELS)
+def test_a_sigkilled_worker_restarts_and_resumes_losing_at_most_one_interval(tmp_path, model):
     every = 10
-    job = Job(torchrun_args("trainer.llm", llm(tmp_path, steps=70, every=every), max_restarts=2))
+    job = Job(torchrun_args("trainer.llm", llm(tmp_path, steps=70, every=every, model=model), max_restarts=2))
     try:
         job.wait_for(r"Checkpoint saved: \S+step-00000020")
         before = max(logged_steps(job.output))

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from trainer.data import DataConfig, RankBatches
-from trainer.llm import OptimConfig, warmup_cosine
+from trainer.optim import OptimConfig, warmup_cosine
 from trainer.metrics import peak_flops
 from trainer.model import MODEL_PRESETS, Attention, Transformer, apply_rope, loss_fn, rope_frequencies
 
@@ -40,7 +40,8 @@ def test_weights_built_on_meta_are_initialised_explicitly_no_nan_and_a_sane_std(
 
 @pytest.mark.parametrize("name, billions", [("llama2-7b", 6.74), ("llama2-13b", 13.0), ("llama2-70b", 69.0),
                                             ("llama3.1-8b", 8.03), ("llama3.1-70b", 70.6),
-                                            ("llama3.2-1b", 1.24), ("llama3.2-3b", 3.21)])
+                                            ("llama3.2-1b", 1.24), ("llama3.2-3b", 3.21),
+                                            ("mistral-7b", 7.25), ("mathstral-7b", 7.25), ("mixtral-8x7b", 46.7)])
 def test_presets_have_the_published_parameter_counts(name, billions):
     assert MODEL_PRESETS[name].num_params() / 1e9 == pytest.approx(billions, rel=0.01)
 
@@ -49,6 +50,13 @@ def test_flops_per_token_is_six_n_plus_attention():
     cfg = MODEL_PRESETS["llama3.1-8b"]
     n = cfg.num_params(embedding=False)
     assert cfg.flops_per_token(8192) == 6 * n + 12 * 32 * 32 * 128 * 8192
+
+
+def test_a_mixture_of_experts_counts_only_the_routed_experts_towards_flops():
+    cfg = MODEL_PRESETS["mixtral-8x7b"]
+    # Mixtral's paper: 47B parameters, 13B used per token.
+    assert cfg.num_params(active=True) / 1e9 == pytest.approx(12.9, rel=0.01)
+    assert cfg.flops_per_token(4096) == 6 * cfg.num_params(embedding=False, active=True) + 12 * 32 * 32 * 128 * 4096
 
 
 def test_grouped_query_attention_matches_repeated_key_value_heads():
@@ -77,8 +85,9 @@ def test_rope_preserves_norms_and_is_relative():
 
 
 def test_llama3_rope_scaling_slows_only_the_low_frequencies():
-    plain = rope_frequencies(replace(MODEL_PRESETS["llama3.1-8b"], rope_scaling_factor=None), torch.device("cpu"))
-    scaled = rope_frequencies(MODEL_PRESETS["llama3.1-8b"], torch.device("cpu"))
+    cfg = replace(MODEL_PRESETS["llama3.1-8b"], max_seq_len=8192)
+    plain = rope_frequencies(replace(cfg, rope_scaling=None), torch.device("cpu"))
+    scaled = rope_frequencies(cfg, torch.device("cpu"))
     torch.testing.assert_close(scaled[:, 0], plain[:, 0])  # highest frequency untouched
     assert not torch.allclose(scaled[:, -1], plain[:, -1])
 
@@ -117,3 +126,13 @@ def test_mfu_has_no_peak_on_cpu():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_gpu_peak_comes_from_the_instance_table():
     assert peak_flops(torch.device("cuda", 0)) is not None
+
+
+def test_tied_embeddings_stay_tied_when_one_process_skips_fsdp():
+    from types import SimpleNamespace
+
+    from trainer.parallel import build_model
+    cfg = replace(MODEL_PRESETS["tiny"], tie_embeddings=True)
+    model = build_model(cfg, SimpleNamespace(world_size=1, device=torch.device("cpu")), rope_length=16)
+    assert model.output.weight is model.tok_embeddings.weight
+    assert "output.weight" not in dict(model.named_parameters())

@@ -1,0 +1,90 @@
+"""Memory one rank needs to train a model of the table: the one estimate `ops plan` prints and
+the trainer logs at start-up (no torch here).
+
+Per rank, with N parameters sharded over S ranks (FSDP2), c bytes per element of compute
+(2 for bf16 mixed precision, 4 for fp32):
+- parameters 4·N/S (fp32 master weights), gradients 4·N/S (fp32 reduction), AdamW 8·N/S;
+- working copies: FSDP gathers a block's parameters in compute precision and its gradient
+  before the reduce-scatter, two blocks at a time (one prefetched), plus the root (embedding,
+  output layer) held through forward and backward; unsharded mixed precision (one GPU, autocast)
+  keeps a bf16 copy of every weight instead;
+- activations saved for backward, per token and layer: 8·dim + 2·kv_dim + 4·ffn elements
+  (norm inputs and outputs, q, k, v, attention output, residual, the SwiGLU's four ffn-wide
+  tensors), for a mixture of experts the routed copies (2·top_k·dim) and top_k·4·ffn instead of
+  4·ffn, plus the RMSNorms' fp32 copies (2·dim·4 bytes) under mixed precision. Counted against
+  the tensors autograd actually saves in tests/trainer/test_memory_estimate.py. With activation
+  checkpointing only each block's input is kept, plus one block's activations being recomputed;
+- the output layer: logits in compute precision, their fp32 log-softmax and its gradient
+  (c + 8 bytes per token and vocabulary entry), or one chunk of them with --loss-chunk-tokens.
+The peak is parameters + optimizer + working copies + the larger of the gradients and the
+activations with the logits: the loop frees gradients after each step (zero_grad to None), and
+backward releases a block's activations as it produces that block's gradients.
+Activations are counted as eager autograd saves them; torch.compile's partitioner recomputes
+cheap ops and saves less, so for --compile runs this is an upper bound (bench/RESULTS.md: an H100
+measured 59.3 / 60.5 / 74.5 GiB where this says 82.5 / 77.5 / 95.5).
+Not counted: the CUDA context, NCCL buffers and allocator fragmentation; `ops plan` keeps
+HEADROOM of the device for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from config.models import ModelConfig
+
+GIB = 2**30
+HEADROOM = 0.10  # of device memory, for the CUDA context, NCCL buffers and allocator fragmentation
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    parameters: float  # bytes per rank
+    gradients: float
+    optimizer: float
+    working: float
+    activations: float
+    logits: float
+
+    @property
+    def total(self) -> float:
+        return self.parameters + self.optimizer + self.working + max(self.gradients, self.activations + self.logits)
+
+    def summary(self) -> str:
+        parts = ", ".join(f"{name} {getattr(self, name) / GIB:.2f}"
+                          for name in ("parameters", "gradients", "optimizer", "working", "activations", "logits"))
+        return f"{self.total / GIB:.2f} GiB ({parts})"
+
+
+def activation_bytes_per_token_layer(cfg: ModelConfig, compute_bytes: int) -> float:
+    kv = cfg.n_kv_heads * cfg.head_dim
+    if cfg.is_moe:
+        ffn = 2 * cfg.experts_per_token * cfg.dim + 4 * cfg.experts_per_token * cfg.ffn_dim + cfg.n_experts
+    else:
+        ffn = 4 * cfg.ffn_dim
+    elements = 8 * cfg.dim + 2 * kv + ffn
+    fp32_norm_copies = 2 * cfg.dim * 4 if compute_bytes < 4 else 0
+    return elements * compute_bytes + fp32_norm_copies
+
+
+def estimate_memory(cfg: ModelConfig, *, shards: int, batch_size: int, seq_len: int,
+                    activation_checkpointing: bool, mixed_precision: bool, loss_chunk_tokens: int = 0) -> MemoryEstimate:
+    """Peak bytes one rank holds while training `cfg` sharded over `shards` ranks (1: unsharded)."""
+    c = 2 if mixed_precision else 4
+    n = cfg.num_params()
+    root = cfg.num_params() - cfg.n_layers * cfg.block_params()
+    if shards > 1:
+        working = c * (2 * cfg.block_params() + root) * 2  # gathered weights and their unsharded gradients
+    else:
+        working = c * n if mixed_precision else 0
+    tokens = batch_size * seq_len
+    per_layer = tokens * activation_bytes_per_token_layer(cfg, c)
+    if activation_checkpointing:
+        activations = cfg.n_layers * tokens * cfg.dim * c + per_layer
+    else:
+        activations = cfg.n_layers * per_layer
+    if loss_chunk_tokens:
+        logits = min(loss_chunk_tokens, tokens) * cfg.vocab_size * (c + 8) + tokens * cfg.dim * c
+    else:
+        logits = tokens * cfg.vocab_size * (c + 8)
+    return MemoryEstimate(parameters=4 * n / shards, gradients=4 * n / shards, optimizer=8 * n / shards,
+                          working=working, activations=activations, logits=logits)

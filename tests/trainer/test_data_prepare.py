@@ -1,0 +1,110 @@
+"""trainer.data prepare on JSON lines (plain and gzipped, as C4 ships), Parquet and plain text,
+with the tokenizer of a Hugging Face model directory: every document's tokens, in file order,
+separated by the tokenizer's end-of-sequence token, in shards of at most --shard-tokens."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from array import array
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from tokenizers import Tokenizer
+
+from trainer.cli import UsageError
+from trainer.hf_tiny import write_tiny
+from trainer.prepare import main, prepare
+
+DOCS = [f"document {i}: the ranks average their gradients and checkpoint to FSx, step {i * 7}." for i in range(700)]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    write_tiny(root / "model")  # a Hugging Face model directory with a tokenizer.json
+    data = root / "in"
+    data.mkdir()
+    (data / "a.jsonl").write_text("".join(json.dumps({"text": d, "url": "x"}) + "\n" for d in DOCS[:300]))
+    with gzip.open(data / "b.json.gz", "wt") as f:
+        f.writelines(json.dumps({"text": d}) + "\n" for d in DOCS[300:500])
+    pq.write_table(pa.table({"text": DOCS[500:], "id": list(range(200))}), data / "c.parquet", row_group_size=64)
+    (data / "d.txt").write_text("\n".join(DOCS[:50]) + "\n")
+    return root
+
+
+def _read_shards(out, meta):
+    ids = []
+    for name in meta["shards"]:
+        a = array("H")
+        a.frombytes((out / name).read_bytes())
+        ids += a.tolist()
+    return ids
+
+
+def test_jsonl_gzip_parquet_and_text_become_every_documents_tokens_in_order(corpus, tmp_path, capsys):
+    out = tmp_path / "tokens"
+    assert main(["prepare", "--tokenizer", str(corpus / "model"), "--input", str(corpus / "in"),
+                 "--output", str(out), "--shard-tokens", "5000"]) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    tok = Tokenizer.from_file(str(corpus / "model" / "tokenizer.json"))
+    eos = tok.token_to_id("</s>")
+    expected = []
+    for doc in DOCS:  # a.jsonl, b.json.gz, c.parquet in sorted file order
+        expected += tok.encode(doc, add_special_tokens=False).ids + [eos]
+    expected += tok.encode("\n".join(DOCS[:50]) + "\n", add_special_tokens=False).ids + [eos]  # d.txt: one document
+    assert _read_shards(out, meta) == expected
+    assert meta["tokens"] == len(expected) and meta["documents"] == 701
+    assert len(meta["shards"]) > 2 and all(n <= 5000 for n in meta["shard_tokens"]) and sum(meta["shard_tokens"]) == len(expected)
+    printed = capsys.readouterr()
+    assert f"wrote {len(expected):,} tokens of 701 documents in {len(meta['shards'])} shard(s)" in printed.out
+    assert f"shard-00000.bin  {5000:>14,} tokens" in printed.out
+    assert "tokenizing" in printed.err  # the progress bar
+
+
+def test_a_malformed_json_line_names_the_file_and_line_and_leaves_no_output(corpus, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps({"body": "no text"}) + "\n")
+    with pytest.raises(UsageError, match=r"--input: .*bad.jsonl:2: not a JSON object with a 'text' field"):
+        prepare(corpus / "model", [bad], tmp_path / "out", 100, None)
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*"))
+
+
+def test_a_parquet_file_without_the_text_column_names_the_field(corpus, tmp_path):
+    with pytest.raises(UsageError, match="--text-field: .* has no column 'content'"):
+        prepare(corpus / "model", [corpus / "in" / "c.parquet"], tmp_path / "out", 100, None, text_field="content")
+
+
+def test_an_existing_non_empty_output_is_refused(corpus, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep").write_text("x")
+    with pytest.raises(UsageError, match="--output: .* exists and is not an empty folder"):
+        prepare(corpus / "model", [corpus / "in" / "a.jsonl"], tmp_path / "out", 100, None)
+
+
+def test_prepare_streams_bounded_batches_never_a_whole_file(corpus, tmp_path, monkeypatch):
+    import trainer.prepare as prep
+    monkeypatch.setattr(prep, "BATCH_DOCUMENTS", 7)
+    monkeypatch.setattr(prep, "TEXT_BLOCK_BYTES", 256)
+    batches = []
+    real = prep.load_tokenizer
+
+    def recording(path):
+        tok, file = real(path)
+
+        class Recorder:
+            def __getattr__(self, name):
+                return getattr(tok, name)
+
+            def encode_batch(self, texts, **kw):
+                batches.append(texts)
+                return tok.encode_batch(texts, **kw)
+        return Recorder(), file
+
+    monkeypatch.setattr(prep, "load_tokenizer", recording)
+    meta = prepare(corpus / "model", [corpus / "in"], tmp_path / "out", 5000, None)
+    assert meta["documents"] == 701 and len(batches) > 100
+    assert max(len(b) for b in batches) <= 7
+    longest_line = max(len(d) for d in DOCS) + 1
+    assert max(len(t.encode()) for b in batches for t in b) <= 256 + longest_line  # text files in blocks of lines

@@ -1,0 +1,189 @@
+"""Hugging Face interop against transformers itself: tiny random configurations built here, saved
+with `save_pretrained`, loaded by the trainer; logits and loss must match the transformers
+model, an import followed by an export must give back every tensor bit for bit, and a 2-rank
+FSDP2 load must compute what a 1-rank load computes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", reason="transformers is a pinned test dependency")
+from safetensors.torch import load_file  # noqa: E402
+
+from trainer.cli import UsageError  # noqa: E402
+from trainer.hf import export, load_hf_weights  # noqa: E402
+from trainer.hf_config import from_hf_config, read_config  # noqa: E402
+from trainer.job_config import parse_job  # noqa: E402
+from trainer.model import Transformer  # noqa: E402
+from trainer_procs import REPO, job_env, run, torchrun_args  # noqa: E402
+
+CPU = SimpleNamespace(device=torch.device("cpu"), is_main=True)
+COMMON = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+              vocab_size=128, rms_norm_eps=1e-5, max_position_embeddings=256)
+
+
+def hf_configs():
+    return {
+        "llama": transformers.LlamaConfig(**COMMON),
+        # Scaling that changes this head size's frequencies: original context 32 positions.
+        "llama3.1-rope": transformers.LlamaConfig(**COMMON, rope_theta=500000.0, rope_scaling={
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 32}),
+        "llama-tied": transformers.LlamaConfig(**COMMON, tie_word_embeddings=True),
+        "mistral-sliding": transformers.MistralConfig(**COMMON, sliding_window=8, rope_theta=1e6),
+        "mixtral": transformers.MixtralConfig(**COMMON, num_local_experts=4, num_experts_per_tok=2,
+                                              router_aux_loss_coef=0.02, output_router_logits=True,
+                                              sliding_window=None),
+    }
+
+
+def save_hf(kind: str, directory: Path, seed: int = 0):
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(hf_configs()[kind], dtype=torch.float32)
+    with torch.no_grad():  # transformers' default init leaves norms at 1: make them matter
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 1.5)
+    model.save_pretrained(directory)
+    return model.eval()
+
+
+def ours(directory: Path) -> Transformer:
+    model = Transformer(from_hf_config(read_config(directory)))
+    load_hf_weights(model, directory, CPU)
+    return model.eval()
+
+
+@pytest.mark.parametrize("kind", list(hf_configs()))
+def test_logits_and_loss_match_transformers(kind, tmp_path):
+    hf = save_hf(kind, tmp_path)
+    model = ours(tmp_path)
+    tokens = torch.randint(0, 128, (2, 24), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = hf(input_ids=tokens, labels=tokens)
+        logits = model(tokens)
+        # transformers shifts the labels itself; ours are the next tokens, -100 past the end.
+        labels = torch.cat([tokens[:, 1:], torch.full((2, 1), -100)], dim=1)
+        loss = model(tokens, labels)
+    torch.testing.assert_close(logits, expected.logits, rtol=1e-5, atol=2e-5)
+    torch.testing.assert_close(loss, expected.loss, rtol=1e-5, atol=1e-6)
+    if kind == "mixtral":
+        assert expected.aux_loss > 0  # the load-balancing term is part of the compared loss
+    if kind == "mistral-sliding":
+        assert tokens.shape[1] > model.cfg.sliding_window  # the window actually masks
+
+
+def test_rope_scaling_comes_from_the_checkpoint_not_constants(tmp_path):
+    save_hf("llama3.1-rope", tmp_path)
+    cfg = from_hf_config(read_config(tmp_path))
+    assert cfg.rope_scaling.original_max_position == 32 and cfg.rope_scaling.factor == 8.0
+    v5 = json.loads((tmp_path / "config.json").read_text())  # transformers 5 writes rope_parameters
+    assert "rope_parameters" in v5
+    legacy = {k: v for k, v in v5.items() if k != "rope_parameters"}
+    legacy.update(rope_theta=500000.0, rope_scaling={"type": "llama3", "factor": 2.0, "low_freq_factor": 1.0,
+                                                     "high_freq_factor": 2.0, "original_max_position_embeddings": 64})
+    assert from_hf_config(legacy).rope_scaling.factor == 2.0
+    legacy["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}
+    with pytest.raises(UsageError, match="rope_scaling.rope_type 'yarn' is not supported"):
+        from_hf_config(legacy)
+
+
+@pytest.mark.parametrize("kind", ["llama-tied", "mixtral"])
+def test_import_then_export_gives_back_every_tensor_bit_for_bit(kind, tmp_path):
+    import torch.distributed.checkpoint as dcp
+    src, ckpt, out = tmp_path / "hf", tmp_path / "ckpt", tmp_path / "out"
+    save_hf(kind, src)
+    (src / "tokenizer.json").write_text("{}")  # stands for the tokenizer files next to the weights
+    model = ours(src)
+    step = ckpt / "step-00000001"
+    dcp.save({"app": {"model": model.state_dict()}}, checkpoint_id=str(step), no_dist=True)
+    (step / "COMPLETE").write_text("1\n")
+    (ckpt / "model.json").write_text(json.dumps({"model": model.cfg.to_dict(), "init_from_hf": str(src)}))
+    export(ckpt, out, torch.float32, max_shard_gb=0.0001)  # tiny shards: the index must stitch them
+    original = load_file(src / "model.safetensors")
+    index = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
+    assert set(index) == set(original) and len(set(index.values())) > 1
+    exported = {}
+    for f in set(index.values()):
+        exported.update(load_file(out / f))
+    for name, tensor in original.items():
+        assert exported[name].dtype == tensor.dtype and torch.equal(exported[name], tensor), name
+    assert (out / "tokenizer.json").read_text() == "{}"
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(out)
+    assert type(reloaded).__name__ == type(transformers.AutoModelForCausalLM.from_config(hf_configs()[kind])).__name__
+
+
+def test_export_refuses_a_non_empty_output_and_writes_nothing_half(tmp_path):
+    with pytest.raises(UsageError, match="--checkpoint: .* holds no complete checkpoint"):
+        export(tmp_path, tmp_path / "out", torch.float32)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_conflicting_model_is_an_error_naming_the_field(tmp_path):
+    save_hf("llama", tmp_path)
+    with pytest.raises(UsageError) as err:
+        parse_job(["--init-from-hf", str(tmp_path), "--model", "tiny"])
+    assert str(err.value).startswith("--model: tiny has vocab_size 1024 but") and "gives 128" in str(err.value)
+    job = parse_job(["--init-from-hf", str(tmp_path), "--seq-len", "32"])
+    assert job.model.config.ffn_dim == 96 and job.model.init_from_hf == str(tmp_path)
+
+
+SCRIPT = r"""
+import sys, torch
+from trainer import dist as tdist
+from trainer.hf import load_hf_weights
+from trainer.hf_config import from_hf_config, read_config
+from trainer.parallel import build_model
+from pathlib import Path
+rt = tdist.init()
+tokens = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(3))
+for directory in sys.argv[2:]:
+    model = build_model(from_hf_config(read_config(Path(directory))), rt)
+    load_hf_weights(model, directory, rt)
+    with torch.no_grad():
+        logits = model(tokens)
+    if rt.is_main:
+        torch.save(logits, f"{sys.argv[1]}-{Path(directory).name}.pt")
+tdist.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_a_two_rank_fsdp2_load_computes_what_a_one_rank_load_computes(tmp_path):
+    dirs = []
+    for kind in ("llama-tied", "mixtral"):
+        save_hf(kind, tmp_path / kind)
+        dirs.append(str(tmp_path / kind))
+    script = tmp_path / "load.py"
+    script.write_text(SCRIPT)
+    for nproc in (1, 2):
+        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+                str(script), str(tmp_path / f"n{nproc}"), *dirs]
+        rc, out = run(argv)
+        assert rc == 0, out
+    for kind in ("llama-tied", "mixtral"):
+        one, two = (torch.load(tmp_path / f"n{n}-{kind}.pt") for n in (1, 2))
+        torch.testing.assert_close(two, one, rtol=1e-5, atol=1e-5)
+        assert one.abs().max() > 0
+
+
+@pytest.mark.slow
+def test_our_checkpoints_take_precedence_over_init_from_hf_once_one_exists(tmp_path):
+    save_hf("llama", tmp_path / "hf")
+    common = ["-m", "trainer.llm", "--init-from-hf", str(tmp_path / "hf"), "--seq-len", "32", "--batch-size", "2",
+              "--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-every", "2", "--log-every", "2"]
+    first = subprocess.run([sys.executable, *common, "--steps", "2"], cwd=REPO, env=job_env(), capture_output=True,
+                           text=True, timeout=120)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "Initialised" in first.stdout and "Resumed" not in first.stdout
+    second = subprocess.run([sys.executable, *common, "--steps", "4"], cwd=REPO, env=job_env(), capture_output=True,
+                            text=True, timeout=120)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "Resumed from checkpoint" in second.stdout and "Initialised" not in second.stdout

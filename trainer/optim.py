@@ -1,0 +1,51 @@
+"""AdamW with linear warm-up and a cosine decay, and the schedule's checkpointable state."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 3e-4
+    warmup_steps: int = 10
+    total_steps: int = 1000
+    min_lr_ratio: float = 0.1  # cosine decays to this fraction of the peak rate
+    weight_decay: float = 0.1
+    max_grad_norm: float = 1.0
+    betas: tuple[float, float] = (0.9, 0.95)
+
+
+def warmup_cosine(cfg: OptimConfig):
+    """Linear warm-up to the peak rate, then a cosine down to min_lr_ratio of it at the last step."""
+    def factor(step: int) -> float:  # `step` is the number of optimizer steps already taken
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        progress = (step - cfg.warmup_steps) / max(1, cfg.total_steps - cfg.warmup_steps)
+        cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine
+    return factor
+
+
+def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, device: torch.device):
+    # The fused kernel updates all parameters in one pass over memory on GPU; CPUs use foreach.
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay,
+                                  fused=device.type == "cuda")
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(cfg))
+
+
+class TrainState:
+    """The scheduler, saved with the model so a resumed run picks up the same rate. The step is
+    the checkpoint folder's own number, and the data position follows from it."""
+
+    def __init__(self, scheduler):
+        self.scheduler = scheduler
+
+    def state_dict(self) -> dict:
+        return {"scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.scheduler.load_state_dict(state["scheduler"])

@@ -1,0 +1,226 @@
+"""`python -m trainer.data prepare`: text into token shards, streaming.
+
+Inputs are plain text (*.txt: one document per file), JSON lines (*.jsonl, *.json, and their
+.gz forms, as C4 ships: one document per line, its text under --text-field) and Parquet
+(*.parquet: one document per row of the --text-field column). Nothing is read whole: text files
+go in blocks of lines, JSON lines and Parquet row batches a few hundred documents at a time, and
+tokens go straight to the open shard file, so a corpus larger than memory works. The tokenizer
+is a `tokenizer.json` or a Hugging Face model directory holding one. Shards are written into a
+staging folder that replaces --output only when every shard and meta.json are on disk.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import tempfile
+from array import array
+from collections.abc import Iterator
+from pathlib import Path
+
+from trainer.cli import Parser, UsageError, positive_int
+
+SUFFIXES = (".txt", ".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
+EOS_CANDIDATES = ("<|end_of_text|>", "</s>", "<|endoftext|>", "<eos>")
+BATCH_DOCUMENTS = 256  # documents tokenized per call (the tokenizer parallelises over a batch)
+TEXT_BLOCK_BYTES = 1 << 20  # plain text is read and tokenized a block of whole lines at a time
+
+
+def _kind(path: Path) -> str | None:
+    name = path.name.lower()
+    return next((s for s in SUFFIXES if name.endswith(s)), None)
+
+
+def find_inputs(inputs: list[Path]) -> list[Path]:
+    files = []
+    for p in inputs:
+        if p.is_file():
+            if _kind(p) is None:
+                raise UsageError("--input", f"{p}: unsupported file type (supported: {', '.join(SUFFIXES)})")
+            files.append(p)
+        else:
+            files += [f for f in p.rglob("*") if f.is_file() and _kind(f)]
+    return sorted(files)
+
+
+def load_tokenizer(path: Path):
+    from tokenizers import Tokenizer
+    file = path / "tokenizer.json" if path.is_dir() else path
+    if not file.is_file():
+        raise UsageError("--tokenizer", f"{path} is neither a tokenizer.json nor a directory holding one")
+    try:
+        return Tokenizer.from_file(str(file)), file
+    except Exception as exc:
+        raise UsageError("--tokenizer", f"{file} is not a tokenizer.json ({exc})") from None
+
+
+def documents(path: Path, text_field: str, progress) -> Iterator[list[str]]:
+    """Batches of texts from one file: every JSON line and Parquet row is a document; a plain
+    text file is one document, yielded in blocks of whole lines."""
+    kind = _kind(path)
+    if kind == ".txt":
+        with open(path, "rb") as f:
+            while block := f.read(TEXT_BLOCK_BYTES):
+                block += f.readline()  # end on a line boundary
+                progress(len(block))
+                yield [block.decode("utf-8", errors="replace")]
+        return
+    if kind == ".parquet":
+        import pyarrow.parquet as pq
+        try:
+            table = pq.ParquetFile(path)
+        except Exception as exc:
+            raise UsageError("--input", f"{path} is not a Parquet file ({exc})") from None
+        if text_field not in table.schema_arrow.names:
+            raise UsageError("--text-field", f"{path} has no column {text_field!r} (columns: "
+                                             f"{', '.join(table.schema_arrow.names)})")
+        share = path.stat().st_size / max(1, table.metadata.num_rows)
+        for batch in table.iter_batches(batch_size=BATCH_DOCUMENTS, columns=[text_field]):
+            texts = [t for t in batch.column(0).to_pylist() if t]
+            progress(share * batch.num_rows)
+            yield texts
+        return
+    opener = gzip.open if kind.endswith(".gz") else open
+    with open(path, "rb") as raw, opener(raw if kind.endswith(".gz") else path, "rt", encoding="utf-8") as f:
+        batch, last = [], 0
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                text = json.loads(line)[text_field]
+            except (ValueError, KeyError, TypeError):
+                raise UsageError("--input", f"{path}:{number}: not a JSON object with a {text_field!r} field "
+                                            "(see --text-field)") from None
+            batch.append(text)
+            if len(batch) == BATCH_DOCUMENTS:
+                progress(raw.tell() - last)
+                last = raw.tell()
+                yield batch
+                batch = []
+        progress(raw.tell() - last)
+        if batch:
+            yield batch
+
+
+class ShardWriter:
+    """Token ids appended to shard-00000.bin, shard-00001.bin, ... of at most `shard_tokens`."""
+
+    def __init__(self, directory: Path, shard_tokens: int, typecode: str):
+        self.directory, self.shard_tokens, self.typecode = directory, shard_tokens, typecode
+        self.counts: list[int] = []
+        self.file = None
+
+    def write(self, ids: list[int]) -> None:
+        while ids:
+            if self.file is None or self.counts[-1] == self.shard_tokens:
+                self._next()
+            room = self.shard_tokens - self.counts[-1]
+            # Native byte order: little-endian on x86 and arm, as the reader expects.
+            array(self.typecode, ids[:room]).tofile(self.file)
+            self.counts[-1] += min(room, len(ids))
+            ids = ids[room:]
+
+    def _next(self) -> None:
+        self.close()
+        self.file = open(self.directory / f"shard-{len(self.counts):05d}.bin", "wb")
+        self.counts.append(0)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            self.file.close()
+            self.file = None
+
+    @property
+    def names(self) -> list[str]:
+        return [f"shard-{i:05d}.bin" for i in range(len(self.counts))]
+
+
+def prepare(tokenizer_path: Path, inputs: list[Path], output: Path, shard_tokens: int, eos: str | None,
+            text_field: str = "text") -> dict:
+    from tqdm import tqdm
+
+    tok, tokenizer_file = load_tokenizer(tokenizer_path)
+    files = find_inputs(inputs)
+    if not files:
+        raise UsageError("--input", f"no {', '.join(SUFFIXES)} files found in {', '.join(map(str, inputs))}")
+    eos_id = None
+    for name in ([eos] if eos else EOS_CANDIDATES):
+        eos_id = tok.token_to_id(name)
+        if eos_id is not None:
+            break
+    if eos and eos_id is None:
+        raise UsageError("--eos-token", f"{eos!r} is not in the tokenizer's vocabulary")
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise UsageError("--output", f"{output} exists and is not an empty folder")
+    vocab = tok.get_vocab_size()
+    dtype = "uint16" if vocab <= 2**16 else "uint32"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    writer = ShardWriter(staging, shard_tokens, "H" if dtype == "uint16" else "I")
+    docs = 0
+    try:
+        with tqdm(total=sum(f.stat().st_size for f in files), unit="B", unit_scale=True, desc="tokenizing") as bar:
+            for f in files:
+                plain = _kind(f) == ".txt"
+                for texts in documents(f, text_field, bar.update):
+                    for encoding in tok.encode_batch(texts, add_special_tokens=False):
+                        ids = encoding.ids
+                        if eos_id is not None and not plain:
+                            ids = ids + [eos_id]
+                        writer.write(ids)
+                    docs += 0 if plain else len(texts)
+                if plain:
+                    docs += 1
+                    if eos_id is not None:
+                        writer.write([eos_id])
+        writer.close()
+        meta = {"dtype": dtype, "vocab_size": vocab, "shards": writer.names, "shard_tokens": writer.counts,
+                "tokens": sum(writer.counts), "documents": docs, "tokenizer": str(tokenizer_file),
+                "inputs": [str(f) for f in files]}
+        (staging / "meta.json").write_text(json.dumps(meta, indent=2))
+        if output.exists():
+            output.rmdir()
+        os.replace(staging, output)
+    except BaseException:
+        writer.close()
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return meta
+
+
+def summary(meta: dict, output: Path) -> str:
+    lines = [f"wrote {meta['tokens']:,} tokens of {meta['documents']:,} documents in {len(meta['shards'])} "
+             f"shard(s) to {output}"]
+    lines += [f"  {name}  {count:>14,} tokens" for name, count in zip(meta["shards"], meta["shard_tokens"])]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = Parser(prog="python -m trainer.data", description="Turn text files into token shards.")
+    sub = p.add_subparsers(dest="command", required=True)
+    prep = sub.add_parser("prepare", help="tokenize text, JSON lines or Parquet files into shards",
+                          formatter_class=p.formatter_class)
+    prep.error = p.error  # the same one-line errors as the top level
+    prep.add_argument("--tokenizer", default="tokenizer.json",
+                      help="a tokenizers-library tokenizer.json, or a Hugging Face model directory holding one")
+    prep.add_argument("--input", nargs="+", default=["data/text"],
+                      help=f"files or folders of {', '.join(SUFFIXES)} files")
+    prep.add_argument("--output", default="data/tokens", help="folder for the shards and meta.json (new or empty)")
+    prep.add_argument("--text-field", default="text", help="the text's field in JSON lines / column in Parquet")
+    prep.add_argument("--shard-tokens", type=positive_int, default=100_000_000, help="tokens per shard")
+    prep.add_argument("--eos-token", default=None, help="separator after each document (default: the tokenizer's own)")
+    args = p.parse_args(argv)
+    missing = [i for i in args.input if not Path(i).exists()]
+    if missing:
+        raise UsageError("--input", f"{missing[0]} does not exist")
+    if not Path(args.tokenizer).exists():
+        raise UsageError("--tokenizer", f"{args.tokenizer} does not exist")
+    output = Path(args.output)
+    meta = prepare(Path(args.tokenizer), [Path(i) for i in args.input], output, args.shard_tokens,
+                   args.eos_token, args.text_field)
+    print(summary(meta, output))
+    return 0

@@ -31,6 +31,7 @@ class TrainingJobsProps:
 class TrainingJobsChart(ProjectChart):
     component = "training-jobs"
     addon = "training-jobs"
+    one_manifest_per_object = True
     depends_on = ("training-operator-crds", "training-operator", "etcd", "fsx-storage")
 
     @classmethod

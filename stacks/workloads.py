@@ -6,6 +6,11 @@ which already depends on the cluster stack, so that would be a dependency cycle.
 exactly what `add_cdk8s_chart` builds (a KubernetesManifest of `chart.to_json()` on the cluster's
 kubectl provider), in its own scope, with explicit dependencies between charts.
 
+A chart that sets `one_manifest_per_object` (the preset PyTorchJobs) becomes one manifest per
+object instead: the custom resource event carries the manifest twice on an update (old and new
+properties) within the Lambda's 256 KiB, and a catalogue of presets in one manifest would outgrow
+that; one job per manifest also re-applies only the job that changed.
+
 A chart with a `ready_when` (the Training Operator) gets a KubernetesObjectValue that polls it
 until the condition holds, and the charts that depend on it wait for that value, not only for the
 apply: the operator's webhook fails closed, so a PyTorchJob applied before its pod is Available
@@ -28,31 +33,41 @@ DEFAULT_QUALIFIER = cdk.DefaultStackSynthesizer.DEFAULT_QUALIFIER
 
 class WorkloadsStack(cdk.Stack):
     """Attributes: `charts` (k8s.charts.EnvironmentCharts, the objects the dist sink writes too),
-    `manifests` (chart name -> KubernetesManifest), `readiness` (chart name -> the
-    KubernetesObjectValue its dependents wait for)."""
+    `manifests` (chart name -> its KubernetesManifests: one, or one per object), `readiness` (chart
+    name -> the KubernetesObjectValue its dependents wait for)."""
 
     def __init__(self, scope: Construct, id: str, *, config: Environment, cluster: eks.ICluster,
                  values: ClusterValues, **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
         self.config = config
         self.charts = EnvironmentCharts(config, values)
-        self.manifests: dict[str, eks.KubernetesManifest] = {}
+        self.manifests: dict[str, tuple[eks.KubernetesManifest, ...]] = {}
         self.readiness: dict[str, eks.KubernetesObjectValue] = {}
         for entry in self.charts.entries:
-            manifest = eks.KubernetesManifest(
-                self, _construct_id(entry.name), cluster=cluster, manifest=entry.chart.to_json(),
-                # Apply, not create: a retried deployment finds its objects already there.
-                overwrite=True,
-                # Removing an object from a chart removes it from the cluster.
-                prune=True,
-                removal_policy=removal_policy_for(config, entry.name),
-            )
-            for dependency in entry.depends_on:
-                manifest.node.add_dependency(self.manifests[dependency])
-                if dependency in self.readiness:
-                    manifest.node.add_dependency(self.readiness[dependency])
-            self.manifests[entry.name] = manifest
+            objects = entry.chart.to_json()
+            if entry.chart.one_manifest_per_object:
+                parts = {f"{_construct_id(entry.name)}{_construct_id(o['metadata']['name'])}": [o] for o in objects}
+            else:
+                parts = {_construct_id(entry.name): objects}
+            manifests = []
+            for construct_id, part in parts.items():
+                manifest = eks.KubernetesManifest(
+                    self, construct_id, cluster=cluster, manifest=part,
+                    # Apply, not create: a retried deployment finds its objects already there.
+                    overwrite=True,
+                    # Removing an object from a chart removes it from the cluster.
+                    prune=True,
+                    removal_policy=removal_policy_for(config, entry.name),
+                )
+                for dependency in entry.depends_on:
+                    for before in self.manifests[dependency]:
+                        manifest.node.add_dependency(before)
+                    if dependency in self.readiness:
+                        manifest.node.add_dependency(self.readiness[dependency])
+                manifests.append(manifest)
+            self.manifests[entry.name] = tuple(manifests)
             if entry.ready_when:
+                [manifest] = manifests
                 self.readiness[entry.name] = self._wait_until_ready(entry, cluster, manifest)
 
     def _wait_until_ready(self, entry: ChartEntry, cluster: eks.ICluster,

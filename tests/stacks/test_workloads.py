@@ -29,10 +29,19 @@ def template(dev):
 
 @pytest.fixture(scope="module")
 def manifests(dev, template):
-    """chart name -> CloudFormation resource of its KubernetesManifest."""
+    """chart name -> CloudFormation resources of its KubernetesManifests, in object order."""
     stack = dev.stage.workloads
-    return {name: template["Resources"][stack.get_logical_id(m.node.default_child)]
-            for name, m in stack.manifests.items()}
+    return {name: [template["Resources"][stack.get_logical_id(m.node.default_child)] for m in ms]
+            for name, ms in stack.manifests.items()}
+
+
+def objects(resources: list[dict]) -> list[dict]:
+    return [o for r in resources for o in decode(r["Properties"]["Manifest"])]
+
+
+def depends_on(resources: list[dict]) -> set[str]:
+    """What every one of a chart's manifests waits for."""
+    return set.intersection(*(set(r.get("DependsOn", [])) for r in resources))
 
 
 def decode(manifest_property) -> list[dict]:
@@ -54,7 +63,12 @@ def without_prune_labels(obj: dict) -> dict:
 def test_one_manifest_per_chart_all_in_the_workloads_stack(dev, template, manifests):
     assert list(manifests) == [e.name for e in dev.stage.workloads.charts.entries]
     ours = [r for r in template["Resources"].values() if r["Type"] == MANIFEST_TYPE]
-    assert len(ours) == len(manifests)
+    assert len(ours) == sum(len(rs) for rs in manifests.values())
+    for entry in dev.stage.workloads.charts.entries:
+        expected = len(entry.chart.to_json()) if entry.chart.one_manifest_per_object else 1
+        assert len(manifests[entry.name]) == expected, entry.name
+    # The preset catalogue grows; each job is its own manifest, so no one manifest grows with it.
+    assert len(manifests["training-jobs"]) == len(dev.stage.workloads.charts.entry("training-jobs").chart.to_json()) > 1
     cluster_template = dev.template_json("cluster")
     for resource in cluster_template["Resources"].values():
         if resource["Type"] == MANIFEST_TYPE:
@@ -65,18 +79,18 @@ def test_one_manifest_per_chart_all_in_the_workloads_stack(dev, template, manife
 
 def test_manifests_depend_on_what_they_use(dev, manifests):
     stack = dev.stage.workloads
-    logical = {name: stack.get_logical_id(m.node.default_child) for name, m in stack.manifests.items()}
+    logical = {name: {stack.get_logical_id(m.node.default_child) for m in ms} for name, ms in stack.manifests.items()}
     for entry in stack.charts.entries:
-        depends = set(manifests[entry.name].get("DependsOn", []))
-        assert {logical[d] for d in entry.depends_on} <= depends, entry.name
-    jobs = set(manifests["training-jobs"]["DependsOn"])
-    assert {logical["training-operator"], logical["training-operator-crds"], logical["etcd"]} <= jobs
-    assert logical["namespaces"] in set(manifests["training-operator"]["DependsOn"])
+        depends = depends_on(manifests[entry.name])
+        assert set().union(*(logical[d] for d in entry.depends_on)) <= depends, entry.name
+    jobs = depends_on(manifests["training-jobs"])
+    assert logical["training-operator"] | logical["training-operator-crds"] | logical["etcd"] <= jobs
+    assert logical["namespaces"] <= depends_on(manifests["training-operator"])
 
 
 def test_manifests_carry_the_same_objects_the_dist_sink_writes(dev, manifests):
     for entry in dev.stage.workloads.charts.entries:
-        applied = [without_prune_labels(o) for o in decode(manifests[entry.name]["Properties"]["Manifest"])]
+        applied = [without_prune_labels(o) for o in objects(manifests[entry.name])]
         written = entry.chart.to_json()
         assert [(o["kind"], o["metadata"]["name"]) for o in applied] == \
                [(o["kind"], o["metadata"]["name"]) for o in written], entry.name
@@ -86,23 +100,25 @@ def test_manifests_carry_the_same_objects_the_dist_sink_writes(dev, manifests):
 
 
 def test_fsx_values_come_from_the_storage_stack(dev, manifests):
-    pv = next(o for o in decode(manifests["fsx-storage"]["Properties"]["Manifest"]) if o["kind"] == "PersistentVolume")
+    pv = next(o for o in objects(manifests["fsx-storage"]) if o["kind"] == "PersistentVolume")
     assert pv["spec"]["csi"]["volumeHandle"] == TOKEN
-    parts = manifests["fsx-storage"]["Properties"]["Manifest"]["Fn::Join"][1]
+    [storage] = manifests["fsx-storage"]
+    parts = storage["Properties"]["Manifest"]["Fn::Join"][1]
     refs = {dev.imported_ref(p) for p in parts if isinstance(p, dict)}
     assert dev.logical_id("storage", dev.stage.storage.file_system) in refs
 
 
 def test_trainer_images_are_the_registry_assets(dev, manifests):
-    parts = manifests["training-jobs"]["Properties"]["Manifest"]["Fn::Join"][1]
-    text = "".join(p if isinstance(p, str) else json.dumps(p) for p in parts)
+    text = "".join(p if isinstance(p, str) else json.dumps(p)
+                   for r in manifests["training-jobs"] for p in r["Properties"]["Manifest"]["Fn::Join"][1])
     for asset in dev.stage.registry.trainer_images.values():
         assert f":{asset.image_tag}" in text
 
 
 def test_inline_manifests_stay_far_below_the_kubectl_provider_limits(template, manifests):
-    for name, resource in manifests.items():
-        assert len(json.dumps(resource["Properties"]["Manifest"])) <= MANIFEST_BUDGET < LAMBDA_EVENT_LIMIT, name
+    for name, resources in manifests.items():
+        for resource in resources:
+            assert len(json.dumps(resource["Properties"]["Manifest"])) <= MANIFEST_BUDGET < LAMBDA_EVENT_LIMIT, name
     assert len(json.dumps(template)) < 1024 * 1024 // 4, "a quarter of CloudFormation's template limit"
 
 
@@ -125,7 +141,7 @@ def test_crds_namespaces_and_storage_outlive_the_stack_only_where_data_is_retain
 
     from stacks.workloads import KEPT_WHEN_RETAINED, removal_policy_for
 
-    assert all(r.get("DeletionPolicy", "Delete") == "Delete" for r in manifests.values()), "dev destroys"
+    assert all(r.get("DeletionPolicy", "Delete") == "Delete" for rs in manifests.values() for r in rs), "dev destroys"
     prod = environment("prod")
     assert prod.retain
     for name in manifests:
@@ -148,9 +164,9 @@ def test_jobs_and_validation_wait_until_the_operator_deployment_is_available(dev
     assert props["JsonPath"] == ".status.availableReplicas"
     # Below the kubectl provider's 15-minute Lambda timeout.
     assert 60 <= int(props["TimeoutSeconds"]) < 15 * 60
-    operator = stack.get_logical_id(stack.manifests["training-operator"].node.default_child)
+    [operator] = [stack.get_logical_id(m.node.default_child) for m in stack.manifests["training-operator"]]
     assert operator in waiter["DependsOn"]
     for name in ("training-jobs", "cluster-validation"):
-        assert logical in manifests[name]["DependsOn"], name
+        assert logical in depends_on(manifests[name]), name
     for name in ("namespaces", "training-operator-crds", "etcd", "fsx-storage", "training-operator"):
-        assert logical not in manifests[name].get("DependsOn", []), name
+        assert all(logical not in r.get("DependsOn", []) for r in manifests[name]), name

@@ -41,8 +41,8 @@ local: install etcd ## synthesize the default environment offline, print its sum
 	$(PY) -m ops.synth_summary --env $(ENV)
 	$(PY) -m ops.local --job $(JOB)
 
-test: install etcd ## the whole suite
-	$(PY) -m pytest -q
+test: install etcd ## the whole suite, on two workers (each test module stays on one worker, so its synth runs once)
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 synth: install ## offline synth of ENV (default dev) into cdk.out/ and its Kubernetes YAML into dist/ENV/
 	$(CDK) synth $(CDK_FLAGS) --quiet -c env=$(ENV)

@@ -24,6 +24,12 @@ NOBODY_UID = 65534
 # restricted Pod Security profile asks for it; none of these workloads makes unusual syscalls).
 RUNTIME_DEFAULT_SECCOMP = {"type": "RuntimeDefault"}
 
+# The workloads the add-on charts create, by name: the charts name them from here and `ops doctor`
+# checks them by the same names.
+NVIDIA_DEVICE_PLUGIN = "nvidia-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
+EFA_DEVICE_PLUGIN = "aws-efa-k8s-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
+TRAINING_OPERATOR = "training-operator"  # Deployment, KUBEFLOW_NAMESPACE
+
 # Rendezvous: torch's etcd-v2 backend talks to this Service in the training namespace.
 ETCD_SERVICE = "etcd"
 ETCD_CLIENT_PORT = 2379
@@ -192,6 +198,25 @@ def network_env(instance: InstanceType, *, nccl_debug: str = "WARN") -> list[dic
     if instance.supports_efa:
         env += [{"name": name, "value": value} for name, value in EFA_ENV]
     return env
+
+
+# Cluster validation (k8s/validation.py): one NCCL all-reduce MPIJob per EFA node group that can hold
+# NCCL_TEST_NODES nodes. Its launcher prints BUSBW_REPORT followed by ": <GB/s> GB/s", and
+# `ops doctor` reads that line back from the launcher's log.
+NCCL_TEST_NODES = 2
+BUSBW_REPORT = "average bus bandwidth"
+
+
+def nccl_test_name(nodegroup: str) -> str:
+    return f"nccl-allreduce-{nodegroup.lower()}"
+
+
+def nccl_groups(config) -> list:
+    """The GPU node groups (config.environment.Nodegroup) that get an NCCL test: EFA, a
+    bus-bandwidth floor in the instance-type table, and room for the two nodes the test spans."""
+    return [g for g in config.gpu_nodegroups
+            if g.instance_type.supports_efa and g.instance_type.nccl_busbw_floor_gbps is not None
+            and g.max_size >= NCCL_TEST_NODES]
 
 
 # Where the kubelet looks for device-plugin sockets; every device plugin mounts it.

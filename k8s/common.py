@@ -9,7 +9,7 @@ import hashlib
 import json
 
 from config.instance_types import InstanceType
-from config.kubernetes import GPU_TAINT_EFFECT, GPU_TAINT_KEY, GPU_TAINT_VALUE, LABEL_PREFIX
+from config.kubernetes import GPU_TAINT_EFFECT, GPU_TAINT_KEY, GPU_TAINT_VALUE, LABEL_PREFIX, OFI_NCCL_NET
 
 KUBEFLOW_NAMESPACE = "kubeflow"
 # Cluster add-ons (the device plugins) live beside the other node agents.
@@ -184,9 +184,11 @@ def container_resources(instance: InstanceType, *, cpu: str, memory: str) -> dic
 # EFA settings belong to the pods that request EFA devices, never to an image: a pod told to use
 # libfabric's EFA provider without the devices would believe it runs on EFA while NCCL falls back
 # to TCP sockets. NCCL_NET_PLUGIN=ofi makes NCCL load libnccl-net-ofi.so, the name aws-ofi-nccl
-# always installs (aws/aws-ofi-nccl v1.16.3 src/Makefile.am).
+# always installs (aws/aws-ofi-nccl v1.16.3 src/Makefile.am). NCCL_NET=Libfabric, the net name
+# aws-ofi-nccl registers, makes NCCL fail instead of falling back to sockets when that plugin
+# cannot start (see trainer/nccl_net.py, which also reads back what NCCL chose).
 EFA_ENV = (("FI_PROVIDER", "efa"), ("FI_EFA_USE_DEVICE_RDMA", "1"), ("FI_EFA_FORK_SAFE", "1"),
-           ("NCCL_NET_PLUGIN", "ofi"))
+           ("NCCL_NET_PLUGIN", "ofi"), ("NCCL_NET", OFI_NCCL_NET))
 
 
 def network_env(instance: InstanceType, *, nccl_debug: str = "WARN") -> list[dict]:

@@ -49,7 +49,8 @@ def run(env: Environment, api_client: Any) -> list[Check]:
     from kubernetes.client import AppsV1Api, CoreV1Api
 
     core, apps = CoreV1Api(api_client), AppsV1Api(api_client)
-    nodes = _call(lambda: core.list_node(label_selector=NODEGROUP_LABEL), "list nodes").items
+    host = api_client.configuration.host
+    nodes = _call(lambda: core.list_node(label_selector=NODEGROUP_LABEL), f"list nodes at {host}").items
     by_group: dict[str, list] = {}
     for node in nodes:
         by_group.setdefault((node.metadata.labels or {}).get(NODEGROUP_LABEL), []).append(node)
@@ -205,8 +206,8 @@ def nccl_row(group: str, instance: InstanceType, core: Any) -> Check:
         return Check(row, WARN, f"no NCCL validation has run (MPIJob {TRAINING_NAMESPACE}/{job}); "
                                 "run `python -m ops.validate --dist dist/<env>`")
     pod = max(pods, key=lambda p: str(p.metadata.creation_timestamp or ""))
-    text = _call(lambda: core.read_namespaced_pod_log(pod.metadata.name, TRAINING_NAMESPACE,
-                                                      tail_lines=LOG_TAIL_LINES), f"read the log of {pod.metadata.name}")
+    text = _call(lambda: core.read_namespaced_pod_log(pod.metadata.name, TRAINING_NAMESPACE, tail_lines=LOG_TAIL_LINES),
+                 f"read the log of {pod.metadata.name}")
     busbw, floor = busbw_from_log(text or ""), instance.nccl_busbw_floor_gbps
     where = f"{pod.metadata.name}, {pod.metadata.creation_timestamp or 'unknown time'}"
     if busbw is None:
@@ -240,8 +241,10 @@ def _call(fn: Callable[[], Any], what: str) -> Any:
         if err.status == 404:
             raise _NotFound() from None
         raise OpsError(f"{what}: {_api_line(err)}") from None
-    except HTTPError as err:
-        raise OpsError(f"{what}: cannot reach the API server ({' '.join(str(err).split())[:200]})") from None
+    except HTTPError as err:  # urllib3 gave up: refused, timed out, no route, TLS
+        reason = str(getattr(err, "reason", None) or err).rsplit(": ", 1)[-1]
+        raise OpsError(f"{what}: cannot reach the API server ({' '.join(reason.split())[:200]}); is the endpoint "
+                       "private, or your IP outside its publicCidrs?") from None
 
 
 def _api_line(err: Any) -> str:

@@ -48,7 +48,8 @@ DEFAULT_LOG = "nccl-init.%p.log"
 _QUIET_LEVELS = ("", "VERSION", "WARN")
 
 _USING_NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$")
-_PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is ([^\s,]+)(?:, fabric is ([^\s,]+))?(?:.*?\(found (\d+) nics\))?")
+_PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is ([^\s,]+)"
+                       r"(?:, fabric is ([^\s,]+))?(?:.*?\(found (\d+) nics\))?")
 _NCCL_WARN = re.compile(r"NCCL WARN (.+?)\s*$")
 _PLUGIN_MISSING = re.compile(r"NET/Plugin: ?(Could not find:.*?|.*cannot open shared object file.*?)\s*$")
 

@@ -76,8 +76,9 @@ def healthy_routes() -> dict:
         ("GET", PODS): {"kind": "PodList", "items": [
             {"metadata": {"name": LAUNCHER, "creationTimestamp": "2026-11-23T09:00:00Z"},
              "status": {"phase": "Succeeded"}}]},
-        ("GET", f"{PODS}/{LAUNCHER}/log"):
-            f"# Avg bus bandwidth    : 361.2\n{BUSBW_REPORT}: 361.2 GB/s (floor 250.0 GB/s on p5.48xlarge)\nPASS\n".encode(),
+        ("GET", f"{PODS}/{LAUNCHER}/log"): "\n".join([
+            "# Avg bus bandwidth    : 361.2", f"{BUSBW_REPORT}: 361.2 GB/s (floor 250.0 GB/s on p5.48xlarge)",
+            "PASS", ""]).encode(),
     }
 
 
@@ -258,7 +259,28 @@ def test_an_api_error_is_one_line_naming_the_call(prod):
               status=403)
     with pytest.raises(OpsError) as err:
         doctor.run(prod, client)
-    assert str(err.value) == 'list nodes: HTTP 403 nodes is forbidden: User "x" cannot list'
+    assert str(err.value) == 'list nodes at https://k8s.test: HTTP 403 nodes is forbidden: User "x" cannot list'
+
+
+def test_an_unreachable_api_server_is_one_line_naming_it(tmp_path, capsys):
+    """A kubeconfig pointing at a closed loopback port: the real client, a real refused connection."""
+    import socket as sockets
+    import yaml
+
+    with sockets.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again when the block ends: nothing listens there
+    path = tmp_path / "config"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": f"https://127.0.0.1:{port}"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+    assert cli.main(["doctor", "--env", "prod", "--kubeconfig", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"error: list nodes at https://127.0.0.1:{port}: cannot reach the API server (")
+    assert "Connection refused" in err
 
 
 def test_cli_prints_the_table_and_exits_1_on_a_failure(monkeypatch, capsys):

@@ -38,7 +38,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 HUGEPAGES_RESOURCE = "hugepages-2Mi"
 # The launcher pod of an MPIJob, as the Training Operator labels it (kubeflow/trainer v1.9.4
-# pkg/controller.v1/mpi: job-name and replica-type labels).
+# pkg/apis/kubeflow.org/v1/common_types.go JobNameLabel, ReplicaTypeLabel; pkg/controller.v1/mpi/mpijob.go
+# defaultLauncherLabels: "launcher").
 LAUNCHER_SELECTOR = "training.kubeflow.org/job-name={job},training.kubeflow.org/replica-type=launcher"
 LOG_TAIL_LINES = 200
 _BUSBW = re.compile(re.escape(BUSBW_REPORT) + r":\s*(\S+) GB/s")

@@ -100,6 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster-name", help="skip the lookup by CloudFormation stack tag")
     p.add_argument("--if-any", action="store_true",
                    help="do nothing when the environment has no capacity-block groups (make deploy uses it)")
+    p = sub.add_parser("doctor", help="check a live cluster: nodes, devices, add-ons, storage, node health, NCCL")
+    with_env(p)
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG or ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context (default: current-context)")
+    p.add_argument("-o", "--output", choices=["table", "json"], default="table")
     return parser
 
 
@@ -230,6 +235,21 @@ def _capacity_block(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) else EXIT_PROBLEM
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    from ops import doctor, preflight
+
+    env = _env(args)
+    rows = doctor.run(env, doctor.api_client(args.kubeconfig, args.context))
+    if args.output == "json":
+        import json
+
+        print(json.dumps({"env": env.name, "failed": preflight.failed(rows), "checks": doctor.as_json(rows)}, indent=2))
+    else:
+        print(f"doctor {env.name}: cluster {env.cluster_name}")
+        print(preflight.render(rows))
+    return EXIT_PROBLEM if preflight.failed(rows) else 0
+
+
 _COMMANDS = {"preflight": _preflight, "az-recommend": _az_recommend, "kubeconfig": _kubeconfig,
              "submit": _submit, "status": _status, "logs": _logs, "delete": _delete, "plan": _plan,
-             "capacity-block": _capacity_block}
+             "capacity-block": _capacity_block, "doctor": _doctor}

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from config.kubernetes import TRAINING_NAMESPACE
 from ops.errors import OpsError
+from trainer.nccl_net import CHECK_FAILED, CHECK_PASSED
 
 PYTORCHJOB_MODEL = "KubeflowOrgV1PyTorchJob"
 # Condition types the operator sets on a job.
@@ -120,9 +121,13 @@ def logs(client: Any, name: str, namespace: str | None = None, follow: bool = Fa
     found, _ = _call(lambda: client.get_job_logs(name, namespace=namespace, is_master=False, follow=follow,
                                                  **leader))
     if not follow:
-        for pod, text in found.items():
-            for line in text.splitlines():
-                echo(f"[{pod}] {line}")
+        lines = [f"[{pod}] {line}" for pod, text in found.items() for line in text.splitlines()]
+        # The trainer's EFA verdict (trainer/nccl_net.py) comes first: it explains whatever follows.
+        for line in lines:
+            if CHECK_FAILED in line or CHECK_PASSED in line:
+                echo(f"==> {line}")
+        for line in lines:
+            echo(line)
 
 
 def delete(client: Any, name: str, namespace: str | None = None) -> None:

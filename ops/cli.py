@@ -1,7 +1,12 @@
 """`python -m ops <command>`: argument parsing and the one place errors become one line.
 
-Exit codes: 0 done, 1 the command ran and found a problem (a preflight fail), 2 bad input or an
-unmet precondition (printed as one line on stderr, never a traceback).
+Exit codes, the same for every command:
+  0  done, and every check it made passed
+  1  the command ran and a check failed (a preflight fail, a limit OVER in plan, a validation
+     check, a local job that failed, cdk synth stopped by a check)
+  2  usage or configuration error, or an unmet precondition (no credentials or kubeconfig,
+     API server unreachable, a tool missing): one line on stderr, never a traceback
+Commands that print tables take `-o json` for one JSON document on stdout.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any, Sequence
 from config import ConfigError
 from config.kubernetes import TRAINING_NAMESPACE
 from ops.errors import OpsError
+from ops.output import add_output_flag, to_json
 
 EXIT_PROBLEM, EXIT_USAGE = 1, 2
 
@@ -47,7 +53,8 @@ def _override(text: str) -> tuple[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="ops", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="ops", description=__doc__.splitlines()[0],
+                     epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def with_env(p: argparse.ArgumentParser) -> None:
@@ -61,9 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("preflight", help="check the account before a deploy")
     with_env(p)
+    add_output_flag(p)
     p = sub.add_parser("az-recommend", help="AZs (names and IDs) offering an instance type")
     p.add_argument("--instance-type", required=True)
     p.add_argument("--region", required=True)
+    add_output_flag(p)
     p = sub.add_parser("kubeconfig", help="write the cluster's kubeconfig entry (aws eks update-kubeconfig)")
     with_env(p)
     p.add_argument("--cluster-name", help="skip the lookup by CloudFormation stack tag")
@@ -79,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     with_kube(p)
     p = sub.add_parser("status", help="phase of one job, or of all jobs in the namespace")
     p.add_argument("name", nargs="?")
+    add_output_flag(p)
     with_kube(p)
     p = sub.add_parser("logs", help="worker 0's log (rank 0 logs the metrics)")
     p.add_argument("name")
@@ -92,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", type=_positive_int, help="node count to plan for (default: maxSize)")
     p.add_argument("--preset", help="job preset (default: the first preset on a GPU group)")
     p.add_argument("--vcpu-quota", type=_positive_int, help="On-Demand vCPU quota to plan against")
+    add_output_flag(p)
     p = sub.add_parser("capacity-block", help="bring capacity-block groups up at the block's start, or to 0 "
                                               "before an update")
     p.add_argument("action", choices=["schedule", "scale-to-zero"])
@@ -100,7 +111,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster-name", help="skip the lookup by CloudFormation stack tag")
     p.add_argument("--if-any", action="store_true",
                    help="do nothing when the environment has no capacity-block groups (make deploy uses it)")
+    _add_module_commands(sub)
     return parser
+
+
+def _add_module_commands(sub: Any) -> None:
+    """Commands whose parser and logic live in their own module (ops/local.py, ...)."""
+    from ops import local, synth_summary, validate
+
+    p = sub.add_parser("local", help="run a CPU job preset on this machine under torchrun and a real etcd")
+    local.add_arguments(p)
+    p = sub.add_parser("validate", help="post-deploy GPU checks and NCCL tests through kubectl (the pipeline's runner)")
+    validate.add_arguments(p)
+    p = sub.add_parser("synth-summary", help="offline cdk synth, then what a deploy would create")
+    synth_summary.add_arguments(p)
+    add_output_flag(p)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -133,6 +158,10 @@ def _preflight(args: argparse.Namespace) -> int:
 
     env = _env(args)
     rows = preflight.run(env, aws.clients(env.region))
+    if args.output == "json":
+        print(to_json({"environment": env.name, "account": env.account, "region": env.region,
+                       "checks": rows, "failed": preflight.failed(rows)}))
+        return EXIT_PROBLEM if preflight.failed(rows) else 0
     print(f"preflight {env.name}: account {env.account}, {env.region}, training AZ {env.training_availability_zone}")
     print(preflight.render(rows))
     return EXIT_PROBLEM if preflight.failed(rows) else 0
@@ -144,7 +173,8 @@ def _az_recommend(args: argparse.Namespace) -> int:
     aws.check_region(args.region)
     clients = aws.clients(args.region)
     aws.caller_account(clients.sts)  # no credentials: one clear line before any other call
-    print(az.render(az.recommend(clients, args.instance_type, args.region)))
+    recommendation = az.recommend(clients, args.instance_type, args.region)
+    print(to_json(recommendation) if args.output == "json" else az.render(recommendation))
     return 0
 
 
@@ -181,7 +211,8 @@ def _status(args: argparse.Namespace) -> int:
     from ops import kube
 
     client = kube.training_client(args.kubeconfig, args.context, args.namespace)
-    print(kube.render_status(kube.status(client, args.name, args.namespace)))
+    rows = kube.status(client, args.name, args.namespace)
+    print(to_json(rows) if args.output == "json" else kube.render_status(rows))
     return 0
 
 
@@ -206,8 +237,9 @@ def _plan(args: argparse.Namespace) -> int:
     from ops import plan
 
     env = _env(args)
-    print(plan.render(plan.build(env, args.preset, args.nodes, args.vcpu_quota)))
-    return 0
+    result = plan.build(env, args.preset, args.nodes, args.vcpu_quota)
+    print(to_json(plan.as_data(result)) if args.output == "json" else plan.render(result))
+    return EXIT_PROBLEM if result.exceeded else 0
 
 
 def _capacity_block(args: argparse.Namespace) -> int:
@@ -230,6 +262,15 @@ def _capacity_block(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) else EXIT_PROBLEM
 
 
-_COMMANDS = {"preflight": _preflight, "az-recommend": _az_recommend, "kubeconfig": _kubeconfig,
+def _module_command(module: str) -> Any:
+    def handler(args: argparse.Namespace) -> int:
+        import importlib
+
+        return importlib.import_module(f"ops.{module}").run(args)
+    return handler
+
+
+_COMMANDS = {"local": _module_command("local"), "validate": _module_command("validate"),
+             "synth-summary": _module_command("synth_summary"), "preflight": _preflight, "az-recommend": _az_recommend, "kubeconfig": _kubeconfig,
              "submit": _submit, "status": _status, "logs": _logs, "delete": _delete, "plan": _plan,
              "capacity-block": _capacity_block}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -100,3 +102,62 @@ def test_preflight_exits_1_and_prints_the_table_when_a_check_fails(aws, tmp_path
     credentials = next(line for line in lines if line.startswith("credentials"))
     assert "FAIL" in credentials and "111111111111" in credentials
     assert any(line.startswith("training AZ") and "PASS" in line and "usw2-az1" in line for line in lines)
+
+
+def test_help_documents_the_one_exit_code_convention(offline):
+    result = run_ops(["--help"], offline)
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    assert "0 done, and every check it made passed" in text
+    assert "1 the command ran and a check failed" in text
+    assert "2 usage or configuration error, or an unmet precondition" in text
+    for command in ("local", "validate", "synth-summary", "plan", "preflight", "status"):
+        assert command in result.stdout
+
+
+def subcommands() -> list[str]:
+    from ops.cli import build_parser
+
+    [sub] = [a for a in build_parser()._actions if a.dest == "command"]
+    return sorted(sub.choices)
+
+
+@pytest.mark.parametrize("command", subcommands())
+def test_every_command_exits_2_with_one_line_on_a_usage_error(command, capsys):
+    from ops.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--no-such-flag"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "(see `python -m ops" in err
+
+
+def test_the_former_module_entry_points_are_subcommands(offline):
+    assert {"local", "validate", "synth-summary"} <= set(subcommands())
+    for command in ("local", "validate", "synth-summary"):
+        result = run_ops([command, "--help"], offline)
+        assert result.returncode == 0 and result.stdout.startswith(f"usage: ops {command}"), result.stderr
+
+
+def test_local_with_an_unknown_job_is_a_config_error(offline):
+    assert_one_line_error(run_ops(["local", "--job", "nope"], offline), "--job", "unknown preset 'nope'", "cpu-ddp")
+
+
+def test_preflight_json_is_the_table_as_data(aws, tmp_path):
+    result = run_ops(["preflight", "--env", "dev", "-o", "json"], isolated_aws_env(tmp_path, aws))
+    assert result.returncode == 1, result.stderr
+    data = json.loads(result.stdout)
+    assert (data["environment"], data["failed"]) == ("dev", True)
+    checks = {c["name"]: c for c in data["checks"]}
+    assert checks["credentials"]["status"] == "fail" and "111111111111" in checks["credentials"]["reason"]
+    assert set(checks["credentials"]) == {"name", "status", "reason"}
+
+
+def test_az_recommend_json_lists_the_zones(aws, tmp_path):
+    result = run_ops(["az-recommend", "--instance-type", "p5.48xlarge", "--region", "us-west-2", "-o", "json"],
+                     isolated_aws_env(tmp_path, aws))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["instance_type"] == "p5.48xlarge" and data["region"] == "us-west-2"
+    assert {z["name"] for z in data["zones"]} and all(z["zone_id"].startswith("usw2-az") for z in data["zones"])

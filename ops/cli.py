@@ -48,8 +48,21 @@ def _override(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    if key.startswith("env."):  # environment variables stay strings
+        return key, value
     # Numbers stay numbers so node counts and restarts reach the renderer as ints.
     return key, int(value) if value.lstrip("-").isdigit() else value
+
+
+def _overrides(pairs: list[tuple[str, Any]]) -> dict | None:
+    """`--set` pairs as the renderer's overrides: env.NAME=VALUE pairs gather into `env`."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key.startswith("env."):
+            out.setdefault("env", {})[key[len("env."):]] = value
+        else:
+            out[key] = value
+    return out or None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,15 +90,28 @@ def build_parser() -> argparse.ArgumentParser:
     with_env(p)
     p.add_argument("--cluster-name", help="skip the lookup by CloudFormation stack tag")
     p.add_argument("--kubeconfig", help="file to update (default: KUBECONFIG or ~/.kube/config)")
-    p = sub.add_parser("submit", help="render a preset's PyTorchJob and create it")
+    from config.overrides import help_lines
+    from config.presets import PRESETS
+
+    p = sub.add_parser("submit", help="render a preset's PyTorchJob and create it as a new job",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="--set keys (checked against the environment when the job is rendered):\n"
+                              + "\n".join(help_lines()))
     with_env(p)
-    p.add_argument("--preset", required=True)
-    p.add_argument("--image", required=True, help="trainer image URI")
-    p.add_argument("--name", help="job name (default: chosen by the chart code)")
+    p.add_argument("--preset", required=True, choices=PRESETS, metavar="PRESET",
+                   help=f"one of {', '.join(PRESETS)}")
+    p.add_argument("--image", help="trainer image URI (default: the image the environment's Registry stack "
+                                   "published for the preset, from its CloudFormation outputs)")
+    p.add_argument("--name", help="job name (default: PRESET-<6 random letters/digits>, a new job each time)")
     p.add_argument("--set", dest="overrides", action="append", type=_override, default=[],
-                   metavar="KEY=VALUE", help="override a preset field, repeatable")
+                   metavar="KEY=VALUE", help="override a preset field, repeatable (keys below)")
     p.add_argument("--dry-run", action="store_true", help="print the manifest, create nothing")
     with_kube(p)
+    for verb, what in (("start", "resume the deployed (suspended) PyTorchJob of a preset"),
+                       ("stop", "suspend a preset's PyTorchJob: its pods stop, the job stays")):
+        p = sub.add_parser(verb, help=what)
+        p.add_argument("preset", choices=PRESETS, metavar="PRESET", help=f"one of {', '.join(PRESETS)}")
+        with_kube(p)
     p = sub.add_parser("status", help="phase of one job, or of all jobs in the namespace")
     p.add_argument("name", nargs="?")
     add_output_flag(p)
@@ -97,10 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("delete", help="delete a job")
     p.add_argument("name")
     with_kube(p)
-    p = sub.add_parser("plan", help="scale plan on paper: addresses, checkpoint time, cost, limits")
+    p = sub.add_parser("plan", help="scale plan on paper: addresses, checkpoint time, cost, limits (exit 1 if OVER)")
     with_env(p)
     p.add_argument("--nodes", type=_positive_int, help="node count to plan for (default: maxSize)")
-    p.add_argument("--preset", help="job preset (default: the first preset on a GPU group)")
+    p.add_argument("--preset", choices=PRESETS, metavar="PRESET",
+                   help="job preset (default: the first preset on a GPU group)")
     p.add_argument("--vcpu-quota", type=_positive_int, help="On-Demand vCPU quota to plan against")
     add_output_flag(p)
     p = sub.add_parser("capacity-block", help="bring capacity-block groups up at the block's start, or to 0 "
@@ -195,15 +222,31 @@ def _submit(args: argparse.Namespace) -> int:
     from ops import kube
 
     env = _env(args)
-    manifest = kube.render(env, args.preset, image=args.image, job_name=args.name,
-                           overrides=dict(args.overrides) or None)
+    image = args.image
+    if not image:
+        from config.presets import get_preset
+        from ops import aws, images
+
+        kube.render(env, args.preset, image="-", job_name=args.name, overrides=_overrides(args.overrides))
+        cloudformation = aws.session(env.region).client("cloudformation", config=aws.CLIENT_CONFIG)
+        image = images.trainer_image(cloudformation, env, get_preset(args.preset).image_variant)
+    manifest = kube.render(env, args.preset, image=image, job_name=args.name or kube.unique_name(args.preset),
+                           overrides=_overrides(args.overrides))
     if args.dry_run:
         import yaml
 
         print(yaml.safe_dump(manifest, sort_keys=False), end="")
         return 0
     client = kube.training_client(args.kubeconfig, args.context, args.namespace)
-    print(f"created PyTorchJob {kube.submit(client, manifest)}")
+    print(f"created PyTorchJob {kube.submit(client, manifest)} (image {image})")
+    return 0
+
+
+def _start_stop(args: argparse.Namespace) -> int:
+    from ops import kube
+
+    client = kube.training_client(args.kubeconfig, args.context, args.namespace)
+    print(kube.set_suspended(client, args.preset, suspend=args.command == "stop", namespace=args.namespace))
     return 0
 
 
@@ -272,5 +315,5 @@ def _module_command(module: str) -> Any:
 
 _COMMANDS = {"local": _module_command("local"), "validate": _module_command("validate"),
              "synth-summary": _module_command("synth_summary"), "preflight": _preflight, "az-recommend": _az_recommend, "kubeconfig": _kubeconfig,
-             "submit": _submit, "status": _status, "logs": _logs, "delete": _delete, "plan": _plan,
+             "submit": _submit, "start": _start_stop, "stop": _start_stop, "status": _status, "logs": _logs, "delete": _delete, "plan": _plan,
              "capacity-block": _capacity_block}

@@ -53,9 +53,38 @@ def test_a_missing_context_file_is_one_line(offline, tmp_path):
     assert_one_line_error(result, "nope.json not found")
 
 
-def test_submit_with_an_unknown_preset_names_it(offline):
-    result = run_ops(["submit", "--env", "dev", "--preset", "gpt5", "--image", "img:1", "--dry-run"], offline)
-    assert_one_line_error(result, "unknown preset 'gpt5'")
+@pytest.mark.parametrize("command", [["submit", "--env", "dev", "--image", "img:1", "--dry-run", "--preset"],
+                                     ["plan", "--env", "dev", "--preset"], ["start"], ["stop"]])
+def test_presets_are_choices_and_an_unknown_one_lists_them(offline, command):
+    from config.presets import PRESETS
+
+    line = assert_one_line_error(run_ops([*command, "gpt5"], offline), "invalid choice: 'gpt5'")
+    assert all(name in line for name in PRESETS)
+
+
+def test_submit_help_lists_every_set_key_with_its_values(offline):
+    """The keys come from the table k8s/jobs.py checks overrides against, not from a second list."""
+    from config.presets import RENDEZVOUS_BACKENDS
+    from k8s.jobs import OVERRIDABLE
+
+    help_text = run_ops(["submit", "--help"], offline).stdout
+    rows = {line.split()[0]: line for line in help_text[help_text.index("--set keys"):].splitlines()[1:]}
+    assert set(rows) == {("env.NAME" if kind is dict else key) for key, kind in OVERRIDABLE.items()}
+    assert " or ".join(RENDEZVOUS_BACKENDS) in rows["rendezvous"]
+    assert "maxSize" in rows["nodes_max"] and "TOKEN" in rows["env.NAME"]
+
+
+def test_every_documented_set_example_renders():
+    from config.overrides import OVERRIDES
+    from ops import kube
+    from ops.cli import _override, _overrides
+    from ops.envconfig import load
+
+    for key, rule in OVERRIDES.items():
+        text = f"env.{rule.example}" if rule.type is dict else f"{key}={rule.example}"
+        manifest = kube.render(load("dev"), "llama3-8b-fsdp", image="img:1", job_name="smoke",
+                               overrides=_overrides([_override(text)]))
+        assert manifest["kind"] == "PyTorchJob", key
 
 
 def test_submit_of_a_preset_whose_node_group_the_environment_lacks_is_refused(offline):

@@ -7,6 +7,7 @@ this module only turns it into the SDK's model and calls TrainingClient.
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import string
 from dataclasses import dataclass
@@ -25,12 +26,33 @@ def training_client(kubeconfig: str | None = None, context: str | None = None,
     from kubeflow.training import TrainingClient
     from kubernetes.config.config_exception import ConfigException
 
+    # The kubernetes client logs a failed credential command (`aws eks get-token`) through the root
+    # logger and carries on without a token; that call would also turn on logging for every
+    # library (urllib3's retry warnings). Catch the record and say what it means instead.
+    records = _Records()
+    logging.getLogger().addHandler(records)
     try:
         client = TrainingClient(config_file=kubeconfig, context=context, namespace=namespace)
     except (ConfigException, FileNotFoundError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise OpsError(f"no usable kubeconfig ({first}); run `python -m ops kubeconfig --env NAME` first") from None
+    finally:
+        logging.getLogger().removeHandler(records)
+    failed = [m for m in records.messages if m.startswith("exec:")]
+    if failed:
+        raise OpsError(f"the kubeconfig's credential command failed ({' '.join(failed[0].split())[:200]}): "
+                       "the AWS credentials have expired or are missing; refresh them (`aws sso login`, or new "
+                       "keys) and retry")
     return guard(client)
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
 
 
 # Seconds to wait for a TCP connection to the API server: an endpoint that admits nobody from

@@ -199,3 +199,22 @@ def test_401_and_403_are_one_line_naming_the_endpoint_and_the_cause(api, capsys,
     assert line.startswith("error: the Kubernetes API endpoint https://k8s.test ")
     for word in words:
         assert word in line
+
+
+def test_expired_aws_credentials_behind_the_kubeconfig_are_one_line(tmp_path):
+    """The kubeconfig `ops kubeconfig` writes runs `aws eks get-token`; with expired credentials
+    that command fails (here a real process that fails as the AWS CLI does)."""
+    path = kubeconfig_for(tmp_path, f"https://127.0.0.1:{closed_port()}")
+    doc = yaml.safe_load(path.read_text())
+    doc["users"][0]["user"] = {"exec": {
+        "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "sh",
+        "args": ["-c", "echo 'An error occurred (ExpiredToken) when calling the GetCallerIdentity operation' >&2; "
+                       "exit 255"]}}
+    path.write_text(yaml.safe_dump(doc))
+    result = run_ops(["status", "--kubeconfig", str(path)], isolated_aws_env(tmp_path))
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()  # no logging noise from the kubernetes client or urllib3
+    assert line.startswith("error: the kubeconfig's credential command failed (exec: process returned 255. "
+                           "An error occurred (ExpiredToken)")
+    assert line.endswith("the AWS credentials have expired or are missing; refresh them (`aws sso login`, "
+                         "or new keys) and retry")

@@ -38,8 +38,8 @@ etcd: ## install Debian's etcd-server when no etcd is on PATH (local runs and te
 	@command -v etcd >/dev/null || { echo "error: etcd is not installed and apt-get could not install etcd-server" >&2; exit 1; }
 
 local: install etcd ## synthesize the default environment offline, print its summary, run JOB (default cpu-ddp) locally
-	$(PY) -m ops.synth_summary --env $(ENV)
-	$(PY) -m ops.local --job $(JOB)
+	$(PY) -m ops synth-summary --env $(ENV)
+	$(PY) -m ops local --job $(JOB)
 
 test: install etcd ## the whole suite, on two workers (each test module stays on one worker, so its synth runs once)
 	$(PY) -m pytest -q -n 2 --dist loadfile
@@ -66,5 +66,5 @@ clean: ## remove build outputs (keeps .venv and node_modules)
 	rm -rf cdk.out dist .local .pytest_cache
 
 .PHONY: ops
-ops: install ## the ops CLI, e.g. make ops ARGS="plan --env prod" (preflight, az-recommend, kubeconfig, submit, status, logs, delete)
+ops: install ## the ops CLI, e.g. make ops ARGS="plan --env prod" (python -m ops --help lists the commands)
 	$(PY) -m ops $(ARGS)

@@ -311,10 +311,10 @@ def _capacity_block(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from ops import doctor, preflight
+    from ops import doctor, kube, preflight
 
     env = _env(args)
-    rows = doctor.run(env, doctor.api_client(args.kubeconfig, args.context))
+    rows = doctor.run(env, kube.api_client(args.kubeconfig, args.context))
     if args.output == "json":
         print(to_json({"env": env.name, "failed": preflight.failed(rows), "checks": doctor.as_json(rows)}))
     else:

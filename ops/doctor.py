@@ -234,18 +234,12 @@ class _NotFound(Exception):
 def _call(fn: Callable[[], Any], what: str) -> Any:
     """An API failure is one line naming what was being done; a 404 is _NotFound for _read."""
     from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
     try:
         return fn()
     except ApiException as err:
         if err.status == 404:
             raise _NotFound() from None
         raise OpsError(f"{what}: {_api_line(err)}") from None
-    except HTTPError as err:  # urllib3 gave up: refused, timed out, no route, TLS
-        reason = str(getattr(err, "reason", None) or err).rsplit(": ", 1)[-1]
-        raise OpsError(f"{what}: cannot reach the API server ({' '.join(reason.split())[:200]}); is the endpoint "
-                       "private, or your IP outside its publicCidrs?") from None
 
 
 def _api_line(err: Any) -> str:
@@ -257,17 +251,6 @@ def _api_line(err: Any) -> str:
     except (ValueError, AttributeError):
         pass
     return f"HTTP {err.status} {' '.join(str(message).split())}"
-
-
-def api_client(kubeconfig: str | None, context: str | None) -> Any:
-    from kubernetes.config import new_client_from_config
-    from kubernetes.config.config_exception import ConfigException
-
-    try:
-        return new_client_from_config(config_file=kubeconfig, context=context)
-    except (ConfigException, FileNotFoundError) as err:
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise OpsError(f"no usable kubeconfig ({first}); run `python -m ops kubeconfig --env NAME` first") from None
 
 
 def as_json(rows: Iterable[Check]) -> list[dict]:

@@ -25,6 +25,19 @@ _PHASES = ("Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed
 def training_client(kubeconfig: str | None = None, context: str | None = None,
                     namespace: str = TRAINING_NAMESPACE) -> Any:
     from kubeflow.training import TrainingClient
+
+    client = _from_kubeconfig(lambda: TrainingClient(config_file=kubeconfig, context=context, namespace=namespace))
+    return guard(client)
+
+
+def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
+    """A plain kubernetes ApiClient (for the core and apps APIs), with the same one-line errors."""
+    from kubernetes.config import new_client_from_config
+
+    return guard(_from_kubeconfig(lambda: new_client_from_config(config_file=kubeconfig, context=context)))
+
+
+def _from_kubeconfig(make: Callable[[], Any]) -> Any:
     from kubernetes.config.config_exception import ConfigException
 
     # The kubernetes client logs a failed credential command (`aws eks get-token`) through the root
@@ -33,7 +46,7 @@ def training_client(kubeconfig: str | None = None, context: str | None = None,
     records = _Records()
     logging.getLogger().addHandler(records)
     try:
-        client = TrainingClient(config_file=kubeconfig, context=context, namespace=namespace)
+        client = make()
     except (ConfigException, FileNotFoundError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise OpsError(f"no usable kubeconfig ({first}); run `python -m ops kubeconfig --env NAME` first") from None
@@ -44,7 +57,7 @@ def training_client(kubeconfig: str | None = None, context: str | None = None,
         raise OpsError(f"the kubeconfig's credential command failed ({' '.join(failed[0].split())[:200]}): "
                        "the AWS credentials have expired or are missing; refresh them (`aws sso login`, or new "
                        "keys) and retry")
-    return guard(client)
+    return client
 
 
 class _Records(logging.Handler):
@@ -62,9 +75,10 @@ CONNECT_TIMEOUT_S = 10
 
 
 def guard(client: Any) -> Any:
-    """Put `_Reach` under the client's HTTP, so an unreachable or refusing API server is one line
-    naming the endpoint and the likely cause. Every API object of the client shares its ApiClient."""
-    api_client = client.custom_api.api_client
+    """Put `_Reach` under the HTTP of a TrainingClient or a kubernetes ApiClient, so an unreachable or
+    refusing API server is one line naming the endpoint and the likely cause. Every API object of a
+    TrainingClient shares one ApiClient."""
+    api_client = client.custom_api.api_client if hasattr(client, "custom_api") else client
     rest = api_client.rest_client
     if not isinstance(rest.pool_manager, _Reach):
         rest.pool_manager = _Reach(rest.pool_manager, api_client.configuration.host)

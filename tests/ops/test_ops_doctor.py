@@ -17,7 +17,7 @@ from k8s.common import (
     BUSBW_REPORT, EFA_DEVICE_PLUGIN, ETCD_SERVICE, NVIDIA_DEVICE_PLUGIN, TRAINING_OPERATOR, nccl_test_name,
 )
 from kube_fakes import FakeApiServer
-from ops import cli, doctor
+from ops import cli, doctor, kube
 from ops.checks import FAIL, PASS, WARN, Check
 from ops.envconfig import load
 from ops.errors import OpsError
@@ -279,15 +279,15 @@ def test_an_unreachable_api_server_is_one_line_naming_it(tmp_path, capsys):
     assert cli.main(["doctor", "--env", "prod", "--kubeconfig", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert err.startswith(f"error: list nodes at https://127.0.0.1:{port}: cannot reach the API server (")
-    assert "Connection refused" in err
+    assert err.startswith(f"error: cannot reach the Kubernetes API endpoint https://127.0.0.1:{port} "
+                          "(connection refused): ")
 
 
 def test_cli_prints_the_table_and_exits_1_on_a_failure(monkeypatch, capsys):
     routes = healthy_routes()
     routes[("GET", PVC)] = {"metadata": {"name": FSX_CLAIM_NAME}, "spec": {}, "status": {"phase": "Pending"}}
     client, _ = api(routes)
-    monkeypatch.setattr(doctor, "api_client", lambda kubeconfig, context: client)
+    monkeypatch.setattr(kube, "api_client", lambda kubeconfig, context: client)
     assert cli.main(["doctor", "--env", "prod"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "doctor prod: cluster prod-training"
@@ -298,7 +298,7 @@ def test_cli_prints_the_table_and_exits_1_on_a_failure(monkeypatch, capsys):
 
 def test_cli_json_output_and_exit_0_when_healthy(monkeypatch, capsys):
     client, _ = api(healthy_routes())
-    monkeypatch.setattr(doctor, "api_client", lambda kubeconfig, context: client)
+    monkeypatch.setattr(kube, "api_client", lambda kubeconfig, context: client)
     assert cli.main(["doctor", "--env", "prod", "-o", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["env"] == "prod" and report["failed"] is False

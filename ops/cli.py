@@ -132,7 +132,7 @@ def _preflight(args: argparse.Namespace) -> int:
     from ops import aws, preflight
 
     env = _env(args)
-    rows = preflight.run(env, aws.clients(env.region))
+    rows = preflight.run_for_deploy(env, aws.clients(env.region))
     print(f"preflight {env.name}: account {env.account}, {env.region}, training AZ {env.training_availability_zone}")
     print(preflight.render(rows))
     return EXIT_PROBLEM if preflight.failed(rows) else 0

@@ -16,7 +16,7 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help install local test synth synth-all deploy destroy lint etcd bench clean
+.PHONY: help install local test synth synth-all deploy diff destroy lint etcd bench clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -52,8 +52,13 @@ deploy: install ## preflight, deploy ENV with real AWS credentials, then schedul
 	$(CDK) deploy $(CDK_FLAGS) -c env=$(ENV) '$(ENV)/*'
 	$(PY) -m ops capacity-block schedule --env $(ENV) --if-any
 
-destroy: install ## destroy ENV (prod keeps what removalPolicy retain says)
+destroy: install ## destroy ENV (prod keeps what removalPolicy retain says); checks the credentials first
+	$(PY) -m ops whoami --env $(ENV)
 	$(CDK) destroy $(CDK_FLAGS) -c env=$(ENV) '$(ENV)/*'
+
+diff: install ## what a deploy of ENV would change in its account (needs credentials for ENV's account)
+	$(PY) -m ops whoami --env $(ENV)
+	$(CDK) diff $(CDK_FLAGS) -c env=$(ENV) '$(ENV)/*'
 
 lint: synth ## cfn-lint every synthesized template (errors fail, warnings print), hadolint the Dockerfiles
 	$(VENV)/bin/cfn-lint --non-zero-exit-code error --format parseable 'cdk.out/**/*.template.json'
@@ -66,5 +71,5 @@ clean: ## remove build outputs (keeps .venv and node_modules)
 	rm -rf cdk.out dist .local .pytest_cache
 
 .PHONY: ops
-ops: install ## the ops CLI, e.g. make ops ARGS="plan --env prod" (preflight, az-recommend, kubeconfig, submit, status, logs, delete)
+ops: install ## the ops CLI, e.g. make ops ARGS="plan --env prod" (preflight, whoami, az-recommend, kubeconfig, submit, status, logs, delete)
 	$(PY) -m ops $(ARGS)

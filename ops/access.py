@@ -228,17 +228,40 @@ def access_row(env: Environment, aws: AwsClients, who: Caller, roles: list[_Role
                                         "admin role (its trust policy and your policies)")
 
 
-def kubeconfig_command(env: Environment, who: Caller | None) -> list[str]:
-    """The update-kubeconfig command for this caller: no role to assume when the caller is an admin
-    principal itself, else the first admin role."""
+def kubeconfig_command(env: Environment, who: Caller | None, role_arn: str | None = None) -> list[str]:
+    """The update-kubeconfig command for this caller: `role_arn` when given; no role to assume when
+    the caller is an admin principal itself (a role assuming itself needs its own trust); else the
+    first admin role."""
+    if role_arn:
+        return env.update_kubeconfig_command(role_arn)
     if who is not None and admin_match(env, who):
         return env.update_kubeconfig_command()
     return env.update_kubeconfig_command(env.admin_role_arns[0] if env.admin_role_arns else None)
 
 
-def checks(env: Environment, aws: AwsClients, checkip_url: str | None = None) -> list[Check]:
-    rows = [endpoint_row(env, checkip_url)]
-    who = caller(aws)
+def admin_rows(env: Environment, aws: AwsClients, who: Caller) -> list[Check]:
+    """One row per admin role (does it exist), then the caller's own path to cluster admin."""
+    rows: list[Check] = []
     roles = _look_up_roles(env, aws, who, rows)
-    rows.append(access_row(env, aws, who, roles))
-    return rows
+    return rows + [access_row(env, aws, who, roles)]
+
+
+def checks(env: Environment, aws: AwsClients, checkip_url: str | None = None) -> list[Check]:
+    return [endpoint_row(env, checkip_url), *admin_rows(env, aws, caller(aws))]
+
+
+def whoami(env: Environment, aws: AwsClients) -> tuple[str, bool]:
+    """The caller, the ARN an access entry would take for it, and its path to cluster admin; ok is
+    False when the credentials are for another account than the environment's."""
+    who = caller(aws)
+    same = who.account == env.account
+    principal = who.principal_arn or f"none ({who.kind}: access entries need an IAM role or user)"
+    lines = [f"caller     {who.arn}",
+             f"principal  {principal}" + (" (the ARN deployerPrincipalArn takes)" if who.principal_arn else ""),
+             f"account    {who.account}" + (f" = environments.{env.name}.account" if same else
+                                            f", but environments.{env.name}.account is {env.account}")]
+    if same:
+        admin = admin_rows(env, aws, who)[-1]
+        lines.append(f"admin      {admin.status.upper()}: {admin.reason}")
+        lines.append(f"kubeconfig {' '.join(kubeconfig_command(env, who))}")
+    return "\n".join(lines), same

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any, Sequence
 
 from config import ConfigError
@@ -68,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     with_env(p)
     p.add_argument("--cluster-name", help="skip the lookup by CloudFormation stack tag")
     p.add_argument("--kubeconfig", help="file to update (default: KUBECONFIG or ~/.kube/config)")
+    p.add_argument("--role-arn", help="role kubectl assumes (default: none if you are an admin principal, "
+                                      "else the first of adminRoleArns)")
+    p = sub.add_parser("whoami", help="the caller's identity and which path to cluster admin applies")
+    with_env(p)
     p = sub.add_parser("submit", help="render a preset's PyTorchJob and create it")
     with_env(p)
     p.add_argument("--preset", required=True)
@@ -149,16 +152,26 @@ def _az_recommend(args: argparse.Namespace) -> int:
 
 
 def _kubeconfig(args: argparse.Namespace) -> int:
-    from ops import aws, kubeconfig
+    from ops import access, aws, kubeconfig
 
     env = _env(args)
     clients = aws.clients(env.region)
-    aws.caller_account(clients.sts)
+    who = access.caller(clients)  # no credentials: one line before any other call
     cluster = kubeconfig.find_cluster(clients.eks, env, args.cluster_name)
-    path = Path(args.kubeconfig) if args.kubeconfig else kubeconfig.default_path()
-    context = kubeconfig.write(path, cluster, env.region)
-    print(f"updated {path}: context {context} (cluster {cluster['name']}) is current")
+    command = access.kubeconfig_command(env, who, role_arn=args.role_arn)
+    command[command.index("--name") + 1] = cluster["name"]
+    print(f"$ {' '.join(command)}")
+    print(kubeconfig.update(command, args.kubeconfig))
     return 0
+
+
+def _whoami(args: argparse.Namespace) -> int:
+    from ops import access, aws
+
+    env = _env(args)
+    report, ok = access.whoami(env, aws.clients(env.region))
+    print(report)
+    return 0 if ok else EXIT_PROBLEM
 
 
 def _submit(args: argparse.Namespace) -> int:
@@ -230,6 +243,6 @@ def _capacity_block(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) else EXIT_PROBLEM
 
 
-_COMMANDS = {"preflight": _preflight, "az-recommend": _az_recommend, "kubeconfig": _kubeconfig,
+_COMMANDS = {"preflight": _preflight, "az-recommend": _az_recommend, "kubeconfig": _kubeconfig, "whoami": _whoami,
              "submit": _submit, "status": _status, "logs": _logs, "delete": _delete, "plan": _plan,
              "capacity-block": _capacity_block}

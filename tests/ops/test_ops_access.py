@@ -14,7 +14,7 @@ from ops import access
 from ops import aws as ops_aws
 from ops.checks import FAIL, PASS, WARN
 from ops.envconfig import load
-from ops_fakes import DEAD_ENDPOINT, checkip_server, stubbed
+from ops_fakes import DEAD_ENDPOINT, checkip_server, isolated_aws_env, run_ops, stubbed
 
 ACCOUNT = "222222222222"
 ADMIN = f"arn:aws:iam::{ACCOUNT}:role/PlatformAdmin"  # prod's adminRoleArns in cdk.json
@@ -164,3 +164,27 @@ def test_the_deployer_principal_passes_from_its_session_arn(aws, prod):
     assert who.arn.startswith(f"arn:aws:sts::{ACCOUNT}:assumed-role/Developer/") and who.principal_arn == DEV_ROLE
     row = rows(env, clients)["cluster admin"]
     assert row.status == PASS and "deployerPrincipalArn" in row.reason
+
+
+def test_whoami_names_the_callers_principal_and_its_admin_path(aws, tmp_path):
+    make_role(DEV_ROLE)
+    make_role(ADMIN, DEV_ROLE)
+    creds = boto3.client("sts", region_name="us-east-1").assume_role(
+        RoleArn=DEV_ROLE, RoleSessionName="alice")["Credentials"]
+    env = isolated_aws_env(tmp_path, aws)
+    env.update(AWS_ACCESS_KEY_ID=creds["AccessKeyId"], AWS_SECRET_ACCESS_KEY=creds["SecretAccessKey"],
+               AWS_SESSION_TOKEN=creds["SessionToken"])
+    result = run_ops(["whoami", "--env", "prod"], env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"caller     arn:aws:sts::{ACCOUNT}:assumed-role/Developer/alice"
+    assert lines[1] == f"principal  {DEV_ROLE} (the ARN deployerPrincipalArn takes)"
+    assert lines[2] == f"account    {ACCOUNT} = environments.prod.account"
+    assert lines[3] == f"admin      PASS: you can assume {ADMIN} (its trust policy names you)"
+    assert lines[4] == f"kubeconfig aws eks update-kubeconfig --name prod-training --region us-east-1 --role-arn {ADMIN}"
+
+
+def test_whoami_for_another_account_exits_1(aws, tmp_path):
+    result = run_ops(["whoami", "--env", "dev"], isolated_aws_env(tmp_path, aws))
+    assert result.returncode == 1
+    assert f"account    {ACCOUNT}, but environments.dev.account is 111111111111" in result.stdout

@@ -19,7 +19,7 @@ from typing import Callable
 from config import ConfigError, Environment
 from config.eks_versions import BY_VERSION as EKS_VERSIONS
 from config.kubernetes import NODEGROUP_LABEL
-from ops import envconfig
+from ops import cost, envconfig
 from ops.errors import OpsError
 from ops.prices import EKS_CLUSTER_HOURLY_USD, EKS_EXTENDED_SUPPORT_CLUSTER_HOURLY_USD
 
@@ -158,7 +158,7 @@ def summarize(config: Environment, outdir: Path) -> str:
                      for name, t in asm.templates.items()])
     lines += ["", "Node groups"]
     lines += _table(["name", "instance", "zones", "min", "max", "desired", "EFA", "capacity"], _nodegroup_rows(asm))
-    lines += ["", "FSx for Lustre", *_fsx_lines(asm), "", *_ip_lines(config)]
+    lines += ["", "FSx for Lustre", *_fsx_lines(asm), "", *_ip_lines(config), "", *cost.render(config)]
     return "\n".join(lines)
 
 

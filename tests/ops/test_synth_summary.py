@@ -132,3 +132,16 @@ def test_summary_says_which_upgrade_policy_the_cluster_has_and_what_it_costs(dev
     extended = synth_summary.summarize(split.config, split.outdir)
     assert ("Kubernetes 1.35: EKS standard support until 2027-03-27. Upgrade policy EXTENDED: the control plane "
             "costs $0.10/hour until then, then $0.60/hour in extended support until 2028-03-27") in extended
+
+
+def test_the_summary_ends_with_the_cost_at_decision_time(dev_summary):
+    """Idle, at desiredSize and at maxSize, per hour and per month, from the dated price table
+    (figures recomputed from the table in tests/ops/test_cost.py)."""
+    from ops import cost, prices
+
+    dev, summary = dev_summary
+    tail = summary.splitlines()[-len(cost.render(dev.config)):]
+    assert tail == cost.render(dev.config)
+    assert prices.PRICES_AS_OF in tail[0]
+    idle = cost.idle(dev.config)
+    assert row(summary, "idle")[1:] == [f"${idle.hourly:,.2f}/hour", f"${idle.monthly:,.2f}/month"]

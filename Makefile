@@ -25,19 +25,24 @@ install: $(VENV)/.installed node_modules/.installed ## create .venv and node_mod
 
 $(VENV)/.installed: requirements.txt
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run make PYTHON=/path/to/python3.11" >&2; exit 1; }
+	@echo "Installing the pinned Python packages of requirements.txt into $(VENV) (aws-cdk-lib, cdk8s, torch CPU, transformers, moto, ...): a few minutes the first time, about 1 GB of downloads"
 	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
+	@command -v npm >/dev/null || { echo "error: npm not found; install Node.js 18 or later (https://nodejs.org/en/download)" >&2; exit 1; }
+	@echo "Installing the pinned AWS CDK CLI into node_modules (npm ci): under a minute"
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 etcd: ## install Debian's etcd-server when no etcd is on PATH (local runs and tests use it on loopback)
+	@command -v etcd >/dev/null || echo "Installing Debian's etcd-server with apt-get (local runs rendezvous through it): under a minute"
 	@command -v etcd >/dev/null || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends etcd-server >/dev/null; }
 	@command -v etcd >/dev/null || { echo "error: etcd is not installed and apt-get could not install etcd-server" >&2; exit 1; }
 
 local: install etcd ## synthesize the default environment offline, print its summary, run JOB (default cpu-ddp) locally
+	@$(PY) -m ops.local --job $(JOB) --check
 	$(PY) -m ops.synth_summary --env $(ENV)
 	$(PY) -m ops.local --job $(JOB)
 

@@ -9,7 +9,7 @@ import pytest
 
 from ops_fakes import REPO_ROOT, fake_tool, isolated_aws_env
 
-UP_TO_DATE = ["-o", ".venv/.installed", "-o", "node_modules/.installed"]
+UP_TO_DATE = ["-o", ".venv/.installed", "-o", "node_modules/.installed", "-o", "etcd"]
 
 
 def make(target: str, env: dict, cdk, *variables: str) -> subprocess.CompletedProcess:
@@ -48,3 +48,34 @@ def test_destroy_with_the_environments_credentials_reaches_cdk(aws, tmp_path, cd
     assert result.returncode == 0, result.stderr
     assert record.read_text().splitlines() == ["destroy", "--no-notices", "--no-version-reporting", "-c", "env=prod",
                                                "prod/*"]
+
+
+@pytest.mark.parametrize("job, words", [
+    ("nope", "--job: unknown job 'nope'; local jobs are cpu-ddp"),
+    ("llama3-8b-fsdp", "--job: llama3-8b-fsdp needs GPU nodes; local runs take the CPU presets (cpu-ddp"),
+])
+def test_make_local_rejects_a_bad_job_before_the_synth(tmp_path, cdk, job, words):
+    fake, record = cdk
+    result = make("local", isolated_aws_env(tmp_path), fake, f"JOB={job}")
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("make:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {words}"), result.stderr
+    assert "llm-tiny" in errors[0]  # every local job is listed
+    assert "synth_summary" not in result.stdout and not record.exists()
+
+
+def test_the_first_install_says_what_it_installs_and_roughly_how_long(tmp_path):
+    """Runs the real venv recipe with a stand-in python that makes a venv whose pip does nothing."""
+    venv = tmp_path / "venv"
+    python = fake_tool(tmp_path / "bin", "python3.11",
+                       'mkdir -p "$3/bin" && printf "#!/bin/sh\\nexit 0\\n" > "$3/bin/python" && chmod +x "$3/bin/python"')
+    result = subprocess.run(["make", "--no-print-directory", f"{venv}/.installed", f"VENV={venv}", f"PYTHON={python}"],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    first = result.stdout.splitlines()[0]
+    assert first.startswith(f"Installing the pinned Python packages of requirements.txt into {venv}")
+    assert "a few minutes the first time" in first
+    assert (venv / ".installed").exists()
+    again = subprocess.run(["make", "--no-print-directory", f"{venv}/.installed", f"VENV={venv}", f"PYTHON={python}"],
+                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert "Installing" not in again.stdout  # only the first time

@@ -49,8 +49,8 @@ local: install etcd ## synthesize the default environment offline, print its sum
 test: install etcd ## the whole suite
 	$(PY) -m pytest -q
 
-synth: install ## offline synth of ENV (default dev) into cdk.out/ and its Kubernetes YAML into dist/ENV/
-	$(CDK) synth $(CDK_FLAGS) --quiet -c env=$(ENV)
+synth: install ## offline synth of ENV (default dev) into cdk.out/ and dist/ENV/, then its summary with the cost
+	$(PY) -m ops.synth_summary --env $(ENV)
 
 deploy: install ## preflight, deploy ENV with real AWS credentials, then schedule its capacity blocks
 	$(PY) -m ops preflight --env $(ENV)

@@ -133,7 +133,7 @@ def _jobs(charts: EnvironmentCharts) -> list[str]:
     if running:
         lines += [f"Start when applied: {', '.join(running)}.", ""]
     if held:
-        lines += [f"Applied suspended, so none waits on (or scales up for) GPU nodes: {', '.join(held)}.",
+        lines += [f"Applied suspended, so nothing runs or waits for nodes until started: {', '.join(held)}.",
                   "Start a training preset with `kubectl patch pytorchjob NAME -n training --type merge -p",
                   "'{\"spec\":{\"runPolicy\":{\"suspend\":false}}}'`; run the GPU and NCCL checks with",
                   f"`python -m ops.validate --dist dist/{env}` once the GPU groups have nodes.", ""]

@@ -77,14 +77,22 @@ def _run(tool: str, args: list[str], path: str | None) -> tuple[int, str]:
     return done.returncode, (text[0] if text else "")[:120]
 
 
+def _ask(row: str, command: str, args: list[str], path: str | None, missing: str) -> Check | tuple[int, str]:
+    """The tool's exit code and first line of output, or the failing row when it is not on PATH."""
+    tool = shutil.which(command, path=path)
+    if tool is None:
+        return Check(row, FAIL, f"{command} not found: {missing}")
+    return _run(tool, args, path)
+
+
 def docker_row(path: str | None = None) -> Check:
     # cdk builds images with $CDK_DOCKER when set (e.g. finch or podman), else docker.
     command = os.environ.get("CDK_DOCKER", "docker")
-    tool = shutil.which(command, path=path)
-    if tool is None:
-        return Check("Docker", FAIL, f"{command} not found: the trainer images are built during `cdk deploy`; install "
-                                     f"Docker ({DOCKER_INSTALL})")
-    code, text = _run(tool, ["info", "--format", "{{.ServerVersion}}"], path)
+    answer = _ask("Docker", command, ["info", "--format", "{{.ServerVersion}}"], path,
+                  f"the trainer images are built during `cdk deploy`; install Docker ({DOCKER_INSTALL})")
+    if isinstance(answer, Check):
+        return answer
+    code, text = answer
     if code != 0 or not text:
         return Check("Docker", FAIL, f"{command} is installed but its daemon is not running ({text or 'no answer'}): "
                                      "start Docker Desktop, or `sudo systemctl start docker`")
@@ -92,22 +100,22 @@ def docker_row(path: str | None = None) -> Check:
 
 
 def aws_cli_row(path: str | None = None) -> Check:
-    tool = shutil.which("aws", path=path)
-    if tool is None:
-        return Check("AWS CLI", FAIL, f"aws not found: kubectl gets its tokens from `aws eks get-token`; install "
-                                      f"AWS CLI v2 ({AWS_CLI_INSTALL})")
-    code, text = _run(tool, ["--version"], path)
+    answer = _ask("AWS CLI", "aws", ["--version"], path,
+                  f"kubectl gets its tokens from `aws eks get-token`; install AWS CLI v2 ({AWS_CLI_INSTALL})")
+    if isinstance(answer, Check):
+        return answer
+    code, text = answer
     if code != 0:
         return Check("AWS CLI", FAIL, f"`aws --version` failed ({text}): reinstall AWS CLI v2 ({AWS_CLI_INSTALL})")
     return Check("AWS CLI", PASS, text)
 
 
 def node_row(path: str | None = None) -> Check:
-    tool = shutil.which("node", path=path)
-    if tool is None:
-        return Check("Node", FAIL, f"node not found: the CDK CLI runs on Node.js {MIN_NODE_MAJOR} or later; "
-                                   f"install an LTS release ({NODE_INSTALL})")
-    code, text = _run(tool, ["--version"], path)
+    answer = _ask("Node", "node", ["--version"], path,
+                  f"the CDK CLI runs on Node.js {MIN_NODE_MAJOR} or later; install an LTS release ({NODE_INSTALL})")
+    if isinstance(answer, Check):
+        return answer
+    code, text = answer
     match = re.match(r"v?(\d+)\.", text)
     if code != 0 or not match:
         return Check("Node", FAIL, f"`node --version` failed ({text}); reinstall Node.js ({NODE_INSTALL})")

@@ -103,7 +103,7 @@ def endpoint_row(env: Environment, checkip_url: str | None = None) -> Check:
         return Check("API endpoint", WARN,
                      f"private: kubectl works only from inside the VPC of {env.name} (a machine in its private "
                      "subnets via SSM Session Manager, or a VPN, Direct Connect or Transit Gateway link into it); "
-                     "`python -m ops validate` runs there through the Validation stack's runner")
+                     "the Validation stack's runner checks the cluster from there")
     cidrs = ", ".join(access.public_cidrs)
     try:
         ip = public_ip(checkip_url)

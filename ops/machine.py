@@ -73,7 +73,7 @@ def _run(tool: str, args: list[str], path: str | None) -> tuple[int, str]:
         return 124, f"no answer in {TOOL_TIMEOUT_S} s"
     except OSError as err:
         return 126, str(err)
-    text = (done.stdout or done.stderr).strip().splitlines()
+    text = (done.stdout.strip() or done.stderr.strip()).splitlines()
     return done.returncode, (text[0] if text else "")[:120]
 
 

@@ -97,6 +97,14 @@ def test_docker_without_a_running_daemon_fails(bin_dir, monkeypatch):
     assert "daemon is not running (Cannot connect to the Docker daemon" in row.reason
 
 
+def test_a_daemon_error_after_an_empty_answer_is_shown(bin_dir, monkeypatch):
+    """docker info --format prints an empty line on stdout and the reason on stderr."""
+    monkeypatch.delenv("CDK_DOCKER", raising=False)
+    fake_tool(bin_dir, "docker", 'echo; echo "permission denied while trying to connect to the Docker daemon" >&2; exit 1')
+    row = machine.docker_row(str(bin_dir))
+    assert row.status == FAIL and "(permission denied while trying to connect" in row.reason
+
+
 def test_cdk_docker_names_the_container_tool_cdk_uses(bin_dir, monkeypatch):
     """AWS CDK CLI reference: CDK_DOCKER overrides the docker command used to build image assets."""
     monkeypatch.setenv("CDK_DOCKER", "finch")

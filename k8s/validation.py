@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import cdk8s
 import cdk8s_plus_27 as kplus
 from cdk8s_plus_27 import k8s
 from constructs import Construct
@@ -108,7 +109,8 @@ def nccl_mpijob_manifest(group: Nodegroup, *, image: str, namespace: str) -> dic
         "spec": {
             "slotsPerWorker": instance.gpus,
             "mainContainer": MPI_CONTAINER,
-            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0},
+            # Deployed suspended like the training presets: `python -m ops validate` runs it.
+            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0, "suspend": True},
             "mpiReplicaSpecs": {
                 "Launcher": {"replicas": 1, "restartPolicy": "Never", "template": {"spec": {
                     "securityContext": {"seccompProfile": dict(RUNTIME_DEFAULT_SECCOMP)},
@@ -180,6 +182,9 @@ class ClusterValidationChart(ProjectChart):
             side: {k: q(v) for k, v in values.items()}
             for side, values in container_resources(instance, cpu="500m", memory="512Mi").items()})
         runtime_default_seccomp(job)
+        # Applied suspended (cdk deploy, or kubectl from dist/): no pod waits for a GPU node that
+        # may never come; `python -m ops validate` creates it running when the group has a node.
+        cdk8s.ApiObject.of(job).add_json_patch(cdk8s.JsonPatch.add("/spec/suspend", True))
         job.scheduling.attract(kplus.Node.labeled(kplus.NodeLabelQuery.is_(NODEGROUP_LABEL, group.name)))
         tolerate_gpu_taint(job)
         return job

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any, Sequence
 
 from config import ConfigError
@@ -90,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     with_env(p)
     p.add_argument("--cluster-name", help="skip the lookup by CloudFormation stack tag")
     p.add_argument("--kubeconfig", help="file to update (default: KUBECONFIG or ~/.kube/config)")
+    p.add_argument("--role-arn", help="role kubectl assumes (default: none if you are an admin principal, "
+                                      "else the first of adminRoleArns)")
+    p = sub.add_parser("whoami", help="the caller's identity and which path to cluster admin applies")
+    with_env(p)
     from config.overrides import help_lines
     from config.presets import PRESETS
 
@@ -189,7 +192,7 @@ def _preflight(args: argparse.Namespace) -> int:
     from ops import aws, preflight
 
     env = _env(args)
-    rows = preflight.run(env, aws.clients(env.region))
+    rows = preflight.run_for_deploy(env, aws.clients(env.region))
     if args.output == "json":
         print(to_json({"environment": env.name, "account": env.account, "region": env.region,
                        "checks": rows, "failed": preflight.failed(rows)}))
@@ -211,16 +214,26 @@ def _az_recommend(args: argparse.Namespace) -> int:
 
 
 def _kubeconfig(args: argparse.Namespace) -> int:
-    from ops import aws, kubeconfig
+    from ops import access, aws, kubeconfig
 
     env = _env(args)
     clients = aws.clients(env.region)
-    aws.caller_account(clients.sts)
+    who = access.caller(clients)  # no credentials: one line before any other call
     cluster = kubeconfig.find_cluster(clients.eks, env, args.cluster_name)
-    path = Path(args.kubeconfig) if args.kubeconfig else kubeconfig.default_path()
-    context = kubeconfig.write(path, cluster, env.region)
-    print(f"updated {path}: context {context} (cluster {cluster['name']}) is current")
+    command = access.kubeconfig_command(env, who, role_arn=args.role_arn)
+    command[command.index("--name") + 1] = cluster["name"]
+    print(f"$ {' '.join(command)}")
+    print(kubeconfig.update(command, args.kubeconfig))
     return 0
+
+
+def _whoami(args: argparse.Namespace) -> int:
+    from ops import access, aws
+
+    env = _env(args)
+    report, ok = access.whoami(env, aws.clients(env.region))
+    print(report)
+    return 0 if ok else EXIT_PROBLEM
 
 
 def _submit(args: argparse.Namespace) -> int:
@@ -333,5 +346,6 @@ def _module_command(module: str) -> Any:
 
 _COMMANDS = {"local": _module_command("local"), "validate": _module_command("validate"),
              "synth-summary": _module_command("synth_summary"), "preflight": _preflight, "az-recommend": _az_recommend, "kubeconfig": _kubeconfig,
+             "whoami": _whoami,
              "submit": _submit, "start": _start_stop, "stop": _start_stop, "status": _status, "logs": _logs, "delete": _delete, "plan": _plan,
              "capacity-block": _capacity_block, "doctor": _doctor}

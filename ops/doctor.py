@@ -205,7 +205,7 @@ def nccl_row(group: str, instance: InstanceType, core: Any) -> Check:
                  f"list the launcher pods of MPIJob {job}").items
     if not pods:
         return Check(row, WARN, f"no NCCL validation has run (MPIJob {TRAINING_NAMESPACE}/{job}); "
-                                "run `python -m ops.validate --dist dist/<env>`")
+                                "run `python -m ops validate --dist dist/<env>`")
     pod = max(pods, key=lambda p: str(p.metadata.creation_timestamp or ""))
     text = _call(lambda: core.read_namespaced_pod_log(pod.metadata.name, TRAINING_NAMESPACE, tail_lines=LOG_TAIL_LINES),
                  f"read the log of {pod.metadata.name}")

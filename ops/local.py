@@ -155,21 +155,33 @@ def format_summary(preset: JobPreset, summary: dict | None, etcd: Etcd, wall_s: 
     return "\n".join(lines)
 
 
+def local_preset(name: str) -> JobPreset:
+    """The preset `--job` names, if it runs on this machine; LocalRunError listing those that do."""
+    allowed = ", ".join(n for n, q in PRESETS.items() if q.image_variant == "cpu")
+    if name not in PRESETS:
+        raise LocalRunError(f"--job: unknown job {name!r}; local jobs are {allowed}")
+    preset = PRESETS[name]
+    if preset.image_variant != "cpu":
+        raise LocalRunError(f"--job: {preset.name} needs GPU nodes; local runs take the CPU presets ({allowed})")
+    return preset
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", default="cpu-ddp", help=f"job preset (default cpu-ddp): {', '.join(PRESETS)}")
     p.add_argument("--checkpoint-root", default=DEFAULT_CHECKPOINT_ROOT,
                    help=f"local stand-in for /fsx/checkpoints (default {DEFAULT_CHECKPOINT_ROOT})")
     p.add_argument("--resume", action="store_true", help="keep earlier checkpoints of this job and resume from them")
     p.add_argument("--etcd", default=None, help="etcd binary (default: etcd on PATH)")
+    p.add_argument("--check", action="store_true",
+                   help="only check --job and exit (make local runs it before the synth)")
 
 
 def run(args: argparse.Namespace) -> int:
     """0 when the job succeeded, 1 when it ran and failed; a run that cannot start raises
     ConfigError or LocalRunError (the CLI prints one line and exits 2)."""
-    preset = get_preset(args.job, "--job")
-    if preset.image_variant != "cpu":
-        raise LocalRunError(f"--job: {preset.name} needs GPU nodes; local runs take the CPU presets "
-                            f"({', '.join(n for n, q in PRESETS.items() if q.image_variant == 'cpu')})")
+    preset = local_preset(args.job)
+    if args.check:
+        return 0
     binary = find_etcd(args.etcd)
     root = str((REPO / args.checkpoint_root).resolve()) if not Path(args.checkpoint_root).is_absolute() \
         else args.checkpoint_root

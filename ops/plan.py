@@ -14,7 +14,7 @@ from config import ConfigError, Environment, Nodegroup
 from config.memory import GIB, HEADROOM, estimate_memory
 from config.models import MODELS, ModelConfig
 from config.presets import PRESETS, JobPreset, LlmWorkload, get_preset
-from ops import prices
+from ops import cost, prices
 from ops.errors import OpsError
 
 # Checkpoint bytes per parameter: bf16 weights (2) + fp32 master weights (4) + fp32 Adam first
@@ -240,6 +240,9 @@ def _cost(plan: Plan) -> None:
     known = sum(v for _, v in items if v is not None)
     partial = any(v is None for _, v in items)
     lines.append(f"{'total per hour' + (' (partial)' if partial else ''):<{width}}  ${known:>10,.2f}")
+    idle = cost.idle(env)
+    lines.append(f"idle (no job, groups at minSize): ${idle.hourly:,.2f}/hour, ${idle.monthly:,.2f}/month"
+                 + (" (partial)" if idle.partial else ""))
     note = "" if env.region == prices.PRICES_REGION else f", {env.region} priced at {prices.PRICES_REGION} rates"
     plan.sections.append((f"Hourly cost: On-Demand list prices of {prices.PRICES_AS_OF}{note}", lines))
 

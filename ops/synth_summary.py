@@ -18,7 +18,7 @@ from pathlib import Path
 from config import Environment
 from config.eks_versions import BY_VERSION as EKS_VERSIONS
 from config.kubernetes import NODEGROUP_LABEL
-from ops import envconfig
+from ops import cost, envconfig
 from ops.errors import OpsError
 from ops.output import records, to_json
 from ops.prices import EKS_CLUSTER_HOURLY_USD, EKS_EXTENDED_SUPPORT_CLUSTER_HOURLY_USD
@@ -164,6 +164,11 @@ def summary_data(config: Environment, outdir: Path) -> dict:
         "training_subnet": {"availability_zone": config.training_availability_zone,
                             "mask": config.private_subnet_mask, "ips_needed_at_max": needed,
                             "ips_usable": available, "groups": records(IP_HEADERS, _ip_rows(config))},
+        "cost": {"prices": cost.price_note(config),
+                 "scenarios": [{"name": sc.name, "hourly_usd": round(sc.hourly, 2),
+                                "monthly_usd": round(sc.monthly, 2), "partial": sc.partial,
+                                "items": [{"item": i.label, "hourly_usd": i.hourly} for i in sc.items]}
+                               for sc in cost.scenarios(config)]},
     }
 
 
@@ -183,7 +188,7 @@ def summarize(config: Environment, outdir: Path) -> str:
     needed, available = subnet["ips_needed_at_max"], subnet["ips_usable"]
     lines += [f"IP addresses in the training subnet ({subnet['availability_zone']}, /{subnet['mask']}): "
               f"{needed} needed at maxSize of {available} usable ({100 * needed / available:.0f}%)",
-              *_table(IP_HEADERS, _rows(subnet["groups"]))]
+              *_table(IP_HEADERS, _rows(subnet["groups"])), "", *cost.render(config)]
     return "\n".join(lines)
 
 

@@ -122,10 +122,18 @@ def _outcome(check: Check) -> str | None:
     return None
 
 
+def running(check: Check) -> dict:
+    """The check's manifest as created here: deployed suspended (k8s/validation.py), run unsuspended."""
+    manifest = json.loads(json.dumps(check.manifest))
+    spec = manifest["spec"]
+    (spec.setdefault("runPolicy", {}) if check.kind == "MPIJob" else spec)["suspend"] = False
+    return manifest
+
+
 def run_check(check: Check, timeout_s: float) -> bool:
     # Delete first: a Job that passed on an earlier deploy must run again to prove this one.
     _kubectl("delete", check.kind.lower(), check.name, "-n", check.namespace, "--ignore-not-found", "--wait=true")
-    _kubectl("create", "-f", "-", stdin=json.dumps(check.manifest))
+    _kubectl("create", "-f", "-", stdin=json.dumps(running(check)))
     deadline = time.monotonic() + timeout_s
     while (outcome := _outcome(check)) is None:
         if time.monotonic() > deadline:

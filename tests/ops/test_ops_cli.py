@@ -131,6 +131,10 @@ def test_preflight_exits_1_and_prints_the_table_when_a_check_fails(aws, tmp_path
     credentials = next(line for line in lines if line.startswith("credentials"))
     assert "FAIL" in credentials and "111111111111" in credentials
     assert any(line.startswith("training AZ") and "PASS" in line and "usw2-az1" in line for line in lines)
+    # Then who can reach the cluster, the bootstrap, and this machine's tools: one row each.
+    for name in ("API endpoint", "admin role PlatformAdmin", "cluster admin", "CDK bootstrap", "Docker", "AWS CLI",
+                 "Node"):
+        assert sum(line.startswith(name + " ") for line in lines) == 1, (name, result.stdout)
 
 
 def test_help_documents_the_one_exit_code_convention(offline):
@@ -170,7 +174,7 @@ def test_the_former_module_entry_points_are_subcommands(offline):
 
 
 def test_local_with_an_unknown_job_is_a_config_error(offline):
-    assert_one_line_error(run_ops(["local", "--job", "nope"], offline), "--job", "unknown preset 'nope'", "cpu-ddp")
+    assert_one_line_error(run_ops(["local", "--job", "nope"], offline), "--job", "unknown job 'nope'", "cpu-ddp")
 
 
 def test_preflight_json_is_the_table_as_data(aws, tmp_path):

@@ -240,7 +240,7 @@ def test_no_validation_yet_is_a_warning_not_a_failure(prod):
     def change(routes):
         routes[("GET", PODS)] = {"kind": "PodList", "items": []}
     [row] = run_broken(prod, change)
-    assert (row.name, row.status) == ("nccl p5", WARN) and "ops.validate" in row.reason
+    assert (row.name, row.status) == ("nccl p5", WARN) and "ops validate" in row.reason
 
 
 def test_the_newest_launcher_is_the_one_read(prod):

@@ -65,8 +65,18 @@ def test_hourly_cost_sums_the_dated_price_table():
     assert prices.PRICES_AS_OF in head
     lines = section(p, "Hourly cost")
     assert lines[0].startswith("p5: 4 x p5.48xlarge") and lines[0].endswith("$    220.16")
-    amounts = [float(line.rsplit("$", 1)[1].replace(",", "")) for line in lines]
+    amounts = [float(line.rsplit("$", 1)[1].replace(",", "")) for line in lines[:-1]]
     assert amounts[-1] == pytest.approx(sum(amounts[:-1]), abs=0.011)
+
+
+def test_plan_shows_what_the_environment_costs_idle():
+    """prod idle: control plane, 3 NAT gateways, 4800 GiB of FSx at 500 MB/s/TiB, 2 system nodes."""
+    hourly = (prices.EKS_CLUSTER_HOURLY_USD + 3 * prices.NAT_GATEWAY_HOURLY_USD
+              + 4800 * prices.FSX_PERSISTENT_2_GB_MONTH_USD[500] / prices.HOURS_PER_MONTH
+              + 2 * prices.INSTANCE_HOURLY_USD["m5.xlarge"])
+    last = section(plan.build(load("prod")), "Hourly cost")[-1]
+    assert last == (f"idle (no job, groups at minSize): ${hourly:,.2f}/hour, "
+                    f"${hourly * prices.HOURS_PER_MONTH:,.2f}/month")
 
 
 def test_a_vcpu_quota_becomes_a_named_limit_and_can_bind_first():

@@ -157,3 +157,18 @@ def test_json_output_is_the_summary_as_data(capsys, monkeypatch, dev_summary):
     assert subnet["ips_needed_at_max"] == dev.config.training_subnet_ips_at_max()
     assert sum(g["ips"] for g in subnet["groups"]) == subnet["ips_needed_at_max"]
     assert data["fsx"] and all(line in text for line in data["fsx"])
+    idle = next(sc for sc in data["cost"]["scenarios"] if sc["name"] == "idle")
+    assert f"${idle['hourly_usd']:,.2f}/hour" in text
+
+
+def test_the_summary_ends_with_the_cost_at_decision_time(dev_summary):
+    """Idle, at desiredSize and at maxSize, per hour and per month, from the dated price table
+    (figures recomputed from the table in tests/ops/test_cost.py)."""
+    from ops import cost, prices
+
+    dev, summary = dev_summary
+    tail = summary.splitlines()[-len(cost.render(dev.config)):]
+    assert tail == cost.render(dev.config)
+    assert prices.PRICES_AS_OF in tail[0]
+    idle = cost.idle(dev.config)
+    assert row(summary, "idle")[1:] == [f"${idle.hourly:,.2f}/hour", f"${idle.monthly:,.2f}/month"]

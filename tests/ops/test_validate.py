@@ -76,7 +76,8 @@ FAKE_KUBECTL = textwrap.dedent("""\
     elif args[0] == "logs":
         print("PASS")
     elif args[0] == "create":
-        sys.stdin.read()
+        state["created"].append(json.loads(sys.stdin.read()))
+        json.dump(state, open(state_path, "w"))
 """)
 
 
@@ -93,11 +94,13 @@ def cluster(tmp_path, dev_objects):
     state = tmp_path / "cluster.json"
 
     def run(nodes: dict, outcomes: dict | None = None):
-        state.write_text(json.dumps({"nodes": nodes, "outcomes": outcomes or {}, "calls": []}))
+        state.write_text(json.dumps({"nodes": nodes, "outcomes": outcomes or {}, "calls": [], "created": []}))
         env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_CLUSTER": str(state)}
         done = subprocess.run([sys.executable, "-m", "ops", "validate", "--dist", str(dist), "--timeout", "60"],
                               cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
-        return done, json.loads(state.read_text())["calls"]
+        recorded = json.loads(state.read_text())
+        run.created = recorded["created"]
+        return done, recorded["calls"]
     return run
 
 
@@ -123,6 +126,19 @@ def test_all_checks_passing_passes(cluster):
     done, _ = cluster({"p5": 2, "p4d": 2})
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().splitlines()[-1].startswith("validation finished: 4 passed, 0 failed, 0 skipped")
+
+
+def test_checks_deployed_suspended_are_created_running(cluster, dev_objects):
+    """The chart deploys every check suspended (Job spec.suspend, MPIJob runPolicy.suspend: the
+    Kubernetes Job API and the Kubeflow RunPolicy); validate creates them with suspend false."""
+    assert {o["kind"] for o in dev_objects} == {"Job", "MPIJob"}
+    for obj in dev_objects:
+        assert (obj["spec"]["runPolicy"] if obj["kind"] == "MPIJob" else obj["spec"])["suspend"] is True
+    done, _ = cluster({"p5": 2, "p4d": 2})
+    assert done.returncode == 0, done.stderr
+    assert len(cluster.created) == 4
+    for obj in cluster.created:
+        assert (obj["spec"]["runPolicy"] if obj["kind"] == "MPIJob" else obj["spec"])["suspend"] is False
 
 
 def test_missing_dist_folder_is_one_line_and_exit_2(tmp_path):

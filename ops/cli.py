@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster-name", help="skip the lookup by CloudFormation stack tag")
     p.add_argument("--if-any", action="store_true",
                    help="do nothing when the environment has no capacity-block groups (make deploy uses it)")
+    from ops import model  # `ops model token|download|status|logs`: Hugging Face models onto FSx
+
+    model.add_parser(sub, with_env, with_kube)
     return parser
 
 
@@ -230,6 +233,12 @@ def _capacity_block(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) else EXIT_PROBLEM
 
 
+def _model(args: argparse.Namespace) -> int:
+    from ops import model
+
+    return model.run(args, lambda: _env(args))
+
+
 _COMMANDS = {"preflight": _preflight, "az-recommend": _az_recommend, "kubeconfig": _kubeconfig,
              "submit": _submit, "status": _status, "logs": _logs, "delete": _delete, "plan": _plan,
-             "capacity-block": _capacity_block}
+             "capacity-block": _capacity_block, "model": _model}

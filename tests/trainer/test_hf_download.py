@@ -118,3 +118,21 @@ def test_a_directory_that_is_not_a_completed_download_is_refused(hub, tmp_path):
     assert refused.returncode == 2
     assert refused.stderr.strip() == f"error: --out: {out} exists and is not a completed download; move it away first"
     assert not hub.requests
+
+
+def test_the_model_download_jobs_own_command_runs_against_the_hub(hub, tmp_path):
+    """The command k8s/model_download.py puts in the Job, only its interpreter and the FSx path
+    swapped for this machine's."""
+    from k8s.model_download import ModelDownload, model_download_manifest
+    from ops.envconfig import load
+
+    manifest = model_download_manifest(load("dev"), ModelDownload.of(REPO_ID), image="trainer:1")
+    command = manifest["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:3] == ["python", "-m", "trainer.hf_download"]
+    out = tmp_path / "fsx" / "models" / "Tiny-2-hf"
+    argv = [sys.executable, *command[1:]]
+    argv[argv.index("--out") + 1] = str(out)
+    done = subprocess.run(argv, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert tree(out) == FILES

@@ -10,7 +10,7 @@ It answers the routes huggingface_hub 2.4.0 calls for `repo_info` + `snapshot_do
 
 A gated repository answers 401 with X-Error-Code GatedRepo to requests without its token, as the
 hub does. `hold` makes the GET of one file send half its bytes and then wait until released, so a
-test can kill the downloader mid-file without sleeping. Every request is recorded.
+test can kill the downloader mid-file without sleeping; `drop_once` cuts one GET short. Every request is recorded.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ class FakeHub:
     repos: dict[str, Repo] = field(default_factory=dict)
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)  # method, path, Authorization
     hold: str | None = None  # a file path whose GET stalls half-way
+    drop_once: str | None = None  # a file path whose first GET closes the connection half-way
+    ranges: list[tuple[str, str]] = field(default_factory=list)  # (path, Range header) of ranged GETs
     half_sent: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
 
@@ -100,6 +102,8 @@ class FakeHub:
         rng = h.headers.get("Range")
         if rng and rng.startswith("bytes=") and rng.endswith("-"):
             start = int(rng[6:-1])
+            if body:
+                self.ranges.append((filename, rng))
         headers = {"X-Repo-Commit": repo.commit, "ETag": f'"{hashlib.sha256(data).hexdigest()}"',
                    "Content-Length": str(len(data) - start), "Accept-Ranges": "bytes"}
         h.send_response(206 if start else 200)
@@ -111,6 +115,11 @@ class FakeHub:
         if not body:
             return
         chunk = data[start:]
+        if filename == self.drop_once:
+            self.drop_once = None
+            h.wfile.write(chunk[: len(chunk) // 2])
+            h.close_connection = True
+            return
         if filename == self.hold:
             h.wfile.write(chunk[: len(chunk) // 2])
             h.wfile.flush()

@@ -136,3 +136,19 @@ def test_the_model_download_jobs_own_command_runs_against_the_hub(hub, tmp_path)
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert tree(out) == FILES
+
+
+def test_a_transfer_cut_short_resumes_with_a_range_request_in_the_same_run(hub, tmp_path):
+    """huggingface_hub resumes from the last whole chunk it wrote (DOWNLOAD_CHUNK_SIZE), so the
+    file is larger than one chunk and the cut falls past the first."""
+    from huggingface_hub.constants import DOWNLOAD_CHUNK_SIZE
+
+    files = {"config.json": b"{}", "big.safetensors": os.urandom(2 * DOWNLOAD_CHUNK_SIZE + 1000)}
+    hub.repos[REPO_ID] = Repo(files)
+    hub.drop_once = "big.safetensors"
+    out = tmp_path / "models" / "Tiny-2-hf"
+    done = run(out)
+    assert done.returncode == 0, done.stderr
+    assert tree(out) == files
+    assert hub.ranges == [("big.safetensors", f"bytes={DOWNLOAD_CHUNK_SIZE}-")]
+    assert hub.gets("big.safetensors") == 2

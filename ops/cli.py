@@ -146,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG or ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context (default: current-context)")
     add_output_flag(p)
+    from ops import model  # `ops model token|download|status|logs`: Hugging Face models onto FSx
+
+    model.add_parser(sub, with_env, with_kube)
     _add_module_commands(sub)
     return parser
 
@@ -336,6 +339,12 @@ def _doctor(args: argparse.Namespace) -> int:
     return EXIT_PROBLEM if preflight.failed(rows) else 0
 
 
+def _model(args: argparse.Namespace) -> int:
+    from ops import model
+
+    return model.run(args, lambda: _env(args))
+
+
 def _module_command(module: str) -> Any:
     def handler(args: argparse.Namespace) -> int:
         import importlib
@@ -348,4 +357,4 @@ _COMMANDS = {"local": _module_command("local"), "validate": _module_command("val
              "synth-summary": _module_command("synth_summary"), "preflight": _preflight, "az-recommend": _az_recommend, "kubeconfig": _kubeconfig,
              "whoami": _whoami,
              "submit": _submit, "start": _start_stop, "stop": _start_stop, "status": _status, "logs": _logs, "delete": _delete, "plan": _plan,
-             "capacity-block": _capacity_block, "doctor": _doctor}
+             "capacity-block": _capacity_block, "doctor": _doctor, "model": _model}

@@ -25,6 +25,7 @@ from k8s.common import (
 )
 from ops.checks import FAIL, PASS, WARN, Check
 from ops.errors import OpsError
+from ops.kube import api_error_line
 
 # "Detect node health issues and enable automatic node repair", Amazon EKS User Guide
 # (https://docs.aws.amazon.com/eks/latest/userguide/node-health.html): the node monitoring agent (an
@@ -239,18 +240,7 @@ def _call(fn: Callable[[], Any], what: str) -> Any:
     except ApiException as err:
         if err.status == 404:
             raise _NotFound() from None
-        raise OpsError(f"{what}: {_api_line(err)}") from None
-
-
-def _api_line(err: Any) -> str:
-    import json
-
-    message = err.reason or ""
-    try:
-        message = json.loads(err.body).get("message", message) if err.body else message
-    except (ValueError, AttributeError):
-        pass
-    return f"HTTP {err.status} {' '.join(str(message).split())}"
+        raise OpsError(f"{what}: {api_error_line(err)}") from None
 
 
 def as_json(rows: Iterable[Check]) -> list[dict]:

@@ -148,6 +148,18 @@ def refused(endpoint: str, status: int, method: str, url: str) -> str:
             "access entry with that right; use a role from adminRoleArns or ask for an access entry")
 
 
+def api_error_line(err: Any) -> str:
+    """An ApiException as `HTTP <status> <the server's message>` on one line."""
+    import json
+
+    message = err.reason or ""
+    try:
+        message = json.loads(err.body).get("message", message) if err.body else message
+    except (ValueError, AttributeError):
+        pass
+    return f"HTTP {err.status} {' '.join(str(message).split())}"
+
+
 def to_model(manifest: dict) -> Any:
     """The SDK model for a rendered manifest: create_job accepts only its own model classes."""
     from kubeflow.training import ApiClient

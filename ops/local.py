@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from config.presets import PRESETS, JobPreset, get_preset
+from config.presets import PRESETS, JobPreset
 from ops.errors import OpsError
 
 REPO = Path(__file__).resolve().parent.parent

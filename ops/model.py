@@ -16,31 +16,16 @@ from typing import Any, Callable
 
 from k8s.common import HF_TOKEN_KEY, HF_TOKEN_SECRET
 from ops.errors import OpsError
+from ops.kube import api_error_line
 
 # The Job controller labels each pod with its Job's name (Kubernetes 1.27+).
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
 def api_client(kubeconfig: str | None, context: str | None) -> Any:
-    from kubernetes.config import new_client_from_config
-    from kubernetes.config.config_exception import ConfigException
+    from ops import kube
 
-    try:
-        return new_client_from_config(config_file=kubeconfig, context=context)
-    except (ConfigException, FileNotFoundError) as err:
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise OpsError(f"no usable kubeconfig ({first}); run `python -m ops kubeconfig --env NAME` first") from None
-
-
-def _one_line(err: Any) -> str:
-    import json
-
-    message = err.reason or ""
-    try:
-        message = json.loads(err.body).get("message", message) if err.body else message
-    except (ValueError, AttributeError):
-        pass
-    return f"Kubernetes API: HTTP {err.status} {' '.join(str(message).split())}"
+    return kube.api_client(kubeconfig, context)
 
 
 def _api(fn: Callable[[], Any]) -> Any:
@@ -50,7 +35,7 @@ def _api(fn: Callable[[], Any]) -> Any:
     try:
         return fn()
     except ApiException as err:
-        raise OpsError(_one_line(err)) from None
+        raise OpsError(f"Kubernetes API: {api_error_line(err)}") from None
 
 
 def _created(fn: Callable[[], Any]) -> bool:
@@ -63,7 +48,7 @@ def _created(fn: Callable[[], Any]) -> bool:
         return True
     except ApiException as err:
         if err.status != 409:
-            raise OpsError(_one_line(err)) from None
+            raise OpsError(f"Kubernetes API: {api_error_line(err)}") from None
         return False
 
 

@@ -58,6 +58,11 @@ class DataSource:
         return f"s3://{self.bucket}/{self.prefix}"
 
     @property
+    def service_account(self) -> str:
+        """The ServiceAccount the data Job runs as; its EKS Pod Identity role reads the prefix."""
+        return f"data-{self.name}"
+
+    @property
     def copies(self) -> bool:
         return self.linked_path is None
 

@@ -100,6 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster-name", help="skip the lookup by CloudFormation stack tag")
     p.add_argument("--if-any", action="store_true",
                    help="do nothing when the environment has no capacity-block groups (make deploy uses it)")
+    p = sub.add_parser("data", help="start a data source's preparation Job (S3 to FSx, then prepare) and follow it")
+    with_env(p)
+    p.add_argument("--source", required=True, help="a name under the environment's dataSources")
+    p.add_argument("--image", required=True, help="trainer image URI (the CPU variant)")
+    p.add_argument("--dry-run", action="store_true", help="print the Job, create nothing")
+    p.add_argument("--no-follow", action="store_true", help="create the Job and return")
+    with_kube(p)
     return parser
 
 
@@ -230,6 +237,21 @@ def _capacity_block(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) else EXIT_PROBLEM
 
 
+def _data(args: argparse.Namespace) -> int:
+    from ops import data
+
+    manifest = data.render(_env(args), args.source, image=args.image)
+    if args.dry_run:
+        import yaml
+
+        print(yaml.safe_dump(manifest, sort_keys=False), end="")
+        return 0
+    api = data.api_client(args.kubeconfig, args.context)
+    name = data.start(api, manifest)
+    print(f"created Job {manifest['metadata']['namespace']}/{name}")
+    return 0 if args.no_follow else (EXIT_PROBLEM if data.follow(api, name, manifest["metadata"]["namespace"]) else 0)
+
+
 _COMMANDS = {"preflight": _preflight, "az-recommend": _az_recommend, "kubeconfig": _kubeconfig,
              "submit": _submit, "status": _status, "logs": _logs, "delete": _delete, "plan": _plan,
-             "capacity-block": _capacity_block}
+             "capacity-block": _capacity_block, "data": _data}

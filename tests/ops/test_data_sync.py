@@ -179,3 +179,37 @@ def test_keys_that_would_escape_the_destination_are_refused():
         s3sync.relative_path("p/../../etc/passwd", "p/")
     assert s3sync.relative_path("p/a/b.JPEG", "p/").parts == ("a", "b.JPEG")
     assert s3sync.relative_path("p/a/", "p/") is None
+
+
+def test_the_rendered_jobs_own_command_copies_and_prepares_and_a_rerun_redoes_nothing(aws, tmp_path):
+    """dev's imagenet source: the container command k8s/data_jobs.py renders, run as-is under sh
+    with /fsx mapped to a temporary folder, against moto holding the release under the source's prefix."""
+    from k8s.data_jobs import data_job_manifest
+    from ops.envconfig import load
+
+    env = load("dev")
+    source = env.data_source("imagenet")
+    client = boto3.client("s3", region_name="us-east-1")
+    client.create_bucket(Bucket=source.bucket)
+    local = tmp_path / "release"
+    labels = write_tiny_ilsvrc(local, classes=2, train_per_class=2, val_per_class=2)
+    for path in (p for p in local.rglob("*") if p.is_file()):
+        client.put_object(Bucket=source.bucket, Key=source.prefix + path.relative_to(local).as_posix(),
+                          Body=path.read_bytes())
+    [container] = data_job_manifest(env, source, image="img:1")["spec"]["template"]["spec"]["containers"]
+    fsx = tmp_path / "fsx"
+    command = [part.replace("/fsx/", f"{fsx}/") for part in container["command"]]
+    run_env = isolated_aws_env(tmp_path / "home", aws)
+    run_env["PATH"] = f"{Path(sys.executable).parent}:{run_env['PATH']}"  # `python` is this interpreter
+
+    first = subprocess.run(command, cwd=REPO_ROOT, env=run_env, capture_output=True, text=True, timeout=180)
+    assert first.returncode == 0, first.stderr
+    out = fsx / "data" / "imagenet"
+    for image_id, label in labels.items():
+        assert (out / "val" / label / f"{image_id}.JPEG").is_file()
+    assert "10 objects to copy" in first.stdout and "2 classes (expected 1,000)" in first.stdout
+
+    again = subprocess.run(command, cwd=REPO_ROOT, env=run_env, capture_output=True, text=True, timeout=180)
+    assert again.returncode == 0, again.stderr
+    assert ": 0 objects to copy (0.00 GiB), 10 already copied" in again.stdout
+    assert "0 linked, 0 copied, 8 already in place" in again.stdout

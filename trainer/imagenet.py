@@ -144,7 +144,10 @@ def place(source: Path, target: Path, report: Report) -> None:
     """Put `source` at `target` unless an equal file is there: a hard link, else a copy through
     a temporary name."""
     if target.exists():
-        if os.path.samefile(source, target) or target.stat().st_size == source.stat().st_size:
+        # A copy newer than its source is current; a source replaced since (a new download is a
+        # new file) is placed again, even at the same size.
+        have, want = target.stat(), source.stat()
+        if os.path.samefile(source, target) or (have.st_size == want.st_size and have.st_mtime_ns >= want.st_mtime_ns):
             report.present += 1
             return
         target.unlink()

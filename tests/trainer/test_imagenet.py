@@ -148,3 +148,18 @@ def test_a_missing_image_folder_is_one_clear_error(release, tmp_path):
     shutil.rmtree(src / "ILSVRC/Data/CLS-LOC/train")
     with pytest.raises(UsageError, match=r"--src: .*CLS-LOC has no train/ folder$"):
         imagenet.rearrange(src, tmp_path / "out")
+
+
+def test_a_source_image_replaced_since_the_last_run_is_placed_again_even_at_the_same_size(release, tmp_path):
+    """trainer.s3sync replaces a changed object with a new file; the old hard link must not stay."""
+    src, labels = release
+    out = tmp_path / "out"
+    imagenet.rearrange(src, out)
+    image_id, label = next(iter(labels.items()))
+    source = src / "ILSVRC/Data/CLS-LOC/val" / f"{image_id}.JPEG"
+    fresh = source.with_name("fresh")
+    fresh.write_bytes(bytes(reversed(source.read_bytes())))
+    os.replace(fresh, source)
+    report = imagenet.rearrange(src, out)
+    assert (report.present, report.linked) == (11, 1)
+    assert (out / "val" / label / f"{image_id}.JPEG").read_bytes() == source.read_bytes()

@@ -17,6 +17,7 @@ from config.eks_versions import (
     BY_VERSION as EKS_VERSIONS, CALENDAR_AS_OF, DEFAULT_KUBERNETES_VERSION, SUPPORTED_KUBERNETES_VERSIONS,
     UPGRADE_POLICIES,
 )
+from config.data_sources import DataSource, parse_data_sources
 from config.errors import ConfigError
 from config.instance_types import CPU_TYPES, GPU_TYPES, INSTANCE_TYPES, InstanceType
 from config.kubernetes import RESERVED_NODEGROUP_NAMES
@@ -118,6 +119,7 @@ class Environment:
     removal_policy: str
     upgrade_policy: str = "standard"
     addon_versions: tuple[tuple[str, str], ...] = ()
+    data_sources: tuple[DataSource, ...] = ()
     # The identity that runs `cdk deploy`, made a cluster admin too (IAM role or user ARN).
     deployer_principal_arn: str | None = None
 
@@ -148,6 +150,12 @@ class Environment:
     @property
     def training_nodegroups(self) -> tuple[Nodegroup, ...]:
         return self.gpu_nodegroups + self.cpu_nodegroups
+
+    def data_source(self, name: str) -> DataSource:
+        for source in self.data_sources:
+            if source.name == name:
+                return source
+        raise KeyError(name)
 
     def nodegroup(self, name: str) -> Nodegroup:
         for group in self.training_nodegroups:
@@ -258,6 +266,8 @@ def parse_environment(name: str, raw: Any) -> Environment:
     _check_unique_names(gpu_groups, cpu_groups, path)
     fsx = _parse_fsx(r.required("fsx", dict), r.at("fsx"))
     removal = one_of(r.required("removalPolicy", str), REMOVAL_POLICIES, r.at("removalPolicy"))
+    data_sources = parse_data_sources(r.optional("dataSources", dict, {}), r.at("dataSources"), fsx=fsx,
+                                      cpu_groups=cpu_groups)
     r.finish()
 
     env = Environment(
@@ -266,6 +276,7 @@ def parse_environment(name: str, raw: Any) -> Environment:
         admin_role_arns=admin_roles, endpoint_access=endpoint, system_nodegroup=system,
         gpu_nodegroups=gpu_groups, cpu_nodegroups=cpu_groups, fsx=fsx, removal_policy=removal,
         upgrade_policy=upgrade_policy, addon_versions=addon_versions, deployer_principal_arn=deployer,
+        data_sources=data_sources,
     )
     needed, available = env.training_subnet_ips_at_max(), env.private_subnet_capacity
     if needed > available:

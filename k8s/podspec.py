@@ -24,7 +24,8 @@ _REPLICA_SPECS = {"PyTorchJob": "pytorchReplicaSpecs", "MPIJob": "mpiReplicaSpec
 def pod_templates(manifest: dict) -> Iterator[tuple[str, dict]]:
     """(where, pod template) for every pod template the object carries."""
     kind, spec = manifest["kind"], manifest.get("spec", {})
-    name = f"{kind}/{manifest['metadata']['name']}"
+    metadata = manifest["metadata"]
+    name = f"{kind}/{metadata.get('name') or metadata['generateName']}"
     if kind in _WORKLOADS:
         yield name, spec["template"]
     elif kind == "CronJob":

@@ -149,6 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
     from ops import model  # `ops model token|download|status|logs`: Hugging Face models onto FSx
 
     model.add_parser(sub, with_env, with_kube)
+    p = sub.add_parser("data", help="start a data source's preparation Job (S3 to FSx, then prepare) and follow it")
+    with_env(p)
+    p.add_argument("--source", required=True, help="a name under the environment's dataSources")
+    p.add_argument("--image", help="trainer image URI (default: the CPU image the environment's Registry stack "
+                                    "published)")
+    p.add_argument("--dry-run", action="store_true", help="print the Job, create nothing")
+    p.add_argument("--no-follow", action="store_true", help="create the Job and return")
+    with_kube(p)
     _add_module_commands(sub)
     return parser
 
@@ -239,6 +247,14 @@ def _whoami(args: argparse.Namespace) -> int:
     return 0 if ok else EXIT_PROBLEM
 
 
+def _published_image(env: Any, variant: str) -> str:
+    """The trainer image (cpu or gpu) the environment's Registry stack published, from its outputs."""
+    from ops import aws, images
+
+    cloudformation = aws.session(env.region).client("cloudformation", config=aws.CLIENT_CONFIG)
+    return images.trainer_image(cloudformation, env, variant)
+
+
 def _submit(args: argparse.Namespace) -> int:
     from ops import kube
 
@@ -246,11 +262,9 @@ def _submit(args: argparse.Namespace) -> int:
     image = args.image
     if not image:
         from config.presets import get_preset
-        from ops import aws, images
 
         kube.render(env, args.preset, image="-", job_name=args.name, overrides=_overrides(args.overrides))
-        cloudformation = aws.session(env.region).client("cloudformation", config=aws.CLIENT_CONFIG)
-        image = images.trainer_image(cloudformation, env, get_preset(args.preset).image_variant)
+        image = _published_image(env, get_preset(args.preset).image_variant)
     manifest = kube.render(env, args.preset, image=image, job_name=args.name or kube.unique_name(args.preset),
                            overrides=_overrides(args.overrides))
     if args.dry_run:
@@ -345,6 +359,23 @@ def _model(args: argparse.Namespace) -> int:
     return model.run(args, lambda: _env(args))
 
 
+def _data(args: argparse.Namespace) -> int:
+    from ops import data, kube
+
+    env = _env(args)
+    data.source(env, args.source)  # an unknown source is one line before any AWS call
+    manifest = data.render(env, args.source, image=args.image or _published_image(env, "cpu"))
+    if args.dry_run:
+        import yaml
+
+        print(yaml.safe_dump(manifest, sort_keys=False), end="")
+        return 0
+    api = kube.api_client(args.kubeconfig, args.context)
+    name = data.start(api, manifest)
+    print(f"created Job {manifest['metadata']['namespace']}/{name}")
+    return 0 if args.no_follow else (EXIT_PROBLEM if data.follow(api, name, manifest["metadata"]["namespace"]) else 0)
+
+
 def _module_command(module: str) -> Any:
     def handler(args: argparse.Namespace) -> int:
         import importlib
@@ -357,4 +388,5 @@ _COMMANDS = {"local": _module_command("local"), "validate": _module_command("val
              "synth-summary": _module_command("synth_summary"), "preflight": _preflight, "az-recommend": _az_recommend, "kubeconfig": _kubeconfig,
              "whoami": _whoami,
              "submit": _submit, "start": _start_stop, "stop": _start_stop, "status": _status, "logs": _logs, "delete": _delete, "plan": _plan,
-             "capacity-block": _capacity_block, "doctor": _doctor, "model": _model}
+             "capacity-block": _capacity_block, "doctor": _doctor, "model": _model,
+             "data": _data}

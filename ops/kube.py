@@ -319,12 +319,6 @@ def _one_line(err: Exception) -> str:
     cause = err.__cause__
     status_code = getattr(cause, "status", None)
     if status_code is not None:
-        message = getattr(cause, "reason", "") or ""
-        body = getattr(cause, "body", None)
-        try:
-            message = json.loads(body).get("message", message) if body else message
-        except (ValueError, AttributeError):
-            pass
         head = str(err).split(". Error:", 1)[0]
-        return f"{head}: HTTP {status_code} {' '.join(str(message).split())}"
+        return f"{head}: {api_error_line(cause)}"
     return " ".join(str(err).split())[:300]

@@ -16,7 +16,7 @@ from cdk_constructs.managed_nodegroup import ManagedNodegroup
 from config import Environment, Nodegroup
 from config import addons as addon_names
 from config.addons import TAKES_OVER_SELF_MANAGED, configuration_values
-from config.kubernetes import SYSTEM_NODEGROUP, SYSTEM_ROLE, TRAINING_ROLE
+from config.kubernetes import SYSTEM_NODEGROUP, SYSTEM_ROLE, TRAINING_NAMESPACE, TRAINING_ROLE
 from stacks.removal import apply_removal_policy
 
 CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
@@ -198,6 +198,29 @@ class ClusterStack(cdk.Stack):
         # repair acts on; a DaemonSet that tolerates every taint. Not needed for a node to become
         # Ready, so it waits for nodes like the add-ons above rather than racing them.
         self._addon(addon_names.NODE_MONITORING_AGENT, after=[system_nodes])
+        self._add_data_source_readers(pod_identity_agent)
+
+    def _add_data_source_readers(self, pod_identity_agent: eks.Addon) -> None:
+        """Per data source that copies from S3: a Pod Identity role that may list its prefix and read
+        the objects below it, nothing else, bound to the data Job's ServiceAccount (k8s/data_jobs.py).
+        ListBucket is a bucket action; the s3:prefix condition key limits the listing to the prefix
+        ("Actions, resources, and condition keys for Amazon S3",
+        https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazons3.html)."""
+        self.data_source_roles: dict[str, iam.Role] = {}
+        for source in (s for s in self.config.data_sources if s.copies):
+            role = self._pod_identity_role(f"DataSource-{source.name}",
+                                           f"data Job {source.name}: read {source.s3_uri}"[:1000])
+            bucket = f"arn:{self.partition}:s3:::{source.bucket}"
+            role.add_to_policy(iam.PolicyStatement(
+                actions=["s3:ListBucket"], resources=[bucket],
+                conditions={"StringLike": {"s3:prefix": [source.prefix, f"{source.prefix}*"]}}
+                if source.prefix else None))
+            role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[f"{bucket}/{source.prefix}*"]))
+            association = eks.CfnPodIdentityAssociation(
+                self, f"DataSourceIdentity-{source.name}", cluster_name=self.cluster.cluster_name,
+                namespace=TRAINING_NAMESPACE, service_account=source.service_account, role_arn=role.role_arn)
+            association.node.add_dependency(pod_identity_agent)
+            self.data_source_roles[source.name] = role
 
     def _addon(self, name: str, *, after: list[Construct] = (),
                pod_identity: dict[str, iam.IRole] | None = None) -> eks.Addon:

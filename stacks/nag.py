@@ -14,7 +14,7 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
-from cdk_constructs.nag import acknowledge, acknowledge_accepted_iam5
+from cdk_constructs.nag import acknowledge, acknowledge_accepted_iam5, wildcard_resource
 
 # aws-cdk-lib's grants to the validation runner's CodeBuild role (stacks/validation.py).
 RUNNER_IAM5 = (
@@ -68,6 +68,12 @@ def _acknowledge_cluster(stack) -> None:
                 "Read-only fsx:DescribeFileSystems on this account and region's file systems. The file system "
                 "is created by the Storage stack, which depends on this one, so naming its ARN here would be "
                 "a dependency cycle; the driver cannot create, change or delete anything.")
+    for name, role in stack.data_source_roles.items():
+        source = stack.config.data_source(name)
+        acknowledge(role.node.find_child("DefaultPolicy").node.default_child,
+                    wildcard_resource(role, f"arn:{stack.partition}:s3:::{source.bucket}/{source.prefix}*"),
+                    f"s3:GetObject on the objects below the configured prefix {source.s3_uri} only: the data Job "
+                    "copies whatever the prefix holds, so the object names are not known in advance.")
     _acknowledge_kubectl_provider(cluster.node.find_child("KubectlProvider"))
 
 

@@ -9,6 +9,7 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from config import Environment
+from config.data_sources import FSX_IMPORT_DIR
 from cdk_constructs.teardown import FsxFinalBackup
 from stacks.removal import KEPT_FILE_SYSTEM_GUARD, apply_removal_policy
 
@@ -16,7 +17,7 @@ from stacks.removal import KEPT_FILE_SYSTEM_GUARD, apply_removal_policy
 # Lustre servers also open connections back to clients.
 LUSTRE_PORTS = (ec2.Port.tcp(988), ec2.Port.tcp_range(1018, 1023))
 BACKUP_RETENTION_DAYS = 14
-IMPORT_FS_PATH = "/data"
+IMPORT_FS_PATH = FSX_IMPORT_DIR  # config/data_sources.py finds linked sources under it
 EXPORT_FS_PATH = "/export"
 S3_EVENTS = ["NEW", "CHANGED", "DELETED"]
 

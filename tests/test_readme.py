@@ -51,6 +51,6 @@ def test_every_make_target_the_readme_names_exists(target):
     assert target in make_targets(), f"README names `make {target}`, which the Makefile does not have"
 
 
-@pytest.mark.parametrize("module", sorted(set(re.findall(r"python -m (trainer\.[a-z_]+)", README))))
+@pytest.mark.parametrize("module", sorted(set(re.findall(r"python -m (trainer\.[a-z_0-9]+)", README))))
 def test_every_trainer_module_the_readme_names_exists(module):
     assert importlib.util.find_spec(module) is not None, f"README names `python -m {module}`, which does not exist"

@@ -200,8 +200,11 @@ def summary(meta: dict, output: Path) -> str:
 
 
 def main(argv=None) -> int:
-    p = Parser(prog="python -m trainer.data", description="Turn text files into token shards.")
+    from trainer import imagenet
+
+    p = Parser(prog="python -m trainer.data", description="Turn text into token shards, or ImageNet into ImageFolder.")
     sub = p.add_subparsers(dest="command", required=True)
+    imagenet.add_parser(sub, p.formatter_class, p.error)
     prep = sub.add_parser("prepare", help="tokenize text, JSON lines or Parquet files into shards",
                           formatter_class=p.formatter_class)
     prep.error = p.error  # the same one-line errors as the top level
@@ -213,7 +216,14 @@ def main(argv=None) -> int:
     prep.add_argument("--text-field", default="text", help="the text's field in JSON lines / column in Parquet")
     prep.add_argument("--shard-tokens", type=positive_int, default=100_000_000, help="tokens per shard")
     prep.add_argument("--eos-token", default=None, help="separator after each document (default: the tokenizer's own)")
+    prep.add_argument("--skip-if-prepared", action="store_true",
+                      help="exit 0 when --output already holds shards and meta.json (a rerun of a data Job)")
     args = p.parse_args(argv)
+    if args.command == "imagenet":
+        return imagenet.run(args)
+    if args.skip_if_prepared and (Path(args.output) / "meta.json").is_file():
+        print(f"{args.output} already holds token shards (meta.json); nothing to do")
+        return 0
     missing = [i for i in args.input if not Path(i).exists()]
     if missing:
         raise UsageError("--input", f"{missing[0]} does not exist")

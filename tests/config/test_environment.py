@@ -117,7 +117,7 @@ def test_environment_must_be_an_object():
 CASES = [
     ("unknown key", [("acount", "111111111111")],
      "acount: unknown key; allowed keys are account, addonVersions, adminRoleArns, availabilityZones, cpuNodegroups, "
-     "deployerPrincipalArn, endpointAccess, fsx, gpuNodegroups, kubernetesVersion, region, removalPolicy, systemNodegroup, "
+     "dataSources, deployerPrincipalArn, endpointAccess, fsx, gpuNodegroups, kubernetesVersion, region, removalPolicy, systemNodegroup, "
      "trainingAvailabilityZone, upgradePolicy, vpcCidr"),
     ("required key missing", [("account", DELETE)], "account: is required (a string)"),
     ("wrong type", [("account", 111111111111)], "account: must be a string, got 111111111111"),
@@ -274,3 +274,81 @@ def test_node_auto_repair_is_on_unless_a_group_turns_it_off():
     env = load_environment({"dev": raw}, "dev")
     assert [g.auto_repair for g in env.gpu_nodegroups] == [False, True]
     assert all(g.auto_repair for g in env.cpu_nodegroups)
+
+
+# dataSources (issue 12: data onto FSx from inside the cluster).
+IMAGENET = "dataSources.imagenet"
+LINKED = [("fsx.s3ImportPath", "s3://example-datasets-111111111111/imagenet")]
+DATA_SOURCE_CASES = [
+    ("not an object", [("dataSources", ["imagenet"])], "dataSources: must be an object, got a list"),
+    ("name not a DNS label", [("dataSources.ImageNet", {"s3Uri": "s3://b1/x/"})],
+     "dataSources.ImageNet: source names must be 1-40 lowercase letters, digits or '-', starting with a letter "
+     "(the Job is data-NAME), got 'ImageNet'"),
+    ("s3Uri missing", [(f"{IMAGENET}.s3Uri", DELETE)], f"{IMAGENET}.s3Uri: is required (a string)"),
+    ("s3Uri not s3", [(f"{IMAGENET}.s3Uri", "https://bucket/x/")],
+     f"{IMAGENET}.s3Uri: must be s3://BUCKET/PREFIX/ (no wildcards), got 'https://bucket/x/'"),
+    ("s3Uri with a wildcard", [(f"{IMAGENET}.s3Uri", "s3://bucket/x/*")],
+     f"{IMAGENET}.s3Uri: must be s3://BUCKET/PREFIX/ (no wildcards), got 's3://bucket/x/*'"),
+    ("prepare unknown", [(f"{IMAGENET}.prepare", "unzip")],
+     f"{IMAGENET}.prepare: must be one of none, imagenet, tokens, got 'unzip'"),
+    ("fsxPath outside FSx", [(f"{IMAGENET}.fsxPath", "/data/imagenet")],
+     f"{IMAGENET}.fsxPath: must be a folder below /fsx/ without '..' or '//', got '/data/imagenet'"),
+    ("fsxPath climbing out", [(f"{IMAGENET}.fsxPath", "/fsx/data/../../etc")],
+     f"{IMAGENET}.fsxPath: must be a folder below /fsx/ without '..' or '//', got '/fsx/data/../../etc'"),
+    ("two sources in one folder", [("dataSources.c4.fsxPath", "/fsx/data/imagenet/tokens")],
+     "dataSources.c4.fsxPath: /fsx/data/imagenet/tokens overlaps /fsx/data/imagenet of source imagenet; "
+     "each source needs its own folders"),
+    ("tokens without a tokenizer", [("dataSources.c4.tokenizer", DELETE)],
+     "dataSources.c4.tokenizer: is required with prepare tokens (a tokenizer.json or a Hugging Face model "
+     "directory below /fsx/)"),
+    ("tokenizer without tokens", [(f"{IMAGENET}.tokenizer", "/fsx/models/x")],
+     f"{IMAGENET}.tokenizer: is only allowed with prepare tokens"),
+    ("workers out of range", [(f"{IMAGENET}.workers", 0)], f"{IMAGENET}.workers: must be between 1 and 256, got 0"),
+    ("nodegroup not a CPU group", [(f"{IMAGENET}.nodegroup", "p4d")],
+     f"{IMAGENET}.nodegroup: must be one of the CPU node groups (cpu), got 'p4d'"),
+    ("no CPU node group", [("cpuNodegroups", [])],
+     f"{IMAGENET}.nodegroup: the data Job runs on a CPU node group and this environment has none (add one "
+     "under cpuNodegroups)"),
+    ("unknown key", [(f"{IMAGENET}.s3Url", "s3://b1/x/")],
+     f"{IMAGENET}.s3Url: unknown key; allowed keys are fsxPath, nodegroup, prepare, s3Uri, textField, tokenizer, "
+     "workers"),
+    ("linked by FSx with nothing to prepare", LINKED + [(f"{IMAGENET}.prepare", "none")],
+     f"{IMAGENET}.prepare: FSx already shows s3://example-datasets-111111111111/imagenet/ILSVRC2012/ at "
+     "/fsx/data/ILSVRC2012 (fsx.s3ImportPath), so with prepare none there is nothing to do; drop the source "
+     "or prepare it"),
+    ("prepared data inside the linked folder", LINKED + [(f"{IMAGENET}.fsxPath", "/fsx/data/ILSVRC2012/out")],
+     f"{IMAGENET}.fsxPath: /fsx/data/ILSVRC2012/out overlaps /fsx/data/ILSVRC2012, where FSx shows "
+     "s3://example-datasets-111111111111/imagenet/ILSVRC2012/ (fsx.s3ImportPath); put the prepared data elsewhere"),
+]
+
+
+@pytest.mark.parametrize("changes, expected", [pytest.param(c, e, id=i) for i, c, e in DATA_SOURCE_CASES])
+def test_data_source_rule_reports_one_line_naming_the_field(changes, expected):
+    assert error_line(*changes) == P + expected
+
+
+def test_data_sources_are_optional_and_dev_names_an_imagenet_and_a_token_source():
+    assert load_environment({"dev": put(dev(), "dataSources", DELETE)}, "dev").data_sources == ()
+    env = load_environment(CONTEXT["environments"], "dev")
+    imagenet, c4 = env.data_source("imagenet"), env.data_source("c4")
+    assert (imagenet.bucket, imagenet.prefix) == ("example-datasets-111111111111", "imagenet/ILSVRC2012/")
+    assert (imagenet.raw_path, imagenet.fsx_path, imagenet.copies) == ("/fsx/sources/imagenet", "/fsx/data/imagenet",
+                                                                       True)
+    assert (c4.fsx_path, c4.tokenizer, c4.text_field, c4.nodegroup) == ("/fsx/data/tokens", "/fsx/models/llama-3.1-8b",
+                                                                         "text", "cpu")
+
+
+def test_a_source_under_the_fsx_import_path_is_read_through_the_link_not_copied():
+    """FSx shows s3ImportPath's objects under the association's file-system path (/data, stacks/storage.py):
+    "Linking your file system to an S3 bucket", https://docs.aws.amazon.com/fsx/latest/LustreGuide/create-dra-linked-data-repo.html"""
+    env = load_environment({"dev": put(dev(), *LINKED[0])}, "dev")
+    imagenet, c4 = env.data_source("imagenet"), env.data_source("c4")
+    assert (imagenet.copies, imagenet.raw_path) == (False, "/fsx/data/ILSVRC2012")
+    assert c4.copies and c4.raw_path == "/fsx/sources/c4"  # another prefix: copied
+    exact = put(put(dev(), "fsx.s3ImportPath", "s3://example-datasets-111111111111/c4/en"),
+                "dataSources.c4.fsxPath", "/fsx/tokens")
+    del exact["dataSources"]["imagenet"]  # it would write into /fsx/data, which now mirrors s3://.../c4/en
+    assert load_environment({"dev": exact}, "dev").data_source("c4").raw_path == "/fsx/data"
+    # A sibling prefix that merely starts with the same letters is not linked.
+    sibling = load_environment({"dev": put(dev(), "fsx.s3ImportPath", "s3://example-datasets-111111111111/c4/e")}, "dev")
+    assert sibling.data_source("c4").copies

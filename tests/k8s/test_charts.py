@@ -258,7 +258,7 @@ def test_nccl_test_spans_two_nodes_and_fails_below_the_floor(dev):
 def test_every_chart_module_is_an_add_on_found_by_scanning_the_package(dev):
     from k8s.charts import addons
 
-    assert sorted(addons()) == ["cluster-validation", "efa-device-plugin", "etcd", "fsx-storage", "namespaces",
+    assert sorted(addons()) == ["cluster-validation", "data-preparation", "efa-device-plugin", "etcd", "fsx-storage", "namespaces",
                                 "nvidia-device-plugin", "training-jobs", "training-operator",
                                 "training-operator-crds"]
 
@@ -271,8 +271,8 @@ def test_apply_order_is_layered_by_the_declared_dependencies(dev):
         "efa-device-plugin", "namespaces", "nvidia-device-plugin", "training-operator-crds",
         # layer 1
         "etcd", "fsx-storage", "training-operator",
-        # layer 2: the charts that create jobs
-        "cluster-validation", "training-jobs"]
+        # layer 2: the charts that create jobs, and the data Jobs' ServiceAccounts
+        "cluster-validation", "data-preparation", "training-jobs"]
 
 
 def test_adding_a_chart_is_adding_a_class_that_declares_what_it_needs(dev):

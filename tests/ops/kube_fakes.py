@@ -33,7 +33,7 @@ class _Body(io.BytesIO):
         self._size = len(data)
 
     def isclosed(self) -> bool:
-        return self.tell() >= self._size
+        return self.closed or self.tell() >= self._size
 
 
 class FakeApiServer:

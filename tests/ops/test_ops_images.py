@@ -1,4 +1,4 @@
-"""`ops submit` without --image: the trainer image the environment's Registry stack published,
+"""`ops submit` and `ops data` without --image: the trainer image the environment's Registry stack published,
 read from its CloudFormation outputs (a moto server on loopback answers DescribeStacks)."""
 
 from __future__ import annotations
@@ -70,3 +70,17 @@ def test_a_bad_override_fails_before_any_aws_call(tmp_path):
     assert result.returncode == 2
     [line] = result.stderr.splitlines()
     assert line.startswith("config error: overrides.rendezvous: must be one of etcd, c10d")
+
+def test_ops_data_takes_the_same_cpu_image_when_none_is_given(aws, tmp_path):
+    deploy_registry(aws, "dev-Registry", {trainer_image_output("gpu"): GPU_IMAGE,
+                                          trainer_image_output("cpu"): CPU_IMAGE})
+    result = run_ops(["data", "--env", "dev", "--source", "c4", "--dry-run"], isolated_aws_env(tmp_path, aws))
+    assert result.returncode == 0, result.stderr
+    [container] = yaml.safe_load(result.stdout)["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == CPU_IMAGE
+
+
+def test_ops_data_names_an_unknown_source_before_any_aws_call(tmp_path):
+    result = run_ops(["data", "--env", "dev", "--source", "coco", "--dry-run"], isolated_aws_env(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == ["error: --source: 'coco' is not a data source of dev; its sources: imagenet, c4"]

@@ -62,6 +62,7 @@ def _split() -> dict[str, Any]:
     raw["addonVersions"] = dict(ADDON_PINS)
     raw["gpuNodegroups"] = []
     raw["cpuNodegroups"] = []
+    raw.pop("dataSources")  # the data Job needs a CPU group
     raw["fsx"] = {"storageCapacityGiB": 2400, "throughputPerTiB": 125,
                   "s3ImportPath": "s3://example-data/in", "s3ExportPath": "s3://example-results/out"}
     return raw
@@ -72,6 +73,11 @@ def _linked() -> dict[str, Any]:
     raw = raw_environment("prod")
     raw["fsx"] = {**raw["fsx"], "s3ImportPath": "s3://example-training-data/corpus",
                   "s3ExportPath": "s3://example-training-data/corpus"}
+    # One source FSx shows through the link (nothing to copy), one whole bucket it copies.
+    raw["dataSources"] = {
+        "c4": {"s3Uri": "s3://example-training-data/corpus/c4/", "prepare": "tokens", "tokenizer": "/fsx/models/m",
+               "fsxPath": "/fsx/data/tokens"},
+        "archive": {"s3Uri": "s3://example-archive-bucket"}}
     return raw
 
 

@@ -108,3 +108,19 @@ def test_prepare_streams_bounded_batches_never_a_whole_file(corpus, tmp_path, mo
     assert max(len(b) for b in batches) <= 7
     longest_line = max(len(d) for d in DOCS) + 1
     assert max(len(t.encode()) for b in batches for t in b) <= 256 + longest_line  # text files in blocks of lines
+
+
+def test_skip_if_prepared_leaves_finished_shards_alone_and_still_refuses_a_half_filled_folder(corpus, tmp_path, capsys):
+    """The data Job runs prepare again on every start; finished shards (meta.json) are kept."""
+    out = tmp_path / "tokens"
+    args = ["prepare", "--tokenizer", str(corpus / "model"), "--input", str(corpus / "in" / "d.txt"),
+            "--output", str(out), "--skip-if-prepared"]
+    assert main(args) == 0
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    capsys.readouterr()
+    assert main(args) == 0
+    assert capsys.readouterr().out.strip() == f"{out} already holds token shards (meta.json); nothing to do"
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+    (out / "meta.json").unlink()
+    with pytest.raises(UsageError, match="exists and is not an empty folder"):
+        main(args)

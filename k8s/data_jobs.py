@@ -1,0 +1,100 @@
+"""The data-preparation Job of one data source: copy its S3 prefix to FSx, then prepare it.
+
+Pure Python (no cdk8s), like k8s/jobs.py: `ops data` renders this dict and creates it, and the
+chart tests validate the same dict. The Job is not part of a deployed chart: a Job's pod template
+is immutable and a finished Job never runs again, so a Job applied on every `cdk deploy` would
+fail the deploy whenever the trainer image changes, and would still need deleting before each
+run. `ops data` creates a fresh one per run (generateName data-NAME-) instead; what the cluster
+keeps is the ServiceAccount its Pod Identity role is bound to (k8s/data_preparation.py).
+
+One container runs the steps in order under `sh -e`: `trainer.s3sync` (skipped when FSx links
+the prefix), then `trainer.data imagenet` or `trainer.data prepare` as the source asks. Both
+steps resume, so a retried pod (backoffLimit) continues where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from config.data_sources import DataSource
+from config.environment import Environment
+from config.kubernetes import FSX_CLAIM_NAME, FSX_MOUNT_PATH, LABEL_PREFIX, NODEGROUP_LABEL, TRAINING_NAMESPACE
+from k8s.common import RUNTIME_DEFAULT_SECCOMP, container_resources, node_share
+from k8s.podspec import validate_pod_templates
+
+DATA_SOURCE_LABEL = f"{LABEL_PREFIX}/data-source"
+CONTAINER = "data"
+BACKOFF_LIMIT = 3
+# Finished Jobs (and their pods' logs) stay a week for `ops data` and kubectl to read.
+TTL_AFTER_FINISHED_S = 7 * 24 * 3600
+TMP_SIZE = "2Gi"
+
+
+def steps(config: Environment, source: DataSource) -> list[list[str]]:
+    """The commands the Job runs, in order."""
+    commands = []
+    if source.copies:
+        commands.append(["python", "-m", "trainer.s3sync", "--src", source.s3_uri, "--dest", source.raw_path,
+                         "--region", config.region, "--workers", str(source.workers)])
+    if source.prepare == "imagenet":
+        commands.append(["python", "-m", "trainer.data", "imagenet", "--src", source.raw_path,
+                         "--out", source.fsx_path])
+    elif source.prepare == "tokens":
+        commands.append(["python", "-m", "trainer.data", "prepare", "--tokenizer", source.tokenizer,
+                         "--input", source.raw_path, "--output", source.fsx_path,
+                         "--text-field", source.text_field, "--skip-if-prepared"])
+    return commands
+
+
+def data_job_manifest(config: Environment, source: DataSource, *, image: str) -> dict:
+    """The Job for `source`, validated against the PodSpec schema of the cluster's version."""
+    instance = config.nodegroup(source.nodegroup).instance_type
+    cpu, memory = node_share(instance)
+    labels = {DATA_SOURCE_LABEL: source.name}
+    where = (f"copy {source.s3_uri} to {source.raw_path}" if source.copies
+             else f"read {source.raw_path} (FSx shows {source.s3_uri})")
+    script = "\n".join(shlex.join(command) for command in steps(config, source))
+    container = {
+        "name": CONTAINER,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["sh", "-ec", script],
+        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"},
+                # Caches (tokenizers, matplotlib) go to the writable scratch volume.
+                {"name": "HOME", "value": "/tmp"}],
+        "resources": container_resources(instance, cpu=cpu, memory=memory),
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "fsx", "mountPath": FSX_MOUNT_PATH}, {"name": "tmp", "mountPath": "/tmp"}],
+    }
+    pod_spec = {
+        "restartPolicy": "Never",  # a failed pod stays for its log; the Job starts a new one
+        "securityContext": {"seccompProfile": dict(RUNTIME_DEFAULT_SECCOMP), "runAsNonRoot": True},
+        "nodeSelector": {NODEGROUP_LABEL: source.nodegroup},
+        "containers": [container],
+        "volumes": [{"name": "fsx", "persistentVolumeClaim": {"claimName": FSX_CLAIM_NAME}},
+                    {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}}],
+    }
+    if source.copies:
+        # The Pod Identity role's ServiceAccount; its token stays mounted (PeerDB-io/peerdb-enterprise#43:
+        # Pod Identity credentials need it), though the Job makes no Kubernetes API calls.
+        pod_spec["serviceAccountName"] = source.service_account
+    else:
+        pod_spec["automountServiceAccountToken"] = False
+    manifest = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "generateName": f"data-{source.name}-",
+            "namespace": TRAINING_NAMESPACE,
+            "labels": labels,
+            "annotations": {f"{LABEL_PREFIX}/description": f"{where}, prepare {source.prepare} into {source.fsx_path}"},
+        },
+        "spec": {
+            "backoffLimit": BACKOFF_LIMIT,
+            "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
+            "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec},
+        },
+    }
+    validate_pod_templates(manifest, config.kubernetes_version)
+    return manifest

@@ -1,0 +1,120 @@
+"""`ops data`: start a data source's preparation Job and follow it to the end.
+
+The Job comes from k8s/data_jobs.py (one fresh Job per run; that module says why). Following
+means: print each phase change of the Job, stream every pod's log as it runs (a retried pod's too),
+and end with the Job: 0 when it completed, 1 when it failed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from config.kubernetes import TRAINING_NAMESPACE
+from ops.errors import OpsError
+from ops.kube import api_error_line
+
+POLL_SECONDS = 5.0
+
+
+def source(env: Any, source_name: str) -> Any:
+    """The environment's data source of that name, or one line listing its sources."""
+    try:
+        return env.data_source(source_name)
+    except KeyError:
+        known = ", ".join(s.name for s in env.data_sources) or "none (add dataSources to the environment)"
+        raise OpsError(f"--source: {source_name!r} is not a data source of {env.name}; its sources: {known}") from None
+
+
+def render(env: Any, source_name: str, *, image: str) -> dict:
+    from k8s.data_jobs import data_job_manifest
+
+    chosen = source(env, source_name)
+    if not image:
+        raise OpsError("--image: must be a container image reference")
+    return data_job_manifest(env, chosen, image=image)
+
+
+def _call(fn: Callable[[], Any]) -> Any:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return fn()
+    except ApiException as err:
+        raise OpsError(f"Kubernetes API call failed: {api_error_line(err)}") from None
+
+
+def start(api: Any, manifest: dict) -> str:
+    """Create the Job unless one for the same source is still running; returns its name."""
+    from kubernetes import client
+    from k8s.data_jobs import DATA_SOURCE_LABEL
+
+    batch = client.BatchV1Api(api)
+    namespace = manifest["metadata"]["namespace"]
+    source = manifest["metadata"]["labels"][DATA_SOURCE_LABEL]
+    running = [j.metadata.name for j in _call(lambda: batch.list_namespaced_job(
+        namespace, label_selector=f"{DATA_SOURCE_LABEL}={source}")).items if phase(j) in ("Pending", "Running")]
+    if running:
+        raise OpsError(f"data Job {running[0]} for source {source} is still running; two copies into one folder "
+                       f"would race (wait for it, or `kubectl -n {namespace} delete job {running[0]}`)")
+    created = _call(lambda: batch.create_namespaced_job(namespace, manifest))
+    return created.metadata.name
+
+
+def phase(job: Any) -> str:
+    status = job.status
+    for condition in (status.conditions if status else None) or []:
+        if condition.status == "True" and condition.type in ("Complete", "Failed"):
+            return condition.type
+    if status and status.active:
+        return "Running"
+    return "Pending"
+
+
+def follow(api: Any, name: str, namespace: str = TRAINING_NAMESPACE, *, echo: Callable[[str], None] = print,
+           poll_seconds: float = POLL_SECONDS, sleep: Callable[[float], None] = time.sleep) -> int:
+    """Stream the Job's pods' logs and phase changes until it ends; 0 complete, 1 failed."""
+    from kubernetes import client
+
+    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    streamed: set[str] = set()
+    last = None
+    while True:
+        job = _call(lambda: batch.read_namespaced_job(name, namespace))
+        current = phase(job)
+        pods = _call(lambda: core.list_namespaced_pod(namespace, label_selector=f"job-name={name}")).items
+        waiting = [p.metadata.name for p in pods if p.status and p.status.phase == "Pending"]
+        shown = f"{current}" + (f" (pod {waiting[0]} Pending)" if waiting else "")
+        if shown != last:
+            echo(f"job {namespace}/{name}: {shown}")
+            last = shown
+        progressed = False
+        for pod in sorted(pods, key=lambda p: p.metadata.name):
+            if pod.metadata.name in streamed or not pod.status or pod.status.phase == "Pending":
+                continue
+            _stream(core, pod.metadata.name, namespace, echo)
+            streamed.add(pod.metadata.name)
+            progressed = True
+        if current in ("Complete", "Failed") and not progressed:
+            if current == "Failed":
+                reason = next((c.message or c.reason for c in job.status.conditions if c.type == "Failed"), "")
+                echo(f"job {namespace}/{name} failed: {' '.join((reason or '').split())}")
+                return 1
+            return 0
+        if not progressed:
+            sleep(poll_seconds)
+
+
+def _stream(core: Any, pod: str, namespace: str, echo: Callable[[str], None]) -> None:
+    from k8s.data_jobs import CONTAINER
+
+    response = _call(lambda: core.read_namespaced_pod_log(pod, namespace, container=CONTAINER, follow=True,
+                                                          _preload_content=False))
+    pending = b""
+    for chunk in response.stream(4096):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            echo(f"[{pod}] {line.decode(errors='replace')}")
+    if pending:
+        echo(f"[{pod}] {pending.decode(errors='replace')}")

@@ -1,0 +1,191 @@
+"""`python -m trainer.data imagenet --src DIR --out DIR`: the ILSVRC2012 layout into ImageFolder.
+
+The input is ImageNet as the ILSVRC2012 classification-localisation release ships it (the Kaggle
+"ImageNet Object Localization Challenge" copy): `LOC_synset_mapping.txt` (one `<wnid> <names>` line
+per class, 1,000 lines), `LOC_val_solution.csv` (header `ImageId,PredictionString`; the first
+token of PredictionString is the image's wnid), training images already in class folders
+(`train/<wnid>/*.JPEG`) and validation images in one flat folder (`val/<ImageId>.JPEG`). The image
+folders sit under `ILSVRC/Data/CLS-LOC/` in that release, or directly in --src.
+
+The output is torchvision's ImageFolder layout, `OUT/train/<wnid>/` and `OUT/val/<wnid>/`. Files
+are hard links where --src and --out share a file system (no second copy of 150 GB), copies
+otherwise. Each lands under its final name only when complete (a link is atomic; a copy goes to a
+temporary name and is renamed), so a run that is killed leaves nothing half-written, and the next
+run skips what is already there.
+"""
+
+from __future__ import annotations
+
+import csv
+import errno
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainer.cli import UsageError
+
+EXPECTED_CLASSES = 1000
+EXPECTED_VAL_IMAGES = 50_000
+SYNSETS = "LOC_synset_mapping.txt"
+VAL_SOLUTION = "LOC_val_solution.csv"
+IMAGE_SUFFIX = ".JPEG"
+_WNID = re.compile(r"^n\d{8}$")
+_IMAGE_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+@dataclass
+class Report:
+    classes: int = 0
+    train_images: int = 0
+    val_images: int = 0
+    val_listed: int = 0
+    val_missing: list[str] = field(default_factory=list)
+    linked: int = 0
+    copied: int = 0
+    present: int = 0
+
+    def lines(self, out: Path) -> list[str]:
+        lines = [
+            f"ImageFolder at {out}: {self.classes:,} classes (expected {EXPECTED_CLASSES:,}), "
+            f"{self.train_images:,} training images, {self.val_images:,} validation images "
+            f"(expected {EXPECTED_VAL_IMAGES:,}; {self.val_listed:,} listed in {VAL_SOLUTION})",
+            f"  {self.linked:,} linked, {self.copied:,} copied, {self.present:,} already in place",
+        ]
+        if self.val_missing:
+            lines.append(f"  {len(self.val_missing):,} listed validation images are not in val/, "
+                         f"e.g. {self.val_missing[0]}")
+        if self.classes != EXPECTED_CLASSES or self.val_images != EXPECTED_VAL_IMAGES:
+            lines.append("  this is not the full ILSVRC2012 set")
+        return lines
+
+
+def image_root(src: Path) -> Path:
+    nested = src / "ILSVRC" / "Data" / "CLS-LOC"
+    return nested if nested.is_dir() else src
+
+
+def _metadata_file(src: Path, name: str) -> Path:
+    for folder in (src, image_root(src)):
+        if (folder / name).is_file():
+            return folder / name
+    raise UsageError("--src", f"{src} has no {name} (the ILSVRC2012 release ships it beside ILSVRC/)")
+
+
+def read_synsets(path: Path) -> list[str]:
+    wnids = []
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            wnid = line.split(maxsplit=1)[0]
+            if not _WNID.match(wnid):
+                raise UsageError("--src", f"{path}:{number}: expected '<wnid> <names>' with a wnid like n01440764, "
+                                          f"got {line.strip()[:60]!r}")
+            wnids.append(wnid)
+    if not wnids:
+        raise UsageError("--src", f"{path} lists no classes")
+    return wnids
+
+
+def read_val_solution(path: Path, wnids: set[str]) -> dict[str, str]:
+    """ImageId -> wnid: the first token of each PredictionString."""
+    labels: dict[str, str] = {}
+    with path.open(encoding="utf-8", newline="") as f:
+        rows = csv.reader(f)
+        header = next(rows, None)
+        if header != ["ImageId", "PredictionString"]:
+            raise UsageError("--src", f"{path}:1: expected the header ImageId,PredictionString, got {header}")
+        for number, row in enumerate(rows, 2):
+            tokens = row[1].split() if len(row) == 2 else []
+            if not tokens or not _IMAGE_ID.match(row[0]):
+                raise UsageError("--src", f"{path}:{number}: expected ImageId,<wnid> <box>..., got {','.join(row)[:60]!r}")
+            if tokens[0] not in wnids:
+                raise UsageError("--src", f"{path}:{number}: {tokens[0]!r} is not a class of {SYNSETS}")
+            labels[row[0]] = tokens[0]
+    return labels
+
+
+def plan(src: Path, out: Path) -> tuple[list[tuple[Path, Path]], Report]:
+    """Every (source image, ImageFolder path) pair, and the counts found."""
+    root = image_root(src)
+    wnids = read_synsets(_metadata_file(src, SYNSETS))
+    labels = read_val_solution(_metadata_file(src, VAL_SOLUTION), set(wnids))
+    for part in ("train", "val"):
+        if not (root / part).is_dir():
+            raise UsageError("--src", f"{root} has no {part}/ folder")
+    report, pairs = Report(val_listed=len(labels)), []
+    known = set(wnids)
+    for class_dir in sorted(p for p in (root / "train").iterdir() if p.is_dir()):
+        if class_dir.name not in known:
+            raise UsageError("--src", f"{class_dir} is not a class of {SYNSETS}")
+        images = sorted(p for p in class_dir.iterdir() if p.name.endswith(IMAGE_SUFFIX))
+        pairs += [(p, out / "train" / class_dir.name / p.name) for p in images]
+        report.classes += 1
+        report.train_images += len(images)
+    val_files = {p.name[:-len(IMAGE_SUFFIX)]: p for p in (root / "val").iterdir()
+                 if p.is_file() and p.name.endswith(IMAGE_SUFFIX)}
+    unlisted = sorted(set(val_files) - set(labels))
+    if unlisted:
+        raise UsageError("--src", f"{val_files[unlisted[0]]} is not listed in {VAL_SOLUTION} "
+                                  f"({len(unlisted)} validation images are not)")
+    for image_id, wnid in sorted(labels.items()):
+        if image_id in val_files:
+            pairs.append((val_files[image_id], out / "val" / wnid / val_files[image_id].name))
+            report.val_images += 1
+        else:
+            report.val_missing.append(image_id)
+    return pairs, report
+
+
+def place(source: Path, target: Path, report: Report) -> None:
+    """Put `source` at `target` unless an equal file is there: a hard link, else a copy through
+    a temporary name."""
+    if target.exists():
+        # A copy newer than its source is current; a source replaced since (a new download is a
+        # new file) is placed again, even at the same size.
+        have, want = target.stat(), source.stat()
+        if os.path.samefile(source, target) or (have.st_size == want.st_size and have.st_mtime_ns >= want.st_mtime_ns):
+            report.present += 1
+            return
+        target.unlink()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+        report.linked += 1
+        return
+    except OSError as err:
+        if err.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+            raise
+    partial = target.with_name(f".{target.name}.partial")
+    shutil.copyfile(source, partial)
+    os.replace(partial, target)
+    report.copied += 1
+
+
+def rearrange(src: Path, out: Path) -> Report:
+    from tqdm import tqdm
+
+    if not src.is_dir():
+        raise UsageError("--src", f"{src} is not a folder")
+    pairs, report = plan(src, out)
+    for source, target in tqdm(pairs, desc="imagenet", unit="img", file=sys.stderr, mininterval=5):
+        place(source, target, report)
+    return report
+
+
+def add_parser(sub, formatter_class, error) -> None:
+    p = sub.add_parser("imagenet", help="ILSVRC2012 train/ and flat val/ into ImageFolder class folders",
+                       formatter_class=formatter_class)
+    p.error = error
+    p.add_argument("--src", required=True, help="the ILSVRC2012 release (LOC_*.txt/csv and ILSVRC/Data/CLS-LOC/)")
+    p.add_argument("--out", required=True, help="ImageFolder root to fill (train/ and val/)")
+
+
+def run(args) -> int:
+    src, out = Path(args.src), Path(args.out)
+    report = rearrange(src, out)
+    print("\n".join(report.lines(out)))
+    return 0

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _run_local(*argv: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    env = dict(local.child_env(), OMP_NUM_THREADS="1")
     return subprocess.run([sys.executable, "-m", "ops.local", *argv], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=timeout)
 

@@ -151,6 +151,15 @@ def format_summary(preset: JobPreset, summary: dict | None, etcd: Etcd, wall_s: 
                   f"   samples/s      {summary['samples_per_sec']}",
                   f"   final loss     {summary['final_loss']}",
                   f"   snapshot       {summary['snapshot']}"]
+    elif summary and summary.get("workload") == "vision":
+        job_dir = Path(summary["checkpoint_dir"])  # the preset's job folder; its after-step draws the plot there
+        lines += [f"   epochs         {summary['epochs']} ({summary['epochs_this_run']} in this run, "
+                  f"{summary['world_size']} ranks)",
+                  f"   images/s       {summary['images_per_sec']}",
+                  f"   top-1 / top-5  {summary['top1']} / {summary['top5']} (validation, last epoch)",
+                  f"   metrics        {summary['metrics_file']}",
+                  f"   plot           {job_dir / 'curves.png'} (python -m trainer.plot METRICS -o PLOT)",
+                  f"   checkpoints    {summary['checkpoint_dir']}"]
     elif summary:
         lines += [f"   steps          {summary['steps']} ({summary['steps_this_run']} in this run)",
                   f"   tokens/s       {summary['tokens_per_sec']}",

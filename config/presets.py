@@ -205,7 +205,7 @@ PRESETS: dict[str, JobPreset] = {
             name="vision-tiny",
             description="ResNet-18 on synthetic 32x32 images under elastic DDP on CPU: the vision path end to end",
             workload=VisionWorkload(model="resnet18", epochs=3, batch_size=32, image_size=32, workers=1, lr=0.4,
-                                    warmup_epochs=0.5, train_samples=2048, val_samples=512, checkpoint_every=16,
+                                    warmup_epochs=0.5, train_samples=1536, val_samples=256, checkpoint_every=24,
                                     log_every=8),
             nodegroup="cpu", image_variant="cpu", nodes_min=1, nodes_max=2, nproc_per_node=2,
             local=LocalSteps(after=(("trainer.plot", "{job_dir}/metrics.jsonl", "-o", "{job_dir}/curves.png"),)),

@@ -34,6 +34,11 @@ def _flags(workload) -> list[str]:
     return out
 
 
+def _flags_with_job_dir(workload, job_dir: str) -> list[str]:
+    """The flags, plus checkpoints and metrics in the job's folder (trainer.llm and trainer.vision)."""
+    return _flags(workload) + ["--checkpoint-dir", job_dir, "--metrics-file", f"{job_dir}/metrics.jsonl"]
+
+
 @dataclass(frozen=True)
 class LlmWorkload:
     """Arguments of `python -m trainer.llm`; None (or False) leaves the trainer's default."""
@@ -55,7 +60,7 @@ class LlmWorkload:
     loss_chunk_tokens: int | None = None
 
     def argv(self, job_dir: str) -> list[str]:
-        return _flags(self) + ["--checkpoint-dir", job_dir, "--metrics-file", f"{job_dir}/metrics.jsonl"]
+        return _flags_with_job_dir(self, job_dir)
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,7 @@ class VisionWorkload:
     log_every: int | None = None
 
     def argv(self, job_dir: str) -> list[str]:
-        return _flags(self) + ["--checkpoint-dir", job_dir, "--metrics-file", f"{job_dir}/metrics.jsonl"]
+        return _flags_with_job_dir(self, job_dir)
 
 
 @dataclass(frozen=True)

@@ -140,3 +140,22 @@ def test_a_sigkilled_agent_leaves_a_survivor_that_reforms_smaller_and_continues_
     result = summary(out)
     assert result["world_size"] == 1 and result["epochs"] == 4 and result["resumed_from"]["epoch"] == epoch
     assert list_steps(tmp_path)[-1] == result["steps"]
+
+
+def test_sigterm_saves_a_checkpoint_mid_epoch_and_the_next_run_resumes_from_its_image(tmp_path):
+    job = Job(torchrun_args("trainer.vision", vision(tmp_path, epochs=3, every=1000)))
+    try:
+        job.wait_for(r"^step\s+8 ")
+        job.proc.send_signal(signal.SIGTERM)  # what the kubelet sends torchrun on preemption
+        job.finish(timeout=120)
+    finally:
+        job.stop()
+    m = re.search(r"SIGTERM: checkpoint saved at step (\d+) \(epoch (\d+)\)", job.output)
+    assert m, job.output
+    step = int(m[1])
+    assert list_steps(tmp_path)[-1] == step
+    rc, out = run(torchrun_args("trainer.vision", vision(tmp_path, epochs=1, every=1000)))
+    assert rc == 0, out
+    assert [int(s) for s in RESUMED.findall(out)] == [step]
+    world, epoch, image, resumed_step = starts(out)[0]
+    assert (epoch, resumed_step) == (step // 16, step) and image == (step % 16) * BATCH * 2

@@ -16,7 +16,7 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help install local test synth synth-all deploy destroy lint etcd bench clean
+.PHONY: help install local test synth synth-all deploy diff destroy lint etcd bench clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -25,35 +25,45 @@ install: $(VENV)/.installed node_modules/.installed ## create .venv and node_mod
 
 $(VENV)/.installed: requirements.txt
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run make PYTHON=/path/to/python3.11" >&2; exit 1; }
+	@echo "Installing the pinned Python packages of requirements.txt into $(VENV) (aws-cdk-lib, cdk8s, torch CPU, transformers, moto, ...): a few minutes the first time, about 1 GB of downloads"
 	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
+	@command -v npm >/dev/null || { echo "error: npm not found; install Node.js 18 or later (https://nodejs.org/en/download)" >&2; exit 1; }
+	@echo "Installing the pinned AWS CDK CLI into node_modules (npm ci): under a minute"
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 etcd: ## install Debian's etcd-server when no etcd is on PATH (local runs and tests use it on loopback)
+	@command -v etcd >/dev/null || echo "Installing Debian's etcd-server with apt-get (local runs rendezvous through it): under a minute"
 	@command -v etcd >/dev/null || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends etcd-server >/dev/null; }
 	@command -v etcd >/dev/null || { echo "error: etcd is not installed and apt-get could not install etcd-server" >&2; exit 1; }
 
 local: install etcd ## synthesize the default environment offline, print its summary, run JOB (default cpu-ddp) locally
-	$(PY) -m ops.synth_summary --env $(ENV)
-	$(PY) -m ops.local --job $(JOB)
+	@$(PY) -m ops local --job $(JOB) --check
+	$(PY) -m ops synth-summary --env $(ENV)
+	$(PY) -m ops local --job $(JOB)
 
-test: install etcd ## the whole suite
-	$(PY) -m pytest -q
+test: install etcd ## the whole suite, on two workers (each test module stays on one worker, so its synth runs once)
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
-synth: install ## offline synth of ENV (default dev) into cdk.out/ and its Kubernetes YAML into dist/ENV/
-	$(CDK) synth $(CDK_FLAGS) --quiet -c env=$(ENV)
+synth: install ## offline synth of ENV (default dev) into cdk.out/ and dist/ENV/, then its summary with the cost
+	$(PY) -m ops synth-summary --env $(ENV)
 
 deploy: install ## preflight, deploy ENV with real AWS credentials, then schedule its capacity blocks
 	$(PY) -m ops preflight --env $(ENV)
 	$(CDK) deploy $(CDK_FLAGS) -c env=$(ENV) '$(ENV)/*'
 	$(PY) -m ops capacity-block schedule --env $(ENV) --if-any
 
-destroy: install ## destroy ENV (prod keeps what removalPolicy retain says)
+destroy: install ## destroy ENV (prod keeps what removalPolicy retain says); checks the credentials first
+	$(PY) -m ops whoami --env $(ENV)
 	$(CDK) destroy $(CDK_FLAGS) -c env=$(ENV) '$(ENV)/*'
+
+diff: install ## what a deploy of ENV would change in its account (needs credentials for ENV's account)
+	$(PY) -m ops whoami --env $(ENV)
+	$(CDK) diff $(CDK_FLAGS) -c env=$(ENV) '$(ENV)/*'
 
 lint: synth ## cfn-lint every synthesized template (errors fail, warnings print), hadolint the Dockerfiles
 	$(VENV)/bin/cfn-lint --non-zero-exit-code error --format parseable 'cdk.out/**/*.template.json'
@@ -66,5 +76,5 @@ clean: ## remove build outputs (keeps .venv and node_modules)
 	rm -rf cdk.out dist .local .pytest_cache
 
 .PHONY: ops
-ops: install ## the ops CLI, e.g. make ops ARGS="plan --env prod" (preflight, az-recommend, kubeconfig, submit, status, logs, delete)
+ops: install ## the ops CLI, e.g. make ops ARGS="plan --env prod" (python -m ops --help lists the commands)
 	$(PY) -m ops $(ARGS)

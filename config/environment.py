@@ -29,6 +29,8 @@ FSX_THROUGHPUTS = (125, 250, 500, 1000)
 _ACCOUNT = re.compile(r"^\d{12}$")
 _REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
 _ROLE_ARN = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
+_PRINCIPAL_ARN = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:(role|user)/[\w+=,.@/-]{1,512}$")
+_SESSION_ARN = re.compile(r"^arn:(?P<partition>aws(-[a-z]+)*):sts::(?P<account>\d{12}):assumed-role/(?P<role>[\w+=,.@-]+)/")
 RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
 _NODEGROUP_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_-]{0,62}$")
 # The name prefixes the EKS cluster (CreateCluster: ^[0-9A-Za-z][A-Za-z0-9-_]*, 100 characters) and
@@ -116,6 +118,13 @@ class Environment:
     removal_policy: str
     upgrade_policy: str = "standard"
     addon_versions: tuple[tuple[str, str], ...] = ()
+    # The identity that runs `cdk deploy`, made a cluster admin too (IAM role or user ARN).
+    deployer_principal_arn: str | None = None
+
+    @property
+    def admin_principal_arns(self) -> tuple[str, ...]:
+        """Every principal the stack gives a cluster-admin access entry."""
+        return self.admin_role_arns + ((self.deployer_principal_arn,) if self.deployer_principal_arn else ())
 
     @property
     def retain(self) -> bool:
@@ -125,6 +134,12 @@ class Environment:
     def cluster_name(self) -> str:
         """The EKS cluster's name, fixed so its log groups can be created before it."""
         return f"{self.name}-training"
+
+    def update_kubeconfig_command(self, role_arn: str | None = None) -> list[str]:
+        """The AWS CLI command that writes this cluster's kubeconfig entry; with `role_arn`, kubectl
+        assumes that role for each token."""
+        command = ["aws", "eks", "update-kubeconfig", "--name", self.cluster_name, "--region", self.region]
+        return command + (["--role-arn", role_arn] if role_arn else [])
 
     def addon_version(self, addon: str) -> str | None:
         """The pinned version of a managed add-on; None leaves the choice to EKS."""
@@ -229,6 +244,7 @@ def parse_environment(name: str, raw: Any) -> Environment:
             raise ConfigError(f"{r.at('adminRoleArns')}[{i}]",
                               f"must be an IAM role ARN (arn:aws:iam::<12 digits>:role/<name>), got {arn!r}")
 
+    deployer = _parse_deployer(r.optional("deployerPrincipalArn", str), r.at("deployerPrincipalArn"), admin_roles)
     endpoint = _parse_endpoint(r.required("endpointAccess", dict), r.at("endpointAccess"))
     system = _parse_system_nodegroup(r.required("systemNodegroup", dict), r.at("systemNodegroup"))
     gpu_groups = tuple(
@@ -249,7 +265,7 @@ def parse_environment(name: str, raw: Any) -> Environment:
         training_availability_zone=training_az, kubernetes_version=k8s_version, vpc_cidr=vpc_cidr,
         admin_role_arns=admin_roles, endpoint_access=endpoint, system_nodegroup=system,
         gpu_nodegroups=gpu_groups, cpu_nodegroups=cpu_groups, fsx=fsx, removal_policy=removal,
-        upgrade_policy=upgrade_policy, addon_versions=addon_versions,
+        upgrade_policy=upgrade_policy, addon_versions=addon_versions, deployer_principal_arn=deployer,
     )
     needed, available = env.training_subnet_ips_at_max(), env.private_subnet_capacity
     if needed > available:
@@ -300,6 +316,29 @@ def _parse_vpc_cidr(value: str, path: str, az_count: int) -> str:
     if private_subnet_mask(value, az_count) > 27 or az_count * 2 ** (32 - PUBLIC_SUBNET_MASK) > net.num_addresses // 2:
         raise ConfigError(path, f"/{net.prefixlen} is too small for {az_count} zones; use /20 or larger")
     return value
+
+
+def _parse_deployer(arn: str | None, path: str, admin_roles: tuple[str, ...]) -> str | None:
+    """EKS access entries take an IAM role or user ARN, never an STS session (Amazon EKS API
+    Reference, CreateAccessEntry: principalArn), and one principal belongs to one access entry
+    (Amazon EKS User Guide, creating-access-entries.html)."""
+    if arn is None:
+        if not admin_roles:
+            raise ConfigError(path, "is required when adminRoleArns is empty: without either, no one can administer "
+                                    "the cluster")
+        return None
+    session = _SESSION_ARN.match(arn)
+    if session:
+        role = f"arn:{session['partition']}:iam::{session['account']}:role/{session['role']}"
+        raise ConfigError(path, f"{arn!r} is an STS session; EKS access entries need the IAM role ARN: use {role} "
+                                "(with the role's path, if it has one; `python -m ops whoami` prints it)")
+    if not _PRINCIPAL_ARN.match(arn):
+        raise ConfigError(path, f"must be an IAM role or user ARN (arn:aws:iam::<12 digits>:role/<name> or :user/<name>), "
+                                f"got {arn!r}")
+    if arn in admin_roles:
+        raise ConfigError(path, f"{arn} is already in adminRoleArns (a principal can have only one access entry); "
+                                "remove one of them")
+    return arn
 
 
 def _parse_endpoint(raw: dict, path: str) -> EndpointAccess:

@@ -51,6 +51,7 @@ class InstanceType:
     peak_bf16_flops: float | None = None  # per GPU, dense
     vpc_cni_max_pods: int = 110
     # Bus bandwidth an NCCL all-reduce across two nodes must reach (GB/s); None: no NCCL gate.
+    # See NCCL_BUSBW_FLOOR_SHARE for how each EFA row's figure is chosen.
     nccl_busbw_floor_gbps: float | None = None
     capacity_blocks: bool = False
     # NVMe instance store: disk count and total GB (EC2's InstanceStorageInfo).
@@ -128,9 +129,25 @@ class InstanceType:
                 *(NetworkInterface(card, 0, "efa-only") for card in range(1, self.efa_interfaces)))
 
 
-def _g(name, vcpus, mem, gpus, model, gpu_mem, efa, pods, flops, disks, disk_gb, card0=0, ipv4=0):
+# The NCCL validation's bus-bandwidth floor. nccl-tests normalises all-reduce bandwidth to "bus
+# bandwidth" so that it compares with the hardware's link speed (NVIDIA/nccl-tests doc/PERFORMANCE.md);
+# across two nodes the link that bounds it is each node's network, so the ceiling is the instance's
+# peak network bandwidth (EC2 DescribeInstanceTypes NetworkCards[].PeakBandwidthInGbps, summed, / 8
+# for GB/s). A floor is a share of that ceiling: high enough that NCCL's TCP fallback cannot reach it
+# where EFA has cards of its own (p4d, p5: sockets only get the ENA primary's card, 100 Gbps =
+# 12.5 GB/s), low enough that message-size and protocol overheads of a healthy run stay above it.
+# p4d/p4de: 40 of 50 GB/s (80%); p5/p5e/p5en: 250 of 400 GB/s (62.5%); the g types, whose one card
+# carries both ENA and EFA: 60% of the card. tests/config/test_instance_types.py keeps every floor
+# between NCCL_BUSBW_FLOOR_SHARE's bounds of EC2's figure. On the g types a floor cannot tell EFA
+# from sockets; the trainer's start-up check (trainer/nccl_net.py) does.
+NCCL_BUSBW_FLOOR_SHARE = (0.5, 0.85)
+_G_BUSBW_SHARE = 0.6
+
+
+def _g(name, vcpus, mem, gpus, model, gpu_mem, efa, pods, flops, disks, disk_gb, card0=0, ipv4=0, net_gbps=0):
+    """A G-family row; `net_gbps` (the one network card's peak, EC2) sets the NCCL floor of EFA types."""
     return InstanceType(name, vcpus, mem, gpus, model, gpu_mem, efa, 1, flops, pods,
-                        nccl_busbw_floor_gbps=8.0 if efa else None,
+                        nccl_busbw_floor_gbps=round(_G_BUSBW_SHARE * net_gbps / 8, 3) if efa else None,
                         local_nvme_disks=disks, local_nvme_gb=disks * disk_gb,
                         efa_layout_source=EFA_BASIC if efa else "",
                         card0_max_interfaces=card0, ipv4_per_interface=ipv4)
@@ -163,19 +180,19 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         _g("g5.xlarge", 4, 16, 1, "A10G", 24, 0, 58, _A10G, 1, 250),
         _g("g5.2xlarge", 8, 32, 1, "A10G", 24, 0, 58, _A10G, 1, 450),
         _g("g5.4xlarge", 16, 64, 1, "A10G", 24, 0, 234, _A10G, 1, 600),
-        _g("g5.8xlarge", 32, 128, 1, "A10G", 24, 1, 234, _A10G, 1, 900, 8, 30),
-        _g("g5.12xlarge", 48, 192, 4, "A10G", 24, 1, 737, _A10G, 1, 3800, 15, 50),
-        _g("g5.16xlarge", 64, 256, 1, "A10G", 24, 1, 234, _A10G, 1, 1900, 8, 30),
-        _g("g5.24xlarge", 96, 384, 4, "A10G", 24, 1, 737, _A10G, 1, 3800, 15, 50),
-        _g("g5.48xlarge", 192, 768, 8, "A10G", 24, 1, 345, _A10G, 2, 3800, 7, 50),
+        _g("g5.8xlarge", 32, 128, 1, "A10G", 24, 1, 234, _A10G, 1, 900, 8, 30, net_gbps=25),
+        _g("g5.12xlarge", 48, 192, 4, "A10G", 24, 1, 737, _A10G, 1, 3800, 15, 50, net_gbps=40),
+        _g("g5.16xlarge", 64, 256, 1, "A10G", 24, 1, 234, _A10G, 1, 1900, 8, 30, net_gbps=25),
+        _g("g5.24xlarge", 96, 384, 4, "A10G", 24, 1, 737, _A10G, 1, 3800, 15, 50, net_gbps=50),
+        _g("g5.48xlarge", 192, 768, 8, "A10G", 24, 1, 345, _A10G, 2, 3800, 7, 50, net_gbps=100),
         _g("g6.xlarge", 4, 16, 1, "L4", 24, 0, 58, _L4, 1, 250),
         _g("g6.2xlarge", 8, 32, 1, "L4", 24, 0, 58, _L4, 1, 450),
         _g("g6.4xlarge", 16, 64, 1, "L4", 24, 0, 234, _L4, 1, 600),
-        _g("g6.8xlarge", 32, 128, 1, "L4", 24, 1, 234, _L4, 2, 450, 8, 30),
-        _g("g6.12xlarge", 48, 192, 4, "L4", 24, 1, 234, _L4, 4, 940, 8, 30),
-        _g("g6.16xlarge", 64, 256, 1, "L4", 24, 1, 737, _L4, 2, 940, 15, 50),
-        _g("g6.24xlarge", 96, 384, 4, "L4", 24, 1, 737, _L4, 4, 940, 15, 50),
-        _g("g6.48xlarge", 192, 768, 8, "L4", 24, 1, 737, _L4, 8, 940, 15, 50),
+        _g("g6.8xlarge", 32, 128, 1, "L4", 24, 1, 234, _L4, 2, 450, 8, 30, net_gbps=25),
+        _g("g6.12xlarge", 48, 192, 4, "L4", 24, 1, 234, _L4, 4, 940, 8, 30, net_gbps=40),
+        _g("g6.16xlarge", 64, 256, 1, "L4", 24, 1, 737, _L4, 2, 940, 15, 50, net_gbps=25),
+        _g("g6.24xlarge", 96, 384, 4, "L4", 24, 1, 737, _L4, 4, 940, 15, 50, net_gbps=50),
+        _g("g6.48xlarge", 192, 768, 8, "L4", 24, 1, 737, _L4, 8, 940, 15, 50, net_gbps=100),
         InstanceType("m5.large", 2, 8, vpc_cni_max_pods=29),
         InstanceType("m5.xlarge", 4, 16, vpc_cni_max_pods=58),
         InstanceType("m5.2xlarge", 8, 32, vpc_cni_max_pods=58),

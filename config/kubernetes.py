@@ -21,3 +21,8 @@ RESERVED_NODEGROUP_NAMES = (SYSTEM_NODEGROUP,)
 TRAINING_NAMESPACE = "training"
 FSX_CLAIM_NAME = "fsx-pvc"
 FSX_MOUNT_PATH = "/fsx"
+
+# The net name aws-ofi-nccl registers with NCCL (aws/aws-ofi-nccl src/nccl_ofi_interface_nvidia.cpp,
+# "Libfabric" since v1.13.0). EFA pods set NCCL_NET to it (k8s/common.py EFA_ENV); the trainer
+# checks at start-up that NCCL chose it (trainer/nccl_net.py).
+OFI_NCCL_NET = "Libfabric"

@@ -14,6 +14,7 @@ name, what it depends on and whether an environment gets it (k8s/charts.py finds
 Shared: base.py (chart base and add-on declaration, cdk8s-plus overrides), device_plugin.py (the
 device plugins' common DaemonSet), common.py (names, pinned images with their evidence, pod rules),
 jobs.py (render_pytorchjob: the PyTorchJob code path shared with `ops submit`; no cdk8s import),
+model_download.py (the model-download Job `ops model download` creates; its chart is not an add-on),
 podspec.py (every rendered pod template checked against the Kubernetes PodSpec schema),
 charts.py (finds the add-ons and orders them by their dependencies), values.py (stack values and
 dist placeholders), sinks.py (dist/<env>/ YAML). stacks/workloads.py is the CDK sink.

@@ -9,7 +9,7 @@ import hashlib
 import json
 
 from config.instance_types import InstanceType
-from config.kubernetes import GPU_TAINT_EFFECT, GPU_TAINT_KEY, GPU_TAINT_VALUE, LABEL_PREFIX
+from config.kubernetes import GPU_TAINT_EFFECT, GPU_TAINT_KEY, GPU_TAINT_VALUE, LABEL_PREFIX, OFI_NCCL_NET
 
 KUBEFLOW_NAMESPACE = "kubeflow"
 # Cluster add-ons (the device plugins) live beside the other node agents.
@@ -23,6 +23,12 @@ NOBODY_UID = 65534
 # Every pod we render runs under the container runtime's default seccomp profile (the Kubernetes
 # restricted Pod Security profile asks for it; none of these workloads makes unusual syscalls).
 RUNTIME_DEFAULT_SECCOMP = {"type": "RuntimeDefault"}
+
+# The workloads the add-on charts create, by name: the charts name them from here and `ops doctor`
+# checks them by the same names.
+NVIDIA_DEVICE_PLUGIN = "nvidia-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
+EFA_DEVICE_PLUGIN = "aws-efa-k8s-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
+TRAINING_OPERATOR = "training-operator"  # Deployment, KUBEFLOW_NAMESPACE
 
 # Rendezvous: torch's etcd-v2 backend talks to this Service in the training namespace.
 ETCD_SERVICE = "etcd"
@@ -178,9 +184,11 @@ def container_resources(instance: InstanceType, *, cpu: str, memory: str) -> dic
 # EFA settings belong to the pods that request EFA devices, never to an image: a pod told to use
 # libfabric's EFA provider without the devices would believe it runs on EFA while NCCL falls back
 # to TCP sockets. NCCL_NET_PLUGIN=ofi makes NCCL load libnccl-net-ofi.so, the name aws-ofi-nccl
-# always installs (aws/aws-ofi-nccl v1.16.3 src/Makefile.am).
+# always installs (aws/aws-ofi-nccl v1.16.3 src/Makefile.am). NCCL_NET=Libfabric, the net name
+# aws-ofi-nccl registers, makes NCCL fail instead of falling back to sockets when that plugin
+# cannot start (see trainer/nccl_net.py, which also reads back what NCCL chose).
 EFA_ENV = (("FI_PROVIDER", "efa"), ("FI_EFA_USE_DEVICE_RDMA", "1"), ("FI_EFA_FORK_SAFE", "1"),
-           ("NCCL_NET_PLUGIN", "ofi"))
+           ("NCCL_NET_PLUGIN", "ofi"), ("NCCL_NET", OFI_NCCL_NET))
 
 
 def network_env(instance: InstanceType, *, nccl_debug: str = "WARN") -> list[dict]:
@@ -192,6 +200,25 @@ def network_env(instance: InstanceType, *, nccl_debug: str = "WARN") -> list[dic
     if instance.supports_efa:
         env += [{"name": name, "value": value} for name, value in EFA_ENV]
     return env
+
+
+# Cluster validation (k8s/validation.py): one NCCL all-reduce MPIJob per EFA node group that can hold
+# NCCL_TEST_NODES nodes. Its launcher prints BUSBW_REPORT followed by ": <GB/s> GB/s", and
+# `ops doctor` reads that line back from the launcher's log.
+NCCL_TEST_NODES = 2
+BUSBW_REPORT = "average bus bandwidth"
+
+
+def nccl_test_name(nodegroup: str) -> str:
+    return f"nccl-allreduce-{nodegroup.lower()}"
+
+
+def nccl_groups(config) -> list:
+    """The GPU node groups (config.environment.Nodegroup) that get an NCCL test: EFA, a
+    bus-bandwidth floor in the instance-type table, and room for the two nodes the test spans."""
+    return [g for g in config.gpu_nodegroups
+            if g.instance_type.supports_efa and g.instance_type.nccl_busbw_floor_gbps is not None
+            and g.max_size >= NCCL_TEST_NODES]
 
 
 # Where the kubelet looks for device-plugin sockets; every device plugin mounts it.

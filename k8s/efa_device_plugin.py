@@ -17,7 +17,7 @@ from constructs import Construct
 
 from config.environment import Environment
 from config.kubernetes import EFA_LABEL, GPU_TAINT_KEY
-from k8s.common import efa_device_plugin_image
+from k8s.common import EFA_DEVICE_PLUGIN, efa_device_plugin_image
 from k8s.device_plugin import DevicePluginChart, DevicePluginSpec, HostMount
 
 
@@ -45,7 +45,7 @@ class EfaDevicePluginChart(DevicePluginChart):
 
     def __init__(self, scope: Construct, id: str, *, props: EfaDevicePluginProps):
         super().__init__(scope, id, spec=DevicePluginSpec(
-            name="aws-efa-k8s-device-plugin", image=props.image,
+            name=EFA_DEVICE_PLUGIN, image=props.image,
             node_label=kplus.NodeLabelQuery.is_(EFA_LABEL, "true"),
             # The chart's own toleration, and our EFA groups are GPU groups carrying the GPU taint.
             tolerate=(("CriticalAddonsOnly", ""), (GPU_TAINT_KEY, "NoSchedule")),

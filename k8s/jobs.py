@@ -14,6 +14,7 @@ from typing import Any
 from config.environment import Environment, Nodegroup
 from config.errors import ConfigError
 from config.kubernetes import FSX_CLAIM_NAME, FSX_MOUNT_PATH, LABEL_PREFIX, NODEGROUP_LABEL, TRAINING_NAMESPACE
+from config.overrides import OVERRIDES
 from config.presets import CLUSTER_CHECKPOINT_ROOT, RENDEZVOUS_BACKENDS, JobPreset, get_preset
 from k8s.podspec import validate_pod_templates
 from k8s.common import (
@@ -50,11 +51,8 @@ class JobSpec:
     env: tuple[tuple[str, str], ...] = field(default=())
 
 
-# What `overrides` may change, and the type each key takes.
-OVERRIDABLE = {
-    "nodegroup": str, "nodes_min": int, "nodes_max": int, "nproc_per_node": int,
-    "rendezvous": str, "max_restarts": int, "env": dict,
-}
+# What `overrides` may change, and the type each key takes (config/overrides.py documents the values).
+OVERRIDABLE = {key: rule.type for key, rule in OVERRIDES.items()}
 
 
 def job_spec(config: Environment, preset: JobPreset, *, image: str, job_name: str | None = None,

@@ -15,7 +15,7 @@ from constructs import Construct
 
 from config.environment import Environment
 from config.kubernetes import GPU_TAINT_KEY, NODEGROUP_LABEL
-from k8s.common import IMAGES
+from k8s.common import IMAGES, NVIDIA_DEVICE_PLUGIN
 from k8s.device_plugin import DevicePluginChart, DevicePluginSpec
 
 
@@ -45,7 +45,7 @@ class NvidiaDevicePluginChart(DevicePluginChart):
         if not props.gpu_nodegroups:
             raise ValueError("NvidiaDevicePluginChart needs at least one GPU node group")
         super().__init__(scope, id, spec=DevicePluginSpec(
-            name="nvidia-device-plugin", image=props.image,
+            name=NVIDIA_DEVICE_PLUGIN, image=props.image,
             node_label=kplus.NodeLabelQuery.in_(NODEGROUP_LABEL, list(props.gpu_nodegroups)),
             # Upstream's toleration: any nvidia.com/gpu NoSchedule taint, ours included.
             tolerate=((GPU_TAINT_KEY, "NoSchedule"),),

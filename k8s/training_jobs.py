@@ -54,7 +54,7 @@ class TrainingJobsChart(ProjectChart):
             manifest = pytorchjob_manifest(props.config, spec)
             if not preset.start_on_deploy:
                 # Deployed ready to run, not running: `kubectl patch pytorchjob NAME --type merge
-                # -p '{"spec":{"runPolicy":{"suspend":false}}}'` or `ops submit` starts it.
+                # -p '{"spec":{"runPolicy":{"suspend":false}}}'` or `python -m ops start PRESET` starts it.
                 manifest["spec"]["runPolicy"]["suspend"] = True
             self.manifests[name] = manifest
             raw_object(self, name, self.manifests[name])

@@ -23,9 +23,9 @@ from k8s.base import (
     ProjectChart, Readiness, drop_all_capabilities, hardened, raw_object, resources, runtime_default_seccomp,
     select_own_pods,
 )
-from k8s.common import IMAGES, KUBEFLOW_NAMESPACE, NONROOT_UID
+from k8s.common import IMAGES, KUBEFLOW_NAMESPACE, NONROOT_UID, TRAINING_OPERATOR
 
-NAME = "training-operator"
+NAME = TRAINING_OPERATOR
 WEBHOOK_SECRET = "training-operator-webhook-cert"
 # The name the operator's certificate rotator looks up to inject its CA bundle (main.go).
 WEBHOOK_CONFIGURATION = "validator.training-operator.kubeflow.org"

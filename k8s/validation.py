@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import cdk8s
 import cdk8s_plus_27 as kplus
 from cdk8s_plus_27 import k8s
 from constructs import Construct
@@ -18,11 +19,10 @@ from config.kubernetes import NODEGROUP_LABEL, TRAINING_NAMESPACE
 from k8s.base import ProjectChart, hardened, patch_pod_spec, raw_object, runtime_default_seccomp, tolerate_gpu_taint
 from k8s.podspec import validate_pod_templates
 from k8s.common import (
-    IMAGES, MPI_CONTAINER, MPI_TCP_IF_EXCLUDE, NOBODY_UID, RUNTIME_DEFAULT_SECCOMP, container_resources,
-    gpu_toleration, network_env, node_share, shm_size, short_digest,
+    BUSBW_REPORT, IMAGES, MPI_CONTAINER, MPI_TCP_IF_EXCLUDE, NCCL_TEST_NODES, NOBODY_UID, RUNTIME_DEFAULT_SECCOMP,
+    container_resources, gpu_toleration, network_env, nccl_groups, nccl_test_name, node_share, shm_size, short_digest,
 )
 
-NCCL_TEST_NODES = 2
 ALL_REDUCE = "/opt/nccl-tests/build/all_reduce_perf"
 MPIRUN = "/opt/amazon/openmpi/bin/mpirun"
 # Where the MPIJob v1 controller puts kubectl and the hostfile in the launcher
@@ -79,7 +79,7 @@ def nccl_launcher_script(group: Nodegroup) -> str:
         f" --mca pml ^ucx --mca btl tcp,self --mca btl_tcp_if_exclude {MPI_TCP_IF_EXCLUDE}"
         f" {ALL_REDUCE} -b 8 -e 2G -f 2 -g 1 -c 1 -n 20 | tee /tmp/all_reduce.log",
         "busbw=$(awk '/Avg bus bandwidth/ {print $NF}' /tmp/all_reduce.log | tail -n 1)",
-        f'echo "average bus bandwidth: ${{busbw:-none}} GB/s (floor {floor} GB/s on {instance.name})"',
+        f'echo "{BUSBW_REPORT}: ${{busbw:-none}} GB/s (floor {floor} GB/s on {instance.name})"',
         f'awk -v b="${{busbw:-0}}" -v f={floor} \'BEGIN {{ exit !(b + 0 >= f) }}\''
         ' || { echo "FAIL: bus bandwidth below floor" >&2; exit 1; }',
         'echo "PASS"',
@@ -105,11 +105,12 @@ def nccl_mpijob_manifest(group: Nodegroup, *, image: str, namespace: str) -> dic
     body = {
         "apiVersion": "kubeflow.org/v1",
         "kind": "MPIJob",
-        "metadata": {"name": f"nccl-allreduce-{group.name.lower()}", "namespace": namespace},
+        "metadata": {"name": nccl_test_name(group.name), "namespace": namespace},
         "spec": {
             "slotsPerWorker": instance.gpus,
             "mainContainer": MPI_CONTAINER,
-            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0},
+            # Deployed suspended like the training presets: `python -m ops validate` runs it.
+            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0, "suspend": True},
             "mpiReplicaSpecs": {
                 "Launcher": {"replicas": 1, "restartPolicy": "Never", "template": {"spec": {
                     "securityContext": {"seccompProfile": dict(RUNTIME_DEFAULT_SECCOMP)},
@@ -126,13 +127,6 @@ def nccl_mpijob_manifest(group: Nodegroup, *, image: str, namespace: str) -> dic
         },
     }
     return body
-
-
-def nccl_groups(config: Environment) -> list[Nodegroup]:
-    """EFA groups with a bandwidth floor that can hold the two nodes the test spans."""
-    return [g for g in config.gpu_nodegroups
-            if g.instance_type.supports_efa and g.instance_type.nccl_busbw_floor_gbps is not None
-            and g.max_size >= NCCL_TEST_NODES]
 
 
 class ClusterValidationChart(ProjectChart):
@@ -188,6 +182,9 @@ class ClusterValidationChart(ProjectChart):
             side: {k: q(v) for k, v in values.items()}
             for side, values in container_resources(instance, cpu="500m", memory="512Mi").items()})
         runtime_default_seccomp(job)
+        # Applied suspended (cdk deploy, or kubectl from dist/): no pod waits for a GPU node that
+        # may never come; `python -m ops validate` creates it running when the group has a node.
+        cdk8s.ApiObject.of(job).add_json_patch(cdk8s.JsonPatch.add("/spec/suspend", True))
         job.scheduling.attract(kplus.Node.labeled(kplus.NodeLabelQuery.is_(NODEGROUP_LABEL, group.name)))
         tolerate_gpu_taint(job)
         return job

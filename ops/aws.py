@@ -83,6 +83,10 @@ class AwsClients:
     fsx: Any
     addons: Any
     autoscaling: Any = None  # the Auto Scaling groups behind managed node groups (ops capacity-block)
+    iam: Any = None  # admin roles and the caller's own role (preflight's access rows, ops whoami)
+    simulator: Any = None  # IAM's policy simulator, its own client: moto does not answer it
+    ssm: Any = None  # the CDK bootstrap version parameter
+    cloudformation: Any = None  # the CDKToolkit stack
 
 
 def session(region: str) -> boto3.Session:
@@ -100,15 +104,21 @@ def clients(region: str, boto_session: boto3.Session | None = None) -> AwsClient
 
     return AwsClients(sts=make("sts"), ec2=make("ec2"), reservations=make("ec2"),
                       quotas=make("service-quotas"), eks=make("eks"), fsx=make("fsx"), addons=make("eks"),
-                      autoscaling=make("autoscaling"))
+                      autoscaling=make("autoscaling"), iam=make("iam"), simulator=make("iam"), ssm=make("ssm"),
+                      cloudformation=make("cloudformation"))
+
+
+def caller_identity(sts: Any) -> dict:
+    """GetCallerIdentity's answer (Account, Arn, UserId); OpsError when there are no credentials."""
+    try:
+        return sts.get_caller_identity()
+    except NoCredentialsError:
+        raise OpsError(NO_CREDENTIALS) from None
 
 
 def caller_account(sts: Any) -> str:
     """The account the credentials belong to; OpsError when there are none."""
-    try:
-        return sts.get_caller_identity()["Account"]
-    except NoCredentialsError:
-        raise OpsError(NO_CREDENTIALS) from None
+    return caller_identity(sts)["Account"]
 
 
 def known_regions() -> list[str]:

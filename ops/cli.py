@@ -1,19 +1,24 @@
 """`python -m ops <command>`: argument parsing and the one place errors become one line.
 
-Exit codes: 0 done, 1 the command ran and found a problem (a preflight fail), 2 bad input or an
-unmet precondition (printed as one line on stderr, never a traceback).
+Exit codes, the same for every command:
+  0  done, and every check it made passed
+  1  the command ran and a check failed (a preflight fail, a limit OVER in plan, a validation
+     check, a local job that failed, cdk synth stopped by a check)
+  2  usage or configuration error, or an unmet precondition (no credentials or kubeconfig,
+     API server unreachable, a tool missing): one line on stderr, never a traceback
+Commands that print tables take `-o json` for one JSON document on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any, Sequence
 
 from config import ConfigError
 from config.kubernetes import TRAINING_NAMESPACE
 from ops.errors import OpsError
+from ops.output import add_output_flag, to_json
 
 EXIT_PROBLEM, EXIT_USAGE = 1, 2
 
@@ -42,12 +47,26 @@ def _override(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    if key.startswith("env."):  # environment variables stay strings
+        return key, value
     # Numbers stay numbers so node counts and restarts reach the renderer as ints.
     return key, int(value) if value.lstrip("-").isdigit() else value
 
 
+def _overrides(pairs: list[tuple[str, Any]]) -> dict | None:
+    """`--set` pairs as the renderer's overrides: env.NAME=VALUE pairs gather into `env`."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key.startswith("env."):
+            out.setdefault("env", {})[key[len("env."):]] = value
+        else:
+            out[key] = value
+    return out or None
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="ops", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="ops", description=__doc__.splitlines()[0],
+                     epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def with_env(p: argparse.ArgumentParser) -> None:
@@ -61,24 +80,44 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("preflight", help="check the account before a deploy")
     with_env(p)
+    add_output_flag(p)
     p = sub.add_parser("az-recommend", help="AZs (names and IDs) offering an instance type")
     p.add_argument("--instance-type", required=True)
     p.add_argument("--region", required=True)
+    add_output_flag(p)
     p = sub.add_parser("kubeconfig", help="write the cluster's kubeconfig entry (aws eks update-kubeconfig)")
     with_env(p)
     p.add_argument("--cluster-name", help="skip the lookup by CloudFormation stack tag")
     p.add_argument("--kubeconfig", help="file to update (default: KUBECONFIG or ~/.kube/config)")
-    p = sub.add_parser("submit", help="render a preset's PyTorchJob and create it")
+    p.add_argument("--role-arn", help="role kubectl assumes (default: none if you are an admin principal, "
+                                      "else the first of adminRoleArns)")
+    p = sub.add_parser("whoami", help="the caller's identity and which path to cluster admin applies")
     with_env(p)
-    p.add_argument("--preset", required=True)
-    p.add_argument("--image", required=True, help="trainer image URI")
-    p.add_argument("--name", help="job name (default: chosen by the chart code)")
+    from config.overrides import help_lines
+    from config.presets import PRESETS
+
+    p = sub.add_parser("submit", help="render a preset's PyTorchJob and create it as a new job",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="--set keys (checked against the environment when the job is rendered):\n"
+                              + "\n".join(help_lines()))
+    with_env(p)
+    p.add_argument("--preset", required=True, choices=PRESETS, metavar="PRESET",
+                   help=f"one of {', '.join(PRESETS)}")
+    p.add_argument("--image", help="trainer image URI (default: the image the environment's Registry stack "
+                                   "published for the preset, from its CloudFormation outputs)")
+    p.add_argument("--name", help="job name (default: PRESET-<6 random letters/digits>, a new job each time)")
     p.add_argument("--set", dest="overrides", action="append", type=_override, default=[],
-                   metavar="KEY=VALUE", help="override a preset field, repeatable")
+                   metavar="KEY=VALUE", help="override a preset field, repeatable (keys below)")
     p.add_argument("--dry-run", action="store_true", help="print the manifest, create nothing")
     with_kube(p)
+    for verb, what in (("start", "resume the deployed (suspended) PyTorchJob of a preset"),
+                       ("stop", "suspend a preset's PyTorchJob: its pods stop, the job stays")):
+        p = sub.add_parser(verb, help=what)
+        p.add_argument("preset", choices=PRESETS, metavar="PRESET", help=f"one of {', '.join(PRESETS)}")
+        with_kube(p)
     p = sub.add_parser("status", help="phase of one job, or of all jobs in the namespace")
     p.add_argument("name", nargs="?")
+    add_output_flag(p)
     with_kube(p)
     p = sub.add_parser("logs", help="worker 0's log (rank 0 logs the metrics)")
     p.add_argument("name")
@@ -87,11 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("delete", help="delete a job")
     p.add_argument("name")
     with_kube(p)
-    p = sub.add_parser("plan", help="scale plan on paper: addresses, checkpoint time, cost, limits")
+    p = sub.add_parser("plan", help="scale plan on paper: addresses, checkpoint time, cost, limits (exit 1 if OVER)")
     with_env(p)
     p.add_argument("--nodes", type=_positive_int, help="node count to plan for (default: maxSize)")
-    p.add_argument("--preset", help="job preset (default: the first preset on a GPU group)")
+    p.add_argument("--preset", choices=PRESETS, metavar="PRESET",
+                   help="job preset (default: the first preset on a GPU group)")
     p.add_argument("--vcpu-quota", type=_positive_int, help="On-Demand vCPU quota to plan against")
+    add_output_flag(p)
     p = sub.add_parser("capacity-block", help="bring capacity-block groups up at the block's start, or to 0 "
                                               "before an update")
     p.add_argument("action", choices=["schedule", "scale-to-zero"])
@@ -100,7 +141,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster-name", help="skip the lookup by CloudFormation stack tag")
     p.add_argument("--if-any", action="store_true",
                    help="do nothing when the environment has no capacity-block groups (make deploy uses it)")
+    p = sub.add_parser("doctor", help="check a live cluster: nodes, devices, add-ons, storage, node health, NCCL")
+    with_env(p)
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG or ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context (default: current-context)")
+    add_output_flag(p)
+    from ops import model  # `ops model token|download|status|logs`: Hugging Face models onto FSx
+
+    model.add_parser(sub, with_env, with_kube)
+    _add_module_commands(sub)
     return parser
+
+
+def _add_module_commands(sub: Any) -> None:
+    """Commands whose parser and logic live in their own module (ops/local.py, ...)."""
+    from ops import local, synth_summary, validate
+
+    p = sub.add_parser("local", help="run a CPU job preset on this machine under torchrun and a real etcd")
+    local.add_arguments(p)
+    p = sub.add_parser("validate", help="post-deploy GPU checks and NCCL tests through kubectl (the pipeline's runner)")
+    validate.add_arguments(p)
+    p = sub.add_parser("synth-summary", help="offline cdk synth, then what a deploy would create")
+    synth_summary.add_arguments(p)
+    add_output_flag(p)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -132,7 +195,11 @@ def _preflight(args: argparse.Namespace) -> int:
     from ops import aws, preflight
 
     env = _env(args)
-    rows = preflight.run(env, aws.clients(env.region))
+    rows = preflight.run_for_deploy(env, aws.clients(env.region))
+    if args.output == "json":
+        print(to_json({"environment": env.name, "account": env.account, "region": env.region,
+                       "checks": rows, "failed": preflight.failed(rows)}))
+        return EXIT_PROBLEM if preflight.failed(rows) else 0
     print(f"preflight {env.name}: account {env.account}, {env.region}, training AZ {env.training_availability_zone}")
     print(preflight.render(rows))
     return EXIT_PROBLEM if preflight.failed(rows) else 0
@@ -144,36 +211,63 @@ def _az_recommend(args: argparse.Namespace) -> int:
     aws.check_region(args.region)
     clients = aws.clients(args.region)
     aws.caller_account(clients.sts)  # no credentials: one clear line before any other call
-    print(az.render(az.recommend(clients, args.instance_type, args.region)))
+    recommendation = az.recommend(clients, args.instance_type, args.region)
+    print(to_json(recommendation) if args.output == "json" else az.render(recommendation))
     return 0
 
 
 def _kubeconfig(args: argparse.Namespace) -> int:
-    from ops import aws, kubeconfig
+    from ops import access, aws, kubeconfig
 
     env = _env(args)
     clients = aws.clients(env.region)
-    aws.caller_account(clients.sts)
+    who = access.caller(clients)  # no credentials: one line before any other call
     cluster = kubeconfig.find_cluster(clients.eks, env, args.cluster_name)
-    path = Path(args.kubeconfig) if args.kubeconfig else kubeconfig.default_path()
-    context = kubeconfig.write(path, cluster, env.region)
-    print(f"updated {path}: context {context} (cluster {cluster['name']}) is current")
+    command = access.kubeconfig_command(env, who, role_arn=args.role_arn)
+    command[command.index("--name") + 1] = cluster["name"]
+    print(f"$ {' '.join(command)}")
+    print(kubeconfig.update(command, args.kubeconfig))
     return 0
+
+
+def _whoami(args: argparse.Namespace) -> int:
+    from ops import access, aws
+
+    env = _env(args)
+    report, ok = access.whoami(env, aws.clients(env.region))
+    print(report)
+    return 0 if ok else EXIT_PROBLEM
 
 
 def _submit(args: argparse.Namespace) -> int:
     from ops import kube
 
     env = _env(args)
-    manifest = kube.render(env, args.preset, image=args.image, job_name=args.name,
-                           overrides=dict(args.overrides) or None)
+    image = args.image
+    if not image:
+        from config.presets import get_preset
+        from ops import aws, images
+
+        kube.render(env, args.preset, image="-", job_name=args.name, overrides=_overrides(args.overrides))
+        cloudformation = aws.session(env.region).client("cloudformation", config=aws.CLIENT_CONFIG)
+        image = images.trainer_image(cloudformation, env, get_preset(args.preset).image_variant)
+    manifest = kube.render(env, args.preset, image=image, job_name=args.name or kube.unique_name(args.preset),
+                           overrides=_overrides(args.overrides))
     if args.dry_run:
         import yaml
 
         print(yaml.safe_dump(manifest, sort_keys=False), end="")
         return 0
     client = kube.training_client(args.kubeconfig, args.context, args.namespace)
-    print(f"created PyTorchJob {kube.submit(client, manifest)}")
+    print(f"created PyTorchJob {kube.submit(client, manifest)} (image {image})")
+    return 0
+
+
+def _start_stop(args: argparse.Namespace) -> int:
+    from ops import kube
+
+    client = kube.training_client(args.kubeconfig, args.context, args.namespace)
+    print(kube.set_suspended(client, args.preset, suspend=args.command == "stop", namespace=args.namespace))
     return 0
 
 
@@ -181,7 +275,8 @@ def _status(args: argparse.Namespace) -> int:
     from ops import kube
 
     client = kube.training_client(args.kubeconfig, args.context, args.namespace)
-    print(kube.render_status(kube.status(client, args.name, args.namespace)))
+    rows = kube.status(client, args.name, args.namespace)
+    print(to_json(rows) if args.output == "json" else kube.render_status(rows))
     return 0
 
 
@@ -206,8 +301,9 @@ def _plan(args: argparse.Namespace) -> int:
     from ops import plan
 
     env = _env(args)
-    print(plan.render(plan.build(env, args.preset, args.nodes, args.vcpu_quota)))
-    return 0
+    result = plan.build(env, args.preset, args.nodes, args.vcpu_quota)
+    print(to_json(plan.as_data(result)) if args.output == "json" else plan.render(result))
+    return EXIT_PROBLEM if result.exceeded else 0
 
 
 def _capacity_block(args: argparse.Namespace) -> int:
@@ -230,6 +326,35 @@ def _capacity_block(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) else EXIT_PROBLEM
 
 
-_COMMANDS = {"preflight": _preflight, "az-recommend": _az_recommend, "kubeconfig": _kubeconfig,
-             "submit": _submit, "status": _status, "logs": _logs, "delete": _delete, "plan": _plan,
-             "capacity-block": _capacity_block}
+def _doctor(args: argparse.Namespace) -> int:
+    from ops import doctor, kube, preflight
+
+    env = _env(args)
+    rows = doctor.run(env, kube.api_client(args.kubeconfig, args.context))
+    if args.output == "json":
+        print(to_json({"env": env.name, "failed": preflight.failed(rows), "checks": doctor.as_json(rows)}))
+    else:
+        print(f"doctor {env.name}: cluster {env.cluster_name}")
+        print(preflight.render(rows))
+    return EXIT_PROBLEM if preflight.failed(rows) else 0
+
+
+def _model(args: argparse.Namespace) -> int:
+    from ops import model
+
+    return model.run(args, lambda: _env(args))
+
+
+def _module_command(module: str) -> Any:
+    def handler(args: argparse.Namespace) -> int:
+        import importlib
+
+        return importlib.import_module(f"ops.{module}").run(args)
+    return handler
+
+
+_COMMANDS = {"local": _module_command("local"), "validate": _module_command("validate"),
+             "synth-summary": _module_command("synth_summary"), "preflight": _preflight, "az-recommend": _az_recommend, "kubeconfig": _kubeconfig,
+             "whoami": _whoami,
+             "submit": _submit, "start": _start_stop, "stop": _start_stop, "status": _status, "logs": _logs, "delete": _delete, "plan": _plan,
+             "capacity-block": _capacity_block, "doctor": _doctor, "model": _model}

@@ -7,11 +7,15 @@ this module only turns it into the SDK's model and calls TrainingClient.
 from __future__ import annotations
 
 import json
+import logging
+import secrets
+import string
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from config.kubernetes import TRAINING_NAMESPACE
 from ops.errors import OpsError
+from trainer.nccl_net import CHECK_FAILED, CHECK_PASSED
 
 PYTORCHJOB_MODEL = "KubeflowOrgV1PyTorchJob"
 # Condition types the operator sets on a job.
@@ -21,13 +25,139 @@ _PHASES = ("Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed
 def training_client(kubeconfig: str | None = None, context: str | None = None,
                     namespace: str = TRAINING_NAMESPACE) -> Any:
     from kubeflow.training import TrainingClient
+
+    client = _from_kubeconfig(lambda: TrainingClient(config_file=kubeconfig, context=context, namespace=namespace))
+    return guard(client)
+
+
+def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
+    """A plain kubernetes ApiClient (for the core and apps APIs), with the same one-line errors."""
+    from kubernetes.config import new_client_from_config
+
+    return guard(_from_kubeconfig(lambda: new_client_from_config(config_file=kubeconfig, context=context)))
+
+
+def _from_kubeconfig(make: Callable[[], Any]) -> Any:
     from kubernetes.config.config_exception import ConfigException
 
+    # The kubernetes client logs a failed credential command (`aws eks get-token`) through the root
+    # logger and carries on without a token; that call would also turn on logging for every
+    # library (urllib3's retry warnings). Catch the record and say what it means instead.
+    records = _Records()
+    logging.getLogger().addHandler(records)
     try:
-        return TrainingClient(config_file=kubeconfig, context=context, namespace=namespace)
+        client = make()
     except (ConfigException, FileNotFoundError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise OpsError(f"no usable kubeconfig ({first}); run `python -m ops kubeconfig --env NAME` first") from None
+    finally:
+        logging.getLogger().removeHandler(records)
+    failed = [m for m in records.messages if m.startswith("exec:")]
+    if failed:
+        raise OpsError(f"the kubeconfig's credential command failed ({' '.join(failed[0].split())[:200]}): "
+                       "the AWS credentials have expired or are missing; refresh them (`aws sso login`, or new "
+                       "keys) and retry")
+    return client
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+# Seconds to wait for a TCP connection to the API server: an endpoint that admits nobody from
+# here (publicCidrs, a private endpoint) drops packets, and the client's default waits forever.
+CONNECT_TIMEOUT_S = 10
+
+
+def guard(client: Any) -> Any:
+    """Put `_Reach` under the HTTP of a TrainingClient or a kubernetes ApiClient, so an unreachable or
+    refusing API server is one line naming the endpoint and the likely cause. Every API object of a
+    TrainingClient shares one ApiClient."""
+    api_client = client.custom_api.api_client if hasattr(client, "custom_api") else client
+    rest = api_client.rest_client
+    if not isinstance(rest.pool_manager, _Reach):
+        rest.pool_manager = _Reach(rest.pool_manager, api_client.configuration.host)
+    return client
+
+
+class _Reach:
+    """Stands between the kubernetes REST client and its urllib3 pool manager."""
+
+    def __init__(self, pool_manager: Any, endpoint: str):
+        self.pool_manager, self.endpoint = pool_manager, endpoint
+
+    def request(self, method: str, url: str, **kwargs: Any) -> Any:
+        import urllib3
+
+        if kwargs.get("timeout") is None:  # read stays unbounded: `logs -f` streams
+            kwargs["timeout"] = urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=None)
+        try:
+            response = self.pool_manager.request(method, url, **kwargs)
+        except urllib3.exceptions.HTTPError as err:
+            raise OpsError(unreachable(self.endpoint, err)) from None
+        if response.status in (401, 403):
+            raise OpsError(refused(self.endpoint, response.status, method, url))
+        return response
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.pool_manager, name)
+
+
+_REACH_HINT = ("if the endpoint is public, this machine's IP must be in endpointAccess.publicCidrs; "
+               "if it is private, connect from inside the VPC (VPN, bastion) or use the validation runner")
+
+
+def unreachable(endpoint: str, err: Exception) -> str:
+    """One line for a transport failure: which endpoint, what happened, the likely cause."""
+    import urllib3
+
+    reason = getattr(err, "reason", None) or err
+    text = str(reason).lower()
+    if isinstance(reason, urllib3.exceptions.NameResolutionError) or "name or service not known" in text \
+            or "nodename nor servname" in text or "failed to resolve" in text:
+        return (f"cannot resolve the Kubernetes API endpoint {endpoint}: a private endpoint's name resolves "
+                "only inside the VPC; otherwise the cluster is gone or the kubeconfig is stale "
+                "(`python -m ops kubeconfig --env NAME`)")
+    if isinstance(reason, urllib3.exceptions.SSLError) or "certificate" in text:
+        return (f"TLS with the Kubernetes API endpoint {endpoint} failed ({type(reason).__name__}): the kubeconfig's "
+                "certificate authority is not this cluster's; rerun `python -m ops kubeconfig --env NAME`")
+    # Before the timeout test: urllib3's NewConnectionError subclasses ConnectTimeoutError.
+    if "refused" in text:
+        what = "connection refused"
+    elif isinstance(reason, (urllib3.exceptions.ConnectTimeoutError, TimeoutError)) or "timed out" in text:
+        what = f"no answer within {CONNECT_TIMEOUT_S} s"
+    else:
+        what = " ".join(str(reason).split())[:120]
+    return f"cannot reach the Kubernetes API endpoint {endpoint} ({what}): {_REACH_HINT}"
+
+
+def refused(endpoint: str, status: int, method: str, url: str) -> str:
+    from urllib.parse import urlsplit
+
+    path = urlsplit(url).path
+    if status == 401:
+        return (f"the Kubernetes API endpoint {endpoint} rejected the credentials (HTTP 401 on {method} {path}): "
+                "the AWS credentials behind the kubeconfig token have expired or are missing; refresh them "
+                "(`aws sso login`, or new keys) and retry")
+    return (f"the Kubernetes API endpoint {endpoint} denied {method} {path} (HTTP 403): this identity has no "
+            "access entry with that right; use a role from adminRoleArns or ask for an access entry")
+
+
+def api_error_line(err: Any) -> str:
+    """An ApiException as `HTTP <status> <the server's message>` on one line."""
+    import json
+
+    message = err.reason or ""
+    try:
+        message = json.loads(err.body).get("message", message) if err.body else message
+    except (ValueError, AttributeError):
+        pass
+    return f"HTTP {err.status} {' '.join(str(message).split())}"
 
 
 def to_model(manifest: dict) -> Any:
@@ -63,8 +193,44 @@ def submit(client: Any, manifest: dict) -> str:
     job = to_model(manifest)
     _check_lossless(manifest, job)
     namespace = job.metadata.namespace or client.namespace
-    _call(lambda: client.create_job(job=job, namespace=namespace))
+    _call(lambda: client.create_job(job=job, namespace=namespace),
+          {409: "`ops start PRESET` resumes a deployed job; `ops submit` without --name picks a new name"})
     return f"{namespace}/{job.metadata.name}"
+
+
+# Pods are <job>-worker-<index>, so k8s.jobs keeps job names to 48 characters; the suffix of a
+# generated name takes 7 of them.
+MAX_JOB_NAME = 48
+_SUFFIX_LENGTH = 6
+
+
+def unique_name(preset: str) -> str:
+    """`<preset>-<6 random lowercase letters or digits>`: a new DNS label per submit, so it never
+    collides with the deployed job of the preset (named after it) or an earlier submit."""
+    alphabet = string.ascii_lowercase + string.digits
+    suffix = "".join(secrets.choice(alphabet) for _ in range(_SUFFIX_LENGTH))
+    stem = preset[:MAX_JOB_NAME - _SUFFIX_LENGTH - 1].rstrip("-")
+    return f"{stem}-{suffix}"
+
+
+def set_suspended(client: Any, name: str, suspend: bool, namespace: str | None = None) -> str:
+    """Resume (`ops start`) or suspend (`ops stop`) a PyTorchJob through runPolicy.suspend, the
+    field the deployed presets are created with. A merge patch of that one field: the chart's
+    spec stays as deployed. Returns what happened, in words."""
+    namespace = namespace or client.namespace
+    job = _call(lambda: client.get_job(name, namespace=namespace),
+                {404: f"`python -m ops status` lists the jobs in {namespace}"})
+    phase, _ = phase_of(job)
+    if phase in ("Succeeded", "Failed"):
+        raise OpsError(f"PyTorchJob {namespace}/{name} has finished ({phase}); a finished job does not run "
+                       f"again: `python -m ops submit --preset PRESET` starts a new one")
+    run_policy = job.spec.run_policy if job.spec else None
+    suspended = bool(run_policy and run_policy.suspend)
+    if suspended == suspend:
+        return f"PyTorchJob {namespace}/{name} is already {'suspended' if suspend else 'started'} ({phase})"
+    patch = {"spec": {"runPolicy": {"suspend": suspend}}}
+    _call(lambda: client.update_job(patch, name, namespace=namespace))
+    return f"PyTorchJob {namespace}/{name} {'suspended: its pods stop' if suspend else 'resumed: its pods start'}"
 
 
 @dataclass(frozen=True)
@@ -120,21 +286,33 @@ def logs(client: Any, name: str, namespace: str | None = None, follow: bool = Fa
     found, _ = _call(lambda: client.get_job_logs(name, namespace=namespace, is_master=False, follow=follow,
                                                  **leader))
     if not follow:
-        for pod, text in found.items():
-            for line in text.splitlines():
-                echo(f"[{pod}] {line}")
+        lines = [f"[{pod}] {line}" for pod, text in found.items() for line in text.splitlines()]
+        # The trainer's EFA verdict (trainer/nccl_net.py) comes first: it explains whatever follows.
+        for line in lines:
+            if CHECK_FAILED in line or CHECK_PASSED in line:
+                echo(f"==> {line}")
+        for line in lines:
+            echo(line)
 
 
 def delete(client: Any, name: str, namespace: str | None = None) -> None:
     _call(lambda: client.delete_job(name, namespace=namespace))
 
 
-def _call(fn: Callable[[], Any]) -> Any:
-    """SDK failures arrive as RuntimeError wrapping the API error's multi-line text; keep one line."""
+def _call(fn: Callable[[], Any], hints: dict[int, str] | None = None) -> Any:
+    """SDK failures arrive as RuntimeError wrapping the API error's multi-line text; keep one line.
+    `_Reach`'s OpsError (unreachable, 401/403) is wrapped by the SDK too: it wins. `hints` adds
+    what to do for an HTTP status."""
     try:
         return fn()
     except (RuntimeError, TimeoutError) as err:
-        raise OpsError(_one_line(err)) from None
+        inner = err
+        while inner is not None and not isinstance(inner, OpsError):
+            inner = inner.__cause__ or inner.__context__
+        if inner is not None:
+            raise OpsError(str(inner)) from None
+        hint = (hints or {}).get(getattr(err.__cause__, "status", None))
+        raise OpsError(_one_line(err) + (f"; {hint}" if hint else "")) from None
 
 
 def _one_line(err: Exception) -> str:

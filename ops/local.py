@@ -1,4 +1,4 @@
-"""Run a job preset on this machine the way the cluster runs it: `python -m ops.local --job cpu-ddp`.
+"""Run a job preset on this machine the way the cluster runs it: `python -m ops local --job cpu-ddp`.
 
 A real etcd (v2 API, as the in-cluster etcd Service speaks it) starts on loopback with a
 throw-away data folder, torchrun joins it with the etcd-v2 rendezvous, and the workload gets
@@ -27,15 +27,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from config.errors import ConfigError
-from config.presets import PRESETS, JobPreset, get_preset
+from config.presets import PRESETS, JobPreset
+from ops.errors import OpsError
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CHECKPOINT_ROOT = ".local/checkpoints"
 
 
-class LocalRunError(Exception):
-    pass
+class LocalRunError(OpsError):
+    """A local run that cannot start (no etcd, a GPU preset, a failed before-step): exit 2."""
 
 
 def _free_port() -> int:
@@ -170,25 +170,40 @@ def format_summary(preset: JobPreset, summary: dict | None, etcd: Etcd, wall_s: 
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ops.local", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--job", default="cpu-ddp", help=f"job preset: {', '.join(PRESETS)}")
-    p.add_argument("--checkpoint-root", default=DEFAULT_CHECKPOINT_ROOT, help="local stand-in for /fsx/checkpoints")
+def local_preset(name: str) -> JobPreset:
+    """The preset `--job` names, if it runs on this machine; LocalRunError listing those that do."""
+    allowed = ", ".join(n for n, q in PRESETS.items() if q.image_variant == "cpu")
+    if name not in PRESETS:
+        raise LocalRunError(f"--job: unknown job {name!r}; local jobs are {allowed}")
+    preset = PRESETS[name]
+    if preset.image_variant != "cpu":
+        raise LocalRunError(f"--job: {preset.name} needs GPU nodes; local runs take the CPU presets ({allowed})")
+    return preset
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--job", default="cpu-ddp", help=f"job preset (default cpu-ddp): {', '.join(PRESETS)}")
+    p.add_argument("--checkpoint-root", default=DEFAULT_CHECKPOINT_ROOT,
+                   help=f"local stand-in for /fsx/checkpoints (default {DEFAULT_CHECKPOINT_ROOT})")
     p.add_argument("--resume", action="store_true", help="keep earlier checkpoints of this job and resume from them")
     p.add_argument("--etcd", default=None, help="etcd binary (default: etcd on PATH)")
-    args = p.parse_args(argv)
+    p.add_argument("--check", action="store_true",
+                   help="only check --job and exit (make local runs it before the synth)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """0 when the job succeeded, 1 when it ran and failed; a run that cannot start raises
+    ConfigError or LocalRunError (the CLI prints one line and exits 2)."""
+    preset = local_preset(args.job)
+    if args.check:
+        return 0
+    binary = find_etcd(args.etcd)
+    root = str((REPO / args.checkpoint_root).resolve()) if not Path(args.checkpoint_root).is_absolute() \
+        else args.checkpoint_root
+    job_dir = Path(preset.job_dir(root))
+    if not args.resume and job_dir.exists():
+        shutil.rmtree(job_dir)  # a fresh run each time; --resume keeps what was there
     try:
-        preset = get_preset(args.job, "--job")
-        if preset.image_variant != "cpu":
-            raise LocalRunError(f"--job: {preset.name} needs GPU nodes; local runs take the CPU presets "
-                                f"({', '.join(n for n, q in PRESETS.items() if q.image_variant == 'cpu')})")
-        binary = find_etcd(args.etcd)
-        root = str((REPO / args.checkpoint_root).resolve()) if not Path(args.checkpoint_root).is_absolute() \
-            else args.checkpoint_root
-        job_dir = Path(preset.job_dir(root))
-        if not args.resume and job_dir.exists():
-            shutil.rmtree(job_dir)  # a fresh run each time; --resume keeps what was there
         run_local_steps(preset.local.before, job_dir)
         with etcd_server(binary) as etcd:
             print(f"etcd ready at {etcd.endpoint} in {etcd.startup_s:.2f} s", flush=True)
@@ -197,13 +212,6 @@ def main(argv=None) -> int:
         if rc == 0:
             run_local_steps(preset.local.after, job_dir)
         return 0 if rc == 0 else 1
-    except (ConfigError, LocalRunError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("interrupted; etcd stopped", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -14,7 +14,7 @@ from config import ConfigError, Environment, Nodegroup
 from config.memory import GIB, HEADROOM, estimate_memory
 from config.models import MODELS, ModelConfig
 from config.presets import PRESETS, JobPreset, LlmWorkload, get_preset
-from ops import prices
+from ops import cost, prices
 from ops.errors import OpsError
 
 # Checkpoint bytes per parameter: bf16 weights (2) + fp32 master weights (4) + fp32 Adam first
@@ -44,6 +44,14 @@ class Plan:
     nodes: int
     sections: list[tuple[str, list[str]]] = field(default_factory=list)
     limits: list[Limit] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # what does not fit, besides the limits
+
+    @property
+    def exceeded(self) -> list[str]:
+        """Everything the plan is OVER: `ops plan` exits 1 when this is not empty."""
+        over = [f"{lim.name} (at most {lim.max_nodes} nodes)" for lim in self.limits
+                if lim.max_nodes is not None and self.nodes > lim.max_nodes]
+        return self.problems + over
 
     @property
     def binding(self) -> Limit | None:
@@ -112,6 +120,8 @@ def _addresses(plan: Plan) -> None:
     others, others_text = _others_ips(env, group)
     need = others + plan.nodes * per_node
     capacity = env.private_subnet_capacity
+    if need > capacity:
+        plan.problems.append(f"training subnet addresses ({need} of {capacity})")
     # The primary interface is ENA; every EFA device is an EFA-only interface, which has no address.
     efa = f"; its {it.efa_interfaces} EFA-only interfaces take none" if it.efa_interfaces else ""
     plan.sections.append((
@@ -157,6 +167,8 @@ def _memory(plan: Plan) -> None:
     w = preset.workload
     device = f"{it.gpu_model} {it.gpu_memory_gib} GiB" if it.is_gpu else f"{it.memory_gib} GiB / {ranks_per_node(preset, group)} ranks"
     margin = usable - estimate.total
+    if margin < 0:
+        plan.problems.append(f"memory per rank ({-margin / GIB:.1f} GiB short on {nodes} nodes)")
     verdict = (f"fits {preset.name}'s node group {group.name}: {margin / GIB:.1f} GiB to spare" if margin >= 0 else
                f"does NOT fit node group {group.name}: {-margin / GIB:.1f} GiB short")
     plan.sections.append((
@@ -228,6 +240,9 @@ def _cost(plan: Plan) -> None:
     known = sum(v for _, v in items if v is not None)
     partial = any(v is None for _, v in items)
     lines.append(f"{'total per hour' + (' (partial)' if partial else ''):<{width}}  ${known:>10,.2f}")
+    idle = cost.idle(env)
+    lines.append(f"idle (no job, groups at minSize): ${idle.hourly:,.2f}/hour, ${idle.monthly:,.2f}/month"
+                 + (" (partial)" if idle.partial else ""))
     note = "" if env.region == prices.PRICES_REGION else f", {env.region} priced at {prices.PRICES_REGION} rates"
     plan.sections.append((f"Hourly cost: On-Demand list prices of {prices.PRICES_AS_OF}{note}", lines))
 
@@ -288,4 +303,17 @@ def render(plan: Plan) -> str:
         out.append(f"  => at most {binding.max_nodes} nodes: {binding.name} binds first"
                    + ("" if all(lim.max_nodes is not None for lim in plan.limits)
                       else " among the limits known offline"))
+    if plan.exceeded:
+        out += ["", f"OVER: {'; '.join(plan.exceeded)}"]
     return "\n".join(out)
+
+
+def as_data(plan: Plan) -> dict:
+    """`ops plan -o json`: the same plan as one JSON object."""
+    g = plan.group
+    return {"environment": plan.env.name, "preset": plan.preset.name, "nodegroup": g.name,
+            "instance_type": g.instance_type_name, "max_size": g.max_size, "nodes": plan.nodes,
+            "sections": [{"title": head, "lines": lines} for head, lines in plan.sections],
+            "limits": [{"name": lim.name, "max_nodes": lim.max_nodes, "detail": lim.detail,
+                        "exceeded": lim.max_nodes is not None and plan.nodes > lim.max_nodes} for lim in plan.limits],
+            "binding": plan.binding.name if plan.binding else None, "exceeded": plan.exceeded}

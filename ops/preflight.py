@@ -57,12 +57,32 @@ def run(env: Environment, aws: AwsClients, now: datetime | None = None) -> list[
         ("FSx quota", lambda: _fsx_quota(env, aws)),
         ("VPC and EIP quotas", lambda: _network_quotas(env, aws)),
     ]
+    return rows + guarded(steps)
+
+
+def guarded(steps: list[tuple[str, Callable[[], Iterable[Check]]]]) -> list[Check]:
+    """Each step's rows; a step the API will not answer is one warn row naming why."""
+    rows: list[Check] = []
     for name, step in steps:
         try:
             rows.extend(step())
         except api_failure_types() as err:
             rows.append(Check(name, WARN, f"could not check: {explain(err)}"))
     return rows
+
+
+def run_for_deploy(env: Environment, aws: AwsClients, *, checkip_url: str | None = None, path: str | None = None,
+                   now: datetime | None = None) -> list[Check]:
+    """What `make deploy` runs: the account checks above, then who can reach and administer the
+    cluster (ops/access.py), then the bootstrap and this machine's tools (ops/machine.py)."""
+    from ops import access, machine
+
+    rows = run(env, aws, now)
+    account = caller_account(aws.sts)
+    return rows + guarded([
+        ("cluster access", lambda: access.checks(env, aws, checkip_url)),
+        ("CDK bootstrap", lambda: [machine.bootstrap_row(env, aws, account)]),
+    ]) + machine.tool_rows(path)
 
 
 def failed(rows: list[Check]) -> bool:

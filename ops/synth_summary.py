@@ -1,4 +1,4 @@
-"""`python -m ops.synth_summary --env dev`: synthesize offline and print what a deploy would create.
+"""`python -m ops synth-summary --env dev`: synthesize offline and print what a deploy would create.
 
 What a user checks before paying: the stacks and their resource counts, each node group (instance
 type, zone, sizes, EFA interfaces, capacity), FSx (capacity, throughput, zone), and the addresses
@@ -14,13 +14,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
 
-from config import ConfigError, Environment
+from config import Environment
 from config.eks_versions import BY_VERSION as EKS_VERSIONS
 from config.kubernetes import NODEGROUP_LABEL
-from ops import envconfig
+from ops import cost, envconfig
 from ops.errors import OpsError
+from ops.output import records, to_json
 from ops.prices import EKS_CLUSTER_HOURLY_USD, EKS_EXTENDED_SUPPORT_CLUSTER_HOURLY_USD
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -134,60 +134,88 @@ def _support_line(asm: Assembly) -> str:
                    f"{row.end_of_extended_support}")
 
 
-def _ip_lines(config: Environment) -> list[str]:
-    needed, available = config.training_subnet_ips_at_max(), config.private_subnet_capacity
+IP_HEADERS = ["group", "max nodes", "IPs/node", "IPs"]
+STACK_HEADERS = ["stack", "resources", "template KB"]
+NODEGROUP_HEADERS = ["name", "instance", "zones", "min", "max", "desired", "EFA", "capacity"]
+
+
+def _ip_rows(config: Environment) -> list[list]:
     system = config.system_nodegroup
     rows = [["system (if all in this zone)", system.max_size, system.instance_type.ips_per_node,
              system.max_size * system.instance_type.ips_per_node]]
     rows += [[g.name, g.max_size, g.instance_type.ips_per_node, g.max_size * g.instance_type.ips_per_node]
              for g in config.training_nodegroups]
-    return [
-        f"IP addresses in the training subnet ({config.training_availability_zone}, /{config.private_subnet_mask}): "
-        f"{needed} needed at maxSize of {available} usable ({100 * needed / available:.0f}%)",
-        *_table(["group", "max nodes", "IPs/node", "IPs"], rows),
-    ]
+    return rows
+
+
+def summary_data(config: Environment, outdir: Path) -> dict:
+    """What the summary shows, as data: `synth-summary -o json` prints it, `summarize` renders it."""
+    asm = Assembly(outdir, config.name)
+    needed, available = config.training_subnet_ips_at_max(), config.private_subnet_capacity
+    return {
+        "environment": {"name": config.name, "account": config.account, "region": config.region,
+                        "kubernetes_version": config.kubernetes_version, "removal_policy": config.removal_policy},
+        "outdir": str(outdir),
+        "support": _support_line(asm),
+        "stacks": records(STACK_HEADERS, [[f"{config.name}/{name}", len(t.get("Resources", {})),
+                                           round(asm.sizes[name] / 1024, 1)] for name, t in asm.templates.items()]),
+        "nodegroups": records(NODEGROUP_HEADERS, _nodegroup_rows(asm)),
+        "fsx": [line.strip() for line in _fsx_lines(asm)],
+        "training_subnet": {"availability_zone": config.training_availability_zone,
+                            "mask": config.private_subnet_mask, "ips_needed_at_max": needed,
+                            "ips_usable": available, "groups": records(IP_HEADERS, _ip_rows(config))},
+        "cost": {"prices": cost.price_note(config),
+                 "scenarios": [{"name": sc.name, "hourly_usd": round(sc.hourly, 2),
+                                "monthly_usd": round(sc.monthly, 2), "partial": sc.partial,
+                                "items": [{"item": i.label, "hourly_usd": i.hourly} for i in sc.items]}
+                               for sc in cost.scenarios(config)]},
+    }
+
+
+def _rows(items: list[dict]) -> list[list]:
+    return [list(item.values()) for item in items]
 
 
 def summarize(config: Environment, outdir: Path) -> str:
-    asm = Assembly(outdir, config.name)
-    lines = [f"Environment {config.name}: account {config.account}, region {config.region}, "
-             f"Kubernetes {config.kubernetes_version}, removalPolicy {config.removal_policy}",
-             f"Synthesized offline into {outdir}", _support_line(asm), "", "Stacks"]
-    lines += _table(["stack", "resources", "template KB"],
-                    [[f"{config.name}/{name}", len(t.get("Resources", {})), f"{asm.sizes[name] / 1024:.1f}"]
-                     for name, t in asm.templates.items()])
-    lines += ["", "Node groups"]
-    lines += _table(["name", "instance", "zones", "min", "max", "desired", "EFA", "capacity"], _nodegroup_rows(asm))
-    lines += ["", "FSx for Lustre", *_fsx_lines(asm), "", *_ip_lines(config)]
+    data = summary_data(config, outdir)
+    env, subnet = data["environment"], data["training_subnet"]
+    lines = [f"Environment {env['name']}: account {env['account']}, region {env['region']}, "
+             f"Kubernetes {env['kubernetes_version']}, removalPolicy {env['removal_policy']}",
+             f"Synthesized offline into {outdir}", data["support"], "", "Stacks"]
+    lines += _table(STACK_HEADERS, [[s, r, f"{kb:.1f}"] for s, r, kb in _rows(data["stacks"])])
+    lines += ["", "Node groups", *_table(NODEGROUP_HEADERS, _rows(data["nodegroups"]))]
+    lines += ["", "FSx for Lustre", *(f"  {line}" for line in data["fsx"]), ""]
+    needed, available = subnet["ips_needed_at_max"], subnet["ips_usable"]
+    lines += [f"IP addresses in the training subnet ({subnet['availability_zone']}, /{subnet['mask']}): "
+              f"{needed} needed at maxSize of {available} usable ({100 * needed / available:.0f}%)",
+              *_table(IP_HEADERS, _rows(subnet["groups"])), "", *cost.render(config)]
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ops.synth_summary", description=__doc__.splitlines()[0])
+def cdk_synth(env_name: str, outdir: Path) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(synth_command(env_name, outdir), cwd=REPO_ROOT, env={**os.environ, **JSII_QUIET},
+                              capture_output=True, text=True)
+    except FileNotFoundError:
+        raise OpsError(f"{CDK.relative_to(REPO_ROOT)} not found; run `make install` first") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", default="dev", help="environment name from cdk.json (default dev)")
     parser.add_argument("--outdir", type=Path, default=REPO_ROOT / "cdk.out", help="cloud assembly directory")
-    args = parser.parse_args(argv)
-    try:
-        config = envconfig.load(args.env)
-    except ConfigError as err:
-        print(err.line(), file=sys.stderr)
-        return 2
-    except OpsError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    try:
-        result = run(synth_command(args.env, args.outdir), cwd=REPO_ROOT, env={**os.environ, **JSII_QUIET},
-                     capture_output=True, text=True)
-    except FileNotFoundError:
-        print(f"error: {CDK.relative_to(REPO_ROOT)} not found; run `make install` first", file=sys.stderr)
-        return 1
+
+
+def run(args: argparse.Namespace) -> int:
+    """0 with the summary; 1 when `cdk synth` fails (its checks, cdk-nag among them, stop it).
+    A bad environment is a ConfigError before any synth (the CLI prints one line, exit 2)."""
+    config = envconfig.load(args.env)
+    result = cdk_synth(args.env, args.outdir)
     if result.returncode != 0:
         print(f"error: cdk synth failed (exit {result.returncode}):", file=sys.stderr)
         print(result.stderr.strip()[-4000:], file=sys.stderr)
         return 1
-    print(summarize(config, args.outdir))
+    if getattr(args, "output", "table") == "json":
+        print(to_json(summary_data(config, args.outdir)))
+    else:
+        print(summarize(config, args.outdir))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

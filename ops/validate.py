@@ -1,11 +1,12 @@
 """Post-deploy validation, run by the pipeline after each stage (and by hand after a deploy).
 
-    python -m ops.validate --dist dist/<env> [--timeout 1800]
+    python -m ops validate --dist dist/<env> [--timeout 1800]
 
 Reads the cluster-validation objects the k8s layer wrote to dist/, counts Ready nodes per node
 group with kubectl, then (re)runs each GPU check Job whose group has a node and each NCCL MPIJob
 whose group has as many nodes as the test spans. A group with no nodes yet (desiredSize 0) is
-reported and skipped, not failed. Any check that fails or times out fails the command.
+reported and skipped, not failed. Any check that fails or times out fails the command (exit 1);
+no objects, or kubectl missing or failing, is one line and exit 2.
 Needs kubectl configured for the cluster (the pipeline does update-kubeconfig first).
 """
 
@@ -14,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ from pathlib import Path
 import yaml
 
 from config.kubernetes import NODEGROUP_LABEL
+from ops.errors import OpsError
 
 POLL_SECONDS = 10
 
@@ -94,14 +95,17 @@ def ready_nodes_by_group(nodes: dict) -> dict[str, int]:
 def load_validation_objects(dist: Path) -> list[dict]:
     files = sorted(dist.glob("*validation*.yaml"))
     if not files:
-        raise FileNotFoundError(f"no cluster-validation YAML under {dist} (run make synth first)")
+        raise OpsError(f"--dist: no cluster-validation YAML under {dist} (run make synth first)")
     return [doc for f in files for doc in yaml.safe_load_all(f.read_text()) if doc]
 
 
 def _kubectl(*args: str, stdin: str | None = None) -> str:
-    done = subprocess.run(["kubectl", *args], input=stdin, capture_output=True, text=True)
+    try:
+        done = subprocess.run(["kubectl", *args], input=stdin, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise OpsError("kubectl not found on PATH; install it and run `aws eks update-kubeconfig` first") from None
     if done.returncode != 0:
-        raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
+        raise RuntimeError(f"kubectl {' '.join(args)}: {' '.join(done.stderr.split())[:300]}")
     return done.stdout
 
 
@@ -118,10 +122,18 @@ def _outcome(check: Check) -> str | None:
     return None
 
 
+def running(check: Check) -> dict:
+    """The check's manifest as created here: deployed suspended (k8s/validation.py), run unsuspended."""
+    manifest = json.loads(json.dumps(check.manifest))
+    spec = manifest["spec"]
+    (spec.setdefault("runPolicy", {}) if check.kind == "MPIJob" else spec)["suspend"] = False
+    return manifest
+
+
 def run_check(check: Check, timeout_s: float) -> bool:
     # Delete first: a Job that passed on an earlier deploy must run again to prove this one.
     _kubectl("delete", check.kind.lower(), check.name, "-n", check.namespace, "--ignore-not-found", "--wait=true")
-    _kubectl("create", "-f", "-", stdin=json.dumps(check.manifest))
+    _kubectl("create", "-f", "-", stdin=json.dumps(running(check)))
     deadline = time.monotonic() + timeout_s
     while (outcome := _outcome(check)) is None:
         if time.monotonic() > deadline:
@@ -137,26 +149,34 @@ def run_check(check: Check, timeout_s: float) -> bool:
     return outcome == "passed"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ops.validate", description=__doc__.split("\n\n")[0])
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dist", type=Path, required=True, help="dist/<env> folder written by make synth")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds each check may take (default 1800)")
-    args = parser.parse_args(argv)
-    if args.timeout <= 0:
-        parser.error(f"--timeout must be positive, got {args.timeout}")
+    parser.add_argument("--timeout", type=_positive_seconds, default=1800,
+                        help="seconds each check may take (default 1800)")
+
+
+def run(args: argparse.Namespace) -> int:
     try:
         checks = checks_from_objects(load_validation_objects(args.dist))
+    except ValueError as err:
+        raise OpsError(f"--dist: {err}") from None
+    try:
         ready = ready_nodes_by_group(json.loads(_kubectl("get", "nodes", "-l", NODEGROUP_LABEL, "-o", "json")))
         runnable, skipped = plan(checks, ready)
         for reason in skipped:
             print(f"skipped: {reason}")
         failures = [c.name for c in runnable if not run_check(c, args.timeout)]
-    except (FileNotFoundError, ValueError, RuntimeError) as err:
-        print(f"validate: {err}", file=sys.stderr)
-        return 1
+    except RuntimeError as err:  # kubectl could not do what a check needs: the cluster, not a check
+        raise OpsError(str(err)) from None
     print(f"validation finished: {len(runnable) - len(failures)} passed, {len(failures)} failed, {len(skipped)} skipped")
     return 1 if failures else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

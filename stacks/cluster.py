@@ -83,8 +83,11 @@ class ClusterStack(cdk.Stack):
         # The EKS API's default is EXTENDED: at the end of standard support a cluster would stay on
         # its version and pay the extended-support rate. STANDARD upgrades it instead.
         control_plane.upgrade_policy = eks.CfnCluster.UpgradePolicyProperty(support_type=config.upgrade_policy.upper())
-        for i, arn in enumerate(config.admin_role_arns):
-            self.cluster.grant_access(f"Admin{i}", arn, [eks.AccessPolicy.from_access_policy_name(
+        admin_ids = [f"Admin{i}" for i in range(len(config.admin_role_arns))]
+        # deployerPrincipalArn: the identity that runs `cdk deploy`, by choice and by name.
+        admin_ids += ["Deployer"] if config.deployer_principal_arn else []
+        for construct_id, arn in zip(admin_ids, config.admin_principal_arns):
+            self.cluster.grant_access(construct_id, arn, [eks.AccessPolicy.from_access_policy_name(
                 CLUSTER_ADMIN_POLICY, access_scope_type=eks.AccessScopeType.CLUSTER)])
 
         self.node_role = iam.Role(
@@ -109,8 +112,20 @@ class ClusterStack(cdk.Stack):
         cdk.CfnOutput(self, "ClusterName", value=self.cluster.cluster_name, description="EKS cluster name")
         cdk.CfnOutput(self, "ClusterSecurityGroupId", value=self.cluster.cluster_security_group_id,
                       description="EKS cluster security group (every node carries it)")
+        self._kubeconfig_outputs()
         cdk.CfnOutput(self, "EfaSecurityGroupId", value=self.efa_security_group.security_group_id,
                       description="Self-referencing security group on every EFA interface")
+
+    def _kubeconfig_outputs(self) -> None:
+        """The exact `aws eks update-kubeconfig` command per admin path: through the first admin
+        role, and as the deployer itself when one is configured."""
+        config = self.config
+        if config.admin_role_arns:
+            cdk.CfnOutput(self, "KubeconfigCommand", value=" ".join(config.update_kubeconfig_command(
+                config.admin_role_arns[0])), description="kubeconfig for kubectl, assuming the first admin role")
+        if config.deployer_principal_arn:
+            cdk.CfnOutput(self, "KubeconfigCommandDeployer", value=" ".join(config.update_kubeconfig_command()),
+                          description="kubeconfig for kubectl, as the deployer principal")
 
     def _add_system_nodegroup(self) -> None:
         system = self.config.system_nodegroup

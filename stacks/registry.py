@@ -11,6 +11,7 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from config import Environment
+from config.outputs import trainer_image_output
 from stacks.removal import apply_removal_policy, removal_policy
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -69,3 +70,7 @@ class RegistryStack(cdk.Stack):
         apply_removal_policy(self, config)
         cdk.CfnOutput(self, "RepositoryUri", value=self.repository.repository_uri,
                       description="ECR repository for trainer images")
+        # What the deployed preset jobs run; `ops submit` defaults --image to it.
+        for variant, asset in self.trainer_images.items():
+            cdk.CfnOutput(self, trainer_image_output(variant), value=asset.image_uri,
+                          description=f"trainer image ({variant}) pushed by cdk deploy")

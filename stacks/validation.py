@@ -1,6 +1,6 @@
 """Validation: the runner that checks a deployed environment from inside its own VPC.
 
-The GPU checks and NCCL tests (`python -m ops.validate`, objects from k8s/validation.py) talk to
+The GPU checks and NCCL tests (`python -m ops validate`, objects from k8s/validation.py) talk to
 the Kubernetes API, which a pipeline in another account cannot reach: prod's endpoint is private,
 dev's public one admits a few CIDRs. So each environment has its own runner, a CodeBuild project
 in its private subnets. The cluster security group admits it on 443 (Amazon EKS User Guide, "View
@@ -8,7 +8,7 @@ Amazon EKS security group requirements for clusters"), and an access entry maps 
 rights in the training namespace (create and delete the check Jobs) and read-only rights on the
 cluster (count Ready nodes per group); no cluster-admin.
 
-Its source is an asset: ops.validate, the config package it imports, and this environment's
+Its source is an asset: the ops package, the config package it imports, and this environment's
 validation objects. A failed check fails its build. Anyone with codebuild:StartBuild on the
 project can run it (output RunnerProjectName); under the pipeline, a starter role that only the
 pipeline's validation step may assume can start it and read its builds, and nothing else.
@@ -36,8 +36,9 @@ from config.kubernetes import TRAINING_NAMESPACE
 from stacks.removal import apply_removal_policy
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# What `python -m ops.validate` imports, relative to the repository root.
-RUNNER_SOURCES = ("ops/__init__.py", "ops/validate.py", "config")
+# What `python -m ops validate` imports, relative to the repository root: the ops package (its
+# parser imports only the standard library, PyYAML and config) and config.
+RUNNER_SOURCES = ("ops", "config")
 VALIDATION_DIR = "validation"
 VALIDATION_FILE = "cluster-validation.yaml"
 CHECK_TIMEOUT_S = 1800
@@ -78,7 +79,7 @@ def runner_buildspec(config: Environment) -> dict:
             "build": {"commands": [
                 f'aws eks update-kubeconfig --name "$CLUSTER_NAME" --region {config.region}',
                 # A non-zero exit here fails the build, and with it the pipeline's validation step.
-                f"python3 -m ops.validate --dist {VALIDATION_DIR}/{config.name} --timeout {CHECK_TIMEOUT_S}",
+                f"python3 -m ops validate --dist {VALIDATION_DIR}/{config.name} --timeout {CHECK_TIMEOUT_S}",
             ]},
         },
     }
@@ -128,7 +129,7 @@ class ValidationStack(cdk.Stack):
         self.runner_source = self._stage_source(validation_objects)
         self.runner = codebuild.Project(
             self, "Runner",
-            description=f"{config.name}: GPU checks and NCCL tests against the cluster (python -m ops.validate)",
+            description=f"{config.name}: GPU checks and NCCL tests against the cluster (python -m ops validate)",
             role=self.runner_role,
             vpc=vpc, subnet_selection=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
             security_groups=[self.runner_security_group],

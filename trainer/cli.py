@@ -51,10 +51,16 @@ def positive_float(text: str) -> float:
 
 
 def run_main(main: Callable[[], int | None]) -> NoReturn:
-    """Run a workload's main, turning UsageError into the one-line form."""
+    """Run a workload's main, turning UsageError into the one-line form, and NCCL off EFA on an
+    EFA node group into its own exit status (trainer/nccl_net.py)."""
+    from trainer.nccl_net import EXIT_NOT_ON_EFA, NotOnEfa
+
     try:
         code = main()
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    except NotOnEfa as exc:
+        print(exc, file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_NOT_ON_EFA) from None
     raise SystemExit(code or 0)

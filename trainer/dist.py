@@ -15,6 +15,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from trainer import nccl_net
+
 
 @dataclass(frozen=True)
 class DistConfig:
@@ -76,7 +78,17 @@ def init(cfg: DistConfig = DistConfig(), *, checkpoint_group: bool = False) -> R
     store = _per_attempt_store(timeout)
     if store is not None:
         kwargs.update(store=store, rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
-    dist.init_process_group(backend=backend, timeout=timeout, **kwargs)
+    # On an EFA node group NCCL must run over aws-ofi-nccl's EFA provider (trainer/nccl_net.py).
+    nccl_log = nccl_net.prepare(os.environ) if backend == "nccl" else None
+    try:
+        dist.init_process_group(backend=backend, timeout=timeout, **kwargs)
+    except Exception as err:
+        if nccl_log is not None:
+            nccl_net.confirm(nccl_log, os.environ, init_error=err)  # NotOnEfa when NCCL's log says why
+        raise
+    if nccl_log is not None:
+        print(nccl_net.confirm(nccl_log, os.environ,
+                               force=lambda: dist.all_reduce(torch.zeros(1, device=device))), flush=True)
     ckpt_pg = None
     if checkpoint_group:
         # Asynchronous checkpoint saves run collectives from a background thread; on their own

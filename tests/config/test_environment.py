@@ -74,6 +74,17 @@ def test_kubernetes_version_and_upgrade_policy_default_to_1_35_and_standard():
     assert env.addon_version("vpc-cni") is None
 
 
+def test_a_deployer_principal_becomes_one_more_admin_and_the_kubeconfig_command_names_the_cluster():
+    raw = dict(dev(), deployerPrincipalArn="arn:aws:iam::111111111111:role/ci/Deployer")
+    env = load_environment({"dev": raw}, "dev")
+    assert env.admin_principal_arns == ("arn:aws:iam::111111111111:role/PlatformAdmin",
+                                        "arn:aws:iam::111111111111:role/ci/Deployer")
+    assert env.update_kubeconfig_command() == [
+        "aws", "eks", "update-kubeconfig", "--name", "dev-training", "--region", "us-west-2"]
+    assert env.update_kubeconfig_command("arn:aws:iam::111111111111:role/PlatformAdmin")[-2:] == [
+        "--role-arn", "arn:aws:iam::111111111111:role/PlatformAdmin"]
+
+
 def test_environment_name_must_make_a_valid_cluster_name():
     """Amazon EKS API Reference, CreateCluster `name`: 1-100 characters, ^[0-9A-Za-z][A-Za-z0-9\\-_]*$;
     the name also prefixes IAM role names (64 characters at most)."""
@@ -106,7 +117,7 @@ def test_environment_must_be_an_object():
 CASES = [
     ("unknown key", [("acount", "111111111111")],
      "acount: unknown key; allowed keys are account, addonVersions, adminRoleArns, availabilityZones, cpuNodegroups, "
-     "endpointAccess, fsx, gpuNodegroups, kubernetesVersion, region, removalPolicy, systemNodegroup, "
+     "deployerPrincipalArn, endpointAccess, fsx, gpuNodegroups, kubernetesVersion, region, removalPolicy, systemNodegroup, "
      "trainingAvailabilityZone, upgradePolicy, vpcCidr"),
     ("required key missing", [("account", DELETE)], "account: is required (a string)"),
     ("wrong type", [("account", 111111111111)], "account: must be a string, got 111111111111"),
@@ -150,6 +161,19 @@ CASES = [
     ("admin role not a role ARN", [("adminRoleArns[0]", "arn:aws:iam::111111111111:user/alice")],
      "adminRoleArns[0]: must be an IAM role ARN (arn:aws:iam::<12 digits>:role/<name>), "
      "got 'arn:aws:iam::111111111111:user/alice'"),
+    ("deployer given as an STS session",
+     [("deployerPrincipalArn", "arn:aws:sts::111111111111:assumed-role/Deployer/alice@example.com")],
+     "deployerPrincipalArn: 'arn:aws:sts::111111111111:assumed-role/Deployer/alice@example.com' is an STS session; "
+     "EKS access entries need the IAM role ARN: use arn:aws:iam::111111111111:role/Deployer (with the role's path, "
+     "if it has one; `python -m ops whoami` prints it)"),
+    ("deployer not a principal ARN", [("deployerPrincipalArn", "arn:aws:iam::111111111111:group/admins")],
+     "deployerPrincipalArn: must be an IAM role or user ARN (arn:aws:iam::<12 digits>:role/<name> or :user/<name>), "
+     "got 'arn:aws:iam::111111111111:group/admins'"),
+    ("deployer already an admin role", [("deployerPrincipalArn", "arn:aws:iam::111111111111:role/PlatformAdmin")],
+     "deployerPrincipalArn: arn:aws:iam::111111111111:role/PlatformAdmin is already in adminRoleArns (a principal "
+     "can have only one access entry); remove one of them"),
+    ("no admin at all", [("adminRoleArns", [])],
+     "deployerPrincipalArn: is required when adminRoleArns is empty: without either, no one can administer the cluster"),
     ("endpoint type unknown", [("endpointAccess.type", "open")],
      "endpointAccess.type: must be one of private, public, got 'open'"),
     ("private endpoint with public cidrs", [("endpointAccess.type", "private")],

@@ -16,7 +16,7 @@ from pathlib import Path
 import moto
 import pytest
 
-from config.instance_types import EFA_GUIDE_URL, INSTANCE_TYPES
+from config.instance_types import EFA_GUIDE_URL, INSTANCE_TYPES, NCCL_BUSBW_FLOOR_SHARE
 
 SNAPSHOT = Path(moto.__file__).parent / "ec2" / "resources" / "instance_types.json.gz"
 
@@ -99,3 +99,15 @@ def test_max_pods_never_exceeds_the_addresses_the_vpc_cni_can_hand_out(ec2_types
 def test_p5_admits_51_pods_with_its_efa_layout():
     assert INSTANCE_TYPES["p5.48xlarge"].max_pods == 51
     assert INSTANCE_TYPES["p5.48xlarge"].ips_per_node == 52
+
+
+@pytest.mark.parametrize("name", sorted(n for n, t in INSTANCE_TYPES.items() if t.supports_efa))
+def test_nccl_busbw_floor_is_a_share_of_the_network_bandwidth_ec2_gives_the_type(ec2_types, name):
+    """A two-node all-reduce's bus bandwidth is bounded by each node's network (nccl-tests
+    doc/PERFORMANCE.md normalises it to link speed): the floor must sit below that ceiling, or
+    validation and `ops doctor` fail a healthy group, and well up towards it, or it proves nothing."""
+    floor = INSTANCE_TYPES[name].nccl_busbw_floor_gbps
+    ceiling_gbytes = sum(c["PeakBandwidthInGbps"] for c in ec2_types[name]["NetworkInfo"]["NetworkCards"]) / 8
+    low, high = NCCL_BUSBW_FLOOR_SHARE
+    assert floor is not None
+    assert low * ceiling_gbytes <= floor <= high * ceiling_gbytes, (floor, ceiling_gbytes)

@@ -345,3 +345,30 @@ def test_pytorchjobs_say_which_instance_type_they_run_on(dist):
                 spec = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
                 env_vars = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
                 assert env_vars["TRAINER_INSTANCE_TYPE"] == config.nodegroup(target_nodegroups(spec)[0]).instance_type_name
+
+
+def test_dist_readme_lists_its_prerequisites_and_which_jobs_start(dist):
+    config, charts, files, docs = dist["dev"]
+    readme = next(f for f in files if f.name == "README.md").read_text()
+    assert "## Prerequisites" in readme
+    assert ("`aws eks update-kubeconfig --name dev-training --region us-west-2 --role-arn "
+            "arn:aws:iam::111111111111:role/PlatformAdmin`") in readme
+    assert "endpointAccess.publicCidrs (203.0.113.0/24)" in readme
+    assert "kubectl within one minor version of Kubernetes 1.35" in readme
+    held = readme.split("Applied suspended", 1)[1].split("\n\n", 1)[0]
+    for file, obj in docs:
+        if obj["kind"] == "Job" or obj["kind"] == "MPIJob":
+            assert f"{obj['kind']} `{obj['metadata']['name']}`" in held  # every GPU check waits for ops.validate
+    assert "python -m ops validate --dist dist/dev" in readme
+    prod_readme = next(f for f in dist["prod"][2] if f.name == "README.md").read_text()
+    assert "from inside the VPC (the endpoint is private)" in prod_readme
+
+
+def test_gpu_validation_objects_are_applied_suspended_like_the_training_presets(dist):
+    """Kubernetes Job API: spec.suspend holds a Job's pods; Kubeflow RunPolicy.suspend (CRD of
+    training-operator v1.9.4) does the same for MPIJob and PyTorchJob."""
+    checks = [obj for _, _, file, obj in _all(dist) if "validation" in file]
+    assert {o["kind"] for o in checks} == {"Job", "MPIJob"}
+    for obj in checks:
+        spec = obj["spec"]["runPolicy"] if obj["kind"] == "MPIJob" else obj["spec"]
+        assert spec["suspend"] is True, obj["metadata"]["name"]

@@ -31,8 +31,10 @@ def test_efa_variables_only_where_efa_is_requested(dev):
     gpu = {e["name"]: e.get("value") for e in _container(render_pytorchjob(dev, "llama2-7b-fsdp", image=IMAGE))["env"]}
     cpu = {e["name"]: e.get("value") for e in _container(render_pytorchjob(dev, "cpu-ddp", image=IMAGE))["env"]}
     assert gpu["FI_PROVIDER"] == "efa" and gpu["NCCL_NET_PLUGIN"] == "ofi"
+    # NCCL errors instead of falling back to sockets when the OFI net cannot start (trainer/nccl_net.py).
+    assert gpu["NCCL_NET"] == "Libfabric"
     assert gpu["NCCL_SOCKET_IFNAME"] == "^lo,docker0,pod-id-link0"
-    assert not any(k.startswith("FI_") or k == "NCCL_NET_PLUGIN" for k in cpu)
+    assert not any(k.startswith("FI_") or k in ("NCCL_NET_PLUGIN", "NCCL_NET") for k in cpu)
 
 
 def test_cpu_job_targets_cpu_group_without_gpu_toleration(dev):

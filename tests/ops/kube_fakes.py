@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
 
 import urllib3
@@ -21,6 +21,7 @@ class Call:
     path: str
     query: dict
     body: object
+    headers: dict = field(default_factory=dict)
 
 
 class _Body(io.BytesIO):
@@ -48,10 +49,26 @@ class FakeApiServer:
     def request(self, method, url, fields=None, body=None, preload_content=True, headers=None, **_):
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query)) | dict(fields or [])
-        self.calls.append(Call(method, parts.path, query, json.loads(body) if body else None))
+        self.calls.append(Call(method, parts.path, query, json.loads(body) if body else None, dict(headers or {})))
         status, payload = self.routes.get((method, parts.path), (404, {
             "kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404,
             "message": f"{parts.path} not found"}))
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         return urllib3.HTTPResponse(body=_Body(data), status=status, preload_content=preload_content,
                                     headers={"Content-Type": "application/json"})
+
+
+def training_client_on(server: FakeApiServer, namespace: str = "training"):
+    """A real kubeflow-training TrainingClient whose HTTP is `server`, with the ops CLI's guard
+    (ops.kube.guard) between them as `ops` itself wires it."""
+    from kubeflow.training import TrainingClient
+    from kubernetes.client import Configuration
+
+    from ops import kube
+
+    config = Configuration()
+    config.host = "https://k8s.test"
+    client = TrainingClient(client_configuration=config, namespace=namespace)
+    # custom_api and core_api share one ApiClient, hence one REST client and one pool manager.
+    client.custom_api.api_client.rest_client.pool_manager = server
+    return kube.guard(client)

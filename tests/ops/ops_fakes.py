@@ -4,10 +4,14 @@ credentials and config, so no test can reach AWS."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import os
+import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import boto3
@@ -31,6 +35,8 @@ def isolated_aws_env(home: Path, endpoint: str = DEAD_ENDPOINT, credentials: boo
         "AWS_SHARED_CREDENTIALS_FILE": str(home / "no-aws-credentials"),
         "AWS_DEFAULT_REGION": "us-east-1",
         "PYTHONPATH": str(REPO_ROOT),
+        # preflight's public-IP check (ops/access.py) stays on loopback too.
+        "OPS_CHECKIP_URL": endpoint,
     })
     if credentials:
         env.update(FAKE_CREDENTIALS)
@@ -56,3 +62,37 @@ def write_context(tmp_path: Path, env_name: str, **changes) -> Path:
 def run_ops(args: list[str], env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ops", *args], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+@contextlib.contextmanager
+def checkip_server(answer: str):
+    """A loopback stand-in for https://checkip.amazonaws.com answering `answer`; yields its URL."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            body = f"{answer}\n".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def fake_tool(bin_dir: Path, name: str, script: str) -> Path:
+    """An executable `name` in bin_dir running a /bin/sh script (put bin_dir on PATH)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    path = bin_dir / name
+    path.write_text("#!/bin/sh\n" + script + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path

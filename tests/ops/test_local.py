@@ -1,4 +1,4 @@
-"""ops.local: `make local` runs a preset under torchrun on a real etcd, then stops etcd."""
+"""`python -m ops local`: `make local` runs a preset under torchrun on a real etcd, then stops etcd."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _run_local(*argv: str, timeout: float = 240) -> subprocess.CompletedProcess:
     env = dict(local.child_env(), OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "ops.local", *argv], cwd=REPO, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "ops", "local", *argv], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import stat
 from dataclasses import replace
 
 import boto3
 import pytest
-import yaml
 
 from ops import aws as ops_aws
 from ops import az, kubeconfig
 from ops.envconfig import load
 from ops.errors import OpsError
-from ops_fakes import isolated_aws_env, run_ops, stubbed
+from ops_fakes import fake_tool, isolated_aws_env, run_ops, stubbed
 
 ROLE = "arn:aws:iam::222222222222:role/eks"
 
@@ -94,29 +92,46 @@ def test_kubeconfig_without_a_cluster_of_the_environment_says_how_to_proceed(aws
         kubeconfig.find_cluster(moto_clients.eks, load("prod"))
 
 
-def test_kubeconfig_writes_an_entry_kubectl_can_use_and_keeps_the_others(aws, tmp_path):
-    cluster = make_cluster("Cluster9EE0221C-prod", "prod-Cluster")
-    path = tmp_path / "kube" / "config"
-    path.parent.mkdir()
-    other = {"name": "kind-local", "cluster": {"server": "https://127.0.0.1:6443"}}
-    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "clusters": [other],
-                                    "users": [], "contexts": [], "current-context": "kind-local"}))
+def recording_aws(tmp_path, script: str = ""):
+    """A fake `aws` first on PATH that records its arguments, one per line."""
+    record = tmp_path / "aws-args"
+    fake_tool(tmp_path / "bin", "aws", f'printf "%s\\n" "$@" > {record}\n{script}')
+    return record
+
+
+def test_kubeconfig_runs_the_stacks_update_kubeconfig_command_for_the_found_cluster(aws, tmp_path):
+    """The caller (moto's user) is no admin principal, so kubectl assumes prod's first admin role."""
+    make_cluster("Cluster9EE0221C-prod", "prod-Cluster")
+    record = recording_aws(tmp_path, 'echo "Added new context arn:aws:eks:us-east-1:222222222222:cluster/x to /k"')
     env = isolated_aws_env(tmp_path, aws)
-    for _ in range(2):  # twice: the second run replaces its entries instead of adding more
-        result = run_ops(["kubeconfig", "--env", "prod", "--kubeconfig", str(path)], env)
-        assert result.returncode == 0, result.stderr
-    doc = yaml.safe_load(path.read_text())
-    arn = cluster["arn"]
-    assert doc["current-context"] == arn
-    assert [c["name"] for c in doc["clusters"]] == ["kind-local", arn]
-    assert doc["clusters"][1]["cluster"]["server"] == cluster["endpoint"]
-    assert doc["clusters"][1]["cluster"]["certificate-authority-data"] == cluster["certificateAuthority"]["data"]
-    exec_ = doc["users"][0]["user"]["exec"]
-    assert exec_["command"] == "aws"
-    assert exec_["args"] == ["--region", "us-east-1", "eks", "get-token", "--cluster-name",
-                             "Cluster9EE0221C-prod", "--output", "json"]
-    assert doc["contexts"] == [{"name": arn, "context": {"cluster": arn, "user": arn}}]
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    env["PATH"] = f"{tmp_path / 'bin'}:{env['PATH']}"
+    result = run_ops(["kubeconfig", "--env", "prod", "--kubeconfig", str(tmp_path / "config")], env)
+    assert result.returncode == 0, result.stderr
+    assert record.read_text().splitlines() == [
+        "eks", "update-kubeconfig", "--name", "Cluster9EE0221C-prod", "--region", "us-east-1",
+        "--role-arn", "arn:aws:iam::222222222222:role/PlatformAdmin", "--kubeconfig", str(tmp_path / "config")]
+    assert result.stdout.splitlines()[-1] == "Added new context arn:aws:eks:us-east-1:222222222222:cluster/x to /k"
+
+
+def test_kubeconfig_without_the_aws_cli_is_one_line(aws, tmp_path):
+    make_cluster("prod-training", None)
+    env = isolated_aws_env(tmp_path, aws)
+    env["PATH"] = str(tmp_path / "empty")
+    result = run_ops(["kubeconfig", "--env", "prod"], env)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "the AWS CLI (aws) is not on PATH; install AWS CLI v2" in result.stderr
+    assert "aws eks update-kubeconfig --name prod-training --region us-east-1 --role-arn" in result.stderr
+
+
+def test_a_failing_update_kubeconfig_is_its_last_error_line(aws, tmp_path):
+    make_cluster("prod-training", None)
+    recording_aws(tmp_path, 'echo "noise" >&2; echo "An error occurred (AccessDeniedException)" >&2; exit 254')
+    env = isolated_aws_env(tmp_path, aws)
+    env["PATH"] = f"{tmp_path / 'bin'}:{env['PATH']}"
+    result = run_ops(["kubeconfig", "--env", "prod", "--role-arn", "arn:aws:iam::222222222222:role/Other"], env)
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith("--role-arn arn:aws:iam::222222222222:role/Other` failed: "
+                                          "An error occurred (AccessDeniedException)")
 
 
 def test_kubeconfig_with_an_unknown_cluster_name_is_one_line(aws, tmp_path):

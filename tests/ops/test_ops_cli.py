@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -51,9 +53,38 @@ def test_a_missing_context_file_is_one_line(offline, tmp_path):
     assert_one_line_error(result, "nope.json not found")
 
 
-def test_submit_with_an_unknown_preset_names_it(offline):
-    result = run_ops(["submit", "--env", "dev", "--preset", "gpt5", "--image", "img:1", "--dry-run"], offline)
-    assert_one_line_error(result, "unknown preset 'gpt5'")
+@pytest.mark.parametrize("command", [["submit", "--env", "dev", "--image", "img:1", "--dry-run", "--preset"],
+                                     ["plan", "--env", "dev", "--preset"], ["start"], ["stop"]])
+def test_presets_are_choices_and_an_unknown_one_lists_them(offline, command):
+    from config.presets import PRESETS
+
+    line = assert_one_line_error(run_ops([*command, "gpt5"], offline), "invalid choice: 'gpt5'")
+    assert all(name in line for name in PRESETS)
+
+
+def test_submit_help_lists_every_set_key_with_its_values(offline):
+    """The keys come from the table k8s/jobs.py checks overrides against, not from a second list."""
+    from config.presets import RENDEZVOUS_BACKENDS
+    from k8s.jobs import OVERRIDABLE
+
+    help_text = run_ops(["submit", "--help"], offline).stdout
+    rows = {line.split()[0]: line for line in help_text[help_text.index("--set keys"):].splitlines()[1:]}
+    assert set(rows) == {("env.NAME" if kind is dict else key) for key, kind in OVERRIDABLE.items()}
+    assert " or ".join(RENDEZVOUS_BACKENDS) in rows["rendezvous"]
+    assert "maxSize" in rows["nodes_max"] and "TOKEN" in rows["env.NAME"]
+
+
+def test_every_documented_set_example_renders():
+    from config.overrides import OVERRIDES
+    from ops import kube
+    from ops.cli import _override, _overrides
+    from ops.envconfig import load
+
+    for key, rule in OVERRIDES.items():
+        text = f"env.{rule.example}" if rule.type is dict else f"{key}={rule.example}"
+        manifest = kube.render(load("dev"), "llama3-8b-fsdp", image="img:1", job_name="smoke",
+                               overrides=_overrides([_override(text)]))
+        assert manifest["kind"] == "PyTorchJob", key
 
 
 def test_submit_of_a_preset_whose_node_group_the_environment_lacks_is_refused(offline):
@@ -100,3 +131,66 @@ def test_preflight_exits_1_and_prints_the_table_when_a_check_fails(aws, tmp_path
     credentials = next(line for line in lines if line.startswith("credentials"))
     assert "FAIL" in credentials and "111111111111" in credentials
     assert any(line.startswith("training AZ") and "PASS" in line and "usw2-az1" in line for line in lines)
+    # Then who can reach the cluster, the bootstrap, and this machine's tools: one row each.
+    for name in ("API endpoint", "admin role PlatformAdmin", "cluster admin", "CDK bootstrap", "Docker", "AWS CLI",
+                 "Node"):
+        assert sum(line.startswith(name + " ") for line in lines) == 1, (name, result.stdout)
+
+
+def test_help_documents_the_one_exit_code_convention(offline):
+    result = run_ops(["--help"], offline)
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    assert "0 done, and every check it made passed" in text
+    assert "1 the command ran and a check failed" in text
+    assert "2 usage or configuration error, or an unmet precondition" in text
+    for command in ("local", "validate", "synth-summary", "plan", "preflight", "status"):
+        assert command in result.stdout
+
+
+def subcommands() -> list[str]:
+    from ops.cli import build_parser
+
+    [sub] = [a for a in build_parser()._actions if a.dest == "command"]
+    return sorted(sub.choices)
+
+
+@pytest.mark.parametrize("command", subcommands())
+def test_every_command_exits_2_with_one_line_on_a_usage_error(command, capsys):
+    from ops.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--no-such-flag"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "(see `python -m ops" in err
+
+
+def test_the_former_module_entry_points_are_subcommands(offline):
+    assert {"local", "validate", "synth-summary"} <= set(subcommands())
+    for command in ("local", "validate", "synth-summary"):
+        result = run_ops([command, "--help"], offline)
+        assert result.returncode == 0 and result.stdout.startswith(f"usage: ops {command}"), result.stderr
+
+
+def test_local_with_an_unknown_job_is_a_config_error(offline):
+    assert_one_line_error(run_ops(["local", "--job", "nope"], offline), "--job", "unknown job 'nope'", "cpu-ddp")
+
+
+def test_preflight_json_is_the_table_as_data(aws, tmp_path):
+    result = run_ops(["preflight", "--env", "dev", "-o", "json"], isolated_aws_env(tmp_path, aws))
+    assert result.returncode == 1, result.stderr
+    data = json.loads(result.stdout)
+    assert (data["environment"], data["failed"]) == ("dev", True)
+    checks = {c["name"]: c for c in data["checks"]}
+    assert checks["credentials"]["status"] == "fail" and "111111111111" in checks["credentials"]["reason"]
+    assert set(checks["credentials"]) == {"name", "status", "reason"}
+
+
+def test_az_recommend_json_lists_the_zones(aws, tmp_path):
+    result = run_ops(["az-recommend", "--instance-type", "p5.48xlarge", "--region", "us-west-2", "-o", "json"],
+                     isolated_aws_env(tmp_path, aws))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["instance_type"] == "p5.48xlarge" and data["region"] == "us-west-2"
+    assert {z["name"] for z in data["zones"]} and all(z["zone_id"].startswith("usw2-az") for z in data["zones"])

@@ -132,6 +132,20 @@ def test_logs_without_follow_prints_what_is_there(api):
     assert "follow" not in server.calls[-1].query
 
 
+def test_logs_put_the_trainers_efa_verdict_first(api):
+    """A worker that stopped because NCCL was not on EFA (trainer/nccl_net.py) ends its log with the
+    reason; `ops logs` shows that line before the rest."""
+    client, server = api
+    verdict = ("EFA check failed: NCCL fell back to Socket instead of the aws-ofi-nccl plugin: traffic would go "
+               "over TCP, not EFA")
+    server.on("GET", PODS, {"kind": "PodList", "items": [pod("llm-worker-0", "Failed")]})
+    server.on("GET", f"{PODS}/llm-worker-0/log", f"starting\nloading config\n{verdict}\n".encode())
+    lines: list[str] = []
+    kube.logs(client, "llm", echo=lines.append)
+    assert lines == [f"==> [llm-worker-0] {verdict}", "[llm-worker-0] starting", "[llm-worker-0] loading config",
+                     f"[llm-worker-0] {verdict}"]
+
+
 def test_logs_of_a_pending_worker_say_so(api):
     client, server = api
     server.on("GET", PODS, {"kind": "PodList", "items": [pod("smoke-worker-0", "Pending")]})

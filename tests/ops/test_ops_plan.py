@@ -65,8 +65,18 @@ def test_hourly_cost_sums_the_dated_price_table():
     assert prices.PRICES_AS_OF in head
     lines = section(p, "Hourly cost")
     assert lines[0].startswith("p5: 4 x p5.48xlarge") and lines[0].endswith("$    220.16")
-    amounts = [float(line.rsplit("$", 1)[1].replace(",", "")) for line in lines]
+    amounts = [float(line.rsplit("$", 1)[1].replace(",", "")) for line in lines[:-1]]
     assert amounts[-1] == pytest.approx(sum(amounts[:-1]), abs=0.011)
+
+
+def test_plan_shows_what_the_environment_costs_idle():
+    """prod idle: control plane, 3 NAT gateways, 4800 GiB of FSx at 500 MB/s/TiB, 2 system nodes."""
+    hourly = (prices.EKS_CLUSTER_HOURLY_USD + 3 * prices.NAT_GATEWAY_HOURLY_USD
+              + 4800 * prices.FSX_PERSISTENT_2_GB_MONTH_USD[500] / prices.HOURS_PER_MONTH
+              + 2 * prices.INSTANCE_HOURLY_USD["m5.xlarge"])
+    last = section(plan.build(load("prod")), "Hourly cost")[-1]
+    assert last == (f"idle (no job, groups at minSize): ${hourly:,.2f}/hour, "
+                    f"${hourly * prices.HOURS_PER_MONTH:,.2f}/month")
 
 
 def test_a_vcpu_quota_becomes_a_named_limit_and_can_bind_first():
@@ -154,3 +164,38 @@ def test_every_llm_preset_fits_its_node_group_wherever_it_is_rendered(env_name):
 
 def test_plan_has_no_parameter_table_of_its_own():
     assert not hasattr(plan, "MODEL_PARAMETERS")
+
+
+def test_plan_within_every_limit_exits_0_and_its_json_says_nothing_is_over(tmp_path):
+    result = run_ops(["plan", "--env", "prod", "--nodes", "8", "-o", "json"], isolated_aws_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert (data["preset"], data["nodegroup"], data["nodes"], data["exceeded"]) == ("llama3-8b-fsdp", "p5", 8, [])
+    limits_by_name = {lim["name"]: lim for lim in data["limits"]}
+    assert limits_by_name["subnet addresses"] == {
+        "name": "subnet addresses", "max_nodes": 146, "exceeded": False,
+        "detail": limits_by_name["subnet addresses"]["detail"]}
+    assert data["binding"] == "subnet addresses"
+    assert any(s["title"].startswith("Addresses") for s in data["sections"])
+
+
+def test_plan_over_a_limit_exits_1_and_names_what_is_over(tmp_path):
+    result = run_ops(["plan", "--env", "prod", "--nodes", "160"], isolated_aws_env(tmp_path))
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == ""
+    last = result.stdout.strip().splitlines()[-1]
+    assert last == ("OVER: training subnet addresses (8910 of 8187); subnet addresses (at most 146 nodes)")
+    as_json = run_ops(["plan", "--env", "prod", "--nodes", "160", "-o", "json"], isolated_aws_env(tmp_path))
+    assert as_json.returncode == 1
+    assert json.loads(as_json.stdout)["exceeded"] == ["training subnet addresses (8910 of 8187)",
+                                                      "subnet addresses (at most 146 nodes)"]
+
+
+def test_a_model_that_does_not_fit_its_ranks_is_over(monkeypatch):
+    from dataclasses import replace
+    from config.presets import PRESETS
+    short = replace(PRESETS["llama31-70b-fsdp"], name="llama31-70b-one-node", nodes_min=1)
+    monkeypatch.setitem(PRESETS, short.name, short)
+    p = plan.build(load("prod"), short.name, nodes=1)
+    [problem] = p.exceeded
+    assert problem.startswith("memory per rank (") and "GiB short on 1 nodes)" in problem

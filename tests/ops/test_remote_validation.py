@@ -90,13 +90,13 @@ def test_a_failed_check_fails_the_step_and_says_where(capsys):
         {"phaseType": "INSTALL", "phaseStatus": "SUCCEEDED"},
         {"phaseType": "BUILD", "phaseStatus": "FAILED",
          "contexts": [{"statusCode": "COMMAND_EXECUTION_ERROR",
-                       "message": "Error while executing command: python3 -m ops.validate. Reason: exit status 1"}]}])
+                       "message": "Error while executing command: python3 -m ops validate. Reason: exit status 1"}]}])
     sts, _ = sts_answering(1)
     codebuild, _ = codebuild_answering(failed)
     code, out, _, _ = run(capsys, sts, codebuild)
     assert code == 1
     assert (f"{BUILD}: FAILED in BUILD (COMMAND_EXECUTION_ERROR: Error while executing command: "
-            "python3 -m ops.validate. Reason: exit status 1)") in out.out
+            "python3 -m ops validate. Reason: exit status 1)") in out.out
     assert LINK in out.out
 
 

@@ -1,12 +1,13 @@
-"""ops.synth_summary: offline synth, then the summary a user checks before paying for anything."""
+"""`python -m ops synth-summary`: offline synth, then the summary a user checks before paying for anything."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from ops import synth_summary
+from ops import cli, synth_summary
 
 # Share the session's synthesized environments with the stack tests (one synth per variant).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "stacks"))
@@ -26,6 +27,12 @@ def never_run(*args, **kwargs):
     raise AssertionError("cdk synth must not run for a bad environment")
 
 
+def synth_summary_main(monkeypatch, argv: list[str], run) -> int:
+    """`python -m ops synth-summary ARGV` in this process, with `run` standing in for subprocess.run."""
+    monkeypatch.setattr(synth_summary.subprocess, "run", run)
+    return cli.main(["synth-summary", *argv])
+
+
 def row(summary: str, name: str) -> list[str]:
     for line in summary.splitlines():
         if line.split()[:1] == [name]:
@@ -40,7 +47,7 @@ def dev_summary():
 
 
 def test_unknown_env_prints_one_line_and_exits_2(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "ops.synth_summary", "--env", "staging", "--outdir", str(tmp_path)],
+    result = subprocess.run([sys.executable, "-m", "ops", "synth-summary", "--env", "staging", "--outdir", str(tmp_path)],
                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
@@ -48,15 +55,15 @@ def test_unknown_env_prints_one_line_and_exits_2(tmp_path):
     assert result.stdout == ""
 
 
-def test_bad_env_never_starts_a_synth(capsys):
-    assert synth_summary.main(["--env", "nope"], run=never_run) == 2
+def test_bad_env_never_starts_a_synth(capsys, monkeypatch):
+    assert synth_summary_main(monkeypatch, ["--env", "nope"], never_run) == 2
     assert capsys.readouterr().err.startswith("config error: environments.nope")
 
 
-def test_runs_the_offline_cdk_synth_for_the_env_then_summarizes(capsys):
+def test_runs_the_offline_cdk_synth_for_the_env_then_summarizes(capsys, monkeypatch):
     dev = synth("dev")
     calls = []
-    assert synth_summary.main(["--env", "dev", "--outdir", str(dev.outdir)], run=fake_cdk(calls)) == 0
+    assert synth_summary_main(monkeypatch, ["--env", "dev", "--outdir", str(dev.outdir)], fake_cdk(calls)) == 0
     [(command, kwargs)] = calls
     assert command[0].endswith("node_modules/.bin/cdk") and command[1] == "synth"
     assert ["-c", "env=dev"] == command[command.index("-c"):command.index("-c") + 2]
@@ -65,17 +72,18 @@ def test_runs_the_offline_cdk_synth_for_the_env_then_summarizes(capsys):
     assert "Node groups" in capsys.readouterr().out
 
 
-def test_failed_synth_exits_1_with_its_error(capsys):
+def test_failed_synth_exits_1_with_its_error(capsys, monkeypatch):
+    """cdk synth runs the checks (config validation, cdk-nag): its failure is a failed check."""
     calls = []
-    assert synth_summary.main(["--env", "dev"], run=fake_cdk(calls, 1, "boom")) == 1
+    assert synth_summary_main(monkeypatch, ["--env", "dev"], fake_cdk(calls, 1, "boom")) == 1
     err = capsys.readouterr().err
     assert "cdk synth failed" in err and "boom" in err
 
 
-def test_missing_cdk_cli_says_how_to_install_it(capsys):
+def test_missing_cdk_cli_is_one_line_saying_how_to_install_it_and_exit_2(capsys, monkeypatch):
     def missing(*args, **kwargs):
         raise FileNotFoundError(args[0][0])
-    assert synth_summary.main(["--env", "dev"], run=missing) == 1
+    assert synth_summary_main(monkeypatch, ["--env", "dev"], missing) == 2
     assert capsys.readouterr().err.strip() == "error: node_modules/.bin/cdk not found; run `make install` first"
 
 
@@ -132,3 +140,35 @@ def test_summary_says_which_upgrade_policy_the_cluster_has_and_what_it_costs(dev
     extended = synth_summary.summarize(split.config, split.outdir)
     assert ("Kubernetes 1.35: EKS standard support until 2027-03-27. Upgrade policy EXTENDED: the control plane "
             "costs $0.10/hour until then, then $0.60/hour in extended support until 2028-03-27") in extended
+
+
+def test_json_output_is_the_summary_as_data(capsys, monkeypatch, dev_summary):
+    dev, text = dev_summary
+    argv = ["--env", "dev", "--outdir", str(dev.outdir), "-o", "json"]
+    assert synth_summary_main(monkeypatch, argv, fake_cdk([])) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["environment"]["name"] == "dev" and data["support"] in text
+    stacks = {s["stack"]: s["resources"] for s in data["stacks"]}
+    assert stacks["dev/Network"] == len(dev.template_json("network")["Resources"])
+    groups = {g["name"]: g for g in data["nodegroups"]}
+    p5 = dev.config.nodegroup("p5")
+    assert (groups["p5"]["instance"], groups["p5"]["max"], groups["p5"]["efa"]) == (p5.instance_type_name, p5.max_size, 32)
+    subnet = data["training_subnet"]
+    assert subnet["ips_needed_at_max"] == dev.config.training_subnet_ips_at_max()
+    assert sum(g["ips"] for g in subnet["groups"]) == subnet["ips_needed_at_max"]
+    assert data["fsx"] and all(line in text for line in data["fsx"])
+    idle = next(sc for sc in data["cost"]["scenarios"] if sc["name"] == "idle")
+    assert f"${idle['hourly_usd']:,.2f}/hour" in text
+
+
+def test_the_summary_ends_with_the_cost_at_decision_time(dev_summary):
+    """Idle, at desiredSize and at maxSize, per hour and per month, from the dated price table
+    (figures recomputed from the table in tests/ops/test_cost.py)."""
+    from ops import cost, prices
+
+    dev, summary = dev_summary
+    tail = summary.splitlines()[-len(cost.render(dev.config)):]
+    assert tail == cost.render(dev.config)
+    assert prices.PRICES_AS_OF in tail[0]
+    idle = cost.idle(dev.config)
+    assert row(summary, "idle")[1:] == [f"${idle.hourly:,.2f}/hour", f"${idle.monthly:,.2f}/month"]

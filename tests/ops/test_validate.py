@@ -76,7 +76,8 @@ FAKE_KUBECTL = textwrap.dedent("""\
     elif args[0] == "logs":
         print("PASS")
     elif args[0] == "create":
-        sys.stdin.read()
+        state["created"].append(json.loads(sys.stdin.read()))
+        json.dump(state, open(state_path, "w"))
 """)
 
 
@@ -93,11 +94,13 @@ def cluster(tmp_path, dev_objects):
     state = tmp_path / "cluster.json"
 
     def run(nodes: dict, outcomes: dict | None = None):
-        state.write_text(json.dumps({"nodes": nodes, "outcomes": outcomes or {}, "calls": []}))
+        state.write_text(json.dumps({"nodes": nodes, "outcomes": outcomes or {}, "calls": [], "created": []}))
         env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_CLUSTER": str(state)}
-        done = subprocess.run([sys.executable, "-m", "ops.validate", "--dist", str(dist), "--timeout", "60"],
+        done = subprocess.run([sys.executable, "-m", "ops", "validate", "--dist", str(dist), "--timeout", "60"],
                               cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
-        return done, json.loads(state.read_text())["calls"]
+        recorded = json.loads(state.read_text())
+        run.created = recorded["created"]
+        return done, recorded["calls"]
     return run
 
 
@@ -125,8 +128,39 @@ def test_all_checks_passing_passes(cluster):
     assert done.stdout.strip().splitlines()[-1].startswith("validation finished: 4 passed, 0 failed, 0 skipped")
 
 
-def test_missing_dist_folder_is_one_line_and_exit_1(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "ops.validate", "--dist", str(tmp_path / "nope")],
+def test_checks_deployed_suspended_are_created_running(cluster, dev_objects):
+    """The chart deploys every check suspended (Job spec.suspend, MPIJob runPolicy.suspend: the
+    Kubernetes Job API and the Kubeflow RunPolicy); validate creates them with suspend false."""
+    assert {o["kind"] for o in dev_objects} == {"Job", "MPIJob"}
+    for obj in dev_objects:
+        assert (obj["spec"]["runPolicy"] if obj["kind"] == "MPIJob" else obj["spec"])["suspend"] is True
+    done, _ = cluster({"p5": 2, "p4d": 2})
+    assert done.returncode == 0, done.stderr
+    assert len(cluster.created) == 4
+    for obj in cluster.created:
+        assert (obj["spec"]["runPolicy"] if obj["kind"] == "MPIJob" else obj["spec"])["suspend"] is False
+
+
+def test_missing_dist_folder_is_one_line_and_exit_2(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "ops", "validate", "--dist", str(tmp_path / "nope")],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1
-    assert done.stderr.strip().count("\n") == 0 and "no cluster-validation YAML" in done.stderr
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "--dist: no cluster-validation YAML" in done.stderr
+
+
+def test_kubectl_missing_is_one_line_and_exit_2(tmp_path, dev_objects):
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / "90-cluster-validation.yaml").write_text(yaml.safe_dump_all(dev_objects))
+    env = {**os.environ, "PATH": str(tmp_path / "empty-bin")}
+    done = subprocess.run([sys.executable, "-m", "ops", "validate", "--dist", str(dist)],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: kubectl not found on PATH; install it and run `aws eks update-kubeconfig` first"]
+
+
+def test_a_non_positive_timeout_is_a_usage_error(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "ops", "validate", "--dist", str(tmp_path), "--timeout", "0"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--timeout" in done.stderr

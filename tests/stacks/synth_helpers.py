@@ -26,6 +26,7 @@ CONTEXT = CDK_JSON["context"]
 RESERVATION = "cr-0123456789abcdef0"
 BLOCK = "cr-0fedcba9876543210"
 # Test data for version pins (the shipped environments pin none and take EKS's default).
+DEPLOYER = "arn:aws:iam::111111111111:role/ci/Deployer"
 ADDON_PINS = {"vpc-cni": "v1.20.4-eksbuild.1", "eks-node-monitoring-agent": "v1.7.0-eksbuild.1"}
 
 
@@ -53,8 +54,10 @@ def _blocks() -> dict[str, Any]:
 
 def _split() -> dict[str, Any]:
     """dev, smallest cluster, importing from one S3 prefix and exporting to another; opted into
-    extended Kubernetes support, with two add-ons pinned."""
+    extended Kubernetes support, with two add-ons pinned; administered by its deployer alone."""
     raw = raw_environment("dev")
+    raw["adminRoleArns"] = []
+    raw["deployerPrincipalArn"] = DEPLOYER
     raw["upgradePolicy"] = "extended"
     raw["addonVersions"] = dict(ADDON_PINS)
     raw["gpuNodegroups"] = []

@@ -7,7 +7,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk.assertions import Match
 
 from config.kubernetes import EFA_LABEL, GPU_LABEL, GPU_TAINT_KEY, GPU_TAINT_VALUE, NODEGROUP_LABEL, ROLE_LABEL
-from synth_helpers import only, synth
+from synth_helpers import DEPLOYER, only, synth
 
 
 @pytest.fixture(scope="module")
@@ -220,3 +220,25 @@ def test_retain_environment_keeps_the_secrets_key_but_not_the_cluster():
 
 def test_outputs_for_humans(cluster):
     assert {"ClusterName", "ClusterSecurityGroupId", "EfaSecurityGroupId"} <= set(cluster.find_outputs("*"))
+
+
+def test_the_stack_outputs_the_exact_update_kubeconfig_command_through_the_first_admin_role(cluster):
+    outputs = cluster.find_outputs("KubeconfigCommand")
+    assert only(outputs)["Value"] == ("aws eks update-kubeconfig --name dev-training --region us-west-2 "
+                                      "--role-arn arn:aws:iam::111111111111:role/PlatformAdmin")
+    assert not cluster.find_outputs("KubeconfigCommandDeployer")
+
+
+def test_a_configured_deployer_gets_a_cluster_admin_access_entry_and_its_own_command():
+    """EKS access entries take the IAM role ARN, path included, never an STS session ARN (Amazon EKS
+    User Guide, creating-access-entries.html; Amazon EKS API Reference, CreateAccessEntry)."""
+    split = synth("split").templates["cluster"]
+    entries = split.find_resources("AWS::EKS::AccessEntry")
+    admins = [e["Properties"] for e in entries.values()
+              if any(p["PolicyArn"] and "AmazonEKSClusterAdminPolicy" in json.dumps(p["PolicyArn"])
+                     for p in e["Properties"].get("AccessPolicies", []))]
+    # The other cluster admin is the kubectl handler's own role (a GetAtt), which the construct adds.
+    assert [a["PrincipalArn"] for a in admins if isinstance(a["PrincipalArn"], str)] == [DEPLOYER]
+    assert only(split.find_outputs("KubeconfigCommandDeployer"))["Value"] == (
+        "aws eks update-kubeconfig --name split-training --region us-west-2")
+    assert not split.find_outputs("KubeconfigCommand")

@@ -81,3 +81,16 @@ def test_image_build_context_holds_only_trainer_config_and_requirements(dev):
 
 def test_outputs_for_humans(dev):
     assert "RepositoryUri" in dev.templates["registry"].find_outputs("*")
+
+
+def test_outputs_name_the_trainer_image_each_deployed_job_runs(dev):
+    """`ops submit` reads these to default --image (ops/images.py)."""
+    from config.outputs import trainer_image_output
+
+    outputs = dev.templates["registry"].find_outputs("*")
+    repo = (f"{dev.config.account}.dkr.ecr.{dev.config.region}.${{AWS::URLSuffix}}/"
+            f"cdk-hnb659fds-container-assets-{dev.config.account}-{dev.config.region}")
+    for variant, asset in dev.stage.registry.trainer_images.items():
+        assert outputs[trainer_image_output(variant)]["Value"] == {"Fn::Sub": f"{repo}:{asset.image_tag}"}
+        # The same URI the preset jobs of the Workloads stack run.
+        assert dev.stage.workloads.charts.values.trainer_images[variant] == asset.image_uri

@@ -1,8 +1,8 @@
 """Validation stack: the runner that checks a deployed environment from inside its own VPC.
 
 A CodeBuild project in the environment's private subnets, admitted to the API by the cluster
-security group on 443 only, mapped by an EKS access entry to exactly the rights `ops.validate`
-needs, with its source (ops.validate and the environment's validation objects) as an asset.
+security group on 443 only, mapped by an EKS access entry to exactly the rights `ops validate`
+needs, with its source (the ops package and the environment's validation objects) as an asset.
 """
 
 import json
@@ -87,7 +87,7 @@ def test_runner_runs_the_checks_and_a_failed_check_fails_its_build(dev, project)
     exits non-zero in the build phase fails the build."""
     spec = buildspec(project)
     commands = spec["phases"]["build"]["commands"]
-    assert commands[-1] == f"python3 -m ops.validate --dist validation/{dev.config.name} --timeout 1800"
+    assert commands[-1] == f"python3 -m ops validate --dist validation/{dev.config.name} --timeout 1800"
     assert not any("|| true" in c or c.rstrip().endswith("|| :") for c in commands)
     assert any(c.startswith('aws eks update-kubeconfig --name "$CLUSTER_NAME"') for c in commands)
     env = {v["Name"]: v["Value"] for v in project["Properties"]["Environment"]["EnvironmentVariables"]}
@@ -104,14 +104,14 @@ def _runner_source(dev) -> Path:
     return staged
 
 
-def test_runner_source_holds_ops_validate_and_the_environments_validation_objects(dev):
+def test_runner_source_holds_the_ops_package_and_the_environments_validation_objects(dev):
     source = _runner_source(dev)
     objects = [d for d in yaml.safe_load_all((source / "validation" / "dev" / "cluster-validation.yaml").read_text()) if d]
     expected = dev.stage.workloads.charts.entry("cluster-validation").chart.to_json()
     assert objects == expected and {o["kind"] for o in objects} >= {"Job"}
     # The runner's copy imports and runs on its own, without the rest of the repository.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([sys.executable, "-m", "ops.validate", "--help"], cwd=source, env=env,
+    done = subprocess.run([sys.executable, "-m", "ops", "validate", "--help"], cwd=source, env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in source.iterdir()) == ["config", "ops", "validation"]

@@ -1,0 +1,201 @@
+"""The model-download Job: a Hugging Face repository onto FSx under /fsx/models/NAME.
+
+`model_download_manifest` is pure Python (no cdk8s), so `ops model download` renders and creates
+exactly what ModelDownloadChart synthesizes. The Job runs `python -m trainer.hf_download` from the
+CPU trainer image on a CPU node group, mounts the FSx claim, and reads HF_TOKEN from the
+`hf-token` Secret when it exists (public repositories need none).
+
+Why ops creates the Job rather than `cdk deploy` (the chart is not an add-on):
+- a Job's pod template is immutable, so a Job applied on deploy would make the next deploy with a
+  new trainer image fail ("field is immutable"), suspended or not;
+- a gated download can only succeed once the token Secret exists, which ops creates after deploy;
+- which repository and revision to fetch is the user's choice at run time.
+A Job retried after a pod failure resumes (trainer/hf_download.py); an access refusal (exit 2)
+fails the Job at once through its pod failure policy instead of retrying.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from constructs import Construct
+
+from config.environment import Environment
+from config.errors import ConfigError
+from config.kubernetes import FSX_CLAIM_NAME, FSX_MOUNT_PATH, LABEL_PREFIX, NODEGROUP_LABEL, TRAINING_NAMESPACE
+from config.presets import CLUSTER_MODELS_ROOT
+from k8s.base import ProjectChart, raw_object
+from k8s.common import HF_TOKEN_KEY, HF_TOKEN_SECRET, RUNTIME_DEFAULT_SECCOMP, container_resources
+from k8s.podspec import validate_pod_templates
+
+COMPONENT = "model-download"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+MODEL_LABEL = f"{LABEL_PREFIX}/model"
+REPO_ANNOTATION = f"{LABEL_PREFIX}/hf-repo"
+REVISION_ANNOTATION = f"{LABEL_PREFIX}/hf-revision"
+CONTAINER = "download"
+JOB_PREFIX = "model-download-"
+# The trainer images' USER (trainer/Dockerfile and Dockerfile.cpu: `USER 1000`), numeric so the
+# kubelet can enforce runAsNonRoot.
+TRAINER_UID = 1000
+# Retries resume where the last pod stopped; five covers node loss and hub hiccups.
+BACKOFF_LIMIT = 5
+# Downloading is network- and disk-bound: a small share of a CPU node.
+CPU, MEMORY = "2", "4Gi"
+# huggingface_hub's home (its Xet chunk cache included) on an emptyDir: the root file system is read-only.
+HF_HOME = "/tmp/hf-home"
+TMP_SIZE = "16Gi"
+
+# Hub repositories of the model directories presets read from /fsx/models.
+HUB_REPOS = {"Llama-2-7b-hf": "meta-llama/Llama-2-7b-hf"}
+
+_REPO = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")
+
+
+@dataclass(frozen=True)
+class ModelDownload:
+    """One repository to fetch: `name` is its directory under /fsx/models."""
+
+    repo: str
+    name: str
+    revision: str = "main"
+
+    @classmethod
+    def of(cls, repo: str, name: str | None = None, revision: str = "main") -> "ModelDownload":
+        """Validated; ConfigError names the field. `name` defaults to the repository's own name."""
+        if not isinstance(repo, str) or not _REPO.match(repo) or ".." in repo:
+            raise ConfigError("--repo", f"must be a Hugging Face repository id like owner/name, got {repo!r}")
+        name = repo.rsplit("/", 1)[-1] if name is None else name
+        if not _NAME.match(name) or ".." in name:
+            raise ConfigError("--name", f"must be 1-63 letters, digits, '.', '_' or '-' not starting with "
+                                        f"'.' or '-' (a directory under {CLUSTER_MODELS_ROOT}), got {name!r}")
+        if not _REVISION.match(revision) or ".." in revision:
+            raise ConfigError("--revision", f"must be a branch, tag or commit, got {revision!r}")
+        return cls(repo=repo, name=name, revision=revision)
+
+    @property
+    def out_dir(self) -> str:
+        return f"{CLUSTER_MODELS_ROOT}/{self.name}"
+
+    @property
+    def job_name(self) -> str:
+        """A DNS label: the Job's name and its pods' job-name label value (at most 63 characters)."""
+        return job_name(self.name)
+
+
+def job_name(model: str) -> str:
+    slug = re.sub(r"[^a-z0-9-]+", "-", model.lower()).strip("-")
+    return (JOB_PREFIX + slug)[:63].rstrip("-")
+
+
+def configured_downloads(config: Environment) -> list[ModelDownload]:
+    """The downloads the environment's presets need: each Hugging Face directory under /fsx/models
+    a preset of this environment starts from. A preset naming one without a known repository is a
+    ConfigError, so a new preset cannot silently lack its download."""
+    from k8s.jobs import presets_for
+
+    found: dict[str, ModelDownload] = {}
+    for preset in presets_for(config):
+        path = getattr(preset.workload, "init_from_hf", None) or ""
+        if not path.startswith(CLUSTER_MODELS_ROOT + "/"):
+            continue
+        name = path[len(CLUSTER_MODELS_ROOT) + 1:]
+        if name not in HUB_REPOS:
+            raise ConfigError(f"presets.{preset.name}.init_from_hf",
+                              f"{path} has no Hugging Face repository in k8s/model_download.py HUB_REPOS")
+        found[name] = ModelDownload.of(HUB_REPOS[name], name)
+    return [found[k] for k in sorted(found)]
+
+
+def download_nodegroup(config: Environment):
+    if not config.cpu_nodegroups:
+        raise ConfigError(f"environments.{config.name}.cpuNodegroups",
+                          "the model-download Job runs on a CPU node group; this environment has none")
+    return config.cpu_nodegroups[0]
+
+
+def model_download_manifest(config: Environment, download: ModelDownload, *, image: str) -> dict:
+    """The batch/v1 Job fetching `download`, its pod template checked against the strict PodSpec
+    schema of the environment's Kubernetes version."""
+    if not isinstance(image, str) or not image:
+        raise ConfigError("image", "must be a container image reference")
+    group = download_nodegroup(config)
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python", "-m", "trainer.hf_download", "--repo", download.repo,
+                    "--revision", download.revision, "--out", download.out_dir],
+        "env": [
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+            {"name": "HF_HOME", "value": HF_HOME},
+            {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+            # optional: public repositories download without the Secret.
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+                "name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY, "optional": True}}},
+        ],
+        "resources": container_resources(group.instance_type, cpu=CPU, memory=MEMORY),
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "fsx", "mountPath": FSX_MOUNT_PATH}, {"name": "tmp", "mountPath": "/tmp"}],
+    }
+    labels = {COMPONENT_LABEL: COMPONENT, MODEL_LABEL: download.name}
+    manifest = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": download.job_name, "namespace": TRAINING_NAMESPACE, "labels": labels,
+            "annotations": {REPO_ANNOTATION: download.repo, REVISION_ANNOTATION: download.revision},
+        },
+        "spec": {
+            "backoffLimit": BACKOFF_LIMIT,
+            # Exit 2 is a refusal (gated, not found, the directory taken): retrying cannot help.
+            "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {
+                "containerName": CONTAINER, "operator": "In", "values": [2]}}]},
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {
+                    # A new pod per attempt (required by podFailurePolicy), so each attempt's log stays readable.
+                    "restartPolicy": "Never",
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": TRAINER_UID, "runAsGroup": TRAINER_UID,
+                                        "seccompProfile": dict(RUNTIME_DEFAULT_SECCOMP)},
+                    "nodeSelector": {NODEGROUP_LABEL: group.name},
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "fsx", "persistentVolumeClaim": {"claimName": FSX_CLAIM_NAME}},
+                        {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}},
+                    ],
+                },
+            },
+        },
+    }
+    validate_pod_templates(manifest, config.kubernetes_version)
+    return manifest
+
+
+@dataclass(frozen=True)
+class ModelDownloadProps:
+    config: Environment
+    image: str  # the CPU trainer image
+    downloads: tuple[ModelDownload, ...] | None = None  # None: configured_downloads(config)
+
+
+class ModelDownloadChart(ProjectChart):
+    """The model-download Jobs as a chart (for dist/ YAML and review); not an add-on: see the
+    module docstring for why `cdk deploy` does not apply them."""
+
+    component = COMPONENT
+
+    def __init__(self, scope: Construct, id: str, *, props: ModelDownloadProps):
+        super().__init__(scope, id, namespace=TRAINING_NAMESPACE)
+        downloads = props.downloads if props.downloads is not None else tuple(configured_downloads(props.config))
+        names = [d.job_name for d in downloads]
+        if len(set(names)) != len(names):
+            raise ValueError(f"two downloads share a Job name: {sorted(names)}")
+        self.manifests = {d.name: model_download_manifest(props.config, d, image=props.image) for d in downloads}
+        for name, manifest in self.manifests.items():
+            raw_object(self, name, manifest)

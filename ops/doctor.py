@@ -1,0 +1,247 @@
+"""`ops doctor`: is the deployed cluster what the environment config says, and healthy?
+
+Read-only checks against the live API server, one row each (ops/checks.py):
+- nodes <group>: every node of the group Ready, at least minSize of them;
+- allocatable <node>: on GPU nodes, nvidia.com/gpu and vpc.amazonaws.com/efa equal the
+  instance-type table's GPUs and EFA interfaces, and hugepages-2Mi covers the 2 MiB pages the node's
+  user data reserves for EFA (cdk_constructs/node_user_data.py; it never lowers a larger reservation);
+- node-health <node>: the conditions the EKS node monitoring agent sets (NODE_HEALTH_CONDITIONS);
+- the device-plugin DaemonSets, the Training Operator and etcd Deployments Ready;
+- the FSx claim Bound;
+- nccl <group>: the last NCCL validation's bus bandwidth (k8s/validation.py) against the table's floor.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Iterable
+
+from config import Environment
+from config.instance_types import InstanceType
+from config.kubernetes import FSX_CLAIM_NAME, INSTANCE_TYPE_LABEL, NODEGROUP_LABEL, SYSTEM_NODEGROUP, TRAINING_NAMESPACE
+from k8s.common import (
+    BUSBW_REPORT, EFA_DEVICE_PLUGIN, ETCD_SERVICE, KUBE_SYSTEM_NAMESPACE, KUBEFLOW_NAMESPACE, NVIDIA_DEVICE_PLUGIN,
+    TRAINING_OPERATOR, nccl_groups, nccl_test_name,
+)
+from ops.checks import FAIL, PASS, WARN, Check
+from ops.errors import OpsError
+from ops.kube import api_error_line
+
+# "Detect node health issues and enable automatic node repair", Amazon EKS User Guide
+# (https://docs.aws.amazon.com/eks/latest/userguide/node-health.html): the node monitoring agent (an
+# add-on here, config/addons.py) sets one NodeCondition per category, True while healthy. It sets
+# AcceleratedHardwareReady only on nodes with NVIDIA or Neuron hardware
+# (aws/eks-node-monitoring-agent v1.7.0 cmd/eks-node-monitoring-agent/main.go).
+NODE_HEALTH_CONDITIONS = ("ContainerRuntimeReady", "KernelReady", "NetworkingReady", "StorageReady")
+ACCELERATOR_CONDITION = "AcceleratedHardwareReady"
+
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+HUGEPAGES_RESOURCE = "hugepages-2Mi"
+# The launcher pod of an MPIJob, as the Training Operator labels it (kubeflow/trainer v1.9.4
+# pkg/apis/kubeflow.org/v1/common_types.go JobNameLabel, ReplicaTypeLabel; pkg/controller.v1/mpi/mpijob.go
+# defaultLauncherLabels: "launcher").
+LAUNCHER_SELECTOR = "training.kubeflow.org/job-name={job},training.kubeflow.org/replica-type=launcher"
+LOG_TAIL_LINES = 200
+_BUSBW = re.compile(re.escape(BUSBW_REPORT) + r":\s*(\S+) GB/s")
+
+
+def run(env: Environment, api_client: Any) -> list[Check]:
+    """Every row for `env`, read through one kubernetes ApiClient."""
+    from kubernetes.client import AppsV1Api, CoreV1Api
+
+    core, apps = CoreV1Api(api_client), AppsV1Api(api_client)
+    host = api_client.configuration.host
+    nodes = _call(lambda: core.list_node(label_selector=NODEGROUP_LABEL), f"list nodes at {host}").items
+    by_group: dict[str, list] = {}
+    for node in nodes:
+        by_group.setdefault((node.metadata.labels or {}).get(NODEGROUP_LABEL), []).append(node)
+    groups = [(SYSTEM_NODEGROUP, env.system_nodegroup.min_size, env.system_nodegroup.instance_type)]
+    groups += [(g.name, g.min_size, g.instance_type) for g in env.training_nodegroups]
+
+    rows = [nodes_row(name, min_size, by_group.get(name, [])) for name, min_size, _ in groups]
+    for name, _, instance in groups:
+        for node in by_group.get(name, []):
+            if instance.is_gpu:
+                rows.append(allocatable_row(node, instance))
+            rows.append(node_health_row(node, instance))
+    rows += workload_rows(env, apps)
+    rows.append(claim_row(core))
+    rows += [nccl_row(g.name, g.instance_type, core) for g in nccl_groups(env)]
+    return rows
+
+
+def _ready(node: Any) -> tuple[bool, str]:
+    for cond in (node.status.conditions if node.status else None) or []:
+        if cond.type == "Ready":
+            return cond.status == "True", cond.reason or cond.status
+    return False, "no Ready condition"
+
+
+def nodes_row(group: str, min_size: int, nodes: list) -> Check:
+    name = f"nodes {group}"
+    not_ready = [f"{n.metadata.name} ({why})" for n in nodes for ok, why in [_ready(n)] if not ok]
+    ready = len(nodes) - len(not_ready)
+    if not_ready:
+        return Check(name, FAIL, f"{ready}/{len(nodes)} Ready; NotReady: {', '.join(sorted(not_ready))}")
+    if ready < min_size:
+        return Check(name, FAIL, f"{ready} Ready node(s), minSize is {min_size}")
+    return Check(name, PASS, f"{ready}/{len(nodes)} Ready" if nodes else f"no nodes (minSize {min_size})")
+
+
+def expected_allocatable(instance: InstanceType) -> dict[str, tuple[str, int]]:
+    """resource -> ("==" or ">=", amount) a GPU node of `instance` must report as allocatable."""
+    from cdk_constructs.node_user_data import HUGEPAGE_MIB, efa_hugepages
+
+    expected = {GPU_RESOURCE: ("==", instance.gpus)}
+    if instance.supports_efa:
+        expected[EFA_RESOURCE] = ("==", instance.efa_interfaces)
+        expected[HUGEPAGES_RESOURCE] = (">=", efa_hugepages() * HUGEPAGE_MIB * 2**20)
+    return expected
+
+
+def _quantity(text: str | None) -> int:
+    from kubernetes.utils import parse_quantity
+
+    return int(parse_quantity(text)) if text else 0
+
+
+def _bytes(amount: int) -> str:
+    return f"{amount // 2**20}Mi" if amount % 2**20 == 0 else str(amount)
+
+
+def allocatable_row(node: Any, instance: InstanceType) -> Check:
+    name = f"allocatable {node.metadata.name}"
+    labelled = (node.metadata.labels or {}).get(INSTANCE_TYPE_LABEL)
+    if labelled and labelled != instance.name:
+        return Check(name, FAIL, f"node is {labelled}, its node group is configured as {instance.name}")
+    have = (node.status.allocatable if node.status else None) or {}
+    problems, seen = [], []
+    for resource, (op, want) in expected_allocatable(instance).items():
+        got = _quantity(have.get(resource))
+        show = _bytes if resource == HUGEPAGES_RESOURCE else str
+        seen.append(f"{resource} {show(got)}")
+        if (got != want) if op == "==" else (got < want):
+            wanted = show(want) if op == "==" else f"at least {show(want)}"
+            problems.append(f"{resource} {show(got)}, expected {wanted} on {instance.name}")
+    if problems:
+        return Check(name, FAIL, "; ".join(problems))
+    return Check(name, PASS, ", ".join(seen))
+
+
+def node_health_row(node: Any, instance: InstanceType) -> Check:
+    name = f"node-health {node.metadata.name}"
+    wanted = NODE_HEALTH_CONDITIONS + ((ACCELERATOR_CONDITION,) if instance.is_gpu else ())
+    conditions = {c.type: c for c in (node.status.conditions if node.status else None) or []}
+    problems = []
+    for ctype in wanted:
+        cond = conditions.get(ctype)
+        if cond is None:
+            problems.append(f"{ctype} not reported (is the eks-node-monitoring-agent add-on running?)")
+        elif cond.status != "True":
+            detail = ": ".join(p for p in (cond.reason, " ".join((cond.message or "").split())) if p)
+            problems.append(f"{ctype} {cond.status}" + (f" ({detail})" if detail else ""))
+    if problems:
+        return Check(name, FAIL, "; ".join(problems))
+    return Check(name, PASS, f"{', '.join(wanted)} True")
+
+
+def workload_rows(env: Environment, apps: Any) -> list[Check]:
+    rows = []
+    if env.gpu_nodegroups:
+        rows.append(_daemonset_row(apps, KUBE_SYSTEM_NAMESPACE, NVIDIA_DEVICE_PLUGIN))
+    if any(g.instance_type.supports_efa for g in env.gpu_nodegroups):
+        rows.append(_daemonset_row(apps, KUBE_SYSTEM_NAMESPACE, EFA_DEVICE_PLUGIN))
+    rows.append(_deployment_row(apps, KUBEFLOW_NAMESPACE, TRAINING_OPERATOR))
+    rows.append(_deployment_row(apps, TRAINING_NAMESPACE, ETCD_SERVICE))
+    return rows
+
+
+def _daemonset_row(apps: Any, namespace: str, name: str) -> Check:
+    row = f"daemonset {namespace}/{name}"
+    ds = _read(lambda: apps.read_namespaced_daemon_set(name, namespace))
+    if ds is None:
+        return Check(row, FAIL, "not found")
+    st = ds.status
+    desired, ready = st.desired_number_scheduled or 0, st.number_ready or 0
+    if ready < desired:
+        return Check(row, FAIL, f"{ready}/{desired} pods Ready")
+    return Check(row, PASS, f"{ready}/{desired} pods Ready" + (" (no matching nodes now)" if not desired else ""))
+
+
+def _deployment_row(apps: Any, namespace: str, name: str) -> Check:
+    row = f"deployment {namespace}/{name}"
+    dep = _read(lambda: apps.read_namespaced_deployment(name, namespace))
+    if dep is None:
+        return Check(row, FAIL, "not found")
+    wanted, ready = dep.spec.replicas if dep.spec.replicas is not None else 1, dep.status.ready_replicas or 0
+    if wanted < 1 or ready < wanted:
+        return Check(row, FAIL, f"{ready}/{wanted} replicas Ready")
+    return Check(row, PASS, f"{ready}/{wanted} replicas Ready")
+
+
+def claim_row(core: Any) -> Check:
+    row = f"pvc {TRAINING_NAMESPACE}/{FSX_CLAIM_NAME}"
+    claim = _read(lambda: core.read_namespaced_persistent_volume_claim(FSX_CLAIM_NAME, TRAINING_NAMESPACE))
+    if claim is None:
+        return Check(row, FAIL, "not found")
+    phase = claim.status.phase if claim.status else None
+    if phase != "Bound":
+        return Check(row, FAIL, f"{phase or 'no phase'}, not Bound (check the FSx CSI driver and the volume)")
+    return Check(row, PASS, f"Bound to {claim.spec.volume_name}")
+
+
+def busbw_from_log(text: str) -> float | None:
+    """The last bus bandwidth the launcher printed; None when it printed none (or "none")."""
+    found = _BUSBW.findall(text)
+    try:
+        return float(found[-1]) if found else None
+    except ValueError:
+        return None
+
+
+def nccl_row(group: str, instance: InstanceType, core: Any) -> Check:
+    row, job = f"nccl {group}", nccl_test_name(group)
+    pods = _call(lambda: core.list_namespaced_pod(TRAINING_NAMESPACE, label_selector=LAUNCHER_SELECTOR.format(job=job)),
+                 f"list the launcher pods of MPIJob {job}").items
+    if not pods:
+        return Check(row, WARN, f"no NCCL validation has run (MPIJob {TRAINING_NAMESPACE}/{job}); "
+                                "run `python -m ops validate --dist dist/<env>`")
+    pod = max(pods, key=lambda p: str(p.metadata.creation_timestamp or ""))
+    text = _call(lambda: core.read_namespaced_pod_log(pod.metadata.name, TRAINING_NAMESPACE, tail_lines=LOG_TAIL_LINES),
+                 f"read the log of {pod.metadata.name}")
+    busbw, floor = busbw_from_log(text or ""), instance.nccl_busbw_floor_gbps
+    where = f"{pod.metadata.name}, {pod.metadata.creation_timestamp or 'unknown time'}"
+    if busbw is None:
+        phase = pod.status.phase if pod.status else "unknown"
+        return Check(row, FAIL, f"no bus bandwidth in the launcher log ({where}, {phase})")
+    if busbw < floor:
+        return Check(row, FAIL, f"{busbw:g} GB/s below the {floor:g} GB/s floor of {instance.name} ({where})")
+    return Check(row, PASS, f"{busbw:g} GB/s, floor {floor:g} GB/s on {instance.name} ({where})")
+
+
+def _read(fn: Callable[[], Any]) -> Any:
+    """The object, or None when the API says 404."""
+    try:
+        return _call(fn, "read")
+    except _NotFound:
+        return None
+
+
+class _NotFound(Exception):
+    pass
+
+
+def _call(fn: Callable[[], Any], what: str) -> Any:
+    """An API failure is one line naming what was being done; a 404 is _NotFound for _read."""
+    from kubernetes.client.exceptions import ApiException
+    try:
+        return fn()
+    except ApiException as err:
+        if err.status == 404:
+            raise _NotFound() from None
+        raise OpsError(f"{what}: {api_error_line(err)}") from None
+
+
+def as_json(rows: Iterable[Check]) -> list[dict]:
+    return [{"check": r.name, "status": r.status, "reason": r.reason} for r in rows]

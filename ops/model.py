@@ -1,0 +1,256 @@
+"""`python -m ops model token|download|status|logs`: gated Hugging Face models onto FSx.
+
+token: the `hf-token` Secret from a local environment variable or file. The token is read here
+and handed to the Kubernetes client only: it is never printed, logged, or put in a subprocess's
+arguments. download: renders the model-download Job (k8s/model_download.py, the chart's code
+path) and creates it; k8s/model_download.py says why ops and not `cdk deploy` creates it.
+status and logs: like `ops status` and `ops logs` for the training jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from k8s.common import HF_TOKEN_KEY, HF_TOKEN_SECRET
+from ops.errors import OpsError
+from ops.kube import api_error_line
+
+# The Job controller labels each pod with its Job's name (Kubernetes 1.27+).
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
+def api_client(kubeconfig: str | None, context: str | None) -> Any:
+    from ops import kube
+
+    return kube.api_client(kubeconfig, context)
+
+
+def _api(fn: Callable[[], Any]) -> Any:
+    """A Kubernetes API failure as one line: status and the server's message."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return fn()
+    except ApiException as err:
+        raise OpsError(f"Kubernetes API: {api_error_line(err)}") from None
+
+
+def _created(fn: Callable[[], Any]) -> bool:
+    """True when created, False when it already exists (HTTP 409); the response is dropped
+    unread (a Secret's would hold the token)."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        fn()
+        return True
+    except ApiException as err:
+        if err.status != 409:
+            raise OpsError(f"Kubernetes API: {api_error_line(err)}") from None
+        return False
+
+
+# --- token ---------------------------------------------------------------------------------------
+
+def read_token(from_env: str | None, from_file: str | None) -> tuple[str, str]:
+    """(token, where it came from). Only where it came from may ever be shown."""
+    if from_file is not None:
+        source = f"file {from_file}"
+        try:
+            token = Path(from_file).read_text().strip()
+        except OSError as err:
+            raise OpsError(f"--from-file: cannot read {from_file} ({err.strerror or type(err).__name__})") from None
+    else:
+        source = f"environment variable {from_env}"
+        token = os.environ.get(from_env, "").strip()
+    if not token:
+        raise OpsError(f"the Hugging Face token from {source} is missing or empty; "
+                       "create one at https://huggingface.co/settings/tokens")
+    if any(c.isspace() for c in token):
+        raise OpsError(f"the Hugging Face token from {source} must be one word without spaces or line breaks")
+    return token, source
+
+
+def put_token(core: Any, namespace: str, token: str) -> str:
+    """Create the Secret, or replace its token if it exists. Returns "created" or "replaced"."""
+    body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": HF_TOKEN_SECRET, "namespace": namespace,
+                         "labels": {"app.kubernetes.io/part-of": "eks-distributed-training"}},
+            "stringData": {HF_TOKEN_KEY: token}}
+    if _created(lambda: core.create_namespaced_secret(namespace, body)):
+        return "created"
+    _api(lambda: core.replace_namespaced_secret(HF_TOKEN_SECRET, namespace, body))
+    return "replaced"
+
+
+# --- download ------------------------------------------------------------------------------------
+
+def trainer_image(custom: Any, namespace: str) -> str:
+    """The CPU trainer image `cdk deploy` gave the CPU presets' PyTorchJobs: the pinned image the
+    download runs, without asking the user for a registry URI."""
+    from config.presets import PRESETS
+    from k8s.jobs import API_VERSION, PRESET_LABEL
+
+    cpu = sorted(p.name for p in PRESETS.values() if p.cluster and p.image_variant == "cpu")
+    group, version = API_VERSION.split("/")
+    found = _api(lambda: custom.list_namespaced_custom_object(
+        group, version, namespace, "pytorchjobs", label_selector=f"{PRESET_LABEL} in ({','.join(cpu)})"))
+    for job in found.get("items", []):
+        for replica in job["spec"].get("pytorchReplicaSpecs", {}).values():
+            return replica["template"]["spec"]["containers"][0]["image"]
+    raise OpsError(f"no CPU preset PyTorchJob ({', '.join(cpu)}) in namespace {namespace} to take the trainer "
+                   "image from; deploy the environment first or pass --image URI")
+
+
+def job_phase(job: Any) -> tuple[str, str]:
+    conditions = [c for c in ((job.status.conditions if job.status else None) or []) if c.status == "True"]
+    for kind in ("Complete", "Failed", "Suspended"):
+        for c in conditions:
+            if c.type == kind:
+                return kind, " ".join((c.message or c.reason or "").split())
+    return ("Running" if job.status and job.status.active else "Pending"), ""
+
+
+def start(batch: Any, manifest: dict) -> str:
+    """Create the Job; an existing one for the same repository is reported, not duplicated."""
+    from k8s.model_download import REPO_ANNOTATION
+
+    meta = manifest["metadata"]
+    name, namespace, repo = meta["name"], meta["namespace"], meta["annotations"][REPO_ANNOTATION]
+    if _created(lambda: batch.create_namespaced_job(namespace, manifest)):
+        return f"created Job {namespace}/{name}: {repo} -> {_out_dir(manifest)}"
+    existing = _api(lambda: batch.read_namespaced_job(name, namespace))
+    theirs = (existing.metadata.annotations or {}).get(REPO_ANNOTATION)
+    if theirs != repo:
+        raise OpsError(f"Job {namespace}/{name} already downloads {theirs}; choose another --name")
+    phase, message = job_phase(existing)
+    if phase == "Failed":
+        raise OpsError(f"Job {namespace}/{name} failed ({message}); delete it (`kubectl -n {namespace} delete job "
+                       f"{name}`) and download again: it resumes from what is on FSx")
+    return f"Job {namespace}/{name} already exists and is {phase}"
+
+
+def _out_dir(manifest: dict) -> str:
+    command = manifest["spec"]["template"]["spec"]["containers"][0]["command"]
+    return command[command.index("--out") + 1]
+
+
+# --- status and logs -----------------------------------------------------------------------------
+
+def status(batch: Any, namespace: str, model: str | None) -> list[tuple[str, ...]]:
+    from k8s.model_download import COMPONENT, COMPONENT_LABEL, MODEL_LABEL, REPO_ANNOTATION
+
+    jobs = [_api(lambda: batch.read_namespaced_job(_job(model), namespace))] if model else \
+        _api(lambda: batch.list_namespaced_job(namespace, label_selector=f"{COMPONENT_LABEL}={COMPONENT}")).items
+    rows = []
+    for job in jobs:
+        phase, message = job_phase(job)
+        started = job.status.start_time if job.status else None
+        rows.append(((job.metadata.labels or {}).get(MODEL_LABEL, job.metadata.name),
+                     (job.metadata.annotations or {}).get(REPO_ANNOTATION, "-"), phase,
+                     str(started) if started else "-", message))
+    return rows
+
+
+def render_status(rows: list[tuple[str, ...]]) -> str:
+    if not rows:
+        return "no model-download Jobs"
+    header = ("MODEL", "REPO", "PHASE", "STARTED", "MESSAGE")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    return "\n".join("  ".join(f"{cell:<{w}}" for cell, w in zip(r[:4], widths)) + f"  {r[4]}"
+                     for r in [header, *rows]).rstrip()
+
+
+def logs(core: Any, namespace: str, model: str, follow: bool = False, echo: Callable[[str], None] = print) -> None:
+    """The newest pod's log (each retry is a new pod); with follow, line by line as it is written."""
+    from kubernetes import watch
+
+    from k8s.model_download import CONTAINER
+
+    job = _job(model)
+    pods = _api(lambda: core.list_namespaced_pod(namespace, label_selector=f"{JOB_NAME_LABEL}={job}")).items
+    if not pods:
+        raise OpsError(f"Job {job} has no pod (yet); see `python -m ops model status {model}`")
+    pod = max(pods, key=lambda p: str(p.metadata.creation_timestamp or ""))
+    if pod.status is not None and pod.status.phase == "Pending":
+        raise OpsError(f"pod {pod.metadata.name} is Pending; its log starts when it runs")
+    if follow:
+        for line in watch.Watch().stream(core.read_namespaced_pod_log, name=pod.metadata.name,
+                                         namespace=namespace, container=CONTAINER, follow=True):
+            echo(line)
+        return
+    text = _api(lambda: core.read_namespaced_pod_log(pod.metadata.name, namespace, container=CONTAINER))
+    for line in text.splitlines():
+        echo(line)
+
+
+def _job(model: str) -> str:
+    from k8s.model_download import JOB_PREFIX, job_name
+
+    return model if model.startswith(JOB_PREFIX) else job_name(model)
+
+
+# --- command line --------------------------------------------------------------------------------
+
+def add_parser(sub: Any, with_env: Callable, with_kube: Callable) -> None:
+    p = sub.add_parser("model", help="Hugging Face models onto FSx: the token Secret and the download Job")
+    msub = p.add_subparsers(dest="model_command", required=True, parser_class=type(p))
+    t = msub.add_parser("token", help=f"create or replace the {HF_TOKEN_SECRET} Secret (the token is never shown)")
+    with_env(t)
+    source = t.add_mutually_exclusive_group()
+    source.add_argument("--from-env", default="HF_TOKEN", metavar="VAR", help="environment variable (default HF_TOKEN)")
+    source.add_argument("--from-file", metavar="PATH", help="file holding the token")
+    with_kube(t)
+    d = msub.add_parser("download", help="create the Job fetching a repository to /fsx/models/NAME")
+    with_env(d)
+    d.add_argument("--repo", required=True, help="Hugging Face repository id, e.g. meta-llama/Llama-2-7b-hf")
+    d.add_argument("--name", help="directory under /fsx/models (default: the repository's name)")
+    d.add_argument("--revision", default="main", help="branch, tag or commit (default main)")
+    d.add_argument("--image", help="trainer image (default: the one the deployed CPU presets run)")
+    d.add_argument("--dry-run", action="store_true", help="print the Job, create nothing")
+    with_kube(d)
+    s = msub.add_parser("status", help="phase of one model-download Job, or of all")
+    s.add_argument("name", nargs="?", help="the model's directory name (or the Job's name)")
+    with_kube(s)
+    lg = msub.add_parser("logs", help="the download's progress log")
+    lg.add_argument("name")
+    lg.add_argument("-f", "--follow", action="store_true")
+    with_kube(lg)
+
+
+def run(args: argparse.Namespace, load_env: Callable[[], Any]) -> int:
+    from kubernetes import client
+
+    command = args.model_command
+    if command in ("token", "download"):
+        env = load_env()
+    if command == "token":
+        token, source = read_token(args.from_env, args.from_file)
+        core = client.CoreV1Api(api_client(args.kubeconfig, args.context))
+        done = put_token(core, args.namespace, token)
+        print(f"{done} Secret {args.namespace}/{HF_TOKEN_SECRET} from {source} for {env.name}")
+        return 0
+    if command == "download":
+        from k8s.model_download import ModelDownload, model_download_manifest
+
+        download = ModelDownload.of(args.repo, args.name, args.revision)
+        api = None if (args.dry_run and args.image) else api_client(args.kubeconfig, args.context)
+        image = args.image or trainer_image(client.CustomObjectsApi(api), args.namespace)
+        manifest = model_download_manifest(env, download, image=image)
+        if args.dry_run:
+            import yaml
+
+            print(yaml.safe_dump(manifest, sort_keys=False), end="")
+            return 0
+        print(start(client.BatchV1Api(api), manifest))
+        print(f"follow it with `python -m ops model logs {download.name} -f`")
+        return 0
+    api = api_client(args.kubeconfig, args.context)
+    if command == "status":
+        print(render_status(status(client.BatchV1Api(api), args.namespace, args.name)))
+    else:
+        logs(client.CoreV1Api(api), args.namespace, args.name, follow=args.follow)
+    return 0
+

@@ -1,0 +1,320 @@
+"""`ops doctor` against the recording fake API server, under the real kubernetes client.
+
+A healthy prod-shaped cluster (two system nodes, two p5 nodes, one CPU node) passes every row;
+each broken variant fails exactly the row that names the fault, and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes.client import ApiClient, Configuration
+
+from config.instance_types import INSTANCE_TYPES
+from config.kubernetes import FSX_CLAIM_NAME, INSTANCE_TYPE_LABEL, NODEGROUP_LABEL
+from k8s.common import (
+    BUSBW_REPORT, EFA_DEVICE_PLUGIN, ETCD_SERVICE, NVIDIA_DEVICE_PLUGIN, TRAINING_OPERATOR, nccl_test_name,
+)
+from kube_fakes import FakeApiServer
+from ops import cli, doctor, kube
+from ops.checks import FAIL, PASS, WARN, Check
+from ops.envconfig import load
+from ops.errors import OpsError
+
+NODES = "/api/v1/nodes"
+DAEMONSETS = "/apis/apps/v1/namespaces/kube-system/daemonsets"
+PVC = f"/api/v1/namespaces/training/persistentvolumeclaims/{FSX_CLAIM_NAME}"
+PODS = "/api/v1/namespaces/training/pods"
+OPERATOR = f"/apis/apps/v1/namespaces/kubeflow/deployments/{TRAINING_OPERATOR}"
+ETCD = f"/apis/apps/v1/namespaces/training/deployments/{ETCD_SERVICE}"
+LAUNCHER = "nccl-allreduce-p5-launcher"
+P5 = INSTANCE_TYPES["p5.48xlarge"]
+HEALTH = ("ContainerRuntimeReady", "KernelReady", "NetworkingReady", "StorageReady")
+
+
+@pytest.fixture(scope="module")
+def prod():
+    return load("prod")
+
+
+def node(name: str, group: str, instance: str, *, gpu: bool = False, **allocatable: str) -> dict:
+    types = HEALTH + (("AcceleratedHardwareReady",) if gpu else ())
+    return {"metadata": {"name": name, "labels": {NODEGROUP_LABEL: group, INSTANCE_TYPE_LABEL: instance}},
+            "status": {"allocatable": {"cpu": "4", **{k.replace("_", "."): v for k, v in allocatable.items()}},
+                       "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]
+                       + [{"type": t, "status": "True", "reason": f"{t}Healthy"} for t in types]}}
+
+
+def p5_node(name: str) -> dict:
+    n = node(name, "p5", "p5.48xlarge", gpu=True)
+    n["status"]["allocatable"].update({"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32", "hugepages-2Mi": "5Gi"})
+    return n
+
+
+def daemonset(ready: int, desired: int) -> dict:
+    return {"metadata": {"name": "ds"}, "status": {"currentNumberScheduled": desired, "desiredNumberScheduled": desired,
+                                                   "numberMisscheduled": 0, "numberReady": ready}}
+
+
+def deployment(ready: int, replicas: int = 1) -> dict:
+    return {"metadata": {"name": "d"}, "spec": {"replicas": replicas, "selector": {}, "template": {}},
+            "status": {"readyReplicas": ready}}
+
+
+def healthy_routes() -> dict:
+    return {
+        ("GET", NODES): {"kind": "NodeList", "items": [
+            node("sys-a", "system", "m5.xlarge"), node("sys-b", "system", "m5.xlarge"),
+            p5_node("gpu-a"), p5_node("gpu-b"), node("cpu-a", "cpu", "m5.2xlarge")]},
+        ("GET", f"{DAEMONSETS}/{NVIDIA_DEVICE_PLUGIN}"): daemonset(2, 2),
+        ("GET", f"{DAEMONSETS}/{EFA_DEVICE_PLUGIN}"): daemonset(2, 2),
+        ("GET", OPERATOR): deployment(1),
+        ("GET", ETCD): deployment(1),
+        ("GET", PVC): {"metadata": {"name": FSX_CLAIM_NAME}, "spec": {"volumeName": "fsx-pv"},
+                       "status": {"phase": "Bound"}},
+        ("GET", PODS): {"kind": "PodList", "items": [
+            {"metadata": {"name": LAUNCHER, "creationTimestamp": "2026-11-23T09:00:00Z"},
+             "status": {"phase": "Succeeded"}}]},
+        ("GET", f"{PODS}/{LAUNCHER}/log"): "\n".join([
+            "# Avg bus bandwidth    : 361.2", f"{BUSBW_REPORT}: 361.2 GB/s (floor 250.0 GB/s on p5.48xlarge)",
+            "PASS", ""]).encode(),
+    }
+
+
+def api(routes: dict) -> tuple[ApiClient, FakeApiServer]:
+    config = Configuration()
+    config.host = "https://k8s.test"
+    client = ApiClient(config)
+    server = FakeApiServer()
+    for (method, path), body in routes.items():
+        server.on(method, path, body)
+    client.rest_client.pool_manager = server
+    return client, server
+
+
+def failures(rows: list[Check]) -> list[Check]:
+    return [r for r in rows if r.status != PASS]
+
+
+def run_broken(env, change) -> list[Check]:
+    routes = healthy_routes()
+    change(routes)
+    client, _ = api(routes)
+    return failures(doctor.run(env, client))
+
+
+def test_a_healthy_cluster_passes_every_row(prod):
+    client, server = api(healthy_routes())
+    rows = doctor.run(prod, client)
+    assert failures(rows) == []
+    assert {r.name: r.reason for r in rows} == {
+        "nodes system": "2/2 Ready", "nodes p5": "2/2 Ready", "nodes cpu": "1/1 Ready",
+        "allocatable gpu-a": "nvidia.com/gpu 8, vpc.amazonaws.com/efa 32, hugepages-2Mi 5120Mi",
+        "allocatable gpu-b": "nvidia.com/gpu 8, vpc.amazonaws.com/efa 32, hugepages-2Mi 5120Mi",
+        **{f"node-health {n}": "ContainerRuntimeReady, KernelReady, NetworkingReady, StorageReady True"
+           for n in ("sys-a", "sys-b", "cpu-a")},
+        **{f"node-health {n}": "ContainerRuntimeReady, KernelReady, NetworkingReady, StorageReady, "
+                               "AcceleratedHardwareReady True" for n in ("gpu-a", "gpu-b")},
+        f"daemonset kube-system/{NVIDIA_DEVICE_PLUGIN}": "2/2 pods Ready",
+        f"daemonset kube-system/{EFA_DEVICE_PLUGIN}": "2/2 pods Ready",
+        f"deployment kubeflow/{TRAINING_OPERATOR}": "1/1 replicas Ready",
+        f"deployment training/{ETCD_SERVICE}": "1/1 replicas Ready",
+        f"pvc training/{FSX_CLAIM_NAME}": "Bound to fsx-pv",
+        "nccl p5": f"361.2 GB/s, floor 250 GB/s on p5.48xlarge ({LAUNCHER}, 2026-11-23 09:00:00+00:00)",
+    }
+    nodes_call = next(c for c in server.calls if c.path == NODES)
+    assert nodes_call.query["labelSelector"] == NODEGROUP_LABEL
+    pods_call = next(c for c in server.calls if c.path == PODS)
+    assert pods_call.query["labelSelector"] == (f"training.kubeflow.org/job-name={nccl_test_name('p5')},"
+                                                "training.kubeflow.org/replica-type=launcher")
+    # Only GETs: doctor never changes the cluster.
+    assert {c.method for c in server.calls} == {"GET"}
+
+
+def test_the_hugepage_floor_is_what_the_efa_node_user_data_reserves():
+    """cdk_constructs/node_user_data.py reserves 2560 pages of 2 MiB on EFA nodes."""
+    assert doctor.expected_allocatable(P5)["hugepages-2Mi"] == (">=", 2560 * 2 * 2**20)
+
+
+def test_a_notready_node_fails_its_group_row(prod):
+    def change(routes):
+        ready = routes[("GET", NODES)]["items"][3]["status"]["conditions"][0]
+        ready.update(status="False", reason="KubeletNotReady")
+    assert run_broken(prod, change) == [Check("nodes p5", FAIL, "1/2 Ready; NotReady: gpu-b (KubeletNotReady)")]
+
+
+def test_fewer_ready_nodes_than_min_size_fail(prod):
+    def change(routes):
+        del routes[("GET", NODES)]["items"][1]
+    assert run_broken(prod, change) == [Check("nodes system", FAIL, "1 Ready node(s), minSize is 2")]
+
+
+@pytest.mark.parametrize("resource, value, reason", [
+    ("nvidia.com/gpu", "7", "nvidia.com/gpu 7, expected 8 on p5.48xlarge"),
+    ("vpc.amazonaws.com/efa", "0", "vpc.amazonaws.com/efa 0, expected 32 on p5.48xlarge"),
+    ("hugepages-2Mi", "0", "hugepages-2Mi 0Mi, expected at least 5120Mi on p5.48xlarge"),
+])
+def test_wrong_allocatable_fails_the_node_naming_the_resource(prod, resource, value, reason):
+    def change(routes):
+        routes[("GET", NODES)]["items"][2]["status"]["allocatable"][resource] = value
+    assert run_broken(prod, change) == [Check("allocatable gpu-a", FAIL, reason)]
+
+
+def test_a_larger_hugepage_reservation_is_not_a_fault(prod):
+    def change(routes):
+        routes[("GET", NODES)]["items"][2]["status"]["allocatable"]["hugepages-2Mi"] = "10Gi"
+    assert run_broken(prod, change) == []
+
+
+def test_a_node_of_another_instance_type_fails(prod):
+    def change(routes):
+        routes[("GET", NODES)]["items"][2]["metadata"]["labels"][INSTANCE_TYPE_LABEL] = "p4d.24xlarge"
+    assert run_broken(prod, change) == [
+        Check("allocatable gpu-a", FAIL, "node is p4d.24xlarge, its node group is configured as p5.48xlarge")]
+
+
+@pytest.mark.parametrize("path, body, row, reason", [
+    (f"{DAEMONSETS}/{NVIDIA_DEVICE_PLUGIN}", daemonset(1, 2), f"daemonset kube-system/{NVIDIA_DEVICE_PLUGIN}",
+     "1/2 pods Ready"),
+    (f"{DAEMONSETS}/{EFA_DEVICE_PLUGIN}", daemonset(0, 2), f"daemonset kube-system/{EFA_DEVICE_PLUGIN}",
+     "0/2 pods Ready"),
+    (OPERATOR, deployment(0), f"deployment kubeflow/{TRAINING_OPERATOR}", "0/1 replicas Ready"),
+    (ETCD, deployment(0), f"deployment training/{ETCD_SERVICE}", "0/1 replicas Ready"),
+])
+def test_a_plugin_or_add_on_not_ready_fails_its_row(prod, path, body, row, reason):
+    def change(routes):
+        routes[("GET", path)] = body
+    assert run_broken(prod, change) == [Check(row, FAIL, reason)]
+
+
+def test_a_missing_add_on_is_not_found(prod):
+    def change(routes):
+        del routes[("GET", OPERATOR)]
+    assert run_broken(prod, change) == [Check(f"deployment kubeflow/{TRAINING_OPERATOR}", FAIL, "not found")]
+
+
+def test_a_pending_fsx_claim_fails(prod):
+    def change(routes):
+        routes[("GET", PVC)] = {"metadata": {"name": FSX_CLAIM_NAME}, "spec": {}, "status": {"phase": "Pending"}}
+    assert run_broken(prod, change) == [Check(f"pvc training/{FSX_CLAIM_NAME}", FAIL,
+                                              "Pending, not Bound (check the FSx CSI driver and the volume)")]
+
+
+def test_a_node_health_condition_false_fails_that_node(prod):
+    """EKS User Guide, "Detect node health issues and enable automatic node repair"
+    (https://docs.aws.amazon.com/eks/latest/userguide/node-health.html): the node monitoring agent
+    reports each category as a NodeCondition that is True while healthy."""
+    def change(routes):
+        accel = routes[("GET", NODES)]["items"][3]["status"]["conditions"][-1]
+        accel.update(status="False", reason="NvidiaXID79Error", message="GPU has fallen off the bus")
+    assert run_broken(prod, change) == [Check(
+        "node-health gpu-b", FAIL, "AcceleratedHardwareReady False (NvidiaXID79Error: GPU has fallen off the bus)")]
+
+
+def test_an_unreported_node_health_condition_fails(prod):
+    def change(routes):
+        routes[("GET", NODES)]["items"][4]["status"]["conditions"].pop()
+    assert run_broken(prod, change) == [Check(
+        "node-health cpu-a", FAIL, "StorageReady not reported (is the eks-node-monitoring-agent add-on running?)")]
+
+
+def test_bus_bandwidth_under_the_floor_fails(prod):
+    def change(routes):
+        routes[("GET", f"{PODS}/{LAUNCHER}/log")] = (
+            f"{BUSBW_REPORT}: 11.9 GB/s (floor 250.0 GB/s on p5.48xlarge)\nFAIL: bus bandwidth below floor\n").encode()
+    assert run_broken(prod, change) == [Check(
+        "nccl p5", FAIL, f"11.9 GB/s below the 250 GB/s floor of p5.48xlarge ({LAUNCHER}, 2026-11-23 09:00:00+00:00)")]
+
+
+def test_a_launcher_log_without_bandwidth_fails(prod):
+    def change(routes):
+        routes[("GET", f"{PODS}/{LAUNCHER}/log")] = (
+            f"{BUSBW_REPORT}: none GB/s (floor 250.0 GB/s on p5.48xlarge)\n").encode()
+        routes[("GET", PODS)]["items"][0]["status"]["phase"] = "Failed"
+    assert run_broken(prod, change) == [Check(
+        "nccl p5", FAIL, f"no bus bandwidth in the launcher log ({LAUNCHER}, 2026-11-23 09:00:00+00:00, Failed)")]
+
+
+def test_no_validation_yet_is_a_warning_not_a_failure(prod):
+    def change(routes):
+        routes[("GET", PODS)] = {"kind": "PodList", "items": []}
+    [row] = run_broken(prod, change)
+    assert (row.name, row.status) == ("nccl p5", WARN) and "ops validate" in row.reason
+
+
+def test_the_newest_launcher_is_the_one_read(prod):
+    routes = healthy_routes()
+    routes[("GET", PODS)]["items"].insert(0, {"metadata": {"name": "old-launcher",
+                                                           "creationTimestamp": "2026-11-01T09:00:00Z"},
+                                              "status": {"phase": "Failed"}})
+    client, server = api(routes)
+    assert failures(doctor.run(prod, client)) == []
+    assert [c.path for c in server.calls if c.path.endswith("/log")] == [f"{PODS}/{LAUNCHER}/log"]
+
+
+def test_an_api_error_is_one_line_naming_the_call(prod):
+    client, server = api({})
+    server.on("GET", NODES, {"kind": "Status", "code": 403, "message": 'nodes is forbidden: User "x" cannot list'},
+              status=403)
+    with pytest.raises(OpsError) as err:
+        doctor.run(prod, client)
+    assert str(err.value) == 'list nodes at https://k8s.test: HTTP 403 nodes is forbidden: User "x" cannot list'
+
+
+def test_an_unreachable_api_server_is_one_line_naming_it(tmp_path, capsys):
+    """A kubeconfig pointing at a closed loopback port: the real client, a real refused connection."""
+    import socket as sockets
+    import yaml
+
+    with sockets.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again when the block ends: nothing listens there
+    path = tmp_path / "config"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": f"https://127.0.0.1:{port}"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+    assert cli.main(["doctor", "--env", "prod", "--kubeconfig", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"error: cannot reach the Kubernetes API endpoint https://127.0.0.1:{port} "
+                          "(connection refused): ")
+
+
+def test_cli_prints_the_table_and_exits_1_on_a_failure(monkeypatch, capsys):
+    routes = healthy_routes()
+    routes[("GET", PVC)] = {"metadata": {"name": FSX_CLAIM_NAME}, "spec": {}, "status": {"phase": "Pending"}}
+    client, _ = api(routes)
+    monkeypatch.setattr(kube, "api_client", lambda kubeconfig, context: client)
+    assert cli.main(["doctor", "--env", "prod"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "doctor prod: cluster prod-training"
+    assert out[1].split() == ["CHECK", "STATUS", "REASON"]
+    assert any(line.split()[:3] == ["pvc", "training/fsx-pvc", "FAIL"] for line in out)
+    assert out[-1] == "15 passed, 0 warned, 1 failed"
+
+
+def test_cli_json_output_and_exit_0_when_healthy(monkeypatch, capsys):
+    client, _ = api(healthy_routes())
+    monkeypatch.setattr(kube, "api_client", lambda kubeconfig, context: client)
+    assert cli.main(["doctor", "--env", "prod", "-o", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["env"] == "prod" and report["failed"] is False
+    assert {"check": "nccl p5", "status": "pass"} == {k: v for k, v in report["checks"][-1].items() if k != "reason"}
+
+
+def test_cli_usage_errors_exit_2_in_one_line(capsys):
+    assert cli.main(["doctor", "--env", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nope" in err
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["doctor", "--env", "prod", "-o", "yaml"])
+    assert exit_.value.code == 2
+
+
+def test_an_unreadable_kubeconfig_is_one_line(tmp_path, capsys):
+    assert cli.main(["doctor", "--env", "prod", "--kubeconfig", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no usable kubeconfig") and err.count("\n") == 1

@@ -1,0 +1,175 @@
+"""`python -m ops model token|download|status|logs` through the real kubernetes client.
+
+Only HTTP is replaced: the client's urllib3 pool manager is the recording fake API server
+(tests/ops/kube_fakes.py), so the CoreV1Api, BatchV1Api, CustomObjectsApi and the log Watch run
+as they would against a cluster.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+
+import pytest
+from kubernetes.client import ApiClient, Configuration
+
+from k8s.jobs import render_pytorchjob
+from k8s.model_download import ModelDownload, model_download_manifest
+from ops import cli, model
+from ops.envconfig import load
+from kube_fakes import FakeApiServer
+
+NS = "/api/v1/namespaces/training"
+SECRETS = f"{NS}/secrets"
+JOBS = "/apis/batch/v1/namespaces/training/jobs"
+PYTORCHJOBS = "/apis/kubeflow.org/v1/namespaces/training/pytorchjobs"
+TOKEN = "hf_kX9pRrQ2vLm7NwT4aYz3bC8dE1fG6hJ0"
+CPU_IMAGE = "111111111111.dkr.ecr.us-west-2.amazonaws.com/cdk-hnb659fds-container-assets:cpu123"
+JOB = "model-download-llama-2-7b-hf"
+
+
+@pytest.fixture
+def server(monkeypatch):
+    config = Configuration()
+    config.host = "https://k8s.test"
+    client = ApiClient(config)
+    fake = FakeApiServer()
+    client.rest_client.pool_manager = fake
+    monkeypatch.setattr(model, "api_client", lambda kubeconfig, context: client)
+    return fake
+
+
+def ops(*argv: str) -> int:
+    return cli.main(list(argv))
+
+
+def secret_token(body: dict) -> str:
+    if "stringData" in body:
+        return body["stringData"]["token"]
+    return base64.b64decode(body["data"]["token"]).decode()
+
+
+def test_token_from_an_environment_variable_becomes_the_secret_and_is_never_shown(server, monkeypatch, capsys,
+                                                                                  caplog):
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("MY_HF_TOKEN", TOKEN)
+    server.on("POST", SECRETS, {"kind": "Secret", "metadata": {"name": "hf-token"},
+                                "data": {"token": base64.b64encode(TOKEN.encode()).decode()}}, status=201)
+    assert ops("model", "token", "--env", "dev", "--from-env", "MY_HF_TOKEN") == 0
+    [call] = server.calls
+    assert (call.method, call.path) == ("POST", SECRETS)
+    assert call.body["metadata"]["name"] == "hf-token" and secret_token(call.body) == TOKEN
+    out = capsys.readouterr()
+    assert out.out.strip() == "created Secret training/hf-token from environment variable MY_HF_TOKEN for dev"
+    assert TOKEN not in out.out + out.err + caplog.text
+
+
+def test_token_replaces_an_existing_secret(server, tmp_path, capsys):
+    path = tmp_path / "token"
+    path.write_text(TOKEN + "\n")
+    server.on("POST", SECRETS, {"kind": "Status", "code": 409, "reason": "AlreadyExists",
+                                "message": 'secrets "hf-token" already exists'}, status=409)
+    server.on("PUT", f"{SECRETS}/hf-token", {"kind": "Secret", "metadata": {"name": "hf-token"}})
+    assert ops("model", "token", "--env", "dev", "--from-file", str(path)) == 0
+    assert [(c.method, c.path) for c in server.calls] == [("POST", SECRETS), ("PUT", f"{SECRETS}/hf-token")]
+    assert secret_token(server.calls[1].body) == TOKEN  # the file's newline is not part of it
+    out = capsys.readouterr()
+    assert out.out.startswith("replaced Secret training/hf-token from file ")
+    assert TOKEN not in out.out + out.err
+
+
+@pytest.mark.parametrize("setup, argv", [
+    (lambda mp, tmp: mp.delenv("HF_TOKEN", raising=False), ()),
+    (lambda mp, tmp: mp.setenv("HF_TOKEN", "  "), ()),
+    (lambda mp, tmp: (tmp / "empty").write_text("\n"), ("--from-file", "{tmp}/empty")),
+    (lambda mp, tmp: None, ("--from-file", "{tmp}/absent")),
+])
+def test_a_missing_or_empty_token_is_one_line_exit_2_and_calls_nothing(server, monkeypatch, tmp_path, capsys,
+                                                                       setup, argv):
+    setup(monkeypatch, tmp_path)
+    assert ops("model", "token", "--env", "dev", *(a.format(tmp=tmp_path) for a in argv)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and ("token" in err or "--from-file" in err)
+    assert server.calls == []
+
+
+def test_a_token_with_a_line_break_is_refused_without_echoing_it(server, monkeypatch, capsys):
+    monkeypatch.setenv("HF_TOKEN", f"{TOKEN}\nsecond-line")
+    assert ops("model", "token", "--env", "dev") == 2
+    err = capsys.readouterr().err
+    assert "one word" in err and TOKEN not in err
+    assert server.calls == []
+
+
+def test_download_creates_the_charts_job_with_the_image_the_cpu_presets_run(server, capsys):
+    deployed = render_pytorchjob(load("dev"), "cpu-ddp", image=CPU_IMAGE)
+    server.on("GET", PYTORCHJOBS, {"kind": "PyTorchJobList", "items": [deployed]})
+    server.on("POST", JOBS, {"kind": "Job", "metadata": {"name": JOB}}, status=201)
+    assert ops("model", "download", "--env", "dev", "--repo", "meta-llama/Llama-2-7b-hf") == 0
+    listing, create = server.calls
+    assert "cpu-ddp" in listing.query["labelSelector"]
+    assert create.body == model_download_manifest(load("dev"), ModelDownload.of("meta-llama/Llama-2-7b-hf"),
+                                                  image=CPU_IMAGE)
+    assert capsys.readouterr().out.splitlines()[0] == \
+        f"created Job training/{JOB}: meta-llama/Llama-2-7b-hf -> /fsx/models/Llama-2-7b-hf"
+
+
+def test_download_before_any_deploy_asks_for_the_image_in_one_line(server, capsys):
+    server.on("GET", PYTORCHJOBS, {"kind": "PyTorchJobList", "items": []})
+    assert ops("model", "download", "--env", "dev", "--repo", "meta-llama/Llama-2-7b-hf") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--image" in err
+
+
+def job(phase: str, repo: str = "meta-llama/Llama-2-7b-hf", active: int = 0) -> dict:
+    conditions = [{"type": phase, "status": "True", "message": f"it is {phase.lower()}"}] \
+        if phase in ("Complete", "Failed") else []
+    return {"kind": "Job", "metadata": {"name": JOB, "labels": {"eks-distributed-training.io/model": "Llama-2-7b-hf"},
+                                        "annotations": {"eks-distributed-training.io/hf-repo": repo}},
+            "status": {"conditions": conditions, "active": active, "startTime": "2026-11-23T10:00:00Z"}}
+
+
+@pytest.mark.parametrize("existing, code, words", [
+    (job("Running", active=1), 0, "already exists and is Running"),
+    (job("Complete"), 0, "already exists and is Complete"),
+    (job("Failed"), 2, "delete it"),
+    (job("Running", repo="someone/else"), 2, "already downloads someone/else"),
+])
+def test_download_of_an_existing_job_reports_it_instead_of_duplicating(server, capsys, existing, code, words):
+    server.on("POST", JOBS, {"kind": "Status", "code": 409, "reason": "AlreadyExists", "message": "exists"},
+              status=409)
+    server.on("GET", f"{JOBS}/{JOB}", existing)
+    assert ops("model", "download", "--env", "dev", "--repo", "meta-llama/Llama-2-7b-hf",
+               "--image", CPU_IMAGE) == code
+    out = capsys.readouterr()
+    assert words in (out.out if code == 0 else out.err)
+
+
+def test_status_lists_the_download_jobs(server, capsys):
+    server.on("GET", JOBS, {"kind": "JobList", "items": [job("Complete")]})
+    assert ops("model", "status") == 0
+    assert server.calls[0].query["labelSelector"] == "app.kubernetes.io/component=model-download"
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.split() == ["MODEL", "REPO", "PHASE", "STARTED", "MESSAGE"]
+    assert row.split()[:3] == ["Llama-2-7b-hf", "meta-llama/Llama-2-7b-hf", "Complete"]
+
+
+def pod(name: str, phase: str, created: str) -> dict:
+    return {"metadata": {"name": name, "creationTimestamp": created}, "status": {"phase": phase}}
+
+
+def test_logs_follow_the_newest_attempts_pod(server, capsys):
+    server.on("GET", f"{NS}/pods", {"kind": "PodList", "items": [
+        pod(f"{JOB}-aaaaa", "Failed", "2026-11-23T10:00:00Z"), pod(f"{JOB}-bbbbb", "Running", "2026-11-23T10:05:00Z")]})
+    server.on("GET", f"{NS}/pods/{JOB}-bbbbb/log", b"progress: Fetching 3 files: 1/3\ncomplete: done\n")
+    assert ops("model", "logs", "Llama-2-7b-hf", "-f") == 0
+    listing, stream = server.calls
+    assert listing.query["labelSelector"] == f"batch.kubernetes.io/job-name={JOB}"
+    assert stream.query["container"] == "download" and stream.query["follow"] is True
+    assert capsys.readouterr().out.splitlines() == ["progress: Fetching 3 files: 1/3", "complete: done"]
+
+
+def test_logs_of_a_pending_pod_say_so_in_one_line(server, capsys):
+    server.on("GET", f"{NS}/pods", {"kind": "PodList", "items": [pod(f"{JOB}-aaaaa", "Pending", "2026-11-23T10:00:00Z")]})
+    assert ops("model", "logs", "Llama-2-7b-hf") == 2
+    assert "Pending" in capsys.readouterr().err

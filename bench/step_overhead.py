@@ -65,6 +65,8 @@ def bare_loop(cfg: ModelConfig, rt, batch: int, seq: int, steps: int, fsdp: str)
 
 
 def transformers_loop(cfg: ModelConfig, rt, batch: int, seq: int, steps: int) -> float | None:
+    from trainer.torchvision_compat import prepare
+    prepare()  # transformers imports torchvision when it is installed
     try:
         import transformers
     except ImportError:

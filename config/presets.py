@@ -34,6 +34,11 @@ def _flags(workload) -> list[str]:
     return out
 
 
+def _flags_with_job_dir(workload, job_dir: str) -> list[str]:
+    """The flags, plus checkpoints and metrics in the job's folder (trainer.llm and trainer.vision)."""
+    return _flags(workload) + ["--checkpoint-dir", job_dir, "--metrics-file", f"{job_dir}/metrics.jsonl"]
+
+
 @dataclass(frozen=True)
 class LlmWorkload:
     """Arguments of `python -m trainer.llm`; None (or False) leaves the trainer's default."""
@@ -55,7 +60,7 @@ class LlmWorkload:
     loss_chunk_tokens: int | None = None
 
     def argv(self, job_dir: str) -> list[str]:
-        return _flags(self) + ["--checkpoint-dir", job_dir, "--metrics-file", f"{job_dir}/metrics.jsonl"]
+        return _flags_with_job_dir(self, job_dir)
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,27 @@ class DdpWorkload:
 
 
 @dataclass(frozen=True)
+class VisionWorkload:
+    """Arguments of `python -m trainer.vision`; None leaves the trainer's default."""
+    module: ClassVar[str] = "trainer.vision"
+    model: str
+    epochs: int
+    batch_size: int
+    data: str = "synthetic"
+    image_size: int | None = None
+    workers: int | None = None
+    lr: float | None = None
+    warmup_epochs: float | None = None
+    train_samples: int | None = None  # synthetic data only
+    val_samples: int | None = None
+    checkpoint_every: int | None = None
+    log_every: int | None = None
+
+    def argv(self, job_dir: str) -> list[str]:
+        return _flags_with_job_dir(self, job_dir)
+
+
+@dataclass(frozen=True)
 class LocalSteps:
     """`make local` only: module commands run before and after the job on this machine (a tiny
     Hugging Face directory made on the spot, the export checked with transformers). Arguments
@@ -83,7 +109,7 @@ class LocalSteps:
 class JobPreset:
     name: str
     description: str
-    workload: LlmWorkload | DdpWorkload
+    workload: LlmWorkload | DdpWorkload | VisionWorkload
     nodegroup: str  # node group name the job targets by default
     image_variant: str  # "cpu" or "gpu": which trainer Dockerfile builds its image
     nodes_min: int
@@ -131,6 +157,16 @@ def _llm(name: str, model: str, description: str, nodegroup: str, nodes: int, *,
                            activation_checkpointing=True, **extra)
     return JobPreset(name=name, description=description, workload=workload, nodegroup=nodegroup, image_variant="gpu",
                      nodes_min=nodes, nodes_max=nodes, nproc_per_node=None)
+
+
+def _imagenet(name: str, model: str, description: str, *, batch_size: int, image_size: int = 224,
+              epochs: int = 90) -> JobPreset:
+    """An ImageNet preset on p4d: DDP over 1 to 3 nodes (elastic, etcd rendezvous, as the reference
+    ran it), 4 data-loader processes per GPU, data under /fsx/data/imagenet, deployed suspended."""
+    workload = VisionWorkload(model=model, epochs=epochs, batch_size=batch_size, data=f"{CLUSTER_DATA_ROOT}/imagenet",
+                              image_size=image_size, workers=4, warmup_epochs=5, checkpoint_every=1000, log_every=50)
+    return JobPreset(name=name, description=description, workload=workload, nodegroup="p4d", image_variant="gpu",
+                     nodes_min=1, nodes_max=3, nproc_per_node=None)
 
 
 _TINY_HF = "{checkpoint_root}/llm-tiny-hf/hf-source"
@@ -196,6 +232,20 @@ PRESETS: dict[str, JobPreset] = {
                                  checkpoint_every=200, log_every=10, activation_checkpointing=True),
             nodegroup="p4d", image_variant="gpu", nodes_min=2, nodes_max=2, nproc_per_node=None,
         ),
+        JobPreset(
+            name="vision-tiny",
+            description="ResNet-18 on synthetic 32x32 images under elastic DDP on CPU: the vision path end to end",
+            workload=VisionWorkload(model="resnet18", epochs=3, batch_size=32, image_size=32, workers=1, lr=0.4,
+                                    warmup_epochs=0.5, train_samples=1536, val_samples=256, checkpoint_every=24,
+                                    log_every=8),
+            nodegroup="cpu", image_variant="cpu", nodes_min=1, nodes_max=2, nproc_per_node=2,
+            local=LocalSteps(after=(("trainer.plot", "{job_dir}/metrics.jsonl", "-o", "{job_dir}/curves.png"),)),
+        ),
+        _imagenet("resnet50-imagenet", "resnet50", "ResNet-50 on ImageNet from FSx, DDP on 1-3 p4d.24xlarge (elastic)",
+                  batch_size=128),
+        _imagenet("efficientnetb7-imagenet", "efficientnet_b7",
+                  "EfficientNet-B7 on ImageNet from FSx, DDP on 1-3 p4d.24xlarge (elastic)", batch_size=8,
+                  image_size=600),
     )
 }
 

@@ -78,6 +78,10 @@ def job_spec(config: Environment, preset: JobPreset, *, image: str, job_name: st
         values[key] = value
 
     group = _nodegroup(config, values["nodegroup"], preset.name)
+    if preset.nodes_min < preset.nodes_max and "nodes_max" not in (overrides or {}):
+        # An elastic preset's upper bound is what it may grow to: in an environment whose node
+        # group is smaller, it grows to the group's maxSize (an override past it is still an error).
+        values["nodes_max"] = max(values["nodes_min"], min(values["nodes_max"], group.max_size))
     instance = group.instance_type
     nproc = values["nproc_per_node"]
     if nproc is None:

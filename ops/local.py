@@ -107,10 +107,16 @@ def torchrun_command(preset: JobPreset, endpoint: str, checkpoint_root: str, run
             *preset.workload_args(checkpoint_root=checkpoint_root)]
 
 
+def child_env() -> dict:
+    """This environment, with the repository first on the module path (an existing PYTHONPATH kept)."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return dict(os.environ, PYTHONPATH=path, PYTHONUNBUFFERED="1")
+
+
 def run_job(preset: JobPreset, endpoint: str, checkpoint_root: str) -> tuple[int, dict | None, float]:
     argv = torchrun_command(preset, endpoint, checkpoint_root, f"local-{preset.name}-{uuid.uuid4().hex[:8]}")
     print("$ " + " ".join(argv[2:]), flush=True)  # argv is [python, -m, torch.distributed.run, ...]
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    env = child_env()
     summary, t0 = None, time.monotonic()
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -129,7 +135,7 @@ def run_job(preset: JobPreset, endpoint: str, checkpoint_root: str) -> tuple[int
 def run_local_steps(commands: tuple[tuple[str, ...], ...], job_dir: Path) -> None:
     """A preset's before/after steps (`python -m MODULE ARGS`, "{job_dir}" filled in); the first
     that fails stops the run."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    env = child_env()
     for module, *args in commands:
         argv = [sys.executable, "-m", module, *(a.replace("{job_dir}", str(job_dir)) for a in args)]
         print("$ " + " ".join(argv[1:]), flush=True)
@@ -145,6 +151,15 @@ def format_summary(preset: JobPreset, summary: dict | None, etcd: Etcd, wall_s: 
                   f"   samples/s      {summary['samples_per_sec']}",
                   f"   final loss     {summary['final_loss']}",
                   f"   snapshot       {summary['snapshot']}"]
+    elif summary and summary.get("workload") == "vision":
+        job_dir = Path(summary["checkpoint_dir"])  # the preset's job folder; its after-step draws the plot there
+        lines += [f"   epochs         {summary['epochs']} ({summary['epochs_this_run']} in this run, "
+                  f"{summary['world_size']} ranks)",
+                  f"   images/s       {summary['images_per_sec']}",
+                  f"   top-1 / top-5  {summary['top1']} / {summary['top5']} (validation, last epoch)",
+                  f"   metrics        {summary['metrics_file']}",
+                  f"   plot           {job_dir / 'curves.png'} (python -m trainer.plot METRICS -o PLOT)",
+                  f"   checkpoints    {summary['checkpoint_dir']}"]
     elif summary:
         lines += [f"   steps          {summary['steps']} ({summary['steps_this_run']} in this run)",
                   f"   tokens/s       {summary['tokens_per_sec']}",

@@ -10,5 +10,11 @@ CONTRACTS_DIR = REPO_ROOT.parent / "shared" / "contracts"
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+# transformers imports torchvision whenever it is installed, and PyPI's torchvision needs this
+# before it imports beside the CPU torch (trainer/torchvision_compat.py).
+from trainer.torchvision_compat import prepare  # noqa: E402
+
+prepare()
+
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")

@@ -53,6 +53,8 @@ def write_tiny(out: Path, model: str = "tiny", seed: int = 0) -> None:
 
 def verify(directory: Path) -> str:
     """Load `directory` with transformers, run a short prompt, return a one-line report."""
+    from trainer.torchvision_compat import prepare
+    prepare()  # transformers imports torchvision when it is installed
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError:

@@ -89,3 +89,27 @@ def test_every_model_the_reference_lists_has_a_preset():
 def test_preset_names_are_job_names_kubernetes_accepts(name):
     # The PyTorchJob is named after the preset: a DNS label, so no dots (llama31, not llama3.1).
     assert re.fullmatch(r"[a-z][a-z0-9-]{0,47}", name)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, p in PRESETS.items() if p.module == "trainer.vision"))
+def test_every_vision_preset_parses_with_the_trainers_own_parser(name):
+    from trainer.vision import parse_config
+    w = get_preset(name).workload
+    cfg = parse_config(get_preset(name).workload_args("/ck"))
+    assert (cfg.model.name, cfg.optim.epochs, cfg.data.batch_size, cfg.data.source) == (w.model, w.epochs,
+                                                                                        w.batch_size, w.data)
+    assert cfg.checkpoint.directory == f"/ck/{name}" and cfg.metrics_file == f"/ck/{name}/metrics.jsonl"
+
+
+def test_the_imagenet_presets_are_elastic_on_p4d_reading_fsx_and_vision_tiny_runs_on_cpu():
+    for name, model in (("resnet50-imagenet", "resnet50"), ("efficientnetb7-imagenet", "efficientnet_b7")):
+        preset = get_preset(name)
+        assert preset.workload.model == model and preset.workload.data == "/fsx/data/imagenet"
+        assert (preset.nodegroup, preset.image_variant, preset.nodes_min, preset.nodes_max) == ("p4d", "gpu", 1, 3)
+        assert preset.rendezvous == "etcd" and preset.nproc_per_node is None and not preset.start_on_deploy
+        assert preset.workload.workers == 4  # data-loader processes per GPU, as the reference ran
+        assert preset.job_dir().startswith(CLUSTER_CHECKPOINT_ROOT)
+    tiny = get_preset("vision-tiny")
+    assert (tiny.nodegroup, tiny.image_variant, tiny.workload.data, tiny.workload.model) == \
+        ("cpu", "cpu", "synthetic", "resnet18")
+    assert tiny.cluster and tiny.nodes_min < tiny.nodes_max

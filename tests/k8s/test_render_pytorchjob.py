@@ -139,3 +139,24 @@ def test_the_job_tells_the_trainer_its_instance_type_for_mfu(dev):
     env = {e["name"]: e.get("value") for e in _container(render_pytorchjob(dev, "llama3-8b-fsdp", image=IMAGE))["env"]}
     assert env["TRAINER_INSTANCE_TYPE"] == dev.nodegroup("p5").instance_type.name == "p5.48xlarge"
     assert INSTANCE_TYPES[env["TRAINER_INSTANCE_TYPE"]].peak_bf16_flops
+
+
+@pytest.mark.parametrize("name", ["resnet50-imagenet", "efficientnetb7-imagenet"])
+def test_imagenet_jobs_request_what_the_llm_jobs_on_p4d_request_and_run_elastic_on_etcd(dev, name):
+    vision, llm = render_pytorchjob(dev, name, image=IMAGE), render_pytorchjob(dev, "llama2-7b-fsdp", image=IMAGE)
+    res = _container(vision)["resources"]
+    assert res == _container(llm)["resources"]  # every GPU, EFA interface and the hugepages, as for the LLMs
+    assert res["requests"]["nvidia.com/gpu"] == "8" and res["requests"]["vpc.amazonaws.com/efa"] == "4"
+    assert res["requests"]["hugepages-2Mi"] == res["limits"]["hugepages-2Mi"]
+    env = {e["name"]: e.get("value") for e in _container(vision)["env"]}
+    assert env["FI_PROVIDER"] == "efa"
+    ep = vision["spec"]["elasticPolicy"]
+    # The preset's range is 1..3 nodes; dev's p4d group holds 2, so the job grows to 2 there.
+    assert (ep["rdzvBackend"], ep["minReplicas"], ep["maxReplicas"]) == ("etcd-v2", 1, 2)
+    assert _worker(vision)["replicas"] == 2
+    assert _container(vision)["command"][:3] == ["torchrun", "--module", "trainer.vision"]
+
+
+def test_an_explicit_node_range_past_the_node_group_is_still_an_error(dev):
+    with pytest.raises(ConfigError, match="nodes_max"):
+        render_pytorchjob(dev, "resnet50-imagenet", image=IMAGE, overrides={"nodes_max": 3})

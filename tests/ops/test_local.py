@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _run_local(*argv: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    env = dict(local.child_env(), OMP_NUM_THREADS="1")
     return subprocess.run([sys.executable, "-m", "ops", "local", *argv], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
@@ -95,3 +95,17 @@ def test_llm_tiny_hf_starts_from_a_generated_hf_directory_and_ends_with_an_expor
     last = p.stdout.strip().splitlines()[-1]
     assert last.startswith(f"Hugging Face export {job / 'hf-export'} loads in transformers: LlamaForCausalLM")
     assert (job / "hf-export" / "tokenizer.json").is_file()  # copied from the directory it started from
+
+
+@pytest.mark.slow
+@needs_etcd
+def test_vision_tiny_learns_on_a_real_etcd_and_says_where_its_metrics_and_plot_are(tmp_path):
+    pytest.importorskip("torchvision", reason="torchvision is a pinned dependency")
+    p = _run_local("--job", "vision-tiny", "--checkpoint-root", str(tmp_path))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    summary = p.stdout[p.stdout.index("== local run of vision-tiny: ok"):]
+    job = tmp_path / "vision-tiny"
+    assert f"metrics        {job / 'metrics.jsonl'}" in summary and f"plot           {job / 'curves.png'}" in summary
+    top1 = float(re.search(r"top-1 / top-5\s+([\d.]+)", summary)[1])
+    assert top1 > 0.5  # ten classes: chance is 0.1
+    assert (job / "curves.png").stat().st_size > 10_000 and f"wrote {job / 'curves.png'}" in p.stdout

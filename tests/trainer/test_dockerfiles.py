@@ -69,3 +69,22 @@ def test_images_set_no_network_selection_the_chart_owns(dockerfile):
     assert env_lines
     for line in env_lines:
         assert not re.search(r"\b(FI_[A-Z_]+|NCCL_[A-Z_]+)=", line), line
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_images_take_torchvision_from_the_same_pytorch_index_as_torch(dockerfile):
+    """PyPI's torchvision 0.28.0 is the CUDA 13.0 build (NOTES.md). The images install the pinned
+    requirements with PyTorch's index for their torch as an extra index; there the same release
+    carries a local label (0.28.0+cpu, +cu128), which pip ranks above PyPI's plain 0.28.0, so each
+    image gets the torchvision built for its torch, as it does for torch itself."""
+    from packaging.version import Version
+    from packaging.specifiers import SpecifierSet
+
+    pins = dict(re.findall(r"^([A-Za-z0-9_.\-]+)==(\S+)", (REPO / "trainer" / "requirements.txt").read_text(), re.M))
+    assert pins["torchvision"] == "0.28.0" and pins["torch"] == "2.13.0"
+    index_build = Version("0.28.0+" + ("cpu" if dockerfile.name.endswith(".cpu") else "cu128"))
+    assert index_build in SpecifierSet("==0.28.0") and index_build > Version("0.28.0")
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    installs = [line for line in text.splitlines() if "pip install" in line]
+    assert any('--extra-index-url "${TORCH_INDEX_URL}" -r /opt/trainer-requirements.txt' in line for line in installs)
+    assert re.search(r"^ARG TORCH_INDEX_URL=https://download\.pytorch\.org/whl/(cpu|cu\d+)$", text, re.M)

@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def job_env(**extra) -> dict:
     env = dict(os.environ)
-    env.update(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **extra)
+    path = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env.update(PYTHONPATH=path, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **extra)
     return env
 
 

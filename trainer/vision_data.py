@@ -1,0 +1,136 @@
+"""Image data for trainer.vision: a learnable synthetic set or an ImageFolder root, a sampler whose
+position is global (so it resumes on another number of ranks), and the loaders.
+
+The sampler is DistributedSampler's own shuffle (one permutation per epoch, seeded by seed + epoch,
+the same for any world size) with the first `start` samples of it skipped. Rank r of W takes the
+remaining positions r, r+W, r+2W, ...: after s steps of B images per rank the job has consumed
+exactly the first s·B·W positions, whatever W was. That global index is all a checkpoint stores.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from trainer.cli import UsageError
+from trainer.torchvision_compat import import_torchvision
+
+# ImageNet's channel statistics, as torchvision's reference recipes use them.
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    source: str = "synthetic"  # "synthetic" or a folder with train/ and val/ in ImageFolder layout
+    image_size: int = 224
+    batch_size: int = 32  # images per rank per step
+    workers: int = 4  # data-loader processes per rank
+    classes: int = 10  # synthetic only; an ImageFolder has as many as it has folders
+    train_samples: int = 5000  # synthetic only
+    val_samples: int = 1000  # synthetic only
+    seed: int = 0
+
+
+class SyntheticImages(Dataset):
+    """Each class is a fixed random low-resolution colour pattern, upsampled to the image size;
+    an image is its class's pattern under noise, so the class is learnable but not trivial.
+    Images are made on demand from (seed, index): nothing is held in memory or written."""
+
+    def __init__(self, samples: int, classes: int, image_size: int, seed: int, *, split_offset: int = 0,
+                 noise: float = 1.0, flip: bool = True):
+        g = torch.Generator().manual_seed(seed)
+        low = torch.randn(classes, 3, 4, 4, generator=g)
+        self.patterns = torch.nn.functional.interpolate(low, size=(image_size, image_size), mode="bilinear",
+                                                        align_corners=False)
+        self.samples, self.classes, self.seed = samples, classes, seed
+        self.split_offset, self.noise, self.flip = split_offset, noise, flip
+
+    def __len__(self) -> int:
+        return self.samples
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        g = torch.Generator().manual_seed((self.seed * 1_000_003 + self.split_offset + index) % 2**63)
+        label = int(torch.randint(self.classes, (1,), generator=g))
+        image = self.patterns[label] + self.noise * torch.randn(self.patterns.shape[1:], generator=g)
+        if self.flip and torch.rand(1, generator=g).item() < 0.5:  # the training recipe's horizontal flip
+            image = image.flip(-1)
+        return image, label
+
+
+def transforms(image_size: int):
+    """The standard ImageNet pipelines: random-resized crop and flip for training; resize to
+    image_size/0.875 and a centre crop for evaluation."""
+    T = import_torchvision().transforms
+    normalize = T.Normalize(MEAN, STD)
+    train = T.Compose([T.RandomResizedCrop(image_size), T.RandomHorizontalFlip(), T.ToTensor(), normalize])
+    val = T.Compose([T.Resize(math.ceil(image_size / 0.875)), T.CenterCrop(image_size), T.ToTensor(), normalize])
+    return train, val
+
+
+def build_datasets(cfg: DataConfig) -> tuple[Dataset, Dataset, int]:
+    """(train, val, number of classes)."""
+    if cfg.source == "synthetic":
+        return (SyntheticImages(cfg.train_samples, cfg.classes, cfg.image_size, cfg.seed),
+                SyntheticImages(cfg.val_samples, cfg.classes, cfg.image_size, cfg.seed, split_offset=10**9, flip=False),
+                cfg.classes)
+    root = Path(cfg.source)
+    for split in ("train", "val"):
+        if not (root / split).is_dir():
+            raise UsageError("--data", f"expected 'synthetic' or a folder with train/ and val/ class folders; "
+                                       f"{root / split} is not a directory")
+    datasets = import_torchvision().datasets
+    train_tf, val_tf = transforms(cfg.image_size)
+    try:
+        train, val = datasets.ImageFolder(root / "train", train_tf), datasets.ImageFolder(root / "val", val_tf)
+    except (FileNotFoundError, OSError) as exc:
+        raise UsageError("--data", f"{root} is not an ImageFolder dataset ({exc})") from None
+    if train.classes != val.classes:
+        raise UsageError("--data", f"{root}/train has {len(train.classes)} class folders and {root}/val "
+                                   f"{len(val.classes)}; they must name the same classes")
+    return train, val, len(train.classes)
+
+
+class ElasticSampler(DistributedSampler):
+    """DistributedSampler (set_epoch, the same shuffle on every rank) that starts `start` samples
+    into the epoch's global order and drops the tail that does not fill a step on every rank."""
+
+    def __init__(self, dataset: Dataset, *, num_replicas: int, rank: int, batch_size: int, seed: int):
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=True)
+        self.batch_size, self.start = batch_size, 0
+
+    def set_position(self, epoch: int, start: int) -> None:
+        self.set_epoch(epoch)
+        self.start = start
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.num_replicas
+
+    def steps(self) -> int:
+        """Steps left in this epoch from the current position."""
+        return max(0, len(self.dataset) - self.start) // self.global_batch
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.randperm(len(self.dataset), generator=g).tolist()
+        end = self.start + self.steps() * self.global_batch
+        return iter(order[self.start + self.rank:end:self.num_replicas])
+
+    def __len__(self) -> int:
+        return self.steps() * self.batch_size
+
+
+def train_loader(dataset: Dataset, sampler: ElasticSampler, cfg: DataConfig, *, pin: bool) -> DataLoader:
+    return DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, num_workers=cfg.workers,
+                      pin_memory=pin, persistent_workers=cfg.workers > 0, drop_last=True)
+
+
+def val_loader(dataset: Dataset, rank: int, world_size: int, cfg: DataConfig, *, pin: bool) -> DataLoader:
+    """Rank r evaluates images r, r+W, ...: every image once, none padded in, so the accuracy
+    summed over ranks is exact."""
+    return DataLoader(dataset, batch_size=cfg.batch_size, sampler=list(range(rank, len(dataset), world_size)),
+                      num_workers=cfg.workers, pin_memory=pin, persistent_workers=cfg.workers > 0)

@@ -1,0 +1,107 @@
+"""trainer.vision's metrics: images/s per rank and in total, the time each step waited for the
+data loader (an input-bound run shows here first), epoch time and validation accuracy.
+
+Two kinds of JSON line go to the metrics file (rank 0): "step" every log_every steps and "epoch"
+after each epoch's evaluation. trainer.plot draws both; `trainer.plot scaling` compares the epoch
+lines of runs at different world sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from trainer.log import log
+
+
+class VisionMetrics:
+    def __init__(self, rt, metrics_file: str | None, log_every: int, batch_size: int):
+        self.rt, self.log_every, self.batch_size = rt, log_every, batch_size
+        self.file = None
+        if rt.is_main and metrics_file:
+            Path(metrics_file).parent.mkdir(parents=True, exist_ok=True)
+            self.file = open(metrics_file, "a", buffering=1)  # line-buffered: readable while it runs
+        self._window()
+        self.epoch_start(0)
+
+    def _window(self) -> None:
+        self.w_start, self.w_steps, self.w_wait = time.perf_counter(), 0, 0.0
+        self.w_loss = torch.zeros((), device=self.rt.device)
+
+    def epoch_start(self, epoch: int) -> None:
+        self.e_start, self.e_steps, self.e_wait, self.e_loss = time.perf_counter(), 0, 0.0, 0.0
+        self._window()
+
+    def data_wait(self, seconds: float) -> None:
+        self.w_wait += seconds
+        self.e_wait += seconds
+
+    def _mean_and_max(self, values: list[float]) -> tuple[list[float], list[float]]:
+        """Each value's mean and maximum over ranks (one collective for all of them)."""
+        if self.rt.world_size == 1:
+            return values, values
+        t = torch.tensor(values + [-v for v in values], dtype=torch.float64)
+        s = t.clone()
+        if self.rt.device.type == "cuda":
+            t, s = t.to(self.rt.device), s.to(self.rt.device)
+        dist.all_reduce(s, op=dist.ReduceOp.SUM)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        n = len(values)
+        return [v / self.rt.world_size for v in s[:n].tolist()], t[:n].tolist()
+
+    def step_done(self, step: int, epoch: int, loss: torch.Tensor, lr: float) -> None:
+        self.w_loss += loss.detach().float()
+        self.w_steps += 1
+        self.e_steps += 1
+        if step % self.log_every:
+            return
+        window_loss = self.w_loss.item() / self.w_steps
+        self.e_loss += window_loss * self.w_steps
+        elapsed = time.perf_counter() - self.w_start
+        (loss_mean, wait_mean), (_, wait_max) = self._mean_and_max([window_loss, self.w_wait / self.w_steps])
+        per_rank = self.w_steps * self.batch_size / elapsed if elapsed > 0 else 0.0
+        record = {"kind": "step", "step": step, "epoch": epoch, "loss": round(loss_mean, 5), "lr": lr,
+                  "images_per_sec": round(per_rank * self.rt.world_size, 1),
+                  "images_per_sec_per_rank": round(per_rank, 1),
+                  "data_wait_ms": round(1000 * wait_mean, 2), "data_wait_ms_max_rank": round(1000 * wait_max, 2),
+                  "world_size": self.rt.world_size}
+        self._write(record, f"step {step:>6} | epoch {epoch} | loss {loss_mean:.4f} | lr {lr:.3e} | "
+                            f"img/s {record['images_per_sec']:,.0f} ({record['images_per_sec_per_rank']:,.0f}/rank) | "
+                            f"data wait {record['data_wait_ms']:.1f} ms/step")
+        self._window()
+
+    def train_done(self) -> None:
+        """The epoch's training ends here; its time leaves out the evaluation that follows."""
+        if self.rt.device.type == "cuda":
+            torch.cuda.synchronize(self.rt.device)
+        self.e_time = time.perf_counter() - self.e_start
+
+    def epoch_done(self, step: int, epoch: int, val: dict) -> dict:
+        local_loss = self.e_loss + self.w_loss.item()  # the steps since the last log line too
+        (loss_sum, wait, _), (_, _, time_max) = self._mean_and_max([local_loss, self.e_wait, self.e_time])
+        steps = max(self.e_steps, 1)
+        images = self.e_steps * self.batch_size * self.rt.world_size
+        rate = images / time_max if time_max > 0 else None
+        record = {"kind": "epoch", "step": step, "epoch": epoch, "loss": round(loss_sum / steps, 5),
+                  "epoch_time_s": round(time_max, 3), "images_per_sec": round(rate, 1) if rate else None,
+                  "images_per_sec_per_rank": round(rate / self.rt.world_size, 1) if rate else None,
+                  "data_wait_fraction": round(wait / time_max, 4) if time_max > 0 else None,
+                  "steps": self.e_steps, "world_size": self.rt.world_size, **val}
+        self._write(record, f"epoch {epoch} done | {self.e_steps} steps in {time_max:.1f} s | "
+                            f"img/s {rate or 0:,.0f} | top-1 {val['top1']:.3f} | top-5 {val['top5']:.3f} | "
+                            f"val loss {val['val_loss']:.4f} | data wait {100 * (record['data_wait_fraction'] or 0):.1f}%")
+        return record
+
+    def _write(self, record: dict, line: str) -> None:
+        if self.rt.is_main:
+            log(line)
+            if self.file:
+                self.file.write(json.dumps(record) + "\n")
+
+    def close(self) -> None:
+        if self.file:
+            self.file.close()

@@ -19,6 +19,10 @@ SYSTEM_NODEGROUP = "system"
 RESERVED_NODEGROUP_NAMES = (SYSTEM_NODEGROUP,)
 
 TRAINING_NAMESPACE = "training"
+# The Secret (and its key) holding the Hugging Face token: `ops model token` writes it, the
+# model-download Job and the training pods read it. No chart ever carries its value.
+HF_TOKEN_SECRET = "hf-token"
+HF_TOKEN_KEY = "token"
 FSX_CLAIM_NAME = "fsx-pvc"
 FSX_MOUNT_PATH = "/fsx"
 

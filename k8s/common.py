@@ -9,7 +9,8 @@ import hashlib
 import json
 
 from config.instance_types import InstanceType
-from config.kubernetes import GPU_TAINT_EFFECT, GPU_TAINT_KEY, GPU_TAINT_VALUE, LABEL_PREFIX, OFI_NCCL_NET
+from config.kubernetes import (  # noqa: F401  (HF_TOKEN_* re-exported for the charts)
+    GPU_TAINT_EFFECT, GPU_TAINT_KEY, GPU_TAINT_VALUE, HF_TOKEN_KEY, HF_TOKEN_SECRET, LABEL_PREFIX, OFI_NCCL_NET)
 
 KUBEFLOW_NAMESPACE = "kubeflow"
 # Cluster add-ons (the device plugins) live beside the other node agents.
@@ -46,9 +47,8 @@ PYTORCH_CONTAINER = "pytorch"
 # the launcher's first container the hostfile and kubectl (pkg/controller.v1/mpi at v1.9.4).
 MPI_CONTAINER = "mpi"
 
-# The Hugging Face token is read from this Secret only; the charts never carry its value.
-HF_TOKEN_SECRET = "hf-token"
-HF_TOKEN_KEY = "token"
+# The Hugging Face token is read from the Secret HF_TOKEN_SECRET only (config/kubernetes.py, where
+# `ops model token` also reads it); the charts never carry its value.
 
 # Per-pod 2 MiB huge pages for libfabric's EFA bounce buffers, as the EFA guide sizes them.
 EFA_HUGEPAGES_2MI = "5120Mi"

@@ -15,7 +15,6 @@ from typing import Any, Callable
 
 from config.kubernetes import TRAINING_NAMESPACE
 from ops.errors import OpsError
-from trainer.nccl_net import CHECK_FAILED, CHECK_PASSED
 
 PYTORCHJOB_MODEL = "KubeflowOrgV1PyTorchJob"
 # Condition types the operator sets on a job.
@@ -286,6 +285,9 @@ def logs(client: Any, name: str, namespace: str | None = None, follow: bool = Fa
     found, _ = _call(lambda: client.get_job_logs(name, namespace=namespace, is_master=False, follow=follow,
                                                  **leader))
     if not follow:
+        # Imported here: the validation runner's copy of ops has no trainer package.
+        from trainer.nccl_net import CHECK_FAILED, CHECK_PASSED
+
         lines = [f"[{pod}] {line}" for pod, text in found.items() for line in text.splitlines()]
         # The trainer's EFA verdict (trainer/nccl_net.py) comes first: it explains whatever follows.
         for line in lines:

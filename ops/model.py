@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from k8s.common import HF_TOKEN_KEY, HF_TOKEN_SECRET
+from config.kubernetes import HF_TOKEN_KEY, HF_TOKEN_SECRET
 from ops.errors import OpsError
 from ops.kube import api_error_line
 

@@ -12,7 +12,13 @@ from ops_fakes import REPO_ROOT, fake_tool, isolated_aws_env
 UP_TO_DATE = ["-o", ".venv/.installed", "-o", "node_modules/.installed", "-o", "etcd"]
 
 
+# Set when the suite itself runs under `make test`: the make under test would become a sub-make
+# (its messages say `make[1]:`) and inherit the outer make's flags.
+_OUTER_MAKE = ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")
+
+
 def make(target: str, env: dict, cdk, *variables: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in env.items() if k not in _OUTER_MAKE}
     return subprocess.run(["make", "--no-print-directory", *UP_TO_DATE, target, f"CDK={cdk}", *variables],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
 

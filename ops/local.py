@@ -138,7 +138,7 @@ def run_local_steps(commands: tuple[tuple[str, ...], ...], job_dir: Path) -> Non
     env = child_env()
     for module, *args in commands:
         argv = [sys.executable, "-m", module, *(a.replace("{job_dir}", str(job_dir)) for a in args)]
-        print("$ " + " ".join(argv[1:]), flush=True)
+        print("$ python " + " ".join(argv[1:]), flush=True)
         rc = subprocess.call(argv, cwd=REPO, env=env)
         if rc != 0:
             raise LocalRunError(f"--job: step `python -m {module} {' '.join(args[:1])}` failed (exit {rc})")

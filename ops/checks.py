@@ -1,4 +1,4 @@
-"""One row of a preflight table."""
+"""Pass/warn/fail tables (preflight, doctor): one row type, one rendering, one verdict."""
 
 from __future__ import annotations
 
@@ -12,3 +12,16 @@ class Check:
     name: str
     status: str
     reason: str
+
+
+def failed(rows: list[Check]) -> bool:
+    return any(r.status == FAIL for r in rows)
+
+
+def render(rows: list[Check]) -> str:
+    width = max(len(r.name) for r in rows)
+    lines = [f"{'CHECK':<{width}}  STATUS  REASON"]
+    lines += [f"{r.name:<{width}}  {r.status.upper():<6}  {r.reason}" for r in rows]
+    counts = {s: sum(r.status == s for r in rows) for s in (PASS, WARN, FAIL)}
+    lines.append(f"{counts[PASS]} passed, {counts[WARN]} warned, {counts[FAIL]} failed")
+    return "\n".join(lines)

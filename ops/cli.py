@@ -204,13 +204,21 @@ def _preflight(args: argparse.Namespace) -> int:
 
     env = _env(args)
     rows = preflight.run_for_deploy(env, aws.clients(env.region))
+    return _check_report(args, rows, {"environment": env.name, "account": env.account, "region": env.region},
+                         f"preflight {env.name}: account {env.account}, {env.region}, "
+                         f"training AZ {env.training_availability_zone}")
+
+
+def _check_report(args: argparse.Namespace, rows: list, about: dict, title: str) -> int:
+    """A pass/warn/fail table as text or one JSON document; exit 1 when any row failed."""
+    from ops import checks
+
     if args.output == "json":
-        print(to_json({"environment": env.name, "account": env.account, "region": env.region,
-                       "checks": rows, "failed": preflight.failed(rows)}))
-        return EXIT_PROBLEM if preflight.failed(rows) else 0
-    print(f"preflight {env.name}: account {env.account}, {env.region}, training AZ {env.training_availability_zone}")
-    print(preflight.render(rows))
-    return EXIT_PROBLEM if preflight.failed(rows) else 0
+        print(to_json({**about, "checks": rows, "failed": checks.failed(rows)}))
+    else:
+        print(title)
+        print(checks.render(rows))
+    return EXIT_PROBLEM if checks.failed(rows) else 0
 
 
 def _az_recommend(args: argparse.Namespace) -> int:
@@ -341,16 +349,12 @@ def _capacity_block(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from ops import doctor, kube, preflight
+    from ops import doctor, kube
 
     env = _env(args)
     rows = doctor.run(env, kube.api_client(args.kubeconfig, args.context))
-    if args.output == "json":
-        print(to_json({"env": env.name, "failed": preflight.failed(rows), "checks": doctor.as_json(rows)}))
-    else:
-        print(f"doctor {env.name}: cluster {env.cluster_name}")
-        print(preflight.render(rows))
-    return EXIT_PROBLEM if preflight.failed(rows) else 0
+    return _check_report(args, rows, {"environment": env.name, "cluster": env.cluster_name},
+                         f"doctor {env.name}: cluster {env.cluster_name}")
 
 
 def _model(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ Read-only checks against the live API server, one row each (ops/checks.py):
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from config import Environment
 from config.instance_types import InstanceType
@@ -241,7 +241,3 @@ def _call(fn: Callable[[], Any], what: str) -> Any:
         if err.status == 404:
             raise _NotFound() from None
         raise OpsError(f"{what}: {api_error_line(err)}") from None
-
-
-def as_json(rows: Iterable[Check]) -> list[dict]:
-    return [{"check": r.name, "status": r.status, "reason": r.reason} for r in rows]

@@ -85,19 +85,6 @@ def run_for_deploy(env: Environment, aws: AwsClients, *, checkip_url: str | None
     ]) + machine.tool_rows(path)
 
 
-def failed(rows: list[Check]) -> bool:
-    return any(r.status == FAIL for r in rows)
-
-
-def render(rows: list[Check]) -> str:
-    width = max(len(r.name) for r in rows)
-    lines = [f"{'CHECK':<{width}}  STATUS  REASON"]
-    lines += [f"{r.name:<{width}}  {r.status.upper():<6}  {r.reason}" for r in rows]
-    counts = {s: sum(r.status == s for r in rows) for s in (PASS, WARN, FAIL)}
-    lines.append(f"{counts[PASS]} passed, {counts[WARN]} warned, {counts[FAIL]} failed")
-    return "\n".join(lines)
-
-
 def _account_row(env: Environment, account: str) -> Check:
     if account == env.account:
         return Check("credentials", PASS, f"account {account} matches environments.{env.name}.account")

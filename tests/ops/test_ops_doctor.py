@@ -301,8 +301,10 @@ def test_cli_json_output_and_exit_0_when_healthy(monkeypatch, capsys):
     monkeypatch.setattr(kube, "api_client", lambda kubeconfig, context: client)
     assert cli.main(["doctor", "--env", "prod", "-o", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["env"] == "prod" and report["failed"] is False
-    assert {"check": "nccl p5", "status": "pass"} == {k: v for k, v in report["checks"][-1].items() if k != "reason"}
+    assert (report["environment"], report["cluster"], report["failed"]) == ("prod", "prod-training", False)
+    # The same row shape as preflight -o json: name, status, reason.
+    assert {"name": "nccl p5", "status": "pass"} == {k: v for k, v in report["checks"][-1].items() if k != "reason"}
+    assert all(set(row) == {"name", "status", "reason"} for row in report["checks"])
 
 
 def test_cli_usage_errors_exit_2_in_one_line(capsys):

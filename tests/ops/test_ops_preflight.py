@@ -12,6 +12,7 @@ import pytest
 
 from ops import aws as ops_aws
 from ops import preflight
+from ops import checks
 from ops.checks import FAIL, PASS, WARN
 from ops.envconfig import load
 from ops_fakes import stubbed, write_context
@@ -109,13 +110,13 @@ def run_prod(clients, quotas=None, reservations=None, env_name="prod", context=N
 
 def test_prod_passes_every_check_when_account_zone_quotas_and_reservation_fit(aws, moto_clients):
     by_name, rows = run_prod(moto_clients)
-    print(preflight.render(rows))
-    assert all(r.status == PASS for r in rows), preflight.render(rows)
+    print(checks.render(rows))
+    assert all(r.status == PASS for r in rows), checks.render(rows)
     assert by_name["training AZ"].reason == "us-east-1a is use1-az6 in this account"
     assert "p5.48xlarge is offered in us-east-1a" in by_name["offering p5"].reason
     assert "max sizes need 3072 vCPUs, quota 4096 (applied)" in by_name["vCPU quota P"].reason
     assert "16 x p5.48xlarge in us-east-1a" in by_name["reservation p5"].reason
-    assert not preflight.failed(rows)
+    assert not checks.failed(rows)
 
 
 def test_credentials_of_another_account_fail(aws, moto_clients, monkeypatch):
@@ -123,7 +124,7 @@ def test_credentials_of_another_account_fail(aws, moto_clients, monkeypatch):
     by_name, rows = run_prod(moto_clients)
     assert by_name["credentials"].status == FAIL
     assert "123456789012" in by_name["credentials"].reason and "222222222222" in by_name["credentials"].reason
-    assert preflight.failed(rows)
+    assert checks.failed(rows)
 
 
 def test_p_vcpu_quota_below_the_groups_max_sizes_fails_with_the_shortfall(aws, moto_clients):
@@ -171,7 +172,7 @@ def test_quota_calls_the_api_refuses_are_warnings_naming_the_reason(aws, moto_cl
     for name in ("vCPU quota P", "vCPU quota Standard", "EKS clusters", "FSx Lustre storage", "Elastic IPs"):
         assert by_name[name].status == WARN
         assert words in by_name[name].reason and code in by_name[name].reason
-    assert not preflight.failed(rows)
+    assert not checks.failed(rows)
 
 
 def test_operations_moto_does_not_answer_become_warnings_not_a_crash(aws, moto_clients):
@@ -181,7 +182,7 @@ def test_operations_moto_does_not_answer_become_warnings_not_a_crash(aws, moto_c
     by_name = {r.name: r for r in rows}
     assert by_name["reservation p5"].status == WARN
     assert by_name["vCPU quota P"].status == WARN
-    assert not preflight.failed(rows)
+    assert not checks.failed(rows)
 
 
 @pytest.mark.parametrize("changes, problem", [
@@ -314,7 +315,7 @@ def test_a_pin_eks_does_not_offer_for_the_clusters_version_fails_naming_what_it_
     assert row.status == FAIL
     assert row.reason == ("pinned v1.7.0-eksbuild.1 is not offered for Kubernetes 1.35; offered: v1.9.0-eksbuild.2, "
                           "v1.9.0-eksbuild.1, v1.8.1-eksbuild.1 (EKS default v1.9.0-eksbuild.2)")
-    assert preflight.failed(rows)
+    assert checks.failed(rows)
 
 
 def test_an_addon_not_offered_for_the_clusters_version_fails(aws, moto_clients):
@@ -350,4 +351,4 @@ def test_addon_calls_the_api_refuses_are_warnings(aws, moto_clients):
     by_name, rows = run_prod(moto_clients, addons=(client, stub))
     assert by_name["add-on coredns"].status == WARN
     assert "not permitted" in by_name["add-on coredns"].reason
-    assert not preflight.failed(rows)
+    assert not checks.failed(rows)

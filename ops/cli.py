@@ -255,14 +255,6 @@ def _whoami(args: argparse.Namespace) -> int:
     return 0 if ok else EXIT_PROBLEM
 
 
-def _published_image(env: Any, variant: str) -> str:
-    """The trainer image (cpu or gpu) the environment's Registry stack published, from its outputs."""
-    from ops import aws, images
-
-    cloudformation = aws.session(env.region).client("cloudformation", config=aws.CLIENT_CONFIG)
-    return images.trainer_image(cloudformation, env, variant)
-
-
 def _submit(args: argparse.Namespace) -> int:
     from ops import kube
 
@@ -272,7 +264,9 @@ def _submit(args: argparse.Namespace) -> int:
         from config.presets import get_preset
 
         kube.render(env, args.preset, image="-", job_name=args.name, overrides=_overrides(args.overrides))
-        image = _published_image(env, get_preset(args.preset).image_variant)
+        from ops import images
+
+        image = images.published_image(env, get_preset(args.preset).image_variant)
     manifest = kube.render(env, args.preset, image=image, job_name=args.name or kube.unique_name(args.preset),
                            overrides=_overrides(args.overrides))
     if args.dry_run:
@@ -364,11 +358,11 @@ def _model(args: argparse.Namespace) -> int:
 
 
 def _data(args: argparse.Namespace) -> int:
-    from ops import data, kube
+    from ops import data, images, kube
 
     env = _env(args)
     data.source(env, args.source)  # an unknown source is one line before any AWS call
-    manifest = data.render(env, args.source, image=args.image or _published_image(env, "cpu"))
+    manifest = data.render(env, args.source, image=args.image or images.published_image(env, "cpu"))
     if args.dry_run:
         import yaml
 

@@ -46,3 +46,12 @@ def trainer_image(cloudformation: Any, env: Environment, variant: str) -> str:
             return output["OutputValue"]
     raise OpsError(f"stack {stack['StackName']} has no output {key} (deployed by an older version?): "
                    f"redeploy it (make deploy ENV={env.name}) or pass --image")
+
+
+def published_image(env: Environment, variant: str) -> str:
+    """The trainer image (cpu or gpu) the environment's Registry stack published, from its outputs:
+    the default `--image` of every command that starts a pod (submit, data, model download)."""
+    from ops import aws
+
+    cloudformation = aws.session(env.region).client("cloudformation", config=aws.CLIENT_CONFIG)
+    return trainer_image(cloudformation, env, variant)

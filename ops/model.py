@@ -87,23 +87,6 @@ def put_token(core: Any, namespace: str, token: str) -> str:
 
 # --- download ------------------------------------------------------------------------------------
 
-def trainer_image(custom: Any, namespace: str) -> str:
-    """The CPU trainer image `cdk deploy` gave the CPU presets' PyTorchJobs: the pinned image the
-    download runs, without asking the user for a registry URI."""
-    from config.presets import PRESETS
-    from k8s.jobs import API_VERSION, PRESET_LABEL
-
-    cpu = sorted(p.name for p in PRESETS.values() if p.cluster and p.image_variant == "cpu")
-    group, version = API_VERSION.split("/")
-    found = _api(lambda: custom.list_namespaced_custom_object(
-        group, version, namespace, "pytorchjobs", label_selector=f"{PRESET_LABEL} in ({','.join(cpu)})"))
-    for job in found.get("items", []):
-        for replica in job["spec"].get("pytorchReplicaSpecs", {}).values():
-            return replica["template"]["spec"]["containers"][0]["image"]
-    raise OpsError(f"no CPU preset PyTorchJob ({', '.join(cpu)}) in namespace {namespace} to take the trainer "
-                   "image from; deploy the environment first or pass --image URI")
-
-
 def job_phase(job: Any) -> tuple[str, str]:
     conditions = [c for c in ((job.status.conditions if job.status else None) or []) if c.status == "True"]
     for kind in ("Complete", "Failed", "Suspended"):
@@ -208,7 +191,8 @@ def add_parser(sub: Any, with_env: Callable, with_kube: Callable) -> None:
     d.add_argument("--repo", required=True, help="Hugging Face repository id, e.g. meta-llama/Llama-2-7b-hf")
     d.add_argument("--name", help="directory under /fsx/models (default: the repository's name)")
     d.add_argument("--revision", default="main", help="branch, tag or commit (default main)")
-    d.add_argument("--image", help="trainer image (default: the one the deployed CPU presets run)")
+    d.add_argument("--image", help="trainer image URI (default: the CPU image the environment's Registry "
+                                   "stack published)")
     d.add_argument("--dry-run", action="store_true", help="print the Job, create nothing")
     with_kube(d)
     s = msub.add_parser("status", help="phase of one model-download Job, or of all")
@@ -236,8 +220,10 @@ def run(args: argparse.Namespace, load_env: Callable[[], Any]) -> int:
         from k8s.model_download import ModelDownload, model_download_manifest
 
         download = ModelDownload.of(args.repo, args.name, args.revision)
-        api = None if (args.dry_run and args.image) else api_client(args.kubeconfig, args.context)
-        image = args.image or trainer_image(client.CustomObjectsApi(api), args.namespace)
+        from ops.images import published_image
+
+        image = args.image or published_image(env, "cpu")
+        api = None if args.dry_run else api_client(args.kubeconfig, args.context)
         manifest = model_download_manifest(env, download, image=image)
         if args.dry_run:
             import yaml

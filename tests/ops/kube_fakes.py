@@ -72,3 +72,17 @@ def training_client_on(server: FakeApiServer, namespace: str = "training"):
     # custom_api and core_api share one ApiClient, hence one REST client and one pool manager.
     client.custom_api.api_client.rest_client.pool_manager = server
     return kube.guard(client)
+
+
+def api_client_on(server: FakeApiServer):
+    """A real kubernetes ApiClient (core, apps, batch APIs) whose HTTP is `server`, guarded as
+    `ops.kube.api_client` guards the one `ops` builds from a kubeconfig."""
+    from kubernetes.client import ApiClient, Configuration
+
+    from ops import kube
+
+    config = Configuration()
+    config.host = "https://k8s.test"
+    client = ApiClient(config)
+    client.rest_client.pool_manager = server
+    return kube.guard(client)

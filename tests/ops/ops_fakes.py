@@ -96,3 +96,12 @@ def fake_tool(bin_dir: Path, name: str, script: str) -> Path:
     path.write_text("#!/bin/sh\n" + script + "\n")
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path
+
+
+def deploy_registry(endpoint: str, name: str, outputs: dict[str, str], region: str = "us-west-2") -> None:
+    """A CloudFormation stack of that name on the moto server (dev's region by default) with those
+    outputs: what `ops` reads the published trainer images from."""
+    cloudformation = boto3.client("cloudformation", region_name=region, endpoint_url=endpoint)
+    template = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+                "Outputs": {key: {"Value": value} for key, value in outputs.items()}}
+    cloudformation.create_stack(StackName=name, TemplateBody=json.dumps(template))

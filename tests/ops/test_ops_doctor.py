@@ -9,14 +9,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from kubernetes.client import ApiClient, Configuration
+from kubernetes.client import ApiClient
 
 from config.instance_types import INSTANCE_TYPES
 from config.kubernetes import FSX_CLAIM_NAME, INSTANCE_TYPE_LABEL, NODEGROUP_LABEL
 from k8s.common import (
     BUSBW_REPORT, EFA_DEVICE_PLUGIN, ETCD_SERVICE, NVIDIA_DEVICE_PLUGIN, TRAINING_OPERATOR, nccl_test_name,
 )
-from kube_fakes import FakeApiServer
+from kube_fakes import FakeApiServer, api_client_on
 from ops import cli, doctor, kube
 from ops.checks import FAIL, PASS, WARN, Check
 from ops.envconfig import load
@@ -83,14 +83,10 @@ def healthy_routes() -> dict:
 
 
 def api(routes: dict) -> tuple[ApiClient, FakeApiServer]:
-    config = Configuration()
-    config.host = "https://k8s.test"
-    client = ApiClient(config)
     server = FakeApiServer()
     for (method, path), body in routes.items():
         server.on(method, path, body)
-    client.rest_client.pool_manager = server
-    return client, server
+    return api_client_on(server), server
 
 
 def failures(rows: list[Check]) -> list[Check]:
@@ -255,11 +251,21 @@ def test_the_newest_launcher_is_the_one_read(prod):
 
 def test_an_api_error_is_one_line_naming_the_call(prod):
     client, server = api({})
+    server.on("GET", NODES, {"kind": "Status", "code": 500, "message": "etcdserver: request timed out"}, status=500)
+    with pytest.raises(OpsError) as err:
+        doctor.run(prod, client)
+    assert str(err.value) == "list nodes at https://k8s.test: HTTP 500 etcdserver: request timed out"
+
+
+def test_a_forbidden_call_says_which_access_entry_is_missing(prod):
+    """As for every ops command (ops.kube's guard): a 403 names the call and the access-entry cause."""
+    client, server = api({})
     server.on("GET", NODES, {"kind": "Status", "code": 403, "message": 'nodes is forbidden: User "x" cannot list'},
               status=403)
     with pytest.raises(OpsError) as err:
         doctor.run(prod, client)
-    assert str(err.value) == 'list nodes at https://k8s.test: HTTP 403 nodes is forbidden: User "x" cannot list'
+    assert str(err.value).startswith("the Kubernetes API endpoint https://k8s.test denied GET /api/v1/nodes (HTTP 403)")
+    assert "access entry" in str(err.value)
 
 
 def test_an_unreachable_api_server_is_one_line_naming_it(tmp_path, capsys):

@@ -3,25 +3,14 @@ read from its CloudFormation outputs (a moto server on loopback answers Describe
 
 from __future__ import annotations
 
-import json
-
-import boto3
 import pytest
 import yaml
 
 from config.outputs import trainer_image_output
-from ops_fakes import isolated_aws_env, run_ops
+from ops_fakes import deploy_registry, isolated_aws_env, run_ops
 
 GPU_IMAGE = "111111111111.dkr.ecr.us-west-2.amazonaws.com/cdk-hnb659fds-container-assets-111111111111-us-west-2:abc123"
 CPU_IMAGE = GPU_IMAGE.replace("abc123", "cpu456")
-
-
-def deploy_registry(endpoint: str, name: str, outputs: dict[str, str]) -> None:
-    """A stack of that name in us-west-2 (dev's region) with those outputs."""
-    cloudformation = boto3.client("cloudformation", region_name="us-west-2", endpoint_url=endpoint)
-    template = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
-                "Outputs": {key: {"Value": value} for key, value in outputs.items()}}
-    cloudformation.create_stack(StackName=name, TemplateBody=json.dumps(template))
 
 
 def submit_dry_run(aws: str, tmp_path, preset: str):

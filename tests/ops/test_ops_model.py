@@ -11,18 +11,17 @@ import base64
 import logging
 
 import pytest
-from kubernetes.client import ApiClient, Configuration
 
-from k8s.jobs import render_pytorchjob
+from config.outputs import trainer_image_output
 from k8s.model_download import ModelDownload, model_download_manifest
 from ops import cli, model
 from ops.envconfig import load
-from kube_fakes import FakeApiServer
+from kube_fakes import FakeApiServer, api_client_on
+from ops_fakes import deploy_registry
 
 NS = "/api/v1/namespaces/training"
 SECRETS = f"{NS}/secrets"
 JOBS = "/apis/batch/v1/namespaces/training/jobs"
-PYTORCHJOBS = "/apis/kubeflow.org/v1/namespaces/training/pytorchjobs"
 TOKEN = "hf_kX9pRrQ2vLm7NwT4aYz3bC8dE1fG6hJ0"
 CPU_IMAGE = "111111111111.dkr.ecr.us-west-2.amazonaws.com/cdk-hnb659fds-container-assets:cpu123"
 JOB = "model-download-llama-2-7b-hf"
@@ -30,11 +29,8 @@ JOB = "model-download-llama-2-7b-hf"
 
 @pytest.fixture
 def server(monkeypatch):
-    config = Configuration()
-    config.host = "https://k8s.test"
-    client = ApiClient(config)
     fake = FakeApiServer()
-    client.rest_client.pool_manager = fake
+    client = api_client_on(fake)
     monkeypatch.setattr(model, "api_client", lambda kubeconfig, context: client)
     return fake
 
@@ -101,24 +97,25 @@ def test_a_token_with_a_line_break_is_refused_without_echoing_it(server, monkeyp
     assert server.calls == []
 
 
-def test_download_creates_the_charts_job_with_the_image_the_cpu_presets_run(server, capsys):
-    deployed = render_pytorchjob(load("dev"), "cpu-ddp", image=CPU_IMAGE)
-    server.on("GET", PYTORCHJOBS, {"kind": "PyTorchJobList", "items": [deployed]})
+def test_download_creates_the_charts_job_with_the_cpu_image_the_registry_stack_published(server, aws, capsys):
+    """The image comes from the Registry stack's outputs (a moto server on loopback), as for
+    `submit` and `data`."""
+    deploy_registry(aws, "dev-Registry", {trainer_image_output("cpu"): CPU_IMAGE,
+                                          trainer_image_output("gpu"): CPU_IMAGE + "-gpu"})
     server.on("POST", JOBS, {"kind": "Job", "metadata": {"name": JOB}}, status=201)
     assert ops("model", "download", "--env", "dev", "--repo", "meta-llama/Llama-2-7b-hf") == 0
-    listing, create = server.calls
-    assert "cpu-ddp" in listing.query["labelSelector"]
+    [create] = server.calls
     assert create.body == model_download_manifest(load("dev"), ModelDownload.of("meta-llama/Llama-2-7b-hf"),
                                                   image=CPU_IMAGE)
     assert capsys.readouterr().out.splitlines()[0] == \
         f"created Job training/{JOB}: meta-llama/Llama-2-7b-hf -> /fsx/models/Llama-2-7b-hf"
 
 
-def test_download_before_any_deploy_asks_for_the_image_in_one_line(server, capsys):
-    server.on("GET", PYTORCHJOBS, {"kind": "PyTorchJobList", "items": []})
+def test_download_before_any_deploy_asks_for_the_image_in_one_line(server, aws, capsys):
     assert ops("model", "download", "--env", "dev", "--repo", "meta-llama/Llama-2-7b-hf") == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--image" in err
+    assert err.count("\n") == 1 and "no stack dev-Registry" in err and "--image" in err
+    assert server.calls == []
 
 
 def job(phase: str, repo: str = "meta-llama/Llama-2-7b-hf", active: int = 0) -> dict:

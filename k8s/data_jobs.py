@@ -18,9 +18,9 @@ import shlex
 
 from config.data_sources import DataSource
 from config.environment import Environment
-from config.kubernetes import FSX_CLAIM_NAME, FSX_MOUNT_PATH, LABEL_PREFIX, NODEGROUP_LABEL, TRAINING_NAMESPACE
-from k8s.common import RUNTIME_DEFAULT_SECCOMP, container_resources, node_share
-from k8s.podspec import validate_pod_templates
+from config.kubernetes import LABEL_PREFIX
+from k8s.common import node_share
+from k8s.fsx_job import fsx_job
 
 DATA_SOURCE_LABEL = f"{LABEL_PREFIX}/data-source"
 CONTAINER = "data"
@@ -47,54 +47,23 @@ def steps(config: Environment, source: DataSource) -> list[list[str]]:
 
 
 def data_job_manifest(config: Environment, source: DataSource, *, image: str) -> dict:
-    """The Job for `source`, validated against the PodSpec schema of the cluster's version."""
-    instance = config.nodegroup(source.nodegroup).instance_type
-    cpu, memory = node_share(instance)
-    labels = {DATA_SOURCE_LABEL: source.name}
+    """The Job for `source` (k8s/fsx_job.py: hardened, FSx and scratch mounted, strict PodSpec)."""
+    cpu, memory = node_share(config.nodegroup(source.nodegroup).instance_type)
     where = (f"copy {source.s3_uri} to {source.raw_path}" if source.copies
              else f"read {source.raw_path} (FSx shows {source.s3_uri})")
     script = "\n".join(shlex.join(command) for command in steps(config, source))
-    container = {
-        "name": CONTAINER,
-        "image": image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["sh", "-ec", script],
-        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"},
-                # Caches (tokenizers, matplotlib) go to the writable scratch volume.
-                {"name": "HOME", "value": "/tmp"}],
-        "resources": container_resources(instance, cpu=cpu, memory=memory),
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "capabilities": {"drop": ["ALL"]}},
-        "volumeMounts": [{"name": "fsx", "mountPath": FSX_MOUNT_PATH}, {"name": "tmp", "mountPath": "/tmp"}],
+    metadata = {
+        "generateName": f"data-{source.name}-",
+        "labels": {DATA_SOURCE_LABEL: source.name},
+        "annotations": {f"{LABEL_PREFIX}/description": f"{where}, prepare {source.prepare} into {source.fsx_path}"},
     }
-    pod_spec = {
-        "restartPolicy": "Never",  # a failed pod stays for its log; the Job starts a new one
-        "securityContext": {"seccompProfile": dict(RUNTIME_DEFAULT_SECCOMP), "runAsNonRoot": True},
-        "nodeSelector": {NODEGROUP_LABEL: source.nodegroup},
-        "containers": [container],
-        "volumes": [{"name": "fsx", "persistentVolumeClaim": {"claimName": FSX_CLAIM_NAME}},
-                    {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}}],
-    }
-    if source.copies:
+    return fsx_job(
+        config, metadata=metadata, nodegroup=source.nodegroup, container=CONTAINER, image=image,
+        command=["sh", "-ec", script],
+        # Caches (tokenizers, matplotlib) go to the writable scratch volume.
+        env=[{"name": "HOME", "value": "/tmp"}],
+        cpu=cpu, memory=memory, tmp_size=TMP_SIZE, backoff_limit=BACKOFF_LIMIT,
+        ttl_after_finished_s=TTL_AFTER_FINISHED_S,
         # The Pod Identity role's ServiceAccount; its token stays mounted (PeerDB-io/peerdb-enterprise#43:
         # Pod Identity credentials need it), though the Job makes no Kubernetes API calls.
-        pod_spec["serviceAccountName"] = source.service_account
-    else:
-        pod_spec["automountServiceAccountToken"] = False
-    manifest = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "generateName": f"data-{source.name}-",
-            "namespace": TRAINING_NAMESPACE,
-            "labels": labels,
-            "annotations": {f"{LABEL_PREFIX}/description": f"{where}, prepare {source.prepare} into {source.fsx_path}"},
-        },
-        "spec": {
-            "backoffLimit": BACKOFF_LIMIT,
-            "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
-            "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec},
-        },
-    }
-    validate_pod_templates(manifest, config.kubernetes_version)
-    return manifest
+        service_account=source.service_account if source.copies else None)

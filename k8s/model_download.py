@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from constructs import Construct
 
 from config.environment import Environment
 from config.errors import ConfigError
-from config.kubernetes import FSX_CLAIM_NAME, FSX_MOUNT_PATH, LABEL_PREFIX, NODEGROUP_LABEL, TRAINING_NAMESPACE
+from config.kubernetes import LABEL_PREFIX, TRAINING_NAMESPACE
 from config.presets import CLUSTER_MODELS_ROOT
 from k8s.base import ProjectChart, raw_object
-from k8s.common import HF_TOKEN_KEY, HF_TOKEN_SECRET, RUNTIME_DEFAULT_SECCOMP, container_resources
-from k8s.podspec import validate_pod_templates
+from k8s.common import HF_TOKEN_KEY, HF_TOKEN_SECRET
+from k8s.fsx_job import fsx_job
 
 COMPONENT = "model-download"
 COMPONENT_LABEL = "app.kubernetes.io/component"
@@ -37,9 +36,6 @@ REPO_ANNOTATION = f"{LABEL_PREFIX}/hf-repo"
 REVISION_ANNOTATION = f"{LABEL_PREFIX}/hf-revision"
 CONTAINER = "download"
 JOB_PREFIX = "model-download-"
-# The trainer images' USER (trainer/Dockerfile and Dockerfile.cpu: `USER 1000`), numeric so the
-# kubelet can enforce runAsNonRoot.
-TRAINER_UID = 1000
 # Retries resume where the last pod stopped; five covers node loss and hub hiccups.
 BACKOFF_LIMIT = 5
 # Downloading is network- and disk-bound: a small share of a CPU node.
@@ -119,62 +115,23 @@ def download_nodegroup(config: Environment):
 
 
 def model_download_manifest(config: Environment, download: ModelDownload, *, image: str) -> dict:
-    """The batch/v1 Job fetching `download`, its pod template checked against the strict PodSpec
-    schema of the environment's Kubernetes version."""
+    """The batch/v1 Job fetching `download` (k8s/fsx_job.py: hardened, FSx and scratch mounted,
+    exit 2 fails it at once, strict PodSpec)."""
     if not isinstance(image, str) or not image:
         raise ConfigError("image", "must be a container image reference")
-    group = download_nodegroup(config)
-    container: dict[str, Any] = {
-        "name": CONTAINER,
-        "image": image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["python", "-m", "trainer.hf_download", "--repo", download.repo,
-                    "--revision", download.revision, "--out", download.out_dir],
-        "env": [
-            {"name": "PYTHONUNBUFFERED", "value": "1"},
-            {"name": "HF_HOME", "value": HF_HOME},
-            {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
-            # optional: public repositories download without the Secret.
-            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
-                "name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY, "optional": True}}},
-        ],
-        "resources": container_resources(group.instance_type, cpu=CPU, memory=MEMORY),
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "capabilities": {"drop": ["ALL"]}},
-        "volumeMounts": [{"name": "fsx", "mountPath": FSX_MOUNT_PATH}, {"name": "tmp", "mountPath": "/tmp"}],
-    }
-    labels = {COMPONENT_LABEL: COMPONENT, MODEL_LABEL: download.name}
-    manifest = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": download.job_name, "namespace": TRAINING_NAMESPACE, "labels": labels,
-            "annotations": {REPO_ANNOTATION: download.repo, REVISION_ANNOTATION: download.revision},
-        },
-        "spec": {
-            "backoffLimit": BACKOFF_LIMIT,
-            # Exit 2 is a refusal (gated, not found, the directory taken): retrying cannot help.
-            "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {
-                "containerName": CONTAINER, "operator": "In", "values": [2]}}]},
-            "template": {
-                "metadata": {"labels": dict(labels)},
-                "spec": {
-                    # A new pod per attempt (required by podFailurePolicy), so each attempt's log stays readable.
-                    "restartPolicy": "Never",
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": TRAINER_UID, "runAsGroup": TRAINER_UID,
-                                        "seccompProfile": dict(RUNTIME_DEFAULT_SECCOMP)},
-                    "nodeSelector": {NODEGROUP_LABEL: group.name},
-                    "containers": [container],
-                    "volumes": [
-                        {"name": "fsx", "persistentVolumeClaim": {"claimName": FSX_CLAIM_NAME}},
-                        {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}},
-                    ],
-                },
-            },
-        },
-    }
-    validate_pod_templates(manifest, config.kubernetes_version)
-    return manifest
+    metadata = {"name": download.job_name,
+                "labels": {COMPONENT_LABEL: COMPONENT, MODEL_LABEL: download.name},
+                "annotations": {REPO_ANNOTATION: download.repo, REVISION_ANNOTATION: download.revision}}
+    return fsx_job(
+        config, metadata=metadata, nodegroup=download_nodegroup(config).name, container=CONTAINER, image=image,
+        command=["python", "-m", "trainer.hf_download", "--repo", download.repo,
+                 "--revision", download.revision, "--out", download.out_dir],
+        env=[{"name": "HF_HOME", "value": HF_HOME},
+             {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+             # optional: public repositories download without the Secret.
+             {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+                 "name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY, "optional": True}}}],
+        cpu=CPU, memory=MEMORY, tmp_size=TMP_SIZE, backoff_limit=BACKOFF_LIMIT)
 
 
 @dataclass(frozen=True)

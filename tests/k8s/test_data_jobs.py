@@ -43,7 +43,8 @@ def test_the_job_is_a_strictly_valid_hardened_batch_job_on_the_cpu_group_with_fs
     spec = manifest["spec"]["template"]["spec"]
     assert spec["nodeSelector"] == {NODEGROUP_LABEL: "cpu"}
     assert "tolerations" not in spec  # CPU groups carry no taint, as for the CPU training jobs
-    assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}, "runAsNonRoot": True}
+    assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}, "runAsNonRoot": True,
+                                       "runAsUser": 1000, "runAsGroup": 1000}
     assert spec["serviceAccountName"] == "data-imagenet"
     assert spec["restartPolicy"] == "Never"
     assert {"name": "fsx", "persistentVolumeClaim": {"claimName": FSX_CLAIM_NAME}} in spec["volumes"]
@@ -55,6 +56,9 @@ def test_the_job_is_a_strictly_valid_hardened_batch_job_on_the_cpu_group_with_fs
     # The whole m5.2xlarge share a CPU training pod takes, memory limit equal to the request.
     assert container["resources"] == {"requests": {"cpu": "6", "memory": "25Gi"}, "limits": {"memory": "25Gi"}}
     assert manifest["spec"]["template"]["metadata"]["labels"] == {DATA_SOURCE_LABEL: "imagenet"}
+    # A malformed dataset or an unlistable prefix (exit 2) fails the Job at once: retrying cannot help.
+    [rule] = manifest["spec"]["podFailurePolicy"]["rules"]
+    assert rule == {"action": "FailJob", "onExitCodes": {"containerName": "data", "operator": "In", "values": [2]}}
 
 
 def test_imagenet_copies_the_prefix_then_rearranges_the_copy(dev):
@@ -94,9 +98,9 @@ def test_a_plain_copy_lands_where_the_jobs_read_it():
 
 
 def test_a_misspelt_pod_field_is_a_config_error_naming_it(dev, monkeypatch):
-    import k8s.data_jobs as data_jobs
+    import k8s.fsx_job as fsx_job
 
-    monkeypatch.setattr(data_jobs, "RUNTIME_DEFAULT_SECCOMP", {"typ": "RuntimeDefault"})
+    monkeypatch.setattr(fsx_job, "RUNTIME_DEFAULT_SECCOMP", {"typ": "RuntimeDefault"})
     with pytest.raises(ConfigError, match=r"^Job/data-imagenet- pod template: spec.securityContext.seccompProfile"):
         data_job_manifest(dev, dev.data_source("imagenet"), image=IMAGE)
 

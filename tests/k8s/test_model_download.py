@@ -54,6 +54,7 @@ def test_the_job_runs_hardened_on_the_cpu_group_with_the_fsx_claim_and_the_optio
     [container] = spec["containers"]
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["automountServiceAccountToken"] is False  # it makes no Kubernetes API calls
     assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                             "capabilities": {"drop": ["ALL"]}}
     assert spec["nodeSelector"] == {NODEGROUP_LABEL: dev.cpu_nodegroups[0].name}

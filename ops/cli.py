@@ -382,9 +382,11 @@ def _module_command(module: str) -> Any:
     return handler
 
 
-_COMMANDS = {"local": _module_command("local"), "validate": _module_command("validate"),
-             "synth-summary": _module_command("synth_summary"), "preflight": _preflight, "az-recommend": _az_recommend, "kubeconfig": _kubeconfig,
-             "whoami": _whoami,
-             "submit": _submit, "start": _start_stop, "stop": _start_stop, "status": _status, "logs": _logs, "delete": _delete, "plan": _plan,
-             "capacity-block": _capacity_block, "doctor": _doctor, "model": _model,
-             "data": _data}
+_COMMANDS = {
+    "local": _module_command("local"), "validate": _module_command("validate"),
+    "synth-summary": _module_command("synth_summary"),
+    "preflight": _preflight, "az-recommend": _az_recommend, "kubeconfig": _kubeconfig, "whoami": _whoami,
+    "submit": _submit, "start": _start_stop, "stop": _start_stop, "status": _status, "logs": _logs,
+    "delete": _delete, "plan": _plan, "capacity-block": _capacity_block, "doctor": _doctor,
+    "model": _model, "data": _data,
+}

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from config.kubernetes import TRAINING_NAMESPACE
 from ops.errors import OpsError
-from ops.kube import api_error_line
+from ops.kube import JOB_NAME_LABEL, api_call, job_phase
 
 POLL_SECONDS = 5.0
 
@@ -35,15 +35,6 @@ def render(env: Any, source_name: str, *, image: str) -> dict:
     return data_job_manifest(env, chosen, image=image)
 
 
-def _call(fn: Callable[[], Any]) -> Any:
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        return fn()
-    except ApiException as err:
-        raise OpsError(f"Kubernetes API call failed: {api_error_line(err)}") from None
-
-
 def start(api: Any, manifest: dict) -> str:
     """Create the Job unless one for the same source is still running; returns its name."""
     from kubernetes import client
@@ -52,23 +43,13 @@ def start(api: Any, manifest: dict) -> str:
     batch = client.BatchV1Api(api)
     namespace = manifest["metadata"]["namespace"]
     source = manifest["metadata"]["labels"][DATA_SOURCE_LABEL]
-    running = [j.metadata.name for j in _call(lambda: batch.list_namespaced_job(
-        namespace, label_selector=f"{DATA_SOURCE_LABEL}={source}")).items if phase(j) in ("Pending", "Running")]
+    jobs = api_call(lambda: batch.list_namespaced_job(namespace, label_selector=f"{DATA_SOURCE_LABEL}={source}"))
+    running = [j.metadata.name for j in jobs.items if job_phase(j)[0] in ("Pending", "Running")]
     if running:
         raise OpsError(f"data Job {running[0]} for source {source} is still running; two copies into one folder "
                        f"would race (wait for it, or `kubectl -n {namespace} delete job {running[0]}`)")
-    created = _call(lambda: batch.create_namespaced_job(namespace, manifest))
+    created = api_call(lambda: batch.create_namespaced_job(namespace, manifest))
     return created.metadata.name
-
-
-def phase(job: Any) -> str:
-    status = job.status
-    for condition in (status.conditions if status else None) or []:
-        if condition.status == "True" and condition.type in ("Complete", "Failed"):
-            return condition.type
-    if status and status.active:
-        return "Running"
-    return "Pending"
 
 
 def follow(api: Any, name: str, namespace: str = TRAINING_NAMESPACE, *, echo: Callable[[str], None] = print,
@@ -80,9 +61,10 @@ def follow(api: Any, name: str, namespace: str = TRAINING_NAMESPACE, *, echo: Ca
     streamed: set[str] = set()
     last = None
     while True:
-        job = _call(lambda: batch.read_namespaced_job(name, namespace))
-        current = phase(job)
-        pods = _call(lambda: core.list_namespaced_pod(namespace, label_selector=f"job-name={name}")).items
+        job = api_call(lambda: batch.read_namespaced_job(name, namespace))
+        current, message = job_phase(job)
+        pods = api_call(lambda: core.list_namespaced_pod(namespace,
+                                                         label_selector=f"{JOB_NAME_LABEL}={name}")).items
         waiting = [p.metadata.name for p in pods if p.status and p.status.phase == "Pending"]
         shown = f"{current}" + (f" (pod {waiting[0]} Pending)" if waiting else "")
         if shown != last:
@@ -97,8 +79,7 @@ def follow(api: Any, name: str, namespace: str = TRAINING_NAMESPACE, *, echo: Ca
             progressed = True
         if current in ("Complete", "Failed") and not progressed:
             if current == "Failed":
-                reason = next((c.message or c.reason for c in job.status.conditions if c.type == "Failed"), "")
-                echo(f"job {namespace}/{name} failed: {' '.join((reason or '').split())}")
+                echo(f"job {namespace}/{name} failed: {message}")
                 return 1
             return 0
         if not progressed:
@@ -108,7 +89,7 @@ def follow(api: Any, name: str, namespace: str = TRAINING_NAMESPACE, *, echo: Ca
 def _stream(core: Any, pod: str, namespace: str, echo: Callable[[str], None]) -> None:
     from k8s.data_jobs import CONTAINER
 
-    response = _call(lambda: core.read_namespaced_pod_log(pod, namespace, container=CONTAINER, follow=True,
+    response = api_call(lambda: core.read_namespaced_pod_log(pod, namespace, container=CONTAINER, follow=True,
                                                           _preload_content=False))
     pending = b""
     for chunk in response.stream(4096):

@@ -159,6 +159,30 @@ def api_error_line(err: Any) -> str:
     return f"HTTP {err.status} {' '.join(str(message).split())}"
 
 
+def api_call(fn: Callable[[], Any]) -> Any:
+    """A call on the plain kubernetes client (core, batch): an API failure becomes one line."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return fn()
+    except ApiException as err:
+        raise OpsError(f"Kubernetes API: {api_error_line(err)}") from None
+
+
+# The Job controller labels each pod with its Job's name (Kubernetes 1.27+).
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
+def job_phase(job: Any) -> tuple[str, str]:
+    """A batch/v1 Job's phase (Complete, Failed, Suspended, Running, Pending) and its condition's message."""
+    conditions = [c for c in ((job.status.conditions if job.status else None) or []) if c.status == "True"]
+    for kind in ("Complete", "Failed", "Suspended"):
+        for c in conditions:
+            if c.type == kind:
+                return kind, " ".join((c.message or c.reason or "").split())
+    return ("Running" if job.status and job.status.active else "Pending"), ""
+
+
 def to_model(manifest: dict) -> Any:
     """The SDK model for a rendered manifest: create_job accepts only its own model classes."""
     from kubeflow.training import ApiClient

@@ -16,26 +16,15 @@ from typing import Any, Callable
 
 from config.kubernetes import HF_TOKEN_KEY, HF_TOKEN_SECRET
 from ops.errors import OpsError
-from ops.kube import api_error_line
+from ops.kube import JOB_NAME_LABEL, api_error_line, job_phase
+from ops.kube import api_call as _api
 
-# The Job controller labels each pod with its Job's name (Kubernetes 1.27+).
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
 def api_client(kubeconfig: str | None, context: str | None) -> Any:
     from ops import kube
 
     return kube.api_client(kubeconfig, context)
-
-
-def _api(fn: Callable[[], Any]) -> Any:
-    """A Kubernetes API failure as one line: status and the server's message."""
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        return fn()
-    except ApiException as err:
-        raise OpsError(f"Kubernetes API: {api_error_line(err)}") from None
 
 
 def _created(fn: Callable[[], Any]) -> bool:
@@ -86,15 +75,6 @@ def put_token(core: Any, namespace: str, token: str) -> str:
 
 
 # --- download ------------------------------------------------------------------------------------
-
-def job_phase(job: Any) -> tuple[str, str]:
-    conditions = [c for c in ((job.status.conditions if job.status else None) or []) if c.status == "True"]
-    for kind in ("Complete", "Failed", "Suspended"):
-        for c in conditions:
-            if c.type == kind:
-                return kind, " ".join((c.message or c.reason or "").split())
-    return ("Running" if job.status and job.status.active else "Pending"), ""
-
 
 def start(batch: Any, manifest: dict) -> str:
     """Create the Job; an existing one for the same repository is reported, not duplicated."""

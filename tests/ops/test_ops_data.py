@@ -74,7 +74,7 @@ def test_follow_streams_every_pods_log_and_ends_with_the_jobs_result(api):
     ]
     log_calls = [c for c in server.calls if c.path.endswith("/log")]
     assert all(c.query["follow"] is True and c.query["container"] == "data" for c in log_calls)
-    assert [c.query["labelSelector"] for c in server.calls if c.path == PODS][0] == "job-name=data-imagenet-7xk2p"
+    assert [c.query["labelSelector"] for c in server.calls if c.path == PODS][0] == "batch.kubernetes.io/job-name=data-imagenet-7xk2p"
 
 
 def test_follow_of_a_failed_job_says_why_and_returns_1(api):
@@ -121,7 +121,7 @@ def test_api_errors_are_one_line(api):
                             "message": "the server has received too many requests"}, status=429)
     with pytest.raises(OpsError) as err:
         data.start(client, manifest)
-    assert str(err.value) == "Kubernetes API call failed: HTTP 429 the server has received too many requests"
+    assert str(err.value) == "Kubernetes API: HTTP 429 the server has received too many requests"
     server.on("GET", JOBS, {"kind": "Status", "code": 403, "message": "jobs.batch is forbidden"}, status=403)
     with pytest.raises(OpsError) as err:  # what ops.kube's guard says for every command
         data.start(client, manifest)

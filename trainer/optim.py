@@ -19,14 +19,22 @@ class OptimConfig:
     betas: tuple[float, float] = (0.9, 0.95)
 
 
+def warmup_cosine_factor(done: float, warmup: float, total: float, *, floor: float = 0.0,
+                         unit: float = 1.0) -> float:
+    """The fraction of the peak rate for the next `unit` of progress after `done` (steps, or images
+    for trainer.vision, whose schedule must not depend on the world size): linear warm-up over
+    `warmup`, then a cosine down to `floor` at `total`."""
+    if done < warmup:
+        return min(1.0, (done + unit) / warmup)
+    progress = (done - warmup) / max(unit, total - warmup)
+    cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return floor + (1 - floor) * cosine
+
+
 def warmup_cosine(cfg: OptimConfig):
     """Linear warm-up to the peak rate, then a cosine down to min_lr_ratio of it at the last step."""
     def factor(step: int) -> float:  # `step` is the number of optimizer steps already taken
-        if step < cfg.warmup_steps:
-            return (step + 1) / cfg.warmup_steps
-        progress = (step - cfg.warmup_steps) / max(1, cfg.total_steps - cfg.warmup_steps)
-        cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine
+        return warmup_cosine_factor(step, cfg.warmup_steps, cfg.total_steps, floor=cfg.min_lr_ratio)
     return factor
 
 

@@ -15,7 +15,6 @@ Checkpoints (trainer/checkpoint.py) hold the model, the optimizer and the global
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from trainer import dist as tdist
 from trainer.checkpoint import CheckpointConfig, CheckpointManager, ModelAndOptimizer, list_steps, read_model_record
 from trainer.cli import Parser, UsageError, non_negative_int, positive_float, positive_int, run_main
 from trainer.log import log
+from trainer.optim import warmup_cosine_factor
 from trainer.preemption import Preemption
 from trainer.torchvision_compat import import_torchvision
 from trainer.vision_data import DataConfig, ElasticSampler, build_datasets, train_loader, val_loader
@@ -139,11 +139,8 @@ def learning_rate(cfg: OptimConfig, global_batch: int, images_seen: int, epoch_i
     """Peak = lr_per_256 · global_batch / 256; linear warm-up over warmup_epochs, then a cosine to
     zero at the last epoch. Driven by images seen, so it continues unchanged at another world size."""
     peak = cfg.lr_per_256 * global_batch / 256
-    warmup, total = cfg.warmup_epochs * epoch_images, cfg.epochs * epoch_images
-    if images_seen < warmup:
-        return peak * (images_seen + global_batch) / (warmup + global_batch)
-    progress = (images_seen - warmup) / max(1.0, total - warmup)
-    return peak * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return peak * warmup_cosine_factor(images_seen, cfg.warmup_epochs * epoch_images, cfg.epochs * epoch_images,
+                                       unit=global_batch)
 
 
 # --- checkpointed progress ----------------------------------------------------------------------

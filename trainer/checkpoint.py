@@ -86,12 +86,13 @@ def read_model_record(directory: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def check_directory(cfg: CheckpointConfig, model: ModelConfig) -> None:
-    """Run by every rank before any process group exists, so a bad directory is one line and an
-    exit, not a hang or a run that trains from step 0: the directory must be creatable and
-    writable, and its checkpoints (if any) must be of this model's shape."""
+def open_directory(cfg: CheckpointConfig) -> tuple[Path, dict | None] | None:
+    """The checkpoint directory, created and checked writable, with the model record its
+    checkpoints were written for (None when it has none); None without --checkpoint-dir. Run by
+    every rank before any process group exists, so a bad directory is one line and an exit, not a
+    hang. Each workload then compares the record with what it is about to train."""
     if not cfg.directory:
-        return
+        return None
     path = Path(cfg.directory)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -100,9 +101,18 @@ def check_directory(cfg: CheckpointConfig, model: ModelConfig) -> None:
     if not os.access(path, os.W_OK | os.X_OK):
         raise UsageError("--checkpoint-dir", f"{path} is not writable by this user (uid {os.getuid()})")
     try:
-        record = read_model_record(path)
+        return path, read_model_record(path)
     except (OSError, ValueError) as exc:
         raise UsageError("--checkpoint-dir", f"{path / MODEL_FILE} is unreadable ({exc})") from None
+
+
+def check_directory(cfg: CheckpointConfig, model: ModelConfig) -> None:
+    """The LLM's check: the directory opens, and its checkpoints (if any) are of this model's shape,
+    so a mistake is one line, not a run that trains from step 0."""
+    opened = open_directory(cfg)
+    if opened is None:
+        return
+    path, record = opened
     if record is None and list_steps(path):
         # Older trainers wrote no model.json and rotated q/k in the interleaved (Meta) layout;
         # their weights would load without error and compute something else.

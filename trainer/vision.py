@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer import dist as tdist
-from trainer.checkpoint import CheckpointConfig, CheckpointManager, ModelAndOptimizer, list_steps, read_model_record
+from trainer.checkpoint import CheckpointConfig, CheckpointManager, ModelAndOptimizer, list_steps, open_directory
 from trainer.cli import Parser, UsageError, non_negative_int, positive_float, positive_int, run_main
 from trainer.log import log
 from trainer.optim import warmup_cosine_factor
@@ -161,16 +161,13 @@ class Progress:
 
 
 def check_checkpoint_dir(cfg: CheckpointConfig, record: dict) -> None:
-    """Before any process group: the directory must be writable, and its checkpoints (if any)
-    must be of this model and class count, so a mistake is one line, not a run from epoch 0."""
-    if not cfg.directory:
+    """Before any process group: the directory opens (trainer.checkpoint.open_directory), and its
+    checkpoints (if any) are of this model and class count, so a mistake is one line, not a run
+    from epoch 0."""
+    opened = open_directory(cfg)
+    if opened is None:
         return
-    path = Path(cfg.directory)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        existing = read_model_record(path)
-    except (OSError, ValueError) as exc:
-        raise UsageError("--checkpoint-dir", f"{path}: {exc}") from None
+    path, existing = opened
     if list_steps(path) and existing != record:
         raise UsageError("--checkpoint-dir", f"{path} holds checkpoints of {existing}, not of {record}; "
                                              "use another directory")

@@ -138,6 +138,15 @@ def test_bad_arguments_give_one_line_naming_the_field(argv, field):
     assert len(lines) == 1 and field in lines[0] and "Traceback" not in p.stderr, p.stderr
 
 
+def test_a_checkpoint_directory_that_cannot_be_created_is_one_line_before_training(tmp_path):
+    """The same check as trainer.llm's (trainer.checkpoint.open_directory)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    p = _vision("--checkpoint-dir", str(blocker / "ck"), timeout=120)
+    assert p.returncode == 2
+    assert p.stderr.strip() == f"error: --checkpoint-dir: cannot create {blocker / 'ck'}: Not a directory"
+
+
 @pytest.mark.slow
 def test_one_process_trains_on_an_image_folder_and_refuses_a_checkpoint_of_another_model(image_folder, tmp_path):
     ck = tmp_path / "ck"

@@ -25,6 +25,29 @@ NOBODY_UID = 65534
 # restricted Pod Security profile asks for it; none of these workloads makes unusual syscalls).
 RUNTIME_DEFAULT_SECCOMP = {"type": "RuntimeDefault"}
 
+# The trainer images' USER (trainer/Dockerfile and Dockerfile.cpu: `USER 1000`), numeric so the
+# kubelet can enforce runAsNonRoot. Every pod of the trainer image runs as it (training workers, the
+# data and model-download Jobs), so what they write on FSx has one owner whichever pod wrote it.
+TRAINER_UID = 1000
+
+
+def pod_security_context(uid: int) -> dict:
+    """The pod half of the restricted Pod Security profile, for the pods built as plain dicts
+    (k8s/jobs.py, k8s/fsx_job.py, the NCCL MPIJob): a numeric non-root user and group, and the
+    runtime's default seccomp profile. No fsGroup: the kubelet would chown the whole FSx volume."""
+    return {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "seccompProfile": dict(RUNTIME_DEFAULT_SECCOMP)}
+
+
+def container_security_context(*, read_only_root_filesystem: bool = False) -> dict:
+    """The container half: no privilege escalation and no Linux capability. EFA needs none: the
+    device plugin hands the pod its /dev/infiniband/uverbs* devices, which the kernel creates
+    world read-write (uverbs_devnode, drivers/infiniband/core/uverbs_main.c), and the registered
+    memory counts against RLIMIT_MEMLOCK, which the node's container runtime raises."""
+    context: dict = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    if read_only_root_filesystem:
+        context["readOnlyRootFilesystem"] = True
+    return context
+
 # The workloads the add-on charts create, by name: the charts name them from here and `ops doctor`
 # checks them by the same names.
 NVIDIA_DEVICE_PLUGIN = "nvidia-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE

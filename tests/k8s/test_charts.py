@@ -15,7 +15,7 @@ from k8s.crds import TrainingOperatorCrdsChart
 from k8s.efa_device_plugin import EfaDevicePluginChart, EfaDevicePluginProps
 from k8s.etcd import EtcdChart
 from k8s.fsx_storage import FsxStorageChart, FsxStorageProps
-from k8s.namespaces import NamespacesChart
+from k8s.namespaces import NamespacesChart, NamespacesProps
 from k8s.nvidia_device_plugin import NvidiaDevicePluginChart, NvidiaDevicePluginProps
 from k8s.training_jobs import TrainingJobsChart, TrainingJobsProps
 from k8s.training_operator import WEBHOOK_CONFIGURATION, WEBHOOK_SECRET, TrainingOperatorChart
@@ -41,7 +41,7 @@ def pod(doc: dict) -> dict:
 
 
 def test_namespaces_for_the_operator_and_the_jobs():
-    docs = synth(NamespacesChart)
+    docs = synth(NamespacesChart, props=NamespacesProps(kubernetes_version="1.35"))
     assert [d["metadata"]["name"] for d in docs] == [KUBEFLOW_NAMESPACE, TRAINING_NAMESPACE]
 
 

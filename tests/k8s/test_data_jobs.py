@@ -100,7 +100,7 @@ def test_a_plain_copy_lands_where_the_jobs_read_it():
 def test_a_misspelt_pod_field_is_a_config_error_naming_it(dev, monkeypatch):
     import k8s.fsx_job as fsx_job
 
-    monkeypatch.setattr(fsx_job, "RUNTIME_DEFAULT_SECCOMP", {"typ": "RuntimeDefault"})
+    monkeypatch.setattr(fsx_job, "pod_security_context", lambda uid: {"seccompProfile": {"typ": "RuntimeDefault"}})
     with pytest.raises(ConfigError, match=r"^Job/data-imagenet- pod template: spec.securityContext.seccompProfile"):
         data_job_manifest(dev, dev.data_source("imagenet"), image=IMAGE)
 

@@ -145,13 +145,24 @@ def test_operator_rbac_covers_what_the_controllers_do(operator):
                  ("kubeflow.org", "mpijobs", "watch"), ("", "pods", "create"), ("", "services", "create"),
                  ("", "pods/exec", "create"), ("rbac.authorization.k8s.io", "roles", "create"),
                  ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "update"),
-                 ("", "secrets", "update"), ("coordination.k8s.io", "leases", "update"),
                  ("scheduling.volcano.sh", "podgroups", "watch"), ("scheduling.x-k8s.io", "podgroups", "watch")]:
         assert need in granted, need
     assert not any("*" in rule["verbs"] or "*" in rule["resources"] for rule in role["rules"])
     binding = one(operator, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"][0]["namespace"] == KUBEFLOW_NAMESPACE
+
+
+def test_the_operator_reads_secrets_and_takes_its_lease_only_in_its_own_namespace(operator):
+    assert not any(r in rule["resources"] for rule in one(operator, "ClusterRole")["rules"] for r in ("secrets", "leases"))
+    role, binding = one(operator, "Role"), one(operator, "RoleBinding")
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == KUBEFLOW_NAMESPACE
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    assert {("", "secrets", "update"), ("", "secrets", "watch"), ("coordination.k8s.io", "leases", "update")} <= granted
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+    assert binding["subjects"][0]["name"] == one(operator, "ServiceAccount")["metadata"]["name"]
+    # The one Secret there is the one the rotator writes, and the Deployment mounts.
+    assert one(operator, "Secret")["metadata"]["namespace"] == KUBEFLOW_NAMESPACE
 
 
 @pytest.fixture(scope="module")

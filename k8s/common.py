@@ -53,6 +53,7 @@ def container_security_context(*, read_only_root_filesystem: bool = False) -> di
 NVIDIA_DEVICE_PLUGIN = "nvidia-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
 EFA_DEVICE_PLUGIN = "aws-efa-k8s-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
 TRAINING_OPERATOR = "training-operator"  # Deployment, KUBEFLOW_NAMESPACE
+TRAINING_OPERATOR_WEBHOOK_PORT = 9443  # the manager's --webhook-server-port default
 
 # Rendezvous: torch's etcd-v2 backend talks to this Service in the training namespace.
 ETCD_SERVICE = "etcd"
@@ -60,6 +61,10 @@ ETCD_CLIENT_PORT = 2379
 # Pods carrying this label may reach etcd; the NetworkPolicy admits nobody else.
 ETCD_CLIENT_LABEL = f"{LABEL_PREFIX}/etcd-client"
 C10D_PORT = 29400
+# What else a pod may reach is declared by labels on it, each "true" (k8s/network.py allows them):
+API_CLIENT_LABEL = f"{LABEL_PREFIX}/api-client"  # the Kubernetes API server
+HTTPS_EGRESS_LABEL = f"{LABEL_PREFIX}/https-egress"  # HTTPS outside the VPC
+POD_IDENTITY_LABEL = f"{LABEL_PREFIX}/pod-identity"  # the node's EKS Pod Identity agent
 
 # The operator's webhook rejects a PyTorchJob replica without a container of this name, and the
 # operator takes the job's port from it (kubeflow/trainer v1.9.4 pkg/webhooks/pytorch). The PET_*

@@ -23,13 +23,13 @@ from k8s.base import (
     ProjectChart, Readiness, drop_all_capabilities, hardened, raw_object, resources, runtime_default_seccomp,
     select_own_pods,
 )
-from k8s.common import IMAGES, KUBEFLOW_NAMESPACE, NONROOT_UID, TRAINING_OPERATOR
+from k8s.common import IMAGES, KUBEFLOW_NAMESPACE, NONROOT_UID, TRAINING_OPERATOR, TRAINING_OPERATOR_WEBHOOK_PORT
 
 NAME = TRAINING_OPERATOR
 WEBHOOK_SECRET = "training-operator-webhook-cert"
 # The name the operator's certificate rotator looks up to inject its CA bundle (main.go).
 WEBHOOK_CONFIGURATION = "validator.training-operator.kubeflow.org"
-WEBHOOK_PORT = 9443
+WEBHOOK_PORT = TRAINING_OPERATOR_WEBHOOK_PORT
 METRICS_PORT = 8080
 PROBE_PORT = 8081
 # controller-runtime's default certificate directory, where the Secret is projected.

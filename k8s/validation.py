@@ -22,7 +22,7 @@ from k8s.base import (
 )
 from k8s.podspec import validate_pod_templates
 from k8s.common import (
-    BUSBW_REPORT, IMAGES, MPI_CONTAINER, MPI_TCP_IF_EXCLUDE, NCCL_TEST_NODES, NOBODY_UID, container_resources,
+    API_CLIENT_LABEL, BUSBW_REPORT, IMAGES, MPI_CONTAINER, MPI_TCP_IF_EXCLUDE, NCCL_TEST_NODES, NOBODY_UID, container_resources,
     container_security_context, gpu_toleration, network_env, nccl_groups, nccl_test_name, node_share,
     pod_security_context, shm_size, short_digest,
 )
@@ -128,7 +128,9 @@ def nccl_mpijob_manifest(group: Nodegroup, *, image: str, namespace: str) -> dic
             "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0, "suspend": True},
             "mpiReplicaSpecs": {
                 # No serviceAccountName: the operator then creates <job>-launcher and its Role.
-                "Launcher": {"replicas": 1, "restartPolicy": "Never", "template": {"spec": {
+                "Launcher": {"replicas": 1, "restartPolicy": "Never", "template": {
+                    # k8s/network.py lets it reach the API server for `kubectl exec`.
+                    "metadata": {"labels": {API_CLIENT_LABEL: "true"}}, "spec": {
                     "securityContext": pod_security_context(NOBODY_UID),
                     "containers": [launcher]}}},
                 "Worker": {"replicas": NCCL_TEST_NODES, "restartPolicy": "Never", "template": {"spec": {

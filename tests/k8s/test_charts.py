@@ -270,8 +270,8 @@ def test_every_chart_module_is_an_add_on_found_by_scanning_the_package(dev):
     from k8s.charts import addons
 
     assert sorted(addons()) == ["cluster-validation", "data-preparation", "efa-device-plugin", "etcd", "fsx-storage", "namespaces",
-                                "nvidia-device-plugin", "runner-rbac", "training-jobs", "training-operator",
-                                "training-operator-crds"]
+                                "network-policies", "nvidia-device-plugin", "runner-rbac", "training-jobs",
+                                "training-operator", "training-operator-crds"]
 
 
 def test_apply_order_is_layered_by_the_declared_dependencies(dev):
@@ -281,7 +281,7 @@ def test_apply_order_is_layered_by_the_declared_dependencies(dev):
         # layer 0: nothing to wait for
         "efa-device-plugin", "namespaces", "nvidia-device-plugin", "training-operator-crds",
         # layer 1
-        "etcd", "fsx-storage", "runner-rbac", "training-operator",
+        "etcd", "fsx-storage", "network-policies", "runner-rbac", "training-operator",
         # layer 2: the charts that create jobs, and the data Jobs' ServiceAccounts
         "cluster-validation", "data-preparation", "training-jobs"]
 

@@ -88,23 +88,19 @@ class Cluster:
         return [p for p in self.policies if p["metadata"]["namespace"] == pod.namespace
                 and direction in self._types(p) and selects(p["spec"].get("podSelector"), pod.labels)]
 
-    def _peer_pod(self, peer: dict, pod: Pod, policy_namespace: str) -> bool:
+    def _peer(self, peer: dict, endpoint: Endpoint, policy_namespace: str) -> bool:
+        """Whether a rule's peer covers `endpoint`; a Service is covered as the VPC CNI resolves it."""
+        if isinstance(endpoint, Address):
+            return "ipBlock" in peer and _in_block(endpoint.ip, peer["ipBlock"])
+        service = isinstance(endpoint, Service)
         if "ipBlock" in peer:
-            return _in_block(pod.ip, peer["ipBlock"])
+            return _in_block(endpoint.cluster_ip if service else endpoint.ip, peer["ipBlock"])
         if "namespaceSelector" in peer:
-            in_namespace = selects(peer["namespaceSelector"], self.namespaces.get(pod.namespace, {}))
+            in_namespace = selects(peer["namespaceSelector"], self.namespaces.get(endpoint.namespace, {}))
         else:
-            in_namespace = pod.namespace == policy_namespace
-        return in_namespace and selects(peer.get("podSelector"), pod.labels)
-
-    def _peer_service(self, peer: dict, service: Service, policy_namespace: str) -> bool:
-        if "ipBlock" in peer:
-            return _in_block(service.cluster_ip, peer["ipBlock"])
-        if "namespaceSelector" in peer:
-            in_namespace = selects(peer["namespaceSelector"], self.namespaces.get(service.namespace, {}))
-        else:
-            in_namespace = service.namespace == policy_namespace
-        return in_namespace and bool(service.selector) and selects(peer.get("podSelector"), service.selector)
+            in_namespace = endpoint.namespace == policy_namespace
+        labels = endpoint.selector if service else endpoint.labels
+        return in_namespace and (bool(labels) or not service) and selects(peer.get("podSelector"), labels)
 
     @staticmethod
     def _port(rule: dict, port: int, protocol: str, named: dict) -> bool:
@@ -124,55 +120,30 @@ class Cluster:
                 return True
         return False
 
-    def _egress(self, src: Pod, dst: Endpoint, port: int, protocol: str) -> bool:
-        policies = self._policies_for(src, "Egress")
+    def _permits(self, pod: Pod, direction: str, other: Endpoint, port: int, protocol: str, named: dict) -> bool:
+        """Whether `pod`'s policies let it reach (Egress) or be reached by (Ingress) `other`."""
+        policies = self._policies_for(pod, direction)
         if not policies:
             return True
+        rules_key, peers_key = ("egress", "to") if direction == "Egress" else ("ingress", "from")
         for policy in policies:
-            for rule in policy["spec"].get("egress") or []:
-                named = dst.ports if isinstance(dst, Pod) else {}
-                if not self._port(rule, port, protocol, named):
-                    continue
-                peers = rule.get("to")
-                if not peers:
+            for rule in policy["spec"].get(rules_key) or []:
+                if self._port(rule, port, protocol, named) and (
+                        not rule.get(peers_key)
+                        or any(self._peer(peer, other, policy["metadata"]["namespace"]) for peer in rule[peers_key])):
                     return True
-                for peer in peers:
-                    if isinstance(dst, Pod) and self._peer_pod(peer, dst, policy["metadata"]["namespace"]):
-                        return True
-                    if isinstance(dst, Service) and self._peer_service(peer, dst, policy["metadata"]["namespace"]):
-                        return True
-                    if isinstance(dst, Address) and "ipBlock" in peer and _in_block(dst.ip, peer["ipBlock"]):
-                        return True
-        return False
-
-    def _ingress(self, src: Pod | Address, dst: Pod, port: int, protocol: str) -> bool:
-        policies = self._policies_for(dst, "Ingress")
-        if not policies:
-            return True
-        for policy in policies:
-            for rule in policy["spec"].get("ingress") or []:
-                if not self._port(rule, port, protocol, dst.ports):
-                    continue
-                peers = rule.get("from")
-                if not peers:
-                    return True
-                for peer in peers:
-                    if isinstance(src, Pod) and self._peer_pod(peer, src, policy["metadata"]["namespace"]):
-                        return True
-                    if isinstance(src, Address) and "ipBlock" in peer and _in_block(src.ip, peer["ipBlock"]):
-                        return True
         return False
 
     def allowed(self, src: Pod | Address, dst: Endpoint, port: int, protocol: str = "TCP") -> bool:
         """Whether `src` can open a connection to `dst` on `port`. To a Service: the source's egress
         as the VPC CNI sees it (the ClusterIP), then some backing pod's ingress on the target port."""
-        if isinstance(src, Pod) and not self._egress(src, dst, port, protocol):
+        named = dst.ports if isinstance(dst, Pod) else {}
+        if isinstance(src, Pod) and not self._permits(src, "Egress", dst, port, protocol, named):
             return False
         if isinstance(dst, Pod):
-            return self._ingress(src, dst, port, protocol)
+            return self._permits(dst, "Ingress", src, port, protocol, dst.ports)
         if isinstance(dst, Service):
-            target = dst.ports[port]
             backends = [p for p in self.pods if p.namespace == dst.namespace and dst.selector
                         and selects({"matchLabels": dst.selector}, p.labels)]
-            return any(self._ingress(src, p, target, protocol) for p in backends)
+            return any(self._permits(p, "Ingress", src, dst.ports[port], protocol, p.ports) for p in backends)
         return True

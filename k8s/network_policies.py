@@ -29,7 +29,7 @@ class NetworkPoliciesChart(ProjectChart):
         self.policies = [*operator_policies(config.vpc_cidr), *training_policies(config.vpc_cidr)]
         jobs = [("MPIJob", nccl_test_name(group.name)) for group in nccl_groups(config)]
         jobs += [(PYTORCHJOB_KIND, preset.name) for preset in presets_for(config)]
-        self.policies += [job_peers_policy({"apiVersion": PYTORCHJOB_API_VERSION, "kind": kind, "metadata": {"name": name}})
-                          for kind, name in jobs]
+        self.policies += [job_peers_policy({"apiVersion": PYTORCHJOB_API_VERSION, "kind": kind,
+                                            "metadata": {"name": name}}) for kind, name in jobs]
         for policy in self.policies:
             raw_object(self, f"{policy['metadata']['namespace']}-{policy['metadata']['name']}", policy)

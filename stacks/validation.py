@@ -88,9 +88,9 @@ def runner_buildspec(config: Environment) -> dict:
 
 
 class ValidationStack(cdk.Stack):
-    """Attributes: `runner` (codebuild.Project), `runner_role`, `runner_access` (its access entry), `runner_security_group`,
-    `runner_source` (the S3 asset), `runner_project_output`; with a pipeline account,
-    `starter_role` and `starter_role_arn_output` (else None)."""
+    """Attributes: `runner` (codebuild.Project), `runner_role`, `runner_access` (its access entry),
+    `runner_security_group`, `runner_source` (the S3 asset), `runner_project_output`; with a
+    pipeline account, `starter_role` and `starter_role_arn_output` (else None)."""
 
     def __init__(self, scope: Construct, id: str, *, config: Environment, vpc: ec2.IVpc, cluster: eks.ICluster,
                  validation_objects: list[dict], pipeline_account: str | None = None, **kwargs) -> None:

@@ -39,10 +39,11 @@ def pod_security_context(uid: int) -> dict:
 
 
 def container_security_context(*, read_only_root_filesystem: bool = False) -> dict:
-    """The container half: no privilege escalation and no Linux capability. EFA needs none: the
-    device plugin hands the pod its /dev/infiniband/uverbs* devices, which the kernel creates
-    world read-write (uverbs_devnode, drivers/infiniband/core/uverbs_main.c), and the registered
-    memory counts against RLIMIT_MEMLOCK, which the node's container runtime raises."""
+    """The container half: no privilege escalation and no Linux capability. EFA needs none: a pod
+    requests vpc.amazonaws.com/efa and hugepages-2Mi ("Manage EFA devices on Amazon EKS", Amazon EKS
+    User Guide), the device plugin hands it the /dev/infiniband/uverbs* devices, which the kernel
+    creates world read-write (uverbs_devnode, drivers/infiniband/core/uverbs_main.c), and the memory
+    it registers counts against RLIMIT_MEMLOCK, which the node's container runtime must raise."""
     context: dict = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     if read_only_root_filesystem:
         context["readOnlyRootFilesystem"] = True

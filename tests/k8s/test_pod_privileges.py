@@ -94,3 +94,41 @@ def test_training_and_mpi_pods_drop_every_capability_and_never_escalate(rendered
             assert context["allowPrivilegeEscalation"] is False and context["capabilities"] == {"drop": ["ALL"]}, pod.where
         assert pod.spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         assert pod.spec["securityContext"]["runAsNonRoot"] is True
+
+
+@pytest.mark.parametrize("env_name", ENV_NAMES)
+def test_efa_pods_get_their_devices_by_request_and_nothing_privileged(rendered_pods, env_name):
+    """Amazon EKS User Guide, "Manage EFA devices on Amazon EKS" and "Run machine learning training
+    on Amazon EKS with Elastic Fabric Adapter": a pod asks for `vpc.amazonaws.com/efa` and
+    `hugepages-2Mi` in its requests and limits and the device plugin mounts the interfaces; neither
+    page's pod sets a privileged field. The kernel makes /dev/infiniband/uverbs* mode 0666
+    (drivers/infiniband/core/uverbs_main.c uverbs_devnode), so a non-root user opens them; the memory
+    it registers counts against RLIMIT_MEMLOCK, which the node's container runtime must raise."""
+    efa = [p for p in rendered_pods[env_name]
+           if any("vpc.amazonaws.com/efa" in (c.get("resources", {}).get("limits") or {}) for c in containers(p.spec))]
+    assert efa, "no EFA pod rendered"
+    for pod in efa:
+        for container in containers(pod.spec):
+            limits = container.get("resources", {}).get("limits") or {}
+            if "vpc.amazonaws.com/efa" in limits:
+                assert "hugepages-2Mi" in limits, pod.where
+            context = container.get("securityContext") or {}
+            assert not context.get("privileged") and not (context.get("capabilities") or {}).get("add"), pod.where
+        assert pod.spec["securityContext"]["runAsNonRoot"] is True
+        assert not any("hostPath" in v for v in pod.spec.get("volumes") or []), pod.where
+
+
+@pytest.mark.parametrize("env_name", ENV_NAMES)
+def test_the_mpi_launcher_leaves_its_service_account_to_the_operator(environments, env_name):
+    """With no serviceAccountName in the launcher template, the v1.9.4 operator creates <job>-launcher
+    and a Role that may get, list and watch pods and exec only into this job's worker pods
+    (pkg/controller.v1/mpi/mpijob_controller.go newLauncherServiceAccount, newLauncherRole)."""
+    from k8s.validation import nccl_mpijob_manifest
+    from k8s.common import nccl_groups
+
+    for group in nccl_groups(environments[env_name]):
+        specs = nccl_mpijob_manifest(group, image="i", namespace="training")["spec"]["mpiReplicaSpecs"]
+        assert "serviceAccountName" not in specs["Launcher"]["template"]["spec"]
+        assert specs["Launcher"]["template"]["spec"].get("automountServiceAccountToken", True) is True
+        assert specs["Worker"]["template"]["spec"]["automountServiceAccountToken"] is False
+

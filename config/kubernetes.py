@@ -30,3 +30,8 @@ FSX_MOUNT_PATH = "/fsx"
 # "Libfabric" since v1.13.0). EFA pods set NCCL_NET to it (k8s/common.py EFA_ENV); the trainer
 # checks at start-up that NCCL chose it (trainer/nccl_net.py).
 OFI_NCCL_NET = "Libfabric"
+
+# The Kubernetes group the validation runner's access entry maps its role to (stacks/validation.py);
+# k8s/validation_runner_rbac.py binds exactly what `ops validate` does to it. EKS refuses groups
+# starting with "system:".
+VALIDATION_RUNNER_GROUP = "eks-distributed-training-validation-runner"

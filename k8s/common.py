@@ -25,11 +25,36 @@ NOBODY_UID = 65534
 # restricted Pod Security profile asks for it; none of these workloads makes unusual syscalls).
 RUNTIME_DEFAULT_SECCOMP = {"type": "RuntimeDefault"}
 
+# The trainer images' USER (trainer/Dockerfile and Dockerfile.cpu: `USER 1000`), numeric so the
+# kubelet can enforce runAsNonRoot. Every pod of the trainer image runs as it (training workers, the
+# data and model-download Jobs), so what they write on FSx has one owner whichever pod wrote it.
+TRAINER_UID = 1000
+
+
+def pod_security_context(uid: int) -> dict:
+    """The pod half of the restricted Pod Security profile, for the pods built as plain dicts
+    (k8s/jobs.py, k8s/fsx_job.py, the NCCL MPIJob): a numeric non-root user and group, and the
+    runtime's default seccomp profile. No fsGroup: the kubelet would chown the whole FSx volume."""
+    return {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "seccompProfile": dict(RUNTIME_DEFAULT_SECCOMP)}
+
+
+def container_security_context(*, read_only_root_filesystem: bool = False) -> dict:
+    """The container half: no privilege escalation and no Linux capability. EFA needs none: a pod
+    requests vpc.amazonaws.com/efa and hugepages-2Mi ("Manage EFA devices on Amazon EKS", Amazon EKS
+    User Guide), the device plugin hands it the /dev/infiniband/uverbs* devices, which the kernel
+    creates world read-write (uverbs_devnode, drivers/infiniband/core/uverbs_main.c), and the memory
+    it registers counts against RLIMIT_MEMLOCK, which the node's container runtime must raise."""
+    context: dict = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    if read_only_root_filesystem:
+        context["readOnlyRootFilesystem"] = True
+    return context
+
 # The workloads the add-on charts create, by name: the charts name them from here and `ops doctor`
 # checks them by the same names.
 NVIDIA_DEVICE_PLUGIN = "nvidia-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
 EFA_DEVICE_PLUGIN = "aws-efa-k8s-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
 TRAINING_OPERATOR = "training-operator"  # Deployment, KUBEFLOW_NAMESPACE
+TRAINING_OPERATOR_WEBHOOK_PORT = 9443  # the manager's --webhook-server-port default
 
 # Rendezvous: torch's etcd-v2 backend talks to this Service in the training namespace.
 ETCD_SERVICE = "etcd"
@@ -37,6 +62,10 @@ ETCD_CLIENT_PORT = 2379
 # Pods carrying this label may reach etcd; the NetworkPolicy admits nobody else.
 ETCD_CLIENT_LABEL = f"{LABEL_PREFIX}/etcd-client"
 C10D_PORT = 29400
+# What else a pod may reach is declared by labels on it, each "true" (k8s/network.py allows them):
+API_CLIENT_LABEL = f"{LABEL_PREFIX}/api-client"  # the Kubernetes API server
+HTTPS_EGRESS_LABEL = f"{LABEL_PREFIX}/https-egress"  # HTTPS outside the VPC
+POD_IDENTITY_LABEL = f"{LABEL_PREFIX}/pod-identity"  # the node's EKS Pod Identity agent
 
 # The operator's webhook rejects a PyTorchJob replica without a container of this name, and the
 # operator takes the job's port from it (kubeflow/trainer v1.9.4 pkg/webhooks/pytorch). The PET_*

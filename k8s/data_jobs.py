@@ -19,7 +19,7 @@ import shlex
 from config.data_sources import DataSource
 from config.environment import Environment
 from config.kubernetes import LABEL_PREFIX
-from k8s.common import node_share
+from k8s.common import HTTPS_EGRESS_LABEL, POD_IDENTITY_LABEL, node_share
 from k8s.fsx_job import fsx_job
 
 DATA_SOURCE_LABEL = f"{LABEL_PREFIX}/data-source"
@@ -54,7 +54,10 @@ def data_job_manifest(config: Environment, source: DataSource, *, image: str) ->
     script = "\n".join(shlex.join(command) for command in steps(config, source))
     metadata = {
         "generateName": f"data-{source.name}-",
-        "labels": {DATA_SOURCE_LABEL: source.name},
+        # Copying reaches S3 over HTTPS with the Pod Identity agent's credentials (k8s/network.py);
+        # preparing alone reads and writes FSx only, so it reaches nothing.
+        "labels": {DATA_SOURCE_LABEL: source.name,
+                   **({HTTPS_EGRESS_LABEL: "true", POD_IDENTITY_LABEL: "true"} if source.copies else {})},
         "annotations": {f"{LABEL_PREFIX}/description": f"{where}, prepare {source.prepare} into {source.fsx_path}"},
     }
     return fsx_job(

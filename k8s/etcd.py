@@ -53,7 +53,7 @@ class EtcdChart(ProjectChart):
                                                            group=ETCD_UID, fs_group=ETCD_UID),
             select=False,
         )
-        select_own_pods(self.deployment, name)
+        own_pods = select_own_pods(self.deployment, name)
         health = ["/usr/local/bin/etcdctl", f"--endpoints=http://127.0.0.1:{ETCD_CLIENT_PORT}",
                   "--command-timeout=3s", "endpoint", "health"]
         container = self.deployment.add_container(
@@ -85,8 +85,12 @@ class EtcdChart(ProjectChart):
         self.deployment.scheduling.attract(kplus.Node.labeled(kplus.NodeLabelQuery.is_(ROLE_LABEL, "system")),
                                            weight=100)
 
+        # Selected by the readable name label, the one k8s/network.py's egress rule for etcd clients
+        # names: the VPC CNI allows egress to a Service's ClusterIP only when a rule's podSelector
+        # matches the Service's own selector (aws/amazon-network-policy-controller-k8s,
+        # getMatchingServiceClusterIPs).
         self.service = kplus.Service(
-            self, "Service", metadata=self.meta(name), selector=self.deployment,
+            self, "Service", metadata=self.meta(name), selector=kplus.Pods.select(self, "Members", labels=own_pods),
             ports=[kplus.ServicePort(name="client", port=ETCD_CLIENT_PORT, target_port=ETCD_CLIENT_PORT)],
         )
 

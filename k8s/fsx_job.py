@@ -16,12 +16,8 @@ from typing import Any
 
 from config.environment import Environment
 from config.kubernetes import FSX_CLAIM_NAME, FSX_MOUNT_PATH, NODEGROUP_LABEL, TRAINING_NAMESPACE
-from k8s.common import RUNTIME_DEFAULT_SECCOMP, container_resources
+from k8s.common import TRAINER_UID, container_resources, container_security_context, pod_security_context
 from k8s.podspec import validate_pod_templates
-
-# The trainer images' USER (trainer/Dockerfile and Dockerfile.cpu: `USER 1000`), numeric so the
-# kubelet can enforce runAsNonRoot.
-TRAINER_UID = 1000
 # trainer/cli.py's exit status for bad input or a refusal: retrying cannot help.
 EXIT_REFUSED = 2
 
@@ -40,15 +36,13 @@ def fsx_job(config: Environment, *, metadata: dict, nodegroup: str, container: s
         "command": command,
         "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}, *env],
         "resources": container_resources(instance, cpu=cpu, memory=memory),
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "capabilities": {"drop": ["ALL"]}},
+        "securityContext": container_security_context(read_only_root_filesystem=True),
         "volumeMounts": [{"name": "fsx", "mountPath": FSX_MOUNT_PATH}, {"name": "tmp", "mountPath": "/tmp"}],
     }
     pod_spec: dict[str, Any] = {
         # A new pod per attempt (podFailurePolicy requires it), so each attempt's log stays readable.
         "restartPolicy": "Never",
-        "securityContext": {"runAsNonRoot": True, "runAsUser": TRAINER_UID, "runAsGroup": TRAINER_UID,
-                            "seccompProfile": dict(RUNTIME_DEFAULT_SECCOMP)},
+        "securityContext": pod_security_context(TRAINER_UID),
         "nodeSelector": {NODEGROUP_LABEL: nodegroup},
         "containers": [spec_container],
         "volumes": [{"name": "fsx", "persistentVolumeClaim": {"claimName": FSX_CLAIM_NAME}},

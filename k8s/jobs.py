@@ -18,9 +18,8 @@ from config.overrides import OVERRIDES
 from config.presets import CLUSTER_CHECKPOINT_ROOT, RENDEZVOUS_BACKENDS, JobPreset, get_preset
 from k8s.podspec import validate_pod_templates
 from k8s.common import (
-    C10D_PORT, ETCD_CLIENT_LABEL, ETCD_CLIENT_PORT, ETCD_SERVICE, HF_TOKEN_KEY, HF_TOKEN_SECRET,
-    PYTORCH_CONTAINER, RUNTIME_DEFAULT_SECCOMP, container_resources, gpu_toleration, network_env, node_share,
-    shm_size, short_digest,
+    C10D_PORT, ETCD_CLIENT_LABEL, ETCD_CLIENT_PORT, ETCD_SERVICE, PYTORCH_CONTAINER, TRAINER_UID, container_resources,
+    container_security_context, gpu_toleration, network_env, node_share, pod_security_context, shm_size, short_digest,
 )
 
 API_VERSION = "kubeflow.org/v1"
@@ -153,9 +152,8 @@ def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
         # trainer/metrics.py takes the peak FLOPs for MFU from the instance-type table by this
         # name; without it, it guesses from the GPU's name.
         {"name": "TRAINER_INSTANCE_TYPE", "value": instance.name},
-        # optional: jobs that download nothing gated start without the Secret.
-        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
-            "name": HF_TOKEN_SECRET, "key": HF_TOKEN_KEY, "optional": True}}},
+        # No HF_TOKEN: a run reads models from FSx (--init-from-hf is a directory there), never the
+        # hub; only the model-download Job (k8s/model_download.py) gets the token.
         *network_env(instance),
         *({"name": k, "value": v} for k, v in spec.env),
     ]
@@ -167,13 +165,18 @@ def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
         "command": list(spec.command),
         "env": env,
         "resources": container_resources(instance, cpu=cpu, memory=memory),
+        # The root file system stays writable: torch.compile, Triton and NCCL write caches and logs
+        # under $HOME and /tmp.
+        "securityContext": container_security_context(),
         "volumeMounts": [
             {"name": "fsx", "mountPath": FSX_MOUNT_PATH},
             {"name": "dshm", "mountPath": "/dev/shm"},
         ],
     }
     pod_spec: dict[str, Any] = {
-        "securityContext": {"seccompProfile": dict(RUNTIME_DEFAULT_SECCOMP)},
+        "securityContext": pod_security_context(TRAINER_UID),
+        # Workers never call the Kubernetes API.
+        "automountServiceAccountToken": False,
         "nodeSelector": {NODEGROUP_LABEL: spec.nodegroup},
         "containers": [container],
         "volumes": [

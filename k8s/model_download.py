@@ -26,7 +26,7 @@ from config.errors import ConfigError
 from config.kubernetes import LABEL_PREFIX, TRAINING_NAMESPACE
 from config.presets import CLUSTER_MODELS_ROOT
 from k8s.base import ProjectChart, raw_object
-from k8s.common import HF_TOKEN_KEY, HF_TOKEN_SECRET
+from k8s.common import HF_TOKEN_KEY, HF_TOKEN_SECRET, HTTPS_EGRESS_LABEL
 from k8s.fsx_job import fsx_job
 
 COMPONENT = "model-download"
@@ -120,7 +120,8 @@ def model_download_manifest(config: Environment, download: ModelDownload, *, ima
     if not isinstance(image, str) or not image:
         raise ConfigError("image", "must be a container image reference")
     metadata = {"name": download.job_name,
-                "labels": {COMPONENT_LABEL: COMPONENT, MODEL_LABEL: download.name},
+                # The hub and its CDN, over HTTPS (k8s/network.py).
+                "labels": {COMPONENT_LABEL: COMPONENT, MODEL_LABEL: download.name, HTTPS_EGRESS_LABEL: "true"},
                 "annotations": {REPO_ANNOTATION: download.repo, REVISION_ANNOTATION: download.revision}}
     return fsx_job(
         config, metadata=metadata, nodegroup=download_nodegroup(config).name, container=CONTAINER, image=image,

@@ -1,8 +1,16 @@
-"""Namespaces: created first, because every other chart puts objects in them."""
+"""Namespaces: created first, because every other chart puts objects in them.
+
+Each namespace we create carries Pod Security Admission labels ("Pod Security Admission",
+https://kubernetes.io/docs/concepts/security/pod-security-admission/): the level the API server
+enforces, and the levels it warns the client about and records in the audit log, each pinned to the
+cluster's Kubernetes minor so an upgrade does not change what is admitted. The device plugins run in
+kube-system, which EKS owns; we label no namespace we do not create.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Mapping
 
 import cdk8s_plus_27 as kplus
 from constructs import Construct
@@ -11,18 +19,63 @@ from config.kubernetes import TRAINING_NAMESPACE
 from k8s.base import ProjectChart
 from k8s.common import KUBEFLOW_NAMESPACE
 
+PSA_PREFIX = "pod-security.kubernetes.io"
+PSA_MODES = ("enforce", "warn", "audit")
+PSA_LEVELS = ("privileged", "baseline", "restricted")
+
+
+@dataclass(frozen=True)
+class PodSecurity:
+    """The Pod Security Standards level enforced in a namespace, and the one warned about and audited."""
+
+    enforce: str
+    report: str  # warn and audit
+
+    def levels(self) -> dict[str, str]:
+        return {"enforce": self.enforce, "warn": self.report, "audit": self.report}
+
+
+# kubeflow runs only the Training Operator, which meets restricted. training enforces baseline: the
+# MPIJob launcher pod the v1.9.4 operator builds gets an init container (kubectl-delivery) with no
+# securityContext at all (pkg/controller.v1/mpi/mpijob_controller.go newLauncher), which restricted
+# rejects. Every pod template we render meets restricted, and warn/audit at restricted say so of
+# every pod that does not. baseline still refuses privileged containers, host namespaces, host paths
+# and added capabilities; EFA needs none of them (k8s/common.py container_security_context).
+POD_SECURITY: Mapping[str, PodSecurity] = {
+    KUBEFLOW_NAMESPACE: PodSecurity(enforce="restricted", report="restricted"),
+    TRAINING_NAMESPACE: PodSecurity(enforce="baseline", report="restricted"),
+}
+
+
+def pod_security_labels(levels: PodSecurity, kubernetes_version: str) -> dict[str, str]:
+    """The namespace labels for `levels`, each version pinned to `kubernetes_version`'s minor."""
+    version = "v" + ".".join(kubernetes_version.split(".")[:2])
+    labels = {}
+    for mode, level in levels.levels().items():
+        if level not in PSA_LEVELS:
+            raise ValueError(f"pod security level {level!r} for {mode}: must be one of {', '.join(PSA_LEVELS)}")
+        labels[f"{PSA_PREFIX}/{mode}"] = level
+        labels[f"{PSA_PREFIX}/{mode}-version"] = version
+    return labels
+
 
 @dataclass(frozen=True)
 class NamespacesProps:
-    names: tuple[str, ...] = (KUBEFLOW_NAMESPACE, TRAINING_NAMESPACE)
+    kubernetes_version: str
+    pod_security: Mapping[str, PodSecurity] = field(default_factory=lambda: dict(POD_SECURITY))
 
 
 class NamespacesChart(ProjectChart):
     component = "namespaces"
     addon = "namespaces"
 
-    def __init__(self, scope: Construct, id: str, *, props: NamespacesProps = NamespacesProps()):
+    @classmethod
+    def for_environment(cls, scope, config, values) -> "NamespacesChart":
+        return cls(scope, cls.addon, props=NamespacesProps(kubernetes_version=config.kubernetes_version))
+
+    def __init__(self, scope: Construct, id: str, *, props: NamespacesProps):
         super().__init__(scope, id)
-        if len(set(props.names)) != len(props.names):
-            raise ValueError(f"namespace listed twice: {props.names}")
-        self.namespaces = {name: kplus.Namespace(self, name, metadata={"name": name}) for name in props.names}
+        self.namespaces = {
+            name: kplus.Namespace(self, name, metadata={
+                "name": name, "labels": pod_security_labels(levels, props.kubernetes_version)})
+            for name, levels in props.pod_security.items()}

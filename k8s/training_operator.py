@@ -23,13 +23,13 @@ from k8s.base import (
     ProjectChart, Readiness, drop_all_capabilities, hardened, raw_object, resources, runtime_default_seccomp,
     select_own_pods,
 )
-from k8s.common import IMAGES, KUBEFLOW_NAMESPACE, NONROOT_UID, TRAINING_OPERATOR
+from k8s.common import IMAGES, KUBEFLOW_NAMESPACE, NONROOT_UID, TRAINING_OPERATOR, TRAINING_OPERATOR_WEBHOOK_PORT
 
 NAME = TRAINING_OPERATOR
 WEBHOOK_SECRET = "training-operator-webhook-cert"
 # The name the operator's certificate rotator looks up to inject its CA bundle (main.go).
 WEBHOOK_CONFIGURATION = "validator.training-operator.kubeflow.org"
-WEBHOOK_PORT = 9443
+WEBHOOK_PORT = TRAINING_OPERATOR_WEBHOOK_PORT
 METRICS_PORT = 8080
 PROBE_PORT = 8081
 # controller-runtime's default certificate directory, where the Secret is projected.
@@ -53,9 +53,12 @@ class TrainingOperatorProps:
     schemes: tuple[str, ...] = SCHEMES
 
 
-def rules(schemes: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
-    """(API group, resources, verbs): upstream's ClusterRole (manifests/base/rbac/role.yaml) for
-    the enabled kinds, plus the Lease leader election takes."""
+Rule = tuple[str, tuple[str, ...], tuple[str, ...]]  # API group, resources, verbs
+
+
+def rules(schemes: tuple[str, ...]) -> tuple[Rule, ...]:
+    """The cluster-wide rules: upstream's ClusterRole (manifests/base/rbac/role.yaml) for the
+    enabled kinds, without what only the operator's own namespace needs (own_namespace_rules)."""
     kinds = tuple(f"{s}s" for s in schemes)
     return (
         ("", ("configmaps",), ("create", "list", "update", "watch")),
@@ -63,7 +66,6 @@ def rules(schemes: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...], tuple[s
         # The MPI launcher execs into workers; the operator grants that to the launcher's Role, and
         # RBAC only lets it grant what it holds itself.
         ("", ("pods/exec",), ("create",)),
-        ("", ("secrets",), ("get", "list", "update", "watch")),
         ("", ("serviceaccounts",), ("create", "get", "list", "watch")),
         ("", ("services",), ("create", "delete", "get", "list", "watch")),
         ("admissionregistration.k8s.io", ("validatingwebhookconfigurations",), ("get", "list", "update", "watch")),
@@ -76,6 +78,17 @@ def rules(schemes: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...], tuple[s
         # grant their caches never sync.
         ("scheduling.volcano.sh", ("podgroups",), FULL),
         ("scheduling.x-k8s.io", ("podgroups",), FULL),
+    )
+
+
+def own_namespace_rules() -> tuple[Rule, ...]:
+    """What the operator needs only in its own namespace. Secrets: the certificate rotator reads and
+    rewrites the webhook Secret through a cache limited to that namespace (open-policy-agent/
+    cert-controller v0.16.0, the v1.9.4 go.mod's: rotator.go addNamespacedCache), and no PyTorchJob or
+    MPIJob v1 controller reads a Secret (kubeflow/trainer v1.9.4 pkg/controller.v1). Leases: the
+    manager's leader election lives where the pod runs."""
+    return (
+        ("", ("secrets",), ("get", "list", "update", "watch")),
         ("coordination.k8s.io", ("leases",), ("create", "get", "list", "update", "watch")),
     )
 
@@ -106,6 +119,11 @@ class TrainingOperatorChart(ProjectChart):
         self.binding = kplus.ClusterRoleBinding(self, "ClusterRoleBinding", metadata=self.meta(NAME, cluster_scoped=True),
                                                 role=self.cluster_role)
         self.binding.add_subjects(self.service_account)
+        self.role = kplus.Role(self, "Role", metadata=self.meta(NAME))
+        for group, names, verbs in own_namespace_rules():
+            self.role.allow(list(verbs), *(kplus.ApiResource.custom(api_group=group, resource_type=n) for n in names))
+        self.role_binding = kplus.RoleBinding(self, "RoleBinding", metadata=self.meta(NAME), role=self.role)
+        self.role_binding.add_subjects(self.service_account)
 
         # Created empty (the standalone overlay's secretGenerator does the same); the operator
         # writes ca.crt, tls.crt and tls.key into it.

@@ -16,11 +16,15 @@ from constructs import Construct
 
 from config.environment import Environment, Nodegroup
 from config.kubernetes import NODEGROUP_LABEL, TRAINING_NAMESPACE
-from k8s.base import ProjectChart, hardened, patch_pod_spec, raw_object, runtime_default_seccomp, tolerate_gpu_taint
+from k8s.base import (
+    ProjectChart, drop_all_capabilities, hardened, patch_pod_spec, raw_object, runtime_default_seccomp,
+    tolerate_gpu_taint,
+)
 from k8s.podspec import validate_pod_templates
 from k8s.common import (
-    BUSBW_REPORT, IMAGES, MPI_CONTAINER, MPI_TCP_IF_EXCLUDE, NCCL_TEST_NODES, NOBODY_UID, RUNTIME_DEFAULT_SECCOMP,
-    container_resources, gpu_toleration, network_env, nccl_groups, nccl_test_name, node_share, shm_size, short_digest,
+    API_CLIENT_LABEL, BUSBW_REPORT, IMAGES, MPI_CONTAINER, MPI_TCP_IF_EXCLUDE, NCCL_TEST_NODES, NOBODY_UID,
+    container_resources, container_security_context, gpu_toleration, network_env, nccl_groups, nccl_test_name, node_share,
+    pod_security_context, shm_size, short_digest,
 )
 
 ALL_REDUCE = "/opt/nccl-tests/build/all_reduce_perf"
@@ -73,7 +77,7 @@ def nccl_launcher_script(group: Nodegroup) -> str:
         f"workers=$(awk '{{print \"pod/\" $1}}' {MPI_HOSTFILE})",
         f"{MPI_KUBECTL} wait --for=condition=Ready --timeout={WORKER_WAIT} $workers"
         ' || { echo "FAIL: workers not Ready" >&2; exit 1; }',
-        f"{MPIRUN} --allow-run-as-root --tag-output -np {ranks} -npernode {instance.gpus}"
+        f"{MPIRUN} --tag-output -np {ranks} -npernode {instance.gpus}"
         f" --bind-to none -x PATH -x LD_LIBRARY_PATH {exported}"
         # Keep MPI's own bootstrap traffic off EFA and off the link-local interface.
         f" --mca pml ^ucx --mca btl tcp,self --mca btl_tcp_if_exclude {MPI_TCP_IF_EXCLUDE}"
@@ -86,20 +90,31 @@ def nccl_launcher_script(group: Nodegroup) -> str:
     ])
 
 
+# mpirun, orted and kubectl keep their session files and caches under $HOME, which the image's
+# passwd gives the nobody user as a directory that does not exist.
+MPI_HOME = {"name": "HOME", "value": "/tmp"}
+
+
 def nccl_mpijob_manifest(group: Nodegroup, *, image: str, namespace: str) -> dict:
+    """Launcher and workers run as nobody with no capability: mpirun reaches the workers through
+    `kubectl exec` (the launcher's ServiceAccount, which the operator creates per job with a Role
+    that may only read pods and exec into this job's workers), and NCCL needs no root for EFA."""
     instance = group.instance_type
     launcher = {
         "name": MPI_CONTAINER, "image": image, "imagePullPolicy": "IfNotPresent",
         "command": ["/bin/bash", "-c", nccl_launcher_script(group)],
+        "env": [MPI_HOME],
         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
+        "securityContext": container_security_context(),
     }
     worker = {
         "name": MPI_CONTAINER, "image": image, "imagePullPolicy": "IfNotPresent",
         # The launcher drives the workers through kubectl exec; they only need to stay up.
         "command": ["/bin/bash", "-c", "sleep infinity"],
-        "env": network_env(instance, nccl_debug="INFO"),
+        "env": [MPI_HOME, *network_env(instance, nccl_debug="INFO")],
         # What a training pod of this node group asks for.
         "resources": container_resources(instance, cpu=node_share(instance)[0], memory=node_share(instance)[1]),
+        "securityContext": container_security_context(),
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
     body = {
@@ -112,11 +127,15 @@ def nccl_mpijob_manifest(group: Nodegroup, *, image: str, namespace: str) -> dic
             # Deployed suspended like the training presets: `python -m ops validate` runs it.
             "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0, "suspend": True},
             "mpiReplicaSpecs": {
-                "Launcher": {"replicas": 1, "restartPolicy": "Never", "template": {"spec": {
-                    "securityContext": {"seccompProfile": dict(RUNTIME_DEFAULT_SECCOMP)},
+                # No serviceAccountName: the operator then creates <job>-launcher and its Role.
+                "Launcher": {"replicas": 1, "restartPolicy": "Never", "template": {
+                    # k8s/network.py lets it reach the API server for `kubectl exec`.
+                    "metadata": {"labels": {API_CLIENT_LABEL: "true"}}, "spec": {
+                    "securityContext": pod_security_context(NOBODY_UID),
                     "containers": [launcher]}}},
                 "Worker": {"replicas": NCCL_TEST_NODES, "restartPolicy": "Never", "template": {"spec": {
-                    "securityContext": {"seccompProfile": dict(RUNTIME_DEFAULT_SECCOMP)},
+                    "securityContext": pod_security_context(NOBODY_UID),
+                    "automountServiceAccountToken": False,
                     "nodeSelector": {NODEGROUP_LABEL: group.name},
                     "tolerations": [gpu_toleration()],
                     "containers": [worker],
@@ -182,6 +201,7 @@ class ClusterValidationChart(ProjectChart):
             side: {k: q(v) for k, v in values.items()}
             for side, values in container_resources(instance, cpu="500m", memory="512Mi").items()})
         runtime_default_seccomp(job)
+        drop_all_capabilities(job)
         # Applied suspended (cdk deploy, or kubectl from dist/): no pod waits for a GPU node that
         # may never come; `python -m ops validate` creates it running when the group has a node.
         cdk8s.ApiObject.of(job).add_json_patch(cdk8s.JsonPatch.add("/spec/suspend", True))

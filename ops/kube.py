@@ -213,12 +213,46 @@ def render(env: Any, preset: str, *, image: str, job_name: str | None, overrides
 
 
 def submit(client: Any, manifest: dict) -> str:
+    """Create the job and its peers NetworkPolicy (k8s/network.py: its workers may reach each other
+    and no other job's). The policy comes first, so no pod of the job starts without it, and is then
+    owned by the job, so it goes when the job is deleted."""
+    from kubernetes.client import NetworkingV1Api
+
+    from k8s.network import job_peers_policy
+
     job = to_model(manifest)
     _check_lossless(manifest, job)
     namespace = job.metadata.namespace or client.namespace
-    _call(lambda: client.create_job(job=job, namespace=namespace),
-          {409: "`ops start PRESET` resumes a deployed job; `ops submit` without --name picks a new name"})
-    return f"{namespace}/{job.metadata.name}"
+    name = job.metadata.name
+    networking = NetworkingV1Api(client.custom_api.api_client)
+    peers = job_peers_policy({**manifest, "metadata": {**manifest["metadata"], "namespace": namespace}})
+    created_peers = _create_unless_present(
+        lambda: networking.create_namespaced_network_policy(namespace, peers))
+    try:
+        _call(lambda: client.create_job(job=job, namespace=namespace),
+              {409: "`ops start PRESET` resumes a deployed job; `ops submit` without --name picks a new name"})
+    except OpsError:
+        if created_peers:  # never one that belongs to a job already there
+            api_call(lambda: networking.delete_namespaced_network_policy(peers["metadata"]["name"], namespace))
+        raise
+    uid = _call(lambda: client.get_job(name, namespace)).metadata.uid
+    owner = {"apiVersion": manifest["apiVersion"], "kind": manifest["kind"], "name": name, "uid": uid}
+    api_call(lambda: networking.patch_namespaced_network_policy(
+        peers["metadata"]["name"], namespace, {"metadata": {"ownerReferences": [owner]}}))
+    return f"{namespace}/{name}"
+
+
+def _create_unless_present(create: Callable[[], Any]) -> bool:
+    """True if it created the object; False if one of that name was there already."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        create()
+    except ApiException as err:
+        if err.status == 409:
+            return False
+        raise OpsError(f"Kubernetes API: {api_error_line(err)}") from None
+    return True
 
 
 # Pods are <job>-worker-<index>, so k8s.jobs keeps job names to 48 characters; the suffix of a

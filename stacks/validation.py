@@ -4,9 +4,11 @@ The GPU checks and NCCL tests (`python -m ops validate`, objects from k8s/valida
 the Kubernetes API, which a pipeline in another account cannot reach: prod's endpoint is private,
 dev's public one admits a few CIDRs. So each environment has its own runner, a CodeBuild project
 in its private subnets. The cluster security group admits it on 443 (Amazon EKS User Guide, "View
-Amazon EKS security group requirements for clusters"), and an access entry maps its role to edit
-rights in the training namespace (create and delete the check Jobs) and read-only rights on the
-cluster (count Ready nodes per group); no cluster-admin.
+Amazon EKS security group requirements for clusters"), and an access entry maps its role to the
+Kubernetes group VALIDATION_RUNNER_GROUP with no EKS access policy ("Create an access entry using
+Kubernetes groups"): k8s/validation_runner_rbac.py binds to that group exactly the requests `ops
+validate` makes (list nodes; create, delete and read the check Jobs and NCCL MPIJobs in the training
+namespace; list their pods and read their logs), and no Secret.
 
 Its source is an asset: the ops package, the config package it imports, and this environment's
 validation objects. A failed check fails its build. Anyone with codebuild:StartBuild on the
@@ -32,7 +34,7 @@ from constructs import Construct
 from cdk_constructs.log_groups import EncryptedLogs
 from config import Environment
 from config.eks_versions import KUBECTL_SHA256, KUBECTL_VERSION
-from config.kubernetes import TRAINING_NAMESPACE
+from config.kubernetes import VALIDATION_RUNNER_GROUP
 from stacks.removal import apply_removal_policy
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -86,9 +88,9 @@ def runner_buildspec(config: Environment) -> dict:
 
 
 class ValidationStack(cdk.Stack):
-    """Attributes: `runner` (codebuild.Project), `runner_role`, `runner_security_group`,
-    `runner_source` (the S3 asset), `runner_project_output`; with a pipeline account,
-    `starter_role` and `starter_role_arn_output` (else None)."""
+    """Attributes: `runner` (codebuild.Project), `runner_role`, `runner_access` (its access entry),
+    `runner_security_group`, `runner_source` (the S3 asset), `runner_project_output`; with a
+    pipeline account, `starter_role` and `starter_role_arn_output` (else None)."""
 
     def __init__(self, scope: Construct, id: str, *, config: Environment, vpc: ec2.IVpc, cluster: eks.ICluster,
                  validation_objects: list[dict], pipeline_account: str | None = None, **kwargs) -> None:
@@ -104,16 +106,14 @@ class ValidationStack(cdk.Stack):
         # update-kubeconfig reads the endpoint and CA with this role's credentials.
         self.runner_role.add_to_policy(iam.PolicyStatement(actions=["eks:DescribeCluster"],
                                                            resources=[cluster.cluster_arn]))
-        eks.AccessEntry(
-            self, "RunnerAccess", cluster=cluster, principal=self.runner_role.role_arn,
-            access_policies=[
-                eks.AccessPolicy.from_access_policy_name(
-                    "AmazonEKSEditPolicy", access_scope_type=eks.AccessScopeType.NAMESPACE,
-                    namespaces=[TRAINING_NAMESPACE]),
-                eks.AccessPolicy.from_access_policy_name(
-                    "AmazonEKSAdminViewPolicy", access_scope_type=eks.AccessScopeType.CLUSTER),
-            ],
-        )
+        # No access policy: AmazonEKSEditPolicy reads every Secret of its namespaces, and none covers
+        # kubeflow.org, so the NCCL MPIJob's create was refused. The group gets RBAC instead.
+        # KubernetesGroups is not on the L2 construct; set in place, the entry keeps its logical id
+        # and CloudFormation updates it rather than creating a second entry for the same principal.
+        self.runner_access = eks.AccessEntry(self, "RunnerAccess", cluster=cluster,
+                                             principal=self.runner_role.role_arn, access_policies=[])
+        entry: eks.CfnAccessEntry = self.runner_access.node.default_child
+        entry.kubernetes_groups = [VALIDATION_RUNNER_GROUP]
 
         self.runner_security_group = ec2.SecurityGroup(
             self, "RunnerSecurityGroup", vpc=vpc, allow_all_outbound=False,

@@ -194,14 +194,16 @@ def service_view(service: dict) -> dict[str, Any]:
     }
 
 
-def rbac_view(rules: list[dict]) -> dict[str, Any]:
-    """'rbac GROUP/RESOURCE' -> the verbs granted on it, over every rule."""
+def rbac_view(rules: list[dict], namespace: str = "") -> dict[str, Any]:
+    """'rbac GROUP/RESOURCE' -> the verbs granted on it, over every rule; a Role's rules (granted in
+    `namespace` only) are keyed 'rbac[NAMESPACE] GROUP/RESOURCE'."""
+    scope = f"[{namespace}]" if namespace else ""
     granted: dict[str, set[str]] = {}
     for rule in rules:
         assert not rule.get("resourceNames") and not rule.get("nonResourceURLs"), rule
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
-                granted.setdefault(f"rbac {group or 'core'}/{resource}", set()).update(rule["verbs"])
+                granted.setdefault(f"rbac{scope} {group or 'core'}/{resource}", set()).update(rule["verbs"])
     return {key: tuple(sorted(verbs)) for key, verbs in granted.items()}
 
 

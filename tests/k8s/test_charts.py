@@ -15,7 +15,7 @@ from k8s.crds import TrainingOperatorCrdsChart
 from k8s.efa_device_plugin import EfaDevicePluginChart, EfaDevicePluginProps
 from k8s.etcd import EtcdChart
 from k8s.fsx_storage import FsxStorageChart, FsxStorageProps
-from k8s.namespaces import NamespacesChart
+from k8s.namespaces import NamespacesChart, NamespacesProps
 from k8s.nvidia_device_plugin import NvidiaDevicePluginChart, NvidiaDevicePluginProps
 from k8s.training_jobs import TrainingJobsChart, TrainingJobsProps
 from k8s.training_operator import WEBHOOK_CONFIGURATION, WEBHOOK_SECRET, TrainingOperatorChart
@@ -41,7 +41,7 @@ def pod(doc: dict) -> dict:
 
 
 def test_namespaces_for_the_operator_and_the_jobs():
-    docs = synth(NamespacesChart)
+    docs = synth(NamespacesChart, props=NamespacesProps(kubernetes_version="1.35"))
     assert [d["metadata"]["name"] for d in docs] == [KUBEFLOW_NAMESPACE, TRAINING_NAMESPACE]
 
 
@@ -145,13 +145,24 @@ def test_operator_rbac_covers_what_the_controllers_do(operator):
                  ("kubeflow.org", "mpijobs", "watch"), ("", "pods", "create"), ("", "services", "create"),
                  ("", "pods/exec", "create"), ("rbac.authorization.k8s.io", "roles", "create"),
                  ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "update"),
-                 ("", "secrets", "update"), ("coordination.k8s.io", "leases", "update"),
                  ("scheduling.volcano.sh", "podgroups", "watch"), ("scheduling.x-k8s.io", "podgroups", "watch")]:
         assert need in granted, need
     assert not any("*" in rule["verbs"] or "*" in rule["resources"] for rule in role["rules"])
     binding = one(operator, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"][0]["namespace"] == KUBEFLOW_NAMESPACE
+
+
+def test_the_operator_reads_secrets_and_takes_its_lease_only_in_its_own_namespace(operator):
+    assert not any(r in rule["resources"] for rule in one(operator, "ClusterRole")["rules"] for r in ("secrets", "leases"))
+    role, binding = one(operator, "Role"), one(operator, "RoleBinding")
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == KUBEFLOW_NAMESPACE
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    assert {("", "secrets", "update"), ("", "secrets", "watch"), ("coordination.k8s.io", "leases", "update")} <= granted
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+    assert binding["subjects"][0]["name"] == one(operator, "ServiceAccount")["metadata"]["name"]
+    # The one Secret there is the one the rotator writes, and the Deployment mounts.
+    assert one(operator, "Secret")["metadata"]["namespace"] == KUBEFLOW_NAMESPACE
 
 
 @pytest.fixture(scope="module")
@@ -259,8 +270,8 @@ def test_every_chart_module_is_an_add_on_found_by_scanning_the_package(dev):
     from k8s.charts import addons
 
     assert sorted(addons()) == ["cluster-validation", "data-preparation", "efa-device-plugin", "etcd", "fsx-storage", "namespaces",
-                                "nvidia-device-plugin", "training-jobs", "training-operator",
-                                "training-operator-crds"]
+                                "network-policies", "nvidia-device-plugin", "runner-rbac", "training-jobs",
+                                "training-operator", "training-operator-crds"]
 
 
 def test_apply_order_is_layered_by_the_declared_dependencies(dev):
@@ -270,7 +281,7 @@ def test_apply_order_is_layered_by_the_declared_dependencies(dev):
         # layer 0: nothing to wait for
         "efa-device-plugin", "namespaces", "nvidia-device-plugin", "training-operator-crds",
         # layer 1
-        "etcd", "fsx-storage", "training-operator",
+        "etcd", "fsx-storage", "network-policies", "runner-rbac", "training-operator",
         # layer 2: the charts that create jobs, and the data Jobs' ServiceAccounts
         "cluster-validation", "data-preparation", "training-jobs"]
 

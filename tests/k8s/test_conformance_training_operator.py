@@ -26,6 +26,11 @@ FULL = ("create", "delete", "get", "list", "patch", "update", "watch")
 # Job kinds whose controllers we do not enable (--enable-scheme): no CRD of theirs is installed.
 NOT_ENABLED = ("jaxjobs", "paddlejobs", "tfjobs", "xgboostjobs")
 SECURITY = "the restricted Pod Security profile: the manager is a static binary that needs no root"
+SECRETS = ("Secrets only in the operator's own namespace: the one it reads and writes is its webhook certificate, "
+           "through the cert rotator's cache limited to that namespace (open-policy-agent/cert-controller v0.16.0 "
+           "rotator.go addNamespacedCache, the version v1.9.4's go.mod pins); no PyTorchJob or MPIJob v1 controller "
+           "reads a Secret (kubeflow/trainer v1.9.4 pkg/controller.v1), so a cluster-wide grant let it read hf-token "
+           "and every other Secret for nothing")
 
 DEVIATIONS = (
     Deviation("flag.leader-elect", "true", "false",
@@ -47,8 +52,10 @@ DEVIATIONS = (
               "every pod we render runs under the runtime's default seccomp profile"),
     Deviation("pod.placement", PRESENT, ABSENT,
               "preferred, not required: keep the control plane on the system node group, off GPU nodes"),
-    Deviation("rbac coordination.k8s.io/leases", ("create", "get", "list", "update", "watch"), ABSENT,
-              "--leader-elect takes a Lease; upstream runs without leader election"),
+    Deviation("rbac[kubeflow] coordination.k8s.io/leases", ("create", "get", "list", "update", "watch"), ABSENT,
+              "--leader-elect takes a Lease, in the operator's own namespace; upstream runs without leader election"),
+    Deviation("rbac core/secrets", ABSENT, ("get", "list", "update", "watch"), SECRETS),
+    Deviation("rbac[kubeflow] core/secrets", ("get", "list", "update", "watch"), ABSENT, SECRETS),
     *(Deviation(f"rbac kubeflow.org/{kind}", ABSENT, FULL, "controller not enabled") for kind in NOT_ENABLED),
     *(Deviation(f"rbac kubeflow.org/{kind}/status", ABSENT, ("get", "patch", "update"), "controller not enabled")
       for kind in NOT_ENABLED),
@@ -171,6 +178,8 @@ def our_view(docs: list[dict]) -> dict:
     view.update(service_view(one(docs, "Service")))
     view.update(webhook_view(one(docs, "ValidatingWebhookConfiguration")))
     view.update(rbac_view(one(docs, "ClusterRole")["rules"]))
+    role = one(docs, "Role")
+    view.update(rbac_view(role["rules"], namespace=role["metadata"]["namespace"]))
     view["deployment.replicas"] = deployment["spec"]["replicas"]
     return view
 

@@ -15,6 +15,7 @@ from config.errors import ConfigError
 from config.kubernetes import FSX_CLAIM_NAME, NODEGROUP_LABEL, TRAINING_NAMESPACE
 from k8s.charts import EnvironmentCharts, apply_order
 from k8s.data_jobs import DATA_SOURCE_LABEL, data_job_manifest, steps
+from k8s.common import HTTPS_EGRESS_LABEL, POD_IDENTITY_LABEL
 from k8s.data_preparation import DataPreparationChart
 from k8s.values import ClusterValues
 from k8s_walk import raw_environments
@@ -55,7 +56,9 @@ def test_the_job_is_a_strictly_valid_hardened_batch_job_on_the_cpu_group_with_fs
     assert {"name": "fsx", "mountPath": "/fsx"} in container["volumeMounts"]
     # The whole m5.2xlarge share a CPU training pod takes, memory limit equal to the request.
     assert container["resources"] == {"requests": {"cpu": "6", "memory": "25Gi"}, "limits": {"memory": "25Gi"}}
-    assert manifest["spec"]["template"]["metadata"]["labels"] == {DATA_SOURCE_LABEL: "imagenet"}
+    # It copies from S3: HTTPS out and the Pod Identity agent (k8s/network.py).
+    assert manifest["spec"]["template"]["metadata"]["labels"] == {
+        DATA_SOURCE_LABEL: "imagenet", HTTPS_EGRESS_LABEL: "true", POD_IDENTITY_LABEL: "true"}
     # A malformed dataset or an unlistable prefix (exit 2) fails the Job at once: retrying cannot help.
     [rule] = manifest["spec"]["podFailurePolicy"]["rules"]
     assert rule == {"action": "FailJob", "onExitCodes": {"containerName": "data", "operator": "In", "values": [2]}}
@@ -100,7 +103,7 @@ def test_a_plain_copy_lands_where_the_jobs_read_it():
 def test_a_misspelt_pod_field_is_a_config_error_naming_it(dev, monkeypatch):
     import k8s.fsx_job as fsx_job
 
-    monkeypatch.setattr(fsx_job, "RUNTIME_DEFAULT_SECCOMP", {"typ": "RuntimeDefault"})
+    monkeypatch.setattr(fsx_job, "pod_security_context", lambda uid: {"seccompProfile": {"typ": "RuntimeDefault"}})
     with pytest.raises(ConfigError, match=r"^Job/data-imagenet- pod template: spec.securityContext.seccompProfile"):
         data_job_manifest(dev, dev.data_source("imagenet"), image=IMAGE)
 

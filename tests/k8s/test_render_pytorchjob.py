@@ -84,12 +84,6 @@ def test_fsx_claim_and_memory_shm_are_mounted(dev):
     assert {"/fsx", "/dev/shm"} <= mounts
 
 
-def test_hf_token_comes_only_from_a_secret(dev):
-    env = {e["name"]: e for e in _container(render_pytorchjob(dev, "llama3-8b-fsdp", image=IMAGE))["env"]}
-    assert "value" not in env["HF_TOKEN"]
-    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["name"]
-
-
 @pytest.mark.parametrize("preset,env_name,needle", [
     ("no-such-preset", "dev", "unknown preset"),
     ("llama2-7b-fsdp", "prod", "node group 'p4d'"),

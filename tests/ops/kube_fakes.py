@@ -42,17 +42,26 @@ class FakeApiServer:
     def __init__(self):
         self.calls: list[Call] = []
         self.routes: dict[tuple[str, str], tuple[int, object]] = {}
+        self.handlers: list = []
 
     def on(self, method: str, path: str, body: object, status: int = 200) -> None:
         self.routes[(method, path)] = (status, body)
 
+    def answer(self, handler) -> None:
+        """`handler(call)` answers (status, body), or None to pass, for requests no route names
+        (paths that carry a generated name)."""
+        self.handlers.append(handler)
+
     def request(self, method, url, fields=None, body=None, preload_content=True, headers=None, **_):
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query)) | dict(fields or [])
-        self.calls.append(Call(method, parts.path, query, json.loads(body) if body else None, dict(headers or {})))
-        status, payload = self.routes.get((method, parts.path), (404, {
+        call = Call(method, parts.path, query, json.loads(body) if body else None, dict(headers or {}))
+        self.calls.append(call)
+        answered = self.routes.get((method, parts.path)) or next(
+            (a for a in (h(call) for h in self.handlers) if a is not None), None)
+        status, payload = answered or (404, {
             "kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404,
-            "message": f"{parts.path} not found"}))
+            "message": f"{parts.path} not found"})
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         return urllib3.HTTPResponse(body=_Body(data), status=status, preload_content=preload_content,
                                     headers={"Content-Type": "application/json"})
@@ -86,3 +95,29 @@ def api_client_on(server: FakeApiServer):
     client = ApiClient(config)
     client.rest_client.pool_manager = server
     return kube.guard(client)
+
+
+JOBS_PATH = "/apis/kubeflow.org/v1/namespaces/training/pytorchjobs"
+POLICIES_PATH = "/apis/networking.k8s.io/v1/namespaces/training/networkpolicies"
+
+
+def jobs_and_their_policies(server: FakeApiServer):
+    """An answer (FakeApiServer.answer) for what `ops submit` asks around the job's create: the job
+    it created, with a uid, by name, and the peers NetworkPolicy's create, patch and delete."""
+    def answer(call: Call):
+        if call.method == "GET" and call.path.startswith(JOBS_PATH + "/"):
+            name = call.path.rsplit("/", 1)[1]
+            posted = [c.body for c in server.calls
+                      if (c.method, c.path) == ("POST", JOBS_PATH) and c.body["metadata"]["name"] == name]
+            if posted:
+                return 200, {**posted[-1], "metadata": {**posted[-1]["metadata"], "uid": f"uid-{name}"}}
+        if call.path == POLICIES_PATH and call.method == "POST":
+            return 201, call.body
+        if call.path.startswith(POLICIES_PATH + "/") and call.method in ("PATCH", "DELETE"):
+            return 200, {"kind": "NetworkPolicy", "metadata": {"name": call.path.rsplit("/", 1)[1]}}
+        return None
+    return answer
+
+
+def created_jobs(server: FakeApiServer) -> list[dict]:
+    return [c.body for c in server.calls if (c.method, c.path) == ("POST", JOBS_PATH)]

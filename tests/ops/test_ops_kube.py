@@ -15,7 +15,7 @@ from kubernetes.client import Configuration
 from ops import kube
 from ops.envconfig import load
 from ops.errors import OpsError
-from kube_fakes import FakeApiServer
+from kube_fakes import FakeApiServer, created_jobs, jobs_and_their_policies
 
 JOBS = "/apis/kubeflow.org/v1/namespaces/training/pytorchjobs"
 PODS = "/api/v1/namespaces/training/pods"
@@ -30,6 +30,7 @@ def api():
     # custom_api and core_api share one ApiClient, hence one REST client and one pool manager.
     assert client.core_api.api_client is client.custom_api.api_client
     client.custom_api.api_client.rest_client.pool_manager = server
+    server.answer(jobs_and_their_policies(server))
     return client, server
 
 
@@ -50,9 +51,7 @@ def test_submit_posts_exactly_the_manifest_the_chart_renders(api):
     manifest = kube.render(load("dev"), "cpu-ddp", image="registry/trainer:1", job_name="smoke", overrides=None)
     server.on("POST", JOBS, manifest, status=201)
     assert kube.submit(client, manifest) == "training/smoke"
-    [call] = server.calls
-    assert (call.method, call.path) == ("POST", JOBS)
-    assert call.body == manifest
+    assert created_jobs(server) == [manifest]
 
 
 def test_submit_passes_overrides_to_the_chart(api):
@@ -61,7 +60,7 @@ def test_submit_passes_overrides_to_the_chart(api):
                            overrides={"max_restarts": 7})
     server.on("POST", JOBS, manifest, status=201)
     kube.submit(client, manifest)
-    assert server.calls[0].body["spec"]["elasticPolicy"]["maxRestarts"] == 7
+    assert created_jobs(server)[0]["spec"]["elasticPolicy"]["maxRestarts"] == 7
 
 
 def test_submit_of_an_existing_job_is_one_line_with_the_api_message(api):

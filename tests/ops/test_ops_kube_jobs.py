@@ -19,10 +19,9 @@ from kubernetes.client import Configuration
 from config.presets import PRESETS
 from ops import cli, kube
 from ops.errors import OpsError
-from kube_fakes import FakeApiServer, training_client_on
+from kube_fakes import JOBS_PATH as JOBS, POLICIES_PATH as POLICIES
+from kube_fakes import FakeApiServer, created_jobs, jobs_and_their_policies, training_client_on
 from ops_fakes import isolated_aws_env, run_ops
-
-JOBS = "/apis/kubeflow.org/v1/namespaces/training/pytorchjobs"
 
 
 def job(name: str, *conditions: str, suspend: bool | None = None) -> dict:
@@ -38,6 +37,7 @@ def job(name: str, *conditions: str, suspend: bool | None = None) -> dict:
 def api(monkeypatch):
     """The fake server, and `python -m ops` in this process talking to it through a real TrainingClient."""
     server = FakeApiServer()
+    server.answer(jobs_and_their_policies(server))
     client = training_client_on(server)
     monkeypatch.setattr(kube, "training_client", lambda *args, **kwargs: client)
     return server
@@ -97,11 +97,37 @@ def test_submit_without_a_name_creates_a_new_job_with_a_generated_name(api, caps
     names = []
     for _ in range(2):
         assert cli.main(["submit", "--env", "dev", "--preset", "cpu-ddp", "--image", "registry/trainer:1"]) == 0
-        names.append(api.calls[-1].body["metadata"]["name"])
+        names.append(created_jobs(api)[-1]["metadata"]["name"])
     assert all(re.fullmatch(r"cpu-ddp-[a-z0-9]{6}", n) for n in names) and names[0] != names[1]
-    assert api.calls[-1].body["spec"]["elasticPolicy"]["rdzvId"].startswith(names[1])
+    assert created_jobs(api)[-1]["spec"]["elasticPolicy"]["rdzvId"].startswith(names[1])
     assert capsys.readouterr().out.splitlines()[-1] == (
         f"created PyTorchJob training/{names[1]} (image registry/trainer:1)")
+
+
+def test_submit_creates_the_jobs_peers_policy_first_and_hands_it_to_the_job(api):
+    """Its pods never start without the rule that lets them reach each other (k8s/network.py), and
+    the policy goes when the job is deleted (an ownerReference to the job)."""
+    api.on("POST", JOBS, {}, status=201)
+    assert cli.main(["submit", "--env", "dev", "--preset", "cpu-ddp", "--image", "img:1", "--name", "run-7"]) == 0
+    steps = [(c.method, c.path) for c in api.calls]
+    assert steps == [("POST", POLICIES), ("POST", JOBS), ("GET", f"{JOBS}/run-7"), ("PATCH", f"{POLICIES}/run-7-peers")]
+    policy = api.calls[0].body
+    same_job = {"matchLabels": {"training.kubeflow.org/job-name": "run-7"}}
+    assert policy["spec"]["podSelector"] == same_job
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": same_job}], "ports": [{"protocol": "TCP"}]}]
+    assert api.calls[-1].body == {"metadata": {"ownerReferences": [
+        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "run-7", "uid": "uid-run-7"}]}}
+
+
+def test_a_refused_job_takes_its_new_peers_policy_with_it_but_never_an_existing_one(api, capsys):
+    api.on("POST", JOBS, {"kind": "Status", "code": 422, "reason": "Invalid", "message": "denied by webhook"}, status=422)
+    assert cli.main(["submit", "--env", "dev", "--preset", "cpu-ddp", "--image", "img:1", "--name", "run-8"]) == 2
+    assert ("DELETE", f"{POLICIES}/run-8-peers") in [(c.method, c.path) for c in api.calls]
+    api.calls.clear()
+    api.on("POST", POLICIES, {"kind": "Status", "code": 409, "reason": "AlreadyExists", "message": "exists"}, status=409)
+    assert cli.main(["submit", "--env", "dev", "--preset", "cpu-ddp", "--image", "img:1", "--name", "cpu-ddp"]) == 2
+    assert "DELETE" not in [c.method for c in api.calls]
+    assert capsys.readouterr().err.count("\n") == 2
 
 
 def test_generated_names_stay_valid_job_names_for_every_preset():
@@ -124,7 +150,7 @@ def test_set_env_pairs_reach_the_job_as_variables(api):
     api.on("POST", JOBS, {}, status=201)
     assert cli.main(["submit", "--env", "dev", "--preset", "cpu-ddp", "--image", "img:1",
                      "--set", "env.LOGLEVEL=DEBUG", "--set", "env.PORT=8080", "--set", "max_restarts=2"]) == 0
-    body = api.calls[-1].body
+    [body] = created_jobs(api)
     env = body["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "LOGLEVEL", "value": "DEBUG"} in env and {"name": "PORT", "value": "8080"} in env
     assert body["spec"]["elasticPolicy"]["maxRestarts"] == 2

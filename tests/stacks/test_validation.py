@@ -5,7 +5,6 @@ security group on 443 only, mapped by an EKS access entry to exactly the rights 
 needs, with its source (the ops package and the environment's validation objects) as an asset.
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from config.kubernetes import TRAINING_NAMESPACE
+from config.kubernetes import VALIDATION_RUNNER_GROUP
 from synth_helpers import only, synth
 
 
@@ -67,18 +66,24 @@ def test_cluster_security_group_admits_the_runner_on_443_and_nothing_else(dev, t
     assert [(e["IpProtocol"], e["FromPort"], e["ToPort"]) for e in runner["SecurityGroupEgress"]] == [("tcp", 443, 443)]
 
 
-def test_runner_role_is_mapped_to_namespace_edit_and_cluster_view_only(dev, template, project):
-    """Amazon EKS User Guide, "Associate access policies with access entries"
-    (https://docs.aws.amazon.com/eks/latest/userguide/access-policies.html): AmazonEKSEditPolicy
-    scoped to the training namespace (create and delete the check Jobs) and AmazonEKSAdminViewPolicy
-    on the cluster (count Ready nodes per group); no cluster-admin."""
+def test_runner_role_is_mapped_to_its_kubernetes_group_with_no_access_policy(dev, template, project):
+    """Amazon EKS User Guide, "Review access policy permissions"
+    (https://docs.aws.amazon.com/eks/latest/userguide/access-policy-permissions.html): access policies
+    are fixed rule lists; AmazonEKSEditPolicy reads Secrets and no policy covers kubeflow.org, so the
+    runner's `kubectl create` of the NCCL MPIJob was refused. "Create an access entry using Kubernetes
+    groups" maps the role to a group that RBAC (k8s/validation_runner_rbac.py) binds instead."""
     entry = only(template.find_resources("AWS::EKS::AccessEntry"))["Properties"]
     assert entry["PrincipalArn"] == {"Fn::GetAtt": [project["Properties"]["ServiceRole"]["Fn::GetAtt"][0], "Arn"]}
-    policies = {json.dumps(p["PolicyArn"]).rsplit("/", 1)[-1].strip('"]}'): p["AccessScope"]
-                for p in entry["AccessPolicies"]}
-    assert policies == {"AmazonEKSEditPolicy": {"Type": "namespace", "Namespaces": [TRAINING_NAMESPACE]},
-                        "AmazonEKSAdminViewPolicy": {"Type": "cluster"}}
+    assert entry["KubernetesGroups"] == [VALIDATION_RUNNER_GROUP]
+    assert not entry.get("AccessPolicies")
     assert dev.exported_value(entry["ClusterName"]) == {"Ref": dev.logical_id("cluster", dev.stage.cluster.cluster)}
+
+
+def test_the_runner_group_is_bound_by_the_chart_the_workloads_stack_applies(dev):
+    entries = {e.name: e for e in dev.stage.workloads.charts.entries}
+    subjects = [s for o in entries["runner-rbac"].chart.to_json() if "subjects" in o for s in o["subjects"]]
+    assert subjects and all(s == {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io",
+                                  "name": VALIDATION_RUNNER_GROUP} for s in subjects)
 
 
 def test_runner_runs_the_checks_and_a_failed_check_fails_its_build(dev, project):

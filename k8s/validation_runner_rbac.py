@@ -1,0 +1,63 @@
+"""What the pipeline's validation runner may do in the cluster: exactly what `ops validate` does.
+
+The runner's access entry (stacks/validation.py) carries no EKS access policy: those are fixed rule
+lists, Edit reads every Secret of its namespaces and none covers kubeflow.org, so the NCCL MPIJob's
+create was refused ("Review access policy permissions",
+https://docs.aws.amazon.com/eks/latest/userguide/access-policy-permissions.html). It names the
+Kubernetes group VALIDATION_RUNNER_GROUP instead, bound here to a ClusterRole that may only list
+nodes and a Role in the training namespace over the check Jobs, the NCCL MPIJobs and their pods'
+logs. Nothing here touches a Secret. tests/ops/test_validation_runner_rbac.py records every request
+a real kubectl makes during `ops validate` and holds these rules to exactly that list.
+"""
+
+from __future__ import annotations
+
+from constructs import Construct
+
+from config.kubernetes import TRAINING_NAMESPACE, VALIDATION_RUNNER_GROUP
+from k8s.base import ProjectChart, raw_object
+
+NAME = "validation-runner"
+Rule = tuple[str, tuple[str, ...], tuple[str, ...]]  # API group, resources, verbs
+
+# `kubectl get nodes -l ...`: Ready nodes per node group decide which checks can run.
+CLUSTER_RULES: tuple[Rule, ...] = (("", ("nodes",), ("list",)),)
+# Per check: `kubectl delete --ignore-not-found --wait` (delete, then get, list and watch until it is
+# gone), `kubectl create -f -`, `kubectl get` of its status, `kubectl logs -l` of its pods.
+NAMESPACE_RULES: tuple[Rule, ...] = (
+    ("batch", ("jobs",), ("create", "delete", "get", "list", "watch")),
+    ("kubeflow.org", ("mpijobs",), ("create", "delete", "get", "list", "watch")),
+    ("", ("pods",), ("list",)),
+    ("", ("pods/log",), ("get",)),
+)
+
+
+def policy_rules(rules: tuple[Rule, ...]) -> list[dict]:
+    return [{"apiGroups": [group], "resources": list(resources), "verbs": list(verbs)}
+            for group, resources, verbs in rules]
+
+
+class ValidationRunnerRbacChart(ProjectChart):
+    component = "validation-runner"
+    # Not "validation-...": ops validate reads every dist file whose name says validation.
+    addon = "runner-rbac"
+    depends_on = ("namespaces",)
+
+    def __init__(self, scope: Construct, id: str, *, namespace: str = TRAINING_NAMESPACE,
+                 group: str = VALIDATION_RUNNER_GROUP):
+        super().__init__(scope, id, namespace=namespace)
+        subject = [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": group}]
+        rbac = "rbac.authorization.k8s.io/v1"
+        self.cluster_role = raw_object(self, "ClusterRole", {
+            "apiVersion": rbac, "kind": "ClusterRole", "metadata": self.meta(NAME, cluster_scoped=True),
+            "rules": policy_rules(CLUSTER_RULES)})
+        self.cluster_role_binding = raw_object(self, "ClusterRoleBinding", {
+            "apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": self.meta(NAME, cluster_scoped=True),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
+            "subjects": subject})
+        self.role = raw_object(self, "Role", {
+            "apiVersion": rbac, "kind": "Role", "metadata": self.meta(NAME), "rules": policy_rules(NAMESPACE_RULES)})
+        self.role_binding = raw_object(self, "RoleBinding", {
+            "apiVersion": rbac, "kind": "RoleBinding", "metadata": self.meta(NAME),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
+            "subjects": subject})

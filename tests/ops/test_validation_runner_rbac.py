@@ -1,0 +1,131 @@
+"""The validation runner's RBAC is exactly what `ops validate` asks of the API server.
+
+`python -m ops validate` runs as the runner runs it, with the real kubectl, against a recording API
+server on loopback (tests/ops/kube_http.py) holding Ready nodes in every GPU group and last run's
+checks, which linger after a delete as objects do on a cluster. Every request kubectl makes becomes
+the (verb, group, resource) the RBAC authorizer judges; the rules the chart binds to the runner's
+group (k8s/validation_runner_rbac.py) must allow each one and grant nothing else, and no Secret.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import cdk8s
+import pytest
+import yaml
+
+from config.kubernetes import NODEGROUP_LABEL, TRAINING_NAMESPACE, VALIDATION_RUNNER_GROUP
+from kube_http import RbacRequest, RecordingApiServer, rbac_requests
+from ops import envconfig
+from tests.conftest import REPO_ROOT
+
+KUBECTL = shutil.which("kubectl")
+pytestmark = pytest.mark.skipif(KUBECTL is None, reason="needs a kubectl binary on PATH (the runner installs one)")
+RESOURCE_OF = {"Job": ("batch/v1", "jobs"), "MPIJob": ("kubeflow.org/v1", "mpijobs")}
+
+
+@pytest.fixture(scope="module")
+def validation_objects():
+    from k8s.validation import ClusterValidationChart, ValidationProps
+
+    chart = ClusterValidationChart(cdk8s.App(), "cluster-validation", props=ValidationProps(config=envconfig.load("dev")))
+    return chart.to_json()
+
+
+@pytest.fixture(scope="module")
+def runner_rbac() -> list[dict]:
+    from k8s.validation_runner_rbac import ValidationRunnerRbacChart
+
+    return ValidationRunnerRbacChart(cdk8s.App(), "runner-rbac").to_json()
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory, validation_objects) -> tuple[subprocess.CompletedProcess, list[RbacRequest]]:
+    tmp = tmp_path_factory.mktemp("runner")
+    dist = tmp / "dist"
+    dist.mkdir()
+    (dist / "90-cluster-validation.yaml").write_text(yaml.safe_dump_all(validation_objects))
+    server = RecordingApiServer(linger=True)
+    try:
+        for group in sorted({c["spec"].get("template", c["spec"]).get("spec", {}).get("nodeSelector", {}).get(NODEGROUP_LABEL)
+                             for c in validation_objects} - {None}) or ["p4d", "p5"]:
+            for index in range(2):
+                server.add("v1", "nodes", "", {"metadata": {"name": f"{group}-{index}", "labels": {NODEGROUP_LABEL: group}},
+                                               "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+        for obj in validation_objects:
+            name = obj["metadata"]["name"]
+            server.add(*RESOURCE_OF[obj["kind"]], TRAINING_NAMESPACE, obj)
+            server.add("v1", "pods", TRAINING_NAMESPACE, {
+                "metadata": {"name": f"{name}-0", "labels": {"job-name": name, "training.kubeflow.org/job-name": name}},
+                "spec": {"containers": [{"name": "main", "image": "i"}]}})
+        env = {**os.environ, "KUBECONFIG": str(server.kubeconfig(tmp / "kubeconfig")), "HOME": str(tmp),
+               "PATH": f"{os.path.dirname(KUBECTL)}:{os.environ['PATH']}"}
+        done = subprocess.run([sys.executable, "-m", "ops", "validate", "--dist", str(dist), "--timeout", "60"],
+                              cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
+    finally:
+        server.close()
+    return done, rbac_requests(server.requests)
+
+
+def _allows(rule: dict, request: RbacRequest) -> bool:
+    return (request.group in rule["apiGroups"] or "*" in rule["apiGroups"]) \
+        and (request.resource in rule["resources"] or "*" in rule["resources"]) \
+        and (request.verb in rule["verbs"] or "*" in rule["verbs"]) \
+        and (not rule.get("resourceNames") or request.name in rule["resourceNames"])
+
+
+def _grants(rbac: list[dict]) -> list[tuple[str, dict]]:
+    """(namespace, or "" for the whole cluster; rule) for every rule bound to the runner's group."""
+    roles = {(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o for o in rbac
+             if o["kind"] in ("Role", "ClusterRole")}
+    grants = []
+    for binding in (o for o in rbac if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        if not any(s["kind"] == "Group" and s["name"] == VALIDATION_RUNNER_GROUP for s in binding["subjects"]):
+            continue
+        namespace = binding["metadata"].get("namespace", "")
+        ref = binding["roleRef"]
+        role = roles[(ref["kind"], namespace if ref["kind"] == "Role" else "", ref["name"])]
+        grants += [(namespace, rule) for rule in role["rules"]]
+    return grants
+
+
+def test_validate_runs_every_check_through_the_real_kubectl(recorded):
+    done, requests = recorded
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "validation finished: 4 passed, 0 failed, 0 skipped"
+    assert {(r.verb, r.resource) for r in requests} >= {("create", "mpijobs"), ("create", "jobs"), ("get", "pods/log")}
+
+
+def test_every_request_validate_makes_is_allowed_to_the_runner_group(recorded, runner_rbac):
+    _, requests = recorded
+    grants = _grants(runner_rbac)
+    refused = [r for r in requests
+               if not any(_allows(rule, r) for ns, rule in grants if ns in ("", r.namespace))]
+    assert not refused, refused
+
+
+def test_the_runner_group_is_granted_nothing_validate_does_not_use(recorded, runner_rbac):
+    _, requests = recorded
+    used = {(r.verb, r.group, r.resource, r.namespace) for r in requests}
+    for namespace, rule in _grants(runner_rbac):
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    assert any((verb, group, resource) == u[:3] and (not namespace or u[3] == namespace)
+                               for u in used), f"{verb} {group or 'core'}/{resource} in {namespace or 'cluster'} is unused"
+
+
+def test_nothing_bound_to_the_runner_touches_a_secret_or_uses_a_wildcard(runner_rbac):
+    for _, rule in _grants(runner_rbac):
+        assert not {"secrets", "*"} & set(rule["resources"]) and "*" not in rule["verbs"], rule
+        assert "*" not in rule["apiGroups"], rule
+    assert {ns for ns, _ in _grants(runner_rbac)} == {"", TRAINING_NAMESPACE}
+
+
+def test_the_cluster_wide_grant_is_only_listing_nodes(runner_rbac):
+    cluster = [rule for ns, rule in _grants(runner_rbac) if ns == ""]
+    assert cluster == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]

@@ -37,7 +37,6 @@ def write_tiny(out: Path, model: str = "tiny", seed: int = 0) -> None:
         parts = params[ours].detach().unbind(0) if len(theirs) > 1 else (params[ours].detach(),)
         tensors.update({name: part.contiguous() for name, part in zip(theirs, parts)})
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(to_hf_config(cfg, "float32"), indent=2) + "\n")
 
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -49,6 +48,8 @@ def write_tiny(out: Path, model: str = "tiny", seed: int = 0) -> None:
     tok.save(str(out / "tokenizer.json"))
     (out / "tokenizer_config.json").write_text(json.dumps(
         {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>"}, indent=2) + "\n")
+    token_ids = {"bos_token_id": tok.token_to_id("<s>"), "eos_token_id": tok.token_to_id("</s>")}
+    (out / "config.json").write_text(json.dumps(to_hf_config(cfg, "float32", token_ids), indent=2) + "\n")
 
 
 def verify(directory: Path) -> str:

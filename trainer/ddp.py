@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import random
 import time
 from dataclasses import dataclass
@@ -76,18 +77,38 @@ def save_snapshot(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer
 
 
 def load_snapshot(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    """Restore from `path` and return the epochs already run (0 when there is no snapshot)."""
+    """Restore from `path` and return the epochs already run (0 when there is no snapshot).
+
+    The snapshot sits on shared, writable storage, so it is read with weights_only=True: tensors
+    and plain data only (the Python RNG state is a tuple of ints), never pickled code. Snapshots
+    written before this rule have the same content and still load."""
     if not path.exists():
         return 0
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise UsageError("--snapshot-path", f"{path} holds objects other than tensors and plain data; refused "
+                                            "without running them (snapshots load with weights_only=True)") from None
+    except Exception as exc:  # a foreign or damaged file is the user's to fix, said in one line
+        raise UsageError("--snapshot-path", f"{path} is not a snapshot this job can resume from "
+                                            f"({_first_line(exc)})") from None
+    try:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-    except Exception as exc:  # a foreign or damaged file is the user's to fix, said in one line
-        raise UsageError("--snapshot-path", f"{path} is not a snapshot this job can resume from ({exc})") from None
-    torch.set_rng_state(state["rng"]["torch"])
-    random.setstate(state["rng"]["python"])
-    return int(state["epochs_run"])
+        torch.set_rng_state(state["rng"]["torch"])
+        random.setstate(state["rng"]["python"])
+        epochs_run = state["epochs_run"]
+        if not isinstance(epochs_run, int) or epochs_run < 0:
+            raise ValueError(f"epochs_run is {epochs_run!r}")
+    except Exception as exc:
+        raise UsageError("--snapshot-path", f"{path} is not a snapshot this job can resume from "
+                                            f"({type(exc).__name__}: {_first_line(exc)})") from None
+    return epochs_run
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
 
 
 # --- training -----------------------------------------------------------------------------------

@@ -193,7 +193,7 @@ def _plan_shards(cfg: ModelConfig, max_bytes: float, element: int) -> list[list[
 
 
 def _read(step: Path, cfg: ModelConfig, names: list[str]) -> dict[str, torch.Tensor]:
-    import torch.distributed.checkpoint as dcp
+    from trainer import dcp_safe
     from trainer.model import Transformer
     with torch.device("meta"):
         meta = dict(Transformer(cfg).named_parameters())
@@ -205,7 +205,7 @@ def _read(step: Path, cfg: ModelConfig, names: list[str]) -> dict[str, torch.Ten
         quiet = logging.root.manager.disable
         logging.disable(logging.WARNING)
         try:
-            dcp.load({"app": {"model": wanted}}, checkpoint_id=str(step), no_dist=True)
+            dcp_safe.load({"app": {"model": wanted}}, str(step), no_dist=True)
         except (Exception, CheckpointException) as exc:  # the latter is a BaseException
             raise UsageError("--checkpoint", f"{step} cannot be read ({_first_cause(exc)})") from None
         finally:

@@ -6,6 +6,7 @@ exit 2, with nothing written."""
 from __future__ import annotations
 
 import json
+import pickle
 import shutil
 from pathlib import Path
 
@@ -160,15 +161,29 @@ def test_a_tokenizer_that_is_not_a_directory_is_one_line_and_exit_2(run_dirs, tm
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("damage", ["truncated-data", "no-metadata"])
+class CreatesMarker:
+    """Unpickling this creates the file: it stands for any code a crafted checkpoint could run."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+@pytest.mark.parametrize("damage", ["truncated-data", "no-metadata", "crafted-metadata"])
 def test_a_damaged_checkpoint_is_one_line_and_leaves_no_output(run_dirs, tmp_path, capsys, damage):
     _, ckpt = run_dirs
     damaged = copy_checkpoint(ckpt, tmp_path)
     if damage == "no-metadata":
         (damaged / "step-00000002" / ".metadata").unlink()
+    if damage == "crafted-metadata":  # a pickle that would run code (trainer/dcp_safe.py)
+        (damaged / "step-00000002" / ".metadata").write_bytes(pickle.dumps(CreatesMarker(tmp_path / "marker")))
     for data in (damaged / "step-00000002").glob("*.distcp") if damage == "truncated-data" else ():
         data.write_bytes(data.read_bytes()[:100])
     code, _, err = run_cli(["export", "--checkpoint", str(damaged), "--out", str(tmp_path / "out")], capsys)
     assert code == 2 and err.startswith(f"error: --checkpoint: {damaged / 'step-00000002'} cannot be read")
     assert err.count("\n") == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no staging folder left behind
+    if damage == "crafted-metadata":
+        assert "unsafe checkpoint" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no staging folder, no marker

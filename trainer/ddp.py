@@ -27,7 +27,8 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from trainer import dist as tdist
 from trainer.log import log
-from trainer.cli import Parser, UsageError, positive_float, positive_int, run_main
+from trainer.cli import Parser, UsageError, create_folder, positive_float, positive_int, run_main
+from trainer.safe_load import weights_only_refusal
 
 
 @dataclass(frozen=True)
@@ -86,9 +87,9 @@ def load_snapshot(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer
         return 0
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        raise UsageError("--snapshot-path", f"{path} holds objects other than tensors and plain data; refused "
-                                            "without running them (snapshots load with weights_only=True)") from None
+    except pickle.UnpicklingError as exc:
+        raise UsageError("--snapshot-path", f"{path}: {weights_only_refusal(exc)} (snapshots load with "
+                                            "weights_only=True)") from None
     except Exception as exc:  # a foreign or damaged file is the user's to fix, said in one line
         raise UsageError("--snapshot-path", f"{path} is not a snapshot this job can resume from "
                                             f"({_first_line(exc)})") from None
@@ -131,6 +132,7 @@ def main(argv=None) -> int:
     snapshot = Path(args.snapshot_path)
     if snapshot.exists() and snapshot.is_dir():
         raise UsageError("--snapshot-path", f"{snapshot} is a directory, expected a file")
+    create_folder(snapshot.parent, "--snapshot-path")  # before training, not at the first save
     task = TaskConfig(samples=args.samples)
     rt = tdist.init(tdist.DistConfig(timeout_s=args.dist_timeout))
     try:

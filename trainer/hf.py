@@ -23,7 +23,6 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import warnings
 from dataclasses import MISSING
 from pathlib import Path
@@ -32,7 +31,7 @@ import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
 from config.models import ModelConfig
-from trainer.cli import Parser, UsageError, positive_float, run_main
+from trainer.cli import Parser, UsageError, positive_float, run_main, staging_folder
 from trainer.hf_config import TOKENIZER_FILES, hf_names, read_json_object, special_token_ids, to_hf_config
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -193,7 +192,7 @@ def _plan_shards(cfg: ModelConfig, max_bytes: float, element: int) -> list[list[
 
 
 def _read(step: Path, cfg: ModelConfig, names: list[str]) -> dict[str, torch.Tensor]:
-    from trainer import dcp_safe
+    from trainer import safe_load
     from trainer.model import Transformer
     with torch.device("meta"):
         meta = dict(Transformer(cfg).named_parameters())
@@ -205,7 +204,7 @@ def _read(step: Path, cfg: ModelConfig, names: list[str]) -> dict[str, torch.Ten
         quiet = logging.root.manager.disable
         logging.disable(logging.WARNING)
         try:
-            dcp_safe.load({"app": {"model": wanted}}, str(step), no_dist=True)
+            safe_load.load({"app": {"model": wanted}}, str(step), no_dist=True)
         except (Exception, CheckpointException) as exc:  # the latter is a BaseException
             raise UsageError("--checkpoint", f"{step} cannot be read ({_first_cause(exc)})") from None
         finally:
@@ -227,11 +226,7 @@ def _staging(out: Path) -> Path:
         raise UsageError("--out", f"{out} exists and is not a folder")
     if out.is_dir() and any(out.iterdir()):
         raise UsageError("--out", f"{out} exists and is not empty")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    except OSError as exc:
-        raise UsageError("--out", f"cannot create {out}: {exc.strerror or exc}") from None
+    return staging_folder(out, "--out")
 
 
 def export(checkpoint: Path, out: Path, dtype: torch.dtype, max_shard_gb: float = 5.0,

@@ -147,8 +147,8 @@ def test_a_crafted_snapshot_is_refused_in_one_line_and_its_code_never_runs(tmp_p
     p = subprocess.run([sys.executable, "-m", "trainer.ddp", "--snapshot-path", str(crafted)], cwd=REPO,
                        env=job_env(), capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr == (
-        f"error: --snapshot-path: {crafted} holds objects other than tensors and plain data; refused without "
-        "running them (snapshots load with weights_only=True)\n"), p.stderr
+        f"error: --snapshot-path: {crafted}: it refers to io.open, which is neither a tensor nor plain data; "
+        "refused without running it (snapshots load with weights_only=True)\n"), p.stderr
     assert not marker.exists()
 
 

@@ -177,7 +177,7 @@ def test_a_damaged_checkpoint_is_one_line_and_leaves_no_output(run_dirs, tmp_pat
     damaged = copy_checkpoint(ckpt, tmp_path)
     if damage == "no-metadata":
         (damaged / "step-00000002" / ".metadata").unlink()
-    if damage == "crafted-metadata":  # a pickle that would run code (trainer/dcp_safe.py)
+    if damage == "crafted-metadata":  # a pickle that would run code (trainer/safe_load.py)
         (damaged / "step-00000002" / ".metadata").write_bytes(pickle.dumps(CreatesMarker(tmp_path / "marker")))
     for data in (damaged / "step-00000002").glob("*.distcp") if damage == "truncated-data" else ():
         data.write_bytes(data.read_bytes()[:100])

@@ -1,4 +1,4 @@
-"""Load distributed checkpoints without unpickling code from shared storage.
+"""Load checkpoints and snapshots without unpickling code from shared storage.
 
 Checkpoints live on FSx, which every pod of the cluster can write. torch.distributed.checkpoint
 (torch 2.13) reads two things with full pickle: each checkpoint's `.metadata` file
@@ -8,12 +8,15 @@ as an optimizer's hyper-parameters (default_planner.py DefaultLoadPlanner.load_b
 pod that resumes. `load` reads the metadata with an unpickler that builds only DCP's own metadata
 records, and the values with `weights_only=True`; the tensors themselves DCP already reads with
 `weights_only=True`. Anything else is refused with UnsafeCheckpoint, before any of it runs.
+Single-file snapshots use torch.load(weights_only=True) directly; `weights_only_refusal` turns
+its refusal into one line.
 """
 
 from __future__ import annotations
 
 import io
 import pickle
+import re
 from typing import Any
 
 import torch
@@ -39,6 +42,16 @@ _METADATA_CLASSES = {
 
 class UnsafeCheckpoint(pickle.UnpicklingError):
     """A checkpoint file asks for something other than data; nothing of it was run."""
+
+
+def weights_only_refusal(exc: pickle.UnpicklingError) -> str:
+    """Why torch.load(weights_only=True) refused a file, in one line: the global a crafted file
+    names, or what made the file unreadable."""
+    text = str(exc)
+    if m := re.search(r"Unsupported global: GLOBAL (\S+)", text):
+        return f"it refers to {m.group(1)}, which is neither a tensor nor plain data; refused without running it"
+    m = re.search(r"WeightsUnpickler error:\s*([^\n]+)", text)
+    return f"not a file torch.save wrote ({(m.group(1) if m else text.strip().splitlines()[-1])[:160]})"
 
 
 class _MetadataUnpickler(pickle.Unpickler):
@@ -75,8 +88,8 @@ class SafeLoadPlanner(DefaultLoadPlanner):
         try:
             obj = torch.load(value, weights_only=True)
         except pickle.UnpicklingError as exc:
-            raise UnsafeCheckpoint(f"unsafe checkpoint: its value {read_item.dest_index.fqn} is not plain data "
-                                   f"({str(exc).strip().splitlines()[-1][:160]}); refused without running it") from None
+            raise UnsafeCheckpoint(f"unsafe checkpoint: its value {read_item.dest_index.fqn}: "
+                                   f"{weights_only_refusal(exc)}") from None
         if self.flatten_state_dict:
             set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
         else:

@@ -1,5 +1,5 @@
 """Checkpoints on shared storage never run code: DCP's own loader unpickles a checkpoint's metadata
-and its non-tensor values in full (the tests show a marker file appearing); trainer.dcp_safe
+and its non-tensor values in full (the tests show a marker file appearing); trainer.safe_load
 loads what the trainers write, bit for bit, and refuses a crafted file before any of it runs."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict
 
-from trainer import dcp_safe
+from trainer import safe_load
 from trainer.model import MODEL_PRESETS, Transformer
 
 warnings.filterwarnings("ignore", message="torch.distributed is disabled")
@@ -73,7 +73,7 @@ def test_what_the_trainers_write_loads_bit_for_bit(tmp_path):
     state = trained_state()
     dcp.save(state, checkpoint_id=str(tmp_path), no_dist=True)
     loaded = fresh_like(state)
-    dcp_safe.load(loaded, str(tmp_path), no_dist=True)
+    safe_load.load(loaded, str(tmp_path), no_dist=True)
     assert_same(state, loaded)
 
 
@@ -90,7 +90,7 @@ def test_a_crafted_metadata_file_is_refused_and_never_runs(tmp_path):
     dcp.save(state, checkpoint_id=str(tmp_path / "ckpt"), no_dist=True)
     marker = tmp_path / "marker"
     (tmp_path / "ckpt" / ".metadata").write_bytes(pickle.dumps(CreatesMarker(marker)))
-    error = load_error(lambda: dcp_safe.load({"w": torch.zeros(3)}, str(tmp_path / "ckpt"), no_dist=True))
+    error = load_error(lambda: safe_load.load({"w": torch.zeros(3)}, str(tmp_path / "ckpt"), no_dist=True))
     assert "unsafe checkpoint: its metadata refers to io.open" in error or \
         "unsafe checkpoint: its metadata refers to builtins.open" in error, error
     assert not marker.exists()
@@ -103,9 +103,10 @@ def test_a_crafted_value_is_refused_and_never_runs(tmp_path):
     marker = tmp_path / "marker"
     dcp.save({"w": torch.ones(3), "extra": CreatesMarker(marker)}, checkpoint_id=str(tmp_path / "ckpt"), no_dist=True)
     assert not marker.exists()
-    error = load_error(lambda: dcp_safe.load({"w": torch.zeros(3), "extra": None}, str(tmp_path / "ckpt"),
+    error = load_error(lambda: safe_load.load({"w": torch.zeros(3), "extra": None}, str(tmp_path / "ckpt"),
                                              no_dist=True))
-    assert "unsafe checkpoint: its value extra is not plain data" in error, error
+    assert "unsafe checkpoint: its value extra: it refers to io.open, which is neither a tensor nor plain data" \
+        in error, error
     assert not marker.exists()
     dcp.load({"w": torch.zeros(3), "extra": None}, checkpoint_id=str(tmp_path / "ckpt"), no_dist=True)
     assert marker.exists()
@@ -115,5 +116,5 @@ def test_a_crafted_value_is_refused_and_never_runs(tmp_path):
 def test_metadata_that_is_not_dcps_is_an_error_not_a_crash(tmp_path, payload):
     dcp.save({"w": torch.ones(3)}, checkpoint_id=str(tmp_path), no_dist=True)
     (tmp_path / ".metadata").write_bytes(payload)
-    error = load_error(lambda: dcp_safe.load({"w": torch.zeros(3)}, str(tmp_path), no_dist=True))
+    error = load_error(lambda: safe_load.load({"w": torch.zeros(3)}, str(tmp_path), no_dist=True))
     assert "metadata" in error

@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     snapshot = Path(args.snapshot_path)
     if snapshot.exists() and snapshot.is_dir():
         raise UsageError("--snapshot-path", f"{snapshot} is a directory, expected a file")
-    create_folder(snapshot.parent, "--snapshot-path")  # before training, not at the first save
+    create_folder(snapshot.parent, "--snapshot-path", wanted=snapshot)  # before training, not at the first save
     task = TaskConfig(samples=args.samples)
     rt = tdist.init(tdist.DistConfig(timeout_s=args.dist_timeout))
     try:

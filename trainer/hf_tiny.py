@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from config.models import MODELS
-from trainer.cli import UsageError
+from trainer.cli import UsageError, create_folder
 from trainer.hf_config import hf_names, read_config, to_hf_config
 
 _CORPUS = ("The cluster trains language models on GPU nodes. Each worker reads its own shard of tokens, "
@@ -27,7 +27,7 @@ def write_tiny(out: Path, model: str = "tiny", seed: int = 0) -> None:
     if model not in MODELS:
         raise UsageError("--model", f"unknown model {model!r}; the table has {', '.join(MODELS)}")
     cfg = MODELS[model]
-    out.mkdir(parents=True, exist_ok=True)
+    create_folder(out, "--out")
     torch.manual_seed(seed)
     net = Transformer(cfg)
     net.init_weights()

@@ -74,15 +74,16 @@ def _metadata_file(src: Path, name: str) -> Path:
     raise UsageError("--src", f"{src} has no {name} (the ILSVRC2012 release ships it beside ILSVRC/)")
 
 
-def _text_lines(path: Path, newline: str | None = None):
-    """The lines of a UTF-8 text file, numbered from 1; one line of error for anything else."""
+def _text_lines(path: Path):
+    """The lines of a UTF-8 text file, numbered from 1, line ends kept; one line of error for
+    anything else. Decoded line by line, so an error names its line."""
     number = 0
     try:
-        with path.open(encoding="utf-8", newline=newline) as f:
+        with path.open("rb") as f:
             for number, line in enumerate(f, 1):
-                yield number, line
+                yield number, line.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError("--src", f"{path}:{number + 1}: not UTF-8 text ({exc.reason})") from None
+        raise UsageError("--src", f"{path}:{number}: not UTF-8 text ({exc.reason})") from None
     except OSError as exc:
         raise UsageError("--src", f"{path}: unreadable ({exc.strerror or exc})") from None
 
@@ -105,7 +106,7 @@ def read_synsets(path: Path) -> list[str]:
 def read_val_solution(path: Path, wnids: set[str]) -> dict[str, str]:
     """ImageId -> wnid: the first token of each PredictionString."""
     labels: dict[str, str] = {}
-    rows = csv.reader(line for _, line in _text_lines(path, newline=""))
+    rows = csv.reader(line for _, line in _text_lines(path))
     try:
         header = next(rows, None)
         if header != ["ImageId", "PredictionString"]:

@@ -18,6 +18,7 @@ import shutil
 import zlib
 from array import array
 from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
 
 from trainer.cli import Parser, UsageError, positive_int, staging_folder
@@ -75,7 +76,7 @@ def documents(path: Path, text_field: str, progress) -> Iterator[list[str]]:
         if text_field not in table.schema_arrow.names:
             raise UsageError("--text-field", f"{path} has no column {text_field!r} (columns: "
                                              f"{', '.join(table.schema_arrow.names)})")
-        share = path.stat().st_size / max(1, table.metadata.num_rows)
+        size, rows, rows_done, reported = path.stat().st_size, max(1, table.metadata.num_rows), 0, 0
         batches = table.iter_batches(batch_size=BATCH_DOCUMENTS, columns=[text_field])
         while True:
             try:
@@ -86,14 +87,18 @@ def documents(path: Path, text_field: str, progress) -> Iterator[list[str]]:
             if batch is None:
                 return
             texts = [t for t in batch.column(0).to_pylist() if t]
-            progress(share * batch.num_rows)
+            rows_done += batch.num_rows
+            # Whole bytes in proportion to rows, so the file's share of the bar adds up exactly.
+            progress(size * rows_done // rows - reported)
+            reported = size * rows_done // rows
             yield texts
     number = 0
     try:
-        with open(path, "rb") as raw, (gzip.open(raw, "rt", encoding="utf-8") if kind.endswith(".gz")
-                                       else open(path, "rt", encoding="utf-8")) as f:
+        # One handle: raw.tell() is the progress in the file's own bytes, compressed or not.
+        with open(path, "rb") as raw, (gzip.open(raw, "rb") if kind.endswith(".gz") else nullcontext(raw)) as f:
             batch, last = [], 0
             for number, line in enumerate(f, 1):
+                line = line.decode("utf-8")  # per line, so an error names its line
                 if not line.strip():
                     continue
                 try:
@@ -112,7 +117,7 @@ def documents(path: Path, text_field: str, progress) -> Iterator[list[str]]:
                 yield batch
     # Only reading happens in this block: the consumer's errors (a full disk) stay its own.
     except UnicodeDecodeError as exc:
-        raise UsageError("--input", f"{path}:{number + 1}: not UTF-8 text ({exc.reason})") from None
+        raise UsageError("--input", f"{path}:{number}: not UTF-8 text ({exc.reason})") from None
     except EOFError:
         raise UsageError("--input", f"{path}: truncated: the gzip stream ends after line {number} without its "
                                     "end marker") from None

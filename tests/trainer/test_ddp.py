@@ -172,6 +172,14 @@ def test_a_snapshot_of_plain_data_but_the_wrong_shape_is_one_line(tmp_path, dama
     assert "\n" not in str(err.value)
 
 
+def test_a_snapshot_path_below_a_file_is_refused_before_training(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(ddp.UsageError) as err:
+        ddp.main(["--snapshot-path", str(blocker / "snap.pt"), "--epochs", "1"])
+    assert str(err.value) == f"--snapshot-path: cannot create {blocker / 'snap.pt'}: {blocker} is a file, not a folder"
+
+
 def test_every_argument_has_help():
     p = subprocess.run([sys.executable, "-m", "trainer.ddp", "--help"], cwd=REPO, env=job_env(),
                        capture_output=True, text=True, timeout=60)

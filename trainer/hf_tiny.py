@@ -61,16 +61,28 @@ def verify(directory: Path) -> str:
     except ImportError:
         raise UsageError("verify", "needs the transformers package (pip install -r requirements.txt)") from None
     config = read_config(directory, "verify")
-    model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32)
-    if (directory / "tokenizer.json").is_file():
-        ids = AutoTokenizer.from_pretrained(str(directory))("Checkpoints are written to FSx",
-                                                            return_tensors="pt")["input_ids"]
-    else:
-        ids = torch.arange(8)[None] % config["vocab_size"]
-    with torch.no_grad():
-        logits = model(ids).logits
+    tokenizer = None
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32)
+        if (directory / "tokenizer.json").is_file():
+            tokenizer = AutoTokenizer.from_pretrained(str(directory))
+            ids = tokenizer("Checkpoints are written to FSx", return_tensors="pt")["input_ids"]
+        else:
+            ids = torch.arange(8)[None] % int(config.get("vocab_size", 1))
+        with torch.no_grad():
+            logits = model(ids).logits
+    except Exception as exc:  # whatever transformers or safetensors raise: the verdict is one line
+        reason = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise UsageError("verify", f"{directory} does not load and run in transformers "
+                                   f"({type(exc).__name__}: {reason})") from None
     if not torch.isfinite(logits).all():
         raise UsageError("verify", f"{directory} loads but its logits are not finite")
+    for kind in ("bos", "eos"):  # generation stops on the config's eos: it must be the tokenizer's
+        said, actual = config.get(f"{kind}_token_id"), getattr(tokenizer, f"{kind}_token_id", None)
+        if tokenizer is not None and actual is not None and actual != said and not (
+                isinstance(said, list) and actual in said):
+            raise UsageError("verify", f"{directory}/config.json has {kind}_token_id {said!r}, its tokenizer's "
+                                       f"{kind} token is {actual}")
     n = sum(p.numel() for p in model.parameters())
     return (f"Hugging Face export {directory.resolve()} loads in transformers: {type(model).__name__}, "
             f"{n:,} parameters, logits {tuple(logits.shape)} finite")

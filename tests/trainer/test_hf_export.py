@@ -187,3 +187,22 @@ def test_a_damaged_checkpoint_is_one_line_and_leaves_no_output(run_dirs, tmp_pat
     if damage == "crafted-metadata":
         assert "unsafe checkpoint" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no staging folder, no marker
+
+
+def test_verify_accepts_the_export_and_answers_a_broken_one_in_one_line(run_dirs, tmp_path, capsys):
+    source, ckpt = run_dirs
+    out = tmp_path / "out"
+    assert run_cli(["export", "--checkpoint", str(ckpt), "--out", str(out)], capsys)[0] == 0
+    code, stdout, _ = run_cli(["verify", str(out)], capsys)
+    assert code == 0 and "loads in transformers: LlamaForCausalLM" in stdout
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps(config | {"eos_token_id": config["eos_token_id"] + 1}))
+    code, _, err = run_cli(["verify", str(out)], capsys)
+    assert (code, err.splitlines()[-1]) == (2, f"error: verify: {out}/config.json has eos_token_id "
+                                               f"{config['eos_token_id'] + 1}, its tokenizer's eos token is "
+                                               f"{config['eos_token_id']}")
+    for shard in out.glob("*.safetensors"):
+        shard.write_bytes(b"\xff" * 64)
+    code, _, err = run_cli(["verify", str(out)], capsys)
+    assert code == 2 and err.startswith(f"error: verify: {out} does not load and run in transformers (")
+    assert err.count("\n") == 1

@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 
+from crafted import CreatesMarker
 from trainer import ddp
 from trainer_procs import REPO, Job, job_env, run, torchrun_args
 
@@ -125,16 +126,6 @@ def test_a_snapshot_that_is_not_one_gives_one_line(tmp_path):
     p = subprocess.run([sys.executable, "-m", "trainer.ddp", "--snapshot-path", str(bad)], cwd=REPO, env=job_env(),
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "--snapshot-path" in p.stderr and "Traceback" not in p.stderr, p.stderr
-
-
-class CreatesMarker:
-    """Unpickling this creates the file: it stands for any code a crafted snapshot could run."""
-
-    def __init__(self, marker):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return open, (self.marker, "w")
 
 
 def test_a_crafted_snapshot_is_refused_in_one_line_and_its_code_never_runs(tmp_path):

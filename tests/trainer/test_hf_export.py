@@ -15,6 +15,7 @@ import torch
 
 transformers = pytest.importorskip("transformers", reason="transformers is a pinned test dependency")
 
+from crafted import CreatesMarker  # noqa: E402
 from trainer.cli import run_main  # noqa: E402
 from trainer.hf import load_hf_weights, main  # noqa: E402
 from trainer.hf_config import from_hf_config, read_config  # noqa: E402
@@ -159,16 +160,6 @@ def test_a_tokenizer_that_is_not_a_directory_is_one_line_and_exit_2(run_dirs, tm
                             "--tokenizer", str(source / "tokenizer.json")], capsys)
     assert code == 2 and err.startswith(f"error: --tokenizer: {source / 'tokenizer.json'} is not a directory")
     assert not (tmp_path / "out").exists()
-
-
-class CreatesMarker:
-    """Unpickling this creates the file: it stands for any code a crafted checkpoint could run."""
-
-    def __init__(self, marker: Path):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return open, (self.marker, "w")
 
 
 @pytest.mark.parametrize("damage", ["truncated-data", "no-metadata", "crafted-metadata"])

@@ -123,6 +123,10 @@ def test_listed_but_absent_validation_images_are_reported(release, tmp_path):
      "n09999999 is not a class of LOC_synset_mapping.txt"),
     (lambda s: (s / "ILSVRC/Data/CLS-LOC/val" / "ILSVRC2012_val_00099999.JPEG").write_bytes(b"x"),
      "ILSVRC2012_val_00099999.JPEG is not listed in LOC_val_solution.csv (1 validation images are not)"),
+    (lambda s: (s / "LOC_synset_mapping.txt").write_bytes("n01440764 tench\nn01443537 poisson doré\n".encode("latin-1")),
+     "LOC_synset_mapping.txt:2: not UTF-8 text (invalid continuation byte)"),
+    (lambda s: (s / "LOC_val_solution.csv").write_text("ImageId,PredictionString\n" + "x" * 200_000 + "\n"),
+     "LOC_val_solution.csv:2: not CSV (field larger than field limit (131072))"),
 ])
 def test_a_missing_or_malformed_input_is_one_error_naming_file_and_line(release, tmp_path, breakage, message):
     src, _ = release
@@ -163,20 +167,6 @@ def test_a_source_image_replaced_since_the_last_run_is_placed_again_even_at_the_
     report = imagenet.rearrange(src, out)
     assert (report.present, report.linked) == (11, 1)
     assert (out / "val" / label / f"{image_id}.JPEG").read_bytes() == source.read_bytes()
-
-
-@pytest.mark.parametrize("breakage, message", [
-    (lambda s: (s / "LOC_synset_mapping.txt").write_bytes("n01440764 tench\nn01443537 poisson doré\n".encode("latin-1")),
-     "LOC_synset_mapping.txt:2: not UTF-8 text (invalid continuation byte)"),
-    (lambda s: (s / "LOC_val_solution.csv").write_text("ImageId,PredictionString\n" + "x" * 200_000 + "\n"),
-     "LOC_val_solution.csv:2: not CSV (field larger than field limit (131072))"),
-])
-def test_metadata_that_is_not_utf8_text_or_csv_is_one_error_naming_the_line(release, tmp_path, breakage, message):
-    src, _ = release
-    breakage(src)
-    with pytest.raises(UsageError) as err:
-        data_main(["imagenet", "--src", str(src), "--out", str(tmp_path / "out")])
-    assert str(err.value).startswith("--src: ") and str(err.value).endswith(message), err.value
 
 
 def test_an_output_that_cannot_be_created_is_one_line_and_exit_2(release, tmp_path):

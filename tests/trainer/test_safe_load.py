@@ -13,20 +13,11 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict
 
+from crafted import CreatesMarker
 from trainer import safe_load
 from trainer.model import MODEL_PRESETS, Transformer
 
 warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-
-
-class CreatesMarker:
-    """Unpickling this creates the file: it stands for any code a crafted checkpoint could run."""
-
-    def __init__(self, marker):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return open, (self.marker, "w")
 
 
 def trained_state():

@@ -33,6 +33,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.checkpoint.stateful import Stateful
 
 from config.models import ModelConfig, shape_difference
+from trainer import safe_load
 from trainer.cli import UsageError
 from trainer.dist import Runtime
 from trainer.log import log, warn
@@ -184,7 +185,7 @@ class CheckpointManager:
         for step in reversed(candidates[0]):
             path = step_dir(self.directory, step)
             try:
-                dcp.load(self.state, checkpoint_id=str(path))
+                safe_load.load(self.state, str(path))  # FSx is shared and writable: no pickled code
             # DCP raises on every rank when any rank's read fails; its CheckpointException is a
             # BaseException, so it is named here explicitly.
             except (Exception, CheckpointException) as exc:

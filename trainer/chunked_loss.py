@@ -6,11 +6,18 @@ short-lived blocks that leave the allocator fragmented near full memory. This co
 projection and the loss a chunk of tokens at a time, and the gradients of the projection's input
 and weight in the same pass, so only one chunk of logits ever exists. Same FLOPs as the plain
 path (logits, their input gradient and their weight gradient are each computed once).
+
+Labels equal to IGNORE_INDEX (-100, PyTorch's default) count for nothing: the loss is the mean
+over the counted tokens, as `F.cross_entropy(..., ignore_index=-100)`. When no token counts,
+the loss is 0 with zero gradients (torch would return NaN, which poisons every weight at the
+optimizer step), so a micro-batch that is all padding leaves the step unchanged.
 """
 
 from __future__ import annotations
 
 import torch
+
+IGNORE_INDEX = -100
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -18,21 +25,26 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk: int):
         tokens = hidden.reshape(-1, hidden.shape[-1])
         targets = labels.reshape(-1)
-        count = targets.numel()
+        counted = targets != IGNORE_INDEX
+        # A tensor, not a Python int: reading the count would stall the GPU stream once per step.
+        count = counted.sum().clamp(min=1).float()
         loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
         grad_hidden = torch.empty_like(tokens)
         # Accumulated in fp32 across chunks, cast once: a bf16 running sum would lose precision.
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
-        for start in range(0, count, chunk):
+        for start in range(0, targets.numel(), chunk):
             h = tokens[start:start + chunk]
-            y = targets[start:start + chunk, None]
+            keep = counted[start:start + chunk, None]
+            # An ignored label gathers and scatters at class 0; its row is zeroed by `scale`.
+            y = torch.where(keep, targets[start:start + chunk, None], 0)
+            scale = keep / count  # 1/count for a counted token, 0 for an ignored one
             # Same numerics as the plain path: matmul in the parameter dtype, softmax in fp32.
             # One log-softmax serves the loss and, exponentiated in place, the gradient:
-            # d(mean CE)/d(logits) = (softmax - one-hot) / count.
+            # d(mean CE)/d(logits) = (softmax - one-hot) / count, per counted token.
             grad = (h @ weight.t()).float().log_softmax(dim=-1)
-            loss -= grad.gather(1, y).sum()
+            loss -= (grad.gather(1, y) * keep).sum()
             grad.exp_().scatter_add_(1, y, grad.new_full(y.shape, -1.0))
-            grad = grad.div_(count).to(weight.dtype)
+            grad = grad.mul_(scale).to(weight.dtype)
             grad_hidden[start:start + chunk] = grad @ weight
             grad_weight.add_(grad.t() @ h)  # promotes into the fp32 sum without an fp32 copy
         ctx.save_for_backward(grad_hidden.view_as(hidden), grad_weight.to(weight.dtype))
@@ -49,7 +61,15 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
                          chunk_tokens: int) -> torch.Tensor:
-    """mean cross_entropy((hidden @ weight.T).float(), labels), `chunk_tokens` tokens at a time."""
+    """cross_entropy((hidden @ weight.T).float(), labels), mean over the labels that are not
+    IGNORE_INDEX, `chunk_tokens` tokens at a time; 0 when every label is ignored."""
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be at least 1, got {chunk_tokens}")
     return _LinearCrossEntropy.apply(hidden, weight, labels, chunk_tokens)
+
+
+def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The plain path with the same rule: mean over counted labels, 0 when none counts."""
+    logits, labels = logits.flatten(0, -2).float(), labels.flatten()
+    total = torch.nn.functional.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum")
+    return total / (labels != IGNORE_INDEX).sum().clamp(min=1)

@@ -7,8 +7,11 @@ needs; here every user error is a single `error: --field: what is wrong` line an
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
 
@@ -48,6 +51,45 @@ def positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
+
+
+def create_folder(path: Path, field: str, *, wanted: Path | None = None) -> Path:
+    """`path` as a folder, created with its parents; UsageError naming `field` and `wanted` (what
+    the folder is for, default `path`) when it cannot be: a parent that is a file, a read-only or
+    missing mount."""
+    wanted = wanted or path
+    for folder in (path, *path.parents):
+        if folder.exists() and not folder.is_dir():
+            raise UsageError(field, f"cannot create {wanted}: {folder} is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(field, f"cannot create {wanted}: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(field, f"{path} is not writable by this user (uid {os.getuid()})")
+    return path
+
+
+def staging_folder(out: Path, field: str) -> Path:
+    """A new empty folder beside `out`, on its file system, for an output that appears whole or
+    not at all: fill it, then os.replace it onto `out`."""
+    create_folder(out.parent, field, wanted=out)
+    try:
+        return Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as exc:
+        raise UsageError(field, f"cannot create {out}: {exc.strerror or exc}") from None
+
+
+def open_for_append(path: Path, field: str):
+    """`path` opened for appending lines (line-buffered, readable while a run goes on), its folder
+    created; UsageError naming `field` when it cannot be."""
+    if path.is_dir():
+        raise UsageError(field, f"{path} is a folder, expected a file")
+    create_folder(path.parent, field, wanted=path)
+    try:
+        return open(path, "a", buffering=1, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(field, f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def run_main(main: Callable[[], int | None]) -> NoReturn:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import random
 import time
 from dataclasses import dataclass
@@ -26,7 +27,8 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from trainer import dist as tdist
 from trainer.log import log
-from trainer.cli import Parser, UsageError, positive_float, positive_int, run_main
+from trainer.cli import Parser, UsageError, create_folder, positive_float, positive_int, run_main
+from trainer.safe_load import weights_only_refusal
 
 
 @dataclass(frozen=True)
@@ -76,18 +78,38 @@ def save_snapshot(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer
 
 
 def load_snapshot(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    """Restore from `path` and return the epochs already run (0 when there is no snapshot)."""
+    """Restore from `path` and return the epochs already run (0 when there is no snapshot).
+
+    The snapshot sits on shared, writable storage, so it is read with weights_only=True: tensors
+    and plain data only (the Python RNG state is a tuple of ints), never pickled code. Snapshots
+    written before this rule have the same content and still load."""
     if not path.exists():
         return 0
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise UsageError("--snapshot-path", f"{path}: {weights_only_refusal(exc)} (snapshots load with "
+                                            "weights_only=True)") from None
+    except Exception as exc:  # a foreign or damaged file is the user's to fix, said in one line
+        raise UsageError("--snapshot-path", f"{path} is not a snapshot this job can resume from "
+                                            f"({_first_line(exc)})") from None
+    try:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-    except Exception as exc:  # a foreign or damaged file is the user's to fix, said in one line
-        raise UsageError("--snapshot-path", f"{path} is not a snapshot this job can resume from ({exc})") from None
-    torch.set_rng_state(state["rng"]["torch"])
-    random.setstate(state["rng"]["python"])
-    return int(state["epochs_run"])
+        torch.set_rng_state(state["rng"]["torch"])
+        random.setstate(state["rng"]["python"])
+        epochs_run = state["epochs_run"]
+        if not isinstance(epochs_run, int) or epochs_run < 0:
+            raise ValueError(f"epochs_run is {epochs_run!r}")
+    except Exception as exc:
+        raise UsageError("--snapshot-path", f"{path} is not a snapshot this job can resume from "
+                                            f"({type(exc).__name__}: {_first_line(exc)})") from None
+    return epochs_run
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
 
 
 # --- training -----------------------------------------------------------------------------------
@@ -110,6 +132,7 @@ def main(argv=None) -> int:
     snapshot = Path(args.snapshot_path)
     if snapshot.exists() and snapshot.is_dir():
         raise UsageError("--snapshot-path", f"{snapshot} is a directory, expected a file")
+    create_folder(snapshot.parent, "--snapshot-path", wanted=snapshot)  # before training, not at the first save
     task = TaskConfig(samples=args.samples)
     rt = tdist.init(tdist.DistConfig(timeout_s=args.dist_timeout))
     try:

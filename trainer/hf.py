@@ -9,7 +9,8 @@ Out: `python -m trainer.hf export --checkpoint DIR --out DIR [--dtype bf16|fp32]
 complete checkpoint of ours as config.json, sharded safetensors and their index, loadable by
 transformers' `from_pretrained` and by serving engines. Tensors are read from the distributed
 checkpoint a few at a time, so memory stays near one output shard. The tokenizer files of the
-directory the run started from are copied along. The output appears whole or not at all.
+directory the run started from (or of --tokenizer DIR) are copied along, and its bos/eos/pad ids
+go into config.json and generation_config.json. The output appears whole or not at all.
 
 Also: `tiny --out DIR` (a small random model in that format, for local runs and tests) and
 `verify DIR` (load an export with transformers and run it).
@@ -18,17 +19,20 @@ Also: `tiny --out DIR` (a small random model in that format, for local runs and 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
-import tempfile
+import sys
 import warnings
+from dataclasses import MISSING
 from pathlib import Path
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 
 from config.models import ModelConfig
-from trainer.cli import Parser, UsageError, positive_float, run_main
-from trainer.hf_config import TOKENIZER_FILES, hf_names, to_hf_config
+from trainer.cli import Parser, UsageError, positive_float, run_main, staging_folder
+from trainer.hf_config import TOKENIZER_FILES, hf_names, read_json_object, special_token_ids, to_hf_config
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
@@ -130,6 +134,47 @@ def find_checkpoint(path: Path) -> tuple[Path, Path]:
     return root, step
 
 
+_FIELD_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,),
+                "int | None": (int, type(None)), "RopeScaling | None": (dict, type(None))}
+
+
+def model_from_record(record_file: Path) -> tuple[ModelConfig, str | None]:
+    """(model, init_from_hf) of a checkpoint's model.json; UsageError naming what is wrong. The
+    file sits on shared storage and may be hand-edited: every field is checked before use."""
+    from dataclasses import fields
+    record = read_json_object(record_file, "--checkpoint")
+    model, source = record.get("model"), record.get("init_from_hf")
+    where = str(record_file)
+    if not isinstance(model, dict):
+        raise UsageError("--checkpoint", f"{where}: 'model' must be an object, got {type(model).__name__}")
+    if source is not None and not isinstance(source, str):
+        raise UsageError("--checkpoint", f"{where}: 'init_from_hf' must be a path, got {type(source).__name__}")
+    for f in fields(ModelConfig):
+        allowed = _FIELD_TYPES[f.type]
+        value = model.get(f.name)
+        if (f.name in model or f.default is MISSING) and (
+                not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed)):
+            raise UsageError("--checkpoint", f"{where}: model.{f.name} must be {f.type}, got {value!r}")
+        if f.type == "int" and f.default is MISSING and value < 1:
+            raise UsageError("--checkpoint", f"{where}: model.{f.name} must be at least 1, got {value}")
+    scaling = model.get("rope_scaling") or {}
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in scaling.values()):
+        raise UsageError("--checkpoint", f"{where}: model.rope_scaling must hold numbers, got {scaling!r}")
+    try:
+        return ModelConfig.from_dict(model), source
+    except (TypeError, ValueError) as exc:
+        raise UsageError("--checkpoint", f"{where}: {exc}") from None
+
+
+def tokenizer_files(source: Path, field: str, vocab_size: int) -> tuple[list[Path], dict]:
+    """The tokenizer files of Hugging Face directory `source` and its bos/eos/pad ids."""
+    ids = special_token_ids(source, field)
+    for key, value in ids.items():
+        if any(i >= vocab_size for i in (value if isinstance(value, list) else [value])):
+            raise UsageError(field, f"{source}: {key} {value} is outside the model's vocabulary of {vocab_size}")
+    return [source / name for name in TOKENIZER_FILES if (source / name).is_file()], ids
+
+
 def _plan_shards(cfg: ModelConfig, max_bytes: float, element: int) -> list[list[str]]:
     """Our parameter names grouped into output files of at most `max_bytes` (one tensor may exceed)."""
     from trainer.model import Transformer
@@ -147,26 +192,68 @@ def _plan_shards(cfg: ModelConfig, max_bytes: float, element: int) -> list[list[
 
 
 def _read(step: Path, cfg: ModelConfig, names: list[str]) -> dict[str, torch.Tensor]:
-    import torch.distributed.checkpoint as dcp
+    from trainer import safe_load
     from trainer.model import Transformer
     with torch.device("meta"):
         meta = dict(Transformer(cfg).named_parameters())
     wanted = {n: torch.empty(meta[n].shape, dtype=torch.float32) for n in names}
     with warnings.catch_warnings():  # one process reading on purpose: DCP's warning says so
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load({"app": {"model": wanted}}, checkpoint_id=str(step), no_dist=True)
+        # DCP logs each failed metadata read with its traceback on the root logger; the one line
+        # below says what failed.
+        quiet = logging.root.manager.disable
+        logging.disable(logging.WARNING)
+        try:
+            safe_load.load({"app": {"model": wanted}}, str(step), no_dist=True)
+        except (Exception, CheckpointException) as exc:  # the latter is a BaseException
+            raise UsageError("--checkpoint", f"{step} cannot be read ({_first_cause(exc)})") from None
+        finally:
+            logging.disable(quiet)
     return wanted
 
 
-def export(checkpoint: Path, out: Path, dtype: torch.dtype, max_shard_gb: float = 5.0) -> Path:
-    from safetensors.torch import save_file
-    root, step = find_checkpoint(checkpoint)
-    record = json.loads((root / "model.json").read_text())
-    cfg = ModelConfig.from_dict(record["model"])
-    if out.exists() and any(out.iterdir()):
+def _first_cause(exc: BaseException) -> str:
+    """One line for an error of DCP, which wraps each rank's error with its traceback."""
+    if isinstance(exc, CheckpointException) and exc.failures:
+        exc = next(iter(exc.failures.values()))[0]
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:160] if text else ''}"
+
+
+def _staging(out: Path) -> Path:
+    """An empty folder beside `out`, renamed onto it when the export is whole."""
+    if out.exists() and not out.is_dir():
+        raise UsageError("--out", f"{out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()):
         raise UsageError("--out", f"{out} exists and is not empty")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    return staging_folder(out, "--out")
+
+
+def export(checkpoint: Path, out: Path, dtype: torch.dtype, max_shard_gb: float = 5.0,
+           tokenizer: Path | None = None) -> tuple[Path, str | None]:
+    """(step exported, a note when the export has no tokenizer). The tokenizer files and the
+    bos/eos/pad ids come from `tokenizer`, else from the Hugging Face directory the run started
+    from (model.json's init_from_hf)."""
+    from safetensors.torch import save_file
+
+    from trainer.checkpoint import MODEL_FILE
+    root, step = find_checkpoint(checkpoint)
+    cfg, started_from = model_from_record(root / MODEL_FILE)
+    note, copies, token_ids = None, [], {}
+    if tokenizer is not None:
+        copies, token_ids = tokenizer_files(tokenizer, "--tokenizer", cfg.vocab_size)
+    elif started_from is None:
+        note = "the run did not start from a Hugging Face directory (model.json has no init_from_hf)"
+    elif not Path(started_from).is_dir():
+        note = f"{started_from}, the Hugging Face directory the run started from, is not a directory here"
+    else:
+        copies, token_ids = tokenizer_files(Path(started_from), f"--checkpoint: init_from_hf {started_from}",
+                                            cfg.vocab_size)
+    if note is None and not copies:
+        note = f"{tokenizer or started_from} holds no tokenizer files ({', '.join(TOKENIZER_FILES)})"
+    if note:
+        note += "; exported without a tokenizer; give --tokenizer DIR (a Hugging Face directory) to add one"
+    staging = _staging(out)
     try:
         element = torch.finfo(dtype).bits // 8
         groups = _plan_shards(cfg, max_shard_gb * 1e9, element)
@@ -183,18 +270,20 @@ def export(checkpoint: Path, out: Path, dtype: torch.dtype, max_shard_gb: float 
             save_file(tensors, str(staging / filename), metadata={"format": "pt"})
         (staging / INDEX).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map},
                                                 indent=2) + "\n")
-        (staging / "config.json").write_text(json.dumps(to_hf_config(cfg, DTYPE_NAMES[dtype]), indent=2) + "\n")
-        source = record.get("init_from_hf")
-        for name in TOKENIZER_FILES:
-            if source and (Path(source) / name).is_file():
-                shutil.copy2(Path(source) / name, staging / name)
+        config = to_hf_config(cfg, DTYPE_NAMES[dtype], token_ids)
+        (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        for file in copies:
+            shutil.copy2(file, staging / file.name)
+        if token_ids and not (staging / "generation_config.json").exists():
+            # What generate() stops on; a source's own generation_config.json (copied) is kept as is.
+            (staging / "generation_config.json").write_text(json.dumps(token_ids, indent=2) + "\n")
         if out.exists():
             out.rmdir()
         os.replace(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return step
+    return step, note
 
 
 def main(argv=None) -> int:
@@ -205,6 +294,9 @@ def main(argv=None) -> int:
     exp.add_argument("--out", required=True, help="the Hugging Face directory to write (must not exist or be empty)")
     exp.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="tensor type of the exported weights")
     exp.add_argument("--max-shard-gb", type=positive_float, default=5.0, help="largest safetensors file")
+    exp.add_argument("--tokenizer", default=None,
+                     help="Hugging Face directory whose tokenizer files and bos/eos ids to export "
+                          "(default: the one the run started from, --init-from-hf)")
     tiny = sub.add_parser("tiny", help="write a small random model as a Hugging Face directory", formatter_class=p.formatter_class)
     tiny.add_argument("--out", required=True)
     tiny.add_argument("--model", default="tiny", help="entry of the model table")
@@ -217,7 +309,13 @@ def main(argv=None) -> int:
         checkpoint, out = Path(args.checkpoint), Path(args.out)
         if not checkpoint.is_dir():
             raise UsageError("--checkpoint", f"{checkpoint} is not a directory")
-        step = export(checkpoint, out, DTYPES[args.dtype], args.max_shard_gb)
+        tokenizer = Path(args.tokenizer) if args.tokenizer else None
+        if tokenizer is not None and not tokenizer.is_dir():
+            raise UsageError("--tokenizer", f"{tokenizer} is not a directory (a Hugging Face model directory "
+                                            "holding tokenizer.json and tokenizer_config.json)")
+        step, note = export(checkpoint, out, DTYPES[args.dtype], args.max_shard_gb, tokenizer)
+        if note:
+            print(f"note: {note}", file=sys.stderr)
         print(f"Exported {step} to {out} ({args.dtype})")
     elif args.command == "tiny":
         from trainer.hf_tiny import write_tiny

@@ -21,14 +21,53 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                    "generation_config.json")
 
 
+SPECIAL_TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
 def read_config(directory: Path, field: str = "--init-from-hf") -> dict:
     path = directory / "config.json"
     if not path.is_file():
         raise UsageError(field, f"{directory} has no config.json (expected a Hugging Face model directory)")
+    return read_json_object(path, field)
+
+
+def read_json_object(path: Path, field: str) -> dict:
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise UsageError(field, f"{path} is not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise UsageError(field, f"{path} holds a JSON {type(data).__name__}, not an object")
+    return data
+
+
+def _is_token_id(value) -> bool:
+    ids = value if isinstance(value, list) and value else [value]  # Llama 3.1 lists several eos ids
+    return all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
+
+
+def special_token_ids(directory: Path, field: str) -> dict[str, int | list[int]]:
+    """bos/eos/pad token ids of a Hugging Face directory: those its config.json sets, else the
+    ids of the special tokens its tokenizer_config.json names, numbered by its tokenizer.json."""
+    config = read_config(directory, field) if (directory / "config.json").is_file() else {}
+    ids = {key: config[key] for key in SPECIAL_TOKEN_IDS if _is_token_id(config.get(key))}
+    names_file, tokenizer_file = directory / "tokenizer_config.json", directory / "tokenizer.json"
+    missing = [key for key in SPECIAL_TOKEN_IDS if key not in ids]
+    if not missing or not (names_file.is_file() and tokenizer_file.is_file()):
+        return ids
+    from tokenizers import Tokenizer
+    names = read_json_object(names_file, field)
+    try:
+        tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    except Exception as exc:  # the tokenizers library raises its own untyped errors
+        raise UsageError(field, f"{tokenizer_file} is not a tokenizer.json ({exc})") from None
+    for key in missing:
+        name = names.get(key.removesuffix("_id"))
+        name = name.get("content") if isinstance(name, dict) else name  # AddedToken's serialised form
+        token = tokenizer.token_to_id(name) if isinstance(name, str) else None
+        if token is not None:
+            ids[key] = token
+    return ids
 
 
 def _rope(data: dict, where: str) -> tuple[float, RopeScaling | None]:
@@ -84,9 +123,9 @@ def from_hf_config(data: dict, where: str = "config.json") -> ModelConfig:
         raise UsageError(where, str(exc)) from None
 
 
-def to_hf_config(cfg: ModelConfig, dtype: str) -> dict:
+def to_hf_config(cfg: ModelConfig, dtype: str, token_ids: dict | None = None) -> dict:
     """config.json for `cfg` in the published checkpoints' form, which transformers 4 and 5 and
-    the serving engines read."""
+    the serving engines read; `token_ids` (special_token_ids) where known."""
     data = {
         "architectures": [ARCHITECTURES[cfg.family]], "model_type": cfg.family,
         "hidden_size": cfg.dim, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
@@ -94,7 +133,7 @@ def to_hf_config(cfg: ModelConfig, dtype: str) -> dict:
         "intermediate_size": cfg.ffn_dim, "rms_norm_eps": cfg.norm_eps, "hidden_act": "silu",
         "max_position_embeddings": cfg.max_seq_len, "rope_theta": cfg.rope_theta,
         "rope_scaling": None, "tie_word_embeddings": cfg.tie_embeddings, "attention_bias": False,
-        "initializer_range": 0.02, "use_cache": True, "torch_dtype": dtype,
+        "initializer_range": 0.02, "use_cache": True, "torch_dtype": dtype, **(token_ids or {}),
     }
     if cfg.rope_scaling:
         s = cfg.rope_scaling

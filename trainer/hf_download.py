@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from trainer.cli import Parser, UsageError, run_main
+from trainer.cli import Parser, UsageError, create_folder, run_main
 
 MARKER = ".download-complete.json"
 LOG_EVERY_S = float(os.environ.get("DOWNLOAD_LOG_EVERY_S", "15"))
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     if not out.name or out.name.startswith("."):
         raise UsageError("--out", f"must name a directory that does not start with '.', got {args.out!r}")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    create_folder(out.parent, "--out", wanted=out)
     download(args.repo, args.revision, out)
     return 0
 

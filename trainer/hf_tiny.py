@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from config.models import MODELS
-from trainer.cli import UsageError
+from trainer.cli import UsageError, create_folder
 from trainer.hf_config import hf_names, read_config, to_hf_config
 
 _CORPUS = ("The cluster trains language models on GPU nodes. Each worker reads its own shard of tokens, "
@@ -27,7 +27,7 @@ def write_tiny(out: Path, model: str = "tiny", seed: int = 0) -> None:
     if model not in MODELS:
         raise UsageError("--model", f"unknown model {model!r}; the table has {', '.join(MODELS)}")
     cfg = MODELS[model]
-    out.mkdir(parents=True, exist_ok=True)
+    create_folder(out, "--out")
     torch.manual_seed(seed)
     net = Transformer(cfg)
     net.init_weights()
@@ -37,7 +37,6 @@ def write_tiny(out: Path, model: str = "tiny", seed: int = 0) -> None:
         parts = params[ours].detach().unbind(0) if len(theirs) > 1 else (params[ours].detach(),)
         tensors.update({name: part.contiguous() for name, part in zip(theirs, parts)})
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(to_hf_config(cfg, "float32"), indent=2) + "\n")
 
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -49,6 +48,8 @@ def write_tiny(out: Path, model: str = "tiny", seed: int = 0) -> None:
     tok.save(str(out / "tokenizer.json"))
     (out / "tokenizer_config.json").write_text(json.dumps(
         {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>"}, indent=2) + "\n")
+    token_ids = {"bos_token_id": tok.token_to_id("<s>"), "eos_token_id": tok.token_to_id("</s>")}
+    (out / "config.json").write_text(json.dumps(to_hf_config(cfg, "float32", token_ids), indent=2) + "\n")
 
 
 def verify(directory: Path) -> str:
@@ -60,16 +61,28 @@ def verify(directory: Path) -> str:
     except ImportError:
         raise UsageError("verify", "needs the transformers package (pip install -r requirements.txt)") from None
     config = read_config(directory, "verify")
-    model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32)
-    if (directory / "tokenizer.json").is_file():
-        ids = AutoTokenizer.from_pretrained(str(directory))("Checkpoints are written to FSx",
-                                                            return_tensors="pt")["input_ids"]
-    else:
-        ids = torch.arange(8)[None] % config["vocab_size"]
-    with torch.no_grad():
-        logits = model(ids).logits
+    tokenizer = None
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32)
+        if (directory / "tokenizer.json").is_file():
+            tokenizer = AutoTokenizer.from_pretrained(str(directory))
+            ids = tokenizer("Checkpoints are written to FSx", return_tensors="pt")["input_ids"]
+        else:
+            ids = torch.arange(8)[None] % int(config.get("vocab_size", 1))
+        with torch.no_grad():
+            logits = model(ids).logits
+    except Exception as exc:  # whatever transformers or safetensors raise: the verdict is one line
+        reason = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise UsageError("verify", f"{directory} does not load and run in transformers "
+                                   f"({type(exc).__name__}: {reason})") from None
     if not torch.isfinite(logits).all():
         raise UsageError("verify", f"{directory} loads but its logits are not finite")
+    for kind in ("bos", "eos"):  # generation stops on the config's eos: it must be the tokenizer's
+        said, actual = config.get(f"{kind}_token_id"), getattr(tokenizer, f"{kind}_token_id", None)
+        if tokenizer is not None and actual is not None and actual != said and not (
+                isinstance(said, list) and actual in said):
+            raise UsageError("verify", f"{directory}/config.json has {kind}_token_id {said!r}, its tokenizer's "
+                                       f"{kind} token is {actual}")
     n = sum(p.numel() for p in model.parameters())
     return (f"Hugging Face export {directory.resolve()} loads in transformers: {type(model).__name__}, "
             f"{n:,} parameters, logits {tuple(logits.shape)} finite")

@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainer.cli import UsageError
+from trainer.cli import UsageError, create_folder
 
 EXPECTED_CLASSES = 1000
 EXPECTED_VAL_IMAGES = 50_000
@@ -74,17 +74,30 @@ def _metadata_file(src: Path, name: str) -> Path:
     raise UsageError("--src", f"{src} has no {name} (the ILSVRC2012 release ships it beside ILSVRC/)")
 
 
+def _text_lines(path: Path):
+    """The lines of a UTF-8 text file, numbered from 1, line ends kept; one line of error for
+    anything else. Decoded line by line, so an error names its line."""
+    number = 0
+    try:
+        with path.open("rb") as f:
+            for number, line in enumerate(f, 1):
+                yield number, line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError("--src", f"{path}:{number}: not UTF-8 text ({exc.reason})") from None
+    except OSError as exc:
+        raise UsageError("--src", f"{path}: unreadable ({exc.strerror or exc})") from None
+
+
 def read_synsets(path: Path) -> list[str]:
     wnids = []
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            wnid = line.split(maxsplit=1)[0]
-            if not _WNID.match(wnid):
-                raise UsageError("--src", f"{path}:{number}: expected '<wnid> <names>' with a wnid like n01440764, "
-                                          f"got {line.strip()[:60]!r}")
-            wnids.append(wnid)
+    for number, line in _text_lines(path):
+        if not line.strip():
+            continue
+        wnid = line.split(maxsplit=1)[0]
+        if not _WNID.match(wnid):
+            raise UsageError("--src", f"{path}:{number}: expected '<wnid> <names>' with a wnid like n01440764, "
+                                      f"got {line.strip()[:60]!r}")
+        wnids.append(wnid)
     if not wnids:
         raise UsageError("--src", f"{path} lists no classes")
     return wnids
@@ -93,8 +106,8 @@ def read_synsets(path: Path) -> list[str]:
 def read_val_solution(path: Path, wnids: set[str]) -> dict[str, str]:
     """ImageId -> wnid: the first token of each PredictionString."""
     labels: dict[str, str] = {}
-    with path.open(encoding="utf-8", newline="") as f:
-        rows = csv.reader(f)
+    rows = csv.reader(line for _, line in _text_lines(path))
+    try:
         header = next(rows, None)
         if header != ["ImageId", "PredictionString"]:
             raise UsageError("--src", f"{path}:1: expected the header ImageId,PredictionString, got {header}")
@@ -105,6 +118,8 @@ def read_val_solution(path: Path, wnids: set[str]) -> dict[str, str]:
             if tokens[0] not in wnids:
                 raise UsageError("--src", f"{path}:{number}: {tokens[0]!r} is not a class of {SYNSETS}")
             labels[row[0]] = tokens[0]
+    except csv.Error as exc:
+        raise UsageError("--src", f"{path}:{rows.line_num}: not CSV ({exc})") from None
     return labels
 
 
@@ -160,8 +175,12 @@ def place(source: Path, target: Path, report: Report) -> None:
         if err.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
             raise
     partial = target.with_name(f".{target.name}.partial")
-    shutil.copyfile(source, partial)
-    os.replace(partial, target)
+    try:
+        shutil.copyfile(source, partial)
+        os.replace(partial, target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     report.copied += 1
 
 
@@ -171,8 +190,14 @@ def rearrange(src: Path, out: Path) -> Report:
     if not src.is_dir():
         raise UsageError("--src", f"{src} is not a folder")
     pairs, report = plan(src, out)
+    create_folder(out, "--out")
     for source, target in tqdm(pairs, desc="imagenet", unit="img", file=sys.stderr, mininterval=5):
-        place(source, target, report)
+        try:
+            place(source, target, report)
+        except OSError as exc:  # every file already placed is whole: a rerun goes on from there
+            if str(exc.filename) == str(source):
+                raise UsageError("--src", f"cannot read {source}: {exc.strerror or exc}") from None
+            raise UsageError("--out", f"cannot write {target}: {exc.strerror or exc}") from None
     return report
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from config.instance_types import INSTANCE_TYPES, PEAK_BF16_BY_DEVICE_NAME
+from trainer.cli import open_for_append
 from trainer.dist import all_reduce_mean
 from trainer.log import log
 
@@ -63,8 +64,7 @@ class MetricsLogger:
         self.peak = peak_flops(rt.device)
         self.file = None
         if self.is_main and cfg.metrics_file:
-            Path(cfg.metrics_file).parent.mkdir(parents=True, exist_ok=True)
-            self.file = open(cfg.metrics_file, "a", buffering=1)  # line-buffered: readable live
+            self.file = open_for_append(Path(cfg.metrics_file), "--metrics-file")
         self.loss_sum, self.loss_count = torch.zeros((), device=rt.device), 0
         self.last_loss: float | None = None
         self.reset()

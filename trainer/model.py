@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from config.models import MODELS, ModelConfig, RopeScaling, model_config  # noqa: F401  (re-exported)
-from trainer.chunked_loss import linear_cross_entropy
+from trainer.chunked_loss import cross_entropy, linear_cross_entropy
 from trainer.moe import MoEFeedForward, load_balancing_loss
 
 MODEL_PRESETS = MODELS  # the name the benchmarks use
@@ -236,5 +236,6 @@ class Transformer(nn.Module):
 
 
 def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    # Cross-entropy in fp32: the softmax over 128k logits loses too much in bf16.
-    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1))
+    # Cross-entropy in fp32: the softmax over 128k logits loses too much in bf16. The same
+    # ignore rule as the chunked path, so the two paths agree on every batch.
+    return cross_entropy(logits, labels)

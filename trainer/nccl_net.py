@@ -17,6 +17,15 @@ provider) NCCL falls back to TCP sockets and the job runs 5-10x slower, or hangs
    (aws-ofi-nccl src/nccl_ofi_net.cpp; "Selected Provider is <prov> (found N nics)" before v1.14)
    must say Libfabric and efa. Anything else ends the worker with EXIT_NOT_ON_EFA and one line
    starting CHECK_FAILED that names the cause; `ops logs` prints that line first.
+3. The NIC count in that provider line, compared with the instance table (config/instance_types.py
+   efa_interfaces for TRAINER_INSTANCE_TYPE; the pod requests exactly that many EFA devices,
+   k8s/common.py accelerator_resources). In aws-ofi-nccl v1.16.2 and v1.16.3 the count is the
+   number of fi_info entries of the selected provider and fabric (src/nccl_ofi_ofiutils.cpp
+   nccl_ofi_ofiutils_get_providers; one per EFA device the container sees), printed by
+   src/nccl_ofi_net.cpp nccl_net_ofi_query_provider_capabilities. The SENDRECV protocol multiplies
+   it by OFI_NCCL_NIC_DUP_CONNS first and says so ("DUP_CONNS of %d changing device count to %d",
+   src/nccl_ofi_sendrecv.cpp), which this divides back out. Fewer NICs than the table fails: a node
+   that lost an EFA device still trains, at a fraction of its bandwidth.
 
 NCCL keeps logging to that file for the rest of the run; its path is printed with the verdict.
 This module imports no torch, so `ops` can share its markers.
@@ -50,6 +59,7 @@ _QUIET_LEVELS = ("", "VERSION", "WARN")
 _USING_NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$")
 _PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is ([^\s,]+)"
                        r"(?:, fabric is ([^\s,]+))?(?:.*?\(found (\d+) nics\))?")
+_DUP_CONNS = re.compile(r"NET/OFI DUP_CONNS of (\d+) changing device count to (\d+)")
 _NCCL_WARN = re.compile(r"NCCL WARN (.+?)\s*$")
 _PLUGIN_MISSING = re.compile(r"NET/Plugin: ?(Could not find:.*?|.*cannot open shared object file.*?)\s*$")
 
@@ -59,6 +69,12 @@ def efa_expected(environ: MutableMapping[str, str]) -> bool:
     TRAINER_INSTANCE_TYPE has EFA interfaces in the instance-type table."""
     instance = INSTANCE_TYPES.get(environ.get("TRAINER_INSTANCE_TYPE", ""))
     return bool(environ.get("NCCL_NET_PLUGIN")) or bool(instance and instance.supports_efa)
+
+
+def expected_nics(environ: MutableMapping[str, str]) -> tuple[str, int] | None:
+    """(instance type, EFA interfaces) from the table for this pod, or None where it is not known."""
+    instance = INSTANCE_TYPES.get(environ.get("TRAINER_INSTANCE_TYPE", ""))
+    return (instance.name, instance.efa_interfaces) if instance and instance.supports_efa else None
 
 
 def expand_log_path(template: str, pid: int | None = None) -> Path:
@@ -100,9 +116,12 @@ class NcclNetwork:
 
 def parse(text: str) -> NcclNetwork:
     network = provider = fabric = nics = missing = None
+    dup_conns = 1
     warnings = []
     for line in text.splitlines():
-        if m := _USING_NETWORK.search(line):
+        if m := _DUP_CONNS.search(line):
+            dup_conns = max(1, int(m.group(1)))
+        elif m := _USING_NETWORK.search(line):
             network = network or m.group(1)
         elif m := _PROVIDER.search(line):
             provider, fabric = provider or m.group(1), fabric or m.group(2)
@@ -111,13 +130,16 @@ def parse(text: str) -> NcclNetwork:
             missing = missing or f"NET/Plugin: {m.group(1)}"
         if m := _NCCL_WARN.search(line):
             warnings.append(m.group(1))
+    if nics is not None:
+        nics //= dup_conns
     return NcclNetwork(network, provider, fabric, nics, missing, tuple(warnings))
 
 
 def cause(net: NcclNetwork, environ: MutableMapping[str, str]) -> str | None:
-    """Why this is not NCCL over aws-ofi-nccl's EFA provider, or None when it is."""
+    """Why this is not NCCL over aws-ofi-nccl's EFA provider with every EFA device of the instance,
+    or None when it is."""
     if net.on_ofi and net.provider == EFA_PROVIDER:
-        return None
+        return _missing_nics(net, environ)
     evidence = net.plugin_missing or (net.warnings[0] if net.warnings else None)
     detail = f" ({evidence})" if evidence else ""
     if net.on_ofi:
@@ -133,6 +155,21 @@ def cause(net: NcclNetwork, environ: MutableMapping[str, str]) -> str | None:
     if evidence:
         return (f"NCCL could not start the {environ.get('NCCL_NET', OFI_NCCL_NET)} network{detail}; "
                 "are the pod's vpc.amazonaws.com/efa devices (/dev/infiniband) present?")
+    return None
+
+
+def _missing_nics(net: NcclNetwork, environ: MutableMapping[str, str]) -> str | None:
+    expected = expected_nics(environ)
+    if expected is None:
+        return None
+    instance, count = expected
+    if net.nics is None:
+        return (f"aws-ofi-nccl logged no NIC count ('found N nics'), so all {count} EFA devices of "
+                f"{instance} cannot be confirmed")
+    if net.nics < count:
+        return (f"aws-ofi-nccl found {net.nics} EFA NICs, {instance} has {count}: this pod trains at about "
+                f"{net.nics}/{count} of the node's network bandwidth; check that the pod got "
+                f"vpc.amazonaws.com/efa: {count} and the node's EFA devices (ops doctor)")
     return None
 
 
@@ -159,8 +196,10 @@ def confirm(log: Path, environ: MutableMapping[str, str], *, init_error: BaseExc
     if net.network is None:
         raise NotOnEfa(f"{CHECK_FAILED} NCCL logged no 'Using network' line, so EFA cannot be confirmed "
                        f"[NCCL log: {log}]")
-    extra = ", ".join(p for p in (net.fabric and f"fabric {net.fabric}", net.nics is not None and f"{net.nics} NICs")
-                      if p)
+    expected = expected_nics(environ)
+    nics = net.nics is not None and (f"{net.nics} of {expected[1]} NICs of {expected[0]}" if expected
+                                     else f"{net.nics} NICs")
+    extra = ", ".join(p for p in (net.fabric and f"fabric {net.fabric}", nics) if p)
     return (f"{CHECK_PASSED} NCCL network {net.network}, libfabric provider {net.provider}"
             + (f" ({extra})" if extra else "") + f" [NCCL log: {log}]")
 

@@ -10,18 +10,25 @@ figure puts throughput and scaling efficiency against the number of devices, wit
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
 
-from trainer.cli import Parser, UsageError, run_main
+from trainer.cli import Parser, UsageError, create_folder, run_main
 
 
 def read_metrics(path: Path) -> list[dict]:
     if not path.is_file():
-        raise UsageError("METRICS", f"{path} does not exist")
+        raise UsageError("METRICS", f"{path} does not exist" if not path.exists() else f"{path} is not a file")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError("METRICS", f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise UsageError("METRICS", f"{path} is unreadable ({exc.strerror or exc})") from None
     records = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -44,10 +51,31 @@ def _pyplot():
     return plt
 
 
+def check_output(output: Path) -> str:
+    """The image format `output` names (png without a suffix), its folder created; before any
+    plotting, so a bad -o is one line."""
+    fmt = output.suffix[1:].lower() or "png"
+    from matplotlib.backend_bases import FigureCanvasBase
+    if fmt not in FigureCanvasBase.get_supported_filetypes():
+        raise UsageError("--output", f"{output}: {fmt!r} is not an image format matplotlib writes (png, svg, pdf)")
+    if output.is_dir():
+        raise UsageError("--output", f"{output} is a folder, expected an image file name")
+    create_folder(output.parent, "--output")
+    return fmt
+
+
 def _save(fig, output: Path) -> None:
+    """Written under a temporary name and renamed: a reader never sees half an image."""
     fig.tight_layout()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=100)
+    fmt = check_output(output)
+    tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            fig.savefig(f, dpi=100, format=fmt)
+        os.replace(tmp, output)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UsageError("--output", f"cannot write {output}: {exc.strerror or exc}") from None
 
 
 def plot(records: list[dict], output: Path) -> None:
@@ -95,6 +123,11 @@ def run_point(path: Path) -> dict:
     epochs = [r for r in read_metrics(metrics) if r.get("kind") == "epoch" and r.get("images_per_sec")]
     if not epochs:
         raise UsageError("RUN", f"{metrics} holds no epoch lines of trainer.vision")
+    for r in epochs:
+        if not (isinstance(r.get("world_size"), int) and r["world_size"] > 0
+                and all(isinstance(r.get(k), (int, float)) for k in ("images_per_sec", "epoch_time_s"))):
+            raise UsageError("RUN", f"{metrics}: epoch {r.get('step')} lacks a numeric world_size, images_per_sec "
+                                    "or epoch_time_s")
     sizes = {r["world_size"] for r in epochs}
     if len(sizes) != 1:
         raise UsageError("RUN", f"{metrics} mixes world sizes {sorted(sizes)}; give one run per size")
@@ -137,6 +170,7 @@ def scaling_main(argv) -> int:
     p.add_argument("runs", metavar="RUN", nargs="+", help="metrics file of a trainer.vision run (or its folder)")
     p.add_argument("-o", "--output", default="scaling.png", help="image to write")
     args = p.parse_args(argv)
+    check_output(Path(args.output))
     table = scaling_table([run_point(Path(r)) for r in args.runs])
     if len({row["devices"] for row in table}) != len(table):
         raise UsageError("RUN", "two runs have the same number of devices; give one run per size")
@@ -157,6 +191,7 @@ def main(argv=None) -> int:
     p.add_argument("metrics", metavar="METRICS", nargs="?", default="metrics.jsonl", help="JSON-lines metrics file")
     p.add_argument("-o", "--output", default="curves.png", help="image to write")
     args = p.parse_args(argv)
+    check_output(Path(args.output))
     records = read_metrics(Path(args.metrics))
     plot(records, Path(args.output))
     print(f"wrote {args.output} ({len(records)} points)")

@@ -15,12 +15,13 @@ import gzip
 import json
 import os
 import shutil
-import tempfile
+import zlib
 from array import array
 from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
 
-from trainer.cli import Parser, UsageError, positive_int
+from trainer.cli import Parser, UsageError, positive_int, staging_folder
 
 SUFFIXES = (".txt", ".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
 EOS_CANDIDATES = ("<|end_of_text|>", "</s>", "<|endoftext|>", "<eos>")
@@ -62,8 +63,7 @@ def documents(path: Path, text_field: str, progress) -> Iterator[list[str]]:
     kind = _kind(path)
     if kind == ".txt":
         with open(path, "rb") as f:
-            while block := f.read(TEXT_BLOCK_BYTES):
-                block += f.readline()  # end on a line boundary
+            while block := _read_block(f, path):
                 progress(len(block))
                 yield [block.decode("utf-8", errors="replace")]
         return
@@ -76,32 +76,66 @@ def documents(path: Path, text_field: str, progress) -> Iterator[list[str]]:
         if text_field not in table.schema_arrow.names:
             raise UsageError("--text-field", f"{path} has no column {text_field!r} (columns: "
                                              f"{', '.join(table.schema_arrow.names)})")
-        share = path.stat().st_size / max(1, table.metadata.num_rows)
-        for batch in table.iter_batches(batch_size=BATCH_DOCUMENTS, columns=[text_field]):
-            texts = [t for t in batch.column(0).to_pylist() if t]
-            progress(share * batch.num_rows)
-            yield texts
-        return
-    opener = gzip.open if kind.endswith(".gz") else open
-    with open(path, "rb") as raw, opener(raw if kind.endswith(".gz") else path, "rt", encoding="utf-8") as f:
-        batch, last = [], 0
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
+        size, rows, rows_done, reported = path.stat().st_size, max(1, table.metadata.num_rows), 0, 0
+        batches = table.iter_batches(batch_size=BATCH_DOCUMENTS, columns=[text_field])
+        while True:
             try:
-                text = json.loads(line)[text_field]
-            except (ValueError, KeyError, TypeError):
-                raise UsageError("--input", f"{path}:{number}: not a JSON object with a {text_field!r} field "
-                                            "(see --text-field)") from None
-            batch.append(text)
-            if len(batch) == BATCH_DOCUMENTS:
-                progress(raw.tell() - last)
-                last = raw.tell()
+                batch = next(batches, None)
+            except Exception as exc:  # pyarrow's errors for a damaged page (ArrowInvalid, OSError, ...)
+                raise UsageError("--input", f"{path}: damaged Parquet data ({str(exc).splitlines()[0][:160]})"
+                                 ) from None
+            if batch is None:
+                return
+            texts = [t for t in batch.column(0).to_pylist() if t]
+            rows_done += batch.num_rows
+            # Whole bytes in proportion to rows, so the file's share of the bar adds up exactly.
+            progress(size * rows_done // rows - reported)
+            reported = size * rows_done // rows
+            yield texts
+    number = 0
+    try:
+        # One handle: raw.tell() is the progress in the file's own bytes, compressed or not.
+        with open(path, "rb") as raw, (gzip.open(raw, "rb") if kind.endswith(".gz") else nullcontext(raw)) as f:
+            batch, last = [], 0
+            for number, line in enumerate(f, 1):
+                line = line.decode("utf-8")  # per line, so an error names its line
+                if not line.strip():
+                    continue
+                try:
+                    text = json.loads(line)[text_field]
+                except (ValueError, KeyError, TypeError):
+                    raise UsageError("--input", f"{path}:{number}: not a JSON object with a {text_field!r} field "
+                                                "(see --text-field)") from None
+                batch.append(text)
+                if len(batch) == BATCH_DOCUMENTS:
+                    progress(raw.tell() - last)
+                    last = raw.tell()
+                    yield batch
+                    batch = []
+            progress(raw.tell() - last)
+            if batch:
                 yield batch
-                batch = []
-        progress(raw.tell() - last)
-        if batch:
-            yield batch
+    # Only reading happens in this block: the consumer's errors (a full disk) stay its own.
+    except UnicodeDecodeError as exc:
+        raise UsageError("--input", f"{path}:{number}: not UTF-8 text ({exc.reason})") from None
+    except EOFError:
+        raise UsageError("--input", f"{path}: truncated: the gzip stream ends after line {number} without its "
+                                    "end marker") from None
+    except gzip.BadGzipFile as exc:
+        raise UsageError("--input", f"{path}: not a gzip file ({exc})") from None
+    except zlib.error as exc:
+        raise UsageError("--input", f"{path}: corrupt gzip data after line {number} ({exc})") from None
+    except OSError as exc:
+        raise UsageError("--input", f"{path}: unreadable after line {number} ({exc.strerror or exc})") from None
+
+
+def _read_block(f, path: Path) -> bytes:
+    """The next block of whole lines of a text file."""
+    try:
+        block = f.read(TEXT_BLOCK_BYTES)
+        return block + f.readline() if block else block  # end on a line boundary
+    except OSError as exc:
+        raise UsageError("--input", f"{path}: unreadable ({exc.strerror or exc})") from None
 
 
 class ShardWriter:
@@ -158,8 +192,7 @@ def prepare(tokenizer_path: Path, inputs: list[Path], output: Path, shard_tokens
         raise UsageError("--output", f"{output} exists and is not an empty folder")
     vocab = tok.get_vocab_size()
     dtype = "uint16" if vocab <= 2**16 else "uint32"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    staging = staging_folder(output, "--output")
     writer = ShardWriter(staging, shard_tokens, "H" if dtype == "uint16" else "I")
     docs = 0
     try:
@@ -185,11 +218,21 @@ def prepare(tokenizer_path: Path, inputs: list[Path], output: Path, shard_tokens
         if output.exists():
             output.rmdir()
         os.replace(staging, output)
+    except OSError as exc:  # reading errors are UsageErrors already: this is the output failing
+        _discard(writer, staging)
+        raise UsageError("--output", f"writing {output} failed: {exc.strerror or exc}") from None
     except BaseException:
-        writer.close()
-        shutil.rmtree(staging, ignore_errors=True)
+        _discard(writer, staging)
         raise
     return meta
+
+
+def _discard(writer: ShardWriter, staging: Path) -> None:
+    try:
+        writer.close()
+    except OSError:
+        pass  # the shard being written is deleted with its folder
+    shutil.rmtree(staging, ignore_errors=True)
 
 
 def summary(meta: dict, output: Path) -> str:

@@ -15,6 +15,7 @@ Checkpoints (trainer/checkpoint.py) hold the model, the optimizer and the global
 from __future__ import annotations
 
 import json
+import pickle
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from trainer.cli import Parser, UsageError, non_negative_int, positive_float, po
 from trainer.log import log
 from trainer.optim import warmup_cosine_factor
 from trainer.preemption import Preemption
+from trainer.safe_load import weights_only_refusal
 from trainer.torchvision_compat import import_torchvision
 from trainer.vision_data import DataConfig, ElasticSampler, build_datasets, train_loader, val_loader
 from trainer.vision_metrics import VisionMetrics
@@ -120,6 +122,9 @@ def build_model(spec: ModelSpec, classes: int) -> torch.nn.Module:
     if spec.init_from:
         try:
             state = torch.load(spec.init_from, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as exc:  # code in a file on shared storage never runs
+            raise UsageError("--init-from", f"{spec.init_from}: {weights_only_refusal(exc)}") from None
+        try:
             model.load_state_dict(state.get("model", state) if isinstance(state, dict) else state)
         except Exception as exc:  # a foreign file or another model's weights: one line
             raise UsageError("--init-from", f"{spec.init_from} is not a {spec.name} state_dict with {classes} "

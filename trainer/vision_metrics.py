@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from trainer.cli import open_for_append
 from trainer.log import log
 
 
@@ -23,8 +24,7 @@ class VisionMetrics:
         self.rt, self.log_every, self.batch_size = rt, log_every, batch_size
         self.file = None
         if rt.is_main and metrics_file:
-            Path(metrics_file).parent.mkdir(parents=True, exist_ok=True)
-            self.file = open(metrics_file, "a", buffering=1)  # line-buffered: readable while it runs
+            self.file = open_for_append(Path(metrics_file), "--metrics-file")
         self._window()
         self.epoch_start(0)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from array import array
 
 import pyarrow as pa
@@ -13,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from tokenizers import Tokenizer
 
-from trainer.cli import UsageError
+from trainer.cli import UsageError, run_main
 from trainer.hf_tiny import write_tiny
 from trainer.prepare import main, prepare
 
@@ -124,3 +125,74 @@ def test_skip_if_prepared_leaves_finished_shards_alone_and_still_refuses_a_half_
     (out / "meta.json").unlink()
     with pytest.raises(UsageError, match="exists and is not an empty folder"):
         main(args)
+
+
+def _gzip_cases(root):
+    """Hostile .gz inputs, as a crawl or an interrupted copy leaves them."""
+    whole = (root / "in" / "b.json.gz").read_bytes()
+    cases = {
+        "truncated": (whole[:len(whole) // 2], r"truncated: the gzip stream ends after line \d+ without its end marker"),
+        "not-gzip": (b"plain text, not gzip\n", r"not a gzip file"),
+        "corrupt-body": (whole[:10] + b"\xff" * 40 + whole[50:], r"corrupt gzip data after line \d+"),
+    }
+    return cases
+
+
+@pytest.mark.parametrize("case", ["truncated", "not-gzip", "corrupt-body"])
+def test_a_corrupt_or_truncated_gzip_input_is_one_line_exit_2_and_leaves_no_output(corpus, tmp_path, capsys, case):
+    data, pattern = _gzip_cases(corpus)[case]
+    bad = tmp_path / "in" / "c4-00001.json.gz"
+    bad.parent.mkdir()
+    bad.write_bytes(data)
+    code, err = run_prepare(["--tokenizer", str(corpus / "model"), "--input", str(bad),
+                             "--output", str(tmp_path / "out")], capsys)
+    assert code == 2
+    assert re.fullmatch(rf"error: --input: {re.escape(str(bad))}: {pattern}( \(.*\))?", err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]  # no output, no staging folder
+
+
+def test_json_lines_that_are_not_utf8_name_the_line(corpus, tmp_path, capsys):
+    bad = tmp_path / "latin1.jsonl"
+    bad.write_bytes(json.dumps({"text": "ok"}).encode() + b"\n" + '{"text": "café"}\n'.encode("latin-1"))
+    code, err = run_prepare(["--tokenizer", str(corpus / "model"), "--input", str(bad),
+                             "--output", str(tmp_path / "out")], capsys)
+    assert (code, err) == (2, f"error: --input: {bad}:2: not UTF-8 text (invalid continuation byte)")
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "a-file"])
+def test_an_output_that_cannot_be_created_is_one_line_and_exit_2(corpus, tmp_path, capsys, where):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    output = blocker / "tokens" if where == "under-a-file" else blocker
+    code, err = run_prepare(["--tokenizer", str(corpus / "model"), "--input", str(corpus / "in" / "a.jsonl"),
+                             "--output", str(output)], capsys)
+    expected = (f"cannot create {output}: {blocker} is a file, not a folder" if where == "under-a-file"
+                else f"{output} exists and is not an empty folder")
+    assert (code, err) == (2, f"error: --output: {expected}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+@pytest.mark.parametrize("tokenizer, message", [
+    ("folder-without-one", "is neither a tokenizer.json nor a directory holding one"),
+    ("binary-file", "is not a tokenizer.json"),
+    ("tokenizer-json-is-a-folder", "is neither a tokenizer.json nor a directory holding one"),
+])
+def test_a_tokenizer_path_of_the_wrong_kind_is_one_line(corpus, tmp_path, capsys, tokenizer, message):
+    path = tmp_path / tokenizer
+    if tokenizer == "binary-file":
+        path.write_bytes(bytes(range(256)) * 4)
+    else:
+        (path / "tokenizer.json" if tokenizer == "tokenizer-json-is-a-folder" else path).mkdir(parents=True)
+    code, err = run_prepare(["--tokenizer", str(path), "--input", str(corpus / "in" / "a.jsonl"),
+                             "--output", str(tmp_path / "out")], capsys)
+    assert code == 2 and err.startswith("error: --tokenizer: ") and message in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def run_prepare(args, capsys) -> tuple[int, str]:
+    """Exit status and the last line on stderr (the progress bar may come before it)."""
+    with pytest.raises(SystemExit) as exit_:
+        run_main(lambda: main(["prepare", *args]))
+    err = capsys.readouterr().err
+    assert err.endswith("\n") and "Traceback" not in err, err
+    return exit_.value.code, err.rstrip("\n").split("\n")[-1]

@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 
+from crafted import CreatesMarker
 from trainer import ddp
 from trainer_procs import REPO, Job, job_env, run, torchrun_args
 
@@ -31,7 +32,7 @@ def test_loss_falls_and_a_rerun_resumes_at_the_epoch_after_the_snapshot(tmp_path
     assert [e for e, _ in logged] == [0, 1, 2, 3]
     assert logged[-1][1] < 0.5 * logged[0][1], f"loss did not fall: {logged}"
     assert len(epochs_logged(out, rank=1)) == 4  # both ranks train and log in the seeds' format
-    assert torch.load(snap, weights_only=False)["epochs_run"] == 4
+    assert torch.load(snap, weights_only=True)["epochs_run"] == 4
 
     rc, out = run(torchrun_args("trainer.ddp", [*args[:1], "6", *args[2:]]))
     assert rc == 0, out
@@ -60,7 +61,7 @@ def test_a_sigkilled_worker_is_restarted_and_the_job_finishes_from_the_newest_sn
     # No epoch is lost beyond one snapshot interval.
     assert resumed[0] >= last_seen + 1 - save_every
     assert max(e for e, _ in epochs_logged(out)) == 29
-    assert torch.load(snap, weights_only=False)["epochs_run"] == 30
+    assert torch.load(snap, weights_only=True)["epochs_run"] == 30
 
 
 def test_snapshot_round_trip_restores_model_optimizer_epoch_and_rng(tmp_path):
@@ -125,6 +126,49 @@ def test_a_snapshot_that_is_not_one_gives_one_line(tmp_path):
     p = subprocess.run([sys.executable, "-m", "trainer.ddp", "--snapshot-path", str(bad)], cwd=REPO, env=job_env(),
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "--snapshot-path" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_a_crafted_snapshot_is_refused_in_one_line_and_its_code_never_runs(tmp_path):
+    """The snapshot lives on shared, writable FSx: whoever can write it must not run code in the
+    next pod that resumes."""
+    crafted, marker = tmp_path / "snap.pt", tmp_path / "marker"
+    task = ddp.TaskConfig()
+    state = {"model": ddp.make_model(task).state_dict(), "epochs_run": CreatesMarker(marker)}
+    torch.save(state, crafted)
+    p = subprocess.run([sys.executable, "-m", "trainer.ddp", "--snapshot-path", str(crafted)], cwd=REPO,
+                       env=job_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr == (
+        f"error: --snapshot-path: {crafted}: it refers to io.open, which is neither a tensor nor plain data; "
+        "refused without running it (snapshots load with weights_only=True)\n"), p.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("damage", ["python-rng", "epochs", "missing-optimizer"])
+def test_a_snapshot_of_plain_data_but_the_wrong_shape_is_one_line(tmp_path, damage):
+    task = ddp.TaskConfig()
+    model, path = ddp.make_model(task), tmp_path / "s.pt"
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ddp.save_snapshot(path, model, opt, epochs_run=2)
+    state = torch.load(path, weights_only=True)
+    if damage == "python-rng":
+        state["rng"]["python"] = "not a state"
+    elif damage == "epochs":
+        state["epochs_run"] = -3
+    else:
+        del state["optimizer"]
+    torch.save(state, path)
+    with pytest.raises(ddp.UsageError) as err:
+        ddp.load_snapshot(path, ddp.make_model(task), torch.optim.SGD(model.parameters(), lr=0.1))
+    assert str(err.value).startswith(f"--snapshot-path: {path} is not a snapshot this job can resume from (")
+    assert "\n" not in str(err.value)
+
+
+def test_a_snapshot_path_below_a_file_is_refused_before_training(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(ddp.UsageError) as err:
+        ddp.main(["--snapshot-path", str(blocker / "snap.pt"), "--epochs", "1"])
+    assert str(err.value) == f"--snapshot-path: cannot create {blocker / 'snap.pt'}: {blocker} is a file, not a folder"
 
 
 def test_every_argument_has_help():

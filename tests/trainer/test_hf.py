@@ -169,7 +169,7 @@ def test_a_two_rank_fsdp2_load_computes_what_a_one_rank_load_computes(tmp_path):
         rc, out = run(argv)
         assert rc == 0, out
     for kind in ("llama-tied", "mixtral"):
-        one, two = (torch.load(tmp_path / f"n{n}-{kind}.pt") for n in (1, 2))
+        one, two = (torch.load(tmp_path / f"n{n}-{kind}.pt", weights_only=True) for n in (1, 2))
         torch.testing.assert_close(two, one, rtol=1e-5, atol=1e-5)
         assert one.abs().max() > 0
 

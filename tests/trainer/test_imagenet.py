@@ -123,6 +123,10 @@ def test_listed_but_absent_validation_images_are_reported(release, tmp_path):
      "n09999999 is not a class of LOC_synset_mapping.txt"),
     (lambda s: (s / "ILSVRC/Data/CLS-LOC/val" / "ILSVRC2012_val_00099999.JPEG").write_bytes(b"x"),
      "ILSVRC2012_val_00099999.JPEG is not listed in LOC_val_solution.csv (1 validation images are not)"),
+    (lambda s: (s / "LOC_synset_mapping.txt").write_bytes("n01440764 tench\nn01443537 poisson doré\n".encode("latin-1")),
+     "LOC_synset_mapping.txt:2: not UTF-8 text (invalid continuation byte)"),
+    (lambda s: (s / "LOC_val_solution.csv").write_text("ImageId,PredictionString\n" + "x" * 200_000 + "\n"),
+     "LOC_val_solution.csv:2: not CSV (field larger than field limit (131072))"),
 ])
 def test_a_missing_or_malformed_input_is_one_error_naming_file_and_line(release, tmp_path, breakage, message):
     src, _ = release
@@ -163,3 +167,29 @@ def test_a_source_image_replaced_since_the_last_run_is_placed_again_even_at_the_
     report = imagenet.rearrange(src, out)
     assert (report.present, report.linked) == (11, 1)
     assert (out / "val" / label / f"{image_id}.JPEG").read_bytes() == source.read_bytes()
+
+
+def test_an_output_that_cannot_be_created_is_one_line_and_exit_2(release, tmp_path):
+    src, _ = release
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    proc = run_cli("--src", str(src), "--out", str(blocker / "imagenet"))
+    assert proc.returncode == 2
+    assert proc.stderr == f"error: --out: cannot create {blocker / 'imagenet'}: {blocker} is a file, not a folder\n"
+
+
+def test_a_copy_that_fails_leaves_no_partial_file_and_is_one_line(release, tmp_path, monkeypatch):
+    src, _ = release
+
+    def no_links(*args):
+        raise OSError(18, "Invalid cross-device link")
+
+    def full_disk(source, target):
+        Path(target).write_bytes(b"half")
+        raise OSError(28, "No space left on device", str(target))
+
+    monkeypatch.setattr(imagenet.os, "link", no_links)
+    monkeypatch.setattr(imagenet.shutil, "copyfile", full_disk)
+    with pytest.raises(UsageError, match=r"^--out: cannot write .*\.JPEG: No space left on device$"):
+        imagenet.rearrange(src, tmp_path / "out")
+    assert not list((tmp_path / "out").rglob("*.partial")) and not list((tmp_path / "out").rglob("*.JPEG"))

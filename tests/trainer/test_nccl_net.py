@@ -30,7 +30,47 @@ def test_nccl_on_the_efa_provider_passes_and_says_so(tmp_path):
     net = nccl_net.parse(log.read_text())
     assert (net.network, net.provider, net.fabric, net.nics) == ("Libfabric", "efa", "efa-direct", 32)
     assert nccl_net.confirm(log, dict(EFA_POD)) == (
-        f"{CHECK_PASSED} NCCL network Libfabric, libfabric provider efa (fabric efa-direct, 32 NICs) [NCCL log: {log}]")
+        f"{CHECK_PASSED} NCCL network Libfabric, libfabric provider efa (fabric efa-direct, 32 of 32 NICs of "
+        f"p5.48xlarge) [NCCL log: {log}]")
+
+
+def test_fewer_efa_nics_than_the_instance_table_says_fails_naming_both_counts(tmp_path):
+    log = recorded("nccl_init_efa_missing_nic.log", tmp_path)
+    with pytest.raises(NotOnEfa) as err:
+        nccl_net.confirm(log, dict(EFA_POD))
+    assert str(err.value) == (
+        f"{CHECK_FAILED} aws-ofi-nccl found 31 EFA NICs, p5.48xlarge has 32: this pod trains at about 31/32 of "
+        "the node's network bandwidth; check that the pod got vpc.amazonaws.com/efa: 32 and the node's EFA "
+        f"devices (ops doctor) [NCCL log: {log}]")
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("instance, nics, passes", [
+    ("p4d.24xlarge", 4, True), ("p4d.24xlarge", 3, False), ("p5en.48xlarge", 16, True),
+    ("p5en.48xlarge", 8, False), ("g5.48xlarge", 1, True), ("p5.48xlarge", 32, True)])
+def test_the_nic_count_is_compared_with_each_instance_types_efa_interfaces(instance, nics, passes):
+    text = (f"h:1:1 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa (found {nics} nics)\n"
+            "h:1:1 [0] NCCL INFO Using network Libfabric\n")
+    why = nccl_net.cause(nccl_net.parse(text), dict(EFA_POD, TRAINER_INSTANCE_TYPE=instance))
+    assert (why is None) == passes, why
+
+
+def test_a_provider_line_without_a_nic_count_fails_where_the_table_knows_the_count():
+    net = nccl_net.parse("h:1:1 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa\n"
+                         "h:1:1 [0] NCCL INFO Using network Libfabric\n")
+    assert nccl_net.cause(net, dict(EFA_POD)) == (
+        "aws-ofi-nccl logged no NIC count ('found N nics'), so all 32 EFA devices of p5.48xlarge cannot be confirmed")
+    # A pod that names no instance type of the table (its own NCCL_NET_PLUGIN) is checked for EFA only.
+    assert nccl_net.cause(net, {"NCCL_NET_PLUGIN": "ofi", "TRAINER_INSTANCE_TYPE": "p9.unknown"}) is None
+
+
+def test_duplicated_connections_are_counted_once_per_nic():
+    """SENDRECV with OFI_NCCL_NIC_DUP_CONNS multiplies the devices before printing the count."""
+    net = nccl_net.parse("h:1:1 [0] NCCL INFO NET/OFI DUP_CONNS of 4 changing device count to 12\n"
+                         "h:1:1 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa (found 12 nics)\n"
+                         "h:1:1 [0] NCCL INFO Using network Libfabric\n")
+    assert net.nics == 3
+    assert "found 3 EFA NICs, p4d.24xlarge has 4" in nccl_net.cause(net, dict(EFA_POD, TRAINER_INSTANCE_TYPE="p4d.24xlarge"))
 
 
 def test_a_fallback_to_sockets_fails_naming_the_missing_plugin(tmp_path):

@@ -1,0 +1,199 @@
+"""`python -m trainer.hf export`: the export carries the tokenizer of the Hugging Face directory the
+run started from and its bos/eos ids, so transformers loads it with its tokenizer; a run that did
+not start from one says so in one line; a bad checkpoint record or output path is one line and
+exit 2, with nothing written."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", reason="transformers is a pinned test dependency")
+
+from crafted import CreatesMarker  # noqa: E402
+from trainer.cli import run_main  # noqa: E402
+from trainer.hf import load_hf_weights, main  # noqa: E402
+from trainer.hf_config import from_hf_config, read_config  # noqa: E402
+from trainer.hf_tiny import write_tiny  # noqa: E402
+from trainer.model import Transformer  # noqa: E402
+from trainer.torchvision_compat import prepare  # noqa: E402
+
+prepare()  # transformers' Auto classes import torchvision when it is installed
+CPU = type("Runtime", (), {"device": torch.device("cpu"), "is_main": False})()
+
+
+@pytest.fixture(scope="module")
+def run_dirs(tmp_path_factory):
+    """A tiny Hugging Face directory, and a checkpoint of ours that started from it."""
+    import torch.distributed.checkpoint as dcp
+    root = tmp_path_factory.mktemp("hf-export")
+    source, ckpt = root / "hf", root / "ckpt"
+    write_tiny(source)
+    model = Transformer(from_hf_config(read_config(source)))
+    load_hf_weights(model, source, CPU)
+    step = ckpt / "step-00000002"
+    dcp.save({"app": {"model": model.state_dict()}}, checkpoint_id=str(step), no_dist=True)
+    (step / "COMPLETE").write_text("2\n")
+    (ckpt / "model.json").write_text(json.dumps({"model": model.cfg.to_dict(), "init_from_hf": str(source)}))
+    return source, ckpt
+
+
+def run_cli(argv, capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_:
+        run_main(lambda: main(argv))
+    out, err = capsys.readouterr()
+    return exit_.value.code, out, err
+
+
+def copy_checkpoint(ckpt: Path, tmp_path: Path, record=None) -> Path:
+    copy = tmp_path / "ckpt"
+    shutil.copytree(ckpt, copy)
+    if record is not None:
+        (copy / "model.json").write_text(record if isinstance(record, str) else json.dumps(record))
+    return copy
+
+
+def assert_loads_with_the_sources_tokenizer(out: Path, source: Path):
+    tok, reference = (transformers.AutoTokenizer.from_pretrained(str(d)) for d in (out, source))
+    text = "Checkpoints are written to FSx"
+    assert tok(text)["input_ids"] == reference(text)["input_ids"]
+    config = json.loads((out / "config.json").read_text())
+    generation = transformers.GenerationConfig.from_pretrained(str(out))
+    for kind in ("bos", "eos"):
+        expected = reference.convert_tokens_to_ids(getattr(reference, f"{kind}_token"))
+        assert getattr(tok, f"{kind}_token_id") == expected
+        assert config[f"{kind}_token_id"] == expected and getattr(generation, f"{kind}_token_id") == expected
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(out))
+    assert (model.config.bos_token_id, model.config.eos_token_id) == (config["bos_token_id"], config["eos_token_id"])
+
+
+def test_the_export_loads_in_transformers_with_the_tokenizer_the_run_started_from(run_dirs, tmp_path, capsys):
+    source, ckpt = run_dirs
+    code, out, err = run_cli(["export", "--checkpoint", str(ckpt), "--out", str(tmp_path / "out"), "--dtype", "fp32"],
+                             capsys)
+    assert (code, err) == (0, "")
+    assert_loads_with_the_sources_tokenizer(tmp_path / "out", source)
+
+
+def test_ids_missing_from_the_sources_config_come_from_its_tokenizer(run_dirs, tmp_path, capsys):
+    source, ckpt = run_dirs
+    bare = tmp_path / "hf"
+    shutil.copytree(source, bare)
+    config = json.loads((bare / "config.json").read_text())
+    for key in ("bos_token_id", "eos_token_id"):
+        config.pop(key)
+    (bare / "config.json").write_text(json.dumps(config))
+    record = json.loads((ckpt / "model.json").read_text()) | {"init_from_hf": str(bare)}
+    code, _, err = run_cli(["export", "--checkpoint", str(copy_checkpoint(ckpt, tmp_path, record)),
+                            "--out", str(tmp_path / "out")], capsys)
+    assert (code, err) == (0, "")
+    assert_loads_with_the_sources_tokenizer(tmp_path / "out", source)
+
+
+def test_a_run_not_started_from_hugging_face_says_so_in_one_line_and_exports_the_weights(run_dirs, tmp_path, capsys):
+    source, ckpt = run_dirs
+    record = {"model": json.loads((ckpt / "model.json").read_text())["model"], "init_from_hf": None}
+    scratch = copy_checkpoint(ckpt, tmp_path, record)
+    code, out, err = run_cli(["export", "--checkpoint", str(scratch), "--out", str(tmp_path / "out")], capsys)
+    assert code == 0 and out.startswith("Exported")
+    assert err == ("note: the run did not start from a Hugging Face directory (model.json has no init_from_hf); "
+                   "exported without a tokenizer; give --tokenizer DIR (a Hugging Face directory) to add one\n")
+    assert not (tmp_path / "out" / "tokenizer.json").exists()
+    assert "bos_token_id" not in json.loads((tmp_path / "out" / "config.json").read_text())
+    transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "out"))
+    capsys.readouterr()  # transformers' own progress bar
+    # --tokenizer supplies what the record lacks.
+    code, _, err = run_cli(["export", "--checkpoint", str(scratch), "--out", str(tmp_path / "with"),
+                            "--tokenizer", str(source)], capsys)
+    assert (code, err) == (0, "")
+    assert_loads_with_the_sources_tokenizer(tmp_path / "with", source)
+
+
+def _record(ckpt: Path, **model_changes) -> dict:
+    record = json.loads((ckpt / "model.json").read_text())
+    record["model"].update(model_changes)
+    return record
+
+
+@pytest.mark.parametrize("record, message", [
+    ("[1, 2]", "holds a JSON list, not an object"),
+    ("{not json", "is not JSON"),
+    ('{"model": [64]}', "'model' must be an object, got list"),
+    ('{"model": {}}', "model.dim must be int, got None"),
+    ("dim-as-text", "model.dim must be int, got '64'"),
+    ("tie-as-int", "model.tie_embeddings must be bool, got 1"),
+    ("zero-heads", "model.n_heads must be at least 1, got 0"),
+    ("source-as-number", "'init_from_hf' must be a path, got int"),
+])
+def test_a_model_json_of_the_wrong_shape_is_one_line_and_exit_2(run_dirs, tmp_path, capsys, record, message):
+    _, ckpt = run_dirs
+    record = {"dim-as-text": lambda: _record(ckpt, dim="64"), "tie-as-int": lambda: _record(ckpt, tie_embeddings=1),
+              "zero-heads": lambda: _record(ckpt, n_heads=0),
+              "source-as-number": lambda: {**json.loads((ckpt / "model.json").read_text()), "init_from_hf": 5},
+              }.get(record, lambda: record)()
+    bad = copy_checkpoint(ckpt, tmp_path, record)
+    code, out, err = run_cli(["export", "--checkpoint", str(bad), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith(f"error: --checkpoint: {bad / 'model.json'}") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_output_that_cannot_be_created_is_one_line_and_exit_2(run_dirs, tmp_path, capsys):
+    _, ckpt = run_dirs
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for out, message in ((blocker / "out", "--out: cannot create"), (blocker, "--out: .* exists and is not a folder")):
+        code, _, err = run_cli(["export", "--checkpoint", str(ckpt), "--out", str(out)], capsys)
+        assert code == 2 and err.count("\n") == 1, err
+        assert err.startswith("error: --out: ") and __import__("re").search(message, err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_a_tokenizer_that_is_not_a_directory_is_one_line_and_exit_2(run_dirs, tmp_path, capsys):
+    source, ckpt = run_dirs
+    code, _, err = run_cli(["export", "--checkpoint", str(ckpt), "--out", str(tmp_path / "out"),
+                            "--tokenizer", str(source / "tokenizer.json")], capsys)
+    assert code == 2 and err.startswith(f"error: --tokenizer: {source / 'tokenizer.json'} is not a directory")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated-data", "no-metadata", "crafted-metadata"])
+def test_a_damaged_checkpoint_is_one_line_and_leaves_no_output(run_dirs, tmp_path, capsys, damage):
+    _, ckpt = run_dirs
+    damaged = copy_checkpoint(ckpt, tmp_path)
+    if damage == "no-metadata":
+        (damaged / "step-00000002" / ".metadata").unlink()
+    if damage == "crafted-metadata":  # a pickle that would run code (trainer/safe_load.py)
+        (damaged / "step-00000002" / ".metadata").write_bytes(pickle.dumps(CreatesMarker(tmp_path / "marker")))
+    for data in (damaged / "step-00000002").glob("*.distcp") if damage == "truncated-data" else ():
+        data.write_bytes(data.read_bytes()[:100])
+    code, _, err = run_cli(["export", "--checkpoint", str(damaged), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and err.startswith(f"error: --checkpoint: {damaged / 'step-00000002'} cannot be read")
+    assert err.count("\n") == 1
+    if damage == "crafted-metadata":
+        assert "unsafe checkpoint" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no staging folder, no marker
+
+
+def test_verify_accepts_the_export_and_answers_a_broken_one_in_one_line(run_dirs, tmp_path, capsys):
+    source, ckpt = run_dirs
+    out = tmp_path / "out"
+    assert run_cli(["export", "--checkpoint", str(ckpt), "--out", str(out)], capsys)[0] == 0
+    code, stdout, _ = run_cli(["verify", str(out)], capsys)
+    assert code == 0 and "loads in transformers: LlamaForCausalLM" in stdout
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps(config | {"eos_token_id": config["eos_token_id"] + 1}))
+    code, _, err = run_cli(["verify", str(out)], capsys)
+    assert (code, err.splitlines()[-1]) == (2, f"error: verify: {out}/config.json has eos_token_id "
+                                               f"{config['eos_token_id'] + 1}, its tokenizer's eos token is "
+                                               f"{config['eos_token_id']}")
+    for shard in out.glob("*.safetensors"):
+        shard.write_bytes(b"\xff" * 64)
+    code, _, err = run_cli(["verify", str(out)], capsys)
+    assert code == 2 and err.startswith(f"error: verify: {out} does not load and run in transformers (")
+    assert err.count("\n") == 1

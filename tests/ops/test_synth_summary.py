@@ -28,8 +28,8 @@ def never_run(*args, **kwargs):
 
 
 def synth_summary_main(monkeypatch, argv: list[str], run) -> int:
-    """`python -m ops synth-summary ARGV` in this process, with `run` standing in for subprocess.run."""
-    monkeypatch.setattr(synth_summary.subprocess, "run", run)
+    """`python -m ops synth-summary ARGV` in this process, with `run` standing in for ops.proc.run."""
+    monkeypatch.setattr(synth_summary.proc, "run", run)
     return cli.main(["synth-summary", *argv])
 
 

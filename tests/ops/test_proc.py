@@ -122,3 +122,34 @@ def test_run_returns_status_output_and_takes_input():
     done = proc.run([sys.executable, "-c", "import sys; print(sys.stdin.read().upper()); sys.exit(3)"],
                     input="hello", timeout=DEADLINE_S)
     assert (done.returncode, done.stdout.strip()) == (3, "HELLO")
+
+
+def _subprocess_calls(path: Path):
+    import ast
+
+    for node in ast.walk(ast.parse(path.read_text())):
+        fn = node.func if isinstance(node, ast.Call) else None
+        if isinstance(fn, ast.Attribute) and isinstance(fn.value, ast.Name) and fn.value.id == "subprocess" \
+                and fn.attr in ("run", "call", "check_call", "check_output", "Popen", "getoutput", "getstatusoutput"):
+            yield fn.attr, node.lineno, {k.arg for k in node.keywords}
+        if isinstance(fn, ast.Attribute) and isinstance(fn.value, ast.Name) and fn.value.id == "os" \
+                and fn.attr in ("system", "popen", "spawnv", "spawnl", "execv", "execvp", "fork"):
+            yield fn.attr, node.lineno, set()
+
+
+def test_the_project_starts_processes_only_through_ops_proc():
+    """ops/, trainer/, bench/ and app.py: every child has a deadline and dies with its parent only if
+    it goes through ops.proc; the one Popen outside it is ops.proc's own."""
+    sources = [p for d in ("ops", "trainer", "bench", "config", "k8s", "stacks", "cdk_constructs")
+               for p in sorted((REPO / d).rglob("*.py"))] + [REPO / "app.py"]
+    direct = [f"{p.relative_to(REPO)}:{line} {name}" for p in sources if p.name != "proc.py"
+              for name, line, _ in _subprocess_calls(p)]
+    assert not direct, f"use ops.proc.run/start (a timeout, a process group, the watchdog): {direct}"
+
+
+def test_every_process_a_test_starts_has_a_timeout():
+    """Tests may call subprocess directly, but never without a deadline (Popen: only here, killed in finally)."""
+    missing = [f"{p.relative_to(REPO)}:{line} {name}" for p in sorted((REPO / "tests").rglob("*.py"))
+               for name, line, keywords in _subprocess_calls(p)
+               if "timeout" not in keywords and not (name == "Popen" and p.name == "test_proc.py")]
+    assert not missing, f"add a timeout (or use ops.proc): {missing}"

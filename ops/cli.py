@@ -6,6 +6,8 @@ Exit codes, the same for every command:
      check, a local job that failed, cdk synth stopped by a check)
   2  usage or configuration error, or an unmet precondition (no credentials or kubeconfig,
      API server unreachable, a tool missing): one line on stderr, never a traceback
+A bug (an unexpected exception) exits 1 with one line naming the command and the file in the
+temporary directory ($TMPDIR, else /tmp) that holds the full trace: ops-crash-<time>-<pid>.txt.
 Commands that print tables take `-o json` for one JSON document on stdout.
 """
 
@@ -17,7 +19,7 @@ from typing import Any, Sequence
 
 from config import ConfigError
 from config.kubernetes import TRAINING_NAMESPACE
-from ops.errors import OpsError
+from ops.errors import OpsError, report_crash
 from ops.output import add_output_flag, to_json
 
 EXIT_PROBLEM, EXIT_USAGE = 1, 2
@@ -175,6 +177,7 @@ def _add_module_commands(sub: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
         return _COMMANDS[args.command](args)
@@ -188,7 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ops.aws import api_failure_types, explain
 
         if not isinstance(err, api_failure_types()):
-            raise
+            report_crash(" ".join(a for a in (args.command, getattr(args, "model_command", None)) if a), argv, err)
+            return EXIT_PROBLEM
         print(f"error: {explain(err)}", file=sys.stderr)
     return EXIT_USAGE
 

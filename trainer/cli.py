@@ -7,6 +7,7 @@ needs; here every user error is a single `error: --field: what is wrong` line an
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from typing import NoReturn
@@ -63,4 +64,42 @@ def run_main(main: Callable[[], int | None]) -> NoReturn:
     except NotOnEfa as exc:
         print(exc, file=sys.stderr, flush=True)
         raise SystemExit(EXIT_NOT_ON_EFA) from None
+    except Exception as exc:  # a crash, not a user error: see report_crash
+        report_crash(main, exc)
+        raise SystemExit(1) from None
     raise SystemExit(code or 0)
+
+
+CRASH_MARKER = "----- {command} crashed: traceback follows -----"
+CRASH_END = "----- end of traceback -----"
+
+
+def report_crash(main: Callable, exc: BaseException) -> None:
+    """An unexpected exception (an NCCL error, a full disk, a bug): the traceback stays in the log,
+    between two marker lines, and one line ends the log naming the command and the exception.
+
+    In a pod the log is the only place a person can read (a trace file in the pod's /tmp is gone
+    with the pod, and the job's folder on FSx may be what failed), and the last line is what
+    `kubectl logs --tail` and a pod's termination message show. Under torchrun the exception also
+    goes to TORCHELASTIC_ERROR_FILE, so the agent's failure summary names this root cause instead
+    of "error_file: <N/A>". Exit status 1 keeps a crash retryable (torchrun, the Job's backoff)."""
+    import traceback
+
+    module = getattr(main, "__module__", None)
+    if module in (None, "__main__"):
+        spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+        module = spec.name if spec is not None else sys.argv[0]
+    rank = f" (rank {os.environ['RANK']})" if "RANK" in os.environ else ""
+    print(CRASH_MARKER.format(command=module), file=sys.stderr)
+    traceback.print_exception(exc, file=sys.stderr)
+    print(CRASH_END, file=sys.stderr)
+    what = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+    print(f"error: python -m {module}{rank} failed unexpectedly ({what}); the traceback is above", file=sys.stderr,
+          flush=True)
+    if os.environ.get("TORCHELASTIC_ERROR_FILE"):
+        try:
+            from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+            ErrorHandler().record_exception(exc)
+        except Exception:  # the report must not replace the crash it reports
+            pass

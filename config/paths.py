@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,18 @@ def read_json(path: str | Path, kind: type = dict, limit: int = TEXT_LIMIT_BYTES
     return value
 
 
+def read_yaml(path: str | Path, limit: int = TEXT_LIMIT_BYTES) -> list[Any]:
+    """Every document of a YAML file (a kubeconfig, rendered manifests), None for empty ones."""
+    import yaml  # ops has it; the trainer image need not
+
+    text = read_text(path, limit)
+    try:
+        return list(yaml.safe_load_all(text))
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        raise PathProblem(f"{path} is not YAML" + (f" (line {where.line + 1})" if where else "")) from None
+
+
 def input_dir(path: str | Path) -> Path:
     path = Path(path)
     if not path.exists():
@@ -93,8 +106,9 @@ def output_dir(path: str | Path) -> Path:
 
 def output_file(path: str | Path) -> Path:
     """A file this user can create or replace; its directory is created if needed. Probed by
-    creating the file and removing it again, because a root user passes every access() check
-    on a file system that still refuses the file (/proc, a read-only mount)."""
+    creating a file of another name beside it and removing it again (several ranks may check one
+    path at once), because root passes every access() check on a file system that still refuses
+    new files (/proc, a read-only mount)."""
     path = Path(path)
     if path.is_dir():
         raise PathProblem(f"{path} is a directory, expected a file")
@@ -109,8 +123,9 @@ def output_file(path: str | Path) -> Path:
             raise PathProblem(f"{path} exists and is not writable by this user (uid {os.getuid()})")
         return path
     try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     except OSError as err:
         raise PathProblem(f"cannot create {path} ({_reason(err)})") from None
-    os.unlink(path)
+    os.close(fd)
+    os.unlink(probe)
     return path

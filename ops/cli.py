@@ -7,7 +7,7 @@ Exit codes, the same for every command:
   2  usage or configuration error, or an unmet precondition (no credentials or kubeconfig,
      API server unreachable, a tool missing): one line on stderr, never a traceback
 A bug (an unexpected exception) exits 1 with one line naming the command and the file in the
-temporary directory ($TMPDIR, else /tmp) that holds the full trace: ops-crash-<time>-<pid>.txt.
+temporary directory ($TMPDIR, else /tmp) that holds the full trace: ops-crash-<time>-<random>.txt.
 Commands that print tables take `-o json` for one JSON document on stdout.
 """
 
@@ -17,7 +17,7 @@ import argparse
 import sys
 from typing import Any, Sequence
 
-from config import ConfigError
+from config import ConfigError, paths
 from config.kubernetes import TRAINING_NAMESPACE
 from ops.errors import OpsError, report_crash
 from ops.output import add_output_flag, to_json
@@ -240,6 +240,11 @@ def _kubeconfig(args: argparse.Namespace) -> int:
     from ops import access, aws, kubeconfig
 
     env = _env(args)
+    if args.kubeconfig:  # the AWS CLI writes it at the end: a path it cannot write is found first
+        try:
+            paths.output_file(args.kubeconfig)
+        except paths.PathProblem as problem:
+            raise OpsError(f"--kubeconfig: {problem}") from None
     clients = aws.clients(env.region)
     who = access.caller(clients)  # no credentials: one line before any other call
     cluster = kubeconfig.find_cluster(clients.eks, env, args.cluster_name)

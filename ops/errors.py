@@ -19,11 +19,11 @@ def report_crash(command: str, argv: list[str], err: BaseException) -> Path | No
     read, and one line on stderr names the command and the file. A terminal full of traceback
     would bury that line; a trace that cannot be written is printed after it instead."""
     trace = "".join(traceback.format_exception(err))
-    path = Path(tempfile.gettempdir()) / f"ops-crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:  # mkstemp: a new file, mode 0600, never another crash's
+        fd, name = tempfile.mkstemp(prefix=f"ops-crash-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".txt")
         with os.fdopen(fd, "w") as f:
             f.write(f"python -m ops {' '.join(argv)}\n\n{trace}")
+        path: Path | None = Path(name)
     except OSError:
         path = None
     what = " ".join(f"{type(err).__name__}: {err}".split())[:300]

@@ -228,12 +228,13 @@ def run(args: argparse.Namespace) -> int:
     except paths.PathProblem as problem:
         raise LocalRunError(f"--checkpoint-root: {problem}") from None
     job_dir = Path(preset.job_dir(root))
-    if not args.resume and job_dir.exists():
-        shutil.rmtree(job_dir)  # a fresh run each time; --resume keeps what was there
     try:
-        run_local_steps(preset.local.before, job_dir)
+        # etcd first: a --etcd that does not start must not have removed the last run's checkpoints.
         with etcd_server(binary) as etcd:
             print(f"etcd ready at {etcd.endpoint} in {etcd.startup_s:.2f} s", flush=True)
+            if not args.resume and job_dir.exists():
+                shutil.rmtree(job_dir)  # a fresh run each time; --resume keeps what was there
+            run_local_steps(preset.local.before, job_dir)
             rc, summary, wall = run_job(preset, etcd.endpoint, root, args.timeout)
         print(format_summary(preset, summary, etcd, wall, rc), flush=True)
         if rc == 0:

@@ -19,8 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
+from config import paths
 from config.kubernetes import NODEGROUP_LABEL
 from ops import proc
 from ops.errors import OpsError
@@ -96,10 +95,22 @@ def ready_nodes_by_group(nodes: dict) -> dict[str, int]:
 
 
 def load_validation_objects(dist: Path) -> list[dict]:
+    if dist.exists() and not dist.is_dir():
+        raise OpsError(f"--dist: {dist} is not a directory (the dist/<env> folder make synth writes)")
     files = sorted(dist.glob("*validation*.yaml"))
     if not files:
         raise OpsError(f"--dist: no cluster-validation YAML under {dist} (run make synth first)")
-    return [doc for f in files for doc in yaml.safe_load_all(f.read_text()) if doc]
+    objects = []
+    for f in files:
+        try:
+            documents = paths.read_yaml(f)
+        except paths.PathProblem as problem:
+            raise OpsError(f"--dist: {problem}") from None
+        for doc in documents:
+            if doc is not None and not isinstance(doc, dict):
+                raise OpsError(f"--dist: {f} holds a {type(doc).__name__} where a Kubernetes object belongs")
+            objects += [doc] if doc else []
+    return objects
 
 
 def _kubectl(*args: str, stdin: str | None = None) -> str:

@@ -33,6 +33,13 @@ def test_an_unexpected_exception_is_one_line_naming_the_command_and_the_trace_fi
     assert stat.S_IMODE(trace.stat().st_mode) == 0o600  # arguments may name private paths
 
 
+def test_two_crashes_in_one_second_keep_both_traces(crash_dir, monkeypatch, capsys):
+    monkeypatch.setitem(cli._COMMANDS, "plan", _crash)
+    assert cli.main(["plan", "--env", "dev"]) == cli.main(["plan", "--env", "dev"]) == 1
+    assert len(list(crash_dir.glob("ops-crash-*.txt"))) == 2
+    assert "trace follows" not in capsys.readouterr().err
+
+
 def test_a_subcommand_crash_names_the_subcommand(crash_dir, monkeypatch, capsys):
     monkeypatch.setitem(cli._COMMANDS, "model", _crash)
     assert cli.main(["model", "status"]) == 1

@@ -21,6 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from config import paths  # noqa: E402
 from config.presets import get_preset  # noqa: E402
 from ops import proc  # noqa: E402
 from ops.local import child_env  # noqa: E402
@@ -45,6 +46,10 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=3, help="epochs per run (the first is left out of the median)")
     p.add_argument("--output", default=str(REPO / "bench" / "scaling-vision-tiny.png"))
     args = p.parse_args()
+    try:  # before minutes of training, not after
+        paths.output_file(args.output)
+    except paths.PathProblem as problem:
+        p.error(f"--output: {problem}")
     with tempfile.TemporaryDirectory(prefix="scaling-") as tmp:
         table = scaling_table([run_point(run(n, Path(tmp), args.epochs)) for n in (1, 2)])
     plot_scaling(table, Path(args.output))

@@ -104,6 +104,25 @@ def output_dir(path: str | Path) -> Path:
     return path
 
 
+def creatable_dir(path: str | Path) -> Path:
+    """Like output_dir, but creates nothing: for a command that must leave no trace when it then
+    fails on another argument. A missing directory is probed by making (and removing) a
+    temporary one in its nearest existing ancestor."""
+    path = Path(path)
+    if path.exists():
+        return output_dir(path)
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise PathProblem(f"cannot create directory {path} ({ancestor} is not a directory)")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=ancestor))
+    except OSError as err:
+        raise PathProblem(f"cannot create directory {path} ({_reason(err)})") from None
+    return path
+
+
 def output_file(path: str | Path) -> Path:
     """A file this user can create or replace; its directory is created if needed. Probed by
     creating a file of another name beside it and removing it again (several ranks may check one

@@ -240,11 +240,14 @@ def _kubeconfig(args: argparse.Namespace) -> int:
     from ops import access, aws, kubeconfig
 
     env = _env(args)
-    if args.kubeconfig:  # the AWS CLI writes it at the end: a path it cannot write is found first
+    if args.kubeconfig:  # the AWS CLI updates it at the end: a file it cannot write or parse is found first
         try:
             paths.output_file(args.kubeconfig)
         except paths.PathProblem as problem:
             raise OpsError(f"--kubeconfig: {problem}") from None
+        from ops.kube import check_kubeconfig
+
+        check_kubeconfig(args.kubeconfig)
     clients = aws.clients(env.region)
     who = access.caller(clients)  # no credentials: one line before any other call
     cluster = kubeconfig.find_cluster(clients.eks, env, args.cluster_name)

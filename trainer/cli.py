@@ -10,7 +10,10 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from pathlib import Path
+from typing import NoReturn, TypeVar
+
+T = TypeVar("T")
 
 
 class UsageError(Exception):
@@ -49,6 +52,16 @@ def positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
+
+
+def checked_path(field: str, check: Callable[[str | Path], T], path: str | Path) -> T:
+    """One of config.paths' checks (read_json, output_dir, ...) with its problem as this field's UsageError."""
+    from config.paths import PathProblem
+
+    try:
+        return check(path)
+    except PathProblem as problem:
+        raise UsageError(field, str(problem)) from None
 
 
 def run_main(main: Callable[[], int | None]) -> NoReturn:

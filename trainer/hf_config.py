@@ -9,11 +9,11 @@ either the `rope_scaling` + `rope_theta` form of the published checkpoints or th
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from config.models import ModelConfig, RopeScaling
-from trainer.cli import UsageError
+from config.paths import read_json
+from trainer.cli import UsageError, checked_path
 
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM"}
 # Files that make an exported directory usable for tokenizing and serving, copied along.
@@ -25,10 +25,7 @@ def read_config(directory: Path, field: str = "--init-from-hf") -> dict:
     path = directory / "config.json"
     if not path.is_file():
         raise UsageError(field, f"{directory} has no config.json (expected a Hugging Face model directory)")
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UsageError(field, f"{path} is not JSON ({exc})") from None
+    return checked_path(field, read_json, path)
 
 
 def _rope(data: dict, where: str) -> tuple[float, RopeScaling | None]:

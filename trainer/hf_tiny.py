@@ -12,7 +12,8 @@ from pathlib import Path
 import torch
 
 from config.models import MODELS
-from trainer.cli import UsageError
+from config.paths import input_dir, output_dir
+from trainer.cli import UsageError, checked_path
 from trainer.hf_config import hf_names, read_config, to_hf_config
 
 _CORPUS = ("The cluster trains language models on GPU nodes. Each worker reads its own shard of tokens, "
@@ -27,7 +28,7 @@ def write_tiny(out: Path, model: str = "tiny", seed: int = 0) -> None:
     if model not in MODELS:
         raise UsageError("--model", f"unknown model {model!r}; the table has {', '.join(MODELS)}")
     cfg = MODELS[model]
-    out.mkdir(parents=True, exist_ok=True)
+    checked_path("--out", output_dir, out)
     torch.manual_seed(seed)
     net = Transformer(cfg)
     net.init_weights()
@@ -58,8 +59,9 @@ def verify(directory: Path) -> str:
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError:
-        raise UsageError("verify", "needs the transformers package (pip install -r requirements.txt)") from None
-    config = read_config(directory, "verify")
+        raise UsageError("DIRECTORY", "verify needs the transformers package (pip install -r requirements.txt)") from None
+    checked_path("DIRECTORY", input_dir, directory)
+    config = read_config(directory, "DIRECTORY")
     model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32)
     if (directory / "tokenizer.json").is_file():
         ids = AutoTokenizer.from_pretrained(str(directory))("Checkpoints are written to FSx",
@@ -69,7 +71,7 @@ def verify(directory: Path) -> str:
     with torch.no_grad():
         logits = model(ids).logits
     if not torch.isfinite(logits).all():
-        raise UsageError("verify", f"{directory} loads but its logits are not finite")
+        raise UsageError("DIRECTORY", f"{directory} loads but its logits are not finite")
     n = sum(p.numel() for p in model.parameters())
     return (f"Hugging Face export {directory.resolve()} loads in transformers: {type(model).__name__}, "
             f"{n:,} parameters, logits {tuple(logits.shape)} finite")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import io
 import os
 import re
 import shutil
@@ -25,7 +26,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainer.cli import UsageError
+from config.paths import creatable_dir, read_text
+from trainer.cli import UsageError, checked_path
 
 EXPECTED_CLASSES = 1000
 EXPECTED_VAL_IMAGES = 50_000
@@ -76,15 +78,14 @@ def _metadata_file(src: Path, name: str) -> Path:
 
 def read_synsets(path: Path) -> list[str]:
     wnids = []
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            wnid = line.split(maxsplit=1)[0]
-            if not _WNID.match(wnid):
-                raise UsageError("--src", f"{path}:{number}: expected '<wnid> <names>' with a wnid like n01440764, "
-                                          f"got {line.strip()[:60]!r}")
-            wnids.append(wnid)
+    for number, line in enumerate(checked_path("--src", read_text, path).splitlines(), 1):
+        if not line.strip():
+            continue
+        wnid = line.split(maxsplit=1)[0]
+        if not _WNID.match(wnid):
+            raise UsageError("--src", f"{path}:{number}: expected '<wnid> <names>' with a wnid like n01440764, "
+                                      f"got {line.strip()[:60]!r}")
+        wnids.append(wnid)
     if not wnids:
         raise UsageError("--src", f"{path} lists no classes")
     return wnids
@@ -93,18 +94,17 @@ def read_synsets(path: Path) -> list[str]:
 def read_val_solution(path: Path, wnids: set[str]) -> dict[str, str]:
     """ImageId -> wnid: the first token of each PredictionString."""
     labels: dict[str, str] = {}
-    with path.open(encoding="utf-8", newline="") as f:
-        rows = csv.reader(f)
-        header = next(rows, None)
-        if header != ["ImageId", "PredictionString"]:
-            raise UsageError("--src", f"{path}:1: expected the header ImageId,PredictionString, got {header}")
-        for number, row in enumerate(rows, 2):
-            tokens = row[1].split() if len(row) == 2 else []
-            if not tokens or not _IMAGE_ID.match(row[0]):
-                raise UsageError("--src", f"{path}:{number}: expected ImageId,<wnid> <box>..., got {','.join(row)[:60]!r}")
-            if tokens[0] not in wnids:
-                raise UsageError("--src", f"{path}:{number}: {tokens[0]!r} is not a class of {SYNSETS}")
-            labels[row[0]] = tokens[0]
+    rows = csv.reader(io.StringIO(checked_path("--src", read_text, path), newline=""))
+    header = next(rows, None)
+    if header != ["ImageId", "PredictionString"]:
+        raise UsageError("--src", f"{path}:1: expected the header ImageId,PredictionString, got {header}")
+    for number, row in enumerate(rows, 2):
+        tokens = row[1].split() if len(row) == 2 else []
+        if not tokens or not _IMAGE_ID.match(row[0]):
+            raise UsageError("--src", f"{path}:{number}: expected ImageId,<wnid> <box>..., got {','.join(row)[:60]!r}")
+        if tokens[0] not in wnids:
+            raise UsageError("--src", f"{path}:{number}: {tokens[0]!r} is not a class of {SYNSETS}")
+        labels[row[0]] = tokens[0]
     return labels
 
 
@@ -186,6 +186,7 @@ def add_parser(sub, formatter_class, error) -> None:
 
 def run(args) -> int:
     src, out = Path(args.src), Path(args.out)
+    checked_path("--out", creatable_dir, out)  # before reading 1.3 million file names from --src
     report = rearrange(src, out)
     print("\n".join(report.lines(out)))
     return 0

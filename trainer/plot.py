@@ -14,24 +14,23 @@ import statistics
 import sys
 from pathlib import Path
 
-from trainer.cli import Parser, UsageError, run_main
+from config.paths import output_file, read_text
+from trainer.cli import Parser, UsageError, checked_path, run_main
 
 
-def read_metrics(path: Path) -> list[dict]:
-    if not path.is_file():
-        raise UsageError("METRICS", f"{path} does not exist")
+def read_metrics(path: Path, field: str = "METRICS") -> list[dict]:
     records = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(checked_path(field, read_text, path).splitlines(), 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
             int(record["step"]), float(record["loss"])
         except (ValueError, KeyError, TypeError) as exc:
-            raise UsageError("METRICS", f"{path}:{number} is not a metrics line ({exc})") from None
+            raise UsageError(field, f"{path}:{number} is not a metrics line ({exc})") from None
         records.append(record)
     if not records:
-        raise UsageError("METRICS", f"{path} holds no metrics lines")
+        raise UsageError(field, f"{path} holds no metrics lines")
     # A resumed run appends to the same file: keep the latest record of each (kind, step).
     latest = {(r.get("kind", "step"), r["step"]): r for r in records}
     return sorted(latest.values(), key=lambda r: (r["step"], r.get("kind", "step")))
@@ -92,7 +91,7 @@ def run_point(path: Path) -> dict:
     """One run's place on the scaling figure: its world size and median epoch throughput. The
     first epoch is left out when there are others (start-up, data-loader warm-up)."""
     metrics = path / "metrics.jsonl" if path.is_dir() else path
-    epochs = [r for r in read_metrics(metrics) if r.get("kind") == "epoch" and r.get("images_per_sec")]
+    epochs = [r for r in read_metrics(metrics, "RUN") if r.get("kind") == "epoch" and r.get("images_per_sec")]
     if not epochs:
         raise UsageError("RUN", f"{metrics} holds no epoch lines of trainer.vision")
     sizes = {r["world_size"] for r in epochs}
@@ -137,6 +136,7 @@ def scaling_main(argv) -> int:
     p.add_argument("runs", metavar="RUN", nargs="+", help="metrics file of a trainer.vision run (or its folder)")
     p.add_argument("-o", "--output", default="scaling.png", help="image to write")
     args = p.parse_args(argv)
+    checked_path("--output", output_file, args.output)
     table = scaling_table([run_point(Path(r)) for r in args.runs])
     if len({row["devices"] for row in table}) != len(table):
         raise UsageError("RUN", "two runs have the same number of devices; give one run per size")
@@ -157,6 +157,7 @@ def main(argv=None) -> int:
     p.add_argument("metrics", metavar="METRICS", nargs="?", default="metrics.jsonl", help="JSON-lines metrics file")
     p.add_argument("-o", "--output", default="curves.png", help="image to write")
     args = p.parse_args(argv)
+    checked_path("--output", output_file, args.output)
     records = read_metrics(Path(args.metrics))
     plot(records, Path(args.output))
     print(f"wrote {args.output} ({len(records)} points)")

@@ -26,7 +26,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from trainer import dist as tdist
 from trainer.checkpoint import CheckpointConfig, CheckpointManager, ModelAndOptimizer, list_steps, open_directory
-from trainer.cli import Parser, UsageError, non_negative_int, positive_float, positive_int, run_main
+from config.paths import output_file
+from trainer.cli import (Parser, UsageError, checked_path, non_negative_int, positive_float, positive_int,
+                         run_main)
 from trainer.log import log
 from trainer.optim import warmup_cosine_factor
 from trainer.preemption import Preemption
@@ -103,6 +105,8 @@ def parse_config(argv=None) -> VisionConfig:
         raise UsageError("--label-smoothing", f"must be in [0, 1), got {a.label_smoothing}")
     if a.init_from and not Path(a.init_from).is_file():
         raise UsageError("--init-from", f"{a.init_from} is not a file")
+    if a.metrics_file:  # rank 0 opens it after the model is built: a bad path is found now
+        checked_path("--metrics-file", output_file, a.metrics_file)
     return VisionConfig(
         model=ModelSpec(a.model, a.init_from),
         data=DataConfig(a.data, a.image_size, a.batch_size, a.workers, a.classes, a.train_samples, a.val_samples,

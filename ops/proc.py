@@ -70,9 +70,45 @@ def start(argv: Sequence[str], **popen: Any) -> subprocess.Popen:
     FileNotFoundError as Popen does."""
     if "start_new_session" in popen or "process_group" in popen or "preexec_fn" in popen:
         raise TypeError("ops.proc.start sets the process group itself")
-    child = subprocess.Popen(list(argv), start_new_session=True, **popen)
-    _watchdog.tell(f"+{child.pid}")
+    with _CtrlCDeferred() as ctrl_c:
+        child = subprocess.Popen(list(argv), start_new_session=True, **popen)
+        _watchdog.tell(f"+{child.pid}")
+    if ctrl_c.interrupts:
+        stop(child)
+        ctrl_c.deliver()
     return child
+
+
+class _CtrlCDeferred:
+    """Ctrl-C between the fork and the watchdog's '+PGID' (Popen's own bookkeeping, the first
+    watchdog's start) would leave a child nobody kills: it is held until `start` has the child,
+    then delivered to the handler that was there (KeyboardInterrupt, usually)."""
+
+    def __init__(self) -> None:
+        self.pressed, self.installed, self.previous = False, False, None
+
+    def __enter__(self) -> "_CtrlCDeferred":
+        if threading.current_thread() is threading.main_thread():  # only it receives Python's signals
+            self.previous, self.installed = signal.signal(signal.SIGINT, self._hold), True
+        return self
+
+    def _hold(self, signum, frame) -> None:
+        self.pressed = True
+
+    def __exit__(self, *exc) -> None:
+        if self.installed:  # None: a handler set outside Python, which cannot be put back
+            signal.signal(signal.SIGINT, signal.SIG_DFL if self.previous is None else self.previous)
+
+    @property
+    def interrupts(self) -> bool:
+        """Held, and the handler it goes to does not ignore it."""
+        return self.pressed and self.previous is not signal.SIG_IGN
+
+    def deliver(self) -> None:
+        if callable(self.previous):
+            self.previous(signal.SIGINT, None)  # default_int_handler raises KeyboardInterrupt
+        else:
+            raise KeyboardInterrupt
 
 
 def stop(child: subprocess.Popen, grace_s: float = 0.0, first: int = signal.SIGTERM) -> int:

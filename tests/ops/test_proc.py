@@ -153,3 +153,21 @@ def test_every_process_a_test_starts_has_a_timeout():
                for name, line, keywords in _subprocess_calls(p)
                if "timeout" not in keywords and not (name == "Popen" and p.name == "test_proc.py")]
     assert not missing, f"add a timeout (or use ops.proc): {missing}"
+
+
+def test_ctrl_c_while_the_child_is_being_started_kills_it_and_then_interrupts(monkeypatch):
+    """Ctrl-C between the fork and the watchdog's bookkeeping: no child is left that nobody kills."""
+    started = []
+    real_tell = proc._watchdog.tell
+
+    def tell_after_ctrl_c(line: str) -> None:
+        if line.startswith("+"):
+            started.append(int(line[1:]))
+            signal.raise_signal(signal.SIGINT)  # lands while start() is still in its critical part
+        real_tell(line)
+
+    monkeypatch.setattr(proc._watchdog, "tell", tell_after_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        proc.start(["sleep", "600"])
+    assert _ended(_watch(started[0]), DEADLINE_S)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
+from config import paths  # noqa: E402
 from trainer import dist as tdist  # noqa: E402
 from trainer.checkpoint import CheckpointConfig, CheckpointManager, ModelAndOptimizer  # noqa: E402
 from trainer.llm import build_model  # noqa: E402
@@ -35,6 +36,11 @@ def main() -> int:
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--dir", default=None, help="where to write (default: a temporary folder)")
     args = p.parse_args()
+    if args.dir:
+        try:
+            paths.output_dir(args.dir)
+        except paths.PathProblem as problem:
+            p.error(f"--dir: {problem}")
     rt = tdist.init(checkpoint_group=True)
     cfg = ModelConfig(dim=args.dim, n_layers=args.layers, n_heads=args.dim // 64, n_kv_heads=max(1, args.dim // 256),
                       vocab_size=32000, ffn_dim=int(args.dim * 8 / 3) // 64 * 64, max_seq_len=args.seq_len)

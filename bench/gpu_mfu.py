@@ -20,6 +20,9 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from ops import proc  # noqa: E402
 
 
 def run_config(layers: int, batch: int, compile_: bool, ac: bool, steps: int, timeout: int,
@@ -36,7 +39,7 @@ def run_config(layers: int, batch: int, compile_: bool, ac: bool, steps: int, ti
         if alloc_conf is not None:
             env["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf
         try:
-            p = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+            p = proc.run(argv, cwd=REPO, env=env, timeout=timeout)
         except subprocess.TimeoutExpired:
             return {"ok": False, "why": f"timeout {timeout}s"}
         records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []

@@ -25,6 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from ops import proc  # noqa: E402
 from ops.local import etcd_server, find_etcd  # noqa: E402
 
 
@@ -78,21 +79,18 @@ def one_recovery(backend: str, endpoint: str) -> float:
                 "--max-restarts=2", "--monitor-interval=0.2", "-m", "trainer.ddp", "--epochs", "40", "--save-every", "2",
                 "--snapshot-path", f"{tmp}/snapshot.pt", "--dist-timeout", "20"]
         env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        job = proc.start(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
-            out = TimedLines(proc)
+            out = TimedLines(job)
             out.wait_for(r"\[RANK 0\] Epoch 3 \| Snapshot saved")
             killed = time.monotonic()
-            os.kill(worker_pid(proc.pid, 1), signal.SIGKILL)
+            os.kill(worker_pid(job.pid, 1), signal.SIGKILL)
             resumed = out.wait_for(r"Resuming from snapshot", after=killed)
             first = out.wait_for(r"\[RANK 0\] Epoch \d+ \| Batchsize", after=resumed)
-            proc.wait(timeout=180)
+            job.wait(timeout=180)
             return first - killed
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            proc.stop(job)
 
 
 def main() -> int:

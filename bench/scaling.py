@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -22,7 +21,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from config import paths  # noqa: E402
 from config.presets import get_preset  # noqa: E402
+from ops import proc  # noqa: E402
 from ops.local import child_env  # noqa: E402
 from trainer.plot import plot_scaling, run_point, scaling_table  # noqa: E402
 
@@ -34,7 +35,7 @@ def run(nproc: int, root: Path, epochs: int) -> Path:
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
             "--module", preset.module, *args]
     env = dict(child_env(), OMP_NUM_THREADS="1")
-    p = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    p = proc.run(argv, cwd=REPO, env=env, timeout=900)
     if p.returncode != 0:
         raise SystemExit(f"vision-tiny on {nproc} processes failed (exit {p.returncode}):\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
     return Path(preset.job_dir(str(root / f"n{nproc}"))) / "metrics.jsonl"
@@ -45,6 +46,10 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=3, help="epochs per run (the first is left out of the median)")
     p.add_argument("--output", default=str(REPO / "bench" / "scaling-vision-tiny.png"))
     args = p.parse_args()
+    try:  # before minutes of training, not after
+        paths.output_file(args.output)
+    except paths.PathProblem as problem:
+        p.error(f"--output: {problem}")
     with tempfile.TemporaryDirectory(prefix="scaling-") as tmp:
         table = scaling_table([run_point(run(n, Path(tmp), args.epochs)) for n in (1, 2)])
     plot_scaling(table, Path(args.output))

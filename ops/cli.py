@@ -6,6 +6,8 @@ Exit codes, the same for every command:
      check, a local job that failed, cdk synth stopped by a check)
   2  usage or configuration error, or an unmet precondition (no credentials or kubeconfig,
      API server unreachable, a tool missing): one line on stderr, never a traceback
+A bug (an unexpected exception) exits 1 with one line naming the command and the file in the
+temporary directory ($TMPDIR, else /tmp) that holds the full trace: ops-crash-<time>-<random>.txt.
 Commands that print tables take `-o json` for one JSON document on stdout.
 """
 
@@ -15,9 +17,9 @@ import argparse
 import sys
 from typing import Any, Sequence
 
-from config import ConfigError
+from config import ConfigError, paths
 from config.kubernetes import TRAINING_NAMESPACE
-from ops.errors import OpsError
+from ops.errors import OpsError, report_crash
 from ops.output import add_output_flag, to_json
 
 EXIT_PROBLEM, EXIT_USAGE = 1, 2
@@ -175,6 +177,7 @@ def _add_module_commands(sub: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
         return _COMMANDS[args.command](args)
@@ -188,7 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ops.aws import api_failure_types, explain
 
         if not isinstance(err, api_failure_types()):
-            raise
+            report_crash(" ".join(a for a in (args.command, getattr(args, "model_command", None)) if a), argv, err)
+            return EXIT_PROBLEM
         print(f"error: {explain(err)}", file=sys.stderr)
     return EXIT_USAGE
 
@@ -236,6 +240,14 @@ def _kubeconfig(args: argparse.Namespace) -> int:
     from ops import access, aws, kubeconfig
 
     env = _env(args)
+    if args.kubeconfig:  # the AWS CLI updates it at the end: a file it cannot write or parse is found first
+        try:
+            paths.output_file(args.kubeconfig)
+        except paths.PathProblem as problem:
+            raise OpsError(f"--kubeconfig: {problem}") from None
+        from ops.kube import check_kubeconfig
+
+        check_kubeconfig(args.kubeconfig)
     clients = aws.clients(env.region)
     who = access.caller(clients)  # no credentials: one line before any other call
     cluster = kubeconfig.find_cluster(clients.eks, env, args.cluster_name)

@@ -6,11 +6,11 @@ The CLI cannot use `app.node.try_get_context` (no CDK app runs here), so it read
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from config import Environment, load_environment
+from config import ConfigError, Environment, load_environment
+from config.paths import PathProblem, read_json
 from ops.errors import OpsError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -20,13 +20,9 @@ DEFAULT_CONTEXT_FILE = REPO_ROOT / "cdk.json"
 def read_environments(context_file: str | Path | None = None) -> Any:
     path = Path(context_file) if context_file else DEFAULT_CONTEXT_FILE
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise OpsError(f"context file {path} not found") from None
-    except json.JSONDecodeError as err:
-        raise OpsError(f"{path} is not valid JSON (line {err.lineno}: {err.msg})") from None
-    if not isinstance(data, dict):
-        raise OpsError(f"{path} must hold a JSON object")
+        data = read_json(path)
+    except PathProblem as problem:
+        raise OpsError(f"--context-file: {problem}" if context_file else str(problem)) from None
     # A cdk.json keeps environments under "context"; a bare context file may hold them at the top.
     context = data.get("context", data)
     return context.get("environments") if isinstance(context, dict) else None
@@ -34,4 +30,10 @@ def read_environments(context_file: str | Path | None = None) -> Any:
 
 def load(env_name: str, context_file: str | Path | None = None) -> Environment:
     """The typed Environment; ConfigError (one line via .line()) when it is unknown or invalid."""
-    return load_environment(read_environments(context_file), env_name)
+    try:
+        return load_environment(read_environments(context_file), env_name)
+    except ConfigError as err:
+        if not context_file:
+            raise
+        # The field's path alone would send the reader to cdk.json; say which file holds it.
+        raise ConfigError(f"--context-file {context_file}: {err.path}", err.message) from None

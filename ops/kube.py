@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
 import string
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from config.kubernetes import TRAINING_NAMESPACE
+from config.paths import PathProblem, read_yaml
 from ops.errors import OpsError
 
 PYTORCHJOB_MODEL = "KubeflowOrgV1PyTorchJob"
@@ -25,7 +27,9 @@ def training_client(kubeconfig: str | None = None, context: str | None = None,
                     namespace: str = TRAINING_NAMESPACE) -> Any:
     from kubeflow.training import TrainingClient
 
-    client = _from_kubeconfig(lambda: TrainingClient(config_file=kubeconfig, context=context, namespace=namespace))
+    check_kubeconfig(kubeconfig)
+    client = _from_kubeconfig(lambda: TrainingClient(config_file=kubeconfig, context=context, namespace=namespace),
+                              kubeconfig)
     return guard(client)
 
 
@@ -33,10 +37,29 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
     """A plain kubernetes ApiClient (for the core and apps APIs), with the same one-line errors."""
     from kubernetes.config import new_client_from_config
 
-    return guard(_from_kubeconfig(lambda: new_client_from_config(config_file=kubeconfig, context=context)))
+    check_kubeconfig(kubeconfig)
+    return guard(_from_kubeconfig(lambda: new_client_from_config(config_file=kubeconfig, context=context), kubeconfig))
 
 
-def _from_kubeconfig(make: Callable[[], Any]) -> Any:
+def check_kubeconfig(kubeconfig: str | None) -> None:
+    """--kubeconfig (or each file of $KUBECONFIG) that exists must be a YAML mapping. The client
+    raises something different for a directory, a binary file and a YAML list, and not always
+    an error it documents; here each is one line naming where the file came from."""
+    named = [("--kubeconfig", kubeconfig)] if kubeconfig else \
+        [("KUBECONFIG", p) for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    for name, path in named:
+        if not os.path.lexists(path):
+            continue  # a missing one is the client's "no usable kubeconfig", which says how to make one
+        try:
+            documents = read_yaml(path)
+        except PathProblem as problem:
+            raise OpsError(f"{name}: {problem}") from None
+        document = documents[0] if len(documents) == 1 else documents
+        if not isinstance(document, dict):
+            raise OpsError(f"{name}: {path} must hold a kubeconfig (a YAML mapping), got {type(document).__name__}")
+
+
+def _from_kubeconfig(make: Callable[[], Any], kubeconfig: str | None) -> Any:
     from kubernetes.config.config_exception import ConfigException
 
     # The kubernetes client logs a failed credential command (`aws eks get-token`) through the root
@@ -46,9 +69,13 @@ def _from_kubeconfig(make: Callable[[], Any]) -> Any:
     logging.getLogger().addHandler(records)
     try:
         client = make()
-    except (ConfigException, FileNotFoundError) as err:
+    # The loader indexes into the YAML as it finds it: a kubeconfig of the wrong shape (clusters: 3)
+    # fails with whatever Python raised on the way, not only ConfigException.
+    except (ConfigException, OSError, TypeError, KeyError, AttributeError, ValueError, IndexError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise OpsError(f"no usable kubeconfig ({first}); run `python -m ops kubeconfig --env NAME` first") from None
+        first = first if isinstance(err, (ConfigException, OSError)) else f"{type(err).__name__}: {first}"
+        where = f" in --kubeconfig {kubeconfig}" if kubeconfig else ""
+        raise OpsError(f"no usable kubeconfig{where} ({first}); run `python -m ops kubeconfig --env NAME` first") from None
     finally:
         logging.getLogger().removeHandler(records)
     failed = [m for m in records.messages if m.startswith("exec:")]

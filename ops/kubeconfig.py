@@ -15,6 +15,7 @@ import subprocess
 from typing import Any
 
 from config import Environment
+from ops import proc
 from ops.errors import OpsError
 from ops.machine import AWS_CLI_INSTALL
 
@@ -55,7 +56,7 @@ def update(command: list[str], kubeconfig: str | None = None) -> str:
     CLI for each token, so the CLI must be there anyway); its one-line report, or OpsError."""
     argv = command + (["--kubeconfig", kubeconfig] if kubeconfig else [])
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=UPDATE_TIMEOUT_S)
+        done = proc.run(argv, timeout=UPDATE_TIMEOUT_S)
     except FileNotFoundError:
         raise OpsError(f"the AWS CLI (aws) is not on PATH; install AWS CLI v2 ({AWS_CLI_INSTALL}), then run "
                        f"`{' '.join(command)}`") from None

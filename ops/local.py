@@ -15,11 +15,11 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 import uuid
@@ -27,11 +27,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from config import paths
 from config.presets import PRESETS, JobPreset
+from ops import proc
 from ops.errors import OpsError
+from ops.validate import positive_seconds
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CHECKPOINT_ROOT = ".local/checkpoints"
+DEFAULT_TIMEOUT_S = 3600.0  # the CPU presets finish in minutes; a wedged rendezvous must not run forever
+STOP_GRACE_S = 60  # SIGTERM to SIGKILL: the workers' checkpoint on SIGTERM takes seconds
+STEP_TIMEOUT_S = 600  # a before or after step (a tiny model, an export, a plot)
 
 
 class LocalRunError(OpsError):
@@ -51,8 +57,12 @@ class Etcd:
 
 
 def find_etcd(explicit: str | None) -> str:
-    path = explicit or shutil.which("etcd") or ("/usr/bin/etcd" if Path("/usr/bin/etcd").exists() else None)
-    if not path or not Path(path).exists():
+    if explicit:
+        if not Path(explicit).is_file() or not os.access(explicit, os.X_OK):
+            raise LocalRunError(f"--etcd: {explicit} is not an executable file")
+        return explicit
+    path = shutil.which("etcd") or ("/usr/bin/etcd" if Path("/usr/bin/etcd").exists() else None)
+    if not path:
         raise LocalRunError("--etcd: no etcd binary found; `make etcd` installs Debian's etcd-server")
     return path
 
@@ -68,8 +78,12 @@ def etcd_server(binary: str, timeout_s: float = 30.0):
             "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
             "--initial-cluster", f"local=http://127.0.0.1:{peer}"]
     t0 = time.monotonic()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        with open(log_path, "wb") as log:
+            server = proc.start(argv, stdout=log, stderr=subprocess.STDOUT)
+    except OSError as err:  # not a program at all (a text file, another architecture)
+        shutil.rmtree(data_dir, ignore_errors=True)
+        raise LocalRunError(f"--etcd: cannot run {binary} ({err.strerror or err})") from None
     try:
         # Ready means the v2 keys API answers: that is what torch's etcd-v2 rendezvous uses.
         deadline = t0 + timeout_s
@@ -80,22 +94,16 @@ def etcd_server(binary: str, timeout_s: float = 30.0):
                         break
             except OSError:
                 pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = log_path.read_text(errors="replace")[-600:]
-                raise LocalRunError(f"etcd did not become ready on 127.0.0.1:{client}: {tail.strip()}")
+            if server.poll() is not None or time.monotonic() > deadline:
+                tail = " ".join(log_path.read_text(errors="replace")[-600:].split())
+                raise LocalRunError(f"--etcd: {binary} did not become ready on 127.0.0.1:{client}: {tail}")
             try:
-                proc.wait(timeout=0.05)  # bounded poll; returns at once if etcd died
+                server.wait(timeout=0.05)  # bounded poll; returns at once if etcd died
             except subprocess.TimeoutExpired:
                 pass
         yield Etcd(f"127.0.0.1:{client}", time.monotonic() - t0)
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        proc.stop(server, grace_s=10)
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
@@ -113,22 +121,31 @@ def child_env() -> dict:
     return dict(os.environ, PYTHONPATH=path, PYTHONUNBUFFERED="1")
 
 
-def run_job(preset: JobPreset, endpoint: str, checkpoint_root: str) -> tuple[int, dict | None, float]:
+def run_job(preset: JobPreset, endpoint: str, checkpoint_root: str,
+            timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[int, dict | None, float]:
     argv = torchrun_command(preset, endpoint, checkpoint_root, f"local-{preset.name}-{uuid.uuid4().hex[:8]}")
     print("$ " + " ".join(argv[2:]), flush=True)  # argv is [python, -m, torch.distributed.run, ...]
     env = child_env()
     summary, t0 = None, time.monotonic()
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    job = proc.start(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Past the deadline the job stops as on Ctrl-C: SIGTERM (workers save a checkpoint), then SIGKILL.
+    timed_out = threading.Event()
+    deadline = threading.Timer(timeout_s, lambda: (timed_out.set(), proc.stop(job, STOP_GRACE_S)))
+    deadline.start()
     try:
-        for line in proc.stdout:
+        for line in job.stdout:
             sys.stdout.write(line)
             if line.startswith("SUMMARY "):
                 summary = json.loads(line[len("SUMMARY "):])
-        rc = proc.wait()
+        rc = job.wait()
     except KeyboardInterrupt:
-        proc.send_signal(signal.SIGTERM)  # workers save a checkpoint on SIGTERM
-        proc.wait(timeout=60)
+        proc.stop(job, STOP_GRACE_S)
         raise
+    finally:
+        deadline.cancel()
+    if timed_out.is_set():
+        raise LocalRunError(f"--timeout: the job ran longer than {timeout_s:g} s and was stopped; "
+                            "--resume continues from its last checkpoint")
     return rc, summary, time.monotonic() - t0
 
 
@@ -139,7 +156,11 @@ def run_local_steps(commands: tuple[tuple[str, ...], ...], job_dir: Path) -> Non
     for module, *args in commands:
         argv = [sys.executable, "-m", module, *(a.replace("{job_dir}", str(job_dir)) for a in args)]
         print("$ python " + " ".join(argv[1:]), flush=True)
-        rc = subprocess.call(argv, cwd=REPO, env=env)
+        try:
+            rc = proc.run(argv, cwd=REPO, env=env, capture_output=False, timeout=STEP_TIMEOUT_S).returncode
+        except subprocess.TimeoutExpired:
+            raise LocalRunError(f"--job: step `python -m {module} {' '.join(args[:1])}` did not finish in "
+                                f"{STEP_TIMEOUT_S} s") from None
         if rc != 0:
             raise LocalRunError(f"--job: step `python -m {module} {' '.join(args[:1])}` failed (exit {rc})")
 
@@ -187,6 +208,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"local stand-in for /fsx/checkpoints (default {DEFAULT_CHECKPOINT_ROOT})")
     p.add_argument("--resume", action="store_true", help="keep earlier checkpoints of this job and resume from them")
     p.add_argument("--etcd", default=None, help="etcd binary (default: etcd on PATH)")
+    p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S,
+                   help=f"seconds the job may run before it is stopped like Ctrl-C (default {DEFAULT_TIMEOUT_S:g})")
     p.add_argument("--check", action="store_true",
                    help="only check --job and exit (make local runs it before the synth)")
 
@@ -200,14 +223,19 @@ def run(args: argparse.Namespace) -> int:
     binary = find_etcd(args.etcd)
     root = str((REPO / args.checkpoint_root).resolve()) if not Path(args.checkpoint_root).is_absolute() \
         else args.checkpoint_root
-    job_dir = Path(preset.job_dir(root))
-    if not args.resume and job_dir.exists():
-        shutil.rmtree(job_dir)  # a fresh run each time; --resume keeps what was there
     try:
-        run_local_steps(preset.local.before, job_dir)
+        paths.output_dir(root)
+    except paths.PathProblem as problem:
+        raise LocalRunError(f"--checkpoint-root: {problem}") from None
+    job_dir = Path(preset.job_dir(root))
+    try:
+        # etcd first: a --etcd that does not start must not have removed the last run's checkpoints.
         with etcd_server(binary) as etcd:
             print(f"etcd ready at {etcd.endpoint} in {etcd.startup_s:.2f} s", flush=True)
-            rc, summary, wall = run_job(preset, etcd.endpoint, root)
+            if not args.resume and job_dir.exists():
+                shutil.rmtree(job_dir)  # a fresh run each time; --resume keeps what was there
+            run_local_steps(preset.local.before, job_dir)
+            rc, summary, wall = run_job(preset, etcd.endpoint, root, args.timeout)
         print(format_summary(preset, summary, etcd, wall, rc), flush=True)
         if rc == 0:
             run_local_steps(preset.local.after, job_dir)

@@ -15,6 +15,7 @@ import subprocess
 
 from config import Environment
 from ops.aws import AwsClients, api_failure_types, error_code, explain
+from ops import proc
 from ops.checks import FAIL, PASS, WARN, Check
 
 # DefaultStackSynthesizer's qualifier and the version its templates require (aws-cdk-lib 2.275.0,
@@ -68,7 +69,7 @@ def _toolkit_state(aws: AwsClients) -> str:
 def _run(tool: str, args: list[str], path: str | None) -> tuple[int, str]:
     env = dict(os.environ, PATH=path) if path is not None else None
     try:
-        done = subprocess.run([tool, *args], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, env=env)
+        done = proc.run([tool, *args], timeout=TOOL_TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired:
         return 124, f"no answer in {TOOL_TIMEOUT_S} s"
     except OSError as err:

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 from typing import Any, Callable
 
 from config.kubernetes import HF_TOKEN_KEY, HF_TOKEN_SECRET
+from config.paths import PathProblem, read_text
 from ops.errors import OpsError
 from ops.kube import JOB_NAME_LABEL, api_error_line, job_phase
 from ops.kube import api_call as _api
 
+TOKEN_LIMIT_BYTES = 4096  # Hugging Face tokens are tens of characters
 
 
 def api_client(kubeconfig: str | None, context: str | None) -> Any:
@@ -46,19 +47,19 @@ def _created(fn: Callable[[], Any]) -> bool:
 def read_token(from_env: str | None, from_file: str | None) -> tuple[str, str]:
     """(token, where it came from). Only where it came from may ever be shown."""
     if from_file is not None:
-        source = f"file {from_file}"
+        source, field = f"file {from_file}", "--from-file"
         try:
-            token = Path(from_file).read_text().strip()
-        except OSError as err:
-            raise OpsError(f"--from-file: cannot read {from_file} ({err.strerror or type(err).__name__})") from None
+            token = read_text(from_file, limit=TOKEN_LIMIT_BYTES).strip()
+        except PathProblem as problem:
+            raise OpsError(f"--from-file: {problem}") from None
     else:
-        source = f"environment variable {from_env}"
+        source, field = f"environment variable {from_env}", "--from-env"
         token = os.environ.get(from_env, "").strip()
     if not token:
-        raise OpsError(f"the Hugging Face token from {source} is missing or empty; "
+        raise OpsError(f"{field}: the Hugging Face token from {source} is missing or empty; "
                        "create one at https://huggingface.co/settings/tokens")
     if any(c.isspace() for c in token):
-        raise OpsError(f"the Hugging Face token from {source} must be one word without spaces or line breaks")
+        raise OpsError(f"{field}: the Hugging Face token from {source} must be one word without spaces or line breaks")
     return token, source
 
 

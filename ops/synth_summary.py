@@ -15,16 +15,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from config import Environment
+from config import Environment, paths
 from config.eks_versions import BY_VERSION as EKS_VERSIONS
 from config.kubernetes import NODEGROUP_LABEL
-from ops import cost, envconfig
+from ops import cost, envconfig, proc
 from ops.errors import OpsError
 from ops.output import records, to_json
 from ops.prices import EKS_CLUSTER_HOURLY_USD, EKS_EXTENDED_SUPPORT_CLUSTER_HOURLY_USD
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CDK = REPO_ROOT / "node_modules" / ".bin" / "cdk"
+# A prod synth takes about a minute on a 2-core machine; this bounds a wedged node or python.
+SYNTH_TIMEOUT_S = 900
 JSII_QUIET = {"JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION": "1", "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
 
 
@@ -194,10 +196,22 @@ def summarize(config: Environment, outdir: Path) -> str:
 
 def cdk_synth(env_name: str, outdir: Path) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(synth_command(env_name, outdir), cwd=REPO_ROOT, env={**os.environ, **JSII_QUIET},
-                              capture_output=True, text=True)
+        return proc.run(synth_command(env_name, outdir), cwd=REPO_ROOT, env={**os.environ, **JSII_QUIET},
+                        timeout=SYNTH_TIMEOUT_S)
     except FileNotFoundError:
         raise OpsError(f"{CDK.relative_to(REPO_ROOT)} not found; run `make install` first") from None
+    except subprocess.TimeoutExpired:
+        raise OpsError(f"cdk synth of {env_name} did not finish in {SYNTH_TIMEOUT_S} s") from None
+
+
+def make_outdir(outdir: Path) -> None:
+    """Created here, not by cdk: node's recursive mkdir never returns for a path it cannot create
+    whose parent exists (under /proc it alternates ENOENT and EEXIST forever, nodejs/node#27198
+    and its kin), and that hung synth-summary with no output."""
+    try:
+        paths.output_dir(outdir)
+    except paths.PathProblem as problem:
+        raise OpsError(f"--outdir: {problem}") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -209,6 +223,7 @@ def run(args: argparse.Namespace) -> int:
     """0 with the summary; 1 when `cdk synth` fails (its checks, cdk-nag among them, stop it).
     A bad environment is a ConfigError before any synth (the CLI prints one line, exit 2)."""
     config = envconfig.load(args.env)
+    make_outdir(args.outdir)
     result = cdk_synth(args.env, args.outdir)
     if result.returncode != 0:
         print(f"error: cdk synth failed (exit {result.returncode}):", file=sys.stderr)

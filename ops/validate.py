@@ -19,12 +19,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
+from config import paths
 from config.kubernetes import NODEGROUP_LABEL
+from ops import proc
 from ops.errors import OpsError
 
 POLL_SECONDS = 10
+# One kubectl call; `delete --wait` of an MPIJob waits for its pods' termination grace period.
+KUBECTL_TIMEOUT_S = 300
 
 
 @dataclass(frozen=True)
@@ -93,17 +95,31 @@ def ready_nodes_by_group(nodes: dict) -> dict[str, int]:
 
 
 def load_validation_objects(dist: Path) -> list[dict]:
+    if dist.exists() and not dist.is_dir():
+        raise OpsError(f"--dist: {dist} is not a directory (the dist/<env> folder make synth writes)")
     files = sorted(dist.glob("*validation*.yaml"))
     if not files:
         raise OpsError(f"--dist: no cluster-validation YAML under {dist} (run make synth first)")
-    return [doc for f in files for doc in yaml.safe_load_all(f.read_text()) if doc]
+    objects = []
+    for f in files:
+        try:
+            documents = paths.read_yaml(f)
+        except paths.PathProblem as problem:
+            raise OpsError(f"--dist: {problem}") from None
+        for doc in documents:
+            if doc is not None and not isinstance(doc, dict):
+                raise OpsError(f"--dist: {f} holds a {type(doc).__name__} where a Kubernetes object belongs")
+            objects += [doc] if doc else []
+    return objects
 
 
 def _kubectl(*args: str, stdin: str | None = None) -> str:
     try:
-        done = subprocess.run(["kubectl", *args], input=stdin, capture_output=True, text=True)
+        done = proc.run(["kubectl", *args], input=stdin, timeout=KUBECTL_TIMEOUT_S)
     except FileNotFoundError:
         raise OpsError("kubectl not found on PATH; install it and run `aws eks update-kubeconfig` first") from None
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"kubectl {' '.join(args)}: no answer in {KUBECTL_TIMEOUT_S} s") from None
     if done.returncode != 0:
         raise RuntimeError(f"kubectl {' '.join(args)}: {' '.join(done.stderr.split())[:300]}")
     return done.stdout
@@ -149,7 +165,7 @@ def run_check(check: Check, timeout_s: float) -> bool:
     return outcome == "passed"
 
 
-def _positive_seconds(text: str) -> float:
+def positive_seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -161,7 +177,7 @@ def _positive_seconds(text: str) -> float:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dist", type=Path, required=True, help="dist/<env> folder written by make synth")
-    parser.add_argument("--timeout", type=_positive_seconds, default=1800,
+    parser.add_argument("--timeout", type=positive_seconds, default=1800,
                         help="seconds each check may take (default 1800)")
 
 

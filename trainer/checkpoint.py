@@ -33,8 +33,9 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.checkpoint.stateful import Stateful
 
 from config.models import ModelConfig, shape_difference
+from config.paths import read_json
 from trainer import safe_load
-from trainer.cli import UsageError
+from trainer.cli import UsageError, checked_path
 from trainer.dist import Runtime
 from trainer.log import log, warn
 
@@ -83,8 +84,9 @@ def list_steps(directory: Path, *, complete: bool = True) -> list[int]:
 
 
 def read_model_record(directory: Path) -> dict | None:
+    """DIR/model.json, None when there is none; PathProblem when it is not a JSON object."""
     path = directory / MODEL_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+    return read_json(path) if path.exists() else None
 
 
 def open_directory(cfg: CheckpointConfig) -> tuple[Path, dict | None] | None:
@@ -101,10 +103,7 @@ def open_directory(cfg: CheckpointConfig) -> tuple[Path, dict | None] | None:
         raise UsageError("--checkpoint-dir", f"cannot create {path}: {exc.strerror or exc}") from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise UsageError("--checkpoint-dir", f"{path} is not writable by this user (uid {os.getuid()})")
-    try:
-        return path, read_model_record(path)
-    except (OSError, ValueError) as exc:
-        raise UsageError("--checkpoint-dir", f"{path / MODEL_FILE} is unreadable ({exc})") from None
+    return path, checked_path("--checkpoint-dir", read_model_record, path)
 
 
 def check_directory(cfg: CheckpointConfig, model: ModelConfig) -> None:
@@ -119,8 +118,11 @@ def check_directory(cfg: CheckpointConfig, model: ModelConfig) -> None:
         # their weights would load without error and compute something else.
         raise UsageError("--checkpoint-dir", f"{path} holds checkpoints without {MODEL_FILE}, written by a trainer "
                                              "with another rotary layout; they cannot be resumed, use another directory")
-    if record and list_steps(path):
-        difference = shape_difference(record.get("model", {}), model)
+    if record is not None and list_steps(path):
+        if not isinstance(record.get("model"), dict):
+            raise UsageError("--checkpoint-dir", f"{path / MODEL_FILE} has no \"model\" object: its checkpoints were "
+                                                 "not written by trainer.llm; use another directory")
+        difference = shape_difference(record["model"], model)
         if difference:
             raise UsageError("--checkpoint-dir", f"{path} holds checkpoints of another model: {difference}; "
                                                  "use another directory, or the model they were written by")

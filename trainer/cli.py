@@ -12,7 +12,9 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
+
+T = TypeVar("T")
 
 
 class UsageError(Exception):
@@ -90,6 +92,14 @@ def open_for_append(path: Path, field: str):
         return open(path, "a", buffering=1, encoding="utf-8")
     except OSError as exc:
         raise UsageError(field, f"cannot write {path}: {exc.strerror or exc}") from None
+def checked_path(field: str, check: Callable[[str | Path], T], path: str | Path) -> T:
+    """One of config.paths' checks (read_json, output_dir, ...) with its problem as this field's UsageError."""
+    from config.paths import PathProblem
+
+    try:
+        return check(path)
+    except PathProblem as problem:
+        raise UsageError(field, str(problem)) from None
 
 
 def run_main(main: Callable[[], int | None]) -> NoReturn:
@@ -105,4 +115,42 @@ def run_main(main: Callable[[], int | None]) -> NoReturn:
     except NotOnEfa as exc:
         print(exc, file=sys.stderr, flush=True)
         raise SystemExit(EXIT_NOT_ON_EFA) from None
+    except Exception as exc:  # a crash, not a user error: see report_crash
+        report_crash(main, exc)
+        raise SystemExit(1) from None
     raise SystemExit(code or 0)
+
+
+CRASH_MARKER = "----- {command} crashed: traceback follows -----"
+CRASH_END = "----- end of traceback -----"
+
+
+def report_crash(main: Callable, exc: BaseException) -> None:
+    """An unexpected exception (an NCCL error, a full disk, a bug): the traceback stays in the log,
+    between two marker lines, and one line ends the log naming the command and the exception.
+
+    In a pod the log is the only place a person can read (a trace file in the pod's /tmp is gone
+    with the pod, and the job's folder on FSx may be what failed), and the last line is what
+    `kubectl logs --tail` and a pod's termination message show. Under torchrun the exception also
+    goes to TORCHELASTIC_ERROR_FILE, so the agent's failure summary names this root cause instead
+    of "error_file: <N/A>". Exit status 1 keeps a crash retryable (torchrun, the Job's backoff)."""
+    import traceback
+
+    module = getattr(main, "__module__", None)
+    if module in (None, "__main__"):
+        spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+        module = spec.name if spec is not None else sys.argv[0]
+    rank = f" (rank {os.environ['RANK']})" if "RANK" in os.environ else ""
+    print(CRASH_MARKER.format(command=module), file=sys.stderr)
+    traceback.print_exception(exc, file=sys.stderr)
+    print(CRASH_END, file=sys.stderr)
+    what = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+    print(f"error: python -m {module}{rank} failed unexpectedly ({what}); the traceback is above", file=sys.stderr,
+          flush=True)
+    if os.environ.get("TORCHELASTIC_ERROR_FILE"):
+        try:
+            from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+            ErrorHandler().record_exception(exc)
+        except Exception:  # the report must not replace the crash it reports
+            pass

@@ -27,7 +27,8 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from trainer import dist as tdist
 from trainer.log import log
-from trainer.cli import Parser, UsageError, create_folder, positive_float, positive_int, run_main
+from config.paths import output_file
+from trainer.cli import Parser, UsageError, checked_path, positive_float, positive_int, run_main
 from trainer.safe_load import weights_only_refusal
 
 
@@ -130,9 +131,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     snapshot = Path(args.snapshot_path)
-    if snapshot.exists() and snapshot.is_dir():
-        raise UsageError("--snapshot-path", f"{snapshot} is a directory, expected a file")
-    create_folder(snapshot.parent, "--snapshot-path", wanted=snapshot)  # before training, not at the first save
+    checked_path("--snapshot-path", output_file, snapshot)  # before training, not at the first save
     task = TaskConfig(samples=args.samples)
     rt = tdist.init(tdist.DistConfig(timeout_s=args.dist_timeout))
     try:

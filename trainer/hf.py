@@ -31,8 +31,9 @@ import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
 from config.models import ModelConfig
-from trainer.cli import Parser, UsageError, positive_float, run_main, staging_folder
-from trainer.hf_config import TOKENIZER_FILES, hf_names, read_json_object, special_token_ids, to_hf_config
+from trainer.cli import Parser, UsageError, checked_path, positive_float, run_main, staging_folder
+from config.paths import read_json
+from trainer.hf_config import TOKENIZER_FILES, hf_names, special_token_ids, to_hf_config
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
@@ -142,7 +143,7 @@ def model_from_record(record_file: Path) -> tuple[ModelConfig, str | None]:
     """(model, init_from_hf) of a checkpoint's model.json; UsageError naming what is wrong. The
     file sits on shared storage and may be hand-edited: every field is checked before use."""
     from dataclasses import fields
-    record = read_json_object(record_file, "--checkpoint")
+    record = checked_path("--checkpoint", read_json, record_file)
     model, source = record.get("model"), record.get("init_from_hf")
     where = str(record_file)
     if not isinstance(model, dict):

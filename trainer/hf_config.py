@@ -9,11 +9,11 @@ either the `rope_scaling` + `rope_theta` form of the published checkpoints or th
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from config.models import ModelConfig, RopeScaling
-from trainer.cli import UsageError
+from config.paths import read_json
+from trainer.cli import UsageError, checked_path
 
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM"}
 # Files that make an exported directory usable for tokenizing and serving, copied along.
@@ -28,17 +28,7 @@ def read_config(directory: Path, field: str = "--init-from-hf") -> dict:
     path = directory / "config.json"
     if not path.is_file():
         raise UsageError(field, f"{directory} has no config.json (expected a Hugging Face model directory)")
-    return read_json_object(path, field)
-
-
-def read_json_object(path: Path, field: str) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(field, f"{path} is not JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise UsageError(field, f"{path} holds a JSON {type(data).__name__}, not an object")
-    return data
+    return checked_path(field, read_json, path)
 
 
 def _is_token_id(value) -> bool:
@@ -56,7 +46,7 @@ def special_token_ids(directory: Path, field: str) -> dict[str, int | list[int]]
     if not missing or not (names_file.is_file() and tokenizer_file.is_file()):
         return ids
     from tokenizers import Tokenizer
-    names = read_json_object(names_file, field)
+    names = checked_path(field, read_json, names_file)
     try:
         tokenizer = Tokenizer.from_file(str(tokenizer_file))
     except Exception as exc:  # the tokenizers library raises its own untyped errors

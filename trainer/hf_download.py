@@ -23,7 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from trainer.cli import Parser, UsageError, create_folder, run_main
+from config.paths import output_dir, output_file
+from trainer.cli import Parser, UsageError, checked_path, run_main
 
 MARKER = ".download-complete.json"
 LOG_EVERY_S = float(os.environ.get("DOWNLOAD_LOG_EVERY_S", "15"))
@@ -124,7 +125,9 @@ def main(argv=None) -> int:
     out = Path(args.out)
     if not out.name or out.name.startswith("."):
         raise UsageError("--out", f"must name a directory that does not start with '.', got {args.out!r}")
-    create_folder(out.parent, "--out", wanted=out)
+    staging = staging_dir(out)
+    if completed(out) is None:  # the staging folder beside --out must be possible before the hub is asked
+        checked_path("--out", output_dir if staging.is_dir() else output_file, staging)
     download(args.repo, args.revision, out)
     return 0
 

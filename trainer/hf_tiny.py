@@ -12,7 +12,8 @@ from pathlib import Path
 import torch
 
 from config.models import MODELS
-from trainer.cli import UsageError, create_folder
+from config.paths import input_dir, output_dir
+from trainer.cli import UsageError, checked_path
 from trainer.hf_config import hf_names, read_config, to_hf_config
 
 _CORPUS = ("The cluster trains language models on GPU nodes. Each worker reads its own shard of tokens, "
@@ -27,7 +28,7 @@ def write_tiny(out: Path, model: str = "tiny", seed: int = 0) -> None:
     if model not in MODELS:
         raise UsageError("--model", f"unknown model {model!r}; the table has {', '.join(MODELS)}")
     cfg = MODELS[model]
-    create_folder(out, "--out")
+    checked_path("--out", output_dir, out)
     torch.manual_seed(seed)
     net = Transformer(cfg)
     net.init_weights()
@@ -59,8 +60,9 @@ def verify(directory: Path) -> str:
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError:
-        raise UsageError("verify", "needs the transformers package (pip install -r requirements.txt)") from None
-    config = read_config(directory, "verify")
+        raise UsageError("DIRECTORY", "verify needs the transformers package (pip install -r requirements.txt)") from None
+    checked_path("DIRECTORY", input_dir, directory)
+    config = read_config(directory, "DIRECTORY")
     tokenizer = None
     try:
         model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32)
@@ -73,15 +75,15 @@ def verify(directory: Path) -> str:
             logits = model(ids).logits
     except Exception as exc:  # whatever transformers or safetensors raise: the verdict is one line
         reason = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise UsageError("verify", f"{directory} does not load and run in transformers "
+        raise UsageError("DIRECTORY", f"{directory} does not load and run in transformers "
                                    f"({type(exc).__name__}: {reason})") from None
     if not torch.isfinite(logits).all():
-        raise UsageError("verify", f"{directory} loads but its logits are not finite")
+        raise UsageError("DIRECTORY", f"{directory} loads but its logits are not finite")
     for kind in ("bos", "eos"):  # generation stops on the config's eos: it must be the tokenizer's
         said, actual = config.get(f"{kind}_token_id"), getattr(tokenizer, f"{kind}_token_id", None)
         if tokenizer is not None and actual is not None and actual != said and not (
                 isinstance(said, list) and actual in said):
-            raise UsageError("verify", f"{directory}/config.json has {kind}_token_id {said!r}, its tokenizer's "
+            raise UsageError("DIRECTORY", f"{directory}/config.json has {kind}_token_id {said!r}, its tokenizer's "
                                        f"{kind} token is {actual}")
     n = sum(p.numel() for p in model.parameters())
     return (f"Hugging Face export {directory.resolve()} loads in transformers: {type(model).__name__}, "

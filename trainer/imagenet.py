@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import io
 import os
 import re
 import shutil
@@ -25,7 +26,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainer.cli import UsageError, create_folder
+from config.paths import creatable_dir
+from trainer.cli import UsageError, checked_path, create_folder
 
 EXPECTED_CLASSES = 1000
 EXPECTED_VAL_IMAGES = 50_000
@@ -211,6 +213,7 @@ def add_parser(sub, formatter_class, error) -> None:
 
 def run(args) -> int:
     src, out = Path(args.src), Path(args.out)
+    checked_path("--out", creatable_dir, out)  # before reading 1.3 million file names from --src
     report = rearrange(src, out)
     print("\n".join(report.lines(out)))
     return 0

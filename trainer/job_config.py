@@ -12,7 +12,8 @@ from pathlib import Path
 
 from config.models import MODELS, ModelConfig, model_config
 from trainer.checkpoint import CheckpointConfig
-from trainer.cli import Parser, UsageError, non_negative_int, positive_float, positive_int
+from config.paths import output_file
+from trainer.cli import Parser, UsageError, checked_path, non_negative_int, positive_float, positive_int
 from trainer.data import DataConfig
 from trainer.hf_config import from_hf_config, read_config
 from trainer.metrics import MetricsConfig
@@ -100,6 +101,8 @@ def _model(args) -> tuple[str, ModelConfig]:
 
 def parse_job(argv=None) -> JobConfig:
     args = parser().parse_args(argv)
+    if args.metrics_file:  # rank 0 opens it after the model is built: a bad path is found now
+        checked_path("--metrics-file", output_file, args.metrics_file)
     name, mcfg = _model(args)
     if args.seq_len > mcfg.max_seq_len:
         raise UsageError("--seq-len", f"{args.seq_len} is longer than {name}'s context of {mcfg.max_seq_len}")

@@ -15,30 +15,23 @@ import statistics
 import sys
 from pathlib import Path
 
-from trainer.cli import Parser, UsageError, create_folder, run_main
+from config.paths import read_text
+from trainer.cli import Parser, UsageError, checked_path, create_folder, run_main
 
 
-def read_metrics(path: Path) -> list[dict]:
-    if not path.is_file():
-        raise UsageError("METRICS", f"{path} does not exist" if not path.exists() else f"{path} is not a file")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError("METRICS", f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise UsageError("METRICS", f"{path} is unreadable ({exc.strerror or exc})") from None
+def read_metrics(path: Path, field: str = "METRICS") -> list[dict]:
     records = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(checked_path(field, read_text, path).splitlines(), 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
             int(record["step"]), float(record["loss"])
         except (ValueError, KeyError, TypeError) as exc:
-            raise UsageError("METRICS", f"{path}:{number} is not a metrics line ({exc})") from None
+            raise UsageError(field, f"{path}:{number} is not a metrics line ({exc})") from None
         records.append(record)
     if not records:
-        raise UsageError("METRICS", f"{path} holds no metrics lines")
+        raise UsageError(field, f"{path} holds no metrics lines")
     # A resumed run appends to the same file: keep the latest record of each (kind, step).
     latest = {(r.get("kind", "step"), r["step"]): r for r in records}
     return sorted(latest.values(), key=lambda r: (r["step"], r.get("kind", "step")))
@@ -120,7 +113,7 @@ def run_point(path: Path) -> dict:
     """One run's place on the scaling figure: its world size and median epoch throughput. The
     first epoch is left out when there are others (start-up, data-loader warm-up)."""
     metrics = path / "metrics.jsonl" if path.is_dir() else path
-    epochs = [r for r in read_metrics(metrics) if r.get("kind") == "epoch" and r.get("images_per_sec")]
+    epochs = [r for r in read_metrics(metrics, "RUN") if r.get("kind") == "epoch" and r.get("images_per_sec")]
     if not epochs:
         raise UsageError("RUN", f"{metrics} holds no epoch lines of trainer.vision")
     for r in epochs:

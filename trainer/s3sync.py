@@ -27,7 +27,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from trainer.cli import Parser, UsageError, create_folder, positive_int, run_main
+from config.paths import creatable_dir
+from trainer.cli import Parser, UsageError, checked_path, positive_int, run_main
 
 JOURNAL = ".s3sync-journal.jsonl"
 PARTIAL_SUFFIX = ".s3sync-partial"
@@ -205,7 +206,7 @@ def main(argv=None) -> int:
     p.add_argument("--progress-seconds", type=float, default=30.0, help="seconds between progress lines")
     args = p.parse_args(argv)
     parse_uri(args.src)
-    create_folder(Path(args.dest), "--dest")  # before listing the bucket, which can take minutes
+    checked_path("--dest", creatable_dir, args.dest)  # before listing what may be millions of objects
     from botocore.exceptions import BotoCoreError, ClientError
 
     client = s3_client(args.region, args.workers)

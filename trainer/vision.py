@@ -27,7 +27,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from trainer import dist as tdist
 from trainer.checkpoint import CheckpointConfig, CheckpointManager, ModelAndOptimizer, list_steps, open_directory
-from trainer.cli import Parser, UsageError, non_negative_int, positive_float, positive_int, run_main
+from config.paths import output_file
+from trainer.cli import (Parser, UsageError, checked_path, non_negative_int, positive_float, positive_int,
+                         run_main)
 from trainer.log import log
 from trainer.optim import warmup_cosine_factor
 from trainer.preemption import Preemption
@@ -105,6 +107,8 @@ def parse_config(argv=None) -> VisionConfig:
         raise UsageError("--label-smoothing", f"must be in [0, 1), got {a.label_smoothing}")
     if a.init_from and not Path(a.init_from).is_file():
         raise UsageError("--init-from", f"{a.init_from} is not a file")
+    if a.metrics_file:  # rank 0 opens it after the model is built: a bad path is found now
+        checked_path("--metrics-file", output_file, a.metrics_file)
     return VisionConfig(
         model=ModelSpec(a.model, a.init_from),
         data=DataConfig(a.data, a.image_size, a.batch_size, a.workers, a.classes, a.train_samples, a.val_samples,
@@ -124,6 +128,8 @@ def build_model(spec: ModelSpec, classes: int) -> torch.nn.Module:
             state = torch.load(spec.init_from, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as exc:  # code in a file on shared storage never runs
             raise UsageError("--init-from", f"{spec.init_from}: {weights_only_refusal(exc)}") from None
+        except Exception as exc:  # not a torch.save file at all (text, another format, truncated)
+            raise UsageError("--init-from", f"{spec.init_from} is not a torch.save file ({str(exc).strip()[:200]})") from None
         try:
             model.load_state_dict(state.get("model", state) if isinstance(state, dict) else state)
         except Exception as exc:  # a foreign file or another model's weights: one line

@@ -109,3 +109,26 @@ def test_vision_tiny_learns_on_a_real_etcd_and_says_where_its_metrics_and_plot_a
     top1 = float(re.search(r"top-1 / top-5\s+([\d.]+)", summary)[1])
     assert top1 > 0.5  # ten classes: chance is 0.1
     assert (job / "curves.png").stat().st_size > 10_000 and f"wrote {job / 'curves.png'}" in p.stdout
+
+
+def test_an_etcd_that_does_not_start_leaves_the_last_runs_checkpoints_alone(tmp_path, capsys):
+    from ops import cli
+
+    fake = tmp_path / "etcd"
+    fake.write_text("#!/bin/sh\necho 'flag provided but not defined: -enable-v2'\nexit 2\n")
+    fake.chmod(0o755)
+    root = tmp_path / "checkpoints"
+    kept = Path(PRESETS["cpu-ddp"].job_dir(str(root))) / "snapshot.pt"
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"last run")
+    assert cli.main(["local", "--job", "cpu-ddp", "--checkpoint-root", str(root), "--etcd", str(fake)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: --etcd: {fake} did not become ready") and "flag provided" in line
+    assert kept.read_bytes() == b"last run"
+
+
+def test_a_job_past_its_timeout_is_stopped_and_says_so(tmp_path, monkeypatch):
+    """The deadline stops the job as Ctrl-C does; here the job is a process that ignores nothing."""
+    monkeypatch.setattr(local, "torchrun_command", lambda *a: [sys.executable, "-c", "import time; time.sleep(600)"])
+    with pytest.raises(local.LocalRunError, match="--timeout: the job ran longer than 1 s"):
+        local.run_job(PRESETS["cpu-ddp"], "127.0.0.1:1", str(tmp_path), timeout_s=1)

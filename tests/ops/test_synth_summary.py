@@ -28,8 +28,8 @@ def never_run(*args, **kwargs):
 
 
 def synth_summary_main(monkeypatch, argv: list[str], run) -> int:
-    """`python -m ops synth-summary ARGV` in this process, with `run` standing in for subprocess.run."""
-    monkeypatch.setattr(synth_summary.subprocess, "run", run)
+    """`python -m ops synth-summary ARGV` in this process, with `run` standing in for ops.proc.run."""
+    monkeypatch.setattr(synth_summary.proc, "run", run)
     return cli.main(["synth-summary", *argv])
 
 
@@ -172,3 +172,21 @@ def test_the_summary_ends_with_the_cost_at_decision_time(dev_summary):
     assert prices.PRICES_AS_OF in tail[0]
     idle = cost.idle(dev.config)
     assert row(summary, "idle")[1:] == [f"${idle.hourly:,.2f}/hour", f"${idle.monthly:,.2f}/month"]
+
+
+def test_a_synth_that_never_ends_is_stopped_at_its_timeout_with_one_line(tmp_path, monkeypatch, capsys):
+    """A real process that never answers (as cdk did for --outdir under /proc): killed at the deadline."""
+    stuck = tmp_path / "cdk"
+    stuck.write_text("#!/bin/sh\nexec sleep 600\n")
+    stuck.chmod(0o755)
+    monkeypatch.setattr(synth_summary, "CDK", stuck)
+    monkeypatch.setattr(synth_summary, "SYNTH_TIMEOUT_S", 1)
+    assert cli.main(["synth-summary", "--env", "dev", "--outdir", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.splitlines() == ["error: cdk synth of dev did not finish in 1 s"]
+
+
+def test_an_outdir_under_proc_is_one_line_before_any_synth(monkeypatch, capsys):
+    """node's recursive mkdir spins forever there; ops makes the directory itself first."""
+    assert synth_summary_main(monkeypatch, ["--env", "dev", "--outdir", "/proc/no-such-outdir"], never_run) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: --outdir: cannot create directory /proc/no-such-outdir (No such file or directory)"]

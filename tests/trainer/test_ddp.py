@@ -168,7 +168,7 @@ def test_a_snapshot_path_below_a_file_is_refused_before_training(tmp_path):
     blocker.write_text("x")
     with pytest.raises(ddp.UsageError) as err:
         ddp.main(["--snapshot-path", str(blocker / "snap.pt"), "--epochs", "1"])
-    assert str(err.value) == f"--snapshot-path: cannot create {blocker / 'snap.pt'}: {blocker} is a file, not a folder"
+    assert str(err.value) == f"--snapshot-path: cannot create {blocker / 'snap.pt'}: {blocker} exists and is not a directory"
 
 
 def test_every_argument_has_help():

@@ -20,7 +20,8 @@ HADOLINT = Path(sys.executable).parent / "hadolint"
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_hadolint_finds_nothing(dockerfile):
     binary = str(HADOLINT) if HADOLINT.exists() else shutil.which("hadolint")
-    p = subprocess.run([binary, "--failure-threshold", "info", str(dockerfile)], capture_output=True, text=True)
+    p = subprocess.run([binary, "--failure-threshold", "info", str(dockerfile)], capture_output=True, text=True,
+                       timeout=60)
     assert p.returncode == 0, p.stdout + p.stderr
 
 

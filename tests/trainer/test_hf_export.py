@@ -121,8 +121,8 @@ def _record(ckpt: Path, **model_changes) -> dict:
 
 
 @pytest.mark.parametrize("record, message", [
-    ("[1, 2]", "holds a JSON list, not an object"),
-    ("{not json", "is not JSON"),
+    ("[1, 2]", "must hold a JSON object, got list"),
+    ("{not json", "is not valid JSON"),
     ('{"model": [64]}', "'model' must be an object, got list"),
     ('{"model": {}}', "model.dim must be int, got None"),
     ("dim-as-text", "model.dim must be int, got '64'"),
@@ -189,11 +189,11 @@ def test_verify_accepts_the_export_and_answers_a_broken_one_in_one_line(run_dirs
     config = json.loads((out / "config.json").read_text())
     (out / "config.json").write_text(json.dumps(config | {"eos_token_id": config["eos_token_id"] + 1}))
     code, _, err = run_cli(["verify", str(out)], capsys)
-    assert (code, err.splitlines()[-1]) == (2, f"error: verify: {out}/config.json has eos_token_id "
+    assert (code, err.splitlines()[-1]) == (2, f"error: DIRECTORY: {out}/config.json has eos_token_id "
                                                f"{config['eos_token_id'] + 1}, its tokenizer's eos token is "
                                                f"{config['eos_token_id']}")
     for shard in out.glob("*.safetensors"):
         shard.write_bytes(b"\xff" * 64)
     code, _, err = run_cli(["verify", str(out)], capsys)
-    assert code == 2 and err.startswith(f"error: verify: {out} does not load and run in transformers (")
+    assert code == 2 and err.startswith(f"error: DIRECTORY: {out} does not load and run in transformers (")
     assert err.count("\n") == 1

@@ -175,7 +175,7 @@ def test_an_output_that_cannot_be_created_is_one_line_and_exit_2(release, tmp_pa
     blocker.write_text("x")
     proc = run_cli("--src", str(src), "--out", str(blocker / "imagenet"))
     assert proc.returncode == 2
-    assert proc.stderr == f"error: --out: cannot create {blocker / 'imagenet'}: {blocker} is a file, not a folder\n"
+    assert proc.stderr.startswith(f"error: --out: cannot create directory {blocker / 'imagenet'} (") and proc.stderr.count("\n") == 1
 
 
 def test_a_copy_that_fails_leaves_no_partial_file_and_is_one_line(release, tmp_path, monkeypatch):

@@ -16,6 +16,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from ops import proc  # noqa: E402
 
 
 def job_env(**extra) -> dict:
@@ -32,8 +35,9 @@ def torchrun_args(module: str, args: list[str], *, nproc: int = 2, max_restarts:
 
 class Job:
     def __init__(self, argv: list[str], **popen):
-        self.proc = subprocess.Popen(argv, cwd=REPO, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, start_new_session=True, **popen)
+        # Its own process group, killed with this test process whatever happens to it (ops/proc.py).
+        self.proc = proc.start(argv, cwd=REPO, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, **popen)
         self.lines: list[str] = []
         self.cond = threading.Condition()
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -95,16 +99,13 @@ class Job:
         try:
             rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+            proc.stop(self.proc)
             raise AssertionError(f"job did not finish within {timeout}s; output:\n{self.output[-4000:]}")
         self.reader.join(timeout=10)
         return rc
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        proc.stop(self.proc)
 
 
 def run(argv: list[str], timeout: float = 180.0) -> tuple[int, str]:

@@ -1,0 +1,150 @@
+"""Paths from the command line, checked before any work: one message that says what is wrong.
+
+ops and the trainer both take files and folders from users (context files, kubeconfigs, token
+files, checkpoint and output folders). A directory where a file belongs, a binary or non-UTF-8
+file, or an output that cannot be created must end the command with one line naming the
+argument, not with a traceback halfway through. These helpers raise PathProblem with the
+reason; the caller adds the argument's name and raises its own error type (OpsError,
+UsageError).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+TEXT_LIMIT_BYTES = 16 << 20  # a context file or kubeconfig is kilobytes; /dev/zero is endless
+
+
+class PathProblem(ValueError):
+    """What is wrong with a path, in words that start with the path."""
+
+
+def _reason(err: OSError) -> str:
+    return err.strerror or type(err).__name__
+
+
+def read_bytes(path: str | Path, limit: int = TEXT_LIMIT_BYTES) -> bytes:
+    """The content of a file (or a pipe, as `<(command)` gives), at most `limit` bytes."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except IsADirectoryError:
+        raise PathProblem(f"{path} is a directory, expected a file") from None
+    except FileNotFoundError:
+        raise PathProblem(f"{path} not found") from None
+    except OSError as err:
+        raise PathProblem(f"cannot read {path} ({_reason(err)})") from None
+    if len(data) > limit:
+        raise PathProblem(f"{path} is larger than {limit:,} bytes")
+    return data
+
+
+def read_text(path: str | Path, limit: int = TEXT_LIMIT_BYTES) -> str:
+    """A UTF-8 text file; binary content (a NUL byte, invalid UTF-8) is refused."""
+    data = read_bytes(path, limit)
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise PathProblem(f"{path} holds binary data (a NUL byte at offset {nul}), expected text")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise PathProblem(f"{path} is not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start})") from None
+
+
+def read_json(path: str | Path, kind: type = dict, limit: int = TEXT_LIMIT_BYTES) -> Any:
+    """A JSON document of the given top-level type."""
+    text = read_text(path, limit)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise PathProblem(f"{path} is not valid JSON (line {err.lineno}: {err.msg})") from None
+    if not isinstance(value, kind):
+        raise PathProblem(f"{path} must hold a JSON {'object' if kind is dict else kind.__name__}, "
+                          f"got {type(value).__name__}")
+    return value
+
+
+def read_yaml(path: str | Path, limit: int = TEXT_LIMIT_BYTES) -> list[Any]:
+    """Every document of a YAML file (a kubeconfig, rendered manifests), None for empty ones."""
+    import yaml  # ops has it; the trainer image need not
+
+    text = read_text(path, limit)
+    try:
+        return list(yaml.safe_load_all(text))
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        raise PathProblem(f"{path} is not YAML" + (f" (line {where.line + 1})" if where else "")) from None
+
+
+def input_dir(path: str | Path) -> Path:
+    path = Path(path)
+    if not path.exists():
+        raise PathProblem(f"{path} not found")
+    if not path.is_dir():
+        raise PathProblem(f"{path} is not a directory")
+    return path
+
+
+def output_dir(path: str | Path) -> Path:
+    """The directory, created with its parents if needed, and writable by this user."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise PathProblem(f"{path} exists and is not a directory") from None
+    except OSError as err:
+        raise PathProblem(f"cannot create directory {path} ({_reason(err)})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise PathProblem(f"{path} is not writable by this user (uid {os.getuid()})")
+    return path
+
+
+def creatable_dir(path: str | Path) -> Path:
+    """Like output_dir, but creates nothing: for a command that must leave no trace when it then
+    fails on another argument. A missing directory is probed by making (and removing) a
+    temporary one in its nearest existing ancestor."""
+    path = Path(path)
+    if path.exists():
+        return output_dir(path)
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise PathProblem(f"cannot create directory {path} ({ancestor} is not a directory)")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=ancestor))
+    except OSError as err:
+        raise PathProblem(f"cannot create directory {path} ({_reason(err)})") from None
+    return path
+
+
+def output_file(path: str | Path) -> Path:
+    """A file this user can create or replace; its directory is created if needed. Probed by
+    creating a file of another name beside it and removing it again (several ranks may check one
+    path at once), because root passes every access() check on a file system that still refuses
+    new files (/proc, a read-only mount)."""
+    path = Path(path)
+    if path.is_dir():
+        raise PathProblem(f"{path} is a directory, expected a file")
+    if path.name in ("", ".", ".."):
+        raise PathProblem(f"{path} does not name a file")
+    try:
+        output_dir(path.parent)
+    except PathProblem as problem:
+        raise PathProblem(f"cannot create {path}: {problem}") from None
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise PathProblem(f"{path} exists and is not writable by this user (uid {os.getuid()})")
+        return path
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as err:
+        raise PathProblem(f"cannot create {path} ({_reason(err)})") from None
+    os.close(fd)
+    os.unlink(probe)
+    return path

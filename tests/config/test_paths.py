@@ -1,0 +1,61 @@
+"""config/paths.py: the checks every command runs on its path arguments before any work."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from config import paths
+from config.paths import PathProblem
+
+
+def test_an_endless_file_is_refused_at_the_limit_not_read_forever():
+    with pytest.raises(PathProblem, match="larger than 1,024 bytes"):
+        paths.read_bytes("/dev/zero", limit=1024)
+
+
+def test_a_pipe_is_read_like_a_file(tmp_path):
+    """`--from-file <(pass show hf)` gives a pipe, not a regular file."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text("hf_token\n"), daemon=True)
+    writer.start()
+    assert paths.read_text(fifo) == "hf_token\n"
+
+
+@pytest.mark.parametrize("data, problem", [(b"a\0b", "binary data (a NUL byte at offset 1)"),
+                                           (b"caf\xe9", "not UTF-8 text (byte 0xe9 at offset 3)")])
+def test_text_that_is_not_utf8_text_is_refused_saying_where(tmp_path, data, problem):
+    (tmp_path / "f").write_bytes(data)
+    with pytest.raises(PathProblem, match=problem.replace("(", r"\(").replace(")", r"\)")):
+        paths.read_text(tmp_path / "f")
+
+
+def test_json_of_another_type_is_refused(tmp_path):
+    (tmp_path / "f.json").write_text("[1]")
+    with pytest.raises(PathProblem, match="must hold a JSON object, got list"):
+        paths.read_json(tmp_path / "f.json")
+    assert paths.read_json(tmp_path / "f.json", kind=list) == [1]
+
+
+def test_probing_an_output_file_leaves_nothing_behind(tmp_path):
+    target = tmp_path / "new" / "metrics.jsonl"
+    assert paths.output_file(target) == target
+    assert list((tmp_path / "new").iterdir()) == []  # the directory was made, the probe removed
+
+
+def test_a_creatable_directory_is_not_created(tmp_path):
+    assert paths.creatable_dir(tmp_path / "a" / "b") == tmp_path / "a" / "b"
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(PathProblem, match="cannot create directory /proc/nope"):
+        paths.creatable_dir("/proc/nope")
+
+
+@pytest.mark.parametrize("check", [paths.output_dir, paths.creatable_dir, paths.output_file])
+def test_outputs_under_a_regular_file_or_proc_cannot_be_created(tmp_path, check):
+    (tmp_path / "file").write_text("")
+    for path in (tmp_path / "file" / "out", "/proc/cli-paths-test"):
+        with pytest.raises(PathProblem, match="cannot create"):
+            check(path)

@@ -1,0 +1,46 @@
+"""trainer.cli.run_main: a crash keeps its traceback in the log between markers and ends with one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainer.cli import CRASH_END, CRASH_MARKER, UsageError, run_main
+
+
+def crashing_main():
+    raise RuntimeError("NCCL error: remote process exited\nsecond line")
+
+
+def test_a_crash_ends_the_log_with_one_line_below_the_marked_traceback(monkeypatch, capsys):
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        run_main(crashing_main)
+    assert exit_.value.code == 1  # retryable: torchrun and the Job's backoff try again
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == CRASH_MARKER.format(command=__name__)
+    assert lines[1] == "Traceback (most recent call last):"
+    assert lines[-2] == CRASH_END
+    assert lines[-1] == (f"error: python -m {__name__} (rank 3) failed unexpectedly (RuntimeError: NCCL error: "
+                         "remote process exited second line); the traceback is above")
+
+
+def test_under_torchrun_the_crash_is_also_the_agents_error_file(monkeypatch, tmp_path, capsys):
+    error_file = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    with pytest.raises(SystemExit):
+        run_main(crashing_main)
+    message = json.loads(error_file.read_text())["message"]
+    assert message["message"].startswith("RuntimeError: NCCL error")
+    assert "crashing_main" in message["extraInfo"]["py_callstack"]
+
+
+def test_a_usage_error_stays_one_line_without_a_traceback(capsys):
+    def bad():
+        raise UsageError("--steps", "must be positive")
+    with pytest.raises(SystemExit) as exit_:
+        run_main(bad)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == "error: --steps: must be positive\n"

@@ -80,7 +80,7 @@ class StorageStack(cdk.Stack):
             ),
         )
         pin_rule(sg, peer=sg, port=ec2.Port.tcp_range(*LUSTRE_PORT_SPAN), direction="ingress",
-                 logical_id="FsxSecurityGroupFromItselfTcp988To1023")
+                 logical_id="FsxSecurityGroupFromItselfTcp988To1023", description="Lustre between file servers")
         # FSx checks the group's Lustre rules when it creates the file system. The rules are
         # resources of their own, which CloudFormation would otherwise create in parallel with it
         # (InvalidNetworkSettings: "...does not permit Lustre LNET network traffic on port 988").

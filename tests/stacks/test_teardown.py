@@ -59,8 +59,54 @@ def test_destroy_environment_empties_the_repository_before_deleting_it(dev):
 @pytest.mark.parametrize("type_", ["AWS::FSx::FileSystem", "AWS::ECR::Repository", "AWS::KMS::Key",
                                    "AWS::Logs::LogGroup"])
 def test_retain_environment_keeps_its_data(prod, type_):
-    found = [p for t in prod.values() for p in policies(t, type_)]
+    found = [p for name, t in prod.items() if name != "cluster" for p in policies(t, type_)]
     assert found and set(found) == {("Retain", "Retain")}, type_
+
+
+@pytest.mark.parametrize("type_", ["AWS::KMS::Key", "AWS::Logs::LogGroup"])
+def test_retain_environment_deletes_the_clusters_logs_and_keys(prod, type_):
+    """The control-plane and Container Insights groups are named for the cluster, and their key and
+    the secrets key serve only the cluster: they go with it, in every environment."""
+    found = policies(prod["cluster"], type_)
+    assert found and set(found) == {("Delete", "Delete")}, type_
+
+
+# The properties that name a resource of these types; the rest get a name CloudFormation makes up.
+NAME_PROPERTIES = {"AWS::Logs::LogGroup": "LogGroupName", "AWS::ECR::Repository": "RepositoryName",
+                   "AWS::KMS::Alias": "AliasName", "AWS::S3::Bucket": "BucketName", "AWS::IAM::Role": "RoleName",
+                   "AWS::EKS::Cluster": "Name", "AWS::EC2::SecurityGroup": "GroupName",
+                   "AWS::FSx::FileSystem": None, "AWS::KMS::Key": None, "AWS::EC2::VPC": None,
+                   "AWS::EC2::Subnet": None, "Custom::AWSCDK-EKS-KubernetesResource": None}
+
+
+def _fixed(value) -> bool:
+    """A name that a second deploy would produce again: literals and pseudo parameters only, no
+    reference to a resource the deploy creates."""
+    if isinstance(value, dict):
+        if "Ref" in value:
+            return value["Ref"].startswith("AWS::")
+        if "Fn::GetAtt" in value or "Fn::ImportValue" in value:
+            return False
+        return all(_fixed(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_fixed(v) for v in value)
+    return True
+
+
+def test_nothing_kept_after_destroy_has_a_name_the_next_deploy_would_take_again():
+    """CloudFormation cannot create a named resource whose name exists (a log group, a repository,
+    a role). What prod keeps when it is destroyed must therefore carry no fixed name, or the next
+    deploy of prod fails on it."""
+    s = synth("prod")
+    for name in (*STACKS, "validation"):
+        template = Template.from_stack(getattr(s.stage, name)).to_json()
+        for logical_id, resource in template["Resources"].items():
+            if resource.get("DeletionPolicy", "Delete") != "Retain":
+                continue
+            assert resource["Type"] in NAME_PROPERTIES, f"{name}/{logical_id}: add {resource['Type']} to NAME_PROPERTIES"
+            prop = NAME_PROPERTIES[resource["Type"]]
+            value = resource.get("Properties", {}).get(prop) if prop else None
+            assert value is None or not _fixed(value), f"{name}/{logical_id} is kept under the fixed name {value}"
 
 
 def test_retain_environment_keeps_the_file_systems_network_home(prod):

@@ -117,3 +117,22 @@ def test_the_gpu_image_can_build_triton_kernels_for_the_presets_that_compile():
     python = _venv_python(dockerfile)
     assert {"gcc", "libc6-dev", f"{python}-dev", python} <= packages, sorted(packages)
 
+
+def test_urllib3_is_pinned_beside_python_etcd_to_a_release_with_the_api_it_calls():
+    """python-etcd 0.4.5 reads etcd's index headers with HTTPResponse.getheader, which urllib3 2.6.0
+    removed: every requirements file that installs python-etcd pins urllib3, to one version, the
+    version the tests run, and that version answers the call."""
+    import inspect
+
+    import etcd.client
+    import urllib3
+
+    def pins(path):
+        return dict(re.findall(r"^([A-Za-z0-9_.\-]+)==(\S+)", path.read_text(), re.M))
+    files = [REPO / "requirements.txt", REPO / "trainer" / "requirements.txt"]
+    with_etcd = [pins(f) for f in files if "python-etcd" in pins(f)]
+    assert len(with_etcd) == 2
+    assert {p.get("urllib3") for p in with_etcd} == {urllib3.__version__}
+    assert ".getheader(" in inspect.getsource(etcd.client)
+    response = urllib3.response.HTTPResponse(body=b"", headers={"X-Etcd-Index": "7"})
+    assert response.getheader("X-Etcd-Index") == "7"

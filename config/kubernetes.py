@@ -30,3 +30,9 @@ FSX_MOUNT_PATH = "/fsx"
 # "Libfabric" since v1.13.0). EFA pods set NCCL_NET to it (k8s/common.py EFA_ENV); the trainer
 # checks at start-up that NCCL chose it (trainer/nccl_net.py).
 OFI_NCCL_NET = "Libfabric"
+
+# RLIMIT_MEMLOCK of every container on a GPU node, as `ulimit -l` prints it inside the pod. EFA
+# registers (locks) its buffers, and a non-root process cannot raise its own limit; containers
+# inherit containerd's, which the GPU nodes' user data raises (cdk_constructs/node_user_data.py).
+# The GPU check verifies it from a non-root pod.
+GPU_CONTAINER_MEMLOCK = "unlimited"

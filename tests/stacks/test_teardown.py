@@ -247,3 +247,32 @@ def test_eni_janitor_may_delete_interfaces_only_in_its_own_vpc(dev):
     [delete] = [s for s in statements if s["Action"] == "ec2:DeleteNetworkInterface"]
     vpc_id = next(k for k, r in resources.items() if r["Type"] == "AWS::EC2::VPC")
     assert json.dumps({"Ref": vpc_id}) in json.dumps(delete["Condition"]["ArnEquals"]["ec2:Vpc"])
+
+
+def test_eni_janitor_may_delete_only_the_security_groups_eks_made_for_this_cluster(dev):
+    """aws-cdk 18650: the janitor removes the cluster security group EKS leaves when the kubectl
+    handler's ENIs still used it. It may delete a group only in its own VPC and only if EKS tagged
+    it with this environment's cluster name."""
+    from cdk_constructs.teardown import CLUSTER_TAG
+
+    resources = dev["network"]["Resources"]
+    [janitor] = [r for r in resources.values() if r["Type"] == "Custom::EniJanitor"]
+    assert janitor["Properties"]["ClusterName"] == synth("dev").config.cluster_name
+    statements = [s for r in resources.values() if r["Type"] == "AWS::IAM::Policy"
+                  and "EniJanitor" in json.dumps(r["Properties"]["Roles"])
+                  for s in r["Properties"]["PolicyDocument"]["Statement"]]
+    [delete] = [s for s in statements if s["Action"] == "ec2:DeleteSecurityGroup"]
+    assert delete["Condition"]["StringEquals"] == {f"ec2:ResourceTag/{CLUSTER_TAG}": synth("dev").config.cluster_name}
+    vpc_id = next(k for k, r in resources.items() if r["Type"] == "AWS::EC2::VPC")
+    assert json.dumps({"Ref": vpc_id}) in json.dumps(delete["Condition"]["ArnEquals"]["ec2:Vpc"])
+
+
+def test_janitor_handler_and_construct_agree_on_the_eks_cluster_tag():
+    import sys
+
+    from cdk_constructs.teardown import CLUSTER_TAG, HANDLERS
+
+    sys.path.insert(0, str(HANDLERS))
+    import eni_janitor
+
+    assert eni_janitor.CLUSTER_TAG == CLUSTER_TAG == "aws:eks:cluster-name"

@@ -32,7 +32,9 @@ CLUSTER_TAG = "aws:eks:cluster-name"
 class _TeardownFunction(Construct):
     """A Lambda from teardown_handlers/ with its own role and log group (no managed policies)."""
 
-    def __init__(self, scope: Construct, id: str, *, handler: str, description: str, timeout: cdk.Duration):
+    def __init__(self, scope: Construct, id: str, *, handler: str, description: str, timeout: cdk.Duration,
+                 **function_options):
+        """`function_options`: further lambda.Function props (a VPC placement)."""
         super().__init__(scope, id)
         # Its removal policy is the stack's (stacks/removal.py), like every other log group.
         self.log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH)
@@ -43,6 +45,7 @@ class _TeardownFunction(Construct):
             self, "Function", runtime=lambda_.Runtime.PYTHON_3_14, handler=handler,
             code=lambda_.Code.from_asset(str(HANDLERS), exclude=["__pycache__", "*.pyc"]),
             role=self.role, timeout=timeout, description=description, log_group=self.log_group,
+            **function_options,
         )
 
 

@@ -276,3 +276,44 @@ def test_janitor_handler_and_construct_agree_on_the_eks_cluster_tag():
     import eni_janitor
 
     assert eni_janitor.CLUSTER_TAG == CLUSTER_TAG == "aws:eks:cluster-name"
+
+
+def test_runs_leave_the_training_namespace_before_the_fsx_claim_is_deleted(dev):
+    """aws-cdk 9970: pods that `ops submit` or `ops data` started hold the FSx claim (pvc-protection),
+    and the kubectl handler's delete of the volume would wait on them until it times out. The drain
+    depends on every manifest of the stack, so CloudFormation deletes it (and it deletes the runs
+    and waits for their pods) first; it keeps its RBAC and access entry until it is done."""
+    resources = dev["workloads"]["Resources"]
+    [(drain_id, drain)] = [(k, r) for k, r in resources.items() if r["Type"] == "Custom::TrainingDrain"]
+    manifests = {k for k, r in resources.items() if r["Type"] == KUBERNETES_RESOURCE}
+    fsx_storage = next(k for k in manifests if k.startswith("FsxStorage"))
+    access = next(k for k, r in resources.items() if r["Type"] == "AWS::EKS::AccessEntry")
+    assert fsx_storage in drain["DependsOn"] and access in drain["DependsOn"]
+    assert manifests <= set(drain["DependsOn"])
+    assert (drain["Properties"]["Namespace"], drain["Properties"]["ClaimName"]) == ("training", "fsx-pvc")
+
+
+def test_the_drain_may_delete_runs_and_pods_in_the_training_namespace_and_nothing_else(dev):
+    from cdk_constructs.training_drain import DRAIN_GROUP
+
+    resources = dev["workloads"]["Resources"]
+    [access] = [r for r in resources.values() if r["Type"] == "AWS::EKS::AccessEntry"]
+    assert access["Properties"]["KubernetesGroups"] == [DRAIN_GROUP] and "AccessPolicies" not in access["Properties"]
+    [rbac] = [r for k, r in resources.items() if r["Type"] == KUBERNETES_RESOURCE and k.startswith("TrainingDrainRbac")]
+    role, binding = json.loads(rbac["Properties"]["Manifest"])
+    assert (role["kind"], role["metadata"]["namespace"]) == ("Role", "training")
+    verbs = {(group, resource): rule["verbs"] for rule in role["rules"]
+             for group in rule["apiGroups"] for resource in rule["resources"]}
+    assert verbs == {("kubeflow.org", "pytorchjobs"): ["deletecollection"], ("kubeflow.org", "mpijobs"): ["deletecollection"],
+                     ("batch", "jobs"): ["deletecollection"], ("", "pods"): ["list", "delete"]}
+    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": DRAIN_GROUP}]
+    [function] = [r for r in resources.values() if r["Type"] == "AWS::Lambda::Function"
+                  and r["Properties"]["Handler"] == "training_drain.handler"]
+    [group] = function["Properties"]["VpcConfig"]["SecurityGroupIds"]
+    assert "ClusterSecurityGroupId" in json.dumps(group)  # the cluster security group reaches the API
+
+
+def test_an_environment_that_keeps_its_claim_has_no_drain(prod):
+    """In a retain environment the claim's manifest is kept, so nothing waits on it; a drain would
+    only stop runs when the Workloads stack alone goes."""
+    assert not [r for r in prod["workloads"]["Resources"].values() if r["Type"] == "Custom::TrainingDrain"]

@@ -1,46 +1,17 @@
 """The teardown Lambdas, run for real against a moto server on loopback, replying to a real
-HTTP endpoint standing in for CloudFormation's pre-signed response URL."""
+HTTP endpoint standing in for CloudFormation's pre-signed response URL (fixtures: conftest.py)."""
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.conftest import REPO_ROOT
-
-HANDLERS = REPO_ROOT / "cdk_constructs" / "teardown_handlers"
-sys.path.insert(0, str(HANDLERS))  # the Lambda's own import root
-
-import eni_janitor  # noqa: E402
-import fsx_final_backup  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def endpoint():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    with pytest.MonkeyPatch.context() as mp:
-        for key in [k for k in os.environ if k.startswith("AWS_")]:
-            mp.delenv(key)
-        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
-        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        mp.setenv("AWS_REGION", "us-west-2")
-        mp.setenv("AWS_DEFAULT_REGION", "us-west-2")
-        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
-        mp.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
-        yield f"http://{host}:{port}"
-    server.stop()
+import eni_janitor
+import fsx_final_backup
+from cfn_events import Context, event
 
 
 @pytest.fixture
@@ -49,37 +20,6 @@ def vpc(endpoint):
     vpc_id = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc_id, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
     return ec2, vpc_id, subnet
-
-
-@pytest.fixture
-def cloudformation():
-    """A loopback HTTP server that records the custom-resource replies PUT to it."""
-    replies: list[dict] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_PUT(self):  # noqa: N802 - http.server's naming
-            replies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/reply", replies
-    server.shutdown()
-
-
-class Context:
-    def get_remaining_time_in_millis(self):
-        return 65_000  # a minute is kept back for the reply: five seconds to sweep
-
-
-def event(url: str, request_type: str, **properties) -> dict:
-    return {"RequestType": request_type, "ResponseURL": url, "StackId": "arn:stack", "RequestId": "r1",
-            "LogicalResourceId": "Janitor", "PhysicalResourceId": "Janitor", "ResourceProperties": properties}
 
 
 CLUSTER = "dev-training"
@@ -247,181 +187,3 @@ def test_final_backup_starts_a_tagged_backup_of_the_file_system(vpc, cloudformat
     assert reply["Status"] == "SUCCESS" and f"of {fs}" in reply["Reason"]
     [backup] = fsx.describe_backups(Filters=[{"Name": "file-system-id", "Values": [fs]}])["Backups"]
     assert {"Key": "Name", "Value": "prod-Storage-final"} in backup["Tags"]
-
-
-# --- the training drain --------------------------------------------------------------------------
-
-import base64  # noqa: E402
-from http.server import ThreadingHTTPServer  # noqa: E402
-from urllib.parse import parse_qs, urlsplit  # noqa: E402
-
-import training_drain  # noqa: E402
-
-NAMESPACE, CLAIM = "training", "fsx-pvc"
-
-
-class FakeKubernetes:
-    """The part of the API server the drain uses, with state: deleting a job lets its pods go after
-    they were listed `grace_lists` more times (their termination grace period, in polls); a pod
-    with a finalizer never goes. Records every request with its bearer token."""
-
-    def __init__(self, *, kubeflow_installed: bool = True, grace_lists: int = 1):
-        self.kubeflow_installed, self.grace_lists = kubeflow_installed, grace_lists
-        self.runs = {"pytorchjobs": set(), "mpijobs": set(), "jobs": set()}
-        self.pods: dict[str, dict] = {}  # name -> {"owner": run name or None, "claim": bool, "stuck": bool, "left": int|None}
-        self.requests: list[tuple[str, str, str]] = []
-
-    def add_run(self, resource: str, name: str, pods: int) -> None:
-        self.runs[resource].add(name)
-        for i in range(pods):
-            self.add_pod(f"{name}-worker-{i}", owner=name)
-
-    def add_pod(self, name: str, *, owner: str | None = None, claim: bool = True, stuck: bool = False) -> None:
-        self.pods[name] = {"owner": owner, "claim": claim, "stuck": stuck, "left": None}
-
-    def _terminate(self, name: str) -> None:
-        if self.pods[name]["left"] is None:
-            self.pods[name]["left"] = self.grace_lists
-
-    def answer(self, method: str, path: str, token: str) -> tuple[int, dict]:
-        self.requests.append((method, path, token))
-        parts = path.strip("/").split("/")
-        if method == "GET" and path == f"/api/v1/namespaces/{NAMESPACE}/pods":
-            for name, pod in list(self.pods.items()):
-                if pod["left"] is not None and not pod["stuck"]:
-                    if pod["left"] == 0:
-                        del self.pods[name]
-                    else:
-                        pod["left"] -= 1
-            volumes = [{"name": "fsx", "persistentVolumeClaim": {"claimName": CLAIM}}]
-            return 200, {"kind": "PodList", "items": [
-                {"metadata": {"name": n, **({"deletionTimestamp": "2026-11-25T22:00:00Z"} if p["left"] is not None else {})},
-                 "spec": {"volumes": volumes if p["claim"] else [{"name": "tmp", "emptyDir": {}}]}}
-                for n, p in self.pods.items()]}
-        if method == "DELETE" and parts[-2:-1] == ["pods"]:
-            if parts[-1] not in self.pods:
-                return 404, {"kind": "Status", "message": "not found"}
-            self._terminate(parts[-1])
-            return 200, {"kind": "Pod"}
-        if method == "DELETE" and parts[-1] in self.runs:
-            if parts[1] == "kubeflow.org" and not self.kubeflow_installed:
-                return 404, {"kind": "Status", "message": "the server could not find the requested resource"}
-            for run in self.runs[parts[-1]]:
-                for name, pod in self.pods.items():
-                    if pod["owner"] == run:
-                        self._terminate(name)
-            self.runs[parts[-1]] = set()
-            return 200, {"kind": "Status", "status": "Success"}
-        return 404, {"kind": "Status", "message": f"{method} {path} not served"}
-
-
-@pytest.fixture
-def kubernetes():
-    """(url, FakeKubernetes) on a loopback HTTP server."""
-    cluster = FakeKubernetes()
-
-    class Handler(BaseHTTPRequestHandler):
-        def _serve(self):
-            token = self.headers.get("Authorization", "").removeprefix("Bearer ")
-            if self.headers.get("Content-Length"):
-                self.rfile.read(int(self.headers["Content-Length"]))
-            status, body = cluster.answer(self.command, urlsplit(self.path).path, token)
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_DELETE = _serve  # noqa: N815 - http.server's naming
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}", cluster
-    server.shutdown()
-
-
-def test_an_eks_token_is_a_presigned_get_caller_identity_that_names_the_cluster(endpoint):
-    token = training_drain.eks_token("dev-training", "us-west-2")
-    assert token.startswith("k8s-aws-v1.")
-    encoded = token.removeprefix("k8s-aws-v1.")
-    url = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
-    parts = urlsplit(url)
-    query = parse_qs(parts.query)
-    assert parts.netloc == "sts.us-west-2.amazonaws.com"
-    assert query["Action"] == ["GetCallerIdentity"] and query["X-Amz-Expires"] == ["60"]
-    assert "x-k8s-aws-id" in query["X-Amz-SignedHeaders"][0].split(";")
-
-
-def test_drain_deletes_every_run_then_waits_until_no_pod_mounts_the_claim(kubernetes):
-    url, cluster = kubernetes
-    cluster.add_run("pytorchjobs", "llama3-8b-fsdp-abc123", pods=2)
-    cluster.add_run("mpijobs", "nccl-tests", pods=1)
-    cluster.add_run("jobs", "data-c4", pods=1)
-    cluster.add_pod("model-download", claim=True)         # a bare pod on the claim
-    cluster.add_pod("etcd-5f7c", claim=False)             # the rendezvous keeps running
-    sleeps = []
-    summary = training_drain.drain(training_drain.Api(url, "k8s-aws-v1.t"), NAMESPACE, CLAIM, time.monotonic() + 60,
-                                   poll_seconds=10, sleep=sleeps.append)
-    assert summary == f"deleted pytorchjobs, mpijobs, jobs in {NAMESPACE}; no pod mounts {CLAIM} (1 pod(s) deleted by name)"
-    # The runs' pods go within one poll; the bare pod, deleted by name after the first list, one later.
-    assert sleeps == [10, 10]
-    assert list(cluster.pods) == ["etcd-5f7c"]
-    deletes = [p for m, p, _ in cluster.requests if m == "DELETE"]
-    assert deletes[:3] == [f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/pytorchjobs",
-                           f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/mpijobs",
-                           f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs"]
-    assert {t for _, _, t in cluster.requests} == {"k8s-aws-v1.t"}
-
-
-def test_drain_without_the_kubeflow_crds_still_deletes_jobs_and_pods(kubernetes):
-    url, cluster = kubernetes
-    cluster.kubeflow_installed = False
-    cluster.add_run("jobs", "data-c4", pods=1)
-    summary = training_drain.drain(training_drain.Api(url, "t"), NAMESPACE, CLAIM, time.monotonic() + 60,
-                                   poll_seconds=10, sleep=lambda s: None)
-    assert summary.startswith(f"deleted jobs in {NAMESPACE}; no pod mounts {CLAIM}")
-    assert cluster.pods == {}
-
-
-def test_drain_fails_at_its_deadline_naming_the_pods_still_on_the_claim(kubernetes):
-    url, cluster = kubernetes
-    cluster.add_pod("stuck-0", claim=True, stuck=True)
-    now = [0.0]
-
-    def sleep(seconds):
-        now[0] += seconds
-
-    with pytest.raises(training_drain.Incomplete, match=f"pods in {NAMESPACE} still mount {CLAIM}: stuck-0"):
-        training_drain.drain(training_drain.Api(url, "t"), NAMESPACE, CLAIM, 25.0, poll_seconds=10, sleep=sleep,
-                             clock=lambda: now[0])
-    assert now[0] == 20.0
-    assert [p for m, p, _ in cluster.requests if m == "DELETE" and "/pods/" in p] == \
-        [f"/api/v1/namespaces/{NAMESPACE}/pods/stuck-0"]  # asked once, not on every poll
-
-
-def test_drain_handler_replies_failed_with_the_pods_left(endpoint, kubernetes, cloudformation):
-    url, cluster = kubernetes
-    cluster.add_pod("stuck-0", claim=True, stuck=True)
-    reply_url, replies = cloudformation
-    training_drain.handler(event(reply_url, "Delete", ClusterName="dev-training", Endpoint=url,
-                                 Namespace=NAMESPACE, ClaimName=CLAIM), Context())
-    [reply] = replies
-    assert reply["Status"] == "FAILED" and "stuck-0" in reply["Reason"]
-    tokens = {token for _, _, token in cluster.requests}
-    assert len(tokens) == 1 and tokens.pop().startswith("k8s-aws-v1.")  # an EKS token on every call
-
-
-def test_drain_handler_replies_success_once_the_claim_is_free(endpoint, kubernetes, cloudformation):
-    url, cluster = kubernetes
-    cluster.add_run("pytorchjobs", "cpu-ddp-x", pods=1)
-    cluster.grace_lists = 0
-    reply_url, replies = cloudformation
-    training_drain.handler(event(reply_url, "Delete", ClusterName="dev-training", Endpoint=url,
-                                 Namespace=NAMESPACE, ClaimName=CLAIM), Context())
-    [reply] = replies
-    assert reply["Status"] == "SUCCESS" and reply["Reason"].startswith("deleted pytorchjobs")
-    assert cluster.pods == {}

@@ -1,13 +1,15 @@
 """Custom resources that make `cdk destroy` finish and keep what must be kept.
 
 - `EniJanitor`: deleted before the VPC's subnets, it removes ENIs that controllers left behind
-  (VPC CNI pod ENIs, EFA interfaces, the kubectl Lambda's hyperplane ENIs); see aws-cdk 26716.
+  (VPC CNI pod ENIs, EFA interfaces, the VPC Lambdas' hyperplane ENIs; aws-cdk 26716) and the
+  cluster security group EKS could not delete (aws-cdk 18650), and fails when it cannot.
 - `FsxFinalBackup`: in retained environments, starts a final backup of the file system as the
-  storage stack is deleted.
+  storage stack is deleted, and replies SUCCESS whatever it finds.
 
 Each handler is its own service token (one Lambda, no provider framework), runs outside the VPC
-(its own ENIs would otherwise block the subnets it is cleaning), logs to a log group that follows
-the environment's removal policy (applied by the stack), and replies SUCCESS whatever it finds.
+(its own ENIs would otherwise block the subnets it is cleaning) and logs to a log group that
+follows the environment's removal policy (applied by the stack). The training drain
+(cdk_constructs/training_drain.py) uses the same function construct, inside the VPC.
 """
 
 from __future__ import annotations

@@ -184,3 +184,24 @@ def test_drain_handler_replies_success_once_the_claim_is_free(endpoint, kubernet
     [reply] = replies
     assert reply["Status"] == "SUCCESS" and reply["Reason"].startswith("deleted pytorchjobs")
     assert cluster.pods == {}
+
+
+def test_the_drains_role_allows_exactly_the_requests_it_makes(kubernetes):
+    """The RBAC Role bound to the drain's group (cdk_constructs/training_drain.py RULES) and the
+    handler's requests, mapped to (API group, resource, verb) as the API server authorizes them."""
+    from cdk_constructs.training_drain import RULES
+
+    url, cluster = kubernetes
+    cluster.add_run("jobs", "data-c4", pods=1)
+    cluster.add_pod("model-download", claim=True)
+    training_drain.drain(training_drain.Api(url, "t"), NAMESPACE, CLAIM, time.monotonic() + 60,
+                         poll_seconds=1, sleep=lambda s: None)
+    made = set()
+    for method, path, _ in cluster.requests:
+        parts = path.strip("/").split("/")
+        group = "" if parts[0] == "api" else parts[1]
+        resource, named = (parts[-2], True) if parts[-2] == "pods" else (parts[-1], False)
+        verb = {"GET": "list", "DELETE": "delete" if named else "deletecollection"}[method]
+        made.add((group, resource, verb))
+    allowed = {(g, r, v) for rule in RULES for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    assert made == allowed

@@ -52,18 +52,23 @@ test: install etcd ## the whole suite, on two workers (each test module stays on
 synth: install ## offline synth of ENV (default dev) into cdk.out/ and dist/ENV/, then its summary with the cost
 	$(PY) -m ops synth-summary --env $(ENV)
 
-deploy: install ## preflight, deploy ENV with real AWS credentials, then schedule its capacity blocks
-	$(PY) -m ops preflight --env $(ENV)
-	$(CDK) deploy $(CDK_FLAGS) -c env=$(ENV) '$(ENV)/*'
+# The environment's stacks: `ENV/*`, or the pipeline's stage `Pipeline/ENV/*` for an environment the
+# pipeline deploys (python -m ops stacks). A failed lookup stops the recipe before cdk runs.
+STACKS = stacks=$$($(PY) -m ops stacks --env $(ENV) $(1)) &&
+
+deploy: install ## preflight, deploy ENV, schedule its capacity blocks; refused where the pipeline deploys ENV, unless FORCE=1
+	$(call STACKS,--deploy $(if $(FORCE),--force)) \
+	$(PY) -m ops preflight --env $(ENV) && \
+	$(CDK) deploy $(CDK_FLAGS) -c env=$(ENV) "$$stacks"
 	$(PY) -m ops capacity-block schedule --env $(ENV) --if-any
 
 destroy: install ## destroy ENV (prod keeps what removalPolicy retain says); checks the credentials first
 	$(PY) -m ops whoami --env $(ENV)
-	$(CDK) destroy $(CDK_FLAGS) -c env=$(ENV) '$(ENV)/*'
+	$(call STACKS) $(CDK) destroy $(CDK_FLAGS) -c env=$(ENV) "$$stacks"
 
 diff: install ## what a deploy of ENV would change in its account (needs credentials for ENV's account)
 	$(PY) -m ops whoami --env $(ENV)
-	$(CDK) diff $(CDK_FLAGS) -c env=$(ENV) '$(ENV)/*'
+	$(call STACKS) $(CDK) diff $(CDK_FLAGS) -c env=$(ENV) "$$stacks"
 
 lint: synth ## cfn-lint every synthesized template (errors fail, warnings print), hadolint the Dockerfiles
 	$(VENV)/bin/cfn-lint --non-zero-exit-code error --format parseable 'cdk.out/**/*.template.json'

@@ -3,6 +3,8 @@
 
 `-c env=NAME` picks the environment (default dev). When context `pipeline` is set the app also
 builds the PipelineStack, which builds the same stage once per environment in `promotion` order.
+Both give an environment the same stack names and logical ids (tests/stacks/test_deploy_paths.py);
+`make deploy` of an environment the pipeline owns deploys the pipeline's stage (config/pipeline.py).
 A configuration error stops here with one line and exit code 2, before any construct exists.
 """
 
@@ -13,8 +15,19 @@ from pathlib import Path
 
 import aws_cdk as cdk
 
-from config import ConfigError, load_environment
-from config.pipeline import load_pipeline
+from config import ConfigError, Environment, load_environment
+from config.pipeline import PIPELINE_STACK_ID, PipelineSettings, load_pipeline, owned_by_pipeline
+
+
+def environment_stage(app: cdk.App, config: Environment, pipeline: PipelineSettings | None):
+    """The stage `make deploy` addresses for an environment the pipeline does not own (its id is
+    the environment's name, so its stacks are `<env>/*`). An environment the pipeline owns gets the
+    pipeline's account here too, so this stage and the pipeline's have the same resources (the
+    validation starter role included)."""
+    from stacks.stage import TrainingClusterStage
+
+    pipeline_account = pipeline.account if owned_by_pipeline(pipeline, config.name) else None
+    return TrainingClusterStage(app, config.name, config=config, pipeline_account=pipeline_account)
 
 
 def main() -> int:
@@ -32,13 +45,12 @@ def main() -> int:
         return 2
 
     from k8s.sinks import write_dist
-    from stacks.stage import TrainingClusterStage
 
-    stages = [TrainingClusterStage(app, env_name, config=config)]
+    stages = [environment_stage(app, config, pipeline)]
     if pipeline is not None:
         from stacks.pipeline import PipelineStack
 
-        stages += PipelineStack(app, "Pipeline", settings=pipeline).stages.values()
+        stages += PipelineStack(app, PIPELINE_STACK_ID, settings=pipeline).stages.values()
     # The dist sink: the same chart objects the Workloads stacks apply, as YAML for kubectl/GitOps,
     # once per environment (the standalone stage and the pipeline's stage of it are identical).
     written: set[str] = set()

@@ -15,6 +15,7 @@ from constructs import Construct
 
 from cdk_constructs.managed_nodegroup import ManagedNodegroup
 from cdk_constructs.node_launch_template import NetworkInterfaceSpec
+from cdk_constructs.security_group_rules import allow_from, allow_to
 from config.instance_types import InstanceType
 from config.kubernetes import TRAINING_ROLE
 
@@ -100,6 +101,9 @@ def efa_self_referencing_security_group(scope: Construct, id: str, *, vpc: ec2.I
         scope, id, vpc=vpc, allow_all_outbound=False,
         description="EFA: all traffic between EFA interfaces of training nodes, nothing else",
     )
-    sg.add_ingress_rule(sg, ec2.Port.all_traffic(), "EFA traffic from other EFA interfaces")
-    sg.add_egress_rule(sg, ec2.Port.all_traffic(), "EFA traffic to other EFA interfaces")
+    # Named by place, not by the group's path: the same under app.py's stage and the pipeline's.
+    allow_from(sg, "FromItself", group=sg, source=sg, port=ec2.Port.all_traffic(),
+               description="EFA traffic from other EFA interfaces")
+    allow_to(sg, "ToItself", group=sg, destination=sg, port=ec2.Port.all_traffic(),
+             description="EFA traffic to other EFA interfaces")
     return sg

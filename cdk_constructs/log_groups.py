@@ -8,7 +8,8 @@ https://docs.aws.amazon.com/AmazonCloudWatch/latest/logs/encrypt-log-data-kms.ht
 Writers need no KMS permission of their own: CloudWatch Logs encrypts on their behalf.
 
 The groups' removal policy is the stack's (stacks/removal.py keeps log groups and keys in a
-retain environment); retention is longer there too.
+retain environment, except groups under a fixed name, which a later deploy would create again);
+retention is longer there too.
 """
 
 from __future__ import annotations

@@ -11,11 +11,19 @@ system/): nodeadm-config runs Before=cloud-init.service; cloud-init's scripts-us
 runs in cloud-final; nodeadm-run, which sets up local disks and starts containerd and kubelet, runs
 After=cloud-final.service. So both parts below take effect before kubelet reads the node's
 resources.
+
+What is not here: kubelet's maxPods. A managed node group without a custom AMI gets a NodeConfig
+from EKS appended after ours, and EKS's maxPods "takes precedence over any other maxPods
+configuration" ("Choose an optimal Amazon EC2 node instance type", section "How maxPods is
+determined", https://docs.aws.amazon.com/eks/latest/userguide/choosing-instance-type.html#max-pods-precedence);
+setting it ourselves would need a custom AMI id in the launch template (see the README, "GPU
+nodes: locked memory and maxPods").
 """
 
 from __future__ import annotations
 
 from config.instance_types import InstanceType
+from config.kubernetes import GPU_CONTAINER_MEMLOCK
 from k8s.common import EFA_HUGEPAGES_2MI
 
 # Fixed, not random: a node group is recycled whenever its launch data changes, so two synths of
@@ -49,6 +57,20 @@ EFA_PODS_PER_NODE = 1
 # request, never lowers a larger reservation already made, and persists it for reboots.
 HUGEPAGES_SYSCTL_FILE = "/etc/sysctl.d/90-eks-distributed-training-efa-hugepages.conf"
 
+# Containers inherit RLIMIT_MEMLOCK from containerd: the base OCI spec nodeadm writes sets only
+# RLIMIT_NOFILE (amazon-eks-ami nodeadm/internal/containerd/base-runtime-spec.json), and the AL2023
+# AMI's containerd drop-in sets only its slice (templates/al2023/runtime/rootfs/etc/systemd/system/
+# containerd.service.d/00-runtime-slice.conf), so pods get systemd's default of a few MiB. EFA
+# registers (locks) its buffers with the device and a non-root pod cannot raise its own limit
+# (setrlimit above the hard limit needs CAP_SYS_RESOURCE): libfabric then fails with ENOMEM (-12)
+# (aws/aws-ofi-nccl issue 141; Bottlerocket raises the limit for EFA nodes the same way,
+# bottlerocket-core-kit PR 141). limits.d files do not apply to services. The drop-in below takes
+# effect before any pod: nodeadm-run, after cloud-final, restarts containerd
+# (nodeadm/internal/containerd/daemon.go EnsureRunning).
+CONTAINERD_DROP_IN = "/etc/systemd/system/containerd.service.d/90-eks-distributed-training-memlock.conf"
+# systemd's spelling of the limit `ulimit -l` reports as GPU_CONTAINER_MEMLOCK.
+SYSTEMD_MEMLOCK = {"unlimited": "infinity"}[GPU_CONTAINER_MEMLOCK]
+
 
 def efa_hugepages() -> int:
     """2 MiB pages one EFA node needs for the pods it runs (k8s/common.py EFA_HUGEPAGES_2MI)."""
@@ -57,31 +79,25 @@ def efa_hugepages() -> int:
     return int(EFA_HUGEPAGES_2MI.removesuffix("Mi")) // HUGEPAGE_MIB * EFA_PODS_PER_NODE
 
 
-def node_config(instance_type: InstanceType) -> str:
-    """The NodeConfig part: RAID0 local storage where the type has NVMe instance store, and kubelet's
-    maxPods where our EFA layout leaves the VPC CNI fewer addresses than nodeadm would assume.
-
-    nodeadm computes maxPods from the instance type's full interface count (on p5: 100); with
-    EFA-only interfaces in card 0's slots the CNI has fewer (on p5: 51, see
-    InstanceType.max_pods). "Amazon EKS recommended maximum Pods for each Amazon EC2 instance type"
-    (https://docs.aws.amazon.com/eks/latest/userguide/choosing-instance-type.html#determine-max-pods)
-    gives the count; the EKS custom-networking tutorial
-    (https://docs.aws.amazon.com/eks/latest/userguide/cni-custom-network-tutorial.html) passes such
-    a count to AL2023 nodes as `spec.kubelet.config.maxPods` of a NodeConfig in the launch template.
-    """
-    lines = ["---", "apiVersion: node.eks.aws/v1alpha1", "kind: NodeConfig", "spec:"]
-    if instance_type.supports_efa:
-        lines += ["  kubelet:", "    config:", f"      maxPods: {instance_type.max_pods}"]
-    if instance_type.local_nvme_disks:
-        lines += ["  instance:", "    localStorage:", f"      strategy: {LOCAL_STORAGE_STRATEGY}"]
+def node_config() -> str:
+    """The NodeConfig part: RAID0 local storage where the type has NVMe instance store."""
+    lines = ["---", "apiVersion: node.eks.aws/v1alpha1", "kind: NodeConfig", "spec:",
+             "  instance:", "    localStorage:", f"      strategy: {LOCAL_STORAGE_STRATEGY}"]
     return "\n".join([*lines, ""])
 
 
-def hugepages_script(pages: int) -> str:
-    return "\n".join([
-        "#!/bin/bash",
+def memlock_section() -> list[str]:
+    return [
+        "# Locked memory for EFA in non-root pods: containers inherit containerd's limit.",
+        f"mkdir -p {CONTAINERD_DROP_IN.rsplit('/', 1)[0]}",
+        f"printf '[Service]\\nLimitMEMLOCK={SYSTEMD_MEMLOCK}\\n' > {CONTAINERD_DROP_IN}",
+        "systemctl daemon-reload",
+    ]
+
+
+def hugepages_section(pages: int) -> list[str]:
+    return [
         "# Reserve 2 MiB huge pages for EFA pods (libfabric bounce buffers) before kubelet starts.",
-        "set -o errexit -o nounset -o pipefail",
         f"EFA_HUGEPAGES_2MI={pages}",
         "current=$(cat /proc/sys/vm/nr_hugepages)",
         'if [ "$current" -lt "$EFA_HUGEPAGES_2MI" ]; then',
@@ -93,17 +109,33 @@ def hugepages_script(pages: int) -> str:
         '  echo "only $reserved of $EFA_HUGEPAGES_2MI 2 MiB huge pages could be reserved" >&2',
         "  exit 1",
         "fi",
-        "",
-    ])
+    ]
+
+
+def node_script(instance_type: InstanceType) -> str | None:
+    """The shell part, run by cloud-init before nodeadm starts containerd and kubelet: locked
+    memory on GPU nodes, huge pages on EFA nodes; None when the type needs neither."""
+    sections = []
+    if instance_type.is_gpu:
+        sections.append(memlock_section())
+    if instance_type.supports_efa:
+        sections.append(hugepages_section(efa_hugepages()))
+    if not sections:
+        return None
+    lines = ["#!/bin/bash", "set -o errexit -o nounset -o pipefail"]
+    for section in sections:
+        lines += section
+    return "\n".join([*lines, ""])
 
 
 def node_user_data(instance_type: InstanceType) -> str | None:
     """The MIME archive for `instance_type`, or None when its nodes need nothing beyond EKS's own."""
     parts: list[tuple[str, str]] = []
-    if instance_type.local_nvme_disks or instance_type.supports_efa:
-        parts.append((NODECONFIG_CONTENT_TYPE, node_config(instance_type)))
-    if instance_type.supports_efa:
-        parts.append((SHELL_CONTENT_TYPE, hugepages_script(efa_hugepages())))
+    if instance_type.local_nvme_disks:
+        parts.append((NODECONFIG_CONTENT_TYPE, node_config()))
+    script = node_script(instance_type)
+    if script:
+        parts.append((SHELL_CONTENT_TYPE, script))
     if not parts:
         return None
     lines = ["MIME-Version: 1.0", f'Content-Type: multipart/mixed; boundary="{BOUNDARY}"', ""]

@@ -1,13 +1,15 @@
 """Custom resources that make `cdk destroy` finish and keep what must be kept.
 
 - `EniJanitor`: deleted before the VPC's subnets, it removes ENIs that controllers left behind
-  (VPC CNI pod ENIs, EFA interfaces, the kubectl Lambda's hyperplane ENIs); see aws-cdk 26716.
+  (VPC CNI pod ENIs, EFA interfaces, the VPC Lambdas' hyperplane ENIs; aws-cdk 26716) and the
+  cluster security group EKS could not delete (aws-cdk 18650), and fails when it cannot.
 - `FsxFinalBackup`: in retained environments, starts a final backup of the file system as the
-  storage stack is deleted.
+  storage stack is deleted, and replies SUCCESS whatever it finds.
 
 Each handler is its own service token (one Lambda, no provider framework), runs outside the VPC
-(its own ENIs would otherwise block the subnets it is cleaning), logs to a log group that follows
-the environment's removal policy (applied by the stack), and replies SUCCESS whatever it finds.
+(its own ENIs would otherwise block the subnets it is cleaning) and logs to a log group that
+follows the environment's removal policy (applied by the stack). The training drain
+(cdk_constructs/training_drain.py) uses the same function construct, inside the VPC.
 """
 
 from __future__ import annotations
@@ -25,12 +27,16 @@ from constructs import Construct
 from cdk_constructs.nag import acknowledge, wildcard_resource
 
 HANDLERS = Path(__file__).resolve().parent / "teardown_handlers"
+# teardown_handlers/eni_janitor.py CLUSTER_TAG: the Lambda asset imports nothing from here.
+CLUSTER_TAG = "aws:eks:cluster-name"
 
 
 class _TeardownFunction(Construct):
     """A Lambda from teardown_handlers/ with its own role and log group (no managed policies)."""
 
-    def __init__(self, scope: Construct, id: str, *, handler: str, description: str, timeout: cdk.Duration):
+    def __init__(self, scope: Construct, id: str, *, handler: str, description: str, timeout: cdk.Duration,
+                 **function_options):
+        """`function_options`: further lambda.Function props (a VPC placement)."""
         super().__init__(scope, id)
         # Its removal policy is the stack's (stacks/removal.py), like every other log group.
         self.log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH)
@@ -41,39 +47,51 @@ class _TeardownFunction(Construct):
             self, "Function", runtime=lambda_.Runtime.PYTHON_3_14, handler=handler,
             code=lambda_.Code.from_asset(str(HANDLERS), exclude=["__pycache__", "*.pyc"]),
             role=self.role, timeout=timeout, description=description, log_group=self.log_group,
+            **function_options,
         )
 
 
 class EniJanitor(Construct):
-    """Attributes: `resource` (the CfnResource deleted before every resource of `vpc`), `role`."""
+    """Deleted before every resource of `vpc`, it deletes the ENIs controllers left there and the
+    security groups EKS created for the cluster `cluster_name`, waiting (within Lambda's 15
+    minutes) for attached ones to be released; if any is still there it fails the delete, saying
+    which (teardown_handlers/eni_janitor.py). Attributes: `resource`, `role`, `function`."""
 
-    def __init__(self, scope: Construct, id: str, *, vpc: ec2.Vpc):
+    def __init__(self, scope: Construct, id: str, *, vpc: ec2.Vpc, cluster_name: str):
         super().__init__(scope, id)
         fn = _TeardownFunction(
             self, "Handler", handler="eni_janitor.handler",
-            description="On stack deletion: delete ENIs controllers left in the VPC so its subnets can go",
+            description="On stack deletion: delete ENIs and EKS cluster security groups left in the VPC so it can go",
             # Lambda's maximum: hyperplane ENIs of a deleted VPC Lambda take minutes to be released.
             timeout=cdk.Duration.minutes(15),
         )
         stack = cdk.Stack.of(self)
-        fn.role.add_to_policy(iam.PolicyStatement(actions=["ec2:DescribeNetworkInterfaces"], resources=["*"]))
+        in_this_vpc = {"ArnEquals": {"ec2:Vpc": stack.format_arn(service="ec2", resource="vpc",
+                                                                   resource_name=vpc.vpc_id)}}
+        fn.role.add_to_policy(iam.PolicyStatement(
+            actions=["ec2:DescribeNetworkInterfaces", "ec2:DescribeSecurityGroups"], resources=["*"]))
         any_interface = stack.format_arn(service="ec2", resource="network-interface", resource_name="*")
         fn.role.add_to_policy(iam.PolicyStatement(
-            actions=["ec2:DeleteNetworkInterface"], resources=[any_interface],
-            conditions={"ArnEquals": {"ec2:Vpc": stack.format_arn(service="ec2", resource="vpc",
-                                                                    resource_name=vpc.vpc_id)}},
-        ))
+            actions=["ec2:DeleteNetworkInterface"], resources=[any_interface], conditions=in_this_vpc))
+        any_group = stack.format_arn(service="ec2", resource="security-group", resource_name="*")
+        fn.role.add_to_policy(iam.PolicyStatement(
+            actions=["ec2:DeleteSecurityGroup"], resources=[any_group],
+            conditions={**in_this_vpc, "StringEquals": {f"ec2:ResourceTag/{CLUSTER_TAG}": cluster_name}}))
         policy = fn.role.node.find_child("DefaultPolicy").node.default_child
         acknowledge(policy, "IAM5[Resource::*]",
-                    "ec2:DescribeNetworkInterfaces has no resource-level permissions; it only reads.")
+                    "ec2:DescribeNetworkInterfaces and ec2:DescribeSecurityGroups have no resource-level "
+                    "permissions; they only read.")
         acknowledge(policy, wildcard_resource(policy, any_interface),
                     "The leftover ENIs have ids nobody knows in advance; the ec2:Vpc condition limits "
                     "deletion to interfaces in this environment's VPC.")
+        acknowledge(policy, wildcard_resource(policy, any_group),
+                    "EKS creates the cluster security group, so its id is unknown here; the conditions limit "
+                    "deletion to groups in this VPC that EKS tagged with this environment's cluster name.")
         self.role = fn.role
         self.function = fn.function
         self.resource = cdk.CustomResource(
-            self, "Resource", service_token=fn.function.function_arn,
-            resource_type="Custom::EniJanitor", properties={"VpcId": vpc.vpc_id},
+            self, "Resource", service_token=fn.function.function_arn, resource_type="Custom::EniJanitor",
+            properties={"VpcId": vpc.vpc_id, "ClusterName": cluster_name},
         )
         # Depending on the VPC construct depends on every subnet, route, NAT gateway and gateway in
         # it: CloudFormation deletes this resource (and so sweeps) before any of them.

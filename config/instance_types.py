@@ -98,9 +98,10 @@ class InstanceType:
         """Pods kubelet admits on a node. The VPC CNI's per-type figure (eni-max-pods) counts every
         slot of card 0; with our EFA layout fewer are left, so EFA types count what remains:
         ENIs x (addresses per ENI - 1) + 2 host-network pods, the same formula. On p5 that is
-        1 x 49 + 2 = 51, not 100: kubelet left at 100 would admit pods that then wait forever for
-        an address. The node's NodeConfig sets kubelet's maxPods to this (cdk_constructs/node_user_data.py).
-        AL2023 nodeadm caps maxPods at 110 below 30 vCPUs and 250 above."""
+        1 x 49 + 2 = 51, not 100. The subnet plan counts this figure (ips_per_node). Kubelet's own
+        maxPods is EKS's on managed nodes without a custom AMI (cdk_constructs/node_user_data.py):
+        larger on p5, harmless while a training node runs one training pod and the DaemonSets.
+        EKS caps maxPods at 110 below 30 vCPUs and 250 above."""
         cni = self.vpc_cni_max_pods
         if self.supports_efa:
             cni = min(cni, self.pod_network_interfaces * (self.ipv4_per_interface - 1) + 2)

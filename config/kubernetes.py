@@ -26,6 +26,12 @@ HF_TOKEN_KEY = "token"
 FSX_CLAIM_NAME = "fsx-pvc"
 FSX_MOUNT_PATH = "/fsx"
 
+# RLIMIT_MEMLOCK of every container on a GPU node, as `ulimit -l` prints it inside the pod. EFA
+# registers (locks) its buffers, and a non-root process cannot raise its own limit; containers
+# inherit containerd's, which the GPU nodes' user data raises (cdk_constructs/node_user_data.py).
+# The GPU check verifies it from a non-root pod.
+GPU_CONTAINER_MEMLOCK = "unlimited"
+
 # The net name aws-ofi-nccl registers with NCCL (aws/aws-ofi-nccl src/nccl_ofi_interface_nvidia.cpp,
 # "Libfabric" since v1.13.0). EFA pods set NCCL_NET to it (k8s/common.py EFA_ENV); the trainer
 # checks at start-up that NCCL chose it (trainer/nccl_net.py).

@@ -1,7 +1,8 @@
 """Names of the stack outputs the ops CLI reads: stacks/ declares them, ops/ looks them up.
 
-Stack names follow the stage: `<env>-<stack id>` (app.py's stage id is the environment name);
-under the pipeline the stage's stacks carry a further prefix, `<pipeline>-<env>-<stack id>`.
+Stack names follow the stage: `<env>-<stack id>`, whether app.py builds the stage (its id is the
+environment name) or the pipeline does (a stage inside a stack is named for its own id only), so
+`make deploy` and the pipeline address the same CloudFormation stacks.
 """
 
 from __future__ import annotations

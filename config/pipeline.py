@@ -15,6 +15,8 @@ _CONNECTION_ARN = re.compile(
 )
 _REPOSITORY = re.compile(r"^[\w.-]+/[\w.-]+$")
 _BRANCH = re.compile(r"^[\w./-]{1,255}$")
+# The PipelineStack's construct id: its stages' stacks are `Pipeline/<env>/<stack id>` in the app.
+PIPELINE_STACK_ID = "Pipeline"
 
 
 @dataclass(frozen=True)
@@ -54,3 +56,18 @@ def load_pipeline(raw: Any, promotion: Any, environments: Any) -> PipelineSettin
             raise ConfigError(f"promotion[{i}]", f"{name!r} is listed twice")
     stages = tuple(load_environment(defined, name) for name in names)
     return PipelineSettings(account, region, connection, repository, branch, stages)
+
+
+def owned_by_pipeline(settings: PipelineSettings | None, env_name: str) -> bool:
+    """An environment belongs to the pipeline when a pipeline is configured and `promotion` lists it:
+    the pipeline deploys it, and `make deploy` leaves it alone unless forced."""
+    return settings is not None and any(env.name == env_name for env in settings.stages)
+
+
+def stack_selector(settings: PipelineSettings | None, env_name: str) -> str:
+    """The cdk CLI pattern for the environment's stacks. For an environment the pipeline owns, the
+    pipeline's own stage (`Pipeline/prod/*`): a deploy by hand then ships exactly the templates the
+    pipeline ships, construct paths, tags and Kubernetes prune labels included. Otherwise app.py's
+    stage (`dev/*`). Both carry the same stack names (`<env>-<stack id>`), so either pattern
+    addresses the one set of CloudFormation stacks the environment has."""
+    return f"{PIPELINE_STACK_ID}/{env_name}/*" if owned_by_pipeline(settings, env_name) else f"{env_name}/*"

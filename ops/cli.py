@@ -165,12 +165,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_module_commands(sub: Any) -> None:
     """Commands whose parser and logic live in their own module (ops/local.py, ...)."""
-    from ops import local, synth_summary, validate
+    from ops import local, stacks, synth_summary, validate
 
     p = sub.add_parser("local", help="run a CPU job preset on this machine under torchrun and a real etcd")
     local.add_arguments(p)
     p = sub.add_parser("validate", help="post-deploy GPU checks and NCCL tests through kubectl (the pipeline's runner)")
     validate.add_arguments(p)
+    p = sub.add_parser("stacks", help="the cdk stack pattern of an environment; with --deploy, refused where the "
+                                      "pipeline deploys it")
+    stacks.add_arguments(p)
     p = sub.add_parser("synth-summary", help="offline cdk synth, then what a deploy would create")
     synth_summary.add_arguments(p)
     add_output_flag(p)
@@ -396,7 +399,7 @@ def _module_command(module: str) -> Any:
 
 _COMMANDS = {
     "local": _module_command("local"), "validate": _module_command("validate"),
-    "synth-summary": _module_command("synth_summary"),
+    "synth-summary": _module_command("synth_summary"), "stacks": _module_command("stacks"),
     "preflight": _preflight, "az-recommend": _az_recommend, "kubeconfig": _kubeconfig, "whoami": _whoami,
     "submit": _submit, "start": _start_stop, "stop": _start_stop, "status": _status, "logs": _logs,
     "delete": _delete, "plan": _plan, "capacity-block": _capacity_block, "doctor": _doctor,

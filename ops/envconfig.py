@@ -11,13 +11,15 @@ from typing import Any
 
 from config import ConfigError, Environment, load_environment
 from config.paths import PathProblem, read_json
+from config.pipeline import PipelineSettings, load_pipeline
 from ops.errors import OpsError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONTEXT_FILE = REPO_ROOT / "cdk.json"
 
 
-def read_environments(context_file: str | Path | None = None) -> Any:
+def read_context(context_file: str | Path | None = None) -> dict:
+    """The CDK context object of `context_file` (default cdk.json)."""
     path = Path(context_file) if context_file else DEFAULT_CONTEXT_FILE
     try:
         data = read_json(path)
@@ -25,7 +27,19 @@ def read_environments(context_file: str | Path | None = None) -> Any:
         raise OpsError(f"--context-file: {problem}" if context_file else str(problem)) from None
     # A cdk.json keeps environments under "context"; a bare context file may hold them at the top.
     context = data.get("context", data)
-    return context.get("environments") if isinstance(context, dict) else None
+    return context if isinstance(context, dict) else {}
+
+
+def read_environments(context_file: str | Path | None = None) -> Any:
+    return read_context(context_file).get("environments")
+
+
+def load_pipeline_settings(context_file: str | Path | None = None) -> PipelineSettings | None:
+    """The pipeline's settings as app.py parses them; None when no pipeline is configured."""
+    context = read_context(context_file)
+    if context.get("pipeline") is None:
+        return None
+    return load_pipeline(context["pipeline"], context.get("promotion"), context.get("environments"))
 
 
 def load(env_name: str, context_file: str | Path | None = None) -> Environment:

@@ -108,7 +108,9 @@ class ClusterStack(cdk.Stack):
         self.addons: dict[str, eks.Addon] = {}
         self._add_addons()
 
-        apply_removal_policy(self, config)
+        # The log groups carry the cluster's name and the secrets key serves the cluster alone: kept,
+        # they would block the environment's next deploy or bill for nothing (stacks/removal.py).
+        apply_removal_policy(self, config, always_deleted=(self.logs, self.secrets_key))
         cdk.CfnOutput(self, "ClusterName", value=self.cluster.cluster_name, description="EKS cluster name")
         cdk.CfnOutput(self, "ClusterSecurityGroupId", value=self.cluster.cluster_security_group_id,
                       description="EKS cluster security group (every node carries it)")

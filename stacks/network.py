@@ -67,8 +67,9 @@ class NetworkStack(cdk.Stack):
         self.training_subnet: ec2.ISubnet = self._subnet_in(config.training_availability_zone)
         self.training_availability_zone: str = config.training_availability_zone
 
-        # Deleted before any subnet, route or gateway of the VPC: clears the ENIs controllers left.
-        self.eni_janitor = EniJanitor(self, "EniJanitor", vpc=self.vpc)
+        # Deleted before any subnet, route or gateway of the VPC: clears the ENIs controllers left
+        # and the security group EKS made for the cluster.
+        self.eni_janitor = EniJanitor(self, "EniJanitor", vpc=self.vpc, cluster_name=config.cluster_name)
         apply_removal_policy(self, config, also_kept=KEPT_NETWORK_HOME)
         cdk.CfnOutput(self, "VpcId", value=self.vpc.vpc_id, description="VPC of the training cluster")
         cdk.CfnOutput(

@@ -8,11 +8,19 @@ its S3 links, the ECR repository, KMS keys and log groups; and, because a kept f
 interfaces in the training subnet, the VPC, its subnets and the file system's security group
 (deleting any of them would fail on those interfaces). Deleted: the cluster, node groups, NAT
 gateways, Lambdas, roles and the rest.
+
+Deleted in every environment (`always_deleted`): what only means something with the cluster, and
+what a new deploy of the environment would create again under the same name. CloudFormation cannot
+create a log group whose name exists, so a kept `/aws/eks/<cluster>/cluster` would make the next
+deploy of the environment fail; such groups, and the keys that only they or the cluster use, go.
 """
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import aws_cdk as cdk
+from constructs import Construct
 
 from config import Environment
 
@@ -28,13 +36,22 @@ def removal_policy(config: Environment) -> cdk.RemovalPolicy:
     return cdk.RemovalPolicy.RETAIN if config.retain else cdk.RemovalPolicy.DESTROY
 
 
-def apply_removal_policy(stack: cdk.Stack, config: Environment, *, also_kept: tuple[str, ...] = ()) -> None:
+# The stack-wide policy first, then the constructs that are deleted whatever the environment keeps.
+_STACK_PRIORITY = cdk.AspectPriority.MUTATING
+_ALWAYS_DELETED_PRIORITY = cdk.AspectPriority.MUTATING + 1
+
+
+def apply_removal_policy(stack: cdk.Stack, config: Environment, *, also_kept: tuple[str, ...] = (),
+                         always_deleted: Sequence[Construct] = ()) -> None:
     """The environment's policy on every resource of `stack`, those aws-cdk-lib creates included:
-    in a retain environment, RETAIN on KEPT_DATA (plus `also_kept`), DESTROY on everything else."""
+    in a retain environment, RETAIN on KEPT_DATA (plus `also_kept`), DESTROY on everything else;
+    DESTROY on every resource under `always_deleted` in any environment."""
     policies = cdk.RemovalPolicies.of(stack)
+    for construct in always_deleted:
+        cdk.RemovalPolicies.of(construct).apply(cdk.RemovalPolicy.DESTROY, priority=_ALWAYS_DELETED_PRIORITY)
     if not config.retain:
-        policies.apply(cdk.RemovalPolicy.DESTROY)
+        policies.apply(cdk.RemovalPolicy.DESTROY, priority=_STACK_PRIORITY)
         return
     kept = list(KEPT_DATA + also_kept)
-    policies.apply(cdk.RemovalPolicy.DESTROY, exclude_resource_types=kept)
-    policies.apply(cdk.RemovalPolicy.RETAIN, apply_to_resource_types=kept)
+    policies.apply(cdk.RemovalPolicy.DESTROY, exclude_resource_types=kept, priority=_STACK_PRIORITY)
+    policies.apply(cdk.RemovalPolicy.RETAIN, apply_to_resource_types=kept, priority=_STACK_PRIORITY)

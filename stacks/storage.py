@@ -10,12 +10,15 @@ from constructs import Construct
 
 from config import Environment
 from config.data_sources import FSX_IMPORT_DIR
+from cdk_constructs.security_group_rules import allow_from, allow_to, pin_rule, port_id
 from cdk_constructs.teardown import FsxFinalBackup
 from stacks.removal import KEPT_FILE_SYSTEM_GUARD, apply_removal_policy
 
 # Lustre: 988 for LNet, 1018-1023 for the client/server RPC ports. Both directions, because
 # Lustre servers also open connections back to clients.
 LUSTRE_PORTS = (ec2.Port.tcp(988), ec2.Port.tcp_range(1018, 1023))
+# The range LustreFileSystem opens from the group to itself.
+LUSTRE_PORT_SPAN = (988, 1023)
 BACKUP_RETENTION_DAYS = 14
 IMPORT_FS_PATH = FSX_IMPORT_DIR  # config/data_sources.py finds linked sources under it
 EXPORT_FS_PATH = "/export"
@@ -41,22 +44,22 @@ class StorageStack(cdk.Stack):
             self, "FsxSecurityGroup", vpc=vpc, allow_all_outbound=False,
             description="FSx for Lustre: Lustre ports with cluster nodes and between file servers only",
         )
-        node_groups = {"cluster nodes": cluster_security_group, "EFA interfaces": efa_security_group}
+        node_groups = {"ClusterNodes": (cluster_security_group, "cluster nodes"),
+                       "EfaInterfaces": (efa_security_group, "EFA interfaces")}
         # File servers also talk to each other: LustreFileSystem itself lets the group in from
-        # itself (988-1023); only the way out is ours to open.
+        # itself (988-1023); only the way out is ours to open. Every rule is named by its place in
+        # this stack (cdk_constructs/security_group_rules.py), never by a peer's construct path.
+        sg = self.security_group
         for port in LUSTRE_PORTS:
-            self.security_group.add_egress_rule(self.security_group, port, "Lustre between file servers")
-            for what, peer in node_groups.items():
-                self.security_group.add_ingress_rule(peer, port, f"Lustre from {what}")
-                self.security_group.add_egress_rule(peer, port, f"Lustre to {what}")
+            ports = port_id(port)
+            allow_to(sg, f"ToItself{ports}", group=sg, destination=sg, port=port,
+                     description="Lustre between file servers")
+            for name, (peer, what) in node_groups.items():
+                allow_from(sg, f"From{name}{ports}", group=sg, source=peer, port=port, description=f"Lustre from {what}")
+                allow_to(sg, f"To{name}{ports}", group=sg, destination=peer, port=port, description=f"Lustre to {what}")
             # Every node carries the cluster security group; let the servers' connections in.
-            ec2.CfnSecurityGroupIngress(
-                self, f"NodesFromFsx{port.to_string().replace(' ', '')}",
-                group_id=cluster_security_group.security_group_id, ip_protocol="tcp",
-                from_port=_from_port(port), to_port=_to_port(port),
-                source_security_group_id=self.security_group.security_group_id,
-                description="Lustre from FSx file servers",
-            )
+            allow_from(self, f"NodesFromFsx{port.to_string().replace(' ', '')}", group=cluster_security_group,
+                       source=sg, port=port, description="Lustre from FSx file servers")
 
         has_repository = bool(settings.s3_import_path or settings.s3_export_path)
         # FSx cannot back up a file system linked to S3; there S3 is the durable copy instead.
@@ -76,6 +79,8 @@ class StorageStack(cdk.Stack):
                 if self.backups_enabled else None,
             ),
         )
+        pin_rule(sg, peer=sg, port=ec2.Port.tcp_range(*LUSTRE_PORT_SPAN), direction="ingress",
+                 logical_id="FsxSecurityGroupFromItselfTcp988To1023", description="Lustre between file servers")
         # FSx checks the group's Lustre rules when it creates the file system. The rules are
         # resources of their own, which CloudFormation would otherwise create in parallel with it
         # (InvalidNetworkSettings: "...does not permit Lustre LNET network traffic on port 988").
@@ -123,10 +128,3 @@ class StorageStack(cdk.Stack):
             associations.append(dra)
         return associations
 
-
-def _from_port(port: ec2.Port) -> int:
-    return int(port.to_rule_json()["fromPort"])
-
-
-def _to_port(port: ec2.Port) -> int:
-    return int(port.to_rule_json()["toPort"])

@@ -23,7 +23,10 @@ import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from cdk_constructs.training_drain import TrainingDrain
 from config import Environment
+from config.kubernetes import FSX_CLAIM_NAME, TRAINING_NAMESPACE
+from stacks.removal import removal_policy
 from k8s.charts import ChartEntry, EnvironmentCharts
 from k8s.common import short_digest
 from k8s.values import ClusterValues, image_placeholder
@@ -34,7 +37,8 @@ DEFAULT_QUALIFIER = cdk.DefaultStackSynthesizer.DEFAULT_QUALIFIER
 class WorkloadsStack(cdk.Stack):
     """Attributes: `charts` (k8s.charts.EnvironmentCharts, the objects the dist sink writes too),
     `manifests` (chart name -> its KubernetesManifests: one, or one per object), `readiness` (chart
-    name -> the KubernetesObjectValue its dependents wait for)."""
+    name -> the KubernetesObjectValue its dependents wait for), `training_drain` (TrainingDrain; None
+    where the environment keeps its data)."""
 
     def __init__(self, scope: Construct, id: str, *, config: Environment, cluster: eks.ICluster,
                  values: ClusterValues, **kwargs) -> None:
@@ -69,6 +73,7 @@ class WorkloadsStack(cdk.Stack):
             if entry.ready_when:
                 [manifest] = manifests
                 self.readiness[entry.name] = self._wait_until_ready(entry, cluster, manifest)
+        self.training_drain = _training_drain(self, config, cluster, self.manifests)
 
     def _wait_until_ready(self, entry: ChartEntry, cluster: eks.ICluster,
                           manifest: eks.KubernetesManifest) -> eks.KubernetesObjectValue:
@@ -83,6 +88,18 @@ class WorkloadsStack(cdk.Stack):
         )
         value.node.add_dependency(manifest)
         return value
+
+
+def _training_drain(stack: cdk.Stack, config: Environment, cluster: eks.ICluster,
+                    manifests: dict[str, tuple[eks.KubernetesManifest, ...]]) -> TrainingDrain | None:
+    """On destroy, runs leave the training namespace before the FSx claim does. Where the claim is
+    kept (removalPolicy retain) nothing waits on it, and a drain would only stop runs."""
+    if config.retain:
+        return None
+    drain = TrainingDrain(stack, "TrainingDrain", cluster=cluster, namespace=TRAINING_NAMESPACE, claim=FSX_CLAIM_NAME,
+                          holds=[m for chart in manifests.values() for m in chart], after=manifests["namespaces"])
+    cdk.RemovalPolicies.of(drain).apply(removal_policy(config))  # its log group goes with the environment
+    return drain
 
 
 # Deleting these would cascade: CRDs take every job with them, namespaces everything inside, the

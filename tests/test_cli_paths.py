@@ -173,7 +173,7 @@ OPS_BASE = {
     "model status": ["model", "status"], "model logs": ["model", "logs", "m"],
     "data": ["data", "--env", "dev", "--source", "c4", "--image", "img:1"],
     "local": ["local", "--checkpoint-root", "{tmp}/checkpoints"], "validate": ["validate"],
-    "synth-summary": ["synth-summary", "--env", "dev"],
+    "synth-summary": ["synth-summary", "--env", "dev"], "stacks": ["stacks", "--env", "dev"],
 }
 OPS_KINDS = {"--context-file": "in-file", "--kubeconfig": "in-file", "--from-file": "in-file",
              "--checkpoint-root": "out-dir", "--etcd": "exe", "--dist": "in-dir", "--outdir": "out-dir",

@@ -1,45 +1,17 @@
 """The teardown Lambdas, run for real against a moto server on loopback, replying to a real
-HTTP endpoint standing in for CloudFormation's pre-signed response URL."""
+HTTP endpoint standing in for CloudFormation's pre-signed response URL (fixtures: conftest.py)."""
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 
-from tests.conftest import REPO_ROOT
-
-HANDLERS = REPO_ROOT / "cdk_constructs" / "teardown_handlers"
-sys.path.insert(0, str(HANDLERS))  # the Lambda's own import root
-
-import eni_janitor  # noqa: E402
-import fsx_final_backup  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def endpoint():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    with pytest.MonkeyPatch.context() as mp:
-        for key in [k for k in os.environ if k.startswith("AWS_")]:
-            mp.delenv(key)
-        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
-        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        mp.setenv("AWS_REGION", "us-west-2")
-        mp.setenv("AWS_DEFAULT_REGION", "us-west-2")
-        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
-        mp.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
-        yield f"http://{host}:{port}"
-    server.stop()
+import eni_janitor
+import fsx_final_backup
+from cfn_events import Context, event
 
 
 @pytest.fixture
@@ -50,66 +22,140 @@ def vpc(endpoint):
     return ec2, vpc_id, subnet
 
 
-@pytest.fixture
-def cloudformation():
-    """A loopback HTTP server that records the custom-resource replies PUT to it."""
-    replies: list[dict] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_PUT(self):  # noqa: N802 - http.server's naming
-            replies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/reply", replies
-    server.shutdown()
+CLUSTER = "dev-training"
 
 
-class Context:
-    def get_remaining_time_in_millis(self):
-        return 65_000  # a minute is kept back for the reply: five seconds to sweep
+class Ec2WithDependencies:
+    """moto's EC2 with the rule it does not enforce: a security group that an ENI still uses cannot
+    be deleted (EC2 answers DependencyViolation; moto deletes it)."""
+
+    def __init__(self, client):
+        self._client = client
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def delete_security_group(self, GroupId):  # noqa: N803 - boto3's parameter name
+        users = self._client.describe_network_interfaces(Filters=[{"Name": "group-id", "Values": [GroupId]}])
+        if users["NetworkInterfaces"]:
+            raise ClientError({"Error": {"Code": "DependencyViolation",
+                                         "Message": f"resource {GroupId} has a dependent object"}}, "DeleteSecurityGroup")
+        return self._client.delete_security_group(GroupId=GroupId)
 
 
-def event(url: str, request_type: str, **properties) -> dict:
-    return {"RequestType": request_type, "ResponseURL": url, "StackId": "arn:stack", "RequestId": "r1",
-            "LogicalResourceId": "Janitor", "PhysicalResourceId": "Janitor", "ResourceProperties": properties}
+def cluster_group(ec2, vpc_id: str, cluster: str = CLUSTER) -> str:
+    """A security group as EKS creates one for a cluster: tagged with the cluster's name."""
+    return ec2.create_security_group(
+        GroupName=f"eks-cluster-sg-{cluster}-1", Description="EKS created security group", VpcId=vpc_id,
+        TagSpecifications=[{"ResourceType": "security-group",
+                            "Tags": [{"Key": eni_janitor.CLUSTER_TAG, "Value": cluster}]}])["GroupId"]
+
+
+def attached_eni(ec2, subnet: str, description: str, groups: list[str] | None = None) -> tuple[str, str]:
+    """(ENI id, attachment id) of an ENI in use, as a Lambda's hyperplane ENI or a pod's is."""
+    eni = ec2.create_network_interface(SubnetId=subnet, Description=description,
+                                       **({"Groups": groups} if groups else {}))["NetworkInterface"]
+    instance = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, SubnetId=subnet)["Instances"][0]
+    attachment = ec2.attach_network_interface(NetworkInterfaceId=eni["NetworkInterfaceId"],
+                                              InstanceId=instance["InstanceId"], DeviceIndex=1)["AttachmentId"]
+    return eni["NetworkInterfaceId"], attachment
+
+
+def interfaces(ec2, vpc_id: str) -> list[dict]:
+    return ec2.describe_network_interfaces(Filters=[{"Name": "vpc-id", "Values": [vpc_id]}])["NetworkInterfaces"]
 
 
 def test_sweep_deletes_controller_leftovers_and_nothing_else(vpc):
     ec2, vpc_id, subnet = vpc
     for description in ("aws-K8S-i-0abc", "AWS Lambda VPC ENI-kubectl-handler", "operator's own ENI"):
         ec2.create_network_interface(SubnetId=subnet, Description=description)
-    summary = eni_janitor.sweep(ec2, vpc_id, time.monotonic() + 5, poll_seconds=0.1)
+    summary = eni_janitor.sweep(ec2, vpc_id, CLUSTER, time.monotonic() + 5, poll_seconds=0.1)
     assert summary.startswith(f"deleted 2 leftover ENI(s) in {vpc_id}")
-    left = ec2.describe_network_interfaces(Filters=[{"Name": "vpc-id", "Values": [vpc_id]}])["NetworkInterfaces"]
-    assert [e["Description"] for e in left] == ["operator's own ENI"]
+    assert [e["Description"] for e in interfaces(ec2, vpc_id)] == ["operator's own ENI"]
 
 
-def test_sweep_stops_at_its_deadline_and_names_what_is_still_attached(vpc):
+def test_sweep_waits_until_lambda_releases_its_eni_then_deletes_it(vpc):
+    """A deleted VPC Lambda's hyperplane ENI stays attached for minutes; the sweep polls until it is
+    available. Each of its sleeps stands for the time in which Lambda lets go of the ENI."""
     ec2, vpc_id, subnet = vpc
-    eni = ec2.create_network_interface(SubnetId=subnet, Description="aws-K8S-i-0busy")["NetworkInterface"]
-    instance = ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1, SubnetId=subnet)["Instances"][0]
-    ec2.attach_network_interface(NetworkInterfaceId=eni["NetworkInterfaceId"], InstanceId=instance["InstanceId"],
-                                 DeviceIndex=1)
-    started = time.monotonic()
-    summary = eni_janitor.sweep(ec2, vpc_id, time.monotonic() + 0.5, poll_seconds=0.1)
-    assert time.monotonic() - started < 5
-    assert summary == f"deleted 0 leftover ENI(s); still attached at the deadline: {eni['NetworkInterfaceId']}"
+    eni, attachment = attached_eni(ec2, subnet, "AWS Lambda VPC ENI-kubectl-handler")
+    sleeps = []
+
+    def lambda_releases(seconds):
+        sleeps.append(seconds)
+        ec2.detach_network_interface(AttachmentId=attachment)
+
+    summary = eni_janitor.sweep(ec2, vpc_id, CLUSTER, time.monotonic() + 60, poll_seconds=15, sleep=lambda_releases)
+    assert sleeps == [15]
+    assert summary.startswith(f"deleted 1 leftover ENI(s) in {vpc_id}: {eni}")
+    assert eni not in [e["NetworkInterfaceId"] for e in interfaces(ec2, vpc_id)]
+
+
+def test_sweep_deletes_the_clusters_own_security_group_once_no_eni_uses_it(vpc):
+    """aws-cdk 18650: EKS cannot delete the cluster security group while the kubectl handler's
+    ENIs still carry it, and the group then blocks the VPC. Groups of other clusters and groups
+    EKS did not tag stay."""
+    ec2, vpc_id, subnet = vpc
+    ours, theirs = cluster_group(ec2, vpc_id), cluster_group(ec2, vpc_id, "other-training")
+    untagged = ec2.create_security_group(GroupName="app", Description="app", VpcId=vpc_id)["GroupId"]
+    _, attachment = attached_eni(ec2, subnet, "AWS Lambda VPC ENI-kubectl-handler", groups=[ours])
+    rounds = []
+
+    def lambda_releases(seconds):
+        rounds.append(seconds)
+        ec2.detach_network_interface(AttachmentId=attachment)
+
+    summary = eni_janitor.sweep(Ec2WithDependencies(ec2), vpc_id, CLUSTER, time.monotonic() + 60,
+                                poll_seconds=15, sleep=lambda_releases)
+    assert rounds == [15]
+    assert summary.endswith(f"1 cluster security group(s): {ours}")
+    left = {g["GroupId"] for g in ec2.describe_security_groups(
+        Filters=[{"Name": "vpc-id", "Values": [vpc_id]}])["SecurityGroups"]}
+    assert ours not in left and {theirs, untagged} <= left
+
+
+def test_sweep_fails_at_its_deadline_naming_what_is_left(vpc):
+    ec2, vpc_id, subnet = vpc
+    group = cluster_group(ec2, vpc_id)
+    eni, _ = attached_eni(ec2, subnet, "aws-K8S-i-0busy", groups=[group])
+    now = [0.0]
+
+    def clock():
+        return now[0]
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    with pytest.raises(eni_janitor.Incomplete) as failed:
+        eni_janitor.sweep(Ec2WithDependencies(ec2), vpc_id, CLUSTER, 40.0, poll_seconds=15, sleep=sleep, clock=clock)
+    assert now[0] == 30.0  # polled at 0, 15 and 30; a fourth round would end after the deadline
+    message = str(failed.value)
+    assert f"ENI(s) still attached: {eni}" in message
+    assert f"security group {group} still in use by {eni}" in message
+    assert "Delete the stack again" in message
+
+
+def test_janitor_replies_failed_with_the_reason_when_it_cannot_finish(vpc, cloudformation):
+    """CloudFormation stops before the subnets with the janitor's reason, instead of failing on the
+    subnet or the VPC later with one that names no cause; deleting again runs the janitor again."""
+    ec2, vpc_id, subnet = vpc
+    eni, _ = attached_eni(ec2, subnet, "AWS Lambda VPC ENI-kubectl-handler")
+    url, replies = cloudformation
+    eni_janitor.handler(event(url, "Delete", VpcId=vpc_id, ClusterName=CLUSTER), Context())
+    [reply] = replies
+    assert reply["Status"] == "FAILED"
+    assert reply["Reason"].startswith(f"Incomplete: ENI(s) still attached: {eni}")
 
 
 def test_janitor_replies_success_on_delete_after_sweeping(vpc, cloudformation):
     ec2, vpc_id, subnet = vpc
     ec2.create_network_interface(SubnetId=subnet, Description="aws-K8S-i-0abc")
+    group = cluster_group(ec2, vpc_id)
     url, replies = cloudformation
-    eni_janitor.handler(event(url, "Delete", VpcId=vpc_id), Context())
+    eni_janitor.handler(event(url, "Delete", VpcId=vpc_id, ClusterName=CLUSTER), Context())
     [reply] = replies
     assert reply["Status"] == "SUCCESS" and reply["Reason"].startswith("deleted 1 leftover ENI(s)")
+    assert reply["Reason"].endswith(f"1 cluster security group(s): {group}")
     assert reply["PhysicalResourceId"] == "Janitor"
 
 
@@ -117,17 +163,16 @@ def test_janitor_does_nothing_on_create(vpc, cloudformation):
     ec2, vpc_id, subnet = vpc
     ec2.create_network_interface(SubnetId=subnet, Description="aws-K8S-i-0abc")
     url, replies = cloudformation
-    eni_janitor.handler(event(url, "Create", VpcId=vpc_id), Context())
+    eni_janitor.handler(event(url, "Create", VpcId=vpc_id, ClusterName=CLUSTER), Context())
     assert [r["Status"] for r in replies] == ["SUCCESS"]
     assert len(eni_janitor.leftover_interfaces(ec2, vpc_id)) == 1
 
 
-def test_a_failing_sweep_still_lets_the_stack_delete(endpoint, cloudformation):
+def test_a_janitor_that_cannot_run_fails_the_delete_with_its_reason(endpoint, cloudformation):
     url, replies = cloudformation
-    eni_janitor.handler(event(url, "Delete"), Context())  # no VpcId: the step fails
+    eni_janitor.handler(event(url, "Delete"), Context())  # no VpcId
     [reply] = replies
-    assert reply["Status"] == "SUCCESS"
-    assert reply["Reason"].startswith("teardown step failed, continuing: KeyError")
+    assert (reply["Status"], reply["Reason"]) == ("FAILED", "KeyError: 'VpcId'")
 
 
 def test_final_backup_starts_a_tagged_backup_of_the_file_system(vpc, cloudformation):

@@ -52,8 +52,19 @@ def test_destroy_with_the_environments_credentials_reaches_cdk(aws, tmp_path, cd
     fake, record = cdk
     result = make("destroy", isolated_aws_env(tmp_path, aws), fake, "ENV=prod")
     assert result.returncode == 0, result.stderr
+    # prod is promoted by the pipeline: its stacks are the pipeline's stage (config/pipeline.py).
     assert record.read_text().splitlines() == ["destroy", "--no-notices", "--no-version-reporting", "-c", "env=prod",
-                                               "prod/*"]
+                                               "Pipeline/prod/*"]
+
+
+def test_deploy_by_hand_of_an_environment_the_pipeline_deploys_is_refused_in_one_line(tmp_path, cdk):
+    fake, record = cdk
+    result = make("deploy", isolated_aws_env(tmp_path), fake, "ENV=prod")
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("make:")]
+    assert len(errors) == 1 and errors[0].startswith("error: prod is deployed by the pipeline"), result.stderr
+    assert "make deploy ENV=prod FORCE=1" in errors[0]
+    assert not record.exists()
 
 
 @pytest.mark.parametrize("job, words", [

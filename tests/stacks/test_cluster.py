@@ -215,11 +215,14 @@ def test_destroy_environment_deletes_the_secrets_key(cluster):
     cluster.has_resource("AWS::KMS::Key", {"DeletionPolicy": "Delete"})
 
 
-def test_retain_environment_keeps_the_secrets_key_but_not_the_cluster():
-    prod = synth("prod").templates["cluster"]
-    prod.has_resource("AWS::KMS::Key", {"DeletionPolicy": "Retain"})
-    # A kept cluster would keep billing; what a retain environment keeps is its data.
-    prod.has_resource("AWS::EKS::Cluster", {"DeletionPolicy": "Delete"})
+def test_retain_environment_deletes_the_cluster_with_its_secrets_key():
+    """A kept cluster would keep billing; what a retain environment keeps is its data. The secrets
+    key encrypts only the deleted cluster's Secrets, so keeping it would bill for nothing."""
+    prod = synth("prod")
+    template = prod.templates["cluster"]
+    template.has_resource("AWS::EKS::Cluster", {"DeletionPolicy": "Delete"})
+    key = prod.logical_id("cluster", prod.stage.cluster.secrets_key)
+    assert template.to_json()["Resources"][key]["DeletionPolicy"] == "Delete"
 
 
 def test_outputs_for_humans(cluster):

@@ -106,9 +106,11 @@ def test_container_insights_log_groups_exist_before_the_observability_addon(dev)
         assert logical in addon["DependsOn"], suffix
 
 
-def test_log_groups_follow_the_environments_removal_policy(dev, prod):
-    """What the README's "What destroy keeps" table promises: deleted with dev, kept by prod."""
-    for s, policy, days in ((dev, "Delete", 30), (prod, "Retain", 365)):
+def test_the_clusters_log_groups_go_with_it_in_every_environment(dev, prod):
+    """What the README's "What destroy keeps" table promises: named for the cluster, these groups
+    are deleted with it in dev and prod alike (kept, prod's next deploy could not create them);
+    events expire after the environment's retention meanwhile."""
+    for s, policy, days in ((dev, "Delete", 30), (prod, "Delete", 365)):
         names = [f"/aws/eks/{s.config.cluster_name}/cluster",
                  *(f"/aws/containerinsights/{s.config.cluster_name}/{x}" for x in CONTAINER_INSIGHTS_GROUPS)]
         for name in names:

@@ -201,21 +201,39 @@ def test_groups_with_instance_storage_put_kubelet_and_containerd_on_a_raid0_of_i
             assert root == (500 if group_type.is_gpu else 100), name
 
 
-def test_efa_groups_tell_kubelet_how_many_pods_the_vpc_cni_can_address(synthesized):
-    """"Amazon EKS recommended maximum Pods for each Amazon EC2 instance type"
-    (https://docs.aws.amazon.com/eks/latest/userguide/choosing-instance-type.html#determine-max-pods),
-    passed to AL2023 nodes as NodeConfig `spec.kubelet.config.maxPods` (EKS custom-networking
-    tutorial, https://docs.aws.amazon.com/eks/latest/userguide/cni-custom-network-tutorial.html).
-    nodeadm's own figure counts every slot of network card 0; our EFA-only interfaces take some,
-    so without this a p5 kubelet admits 100 pods for 49 pod addresses."""
-    efa_groups = [(name, t) for name, t in _all_groups(synthesized) if t.supports_efa]
-    assert efa_groups
-    for name, group_type in efa_groups:
-        config = node_config(launch_data(synthesized, name))
-        assert config["spec"]["kubelet"]["config"]["maxPods"] == group_type.max_pods, name
-    p5 = [name for name, t in efa_groups if t.name == "p5.48xlarge"]
-    for name in p5:
-        assert node_config(launch_data(synthesized, name))["spec"]["kubelet"]["config"]["maxPods"] == 51
+def test_node_user_data_leaves_max_pods_to_eks(synthesized):
+    """"Choose an optimal Amazon EC2 node instance type", section "How maxPods is determined"
+    (https://docs.aws.amazon.com/eks/latest/userguide/choosing-instance-type.html#max-pods-precedence):
+    for a managed node group without a custom AMI, the maxPods EKS puts in the node's user data
+    "takes precedence over any other maxPods configuration". Our launch templates name no AMI, so a
+    maxPods of ours would be silently overridden: none is written."""
+    for name, _ in _all_groups(synthesized):
+        data = launch_data(synthesized, name)
+        assert "ImageId" not in data, name
+        part = user_data_parts(data).get("application/node.eks.aws")
+        assert part is None or "maxPods" not in part, name
+
+
+def test_gpu_groups_let_containers_lock_memory_before_containerd_starts(synthesized):
+    """EFA registers (locks) its buffers; containers inherit containerd's RLIMIT_MEMLOCK (nodeadm's
+    base OCI spec sets only RLIMIT_NOFILE), and limits.d does not reach services. Every GPU group's
+    script raises containerd's limit to what the GPU check expects in a pod
+    (config.kubernetes.GPU_CONTAINER_MEMLOCK); CPU and system groups keep the default."""
+    import subprocess
+
+    from cdk_constructs.node_user_data import CONTAINERD_DROP_IN
+    from config.kubernetes import GPU_CONTAINER_MEMLOCK
+
+    assert GPU_CONTAINER_MEMLOCK == "unlimited"
+    for name, group_type in _all_groups(synthesized):
+        script = _hugepages_script(launch_data(synthesized, name))
+        if not group_type.is_gpu:
+            assert "LimitMEMLOCK" not in script, name
+            continue
+        assert f"printf '[Service]\\nLimitMEMLOCK=infinity\\n' > {CONTAINERD_DROP_IN}" in script, name
+        assert script.index("LimitMEMLOCK") < script.index("systemctl daemon-reload"), name
+        check = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True, timeout=30)
+        assert check.returncode == 0, check.stderr
 
 
 def _all_groups(s):

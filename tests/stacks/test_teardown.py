@@ -59,8 +59,54 @@ def test_destroy_environment_empties_the_repository_before_deleting_it(dev):
 @pytest.mark.parametrize("type_", ["AWS::FSx::FileSystem", "AWS::ECR::Repository", "AWS::KMS::Key",
                                    "AWS::Logs::LogGroup"])
 def test_retain_environment_keeps_its_data(prod, type_):
-    found = [p for t in prod.values() for p in policies(t, type_)]
+    found = [p for name, t in prod.items() if name != "cluster" for p in policies(t, type_)]
     assert found and set(found) == {("Retain", "Retain")}, type_
+
+
+@pytest.mark.parametrize("type_", ["AWS::KMS::Key", "AWS::Logs::LogGroup"])
+def test_retain_environment_deletes_the_clusters_logs_and_keys(prod, type_):
+    """The control-plane and Container Insights groups are named for the cluster, and their key and
+    the secrets key serve only the cluster: they go with it, in every environment."""
+    found = policies(prod["cluster"], type_)
+    assert found and set(found) == {("Delete", "Delete")}, type_
+
+
+# The properties that name a resource of these types; the rest get a name CloudFormation makes up.
+NAME_PROPERTIES = {"AWS::Logs::LogGroup": "LogGroupName", "AWS::ECR::Repository": "RepositoryName",
+                   "AWS::KMS::Alias": "AliasName", "AWS::S3::Bucket": "BucketName", "AWS::IAM::Role": "RoleName",
+                   "AWS::EKS::Cluster": "Name", "AWS::EC2::SecurityGroup": "GroupName",
+                   "AWS::FSx::FileSystem": None, "AWS::KMS::Key": None, "AWS::EC2::VPC": None,
+                   "AWS::EC2::Subnet": None, "Custom::AWSCDK-EKS-KubernetesResource": None}
+
+
+def _fixed(value) -> bool:
+    """A name that a second deploy would produce again: literals and pseudo parameters only, no
+    reference to a resource the deploy creates."""
+    if isinstance(value, dict):
+        if "Ref" in value:
+            return value["Ref"].startswith("AWS::")
+        if "Fn::GetAtt" in value or "Fn::ImportValue" in value:
+            return False
+        return all(_fixed(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_fixed(v) for v in value)
+    return True
+
+
+def test_nothing_kept_after_destroy_has_a_name_the_next_deploy_would_take_again():
+    """CloudFormation cannot create a named resource whose name exists (a log group, a repository,
+    a role). What prod keeps when it is destroyed must therefore carry no fixed name, or the next
+    deploy of prod fails on it."""
+    s = synth("prod")
+    for name in (*STACKS, "validation"):
+        template = Template.from_stack(getattr(s.stage, name)).to_json()
+        for logical_id, resource in template["Resources"].items():
+            if resource.get("DeletionPolicy", "Delete") != "Retain":
+                continue
+            assert resource["Type"] in NAME_PROPERTIES, f"{name}/{logical_id}: add {resource['Type']} to NAME_PROPERTIES"
+            prop = NAME_PROPERTIES[resource["Type"]]
+            value = resource.get("Properties", {}).get(prop) if prop else None
+            assert value is None or not _fixed(value), f"{name}/{logical_id} is kept under the fixed name {value}"
 
 
 def test_retain_environment_keeps_the_file_systems_network_home(prod):
@@ -201,3 +247,73 @@ def test_eni_janitor_may_delete_interfaces_only_in_its_own_vpc(dev):
     [delete] = [s for s in statements if s["Action"] == "ec2:DeleteNetworkInterface"]
     vpc_id = next(k for k, r in resources.items() if r["Type"] == "AWS::EC2::VPC")
     assert json.dumps({"Ref": vpc_id}) in json.dumps(delete["Condition"]["ArnEquals"]["ec2:Vpc"])
+
+
+def test_eni_janitor_may_delete_only_the_security_groups_eks_made_for_this_cluster(dev):
+    """aws-cdk 18650: the janitor removes the cluster security group EKS leaves when the kubectl
+    handler's ENIs still used it. It may delete a group only in its own VPC and only if EKS tagged
+    it with this environment's cluster name."""
+    from cdk_constructs.teardown import CLUSTER_TAG
+
+    resources = dev["network"]["Resources"]
+    [janitor] = [r for r in resources.values() if r["Type"] == "Custom::EniJanitor"]
+    assert janitor["Properties"]["ClusterName"] == synth("dev").config.cluster_name
+    statements = [s for r in resources.values() if r["Type"] == "AWS::IAM::Policy"
+                  and "EniJanitor" in json.dumps(r["Properties"]["Roles"])
+                  for s in r["Properties"]["PolicyDocument"]["Statement"]]
+    [delete] = [s for s in statements if s["Action"] == "ec2:DeleteSecurityGroup"]
+    assert delete["Condition"]["StringEquals"] == {f"ec2:ResourceTag/{CLUSTER_TAG}": synth("dev").config.cluster_name}
+    vpc_id = next(k for k, r in resources.items() if r["Type"] == "AWS::EC2::VPC")
+    assert json.dumps({"Ref": vpc_id}) in json.dumps(delete["Condition"]["ArnEquals"]["ec2:Vpc"])
+
+
+def test_janitor_handler_and_construct_agree_on_the_eks_cluster_tag():
+    import sys
+
+    from cdk_constructs.teardown import CLUSTER_TAG, HANDLERS
+
+    sys.path.insert(0, str(HANDLERS))
+    import eni_janitor
+
+    assert eni_janitor.CLUSTER_TAG == CLUSTER_TAG == "aws:eks:cluster-name"
+
+
+def test_runs_leave_the_training_namespace_before_the_fsx_claim_is_deleted(dev):
+    """aws-cdk 9970: pods that `ops submit` or `ops data` started hold the FSx claim (pvc-protection),
+    and the kubectl handler's delete of the volume would wait on them until it times out. The drain
+    depends on every manifest of the stack, so CloudFormation deletes it (and it deletes the runs
+    and waits for their pods) first; it keeps its RBAC and access entry until it is done."""
+    resources = dev["workloads"]["Resources"]
+    [(drain_id, drain)] = [(k, r) for k, r in resources.items() if r["Type"] == "Custom::TrainingDrain"]
+    manifests = {k for k, r in resources.items() if r["Type"] == KUBERNETES_RESOURCE}
+    fsx_storage = next(k for k in manifests if k.startswith("FsxStorage"))
+    access = next(k for k, r in resources.items() if r["Type"] == "AWS::EKS::AccessEntry")
+    assert fsx_storage in drain["DependsOn"] and access in drain["DependsOn"]
+    assert manifests <= set(drain["DependsOn"])
+    assert (drain["Properties"]["Namespace"], drain["Properties"]["ClaimName"]) == ("training", "fsx-pvc")
+
+
+def test_the_drain_may_delete_runs_and_pods_in_the_training_namespace_and_nothing_else(dev):
+    from cdk_constructs.training_drain import DRAIN_GROUP
+
+    resources = dev["workloads"]["Resources"]
+    [access] = [r for r in resources.values() if r["Type"] == "AWS::EKS::AccessEntry"]
+    assert access["Properties"]["KubernetesGroups"] == [DRAIN_GROUP] and "AccessPolicies" not in access["Properties"]
+    [rbac] = [r for k, r in resources.items() if r["Type"] == KUBERNETES_RESOURCE and k.startswith("TrainingDrainRbac")]
+    role, binding = json.loads(rbac["Properties"]["Manifest"])
+    assert (role["kind"], role["metadata"]["namespace"]) == ("Role", "training")
+    verbs = {(group, resource): rule["verbs"] for rule in role["rules"]
+             for group in rule["apiGroups"] for resource in rule["resources"]}
+    assert verbs == {("kubeflow.org", "pytorchjobs"): ["deletecollection"], ("kubeflow.org", "mpijobs"): ["deletecollection"],
+                     ("batch", "jobs"): ["deletecollection"], ("", "pods"): ["list", "delete"]}
+    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": DRAIN_GROUP}]
+    [function] = [r for r in resources.values() if r["Type"] == "AWS::Lambda::Function"
+                  and r["Properties"]["Handler"] == "training_drain.handler"]
+    [group] = function["Properties"]["VpcConfig"]["SecurityGroupIds"]
+    assert "ClusterSecurityGroupId" in json.dumps(group)  # the cluster security group reaches the API
+
+
+def test_an_environment_that_keeps_its_claim_has_no_drain(prod):
+    """In a retain environment the claim's manifest is kept, so nothing waits on it; a drain would
+    only stop runs when the Workloads stack alone goes."""
+    assert not [r for r in prod["workloads"]["Resources"].values() if r["Type"] == "Custom::TrainingDrain"]

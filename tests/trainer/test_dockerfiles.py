@@ -89,3 +89,51 @@ def test_images_take_torchvision_from_the_same_pytorch_index_as_torch(dockerfile
     installs = [line for line in text.splitlines() if "pip install" in line]
     assert any('--extra-index-url "${TORCH_INDEX_URL}" -r /opt/trainer-requirements.txt' in line for line in installs)
     assert re.search(r"^ARG TORCH_INDEX_URL=https://download\.pytorch\.org/whl/(cpu|cu\d+)$", text, re.M)
+
+
+def _apt_packages(dockerfile: Path) -> set[str]:
+    """Every package an `apt-get install` of the Dockerfile names (continuation lines joined)."""
+    text = dockerfile.read_text().replace("\\\n", " ")
+    packages: set[str] = set()
+    for command in re.findall(r"apt-get install ([^&\n]+)", text):
+        packages |= {word for word in command.split() if not word.startswith("-")}
+    return packages
+
+
+def _venv_python(dockerfile: Path) -> str:
+    [python] = re.findall(r"(python3\.\d+) -m venv", dockerfile.read_text())
+    return python
+
+
+def test_the_gpu_image_can_build_triton_kernels_for_the_presets_that_compile():
+    """torch.compile's Triton backend compiles a launcher per kernel at run time with the system C
+    compiler against Python.h: the image needs a compiler, libc's headers and the headers of the
+    Python that runs the trainer."""
+    from config.presets import PRESETS
+
+    compiling = {p.image_variant for p in PRESETS.values() if getattr(p.workload, "compile", False)}
+    assert compiling == {"gpu"}, "a CPU preset that compiles needs g++ in Dockerfile.cpu (Inductor's C++ backend)"
+    dockerfile = REPO / "trainer" / "Dockerfile"
+    packages = _apt_packages(dockerfile)
+    python = _venv_python(dockerfile)
+    assert {"gcc", "libc6-dev", f"{python}-dev", python} <= packages, sorted(packages)
+
+
+def test_urllib3_is_pinned_beside_python_etcd_to_a_release_with_the_api_it_calls():
+    """python-etcd 0.4.5 reads etcd's index headers with HTTPResponse.getheader, which urllib3 2.6.0
+    removed: every requirements file that installs python-etcd pins urllib3, to one version, the
+    version the tests run, and that version answers the call."""
+    import inspect
+
+    import etcd.client
+    import urllib3
+
+    def pins(path):
+        return dict(re.findall(r"^([A-Za-z0-9_.\-]+)==(\S+)", path.read_text(), re.M))
+    files = [REPO / "requirements.txt", REPO / "trainer" / "requirements.txt"]
+    with_etcd = [pins(f) for f in files if "python-etcd" in pins(f)]
+    assert len(with_etcd) == 2
+    assert {p.get("urllib3") for p in with_etcd} == {urllib3.__version__}
+    assert ".getheader(" in inspect.getsource(etcd.client)
+    response = urllib3.response.HTTPResponse(body=b"", headers={"X-Etcd-Index": "7"})
+    assert response.getheader("X-Etcd-Index") == "7"

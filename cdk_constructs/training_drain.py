@@ -1,0 +1,88 @@
+"""TrainingDrain: on destroy, the training namespace's runs go before the FSx claim does.
+
+Without it, a pod that `ops submit` or `ops data` started keeps the claim (pvc-protection) and the
+kubectl handler waits on the volume's delete until it times out (aws-cdk issue 9970). The resource
+this construct adds depends on every manifest it is given, so CloudFormation deletes it, and its
+handler (teardown_handlers/training_drain.py) deletes the runs and waits for their pods, before
+any of those manifests. The handler reaches the API from the cluster's private subnets, in the
+cluster security group like the kubectl handler; its role is mapped by an access entry to one group
+that an RBAC Role in the namespace allows to list and delete runs and pods, nothing else (EKS access
+policies cover no kubeflow.org resource).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from cdk_constructs.nag import acknowledge
+from cdk_constructs.teardown import _TeardownFunction as TeardownFunction
+
+DRAIN_GROUP = "eks-distributed-training:training-drain"
+# What a function in a VPC needs to create and delete its network interfaces.
+VPC_ACCESS_POLICY = "service-role/AWSLambdaVPCAccessExecutionRole"
+RULES = (
+    {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs", "mpijobs"], "verbs": ["deletecollection"]},
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["deletecollection"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete"]},
+)
+
+
+def drain_rbac(namespace: str) -> list[dict]:
+    """The Role and RoleBinding that let DRAIN_GROUP delete the namespace's runs and pods."""
+    meta = {"name": "training-drain", "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "eks-distributed-training"}}
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta, "rules": list(RULES)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": meta["name"]},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": DRAIN_GROUP}]},
+    ]
+
+
+class TrainingDrain(Construct):
+    """Attributes: `resource` (deleted before every construct in `holds`), `role`, `rbac` (the
+    KubernetesManifest of the Role and RoleBinding), `access_entry`."""
+
+    def __init__(self, scope: Construct, id: str, *, cluster: eks.ICluster, namespace: str, claim: str,
+                 holds: Sequence[Construct], after: Sequence[Construct] = ()):
+        """`holds`: what must outlive the drain (the claim's manifest and everything it needs);
+        `after`: what the RBAC manifest needs first (the namespace)."""
+        super().__init__(scope, id)
+        if not holds:
+            raise ValueError(f"{self.node.path}: holds is empty; name at least the manifest of claim {claim!r}")
+        fn = TeardownFunction(
+            self, "Handler", handler="training_drain.handler",
+            description=f"On stack deletion: delete the runs in {namespace} and wait until no pod mounts {claim}",
+            # Lambda's maximum: pods get their termination grace period to save and stop.
+            timeout=cdk.Duration.minutes(15),
+            vpc=cluster.vpc, vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            security_groups=[cluster.cluster_security_group],
+        )
+        self.role = fn.role
+        fn.role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(VPC_ACCESS_POLICY))
+        acknowledge(fn.role.node.default_child, f"IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{VPC_ACCESS_POLICY}]",
+                    "Lambda's own policy for a function in a VPC: create, describe and delete the function's "
+                    "network interfaces, and nothing else.")
+        self.access_entry = eks.CfnAccessEntry(
+            self, "Access", cluster_name=cluster.cluster_name, principal_arn=fn.role.role_arn,
+            kubernetes_groups=[DRAIN_GROUP])
+        self.rbac = eks.KubernetesManifest(self, "Rbac", cluster=cluster, manifest=drain_rbac(namespace),
+                                           overwrite=True)
+        for before in after:
+            self.rbac.node.add_dependency(before)
+        self.resource = cdk.CustomResource(
+            self, "Resource", service_token=fn.function.function_arn, resource_type="Custom::TrainingDrain",
+            properties={"ClusterName": cluster.cluster_name, "Endpoint": cluster.cluster_endpoint,
+                        "CertificateAuthority": cluster.cluster_certificate_authority_data,
+                        "Namespace": namespace, "ClaimName": claim},
+        )
+        # Deleted first: the drain needs its RBAC, its access entry, its function, and the claim
+        # and everything else it is given, to still be there.
+        for dependency in (self.rbac, self.access_entry, *holds):
+            self.resource.node.add_dependency(dependency)

@@ -1,0 +1,207 @@
+"""The training drain's Lambda (cdk_constructs/teardown_handlers/training_drain.py) against a
+stateful fake Kubernetes API server on loopback, replying to a real HTTP endpoint standing in for
+CloudFormation's pre-signed response URL (fixtures: conftest.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+import training_drain
+from cfn_events import Context, event
+
+NAMESPACE, CLAIM = "training", "fsx-pvc"
+
+
+class FakeKubernetes:
+    """The part of the API server the drain uses, with state: deleting a job lets its pods go after
+    they were listed `grace_lists` more times (their termination grace period, in polls); a pod
+    with a finalizer never goes. Records every request with its bearer token."""
+
+    def __init__(self, *, kubeflow_installed: bool = True, grace_lists: int = 1):
+        self.kubeflow_installed, self.grace_lists = kubeflow_installed, grace_lists
+        self.runs = {"pytorchjobs": set(), "mpijobs": set(), "jobs": set()}
+        self.pods: dict[str, dict] = {}  # name -> {"owner": run name or None, "claim": bool, "stuck": bool, "left": int|None}
+        self.requests: list[tuple[str, str, str]] = []
+
+    def add_run(self, resource: str, name: str, pods: int) -> None:
+        self.runs[resource].add(name)
+        for i in range(pods):
+            self.add_pod(f"{name}-worker-{i}", owner=name)
+
+    def add_pod(self, name: str, *, owner: str | None = None, claim: bool = True, stuck: bool = False) -> None:
+        self.pods[name] = {"owner": owner, "claim": claim, "stuck": stuck, "left": None}
+
+    def _terminate(self, name: str) -> None:
+        if self.pods[name]["left"] is None:
+            self.pods[name]["left"] = self.grace_lists
+
+    def answer(self, method: str, path: str, token: str) -> tuple[int, dict]:
+        self.requests.append((method, path, token))
+        parts = path.strip("/").split("/")
+        if method == "GET" and path == f"/api/v1/namespaces/{NAMESPACE}/pods":
+            for name, pod in list(self.pods.items()):
+                if pod["left"] is not None and not pod["stuck"]:
+                    if pod["left"] == 0:
+                        del self.pods[name]
+                    else:
+                        pod["left"] -= 1
+            volumes = [{"name": "fsx", "persistentVolumeClaim": {"claimName": CLAIM}}]
+            return 200, {"kind": "PodList", "items": [
+                {"metadata": {"name": n, **({"deletionTimestamp": "2026-11-25T22:00:00Z"} if p["left"] is not None else {})},
+                 "spec": {"volumes": volumes if p["claim"] else [{"name": "tmp", "emptyDir": {}}]}}
+                for n, p in self.pods.items()]}
+        if method == "DELETE" and parts[-2:-1] == ["pods"]:
+            if parts[-1] not in self.pods:
+                return 404, {"kind": "Status", "message": "not found"}
+            self._terminate(parts[-1])
+            return 200, {"kind": "Pod"}
+        if method == "DELETE" and parts[-1] in self.runs:
+            if parts[1] == "kubeflow.org" and not self.kubeflow_installed:
+                return 404, {"kind": "Status", "message": "the server could not find the requested resource"}
+            for run in self.runs[parts[-1]]:
+                for name, pod in self.pods.items():
+                    if pod["owner"] == run:
+                        self._terminate(name)
+            self.runs[parts[-1]] = set()
+            return 200, {"kind": "Status", "status": "Success"}
+        return 404, {"kind": "Status", "message": f"{method} {path} not served"}
+
+
+@pytest.fixture
+def kubernetes():
+    """(url, FakeKubernetes) on a loopback HTTP server."""
+    cluster = FakeKubernetes()
+
+    class Handler(BaseHTTPRequestHandler):
+        def _serve(self):
+            token = self.headers.get("Authorization", "").removeprefix("Bearer ")
+            if self.headers.get("Content-Length"):
+                self.rfile.read(int(self.headers["Content-Length"]))
+            status, body = cluster.answer(self.command, urlsplit(self.path).path, token)
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_DELETE = _serve  # noqa: N815 - http.server's naming
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}", cluster
+    server.shutdown()
+
+
+def test_an_eks_token_is_a_presigned_get_caller_identity_that_names_the_cluster(endpoint):
+    token = training_drain.eks_token("dev-training", "us-west-2")
+    assert token.startswith("k8s-aws-v1.")
+    encoded = token.removeprefix("k8s-aws-v1.")
+    url = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    assert parts.netloc == "sts.us-west-2.amazonaws.com"
+    assert query["Action"] == ["GetCallerIdentity"] and query["X-Amz-Expires"] == ["60"]
+    assert "x-k8s-aws-id" in query["X-Amz-SignedHeaders"][0].split(";")
+
+
+def test_drain_deletes_every_run_then_waits_until_no_pod_mounts_the_claim(kubernetes):
+    url, cluster = kubernetes
+    cluster.add_run("pytorchjobs", "llama3-8b-fsdp-abc123", pods=2)
+    cluster.add_run("mpijobs", "nccl-tests", pods=1)
+    cluster.add_run("jobs", "data-c4", pods=1)
+    cluster.add_pod("model-download", claim=True)         # a bare pod on the claim
+    cluster.add_pod("etcd-5f7c", claim=False)             # the rendezvous keeps running
+    sleeps = []
+    summary = training_drain.drain(training_drain.Api(url, "k8s-aws-v1.t"), NAMESPACE, CLAIM, time.monotonic() + 60,
+                                   poll_seconds=10, sleep=sleeps.append)
+    assert summary == f"deleted pytorchjobs, mpijobs, jobs in {NAMESPACE}; no pod mounts {CLAIM} (1 pod(s) deleted by name)"
+    # The runs' pods go within one poll; the bare pod, deleted by name after the first list, one later.
+    assert sleeps == [10, 10]
+    assert list(cluster.pods) == ["etcd-5f7c"]
+    deletes = [p for m, p, _ in cluster.requests if m == "DELETE"]
+    assert deletes[:3] == [f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/pytorchjobs",
+                           f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/mpijobs",
+                           f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs"]
+    assert {t for _, _, t in cluster.requests} == {"k8s-aws-v1.t"}
+
+
+def test_drain_without_the_kubeflow_crds_still_deletes_jobs_and_pods(kubernetes):
+    url, cluster = kubernetes
+    cluster.kubeflow_installed = False
+    cluster.add_run("jobs", "data-c4", pods=1)
+    summary = training_drain.drain(training_drain.Api(url, "t"), NAMESPACE, CLAIM, time.monotonic() + 60,
+                                   poll_seconds=10, sleep=lambda s: None)
+    assert summary.startswith(f"deleted jobs in {NAMESPACE}; no pod mounts {CLAIM}")
+    assert cluster.pods == {}
+
+
+def test_drain_fails_at_its_deadline_naming_the_pods_still_on_the_claim(kubernetes):
+    url, cluster = kubernetes
+    cluster.add_pod("stuck-0", claim=True, stuck=True)
+    now = [0.0]
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    with pytest.raises(training_drain.Incomplete, match=f"pods in {NAMESPACE} still mount {CLAIM}: stuck-0"):
+        training_drain.drain(training_drain.Api(url, "t"), NAMESPACE, CLAIM, 25.0, poll_seconds=10, sleep=sleep,
+                             clock=lambda: now[0])
+    assert now[0] == 20.0
+    assert [p for m, p, _ in cluster.requests if m == "DELETE" and "/pods/" in p] == \
+        [f"/api/v1/namespaces/{NAMESPACE}/pods/stuck-0"]  # asked once, not on every poll
+
+
+def test_drain_handler_replies_failed_with_the_pods_left(endpoint, kubernetes, cloudformation):
+    url, cluster = kubernetes
+    cluster.add_pod("stuck-0", claim=True, stuck=True)
+    reply_url, replies = cloudformation
+    training_drain.handler(event(reply_url, "Delete", ClusterName="dev-training", Endpoint=url,
+                                 Namespace=NAMESPACE, ClaimName=CLAIM), Context())
+    [reply] = replies
+    assert reply["Status"] == "FAILED" and "stuck-0" in reply["Reason"]
+    tokens = {token for _, _, token in cluster.requests}
+    assert len(tokens) == 1 and tokens.pop().startswith("k8s-aws-v1.")  # an EKS token on every call
+
+
+def test_drain_handler_replies_success_once_the_claim_is_free(endpoint, kubernetes, cloudformation):
+    url, cluster = kubernetes
+    cluster.add_run("pytorchjobs", "cpu-ddp-x", pods=1)
+    cluster.grace_lists = 0
+    reply_url, replies = cloudformation
+    training_drain.handler(event(reply_url, "Delete", ClusterName="dev-training", Endpoint=url,
+                                 Namespace=NAMESPACE, ClaimName=CLAIM), Context())
+    [reply] = replies
+    assert reply["Status"] == "SUCCESS" and reply["Reason"].startswith("deleted pytorchjobs")
+    assert cluster.pods == {}
+
+
+def test_the_drains_role_allows_exactly_the_requests_it_makes(kubernetes):
+    """The RBAC Role bound to the drain's group (cdk_constructs/training_drain.py RULES) and the
+    handler's requests, mapped to (API group, resource, verb) as the API server authorizes them."""
+    from cdk_constructs.training_drain import RULES
+
+    url, cluster = kubernetes
+    cluster.add_run("jobs", "data-c4", pods=1)
+    cluster.add_pod("model-download", claim=True)
+    training_drain.drain(training_drain.Api(url, "t"), NAMESPACE, CLAIM, time.monotonic() + 60,
+                         poll_seconds=1, sleep=lambda s: None)
+    made = set()
+    for method, path, _ in cluster.requests:
+        parts = path.strip("/").split("/")
+        group = "" if parts[0] == "api" else parts[1]
+        resource, named = (parts[-2], True) if parts[-2] == "pods" else (parts[-1], False)
+        verb = {"GET": "list", "DELETE": "delete" if named else "deletecollection"}[method]
+        made.add((group, resource, verb))
+    allowed = {(g, r, v) for rule in RULES for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    assert made == allowed

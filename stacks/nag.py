@@ -53,12 +53,16 @@ def _acknowledge_cluster(stack) -> None:
                 "control plane's API needs change.")
     node_role = stack.node_role.node.default_child
     for policy, why in (
-        ("AmazonEKSWorkerNodePolicy", "lets the kubelet register the node and describe its instance"),
-        ("AmazonEC2ContainerRegistryReadOnly", "lets the kubelet pull images (read-only ECR)"),
-        ("AmazonEKS_CNI_Policy", "lets the VPC CNI attach ENIs and assign pod IPs before any pod runs"),
+        ("AmazonEKSWorkerNodePolicy", "lets the kubelet register the node and describe its instance, and the Pod "
+                                      "Identity agent fetch pod credentials"),
+        ("AmazonEC2ContainerRegistryPullOnly", "lets the kubelet pull images from ECR, nothing else"),
     ):
         acknowledge(node_role, _managed(policy),
-                    f"EKS managed node groups require this AWS-maintained policy on the node role: it {why}.")
+                    f"The Amazon EKS node IAM role takes this AWS-maintained policy (EKS User Guide, create-node-role): "
+                    f"it {why}.")
+    acknowledge(stack.node.find_child("VpcCniRole").node.default_child, _managed("AmazonEKS_CNI_Policy"),
+                "The VPC CNI's own Pod Identity role (kube-system/aws-node only), as the EKS User Guide recommends "
+                "(cni-iam-role) instead of the node role: AWS maintains the ENI and IP-assignment actions it needs.")
     acknowledge(stack.node.find_child("CloudWatchAgentRole").node.default_child,
                 _managed("CloudWatchAgentServerPolicy"),
                 "The amazon-cloudwatch-observability add-on documents this AWS-maintained policy for its "

@@ -1,5 +1,6 @@
 """`python -m ops synth-summary`: offline synth, then the summary a user checks before paying for anything."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -172,3 +173,19 @@ def test_the_summary_ends_with_the_cost_at_decision_time(dev_summary):
     assert prices.PRICES_AS_OF in tail[0]
     idle = cost.idle(dev.config)
     assert row(summary, "idle")[1:] == [f"${idle.hourly:,.2f}/hour", f"${idle.monthly:,.2f}/month"]
+
+
+def test_admins_from_another_account_are_flagged(dev_summary):
+    """An admin role of another account is administered by whoever controls that account; the
+    summary says so before anything is deployed."""
+    dev, summary = dev_summary
+    assert row(summary, dev.config.admin_role_arns[0])[1:] == ["111111111111", "this", "account"]
+    assert "WARNING" not in summary
+    foreign = "arn:aws:iam::222222222222:role/ops/VendorAdmin"
+    config = dataclasses.replace(dev.config, admin_role_arns=(*dev.config.admin_role_arns, foreign))
+    flagged = synth_summary.summarize(config, dev.outdir)
+    assert row(flagged, foreign)[1:] == ["222222222222", "ANOTHER", "ACCOUNT"]
+    assert ("  WARNING: 1 admin principal(s) belong to another account than 111111111111: whoever controls that "
+            "account administers this cluster") in flagged.splitlines()
+    data = synth_summary.summary_data(config, dev.outdir)
+    assert {"principal": foreign, "account": "222222222222", "whose": "ANOTHER ACCOUNT"} in data["cluster_admins"]

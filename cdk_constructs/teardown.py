@@ -2,12 +2,13 @@
 
 - `EniJanitor`: deleted before the VPC's subnets, it removes ENIs that controllers left behind
   (VPC CNI pod ENIs, EFA interfaces, the kubectl Lambda's hyperplane ENIs); see aws-cdk 26716.
-- `FsxFinalBackup`: in retained environments, starts a final backup of the file system as the
-  storage stack is deleted.
+- `FsxFinalBackup`: in retained environments, takes a final backup of the file system as the
+  storage stack is deleted, and fails the delete when that backup fails.
 
 Each handler is its own service token (one Lambda, no provider framework), runs outside the VPC
-(its own ENIs would otherwise block the subnets it is cleaning), logs to a log group that follows
-the environment's removal policy (applied by the stack), and replies SUCCESS whatever it finds.
+(its own ENIs would otherwise block the subnets it is cleaning) and logs to a log group that
+follows the environment's removal policy (applied by the stack). The janitor replies SUCCESS
+whatever it finds; the final backup replies FAILED when the last copy of the data is missing.
 """
 
 from __future__ import annotations
@@ -87,8 +88,10 @@ class FsxFinalBackup(Construct):
         super().__init__(scope, id)
         fn = _TeardownFunction(
             self, "Handler", handler="fsx_final_backup.handler",
-            description="On stack deletion: start a final backup of the retained FSx file system",
-            timeout=cdk.Duration.minutes(2),
+            description="On stack deletion: back up the retained FSx file system and wait until the backup is AVAILABLE",
+            # Lambda's maximum: an incremental backup after the daily one takes seconds to minutes;
+            # a longer one fails the delete with its id, and the next delete waits on it again.
+            timeout=cdk.Duration.minutes(15),
         )
         stack = cdk.Stack.of(self)
         any_backup = stack.format_arn(service="fsx", resource="backup", resource_name="*")
@@ -98,9 +101,14 @@ class FsxFinalBackup(Construct):
                        any_backup],
         ))
         fn.role.add_to_policy(iam.PolicyStatement(actions=["fsx:TagResource"], resources=[any_backup]))
-        acknowledge(fn.role.node.find_child("DefaultPolicy").node.default_child, wildcard_resource(fn.role, any_backup),
+        fn.role.add_to_policy(iam.PolicyStatement(actions=["fsx:DescribeBackups"], resources=["*"]))
+        policy = fn.role.node.find_child("DefaultPolicy").node.default_child
+        acknowledge(policy, wildcard_resource(fn.role, any_backup),
                     "A new backup's id is only known once FSx creates it; CreateBackup is also limited to "
-                    "this one file system, and no permission reads, restores or deletes backups.")
+                    "this one file system, and no permission restores or deletes backups.")
+        acknowledge(policy, "IAM5[Resource::*]",
+                    "fsx:DescribeBackups has no resource-level permissions; it only reads backup states, which "
+                    "the handler polls until its backup is AVAILABLE.")
         self.role = fn.role
         self.function = fn.function
         self.resource = cdk.CustomResource(

@@ -25,15 +25,20 @@ def send(event: dict, status: str, reason: str, physical_id: str, data: dict | N
         response.read()
 
 
-def run(event: dict, context, on_delete) -> None:
-    """Reply SUCCESS to Create/Update at once; on Delete run `on_delete(event)` and reply SUCCESS
-    whatever it found: a teardown helper must never be the reason a stack fails to delete."""
+def run(event: dict, context, on_delete, *, failure_fails_delete: bool = False) -> None:
+    """Reply SUCCESS to Create/Update at once; on Delete run `on_delete(event)` and reply with what
+    it found. By default SUCCESS whatever happened: a clean-up helper must never be the reason a
+    stack fails to delete. With `failure_fails_delete` (a step that protects data), a failure
+    replies FAILED with its reason, which stops the delete."""
     physical_id = event.get("PhysicalResourceId") or event["LogicalResourceId"]
-    reason = "nothing to do"
+    status, reason = "SUCCESS", "nothing to do"
     if event["RequestType"] == "Delete":
         try:
             reason = on_delete(event)
         except Exception as err:  # noqa: BLE001 - reported to CloudFormation, never raised
-            reason = f"teardown step failed, continuing: {type(err).__name__}: {err}"
+            if failure_fails_delete:
+                status, reason = "FAILED", f"{type(err).__name__}: {err}"
+            else:
+                reason = f"teardown step failed, continuing: {type(err).__name__}: {err}"
         print(reason)
-    send(event, "SUCCESS", reason, physical_id)
+    send(event, status, reason, physical_id)

@@ -201,3 +201,19 @@ def test_eni_janitor_may_delete_interfaces_only_in_its_own_vpc(dev):
     [delete] = [s for s in statements if s["Action"] == "ec2:DeleteNetworkInterface"]
     vpc_id = next(k for k, r in resources.items() if r["Type"] == "AWS::EC2::VPC")
     assert json.dumps({"Ref": vpc_id}) in json.dumps(delete["Condition"]["ArnEquals"]["ec2:Vpc"])
+
+
+def test_the_final_backup_handler_has_lambdas_longest_time_to_wait_for_its_backup():
+    """Lambda runs for at most 900 s; the handler waits for AVAILABLE within it, polling
+    fsx:DescribeBackups, and may not restore or delete backups."""
+    s = synth("prod")
+    backup = s.stage.storage.final_backup
+    resources = Template.from_stack(s.stage.storage).to_json()["Resources"]
+    function = resources[s.stage.storage.get_logical_id(backup.function.node.default_child)]
+    assert function["Properties"]["Timeout"] == 900
+    role = {"Ref": s.stage.storage.get_logical_id(backup.role.node.default_child)}
+    actions = {a for r in resources.values() if r["Type"] == "AWS::IAM::Policy" and role in r["Properties"]["Roles"]
+               for st in r["Properties"]["PolicyDocument"]["Statement"]
+               for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
+    assert "fsx:DescribeBackups" in actions and "fsx:CreateBackup" in actions
+    assert not {a for a in actions if a.startswith(("fsx:Delete", "fsx:Restore", "fsx:CreateFileSystemFromBackup"))}

@@ -4,6 +4,8 @@ for it and nothing more; the VPC CNI has its own role."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from stacks.cluster import ADDON_NAMESPACE, CLOUDWATCH_NAMESPACE
@@ -108,3 +110,32 @@ def test_the_vpc_cni_addon_gets_the_cni_policy_through_its_own_pod_identity_role
     assert _managed_policy_names(role) == {"AmazonEKS_CNI_Policy"}
     agent = dev.stage.cluster.get_logical_id(dev.stage.cluster.addons["eks-pod-identity-agent"].node.default_child)
     assert agent in addon["DependsOn"]
+
+
+def test_only_the_custom_resource_framework_may_invoke_the_cluster_admin_kubectl_handler():
+    """The README's security section says who can act as the kubectl handler, which is cluster
+    admin: the stacks grant lambda:InvokeFunction on it to the provider framework's role alone, and
+    no resource policy (AWS::Lambda::Permission) opens it to anyone else."""
+    for variant in ("dev", "prod"):
+        s = synth(variant)
+        provider = s.stage.cluster.cluster.node.find_child("KubectlProvider")
+        handler = s.stage.cluster.get_logical_id(provider.node.find_child("Handler").node.default_child)
+        handler_role = s.stage.cluster.get_logical_id(
+            provider.node.find_child("Handler").node.find_child("ServiceRole").node.default_child)
+        invokers, permissions, admins = [], [], []
+        for name in s.templates:
+            for logical_id, r in s.template_json(name)["Resources"].items():
+                props = r.get("Properties", {})
+                if r["Type"] == "AWS::Lambda::Permission":
+                    permissions.append(f"{name}/{logical_id}")
+                if r["Type"] == "AWS::IAM::Policy":
+                    for statement in props["PolicyDocument"]["Statement"]:
+                        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+                        if any(a.startswith("lambda:Invoke") or a == "lambda:*" for a in actions):
+                            invokers.append((name, [role["Ref"] for role in props["Roles"]], json.dumps(statement["Resource"])))
+                if r["Type"] == "AWS::EKS::AccessEntry" and "AmazonEKSClusterAdminPolicy" in json.dumps(props):
+                    admins.append(props["PrincipalArn"])
+        [(stack, [role], resources)] = invokers
+        assert stack == "cluster" and "frameworkonEventServiceRole" in role and handler in resources
+        assert permissions == []
+        assert {"Fn::GetAtt": [handler_role, "Arn"]} in admins, variant

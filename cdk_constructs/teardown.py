@@ -23,7 +23,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from cdk_constructs.nag import acknowledge, wildcard_resource
+from cdk_constructs.nag import acknowledge, acknowledge_resource_star, wildcard_resource
 
 HANDLERS = Path(__file__).resolve().parent / "teardown_handlers"
 
@@ -106,9 +106,9 @@ class FsxFinalBackup(Construct):
         acknowledge(policy, wildcard_resource(fn.role, any_backup),
                     "A new backup's id is only known once FSx creates it; CreateBackup is also limited to "
                     "this one file system, and no permission restores or deletes backups.")
-        acknowledge(policy, "IAM5[Resource::*]",
-                    "fsx:DescribeBackups has no resource-level permissions; it only reads backup states, which "
-                    "the handler polls until its backup is AVAILABLE.")
+        acknowledge_resource_star(policy, {frozenset({"fsx:DescribeBackups"}): (
+            "fsx:DescribeBackups has no resource-level permissions; it only reads backup states, which the "
+            "handler polls until its backup is AVAILABLE")})
         self.role = fn.role
         self.function = fn.function
         self.resource = cdk.CustomResource(

@@ -14,7 +14,7 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
-from cdk_constructs.nag import acknowledge, acknowledge_accepted_iam5, wildcard_resource
+from cdk_constructs.nag import acknowledge, acknowledge_accepted_iam5, acknowledge_resource_star, wildcard_resource
 
 # aws-cdk-lib's grants to the validation runner's CodeBuild role (stacks/validation.py).
 RUNNER_IAM5 = (
@@ -24,14 +24,28 @@ RUNNER_IAM5 = (
     (r"^Action::kms:(GenerateDataKey|ReEncrypt)\*$",
      "CodeBuild encrypts the runner's build output with the stack's own key, the only key the statement names."),
     (r"^Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:network-interface/\*$",
-     "CodeBuild in a VPC: ec2:CreateNetworkInterfacePermission on the interfaces it creates, conditioned on "
-     "the runner's subnets and on ec2:AuthorizedService codebuild.amazonaws.com."),
+     "CodeBuild in a VPC (aws-cdk-lib's grant): ec2:CreateNetworkInterfacePermission on any network interface "
+     "of the account, but only with ec2:Subnet one of the runner's subnets and ec2:AuthorizedService "
+     "codebuild.amazonaws.com, so only CodeBuild may attach an interface, and only there."),
     (r"^Resource::arn:[a-z-]+:codebuild:[a-z0-9-]+:\d{12}:report-group/<[A-Za-z0-9]+>-\*$",
      "Test-report groups of the runner project only (aws-cdk-lib's default CodeBuild grant)."),
     (r"^Resource::arn:[a-z-]+:logs:[a-z0-9-]+:\d{12}:log-group:/aws/codebuild/<[A-Za-z0-9]+>:\*$",
      "Log streams of the runner project's default log group only (aws-cdk-lib's default CodeBuild grant)."),
 )
 
+# aws-cdk-lib's VPC statement for the runner's CodeBuild project: the policy the CodeBuild User
+# Guide gives for builds in a VPC ("Allow Amazon VPC access in your CodeBuild projects",
+# enabling-vpc-access-in-projects.html, and the policy it links, "Allow CodeBuild access to AWS
+# services required to create a VPC network interface").
+RUNNER_RESOURCE_STAR = {
+    frozenset({"ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface", "ec2:DescribeDhcpOptions",
+               "ec2:DescribeNetworkInterfaces", "ec2:DescribeSecurityGroups", "ec2:DescribeSubnets",
+               "ec2:DescribeVpcs"}):
+        "CodeBuild's documented policy for builds in a VPC, written by aws-cdk-lib. The Describe calls have no "
+        "resource-level permissions; Create/DeleteNetworkInterface do, but CodeBuild documents only this form, "
+        "so they stay on \"*\": any ENI of the account could be deleted by this role, which only the runner's "
+        "builds assume",
+}
 
 
 def apply_nag(stage) -> None:
@@ -111,6 +125,4 @@ def _acknowledge_kubectl_provider(provider: Construct) -> None:
 
 def _acknowledge_validation(stack) -> None:
     acknowledge_accepted_iam5(stack.runner_role.node.find_child("DefaultPolicy").node.default_child, RUNNER_IAM5)
-    acknowledge(stack.runner.node.find_child("PolicyDocument").node.default_child, "IAM5[Resource::*]",
-                "CodeBuild's VPC permissions (ec2:CreateNetworkInterface, DeleteNetworkInterface and the "
-                "Describe calls for subnets, VPCs, security groups and DHCP options) cannot be scoped to a resource.")
+    acknowledge_resource_star(stack.runner.node.find_child("PolicyDocument").node.default_child, RUNNER_RESOURCE_STAR)

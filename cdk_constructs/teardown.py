@@ -31,7 +31,8 @@ HANDLERS = Path(__file__).resolve().parent / "teardown_handlers"
 class _TeardownFunction(Construct):
     """A Lambda from teardown_handlers/ with its own role and log group (no managed policies)."""
 
-    def __init__(self, scope: Construct, id: str, *, handler: str, description: str, timeout: cdk.Duration):
+    def __init__(self, scope: Construct, id: str, *, handler: str, description: str, timeout: cdk.Duration,
+                 memory_size: int = 128):
         super().__init__(scope, id)
         # Its removal policy is the stack's (stacks/removal.py), like every other log group.
         self.log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH)
@@ -42,6 +43,7 @@ class _TeardownFunction(Construct):
             self, "Function", runtime=lambda_.Runtime.PYTHON_3_14, handler=handler,
             code=lambda_.Code.from_asset(str(HANDLERS), exclude=["__pycache__", "*.pyc"]),
             role=self.role, timeout=timeout, description=description, log_group=self.log_group,
+            memory_size=memory_size,
         )
 
 

@@ -1,46 +1,17 @@
 """The teardown Lambdas, run for real against a moto server on loopback, replying to a real
-HTTP endpoint standing in for CloudFormation's pre-signed response URL."""
+HTTP endpoint standing in for CloudFormation's pre-signed response URL (fixtures: conftest.py)."""
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import boto3
 import pytest
 from botocore.stub import Stubber
 
-from tests.conftest import REPO_ROOT
-
-HANDLERS = REPO_ROOT / "cdk_constructs" / "teardown_handlers"
-sys.path.insert(0, str(HANDLERS))  # the Lambda's own import root
-
-import eni_janitor  # noqa: E402
-import fsx_final_backup  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def endpoint():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    with pytest.MonkeyPatch.context() as mp:
-        for key in [k for k in os.environ if k.startswith("AWS_")]:
-            mp.delenv(key)
-        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
-        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        mp.setenv("AWS_REGION", "us-west-2")
-        mp.setenv("AWS_DEFAULT_REGION", "us-west-2")
-        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
-        mp.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
-        yield f"http://{host}:{port}"
-    server.stop()
+import eni_janitor
+import fsx_final_backup
+from cfn_events import Context, event
 
 
 @pytest.fixture
@@ -49,37 +20,6 @@ def vpc(endpoint):
     vpc_id = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc_id, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
     return ec2, vpc_id, subnet
-
-
-@pytest.fixture
-def cloudformation():
-    """A loopback HTTP server that records the custom-resource replies PUT to it."""
-    replies: list[dict] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_PUT(self):  # noqa: N802 - http.server's naming
-            replies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/reply", replies
-    server.shutdown()
-
-
-class Context:
-    def get_remaining_time_in_millis(self):
-        return 65_000  # a minute is kept back for the reply: five seconds to sweep
-
-
-def event(url: str, request_type: str, **properties) -> dict:
-    return {"RequestType": request_type, "ResponseURL": url, "StackId": "arn:stack", "RequestId": "r1",
-            "LogicalResourceId": "Janitor", "PhysicalResourceId": "Janitor", "ResourceProperties": properties}
 
 
 def test_sweep_deletes_controller_leftovers_and_nothing_else(vpc):

@@ -16,7 +16,7 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help install local test synth synth-all deploy diff destroy lint etcd bench clean
+.PHONY: help install local test synth synth-all deploy diff destroy lint lock etcd bench clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -68,6 +68,15 @@ diff: install ## what a deploy of ENV would change in its account (needs credent
 lint: synth ## cfn-lint every synthesized template (errors fail, warnings print), hadolint the Dockerfiles
 	$(VENV)/bin/cfn-lint --non-zero-exit-code error --format parseable 'cdk.out/**/*.template.json'
 	$(VENV)/bin/hadolint trainer/Dockerfile trainer/Dockerfile.cpu
+
+# pip-tools pins that resolve and hash trainer/requirements.txt; kept out of .venv (its pip would change).
+LOCK_VENV := .venv-lock
+LOCK_TOOLS := pip==25.3 pip-tools==7.5.2
+
+lock: install ## regenerate the images' hash-pinned trainer/requirements.lock from trainer/requirements.txt (PyPI, minutes)
+	@[ -x $(LOCK_VENV)/bin/pip-compile ] || { echo "Installing pip-tools into $(LOCK_VENV) (its own virtual environment)"; \
+		$(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install --quiet --disable-pip-version-check $(LOCK_TOOLS); }
+	$(PY) -m ops.lockfile --pip-compile $(LOCK_VENV)/bin/pip-compile
 
 bench: install etcd ## run the CPU benchmarks and print their ratios
 	for b in bench/*.py; do $(PY) $$b || exit 1; done

@@ -19,8 +19,10 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_fsx as fsx
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from cdk_constructs.nag import acknowledge, acknowledge_resource_star, wildcard_resource
@@ -29,13 +31,15 @@ HANDLERS = Path(__file__).resolve().parent / "teardown_handlers"
 
 
 class _TeardownFunction(Construct):
-    """A Lambda from teardown_handlers/ with its own role and log group (no managed policies)."""
+    """A Lambda from teardown_handlers/ with its own role and log group (no managed policies); the
+    group is encrypted with `log_key` when given (a key CloudWatch Logs may use: EncryptedLogs.key),
+    and events that fail every attempt go to `dead_letter_queue` when given."""
 
     def __init__(self, scope: Construct, id: str, *, handler: str, description: str, timeout: cdk.Duration,
-                 memory_size: int = 128):
+                 memory_size: int = 128, log_key: kms.IKey | None = None, dead_letter_queue: sqs.IQueue | None = None):
         super().__init__(scope, id)
         # Its removal policy is the stack's (stacks/removal.py), like every other log group.
-        self.log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH)
+        self.log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH, encryption_key=log_key)
         self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
                              description=description)
         self.log_group.grant_write(self.role)
@@ -43,20 +47,21 @@ class _TeardownFunction(Construct):
             self, "Function", runtime=lambda_.Runtime.PYTHON_3_14, handler=handler,
             code=lambda_.Code.from_asset(str(HANDLERS), exclude=["__pycache__", "*.pyc"]),
             role=self.role, timeout=timeout, description=description, log_group=self.log_group,
-            memory_size=memory_size,
+            memory_size=memory_size, dead_letter_queue=dead_letter_queue,
         )
 
 
 class EniJanitor(Construct):
-    """Attributes: `resource` (the CfnResource deleted before every resource of `vpc`), `role`."""
+    """Attributes: `resource` (the CfnResource deleted before every resource of `vpc`), `role`.
+    `log_key` encrypts its log group (EncryptedLogs.key)."""
 
-    def __init__(self, scope: Construct, id: str, *, vpc: ec2.Vpc):
+    def __init__(self, scope: Construct, id: str, *, vpc: ec2.Vpc, log_key: kms.IKey | None = None):
         super().__init__(scope, id)
         fn = _TeardownFunction(
             self, "Handler", handler="eni_janitor.handler",
             description="On stack deletion: delete ENIs controllers left in the VPC so its subnets can go",
             # Lambda's maximum: hyperplane ENIs of a deleted VPC Lambda take minutes to be released.
-            timeout=cdk.Duration.minutes(15),
+            timeout=cdk.Duration.minutes(15), log_key=log_key,
         )
         stack = cdk.Stack.of(self)
         fn.role.add_to_policy(iam.PolicyStatement(actions=["ec2:DescribeNetworkInterfaces"], resources=["*"]))

@@ -33,18 +33,14 @@ RUNNER_IAM5 = (
      "Log streams of the runner project's default log group only (aws-cdk-lib's default CodeBuild grant)."),
 )
 
-# aws-cdk-lib's VPC statement for the runner's CodeBuild project: the policy the CodeBuild User
-# Guide gives for builds in a VPC ("Allow Amazon VPC access in your CodeBuild projects",
-# enabling-vpc-access-in-projects.html, and the policy it links, "Allow CodeBuild access to AWS
-# services required to create a VPC network interface").
+# The runner's VPC statement (stacks/validation.py scopes aws-cdk-lib's): the Describe calls CodeBuild
+# makes for a build in a VPC ("Allow Amazon VPC access in your CodeBuild projects",
+# enabling-vpc-access-in-projects.html) have no resource-level permissions.
 RUNNER_RESOURCE_STAR = {
-    frozenset({"ec2:CreateNetworkInterface", "ec2:DeleteNetworkInterface", "ec2:DescribeDhcpOptions",
-               "ec2:DescribeNetworkInterfaces", "ec2:DescribeSecurityGroups", "ec2:DescribeSubnets",
-               "ec2:DescribeVpcs"}):
-        "CodeBuild's documented policy for builds in a VPC, written by aws-cdk-lib. The Describe calls have no "
-        "resource-level permissions; Create/DeleteNetworkInterface do, but CodeBuild documents only this form, "
-        "so they stay on \"*\": any ENI of the account could be deleted by this role, which only the runner's "
-        "builds assume",
+    frozenset({"ec2:DescribeDhcpOptions", "ec2:DescribeNetworkInterfaces", "ec2:DescribeSecurityGroups",
+               "ec2:DescribeSubnets", "ec2:DescribeVpcs"}):
+        "The Describe calls CodeBuild makes to place a build in the VPC; they have no resource-level "
+        "permissions and only read",
 }
 
 
@@ -125,4 +121,9 @@ def _acknowledge_kubectl_provider(provider: Construct) -> None:
 
 def _acknowledge_validation(stack) -> None:
     acknowledge_accepted_iam5(stack.runner_role.node.find_child("DefaultPolicy").node.default_child, RUNNER_IAM5)
-    acknowledge_resource_star(stack.runner.node.find_child("PolicyDocument").node.default_child, RUNNER_RESOURCE_STAR)
+    vpc_policy = stack.runner.node.find_child("PolicyDocument").node.default_child
+    acknowledge_resource_star(vpc_policy, RUNNER_RESOURCE_STAR)
+    acknowledge(vpc_policy, wildcard_resource(vpc_policy, stack.format_arn(
+        service="ec2", resource="network-interface", resource_name="*")),
+        "CodeBuild creates the build's interface (its id is not known in advance) only in the runner's subnets "
+        "with the runner's security group, and may delete interfaces only where ec2:Vpc is this VPC.")

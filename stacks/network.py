@@ -68,7 +68,7 @@ class NetworkStack(cdk.Stack):
         self.training_availability_zone: str = config.training_availability_zone
 
         # Deleted before any subnet, route or gateway of the VPC: clears the ENIs controllers left.
-        self.eni_janitor = EniJanitor(self, "EniJanitor", vpc=self.vpc)
+        self.eni_janitor = EniJanitor(self, "EniJanitor", vpc=self.vpc, log_key=self.logs.key)
         apply_removal_policy(self, config, also_kept=KEPT_NETWORK_HOME)
         cdk.CfnOutput(self, "VpcId", value=self.vpc.vpc_id, description="VPC of the training cluster")
         cdk.CfnOutput(

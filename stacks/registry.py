@@ -18,6 +18,7 @@ from constructs import Construct
 
 from config import Environment
 from cdk_constructs.image_copy import TrainerImageCopy
+from cdk_constructs.log_groups import EncryptedLogs
 from config.outputs import trainer_image_output
 from stacks.removal import apply_removal_policy, removal_policy
 
@@ -38,7 +39,7 @@ IMAGES_KEPT = 50
 
 
 class RegistryStack(cdk.Stack):
-    """Attributes: `repository` (ecr.Repository), `kms_key`, `trainer_images` ({"cpu", "gpu"} ->
+    """Attributes: `repository` (ecr.Repository), `kms_key`, `logs` (EncryptedLogs), `trainer_images` ({"cpu", "gpu"} ->
     DockerImageAsset: built and pushed by `cdk deploy`, never by synth), `image_copy`
     (TrainerImageCopy), `trainer_image_uris` (variant -> `<repository URI>:<tag>`: the copy in the
     trainer repository under its immutable tag, the asset's source hash, known at synth) and
@@ -77,8 +78,10 @@ class RegistryStack(cdk.Stack):
             for variant, dockerfile in TRAINER_DOCKERFILES.items()
         }
 
+        self.logs = EncryptedLogs(self, "Logs", retain=config.retain,
+                                  description=f"{config.name}: the trainer image copy's logs at rest")
         self.image_copy = TrainerImageCopy(self, "TrainerImageCopy", repository=self.repository,
-                                           images=self.trainer_images)
+                                           images=self.trainer_images, log_key=self.logs.key)
         uri = self.repository.repository_uri
         self.trainer_image_uris = {v: f"{uri}:{tag}" for v, tag in self.image_copy.tags.items()}
         self.trainer_image_digest_uris = {v: f"{uri}:{self.image_copy.tags[v]}@{digest}"

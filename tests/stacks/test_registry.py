@@ -111,9 +111,13 @@ def test_the_copy_handler_may_read_the_assets_repository_and_write_only_the_trai
                       "ecr:UploadLayerPart", "ecr:CompleteLayerUpload", "ecr:PutImage"}
     reads = [actions for resource, actions in grants.items() if "container-assets" in resource]
     assert reads == [{"ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"}]
-    # What is left is the handler's own log group.
-    assert all(actions <= {"logs:CreateLogStream", "logs:PutLogEvents"} for r, actions in grants.items()
-               if "container-assets" not in r)
+    # What is left: the handler's own log group, and its dead-letter queue and that queue's key.
+    queue = dev.stage.registry.get_logical_id(dev.stage.registry.image_copy.dead_letters.node.default_child)
+    key = dev.stage.registry.get_logical_id(dev.stage.registry.logs.key.node.default_child)
+    rest = {r: a for r, a in grants.items() if "container-assets" not in r}
+    assert rest.pop(json.dumps({"Fn::GetAtt": [queue, "Arn"]}, sort_keys=True)) == {"sqs:SendMessage"}
+    assert rest.pop(json.dumps({"Fn::GetAtt": [key, "Arn"]}, sort_keys=True)) == {"kms:GenerateDataKey", "kms:Decrypt"}
+    assert all(actions <= {"logs:CreateLogStream", "logs:PutLogEvents"} for actions in rest.values())
 
 
 def test_outputs_name_each_image_in_the_trainer_repository_by_tag_and_digest(dev):

@@ -46,7 +46,17 @@ local: install etcd ## synthesize the default environment offline, print its sum
 	$(PY) -m ops synth-summary --env $(ENV)
 	$(PY) -m ops local --job $(JOB)
 
-test: install etcd ## the whole suite, on two workers (each test module stays on one worker, so its synth runs once)
+# checkov in its own virtual environment: its dependencies would change packages requirements.txt pins.
+CHECKOV_VENV := .venv-checkov
+CHECKOV_VERSION := 3.3.30
+
+$(CHECKOV_VENV)/.installed:
+	@echo "Installing checkov $(CHECKOV_VERSION) into $(CHECKOV_VENV) (its own virtual environment): a few minutes the first time"
+	[ -x $(CHECKOV_VENV)/bin/python ] || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check checkov==$(CHECKOV_VERSION)
+	touch $@
+
+test: install etcd $(CHECKOV_VENV)/.installed ## the whole suite, on two workers (each test module stays on one worker, so its synth runs once)
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 synth: install ## offline synth of ENV (default dev) into cdk.out/ and dist/ENV/, then its summary with the cost
@@ -65,9 +75,10 @@ diff: install ## what a deploy of ENV would change in its account (needs credent
 	$(PY) -m ops whoami --env $(ENV)
 	$(CDK) diff $(CDK_FLAGS) -c env=$(ENV) '$(ENV)/*'
 
-lint: synth ## cfn-lint every synthesized template (errors fail, warnings print), hadolint the Dockerfiles
+lint: synth $(CHECKOV_VENV)/.installed ## cfn-lint the templates, hadolint the Dockerfiles, checkov ENV's templates and dist/ YAML against checkov-accepted.yaml
 	$(VENV)/bin/cfn-lint --non-zero-exit-code error --format parseable 'cdk.out/**/*.template.json'
 	$(VENV)/bin/hadolint trainer/Dockerfile trainer/Dockerfile.cpu
+	$(PY) -m ops.policy_scan --env $(ENV)
 
 # pip-tools pins that resolve and hash trainer/requirements.txt; kept out of .venv (its pip would change).
 LOCK_VENV := .venv-lock

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import boto3
 import pytest
@@ -17,6 +15,7 @@ from botocore.awsrequest import AWSResponse
 
 import copy_image
 from cfn_events import Context, event
+from tests.ops.ops_fakes import loopback_get_server
 
 SOURCE, DESTINATION, TAG = "cdk-hnb659fds-container-assets-123456789012-us-west-2", "trainer", "0123abcd"
 
@@ -27,23 +26,13 @@ def blobs():
     store: dict[str, bytes] = {}
     served: list[str] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's naming
-            digest = self.path.rsplit("/", 1)[-1]
-            served.append(digest)
-            body = store[digest]
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def respond(path: str) -> bytes:
+        digest = path.rsplit("/", 1)[-1]
+        served.append(digest)
+        return store[digest]
 
-        def log_message(self, *args):
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/blobs", store, served
-    server.shutdown()
+    with loopback_get_server(respond) as url:
+        yield f"{url}/blobs", store, served
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help install local test synth synth-all deploy diff destroy lint etcd bench clean
+.PHONY: help install local test synth synth-all deploy diff destroy lint lock etcd bench clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -46,7 +46,17 @@ local: install etcd ## synthesize the default environment offline, print its sum
 	$(PY) -m ops synth-summary --env $(ENV)
 	$(PY) -m ops local --job $(JOB)
 
-test: install etcd ## the whole suite, on two workers (each test module stays on one worker, so its synth runs once)
+# checkov in its own virtual environment: its dependencies would change packages requirements.txt pins.
+CHECKOV_VENV := .venv-checkov
+CHECKOV_VERSION := 3.3.30
+
+$(CHECKOV_VENV)/.installed:
+	@echo "Installing checkov $(CHECKOV_VERSION) into $(CHECKOV_VENV) (its own virtual environment): a few minutes the first time"
+	[ -x $(CHECKOV_VENV)/bin/python ] || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check checkov==$(CHECKOV_VERSION)
+	touch $@
+
+test: install etcd $(CHECKOV_VENV)/.installed ## the whole suite, on two workers (each test module stays on one worker, so its synth runs once)
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 synth: install ## offline synth of ENV (default dev) into cdk.out/ and dist/ENV/, then its summary with the cost
@@ -70,9 +80,19 @@ diff: install ## what a deploy of ENV would change in its account (needs credent
 	$(PY) -m ops whoami --env $(ENV)
 	$(call STACKS) $(CDK) diff $(CDK_FLAGS) -c env=$(ENV) "$$stacks"
 
-lint: synth ## cfn-lint every synthesized template (errors fail, warnings print), hadolint the Dockerfiles
+lint: synth $(CHECKOV_VENV)/.installed ## cfn-lint the templates, hadolint the Dockerfiles, checkov ENV's templates and dist/ YAML against checkov-accepted.yaml
 	$(VENV)/bin/cfn-lint --non-zero-exit-code error --format parseable 'cdk.out/**/*.template.json'
 	$(VENV)/bin/hadolint trainer/Dockerfile trainer/Dockerfile.cpu
+	$(PY) -m ops.policy_scan --env $(ENV)
+
+# pip-tools pins that resolve and hash trainer/requirements.txt; kept out of .venv (its pip would change).
+LOCK_VENV := .venv-lock
+LOCK_TOOLS := pip==25.3 pip-tools==7.5.2
+
+lock: install ## regenerate the images' hash-pinned trainer/requirements.lock from trainer/requirements.txt (PyPI, minutes)
+	@[ -x $(LOCK_VENV)/bin/pip-compile ] || { echo "Installing pip-tools into $(LOCK_VENV) (its own virtual environment)"; \
+		$(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install --quiet --disable-pip-version-check $(LOCK_TOOLS); }
+	$(PY) -m ops.lockfile --pip-compile $(LOCK_VENV)/bin/pip-compile
 
 bench: install etcd ## run the CPU benchmarks and print their ratios
 	for b in bench/*.py; do $(PY) $$b || exit 1; done

@@ -69,6 +69,23 @@ def acknowledge_accepted_iam5(policy: iam.CfnPolicy, accepted: tuple[tuple[str, 
             acknowledge(policy, f"IAM5[{finding}]", reason)
 
 
+def actions_on_every_resource(policy_document: dict) -> set[str]:
+    """The actions a resolved policy document allows on Resource "*"."""
+    return {action for statement in policy_document.get("Statement", []) if statement.get("Effect") == "Allow"
+            and "*" in _as_list(statement.get("Resource")) for action in _as_list(statement.get("Action"))}
+
+
+def acknowledge_resource_star(policy: iam.CfnPolicy, reviewed: dict[frozenset[str], str]) -> bool:
+    """Acknowledge `policy`'s IAM5[Resource::*] finding only when the actions it allows on "*" are
+    exactly one reviewed set (actions -> reason); any other action on "*" leaves the finding to stop
+    synthesis. True when acknowledged."""
+    actions = frozenset(actions_on_every_resource(cdk.Stack.of(policy).resolve(policy.policy_document)))
+    reason = reviewed.get(actions)
+    if actions and reason:
+        acknowledge(policy, "IAM5[Resource::*]", f"{reason} (on \"*\": {', '.join(sorted(actions))})")
+    return bool(actions and reason)
+
+
 def _as_list(value) -> list:
     if value is None:
         return []

@@ -3,8 +3,8 @@
 - `EniJanitor`: deleted before the VPC's subnets, it removes ENIs that controllers left behind
   (VPC CNI pod ENIs, EFA interfaces, the VPC Lambdas' hyperplane ENIs; aws-cdk 26716) and the
   cluster security group EKS could not delete (aws-cdk 18650), and fails when it cannot.
-- `FsxFinalBackup`: in retained environments, starts a final backup of the file system as the
-  storage stack is deleted, and replies SUCCESS whatever it finds.
+- `FsxFinalBackup`: in retained environments, takes a final backup of the file system as the
+  storage stack is deleted, and fails the delete when that backup fails.
 
 Each handler is its own service token (one Lambda, no provider framework), runs outside the VPC
 (its own ENIs would otherwise block the subnets it is cleaning) and logs to a log group that
@@ -20,11 +20,13 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_fsx as fsx
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from cdk_constructs.nag import acknowledge, wildcard_resource
+from cdk_constructs.nag import acknowledge, acknowledge_resource_star, wildcard_resource
 
 HANDLERS = Path(__file__).resolve().parent / "teardown_handlers"
 # teardown_handlers/eni_janitor.py CLUSTER_TAG: the Lambda asset imports nothing from here.
@@ -32,14 +34,17 @@ CLUSTER_TAG = "aws:eks:cluster-name"
 
 
 class _TeardownFunction(Construct):
-    """A Lambda from teardown_handlers/ with its own role and log group (no managed policies)."""
+    """A Lambda from teardown_handlers/ with its own role and log group (no managed policies); the
+    group is encrypted with `log_key` when given (a key CloudWatch Logs may use: EncryptedLogs.key),
+    and events that fail every attempt go to `dead_letter_queue` when given."""
 
     def __init__(self, scope: Construct, id: str, *, handler: str, description: str, timeout: cdk.Duration,
+                 memory_size: int = 128, log_key: kms.IKey | None = None, dead_letter_queue: sqs.IQueue | None = None,
                  **function_options):
         """`function_options`: further lambda.Function props (a VPC placement)."""
         super().__init__(scope, id)
         # Its removal policy is the stack's (stacks/removal.py), like every other log group.
-        self.log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH)
+        self.log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.ONE_MONTH, encryption_key=log_key)
         self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
                              description=description)
         self.log_group.grant_write(self.role)
@@ -47,7 +52,7 @@ class _TeardownFunction(Construct):
             self, "Function", runtime=lambda_.Runtime.PYTHON_3_14, handler=handler,
             code=lambda_.Code.from_asset(str(HANDLERS), exclude=["__pycache__", "*.pyc"]),
             role=self.role, timeout=timeout, description=description, log_group=self.log_group,
-            **function_options,
+            memory_size=memory_size, dead_letter_queue=dead_letter_queue, **function_options,
         )
 
 
@@ -55,15 +60,17 @@ class EniJanitor(Construct):
     """Deleted before every resource of `vpc`, it deletes the ENIs controllers left there and the
     security groups EKS created for the cluster `cluster_name`, waiting (within Lambda's 15
     minutes) for attached ones to be released; if any is still there it fails the delete, saying
-    which (teardown_handlers/eni_janitor.py). Attributes: `resource`, `role`, `function`."""
+    which (teardown_handlers/eni_janitor.py). `log_key` encrypts its log group (EncryptedLogs.key).
+    Attributes: `resource`, `role`, `function`."""
 
-    def __init__(self, scope: Construct, id: str, *, vpc: ec2.Vpc, cluster_name: str):
+    def __init__(self, scope: Construct, id: str, *, vpc: ec2.Vpc, cluster_name: str,
+                 log_key: kms.IKey | None = None):
         super().__init__(scope, id)
         fn = _TeardownFunction(
             self, "Handler", handler="eni_janitor.handler",
             description="On stack deletion: delete ENIs and EKS cluster security groups left in the VPC so it can go",
             # Lambda's maximum: hyperplane ENIs of a deleted VPC Lambda take minutes to be released.
-            timeout=cdk.Duration.minutes(15),
+            timeout=cdk.Duration.minutes(15), log_key=log_key,
         )
         stack = cdk.Stack.of(self)
         in_this_vpc = {"ArnEquals": {"ec2:Vpc": stack.format_arn(service="ec2", resource="vpc",
@@ -105,8 +112,10 @@ class FsxFinalBackup(Construct):
         super().__init__(scope, id)
         fn = _TeardownFunction(
             self, "Handler", handler="fsx_final_backup.handler",
-            description="On stack deletion: start a final backup of the retained FSx file system",
-            timeout=cdk.Duration.minutes(2),
+            description="On stack deletion: back up the retained FSx file system and wait until the backup is AVAILABLE",
+            # Lambda's maximum: an incremental backup after the daily one takes seconds to minutes;
+            # a longer one fails the delete with its id, and the next delete waits on it again.
+            timeout=cdk.Duration.minutes(15),
         )
         stack = cdk.Stack.of(self)
         any_backup = stack.format_arn(service="fsx", resource="backup", resource_name="*")
@@ -116,9 +125,14 @@ class FsxFinalBackup(Construct):
                        any_backup],
         ))
         fn.role.add_to_policy(iam.PolicyStatement(actions=["fsx:TagResource"], resources=[any_backup]))
-        acknowledge(fn.role.node.find_child("DefaultPolicy").node.default_child, wildcard_resource(fn.role, any_backup),
+        fn.role.add_to_policy(iam.PolicyStatement(actions=["fsx:DescribeBackups"], resources=["*"]))
+        policy = fn.role.node.find_child("DefaultPolicy").node.default_child
+        acknowledge(policy, wildcard_resource(fn.role, any_backup),
                     "A new backup's id is only known once FSx creates it; CreateBackup is also limited to "
-                    "this one file system, and no permission reads, restores or deletes backups.")
+                    "this one file system, and no permission restores or deletes backups.")
+        acknowledge_resource_star(policy, {frozenset({"fsx:DescribeBackups"}): (
+            "fsx:DescribeBackups has no resource-level permissions; it only reads backup states, which the "
+            "handler polls until its backup is AVAILABLE")})
         self.role = fn.role
         self.function = fn.function
         self.resource = cdk.CustomResource(

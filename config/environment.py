@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from config.addons import ADDON_VERSION, ADDON_VERSION_EXAMPLE, MANAGED_ADDONS
+from config.cidrs import refuse_every_address
 from config.eks_versions import (
     BY_VERSION as EKS_VERSIONS, CALENDAR_AS_OF, DEFAULT_KUBERNETES_VERSION, SUPPORTED_KUBERNETES_VERSIONS,
     UPGRADE_POLICIES,
@@ -363,6 +364,7 @@ def _parse_endpoint(raw: dict, path: str) -> EndpointAccess:
         raise ConfigError(r.at("publicCidrs"),
                           "is required with type public: list the CIDR blocks allowed to reach the API "
                           "(0.0.0.0/0 is not accepted)")
+    networks = []
     for i, cidr in enumerate(cidrs):
         try:
             net = ipaddress.IPv4Network(cidr, strict=True)
@@ -370,6 +372,8 @@ def _parse_endpoint(raw: dict, path: str) -> EndpointAccess:
             raise ConfigError(f"{r.at('publicCidrs')}[{i}]", f"must be an IPv4 CIDR block, got {cidr!r}") from None
         if net.prefixlen == 0:
             raise ConfigError(f"{r.at('publicCidrs')}[{i}]", "0.0.0.0/0 opens the API to the internet; list your own ranges")
+        networks.append(net)
+    refuse_every_address(networks, r.at("publicCidrs"))
     return EndpointAccess(kind, cidrs)
 
 

@@ -136,6 +136,17 @@ def _support_line(asm: Assembly) -> str:
                    f"{row.end_of_extended_support}")
 
 
+def _admin_rows(config: Environment) -> list[list[str]]:
+    """Each cluster-admin principal, its account, and whether that is another account than the
+    environment's: a role there is administered by whoever controls that account."""
+    rows = []
+    for arn in config.admin_principal_arns:
+        account = arn.split(":")[4]
+        rows.append([arn, account, "ANOTHER ACCOUNT" if account != config.account else "this account"])
+    return rows
+
+
+ADMIN_HEADERS = ["principal", "account", "whose"]
 IP_HEADERS = ["group", "max nodes", "IPs/node", "IPs"]
 STACK_HEADERS = ["stack", "resources", "template KB"]
 NODEGROUP_HEADERS = ["name", "instance", "zones", "min", "max", "desired", "EFA", "capacity"]
@@ -162,6 +173,7 @@ def summary_data(config: Environment, outdir: Path) -> dict:
         "stacks": records(STACK_HEADERS, [[f"{config.name}/{name}", len(t.get("Resources", {})),
                                            round(asm.sizes[name] / 1024, 1)] for name, t in asm.templates.items()]),
         "nodegroups": records(NODEGROUP_HEADERS, _nodegroup_rows(asm)),
+        "cluster_admins": records(ADMIN_HEADERS, _admin_rows(config)),
         "fsx": [line.strip() for line in _fsx_lines(asm)],
         "training_subnet": {"availability_zone": config.training_availability_zone,
                             "mask": config.private_subnet_mask, "ips_needed_at_max": needed,
@@ -186,6 +198,12 @@ def summarize(config: Environment, outdir: Path) -> str:
              f"Synthesized offline into {outdir}", data["support"], "", "Stacks"]
     lines += _table(STACK_HEADERS, [[s, r, f"{kb:.1f}"] for s, r, kb in _rows(data["stacks"])])
     lines += ["", "Node groups", *_table(NODEGROUP_HEADERS, _rows(data["nodegroups"]))]
+    lines += ["", "Cluster admins (access entries with AmazonEKSClusterAdminPolicy)",
+              *_table(ADMIN_HEADERS, _rows(data["cluster_admins"]))]
+    foreign = [a["principal"] for a in data["cluster_admins"] if a["whose"] != "this account"]
+    if foreign:
+        lines.append(f"  WARNING: {len(foreign)} admin principal(s) belong to another account than {env['account']}: "
+                     "whoever controls that account administers this cluster")
     lines += ["", "FSx for Lustre", *(f"  {line}" for line in data["fsx"]), ""]
     needed, available = subnet["ips_needed_at_max"], subnet["ips_usable"]
     lines += [f"IP addresses in the training subnet ({subnet['availability_zone']}, /{subnet['mask']}): "

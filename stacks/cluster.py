@@ -20,8 +20,18 @@ from config.kubernetes import SYSTEM_NODEGROUP, SYSTEM_ROLE, TRAINING_NAMESPACE,
 from stacks.removal import apply_removal_policy
 
 CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
-NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly", "AmazonEKS_CNI_Policy")
+# The node role as "Amazon EKS node IAM role" lists it (create-node-role.html): the kubelet's EC2
+# and Pod Identity agent rights, and image pulls. The VPC CNI's rights live on their own role
+# (VPC_CNI_POLICY below), as that page and "Configure Amazon VPC CNI plugin to use IRSA"
+# (cni-iam-role.html) recommend, so no other pod on a node can reach them through the node role.
+NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly")
+VPC_CNI_POLICY = "AmazonEKS_CNI_Policy"
+POD_IDENTITY_SERVICE = "pods.eks.amazonaws.com"
+# Where each add-on's pods that call AWS run, and as whom (the add-ons' own charts).
+ADDON_NAMESPACE = "kube-system"
+VPC_CNI_SERVICE_ACCOUNT = "aws-node"
 FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
+CLOUDWATCH_NAMESPACE = "amazon-cloudwatch"
 CLOUDWATCH_SERVICE_ACCOUNT = "cloudwatch-agent"
 # Where Fluent Bit (application, dataplane, host) and the CloudWatch agent (performance) of the
 # amazon-cloudwatch-observability add-on write; they create these groups, without expiry or key,
@@ -92,7 +102,7 @@ class ClusterStack(cdk.Stack):
 
         self.node_role = iam.Role(
             self, "NodeRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            description="EKS worker nodes: join the cluster, pull images, manage pod ENIs",
+            description="EKS worker nodes: join the cluster, pull images, fetch pod credentials",
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(n) for n in NODE_MANAGED_POLICIES],
         )
         self.efa_security_group = efa_self_referencing_security_group(self, "EfaSecurityGroup", vpc=vpc)
@@ -174,12 +184,19 @@ class ClusterStack(cdk.Stack):
         # The cluster's own pod-identity agent add-on, so constructs that ask for it share this one.
         pod_identity_agent = self.cluster.eks_pod_identity_agent
         self._configure(pod_identity_agent, addon_names.POD_IDENTITY_AGENT)
-        self._addon(addon_names.VPC_CNI)
+        # The CNI's pods reach AWS through Pod Identity (supported by the add-on since
+        # v1.15.5-eksbuild.1, "IAM roles for Amazon EKS add-ons", add-ons-iam.html); the agent runs
+        # on the host network, so it answers before any pod network exists.
+        cni_role = self._pod_identity_role("VpcCniRole", "VPC CNI: attach ENIs and assign pod IP addresses",
+                                           namespace=ADDON_NAMESPACE, service_account=VPC_CNI_SERVICE_ACCOUNT)
+        cni_role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(VPC_CNI_POLICY))
+        self._addon(addon_names.VPC_CNI, after=[pod_identity_agent], pod_identity={VPC_CNI_SERVICE_ACCOUNT: cni_role})
         self._addon(addon_names.KUBE_PROXY)
         # These schedule Deployments: creating them before any node exists leaves them DEGRADED.
         self._addon(addon_names.COREDNS, after=[system_nodes])
 
-        fsx_role = self._pod_identity_role("FsxCsiRole", "FSx CSI driver: read file system descriptions for static volumes")
+        fsx_role = self._pod_identity_role("FsxCsiRole", "FSx CSI driver: read file system descriptions for static volumes",
+                                           namespace=ADDON_NAMESPACE, service_account=FSX_CSI_SERVICE_ACCOUNT)
         # Volumes are static (the Storage stack creates the file system), so the driver only needs
         # to describe file systems; no create, delete or update rights.
         fsx_role.add_to_policy(iam.PolicyStatement(
@@ -189,7 +206,8 @@ class ClusterStack(cdk.Stack):
         self._addon(addon_names.FSX_CSI_DRIVER, after=[system_nodes, pod_identity_agent],
                     pod_identity={FSX_CSI_SERVICE_ACCOUNT: fsx_role})
 
-        cw_role = self._pod_identity_role("CloudWatchAgentRole", "CloudWatch agent: Container Insights metrics and logs")
+        cw_role = self._pod_identity_role("CloudWatchAgentRole", "CloudWatch agent: Container Insights metrics and logs",
+                                          namespace=CLOUDWATCH_NAMESPACE, service_account=CLOUDWATCH_SERVICE_ACCOUNT)
         cw_role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name("CloudWatchAgentServerPolicy"))
         insights_logs = [self.logs.group(f"ContainerInsights-{kind}",
                                          name=container_insights_log_group_name(self.cluster_name, kind))
@@ -211,7 +229,8 @@ class ClusterStack(cdk.Stack):
         self.data_source_roles: dict[str, iam.Role] = {}
         for source in (s for s in self.config.data_sources if s.copies):
             role = self._pod_identity_role(f"DataSource-{source.name}",
-                                           f"data Job {source.name}: read {source.s3_uri}"[:1000])
+                                           f"data Job {source.name}: read {source.s3_uri}"[:1000],
+                                           namespace=TRAINING_NAMESPACE, service_account=source.service_account)
             bucket = f"arn:{self.partition}:s3:::{source.bucket}"
             role.add_to_policy(iam.PolicyStatement(
                 actions=["s3:ListBucket"], resources=[bucket],
@@ -249,13 +268,33 @@ class ClusterStack(cdk.Stack):
             resource.resolve_conflicts = "OVERWRITE"
         self.addons[name] = addon
 
-    def _pod_identity_role(self, id: str, description: str) -> iam.Role:
-        role = iam.Role(self, id, description=description,
-                        assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com"))
-        # Pod Identity assumes with session tags; the trust policy must allow tagging the session.
-        role.assume_role_policy.add_statements(iam.PolicyStatement(
-            actions=["sts:TagSession"], principals=[iam.ServicePrincipal("pods.eks.amazonaws.com")]))
-        return role
+    def _pod_identity_role(self, id: str, description: str, *, namespace: str, service_account: str) -> iam.Role:
+        return iam.Role(self, id, description=description, assumed_by=pod_identity_principal(
+            account=self.account, cluster_arn=self.format_arn(service="eks", resource="cluster",
+                                                              resource_name=self.cluster_name),
+            namespace=namespace, service_account=service_account))
+
+
+def pod_identity_principal(*, account: str, cluster_arn: str, namespace: str, service_account: str) -> iam.IPrincipal:
+    """EKS Pod Identity, for one service account of one namespace of one cluster of this account.
+
+    Pod Identity assumes the role with sts:AssumeRole and sts:TagSession and tags the session with
+    the pod's cluster ARN, namespace and service account; the trust policy may require those tags
+    ("Create IAM role with trust policy required by EKS Pod Identity", pod-id-role.html; the tag
+    list: "Grant Pods access to AWS resources based on tags", pod-id-abac.html). Without them any
+    association in the account, on any cluster, could be given the role. aws:SourceAccount is the
+    confused-deputy guard the EKS guide recommends for its service principals
+    (cross-service-confused-deputy-prevention.html). No aws:SourceArn: the EKS guide does not say
+    which ARN Pod Identity sends there (reports name the association's ARN, not the cluster's), and
+    a wrong one would deny every pod its credentials; the eks-cluster-arn tag pins the cluster."""
+    return iam.SessionTagsPrincipal(iam.ServicePrincipal(POD_IDENTITY_SERVICE)).with_conditions({
+        "StringEquals": {
+            "aws:SourceAccount": account,
+            "aws:RequestTag/eks-cluster-arn": cluster_arn,
+            "aws:RequestTag/kubernetes-namespace": namespace,
+            "aws:RequestTag/kubernetes-service-account": service_account,
+        },
+    })
 
 
 def _endpoint_access(config: Environment) -> eks.EndpointAccess:

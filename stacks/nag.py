@@ -14,7 +14,7 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
-from cdk_constructs.nag import acknowledge, acknowledge_accepted_iam5, wildcard_resource
+from cdk_constructs.nag import acknowledge, acknowledge_accepted_iam5, acknowledge_resource_star, wildcard_resource
 
 # aws-cdk-lib's grants to the validation runner's CodeBuild role (stacks/validation.py).
 RUNNER_IAM5 = (
@@ -24,14 +24,24 @@ RUNNER_IAM5 = (
     (r"^Action::kms:(GenerateDataKey|ReEncrypt)\*$",
      "CodeBuild encrypts the runner's build output with the stack's own key, the only key the statement names."),
     (r"^Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:network-interface/\*$",
-     "CodeBuild in a VPC: ec2:CreateNetworkInterfacePermission on the interfaces it creates, conditioned on "
-     "the runner's subnets and on ec2:AuthorizedService codebuild.amazonaws.com."),
+     "CodeBuild in a VPC (aws-cdk-lib's grant): ec2:CreateNetworkInterfacePermission on any network interface "
+     "of the account, but only with ec2:Subnet one of the runner's subnets and ec2:AuthorizedService "
+     "codebuild.amazonaws.com, so only CodeBuild may attach an interface, and only there."),
     (r"^Resource::arn:[a-z-]+:codebuild:[a-z0-9-]+:\d{12}:report-group/<[A-Za-z0-9]+>-\*$",
      "Test-report groups of the runner project only (aws-cdk-lib's default CodeBuild grant)."),
     (r"^Resource::arn:[a-z-]+:logs:[a-z0-9-]+:\d{12}:log-group:/aws/codebuild/<[A-Za-z0-9]+>:\*$",
      "Log streams of the runner project's default log group only (aws-cdk-lib's default CodeBuild grant)."),
 )
 
+# The runner's VPC statement (stacks/validation.py scopes aws-cdk-lib's): the Describe calls CodeBuild
+# makes for a build in a VPC ("Allow Amazon VPC access in your CodeBuild projects",
+# enabling-vpc-access-in-projects.html) have no resource-level permissions.
+RUNNER_RESOURCE_STAR = {
+    frozenset({"ec2:DescribeDhcpOptions", "ec2:DescribeNetworkInterfaces", "ec2:DescribeSecurityGroups",
+               "ec2:DescribeSubnets", "ec2:DescribeVpcs"}):
+        "The Describe calls CodeBuild makes to place a build in the VPC; they have no resource-level "
+        "permissions and only read",
+}
 
 
 def apply_nag(stage) -> None:
@@ -53,12 +63,16 @@ def _acknowledge_cluster(stack) -> None:
                 "control plane's API needs change.")
     node_role = stack.node_role.node.default_child
     for policy, why in (
-        ("AmazonEKSWorkerNodePolicy", "lets the kubelet register the node and describe its instance"),
-        ("AmazonEC2ContainerRegistryReadOnly", "lets the kubelet pull images (read-only ECR)"),
-        ("AmazonEKS_CNI_Policy", "lets the VPC CNI attach ENIs and assign pod IPs before any pod runs"),
+        ("AmazonEKSWorkerNodePolicy", "lets the kubelet register the node and describe its instance, and the Pod "
+                                      "Identity agent fetch pod credentials"),
+        ("AmazonEC2ContainerRegistryPullOnly", "lets the kubelet pull images from ECR, nothing else"),
     ):
         acknowledge(node_role, _managed(policy),
-                    f"EKS managed node groups require this AWS-maintained policy on the node role: it {why}.")
+                    f"The Amazon EKS node IAM role takes this AWS-maintained policy (EKS User Guide, create-node-role): "
+                    f"it {why}.")
+    acknowledge(stack.node.find_child("VpcCniRole").node.default_child, _managed("AmazonEKS_CNI_Policy"),
+                "The VPC CNI's own Pod Identity role (kube-system/aws-node only), as the EKS User Guide recommends "
+                "(cni-iam-role) instead of the node role: AWS maintains the ENI and IP-assignment actions it needs.")
     acknowledge(stack.node.find_child("CloudWatchAgentRole").node.default_child,
                 _managed("CloudWatchAgentServerPolicy"),
                 "The amazon-cloudwatch-observability add-on documents this AWS-maintained policy for its "
@@ -107,6 +121,9 @@ def _acknowledge_kubectl_provider(provider: Construct) -> None:
 
 def _acknowledge_validation(stack) -> None:
     acknowledge_accepted_iam5(stack.runner_role.node.find_child("DefaultPolicy").node.default_child, RUNNER_IAM5)
-    acknowledge(stack.runner.node.find_child("PolicyDocument").node.default_child, "IAM5[Resource::*]",
-                "CodeBuild's VPC permissions (ec2:CreateNetworkInterface, DeleteNetworkInterface and the "
-                "Describe calls for subnets, VPCs, security groups and DHCP options) cannot be scoped to a resource.")
+    vpc_policy = stack.runner.node.find_child("PolicyDocument").node.default_child
+    acknowledge_resource_star(vpc_policy, RUNNER_RESOURCE_STAR)
+    acknowledge(vpc_policy, wildcard_resource(vpc_policy, stack.format_arn(
+        service="ec2", resource="network-interface", resource_name="*")),
+        "CodeBuild creates the build's interface (its id is not known in advance) only in the runner's subnets "
+        "with the runner's security group, and may delete interfaces only where ec2:Vpc is this VPC.")

@@ -69,7 +69,8 @@ class NetworkStack(cdk.Stack):
 
         # Deleted before any subnet, route or gateway of the VPC: clears the ENIs controllers left
         # and the security group EKS made for the cluster.
-        self.eni_janitor = EniJanitor(self, "EniJanitor", vpc=self.vpc, cluster_name=config.cluster_name)
+        self.eni_janitor = EniJanitor(self, "EniJanitor", vpc=self.vpc, cluster_name=config.cluster_name,
+                                      log_key=self.logs.key)
         apply_removal_policy(self, config, also_kept=KEPT_NETWORK_HOME)
         cdk.CfnOutput(self, "VpcId", value=self.vpc.vpc_id, description="VPC of the training cluster")
         cdk.CfnOutput(

@@ -22,7 +22,7 @@ from constructs import Construct
 
 from config.environment import Environment
 from config.pipeline import PipelineSettings
-from stacks.pipeline_nag import acknowledge_pipeline
+from stacks.pipeline_nag import apply_pipeline_nag
 from stacks.stage import TrainingClusterStage
 from stacks.validation import (
     BUILD_IMAGE, RUNNER_TIMEOUT, pinned_requirement, validation_starter_role_name, validation_trigger_role_name,
@@ -93,7 +93,7 @@ class PipelineStack(cdk.Stack):
         # Build now, not at synthesis, so the generated roles exist to be reviewed by cdk-nag.
         self.pipeline.build_pipeline()
         support = self.pipeline.pipeline.cross_region_support
-        acknowledge_pipeline([self, *(s.stack for s in support.values())])
+        apply_pipeline_nag(self, [s.stack for s in support.values()])
         self._role_arns_as_sub()
 
     def _role_arns_as_sub(self) -> None:

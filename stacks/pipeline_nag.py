@@ -2,8 +2,9 @@
 
 The pipelines library writes its own roles and grants (artifact bucket, artifact key, CodeBuild
 logs and reports, self-mutation). Their wildcard findings are acknowledged here one by one, on
-the policy that has them, by matching the finding against the patterns below. A finding that
-matches no pattern is left alone, so anything new still stops synthesis.
+the policy that has them: a wildcard resource or action by matching the finding against the
+patterns below, Resource "*" only for the exact action sets reviewed below. A finding that
+matches nothing is left alone, so anything new still stops synthesis.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
-from constructs import Construct, IConstruct
+from cdk_nag import AwsSolutionsChecks
+from constructs import IConstruct
 
-from cdk_constructs.nag import acknowledge, acknowledge_accepted_iam5
+from cdk_constructs.nag import acknowledge, acknowledge_accepted_iam5, acknowledge_resource_star
 
 _ARTIFACTS = "the pipeline's own artifact bucket, private and KMS-encrypted"
 ACCEPTED_IAM5 = (
@@ -32,20 +34,34 @@ ACCEPTED_IAM5 = (
     (r"^Resource::arn:\*:iam::\d{12}:role/\*$",
      "Self-mutation assumes the CDK bootstrap roles of the pipeline account; the pipelines library adds "
      "a condition on the bootstrap role tag, so only those roles can be assumed."),
-    (r"^Resource::\*$",
-     "Actions AWS does not scope by resource here: CodeBuild batch/start on the asset projects created "
-     "at publish time, cloudformation:DescribeStacks and s3:ListBucket for self-mutation, and KMS on the "
-     "cross-region replication key that lives in another stack."),
 )
+# What CDK Pipelines grants on Resource "*", as the exact action set of each policy that has it; a
+# policy with any other action on "*" keeps its finding (cdk_constructs/nag.acknowledge_resource_star).
+RESOURCE_STAR = {
+    frozenset({"kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*"}):
+        "The pipeline role's use of the cross-region replication bucket's key, which the support stack in "
+        "the other region creates; CDK Pipelines cannot name a key of another stack and region here",
+    frozenset({"cloudformation:DescribeStacks", "s3:ListBucket"}):
+        "Self-mutation reads stack states and lists the artifact buckets before `cdk deploy` of the pipeline "
+        "itself; the bootstrap roles it assumes hold the rights that change anything",
+    frozenset({"codebuild:BatchGetBuilds", "codebuild:StartBuild", "codebuild:StopBuild"}):
+        "The asset-publishing action roles start and watch the CodeBuild projects CDK Pipelines creates for "
+        "publishing; the library names no project in this statement",
+}
 
 
-def acknowledge_pipeline(scopes: list[Construct]) -> None:
-    """Acknowledge the accepted findings on every generated policy and artifact bucket in `scopes`,
-    skipping the deployment stages (their stacks have their own acknowledgments)."""
-    for scope in scopes:
+def apply_pipeline_nag(pipeline_stack: cdk.Stack, support_stacks: list[cdk.Stack]) -> None:
+    """Run cdk-nag's AwsSolutions pack on the pipeline stack (its stages and the cross-region support
+    stacks included: a plugin on a stage nested in it is never reported), and acknowledge the
+    accepted findings on every generated policy and artifact bucket outside the deployment stages
+    (their stacks have their own acknowledgments, stacks/nag.py)."""
+    cdk.Validations.of(pipeline_stack).add_plugins(
+        AwsSolutionsChecks(pipeline_stack, verbose=True, write_suppressions_to_cloud_formation=True))
+    for scope in (pipeline_stack, *support_stacks):
         for node in _outside_stages(scope):
             if isinstance(node, iam.CfnPolicy):
                 acknowledge_accepted_iam5(node, ACCEPTED_IAM5)
+                acknowledge_resource_star(node, RESOURCE_STAR)
             elif isinstance(node, s3.CfnBucket):
                 acknowledge(node, "S1", "Pipeline artifact store written only by the pipeline's roles; access "
                             "is audited through CloudTrail, and a log bucket would itself need a log bucket.")

@@ -1,4 +1,10 @@
-"""Registry: the trainer's ECR repository, and the trainer images built from trainer/ at deploy time."""
+"""Registry: the trainer's ECR repository, and the trainer images built from trainer/ at deploy time.
+
+`cdk deploy` builds each image and publishes it to the CDK bootstrap's container-assets
+repository (the only place aws-cdk-lib publishes image assets), then copies it into the trainer
+repository (cdk_constructs/image_copy.py), where scan on push, immutable tags, the KMS key and the
+lifecycle rules apply. Pods run the copy, never the asset.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from config import Environment
+from cdk_constructs.image_copy import TrainerImageCopy
+from cdk_constructs.log_groups import EncryptedLogs
 from config.outputs import trainer_image_output
 from stacks.removal import apply_removal_policy, removal_policy
 
@@ -31,8 +39,11 @@ IMAGES_KEPT = 50
 
 
 class RegistryStack(cdk.Stack):
-    """Attributes: `repository` (ecr.Repository), `kms_key`, `trainer_images` ({"cpu", "gpu"} ->
-    DockerImageAsset: built and pushed by `cdk deploy`, never by synth)."""
+    """Attributes: `repository` (ecr.Repository), `kms_key`, `logs` (EncryptedLogs), `trainer_images` ({"cpu", "gpu"} ->
+    DockerImageAsset: built and pushed by `cdk deploy`, never by synth), `image_copy`
+    (TrainerImageCopy), `trainer_image_uris` (variant -> `<repository URI>:<tag>`: the copy in the
+    trainer repository under its immutable tag, the asset's source hash, known at synth) and
+    `trainer_image_digest_uris` (variant -> `<repository URI>:<tag>@<digest>`, known at deploy)."""
 
     def __init__(self, scope: Construct, id: str, *, config: Environment, **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
@@ -67,10 +78,20 @@ class RegistryStack(cdk.Stack):
             for variant, dockerfile in TRAINER_DOCKERFILES.items()
         }
 
+        self.logs = EncryptedLogs(self, "Logs", retain=config.retain,
+                                  description=f"{config.name}: the trainer image copy's logs at rest")
+        self.image_copy = TrainerImageCopy(self, "TrainerImageCopy", repository=self.repository,
+                                           images=self.trainer_images, log_key=self.logs.key)
+        uri = self.repository.repository_uri
+        self.trainer_image_uris = {v: f"{uri}:{tag}" for v, tag in self.image_copy.tags.items()}
+        self.trainer_image_digest_uris = {v: f"{uri}:{self.image_copy.tags[v]}@{digest}"
+                                          for v, digest in self.image_copy.digests.items()}
+
         apply_removal_policy(self, config)
         cdk.CfnOutput(self, "RepositoryUri", value=self.repository.repository_uri,
                       description="ECR repository for trainer images")
-        # What the deployed preset jobs run; `ops submit` defaults --image to it.
-        for variant, asset in self.trainer_images.items():
-            cdk.CfnOutput(self, trainer_image_output(variant), value=asset.image_uri,
-                          description=f"trainer image ({variant}) pushed by cdk deploy")
+        # The image the deployed preset jobs run, pinned by digest; `ops submit`, `ops data` and
+        # `ops model download` default --image to it.
+        for variant, image in self.trainer_image_digest_uris.items():
+            cdk.CfnOutput(self, trainer_image_output(variant), value=image,
+                          description=f"trainer image ({variant}) in the trainer repository, by digest")

@@ -62,7 +62,8 @@ class StorageStack(cdk.Stack):
                        source=sg, port=port, description="Lustre from FSx file servers")
 
         has_repository = bool(settings.s3_import_path or settings.s3_export_path)
-        # FSx cannot back up a file system linked to S3; there S3 is the durable copy instead.
+        # FSx backs up only persistent file systems not linked to S3 (FSx for Lustre User Guide,
+        # using-backups-fsx.html): a linked one has no backups, and only its export path reaches S3.
         self.backups_enabled = config.retain and not has_repository
         self.file_system = fsx.LustreFileSystem(
             self, "FileSystem",

@@ -147,6 +147,8 @@ class ValidationStack(cdk.Stack):
             concurrent_build_limit=1,
         )
 
+        self._scope_runner_network_interfaces(vpc)
+
         self.starter_role = None
         self.starter_role_arn_output = None
         if pipeline_account is not None:
@@ -156,6 +158,27 @@ class ValidationStack(cdk.Stack):
         self.runner_project_output = cdk.CfnOutput(
             self, "RunnerProjectName", value=self.runner.project_name,
             description="Validation runner: aws codebuild start-build --project-name <this>")
+
+    def _scope_runner_network_interfaces(self, vpc: ec2.IVpc) -> None:
+        """aws-cdk-lib gives a CodeBuild project in a VPC ec2:CreateNetworkInterface and
+        DeleteNetworkInterface on every resource, as CodeBuild's guide does ("Allow Amazon VPC
+        access in your CodeBuild projects"). Both take resource ARNs ("Actions, resources, and
+        condition keys for Amazon EC2"): the runner may create interfaces only in its own subnets
+        with its own security group, and delete only interfaces in this VPC. The Describe calls have
+        no resource-level permissions and stay on "*"."""
+        arn = lambda resource, name: self.format_arn(service="ec2", resource=resource, resource_name=name)  # noqa: E731
+        subnets = vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS).subnet_ids
+        policy = self.runner.node.find_child("PolicyDocument").node.default_child
+        policy.policy_document = {"Version": "2012-10-17", "Statement": [
+            {"Effect": "Allow", "Resource": "*",
+             "Action": ["ec2:DescribeDhcpOptions", "ec2:DescribeNetworkInterfaces", "ec2:DescribeSecurityGroups",
+                        "ec2:DescribeSubnets", "ec2:DescribeVpcs"]},
+            {"Effect": "Allow", "Action": "ec2:CreateNetworkInterface",
+             "Resource": [arn("network-interface", "*"), *(arn("subnet", s) for s in subnets),
+                          arn("security-group", self.runner_security_group.security_group_id)]},
+            {"Effect": "Allow", "Action": "ec2:DeleteNetworkInterface", "Resource": arn("network-interface", "*"),
+             "Condition": {"ArnEquals": {"ec2:Vpc": arn("vpc", vpc.vpc_id)}}},
+        ]}
 
     def _stage_source(self, validation_objects: list[dict]) -> s3_assets.Asset:
         """The runner's source as an asset. Asset staging copies the directory into the cloud

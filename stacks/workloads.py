@@ -27,11 +27,10 @@ from cdk_constructs.training_drain import TrainingDrain
 from config import Environment
 from config.kubernetes import FSX_CLAIM_NAME, TRAINING_NAMESPACE
 from stacks.removal import removal_policy
+from config.outputs import trainer_image_output
 from k8s.charts import ChartEntry, EnvironmentCharts
 from k8s.common import short_digest
 from k8s.values import ClusterValues, image_placeholder
-
-DEFAULT_QUALIFIER = cdk.DefaultStackSynthesizer.DEFAULT_QUALIFIER
 
 
 class WorkloadsStack(cdk.Stack):
@@ -119,23 +118,25 @@ def _construct_id(chart_name: str) -> str:
 
 def workload_values(storage, registry) -> ClusterValues:
     """ClusterValues from the storage and registry stacks (their attributes are tokens), with
-    hints that tell a dist/ reader where each value comes from."""
-    def output(key: str) -> str:
-        return (f"$(aws cloudformation describe-stacks --region {storage.region} --stack-name {storage.stack_name} "
+    hints that tell a dist/ reader where each value comes from.
+
+    The deployed jobs name their image by its immutable tag in the trainer repository (the
+    asset's source hash, known at synth): its digest is known only once the Registry stack has
+    copied the image, and a digest passed to this stack would be a CloudFormation export that no
+    later deploy could change. dist/ and the ops commands take the Registry stack's outputs, which
+    add the digest."""
+    def output(stack, key: str) -> str:
+        return (f"$(aws cloudformation describe-stacks --region {stack.region} --stack-name {stack.stack_name} "
                 f"--query \"Stacks[0].Outputs[?OutputKey=='{key}'].OutputValue\" --output text)")
 
-    fills = {"FSX_FILE_SYSTEM_ID": output("FileSystemId"), "FSX_DNS_NAME": output("FileSystemDnsName"),
-             "FSX_MOUNT_NAME": output("FileSystemMountName")}
+    fills = {"FSX_FILE_SYSTEM_ID": output(storage, "FileSystemId"), "FSX_DNS_NAME": output(storage, "FileSystemDnsName"),
+             "FSX_MOUNT_NAME": output(storage, "FileSystemMountName")}
     hints = {name: f"output of stack {storage.stack_name}" for name in fills}
-    images = {}
-    # `cdk deploy` pushes the trainer images to the bootstrap's container-assets repository,
-    # tagged with the asset hash; with the default bootstrap qualifier that is this URI.
-    assets_repo = (f"{registry.account}.dkr.ecr.{registry.region}.amazonaws.com/"
-                   f"cdk-{DEFAULT_QUALIFIER}-container-assets-{registry.account}-{registry.region}")
-    for variant, asset in registry.trainer_images.items():
-        images[variant] = asset.image_uri
+    for variant in registry.trainer_image_uris:
         name = image_placeholder(variant)
-        hints[name] = f"pushed by `cdk deploy`, tagged {asset.image_tag} (default bootstrap qualifier assumed)"
-        fills[name] = f"{assets_repo}:{asset.image_tag}"
+        hints[name] = (f"output {trainer_image_output(variant)} of stack {registry.stack_name} (the trainer "
+                       "repository's copy, by tag and digest)")
+        fills[name] = output(registry, trainer_image_output(variant))
     return ClusterValues(fsx_file_system_id=storage.file_system_id, fsx_dns_name=storage.dns_name,
-                         fsx_mount_name=storage.mount_name, trainer_images=images, hints=hints, fills=fills)
+                         fsx_mount_name=storage.mount_name, trainer_images=dict(registry.trainer_image_uris),
+                         hints=hints, fills=fills)

@@ -8,6 +8,7 @@ import time
 import boto3
 import pytest
 from botocore.exceptions import ClientError
+from botocore.stub import Stubber
 
 import eni_janitor
 import fsx_final_backup
@@ -175,15 +176,117 @@ def test_a_janitor_that_cannot_run_fails_the_delete_with_its_reason(endpoint, cl
     assert (reply["Status"], reply["Reason"]) == ("FAILED", "KeyError: 'VpcId'")
 
 
-def test_final_backup_starts_a_tagged_backup_of_the_file_system(vpc, cloudformation):
+MOTO_ACCOUNT = "123456789012"
+
+
+@pytest.fixture
+def file_system(vpc):
     _, _, subnet = vpc
     fsx = boto3.client("fsx")
     fs = fsx.create_file_system(FileSystemType="LUSTRE", StorageCapacity=1200, SubnetIds=[subnet],
                                 LustreConfiguration={"DeploymentType": "PERSISTENT_2",
                                                      "PerUnitStorageThroughput": 250})["FileSystem"]["FileSystemId"]
+    return fsx, fs
+
+
+def set_backup_lifecycle(backup_id: str, lifecycle: str) -> None:
+    """FSx moves a backup from CREATING on; moto's stays CREATING, so the test moves it, in the
+    server's own (in-process) state."""
+    from moto.fsx.models import fsx_backends
+
+    fsx_backends[MOTO_ACCOUNT]["us-west-2"].backups[backup_id].lifecycle = lifecycle
+
+
+def final_backups(fsx, fs: str) -> list[dict]:
+    return fsx.describe_backups(Filters=[{"Name": "file-system-id", "Values": [fs]}])["Backups"]
+
+
+def test_final_backup_waits_for_a_tagged_backup_to_be_available_then_replies_success(
+        file_system, cloudformation, monkeypatch):
+    fsx, fs = file_system
     url, replies = cloudformation
+    polls = []
+
+    def fsx_progresses(seconds):  # stands in for time.sleep: each poll, FSx moves on
+        polls.append(seconds)
+        [backup] = final_backups(fsx, fs)
+        set_backup_lifecycle(backup["BackupId"], "AVAILABLE")
+
+    monkeypatch.setattr(fsx_final_backup, "POLL_SECONDS", 1)
+    monkeypatch.setattr(fsx_final_backup, "SLEEP", fsx_progresses)
     fsx_final_backup.handler(event(url, "Delete", FileSystemId=fs, StackName="prod-Storage"), Context())
+    [backup] = final_backups(fsx, fs)
     [reply] = replies
-    assert reply["Status"] == "SUCCESS" and f"of {fs}" in reply["Reason"]
-    [backup] = fsx.describe_backups(Filters=[{"Name": "file-system-id", "Values": [fs]}])["Backups"]
+    assert (reply["Status"], reply["Reason"]) == ("SUCCESS", f"final backup {backup['BackupId']} of {fs} is AVAILABLE")
+    assert polls == [1]
     assert {"Key": "Name", "Value": "prod-Storage-final"} in backup["Tags"]
+    assert {"Key": fsx_final_backup.FINAL_BACKUP_TAG, "Value": "true"} in backup["Tags"]
+
+
+def test_a_final_backup_still_running_at_the_deadline_fails_the_delete_and_the_next_delete_waits_on_it(
+        file_system, cloudformation, monkeypatch):
+    fsx, fs = file_system
+    url, replies = cloudformation
+    # The context leaves 5 s after the reply reserve; a 10 s poll cannot fit in it.
+    monkeypatch.setattr(fsx_final_backup, "POLL_SECONDS", 10)
+    fsx_final_backup.handler(event(url, "Delete", FileSystemId=fs, StackName="prod-Storage"), Context())
+    [backup] = final_backups(fsx, fs)
+    [reply] = replies
+    assert reply["Status"] == "FAILED"
+    assert reply["Reason"] == (
+        f"BackupFailed: final backup {backup['BackupId']} of {fs} is still CREATING at the handler's deadline; it "
+        f"goes on: delete the stack again to wait for it (aws fsx describe-backups --backup-ids {backup['BackupId']})")
+    monkeypatch.setattr(fsx_final_backup, "POLL_SECONDS", 1)
+    monkeypatch.setattr(fsx_final_backup, "SLEEP", lambda s: set_backup_lifecycle(backup["BackupId"], "AVAILABLE"))
+    fsx_final_backup.handler(event(url, "Delete", FileSystemId=fs, StackName="prod-Storage"), Context())
+    assert [b["BackupId"] for b in final_backups(fsx, fs)] == [backup["BackupId"]]  # no second backup
+    assert replies[1]["Status"] == "SUCCESS" and backup["BackupId"] in replies[1]["Reason"]
+
+
+def test_a_failed_final_backup_fails_the_delete_with_fsx_s_reason():
+    """FAILED backups carry FailureDetails.Message (FSx API Reference, Backup), which moto leaves out."""
+    fsx = boto3.client("fsx", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="x")
+    backup = {"BackupId": "backup-0123456789abcdef0", "Lifecycle": "CREATING",
+              "Type": "USER_INITIATED", "CreationTime": 0, "ResourceARN": "arn:aws:fsx:us-west-2:1:backup/b",
+              "FileSystem": {}}
+    failed = {**backup, "Lifecycle": "FAILED", "FailureDetails": {"Message": "The file system is being deleted"}}
+    with Stubber(fsx) as stub:
+        stub.add_response("describe_backups", {"Backups": [failed]}, {"BackupIds": [backup["BackupId"]]})
+        with pytest.raises(fsx_final_backup.BackupFailed) as err:
+            fsx_final_backup.wait_until_available(fsx, backup, "fs-0123456789abcdef0", time.monotonic() + 60,
+                                                  poll_seconds=0, sleep=lambda s: None)
+    assert str(err.value) == ("final backup backup-0123456789abcdef0 of fs-0123456789abcdef0 is FAILED: "
+                              "The file system is being deleted")
+
+
+def test_a_backup_already_running_delays_the_final_one_instead_of_failing_it():
+    """FSx runs one backup of a file system at a time; CreateBackup answers BackupInProgress
+    while, say, the daily automatic backup runs (FSx API Reference, CreateBackup errors)."""
+    fsx = boto3.client("fsx", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="x")
+    created = {"BackupId": "backup-0123456789abcdef1", "Lifecycle": "CREATING",
+               "Type": "USER_INITIATED", "CreationTime": 0, "ResourceARN": "arn:aws:fsx:us-west-2:1:backup/b",
+               "FileSystem": {}}
+    waits = []
+    with Stubber(fsx) as stub:
+        stub.add_response("describe_backups", {"Backups": []})
+        stub.add_client_error("create_backup", "BackupInProgress", "Another backup is already under way")
+        stub.add_response("create_backup", {"Backup": created})
+        backup = fsx_final_backup.start_or_resume(fsx, "fs-0123456789abcdef0", "prod-Storage",
+                                                  time.monotonic() + 60, poll_seconds=1, sleep=waits.append)
+    assert backup == created and waits == [1]
+
+
+def test_a_file_system_deleted_by_hand_lets_the_stack_go():
+    fsx = boto3.client("fsx", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="x")
+    with Stubber(fsx) as stub:
+        stub.add_response("describe_backups", {"Backups": []})
+        stub.add_client_error("create_backup", "FileSystemNotFound", "No Amazon FSx file system was found")
+        reason = fsx_final_backup.final_backup(fsx, "fs-0123456789abcdef0", "prod-Storage", time.monotonic() + 60)
+    assert reason == "file system fs-0123456789abcdef0 no longer exists; no final backup to take"
+
+
+def test_final_backup_takes_no_backup_on_create(file_system, cloudformation):
+    fsx, fs = file_system
+    url, replies = cloudformation
+    fsx_final_backup.handler(event(url, "Create", FileSystemId=fs, StackName="prod-Storage"), Context())
+    assert [r["Status"] for r in replies] == ["SUCCESS"] and final_backups(fsx, fs) == []

@@ -185,6 +185,13 @@ CASES = [
      "endpointAccess.publicCidrs[0]: must be an IPv4 CIDR block, got '203.0.113.0/33'"),
     ("public cidr is the internet", [("endpointAccess.publicCidrs[0]", "0.0.0.0/0")],
      "endpointAccess.publicCidrs[0]: 0.0.0.0/0 opens the API to the internet; list your own ranges"),
+    ("public cidrs that together are the internet", [("endpointAccess.publicCidrs", ["0.0.0.0/1", "128.0.0.0/1"])],
+     "endpointAccess.publicCidrs: 0.0.0.0/1, 128.0.0.0/1 together cover every IPv4 address, which opens the API to "
+     "the internet like 0.0.0.0/0; list your own ranges"),
+    ("public cidrs that cover the internet with overlaps",
+     [("endpointAccess.publicCidrs", ["203.0.113.0/24", "0.0.0.0/2", "64.0.0.0/2", "128.0.0.0/1"])],
+     "endpointAccess.publicCidrs: 203.0.113.0/24, 0.0.0.0/2, 64.0.0.0/2, 128.0.0.0/1 together cover every IPv4 "
+     "address, which opens the API to the internet like 0.0.0.0/0; list your own ranges"),
     ("negative size", [("cpuNodegroups[0].minSize", -1)], "cpuNodegroups[0].minSize: must be 0 or more, got -1"),
     ("max size zero", [("cpuNodegroups[0].maxSize", 0), ("cpuNodegroups[0].desiredSize", 0)],
      "cpuNodegroups[0].maxSize: must be at least 1 (EKS node groups need maxSize >= 1), got 0"),
@@ -352,3 +359,9 @@ def test_a_source_under_the_fsx_import_path_is_read_through_the_link_not_copied(
     # A sibling prefix that merely starts with the same letters is not linked.
     sibling = load_environment({"dev": put(dev(), "fsx.s3ImportPath", "s3://example-datasets-111111111111/c4/e")}, "dev")
     assert sibling.data_source("c4").copies
+
+
+def test_public_cidrs_that_leave_addresses_out_are_accepted():
+    raw = put(dev(), "endpointAccess.publicCidrs", ["0.0.0.0/1", "128.0.0.0/2", "203.0.113.0/24"])
+    env = load_environment({"dev": raw}, "dev")
+    assert env.endpoint_access.public_cidrs == ("0.0.0.0/1", "128.0.0.0/2", "203.0.113.0/24")

@@ -67,10 +67,18 @@ def run_ops(args: list[str], env: dict[str, str], timeout: float = 60) -> subpro
 @contextlib.contextmanager
 def checkip_server(answer: str):
     """A loopback stand-in for https://checkip.amazonaws.com answering `answer`; yields its URL."""
+    with loopback_get_server(lambda path: f"{answer}\n".encode()) as url:
+        yield f"{url}/"
+
+
+@contextlib.contextmanager
+def loopback_get_server(respond):
+    """A loopback HTTP server answering every GET with the bytes `respond(path)` returns; yields
+    its base URL (no trailing slash)."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 (http.server's name)
-            body = f"{answer}\n".encode()
+            body = respond(self.path)
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -83,7 +91,7 @@ def checkip_server(answer: str):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()

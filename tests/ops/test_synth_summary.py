@@ -1,5 +1,6 @@
 """`python -m ops synth-summary`: offline synth, then the summary a user checks before paying for anything."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -190,3 +191,17 @@ def test_an_outdir_under_proc_is_one_line_before_any_synth(monkeypatch, capsys):
     assert synth_summary_main(monkeypatch, ["--env", "dev", "--outdir", "/proc/no-such-outdir"], never_run) == 2
     assert capsys.readouterr().err.splitlines() == [
         "error: --outdir: cannot create directory /proc/no-such-outdir (No such file or directory)"]
+def test_admins_from_another_account_are_flagged(dev_summary):
+    """An admin role of another account is administered by whoever controls that account; the
+    summary says so before anything is deployed."""
+    dev, summary = dev_summary
+    assert row(summary, dev.config.admin_role_arns[0])[1:] == ["111111111111", "this", "account"]
+    assert "WARNING" not in summary
+    foreign = "arn:aws:iam::222222222222:role/ops/VendorAdmin"
+    config = dataclasses.replace(dev.config, admin_role_arns=(*dev.config.admin_role_arns, foreign))
+    flagged = synth_summary.summarize(config, dev.outdir)
+    assert row(flagged, foreign)[1:] == ["222222222222", "ANOTHER", "ACCOUNT"]
+    assert ("  WARNING: 1 admin principal(s) belong to another account than 111111111111: whoever controls that "
+            "account administers this cluster") in flagged.splitlines()
+    data = synth_summary.summary_data(config, dev.outdir)
+    assert {"principal": foreign, "account": "222222222222", "whose": "ANOTHER ACCOUNT"} in data["cluster_admins"]

@@ -83,14 +83,53 @@ def test_outputs_for_humans(dev):
     assert "RepositoryUri" in dev.templates["registry"].find_outputs("*")
 
 
-def test_outputs_name_the_trainer_image_each_deployed_job_runs(dev):
-    """`ops submit` reads these to default --image (ops/images.py)."""
+def _copies(dev) -> dict[str, dict]:
+    return dev.templates["registry"].find_resources("Custom::TrainerImageCopy")
+
+
+def test_each_image_is_copied_into_the_trainer_repository_under_its_asset_tag(dev):
+    """aws-cdk-lib publishes image assets to the bootstrap's container-assets repository only; the
+    copy puts them where scan on push, immutable tags, the KMS key and the lifecycle apply."""
+    repository = dev.logical_id("registry", dev.stage.registry.repository)
+    copies = {c["Properties"]["Tag"]: c["Properties"] for c in _copies(dev).values()}
+    assert set(copies) == {a.image_tag for a in dev.stage.registry.trainer_images.values()}
+    for props in copies.values():
+        assert props["DestinationRepository"] == {"Ref": repository}
+        assert props["SourceRepository"] == f"cdk-hnb659fds-container-assets-{dev.config.account}-{dev.config.region}"
+
+
+def test_the_copy_handler_may_read_the_assets_repository_and_write_only_the_trainer_repository(dev):
+    resources = dev.template_json("registry")["Resources"]
+    role = {"Ref": dev.stage.registry.get_logical_id(dev.stage.registry.image_copy.role.node.default_child)}
+    [policy] = [r["Properties"]["PolicyDocument"]["Statement"] for r in resources.values()
+                if r["Type"] == "AWS::IAM::Policy" and role in r["Properties"]["Roles"]]
+    grants = {json.dumps(s["Resource"], sort_keys=True): set(s["Action"] if isinstance(s["Action"], list)
+                                                             else [s["Action"]]) for s in policy}
+    repository = dev.logical_id("registry", dev.stage.registry.repository)
+    writes = grants.pop(json.dumps({"Fn::GetAtt": [repository, "Arn"]}, sort_keys=True))
+    assert writes == {"ecr:BatchGetImage", "ecr:BatchCheckLayerAvailability", "ecr:InitiateLayerUpload",
+                      "ecr:UploadLayerPart", "ecr:CompleteLayerUpload", "ecr:PutImage"}
+    reads = [actions for resource, actions in grants.items() if "container-assets" in resource]
+    assert reads == [{"ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"}]
+    # What is left: the handler's own log group, and its dead-letter queue and that queue's key.
+    queue = dev.stage.registry.get_logical_id(dev.stage.registry.image_copy.dead_letters.node.default_child)
+    key = dev.stage.registry.get_logical_id(dev.stage.registry.logs.key.node.default_child)
+    rest = {r: a for r, a in grants.items() if "container-assets" not in r}
+    assert rest.pop(json.dumps({"Fn::GetAtt": [queue, "Arn"]}, sort_keys=True)) == {"sqs:SendMessage"}
+    assert rest.pop(json.dumps({"Fn::GetAtt": [key, "Arn"]}, sort_keys=True)) == {"kms:GenerateDataKey", "kms:Decrypt"}
+    assert all(actions <= {"logs:CreateLogStream", "logs:PutLogEvents"} for actions in rest.values())
+
+
+def test_outputs_name_each_image_in_the_trainer_repository_by_tag_and_digest(dev):
+    """`ops submit`, `ops data` and `ops model download` read these to default --image (ops/images.py)."""
     from config.outputs import trainer_image_output
 
     outputs = dev.templates["registry"].find_outputs("*")
-    repo = (f"{dev.config.account}.dkr.ecr.{dev.config.region}.${{AWS::URLSuffix}}/"
-            f"cdk-hnb659fds-container-assets-{dev.config.account}-{dev.config.region}")
+    copies = {c["Properties"]["Tag"]: logical_id for logical_id, c in _copies(dev).items()}
     for variant, asset in dev.stage.registry.trainer_images.items():
-        assert outputs[trainer_image_output(variant)]["Value"] == {"Fn::Sub": f"{repo}:{asset.image_tag}"}
-        # The same URI the preset jobs of the Workloads stack run.
-        assert dev.stage.workloads.charts.values.trainer_images[variant] == asset.image_uri
+        parts = outputs[trainer_image_output(variant)]["Value"]["Fn::Join"][1]
+        text = json.dumps(parts)
+        assert f":{asset.image_tag}@" in text and "container-assets" not in text
+        assert parts[-1] == {"Fn::GetAtt": [copies[asset.image_tag], "ImageDigest"]}
+        # The deployed jobs run the same copy, by its immutable tag (the digest is known only at deploy).
+        assert dev.stage.workloads.charts.values.trainer_images[variant] == dev.stage.registry.trainer_image_uris[variant]

@@ -97,13 +97,15 @@ def test_retain_environment_without_s3_link_keeps_daily_backups():
     blocks.templates["storage"].has_resource("AWS::KMS::Key", {"DeletionPolicy": "Retain"})
 
 
-def test_retain_environment_linked_to_s3_keeps_the_file_system_and_relies_on_s3():
-    # FSx cannot back up a file system linked to S3.
+def test_retain_environment_linked_to_s3_keeps_the_file_system_without_backups():
+    """FSx backs up only persistent file systems not linked to S3 ("Working with backups",
+    https://docs.aws.amazon.com/fsx/latest/LustreGuide/using-backups-fsx.html)."""
     linked = synth("linked")
     fs = only(linked.templates["storage"].find_resources("AWS::FSx::FileSystem"))
     assert fs["DeletionPolicy"] == "Retain"
     assert fs["Properties"]["LustreConfiguration"]["AutomaticBackupRetentionDays"] == 0
     assert linked.stage.storage.backups_enabled is False
+    assert not linked.templates["storage"].find_resources("Custom::FsxFinalBackup")
 
 
 def test_same_import_and_export_path_is_one_two_way_association():

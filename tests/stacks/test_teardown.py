@@ -317,3 +317,17 @@ def test_an_environment_that_keeps_its_claim_has_no_drain(prod):
     """In a retain environment the claim's manifest is kept, so nothing waits on it; a drain would
     only stop runs when the Workloads stack alone goes."""
     assert not [r for r in prod["workloads"]["Resources"].values() if r["Type"] == "Custom::TrainingDrain"]
+def test_the_final_backup_handler_has_lambdas_longest_time_to_wait_for_its_backup():
+    """Lambda runs for at most 900 s; the handler waits for AVAILABLE within it, polling
+    fsx:DescribeBackups, and may not restore or delete backups."""
+    s = synth("prod")
+    backup = s.stage.storage.final_backup
+    resources = Template.from_stack(s.stage.storage).to_json()["Resources"]
+    function = resources[s.stage.storage.get_logical_id(backup.function.node.default_child)]
+    assert function["Properties"]["Timeout"] == 900
+    role = {"Ref": s.stage.storage.get_logical_id(backup.role.node.default_child)}
+    actions = {a for r in resources.values() if r["Type"] == "AWS::IAM::Policy" and role in r["Properties"]["Roles"]
+               for st in r["Properties"]["PolicyDocument"]["Statement"]
+               for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])}
+    assert "fsx:DescribeBackups" in actions and "fsx:CreateBackup" in actions
+    assert not {a for a in actions if a.startswith(("fsx:Delete", "fsx:Restore", "fsx:CreateFileSystemFromBackup"))}

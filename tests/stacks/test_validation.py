@@ -131,3 +131,22 @@ def test_a_stage_built_without_a_pipeline_has_no_role_anyone_outside_may_assume(
 
 def test_outputs_name_the_runner_for_humans(template):
     assert "RunnerProjectName" in template.find_outputs("*")
+
+
+def test_the_runner_creates_interfaces_only_in_its_subnets_and_deletes_them_only_in_its_vpc():
+    """ec2:CreateNetworkInterface and DeleteNetworkInterface take resource ARNs and ec2:Vpc ("Actions,
+    resources, and condition keys for Amazon EC2",
+    https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2.html); only the
+    Describe calls stay on "*"."""
+    dev = synth("dev")
+    stack = dev.stage.validation
+    policy = dev.template_json("validation")["Resources"][
+        stack.get_logical_id(stack.runner.node.find_child("PolicyDocument").node.default_child)]
+    statements = {s["Action"] if isinstance(s["Action"], str) else "describe": s
+                  for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+    assert all(a.startswith("ec2:Describe") for a in statements["describe"]["Action"])
+    create = statements["ec2:CreateNetworkInterface"]["Resource"]
+    assert "*" not in create and any(":subnet/" in json.dumps(r) for r in create)
+    assert any(":security-group/" in json.dumps(r) for r in create)
+    delete = statements["ec2:DeleteNetworkInterface"]
+    assert delete["Resource"] != "*" and "ec2:Vpc" in delete["Condition"]["ArnEquals"]

@@ -110,11 +110,14 @@ def test_fsx_values_come_from_the_storage_stack(dev, manifests):
     assert dev.logical_id("storage", dev.stage.storage.file_system) in refs
 
 
-def test_trainer_images_are_the_registry_assets(dev, manifests):
-    text = "".join(p if isinstance(p, str) else json.dumps(p)
-                   for r in manifests["training-jobs"] for p in r["Properties"]["Manifest"]["Fn::Join"][1])
+def test_trainer_images_are_the_trainer_repositorys_copies_by_immutable_tag(dev, manifests):
+    parts = [p for r in manifests["training-jobs"] for p in r["Properties"]["Manifest"]["Fn::Join"][1]]
+    text = "".join(p if isinstance(p, str) else json.dumps(p) for p in parts)
     for asset in dev.stage.registry.trainer_images.values():
         assert f":{asset.image_tag}" in text
+    assert "container-assets" not in text  # never the CDK assets repository
+    repository = dev.logical_id("registry", dev.stage.registry.repository)
+    assert repository in {dev.imported_ref(p) for p in parts if isinstance(p, dict)}
 
 
 def test_inline_manifests_stay_far_below_the_kubectl_provider_limits(template, manifests):
@@ -124,14 +127,15 @@ def test_inline_manifests_stay_far_below_the_kubectl_provider_limits(template, m
     assert len(json.dumps(template)) < 1024 * 1024 // 4, "a quarter of CloudFormation's template limit"
 
 
-def test_dist_placeholder_hints_name_the_real_stack_and_asset_tags(dev):
+def test_dist_placeholder_hints_name_the_real_stacks_and_outputs(dev):
     from stacks.workloads import workload_values
 
     values = workload_values(dev.stage.storage, dev.stage.registry)
     assert dev.stage.storage.stack_name in values.fills["FSX_FILE_SYSTEM_ID"]
     assert "OutputKey=='FileSystemId'" in values.fills["FSX_FILE_SYSTEM_ID"]
-    for variant, asset in dev.stage.registry.trainer_images.items():
-        assert values.fills[f"TRAINER_IMAGE_{variant.upper()}"].endswith(f":{asset.image_tag}")
+    for variant in dev.stage.registry.trainer_images:
+        fill = values.fills[f"TRAINER_IMAGE_{variant.upper()}"]
+        assert dev.stage.registry.stack_name in fill and f"OutputKey=='TrainerImageUri{variant.capitalize()}'" in fill
     # Every token the charts carry has a named placeholder, so the dist sink never fails.
     assert {p.name for p in values.dist_substitutions().values()} == {
         "FSX_FILE_SYSTEM_ID", "FSX_DNS_NAME", "FSX_MOUNT_NAME", "TRAINER_IMAGE_CPU", "TRAINER_IMAGE_GPU"}

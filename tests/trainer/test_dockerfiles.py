@@ -25,19 +25,32 @@ def test_hadolint_finds_nothing(dockerfile):
     assert p.returncode == 0, p.stdout + p.stderr
 
 
+# Base images kept by tag: no digest for them could be attested from here (no registry is
+# reachable), and their tags were rebuilt, so published digests disagree.
+TAG_ONLY_BASE_IMAGES = {
+    "python:3.11.7-slim-bookworm": "Docker Hub rebuilt the tag; public Dockerfiles cite several digests for it",
+}
+
+
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
-def test_base_images_are_pinned_and_the_user_is_not_root(dockerfile):
+def test_base_images_are_pinned_by_digest_and_the_user_is_not_root(dockerfile):
     text = dockerfile.read_text()
     for image in re.findall(r"^FROM\s+(\S+)", text, re.M):
         assert ":" in image and not image.endswith(":latest"), image
+        assert re.search(r"@sha256:[0-9a-f]{64}$", image) or image in TAG_ONLY_BASE_IMAGES, image
     users = re.findall(r"^USER\s+(\S+)", text, re.M)
     assert users and users[-1] not in ("root", "0")
 
 
+def test_every_tag_only_base_image_is_still_in_use():
+    used = {i for d in DOCKERFILES for i in re.findall(r"^FROM\s+(\S+)", d.read_text(), re.M)}
+    assert set(TAG_ONLY_BASE_IMAGES) <= used
+
+
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
-def test_images_copy_the_trainer_config_and_pinned_requirements_from_the_repo_root(dockerfile):
+def test_images_copy_the_trainer_config_and_hash_pinned_requirements_from_the_repo_root(dockerfile):
     sources = [line.split()[-2] for line in dockerfile.read_text().splitlines() if line.startswith("COPY")]
-    assert set(sources) == {"trainer/requirements.txt", "config/", "trainer/"}
+    assert set(sources) == {"trainer/requirements.lock", "trainer/requirements-torch.txt", "config/", "trainer/"}
     for src in sources:
         assert (REPO / src).exists()
     ignore = Path(f"{dockerfile}.dockerignore").read_text().split()
@@ -72,23 +85,90 @@ def test_images_set_no_network_selection_the_chart_owns(dockerfile):
         assert not re.search(r"\b(FI_[A-Z_]+|NCCL_[A-Z_]+)=", line), line
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
-def test_images_take_torchvision_from_the_same_pytorch_index_as_torch(dockerfile):
-    """PyPI's torchvision 0.28.0 is the CUDA 13.0 build (NOTES.md). The images install the pinned
-    requirements with PyTorch's index for their torch as an extra index; there the same release
-    carries a local label (0.28.0+cpu, +cu128), which pip ranks above PyPI's plain 0.28.0, so each
-    image gets the torchvision built for its torch, as it does for torch itself."""
-    from packaging.version import Version
-    from packaging.specifiers import SpecifierSet
-
-    pins = dict(re.findall(r"^([A-Za-z0-9_.\-]+)==(\S+)", (REPO / "trainer" / "requirements.txt").read_text(), re.M))
-    assert pins["torchvision"] == "0.28.0" and pins["torch"] == "2.13.0"
-    index_build = Version("0.28.0+" + ("cpu" if dockerfile.name.endswith(".cpu") else "cu128"))
-    assert index_build in SpecifierSet("==0.28.0") and index_build > Version("0.28.0")
+def _runs(dockerfile: Path) -> list[str]:
+    """Each RUN instruction as one line (continuations joined)."""
     text = re.sub(r"\\\n", " ", dockerfile.read_text())
-    installs = [line for line in text.splitlines() if "pip install" in line]
-    assert any('--extra-index-url "${TORCH_INDEX_URL}" -r /opt/trainer-requirements.txt' in line for line in installs)
-    assert re.search(r"^ARG TORCH_INDEX_URL=https://download\.pytorch\.org/whl/(cpu|cu\d+)$", text, re.M)
+    return [line for line in text.splitlines() if line.startswith("RUN ")]
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_images_take_torch_and_torchvision_from_the_pytorch_index_alone(dockerfile):
+    """PyPI's torch and torchvision are CUDA 13.0 builds (NOTES.md); each image installs the build
+    matching it (+cpu, +cu128) from PyTorch's index, and only from there: `--index-url`, so a name
+    PyPI also has can never come from PyPI instead."""
+    [install] = [run for run in _runs(dockerfile) if "pip install" in run]
+    torch_step = [step for step in install.split("&&") if "requirements-torch.txt" in step]
+    assert torch_step and '--index-url "${TORCH_INDEX_URL}"' in torch_step[0] and "extra-index" not in install
+    assert re.search(r"^ARG TORCH_INDEX_URL=https://download\.pytorch\.org/whl/(cpu|cu\d+)$",
+                     dockerfile.read_text(), re.M)
+    if dockerfile.name.endswith(".cpu"):  # the lock holds every dependency of the CPU build
+        assert "--no-deps" in torch_step[0]
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_pypi_packages_install_by_hash_then_pip_checks_the_whole_set(dockerfile):
+    [install] = [run for run in _runs(dockerfile) if "pip install" in run]
+    steps = [step.strip().removeprefix("RUN ") for step in install.split("&&")]
+    pip = [i for i, step in enumerate(steps) if step.startswith(("pip ", "python3.11 -m venv"))]
+    assert [steps[i] for i in pip if steps[i].startswith("pip ")][:3] == [
+        "pip install --require-hashes --no-deps -r /opt/trainer-requirements.lock",
+        next(s for s in steps if "requirements-torch.txt" in s),
+        "pip check",
+    ]
+
+
+def test_the_efa_installer_runs_only_after_its_signature_checks_out_against_the_pinned_key():
+    """AWS signs the EFA installer; the EC2 User Guide gives the signing key's fingerprint ("Get
+    started with EFA", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start.html, step
+    "Verify the GPG key's fingerprint"; checksums instead: .../UserGuide/efa-verify.html)."""
+    text = (REPO / "trainer" / "Dockerfile").read_text()
+    assert re.search(r"^ARG EFA_KEY_FINGERPRINT=4E9091BCBB97A96B26B15E59A05480B1DD2D3CCC$", text, re.M)
+    [fetch] = [run for run in _runs(REPO / "trainer" / "Dockerfile") if "efa-installer.amazonaws.com" in run]
+    assert "| tar" not in fetch and "|tar" not in fetch  # nothing is unpacked while it streams in
+    order = [fetch.index(marker) for marker in (
+        "gpg --batch --quiet --import aws-efa-installer.key", '--verify "${installer}.sig" "${installer}"',
+        'VALIDSIG .* ${EFA_KEY_FINGERPRINT}', 'tar xzf "${installer}"')]
+    assert order == sorted(order)
+    assert "GNUPGHOME" in fetch  # a keyring of its own: no other key can vouch for the tarball
+
+
+def _lock():
+    from ops.lockfile import LOCK, parse_lock
+
+    return parse_lock(LOCK.read_text())
+
+
+def test_the_lock_pins_every_requirement_at_the_version_requirements_txt_chose():
+    from ops.lockfile import FROM_TORCH_INDEX, REQUIREMENTS, pins
+
+    wanted = {n: v for n, v in pins(REQUIREMENTS.read_text()).items() if n not in FROM_TORCH_INDEX}
+    locked = {n: e.version for n, e in _lock().items()}
+    assert wanted and {n: locked.get(n) for n in wanted} == wanted, "run `make lock`"
+
+
+def test_every_locked_package_carries_its_file_hashes_and_none_comes_from_the_pytorch_index():
+    from ops.lockfile import CUDA_BUILD_ONLY, FROM_TORCH_INDEX
+
+    lock = _lock()
+    assert all(re.fullmatch(r"[0-9a-f]{64}", h) for e in lock.values() for h in e.hashes)
+    assert [n for n, e in lock.items() if not e.hashes] == []
+    assert [n for n in lock if n in FROM_TORCH_INDEX or CUDA_BUILD_ONLY.match(n)] == []
+
+
+def test_the_lock_holds_everything_the_cpu_torch_build_needs():
+    """torch 2.13.0+cpu's METADATA Requires-Dist (the wheel of PyTorch's CPU index): filelock,
+    typing-extensions, setuptools, sympy, networkx, jinja2, fsspec; sympy needs mpmath and jinja2
+    markupsafe. The CPU image installs torch with --no-deps, so all of them come from the lock;
+    its pip check fails the build if one is missing."""
+    needs = {"filelock", "typing-extensions", "setuptools", "sympy", "networkx", "jinja2", "fsspec", "mpmath",
+             "markupsafe", "numpy", "pillow"}  # numpy and pillow: torchvision's
+    assert needs <= set(_lock())
+
+
+def test_the_torch_requirements_are_generated_from_requirements_txt():
+    from ops.lockfile import REQUIREMENTS, TORCH_REQUIREMENTS, pins, render_torch
+
+    assert TORCH_REQUIREMENTS.read_text() == render_torch(pins(REQUIREMENTS.read_text())), "run `make lock`"
 
 
 def _apt_packages(dockerfile: Path) -> set[str]:

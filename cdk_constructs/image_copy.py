@@ -13,7 +13,6 @@ from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
-from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from cdk_constructs.teardown import _TeardownFunction
@@ -34,15 +33,9 @@ class TrainerImageCopy(Construct):
         super().__init__(scope, id)
         if not images:
             raise ValueError(f"{self.node.path}: images must name at least one DockerImageAsset")
-        # CloudFormation invokes the handler asynchronously: an invocation that crashes or runs out of
-        # time is retried twice (a retry copies only what is missing), then kept here for whoever
-        # asks why the deploy waited.
-        self.dead_letters = sqs.Queue(
-            self, "DeadLetters", retention_period=cdk.Duration.days(14), enforce_ssl=True,
-            encryption=sqs.QueueEncryption.KMS if log_key else sqs.QueueEncryption.SQS_MANAGED,
-            encryption_master_key=log_key)
+        # A retried invocation (CloudFormation's asynchronous retries) copies only what is missing.
         fn = _TeardownFunction(
-            self, "Handler", handler="copy_image.handler", dead_letter_queue=self.dead_letters,
+            self, "Handler", handler="copy_image.handler",
             description="On deploy: copy a trainer image from the CDK assets repository into the trainer repository",
             # Lambda's maximum; a copy cut short fails the deploy and the next one copies only what is missing.
             timeout=cdk.Duration.minutes(15), memory_size=2048, log_key=log_key,
@@ -50,13 +43,7 @@ class TrainerImageCopy(Construct):
         fn.role.add_to_policy(iam.PolicyStatement(
             actions=SOURCE_READ, resources=sorted({a.repository.repository_arn for a in images.values()})))
         fn.role.add_to_policy(iam.PolicyStatement(actions=DESTINATION_WRITE, resources=[repository.repository_arn]))
-        # Lambda grants sqs:SendMessage for its dead-letter queue, not the use of the queue's key: a
-        # producer of a KMS-encrypted queue needs kms:GenerateDataKey and kms:Decrypt (Amazon SQS
-        # Developer Guide, "Configuring AWS KMS permissions for Amazon SQS").
-        if log_key is not None:
-            fn.role.add_to_policy(iam.PolicyStatement(actions=["kms:GenerateDataKey", "kms:Decrypt"],
-                                                      resources=[log_key.key_arn]))
-        self.role, self.function = fn.role, fn.function
+        self.role, self.function, self.dead_letters = fn.role, fn.function, fn.dead_letters
         self.tags: dict[str, str] = {}
         self.digests: dict[str, str] = {}
         self.resources: dict[str, cdk.CustomResource] = {}

@@ -34,13 +34,13 @@ CLUSTER_TAG = "aws:eks:cluster-name"
 
 
 class _TeardownFunction(Construct):
-    """A Lambda from teardown_handlers/ with its own role and log group (no managed policies); the
-    group is encrypted with `log_key` when given (a key CloudWatch Logs may use: EncryptedLogs.key),
-    and events that fail every attempt go to `dead_letter_queue` when given."""
+    """A Lambda from teardown_handlers/ with its own role, log group and dead-letter queue (no
+    managed policies). The group and the queue are encrypted with `log_key` when given (a key
+    CloudWatch Logs may use: EncryptedLogs.key). Attributes: `role`, `function`, `log_group`,
+    `dead_letters`."""
 
     def __init__(self, scope: Construct, id: str, *, handler: str, description: str, timeout: cdk.Duration,
-                 memory_size: int = 128, log_key: kms.IKey | None = None, dead_letter_queue: sqs.IQueue | None = None,
-                 **function_options):
+                 memory_size: int = 128, log_key: kms.IKey | None = None, **function_options):
         """`function_options`: further lambda.Function props (a VPC placement)."""
         super().__init__(scope, id)
         # Its removal policy is the stack's (stacks/removal.py), like every other log group.
@@ -48,12 +48,25 @@ class _TeardownFunction(Construct):
         self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
                              description=description)
         self.log_group.grant_write(self.role)
+        # CloudFormation invokes a custom resource's handler asynchronously: an invocation that
+        # crashes or runs out of time before it replies is retried twice, then kept here for
+        # whoever asks why the deploy or delete waited.
+        self.dead_letters = sqs.Queue(
+            self, "DeadLetters", retention_period=cdk.Duration.days(14), enforce_ssl=True,
+            encryption=sqs.QueueEncryption.KMS if log_key else sqs.QueueEncryption.SQS_MANAGED,
+            encryption_master_key=log_key)
         self.function = lambda_.Function(
             self, "Function", runtime=lambda_.Runtime.PYTHON_3_14, handler=handler,
             code=lambda_.Code.from_asset(str(HANDLERS), exclude=["__pycache__", "*.pyc"]),
             role=self.role, timeout=timeout, description=description, log_group=self.log_group,
-            memory_size=memory_size, dead_letter_queue=dead_letter_queue, **function_options,
+            memory_size=memory_size, dead_letter_queue=self.dead_letters, **function_options,
         )
+        # Lambda grants sqs:SendMessage for its dead-letter queue, not the use of the queue's key: a
+        # producer of a KMS-encrypted queue needs kms:GenerateDataKey and kms:Decrypt (Amazon SQS
+        # Developer Guide, "Configuring AWS KMS permissions for Amazon SQS").
+        if log_key is not None:
+            self.role.add_to_policy(iam.PolicyStatement(actions=["kms:GenerateDataKey", "kms:Decrypt"],
+                                                        resources=[log_key.key_arn]))
 
 
 class EniJanitor(Construct):

@@ -18,6 +18,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from cdk_constructs.nag import acknowledge
@@ -50,9 +51,10 @@ class TrainingDrain(Construct):
     KubernetesManifest of the Role and RoleBinding), `access_entry`."""
 
     def __init__(self, scope: Construct, id: str, *, cluster: eks.ICluster, namespace: str, claim: str,
-                 holds: Sequence[Construct], after: Sequence[Construct] = ()):
+                 holds: Sequence[Construct], after: Sequence[Construct] = (), log_key: kms.IKey | None = None):
         """`holds`: what must outlive the drain (the claim's manifest and everything it needs);
-        `after`: what the RBAC manifest needs first (the namespace)."""
+        `after`: what the RBAC manifest needs first (the namespace); `log_key` encrypts its log
+        group (EncryptedLogs.key)."""
         super().__init__(scope, id)
         if not holds:
             raise ValueError(f"{self.node.path}: holds is empty; name at least the manifest of claim {claim!r}")
@@ -62,7 +64,7 @@ class TrainingDrain(Construct):
             # Lambda's maximum: pods get their termination grace period to save and stop.
             timeout=cdk.Duration.minutes(15),
             vpc=cluster.vpc, vpc_subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
-            security_groups=[cluster.cluster_security_group],
+            security_groups=[cluster.cluster_security_group], log_key=log_key,
         )
         self.role = fn.role
         fn.role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(VPC_ACCESS_POLICY))

@@ -26,6 +26,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ops import proc
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS = REPO_ROOT / "trainer" / "requirements.txt"
 LOCK = REPO_ROOT / "trainer" / "requirements.lock"
@@ -123,10 +125,10 @@ def compile_requirements(pip_compile: Path) -> str:
     env["PIP_CONFIG_FILE"] = os.devnull
     with tempfile.TemporaryDirectory(prefix="lock-") as tmp:
         out = Path(tmp) / "compiled.txt"
-        result = subprocess.run(
+        result = proc.run(
             [str(pip_compile), "--quiet", "--generate-hashes", "--allow-unsafe", "--strip-extras", "--no-header",
              "--index-url", "https://pypi.org/simple", "--output-file", str(out), str(REQUIREMENTS)],
-            env=env, capture_output=True, text=True, timeout=PIP_COMPILE_TIMEOUT_S)
+            env=env, timeout=PIP_COMPILE_TIMEOUT_S)
         if result.returncode != 0:
             raise SystemExit(f"error: pip-compile failed (exit {result.returncode}): {result.stderr.strip()[-2000:]}")
         return out.read_text()

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import yaml
 
+from ops import proc
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ACCEPTED_FILE = REPO_ROOT / "checkov-accepted.yaml"
 CHECKOV = REPO_ROOT / ".venv-checkov" / "bin" / "checkov"
@@ -96,10 +98,9 @@ def parse_report(stdout: str, framework: str) -> list[Failure]:
 
 def run_checkov(checkov: Path, framework: str, directory: Path) -> list[Failure]:
     try:
-        result = subprocess.run(
+        result = proc.run(
             [str(checkov), "--quiet", "--compact", "--output", "json", "--framework", framework,
-             "--directory", str(directory)],
-            capture_output=True, text=True, timeout=CHECKOV_TIMEOUT_S)
+             "--directory", str(directory)], timeout=CHECKOV_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise ScanError(f"checkov did not finish {framework} in {directory} within {CHECKOV_TIMEOUT_S} s") from None
     # checkov exits 1 when a check failed; anything else without JSON is checkov itself failing.

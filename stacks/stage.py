@@ -36,7 +36,8 @@ class TrainingClusterStage(cdk.Stage):
             efa_security_group=self.cluster.efa_security_group)
         self.registry = RegistryStack(self, "Registry", config=config)
         self.workloads = WorkloadsStack(self, "Workloads", config=config, cluster=self.cluster.cluster,
-                                        values=workload_values(self.storage, self.registry))
+                                        values=workload_values(self.storage, self.registry),
+                                        log_key=self.cluster.logs.key)
         self.validation = ValidationStack(
             self, "Validation", config=config, vpc=vpc, cluster=self.cluster.cluster,
             validation_objects=_validation_objects(self.workloads.charts), pipeline_account=pipeline_account)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from cdk_constructs.training_drain import TrainingDrain
@@ -40,7 +41,8 @@ class WorkloadsStack(cdk.Stack):
     where the environment keeps its data)."""
 
     def __init__(self, scope: Construct, id: str, *, config: Environment, cluster: eks.ICluster,
-                 values: ClusterValues, **kwargs) -> None:
+                 values: ClusterValues, log_key: kms.IKey | None = None, **kwargs) -> None:
+        """`log_key`: encrypts the log group of the training drain (EncryptedLogs.key)."""
         super().__init__(scope, id, **kwargs)
         self.config = config
         self.charts = EnvironmentCharts(config, values)
@@ -72,7 +74,7 @@ class WorkloadsStack(cdk.Stack):
             if entry.ready_when:
                 [manifest] = manifests
                 self.readiness[entry.name] = self._wait_until_ready(entry, cluster, manifest)
-        self.training_drain = _training_drain(self, config, cluster, self.manifests)
+        self.training_drain = _training_drain(self, config, cluster, self.manifests, log_key)
 
     def _wait_until_ready(self, entry: ChartEntry, cluster: eks.ICluster,
                           manifest: eks.KubernetesManifest) -> eks.KubernetesObjectValue:
@@ -90,13 +92,15 @@ class WorkloadsStack(cdk.Stack):
 
 
 def _training_drain(stack: cdk.Stack, config: Environment, cluster: eks.ICluster,
-                    manifests: dict[str, tuple[eks.KubernetesManifest, ...]]) -> TrainingDrain | None:
+                    manifests: dict[str, tuple[eks.KubernetesManifest, ...]],
+                    log_key: kms.IKey | None) -> TrainingDrain | None:
     """On destroy, runs leave the training namespace before the FSx claim does. Where the claim is
     kept (removalPolicy retain) nothing waits on it, and a drain would only stop runs."""
     if config.retain:
         return None
     drain = TrainingDrain(stack, "TrainingDrain", cluster=cluster, namespace=TRAINING_NAMESPACE, claim=FSX_CLAIM_NAME,
-                          holds=[m for chart in manifests.values() for m in chart], after=manifests["namespaces"])
+                          holds=[m for chart in manifests.values() for m in chart], after=manifests["namespaces"],
+                          log_key=log_key)
     cdk.RemovalPolicies.of(drain).apply(removal_policy(config))  # its log group goes with the environment
     return drain
 

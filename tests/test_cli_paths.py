@@ -33,6 +33,8 @@ NOT_SWEPT = {
     "app": "the CDK app: reads cdk.json context, takes no arguments",
     "ops.proc_watchdog": "not for users: ops.proc starts it with a pipe's file descriptor",
     "ops.remote_validation": "the pipeline's step: a project name, a role ARN and a region, no paths",
+    "ops.lockfile": "a maintainer's tool run by `make lock`: its paths come from the Makefile",
+    "ops.policy_scan": "run by `make lint` and its test: its paths come from the Makefile",
     "bench.gpu_mfu": "benchmark: no path arguments",
     "bench.recovery": "benchmark: no path arguments",
     "bench.step_overhead": "benchmark: no path arguments",

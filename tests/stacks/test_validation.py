@@ -5,6 +5,7 @@ security group on 443 only, mapped by an EKS access entry to exactly the rights 
 needs, with its source (the ops package and the environment's validation objects) as an asset.
 """
 
+import json
 import os
 import subprocess
 import sys

@@ -200,6 +200,34 @@ def test_fsx_static_volume_and_the_one_claim():
     assert pvc["spec"]["resources"]["requests"]["storage"] == pv["spec"]["capacity"]["storage"] == "1200Gi"
 
 
+@pytest.mark.parametrize("capacity", [1200, 2400, 4800, 96000])
+def test_fsx_claim_requests_a_constant_that_every_allowed_file_system_satisfies(capacity):
+    """A bound claim's request cannot change (no StorageClass allows expansion), so growing FSx
+    may change only the volume's capacity, which must stay at least the request."""
+    from k8s.fsx_storage import CLAIM_REQUEST_GIB
+
+    docs = synth(FsxStorageChart, props=FsxStorageProps("fs-0123", "dns", "mnt", capacity))
+    pv, pvc = one(docs, "PersistentVolume"), one(docs, "PersistentVolumeClaim")
+    assert pvc["spec"]["resources"]["requests"]["storage"] == f"{CLAIM_REQUEST_GIB}Gi"
+    assert pv["spec"]["capacity"]["storage"] == f"{capacity}Gi"
+
+
+def test_fsx_claim_request_is_the_smallest_capacity_config_accepts(dev):
+    from dataclasses import replace
+
+    from config import ConfigError
+    from config.environment import _parse_fsx
+    from k8s.fsx_storage import CLAIM_REQUEST_GIB
+
+    assert _parse_fsx({"storageCapacityGiB": CLAIM_REQUEST_GIB, "throughputPerTiB": 125}, "fsx")
+    for smaller in (600, CLAIM_REQUEST_GIB - 1):
+        with pytest.raises(ConfigError):
+            _parse_fsx({"storageCapacityGiB": smaller, "throughputPerTiB": 125}, "fsx")
+    with pytest.raises(ValueError, match="at least the claim"):
+        synth(FsxStorageChart, props=FsxStorageProps("fs-0123", "dns", "mnt", 600))
+    assert dev.fsx.storage_capacity_gib >= CLAIM_REQUEST_GIB
+
+
 def test_training_jobs_chart_renders_each_available_preset_with_its_image(dev, prod):
     dev_jobs = synth(TrainingJobsChart, props=TrainingJobsProps(config=dev, images=IMAGES))
     prod_jobs = synth(TrainingJobsChart, props=TrainingJobsProps(config=prod, images=IMAGES))

@@ -213,8 +213,6 @@ def test_fsx_claim_requests_a_constant_that_every_allowed_file_system_satisfies(
 
 
 def test_fsx_claim_request_is_the_smallest_capacity_config_accepts(dev):
-    from dataclasses import replace
-
     from config import ConfigError
     from config.environment import _parse_fsx
     from k8s.fsx_storage import CLAIM_REQUEST_GIB

@@ -3,6 +3,7 @@
 One add-on chart per file, each a class taking a typed props dataclass and declaring its `addon`
 name, what it depends on and whether an environment gets it (k8s/charts.py finds them all):
   namespaces.py            kubeflow and training namespaces
+  priority.py              the PriorityClass of etcd and the Training Operator
   crds.py                  small structural PyTorchJob / MPIJob CRDs (kubeflow.org/v1)
   nvidia_device_plugin.py  nvidia.com/gpu on GPU node groups (NVIDIA device plugin v0.19.3)
   efa_device_plugin.py     vpc.amazonaws.com/efa on EFA node groups (EFA device plugin v0.5.20)

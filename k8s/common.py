@@ -30,6 +30,8 @@ RUNTIME_DEFAULT_SECCOMP = {"type": "RuntimeDefault"}
 NVIDIA_DEVICE_PLUGIN = "nvidia-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
 EFA_DEVICE_PLUGIN = "aws-efa-k8s-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
 TRAINING_OPERATOR = "training-operator"  # Deployment, KUBEFLOW_NAMESPACE
+# The PriorityClass of etcd and the Training Operator (k8s/priority.py).
+CONTROL_PRIORITY_CLASS = "eks-distributed-training-control"
 
 # Rendezvous: torch's etcd-v2 backend talks to this Service in the training namespace.
 ETCD_SERVICE = "etcd"

@@ -82,8 +82,7 @@ def dist_readme(charts: EnvironmentCharts, files: list[Path]) -> str:
         ready = entry.ready_when
         if ready:
             # The condition the CDK sink waits for too (stacks/workloads.py).
-            waits.append(f"  case \"$f\" in *-{entry.name}.yaml) kubectl wait --for {ready.kubectl_wait} "
-                         f"--timeout={ready.timeout_minutes}m -n {ready.namespace} {ready.object_type}/{ready.name};; esac")
+            waits.append(f"  case \"$f\" in *-{entry.name}.yaml) {ready.dist_wait};; esac")
     if placeholders:
         lines += ["## Placeholders", "",
                   "Values CloudFormation decides at deploy time appear as `${NAME}`. Export them, then",

@@ -154,6 +154,59 @@ def test_operator_rbac_covers_what_the_controllers_do(operator):
     assert binding["subjects"][0]["namespace"] == KUBEFLOW_NAMESPACE
 
 
+def test_operator_runs_two_replicas_on_different_nodes_and_a_drain_keeps_one(operator):
+    from k8s.training_operator import LEADER_ELECTION_ID, REPLICAS
+
+    deployment = one(operator, "Deployment")
+    assert deployment["spec"]["replicas"] == REPLICAS == 2
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    spec = pod(deployment)
+    [anti] = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert anti["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert anti["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= labels.items()
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in spec["affinity"]["podAntiAffinity"], \
+        "a rolling update's third pod must fit on a two-node system group"
+    budget = one(operator, "PodDisruptionBudget")
+    assert budget["spec"]["minAvailable"] == REPLICAS - 1
+    assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert "--leader-elect" in spec["containers"][0]["args"]
+    assert not any(a.startswith("--leader-election-id") for a in spec["containers"][0]["args"])
+    assert LEADER_ELECTION_ID.endswith(".training-operator.kubeflow.org")
+
+
+def test_operator_readiness_waits_for_a_finished_rollout():
+    """availableReplicas stays set by the old pods during a rollout; the Progressing condition's
+    reason is NewReplicaSetAvailable only once every new replica is available."""
+    from k8s.training_operator import TrainingOperatorChart
+
+    ready = TrainingOperatorChart.ready_when
+    assert ready.json_path == '.status.conditions[?(@.reason=="NewReplicaSetAvailable")].status'
+    assert ready.dist_wait == "kubectl rollout status -n kubeflow deployment/training-operator --timeout=10m"
+    assert ready.timeout_minutes * 60 < 15 * 60, "inside the kubectl provider's 15-minute Lambda"
+
+
+def test_cluster_services_get_our_priority_class_not_a_reserved_one(operator, etcd):
+    from k8s.common import CONTROL_PRIORITY_CLASS
+    from k8s.priority import PriorityClassesChart
+
+    [klass] = synth(PriorityClassesChart)
+    assert klass["kind"] == "PriorityClass" and klass["metadata"]["name"] == CONTROL_PRIORITY_CLASS
+    assert not CONTROL_PRIORITY_CLASS.startswith("system-")
+    assert 0 < klass["value"] <= 1_000_000_000, "values above one billion are reserved"
+    assert klass["globalDefault"] is False, "training pods keep priority 0"
+    for docs in (operator, etcd):
+        assert pod(one(docs, "Deployment"))["priorityClassName"] == CONTROL_PRIORITY_CLASS
+
+
+def test_etcd_runs_only_on_the_system_nodes(etcd):
+    from config.kubernetes import ROLE_LABEL, SYSTEM_ROLE
+
+    affinity = pod(one(etcd, "Deployment"))["affinity"]["nodeAffinity"]
+    [term] = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": ROLE_LABEL, "operator": "In", "values": [SYSTEM_ROLE]}]
+    assert "preferredDuringSchedulingIgnoredDuringExecution" not in affinity
+
+
 @pytest.fixture(scope="module")
 def etcd():
     return synth(EtcdChart)
@@ -285,7 +338,7 @@ def test_every_chart_module_is_an_add_on_found_by_scanning_the_package(dev):
     from k8s.charts import addons
 
     assert sorted(addons()) == ["cluster-validation", "data-preparation", "efa-device-plugin", "etcd", "fsx-storage", "namespaces",
-                                "nvidia-device-plugin", "training-jobs", "training-operator",
+                                "nvidia-device-plugin", "priority-classes", "training-jobs", "training-operator",
                                 "training-operator-crds"]
 
 
@@ -294,7 +347,7 @@ def test_apply_order_is_layered_by_the_declared_dependencies(dev):
 
     assert [cls.addon for cls, _ in apply_order(dev)] == [
         # layer 0: nothing to wait for
-        "efa-device-plugin", "namespaces", "nvidia-device-plugin", "training-operator-crds",
+        "efa-device-plugin", "namespaces", "nvidia-device-plugin", "priority-classes", "training-operator-crds",
         # layer 1
         "etcd", "fsx-storage", "training-operator",
         # layer 2: the charts that create jobs, and the data Jobs' ServiceAccounts

@@ -266,9 +266,9 @@ def test_dist_readme_explains_how_to_fill_placeholders(dist):
     _, charts, files, _ = dist["dev"]
     readme = next(f for f in files if f.name == "README.md").read_text()
     assert "envsubst" in readme and "condition=established" in readme
-    # The same wait the Workloads stack makes before jobs: the webhook fails closed.
-    assert ("*-training-operator.yaml) kubectl wait --for condition=Available --timeout=10m "
-            "-n kubeflow deployment/training-operator") in readme
+    # The same wait the Workloads stack makes: the webhook fails closed.
+    assert ("*-training-operator.yaml) kubectl rollout status -n kubeflow deployment/training-operator "
+            "--timeout=10m;; esac") in readme
     assert Path(files[0]).parent.name == "dev"
 
 

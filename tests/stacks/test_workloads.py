@@ -161,7 +161,7 @@ def test_jobs_and_validation_wait_until_the_operator_deployment_is_available(dev
     props = waiter["Properties"]
     assert (props["ObjectType"], props["ObjectName"], props["ObjectNamespace"]) == (
         "deployment", "training-operator", "kubeflow")
-    assert props["JsonPath"] == ".status.availableReplicas"
+    assert props["JsonPath"] == '.status.conditions[?(@.reason=="NewReplicaSetAvailable")].status'
     # Below the kubectl provider's 15-minute Lambda timeout.
     assert 60 <= int(props["TimeoutSeconds"]) < 15 * 60
     [operator] = [stack.get_logical_id(m.node.default_child) for m in stack.manifests["training-operator"]]

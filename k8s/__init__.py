@@ -10,12 +10,12 @@ name, what it depends on and whether an environment gets it (k8s/charts.py finds
   training_operator.py     Kubeflow Training Operator v1.9.4 (PyTorchJob and MPIJob only)
   etcd.py                  etcd v3.5 with the v2 API for torch's etcd-v2 rendezvous
   fsx_storage.py           static FSx for Lustre PV and the `fsx-pvc` claim
-  training_jobs.py         the preset PyTorchJobs an environment can run
   validation.py            GPU check Jobs and the NCCL all-reduce MPIJob
   data_preparation.py      the data Jobs' ServiceAccounts (one per data source that copies from S3)
 Shared: base.py (chart base and add-on declaration, cdk8s-plus overrides), device_plugin.py (the
 device plugins' common DaemonSet), common.py (names, pinned images with their evidence, pod rules),
-jobs.py (render_pytorchjob: the PyTorchJob code path shared with `ops submit`; no cdk8s import),
+jobs.py (render_run: every run's PyTorchJob, created by `ops start`/`ops submit`, never by a deploy;
+no cdk8s import),
 model_download.py (the model-download Job `ops model download` creates; its chart is not an add-on),
 data_jobs.py (the data-preparation Job `ops data` creates per run; no cdk8s import),
 podspec.py (every rendered pod template checked against the Kubernetes PodSpec schema),

@@ -55,8 +55,6 @@ class ProjectChart(cdk8s.Chart):
     depends_on: ClassVar[tuple[str, ...]] = ()
     after: ClassVar[tuple[str, ...]] = ()
     ready_when: ClassVar[Readiness | None] = None
-    # The CDK sink applies each object as its own manifest (stacks/workloads.py says why).
-    one_manifest_per_object: ClassVar[bool] = False
 
     @classmethod
     def applies_to(cls, config: "Environment") -> bool:

@@ -1,8 +1,16 @@
-"""Cluster validation: prove each GPU node group is what the instance-type table says.
+"""Cluster validation: prove each node group is what the instance-type table says, and that a run works.
 
 Per GPU node group, a GPU check Job runs nvidia-smi and counts the EFA devices the device plugin
 hands the pod; per EFA node group that can hold two nodes, an NCCL all-reduce MPIJob across two
 nodes fails below the table's bus-bandwidth floor. Numbers come from config/instance_types.py.
+Where the environment has the CPU group, the smoke run (the cpu-ddp preset, rendered by
+k8s/jobs.py like every run) proves the operator, etcd rendezvous, FSx and the trainer image.
+
+None of these is deployed: a deploy would re-apply them whenever their spec changed, suspending or
+re-templating one that runs. `python -m ops validate` creates them after a deploy (the pipeline's
+validation runner does it from inside the VPC), each afresh, and a group without the nodes a check
+needs is skipped rather than left Pending. `validation_objects` is what dist/<env>/validation/ and
+the runner carry; the smoke run's image is the `${TRAINER_IMAGE_CPU}` placeholder ops fills in.
 """
 
 from __future__ import annotations
@@ -17,7 +25,9 @@ from constructs import Construct
 from config.environment import Environment, Nodegroup
 from config.kubernetes import NODEGROUP_LABEL, TRAINING_NAMESPACE
 from k8s.base import ProjectChart, hardened, patch_pod_spec, raw_object, runtime_default_seccomp, tolerate_gpu_taint
+from k8s.jobs import presets_for, render_run
 from k8s.podspec import validate_pod_templates
+from k8s.values import image_placeholder
 from k8s.common import (
     BUSBW_REPORT, IMAGES, MPI_CONTAINER, MPI_TCP_IF_EXCLUDE, NCCL_TEST_NODES, NOBODY_UID, RUNTIME_DEFAULT_SECCOMP,
     container_resources, gpu_toleration, network_env, nccl_groups, nccl_test_name, node_share, shm_size, short_digest,
@@ -31,6 +41,11 @@ MPI_KUBECTL = "/opt/kube/kubectl"
 MPI_HOSTFILE = "/etc/mpi/hostfile"
 # How long the launcher waits for its workers: a fresh GPU node pulls the multi-GB nccl-tests image.
 WORKER_WAIT = "20m"
+# The smoke run: the preset, its run's name, and a checkpoint folder of its own (a user's runs of
+# the preset keep theirs).
+SMOKE_PRESET = "cpu-ddp"
+SMOKE_RUN = "validation-cpu-ddp"
+SMOKE_CHECKPOINT_ROOT = "/fsx/checkpoints/.validation"
 
 
 @dataclass(frozen=True)
@@ -109,8 +124,8 @@ def nccl_mpijob_manifest(group: Nodegroup, *, image: str, namespace: str) -> dic
         "spec": {
             "slotsPerWorker": instance.gpus,
             "mainContainer": MPI_CONTAINER,
-            # Deployed suspended like the training presets: `python -m ops validate` runs it.
-            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0, "suspend": True},
+            # Finished pods stay for their logs (`ops doctor` reads the launcher's).
+            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0},
             "mpiReplicaSpecs": {
                 "Launcher": {"replicas": 1, "restartPolicy": "Never", "template": {"spec": {
                     "securityContext": {"seccompProfile": dict(RUNTIME_DEFAULT_SECCOMP)},
@@ -129,19 +144,24 @@ def nccl_mpijob_manifest(group: Nodegroup, *, image: str, namespace: str) -> dic
     return body
 
 
+def smoke_run_manifest(config: Environment, *, image: str = f"${{{image_placeholder('cpu')}}}") -> dict | None:
+    """The smoke run, or None where the environment has no node group for its preset."""
+    if SMOKE_PRESET not in {p.name for p in presets_for(config)}:
+        return None
+    return render_run(config, SMOKE_PRESET, image=image, job_name=SMOKE_RUN, checkpoint_root=SMOKE_CHECKPOINT_ROOT)
+
+
+def validation_objects(config: Environment) -> list[dict]:
+    """Every object `ops validate` creates for `config`: the GPU checks and NCCL tests, then the smoke run."""
+    objects = ClusterValidationChart(cdk8s.App(), "cluster-validation", props=ValidationProps(config=config)).to_json()
+    smoke = smoke_run_manifest(config)
+    return objects + ([smoke] if smoke else [])
+
+
 class ClusterValidationChart(ProjectChart):
+    """The GPU checks and NCCL tests as a chart; not an add-on (see the module docstring)."""
+
     component = "validation"
-    addon = "cluster-validation"
-    depends_on = ("namespaces", "training-operator-crds", "training-operator", "nvidia-device-plugin")
-    after = ("efa-device-plugin",)
-
-    @classmethod
-    def applies_to(cls, config: Environment) -> bool:
-        return bool(config.gpu_nodegroups)
-
-    @classmethod
-    def for_environment(cls, scope, config, values) -> "ClusterValidationChart":
-        return cls(scope, cls.addon, props=ValidationProps(config=config))
 
     def __init__(self, scope: Construct, id: str, *, props: ValidationProps):
         super().__init__(scope, id, namespace=props.namespace)
@@ -182,9 +202,6 @@ class ClusterValidationChart(ProjectChart):
             side: {k: q(v) for k, v in values.items()}
             for side, values in container_resources(instance, cpu="500m", memory="512Mi").items()})
         runtime_default_seccomp(job)
-        # Applied suspended (cdk deploy, or kubectl from dist/): no pod waits for a GPU node that
-        # may never come; `python -m ops validate` creates it running when the group has a node.
-        cdk8s.ApiObject.of(job).add_json_patch(cdk8s.JsonPatch.add("/spec/suspend", True))
         job.scheduling.attract(kplus.Node.labeled(kplus.NodeLabelQuery.is_(NODEGROUP_LABEL, group.name)))
         tolerate_gpu_taint(job)
         return job

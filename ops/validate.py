@@ -2,11 +2,14 @@
 
     python -m ops validate --dist dist/<env> [--timeout 1800]
 
-Reads the cluster-validation objects the k8s layer wrote to dist/, counts Ready nodes per node
-group with kubectl, then (re)runs each GPU check Job whose group has a node and each NCCL MPIJob
-whose group has as many nodes as the test spans. A group with no nodes yet (desiredSize 0) is
-reported and skipped, not failed. Any check that fails or times out fails the command (exit 1);
-no objects, or kubectl missing or failing, is one line and exit 2.
+Reads the validation objects the k8s layer wrote (dist/<env>/validation/, or the runner's copy;
+k8s/validation.py), counts Ready nodes per node group with kubectl, then creates afresh each GPU
+check Job whose group has a node, each NCCL MPIJob whose group has as many nodes as the test
+spans, and the smoke run (a PyTorchJob) where its CPU group has its nodes. No deploy applies these
+objects; this command is what runs them. A group with no nodes yet (desiredSize 0) is reported and
+skipped, not failed, as is a check whose `${NAME}` placeholder (the smoke run's trainer image) is
+not in the environment. Any check that fails or times out fails the command (exit 1); no objects,
+or kubectl missing or failing, is one line and exit 2.
 Needs kubectl configured for the cluster (the pipeline does update-kubeconfig first).
 """
 
@@ -14,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -25,16 +30,33 @@ from config.kubernetes import NODEGROUP_LABEL
 from ops.errors import OpsError
 
 POLL_SECONDS = 10
+# One kubectl call; a delete waits for the object's pods to go.
+KUBECTL_TIMEOUT_S = 300
 
 
 @dataclass(frozen=True)
 class Check:
-    kind: str  # "Job" or "MPIJob"
+    kind: str  # "Job", "MPIJob" or "PyTorchJob"
     name: str
     namespace: str
     nodegroup: str
     nodes_needed: int
     manifest: dict
+
+    def placeholders(self) -> list[str]:
+        """The `${NAME}` values this check needs from the environment."""
+        return sorted(set(PLACEHOLDER.findall(json.dumps(self.manifest))))
+
+
+# The dist placeholders (k8s/values.py): upper-case names in ${...}. The launcher scripts' own
+# shell variables are lower case.
+PLACEHOLDER = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
+
+
+def filled(manifest: dict, values: dict[str, str]) -> dict:
+    """`manifest` with every placeholder replaced by its value."""
+    text = PLACEHOLDER.sub(lambda m: values[m.group(1)], json.dumps(manifest))
+    return json.loads(text)
 
 
 def _pod_nodegroup(pod_spec: dict) -> str | None:
@@ -61,6 +83,10 @@ def checks_from_objects(objects: list[dict]) -> list[Check]:
             worker = obj["spec"]["mpiReplicaSpecs"]["Worker"]
             group = _pod_nodegroup(worker["template"]["spec"])
             nodes = int(worker.get("replicas", 1))
+        elif kind == "PyTorchJob":
+            worker = obj["spec"]["pytorchReplicaSpecs"]["Worker"]
+            group = _pod_nodegroup(worker["template"]["spec"])
+            nodes = int((obj["spec"].get("elasticPolicy") or {}).get("minReplicas") or worker.get("replicas", 1))
         else:
             continue
         if group is None:
@@ -69,16 +95,22 @@ def checks_from_objects(objects: list[dict]) -> list[Check]:
     return checks
 
 
-def plan(checks: list[Check], ready_nodes: dict[str, int]) -> tuple[list[Check], list[str]]:
-    """Which checks can run now, and a reason for each that cannot."""
+def plan(checks: list[Check], ready_nodes: dict[str, int],
+         environ: dict[str, str] | None = None) -> tuple[list[Check], list[str]]:
+    """Which checks can run now (placeholders filled from `environ`), and a reason for each that cannot."""
+    environ = os.environ if environ is None else environ
     runnable, skipped = [], []
     for check in checks:
         have = ready_nodes.get(check.nodegroup, 0)
-        if have >= check.nodes_needed:
-            runnable.append(check)
-        else:
+        missing = [name for name in check.placeholders() if not environ.get(name)]
+        if have < check.nodes_needed:
             skipped.append(f"{check.kind} {check.name}: node group {check.nodegroup} has {have} Ready "
                            f"node(s), needs {check.nodes_needed}")
+        elif missing:
+            skipped.append(f"{check.kind} {check.name}: {', '.join(missing)} not set (the validation runner sets "
+                           "it; by hand, export it as dist/<env>/README.md shows)")
+        else:
+            runnable.append(replace(check, manifest=filled(check.manifest, environ)))
     return runnable, skipped
 
 
@@ -93,7 +125,7 @@ def ready_nodes_by_group(nodes: dict) -> dict[str, int]:
 
 
 def load_validation_objects(dist: Path) -> list[dict]:
-    files = sorted(dist.glob("*validation*.yaml"))
+    files = sorted(dist.rglob("*validation*.yaml"))
     if not files:
         raise OpsError(f"--dist: no cluster-validation YAML under {dist} (run make synth first)")
     return [doc for f in files for doc in yaml.safe_load_all(f.read_text()) if doc]
@@ -101,9 +133,12 @@ def load_validation_objects(dist: Path) -> list[dict]:
 
 def _kubectl(*args: str, stdin: str | None = None) -> str:
     try:
-        done = subprocess.run(["kubectl", *args], input=stdin, capture_output=True, text=True)
+        done = subprocess.run(["kubectl", *args], input=stdin, capture_output=True, text=True,
+                              timeout=KUBECTL_TIMEOUT_S)
     except FileNotFoundError:
         raise OpsError("kubectl not found on PATH; install it and run `aws eks update-kubeconfig` first") from None
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"kubectl {' '.join(args)}: no answer within {KUBECTL_TIMEOUT_S} s") from None
     if done.returncode != 0:
         raise RuntimeError(f"kubectl {' '.join(args)}: {' '.join(done.stderr.split())[:300]}")
     return done.stdout
@@ -122,18 +157,10 @@ def _outcome(check: Check) -> str | None:
     return None
 
 
-def running(check: Check) -> dict:
-    """The check's manifest as created here: deployed suspended (k8s/validation.py), run unsuspended."""
-    manifest = json.loads(json.dumps(check.manifest))
-    spec = manifest["spec"]
-    (spec.setdefault("runPolicy", {}) if check.kind == "MPIJob" else spec)["suspend"] = False
-    return manifest
-
-
 def run_check(check: Check, timeout_s: float) -> bool:
     # Delete first: a Job that passed on an earlier deploy must run again to prove this one.
     _kubectl("delete", check.kind.lower(), check.name, "-n", check.namespace, "--ignore-not-found", "--wait=true")
-    _kubectl("create", "-f", "-", stdin=json.dumps(running(check)))
+    _kubectl("create", "-f", "-", stdin=json.dumps(check.manifest))
     deadline = time.monotonic() + timeout_s
     while (outcome := _outcome(check)) is None:
         if time.monotonic() > deadline:

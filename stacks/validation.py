@@ -9,7 +9,8 @@ rights in the training namespace (create and delete the check Jobs) and read-onl
 cluster (count Ready nodes per group); no cluster-admin.
 
 Its source is an asset: the ops package, the config package it imports, and this environment's
-validation objects. A failed check fails its build. Anyone with codebuild:StartBuild on the
+validation objects (k8s/validation.py), whose `${NAME}` placeholders `ops validate` fills from the
+runner's environment variables (`runner_environment`). A failed check fails its build. Anyone with codebuild:StartBuild on the
 project can run it (output RunnerProjectName); under the pipeline, a starter role that only the
 pipeline's validation step may assume can start it and read its builds, and nothing else.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Mapping
 
 import aws_cdk as cdk
 import yaml
@@ -91,7 +93,8 @@ class ValidationStack(cdk.Stack):
     `starter_role` and `starter_role_arn_output` (else None)."""
 
     def __init__(self, scope: Construct, id: str, *, config: Environment, vpc: ec2.IVpc, cluster: eks.ICluster,
-                 validation_objects: list[dict], pipeline_account: str | None = None, **kwargs) -> None:
+                 validation_objects: list[dict], runner_environment: Mapping[str, str] | None = None,
+                 pipeline_account: str | None = None, **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
         self.config = config
         self.logs = EncryptedLogs(self, "Logs", retain=config.retain,
@@ -137,7 +140,10 @@ class ValidationStack(cdk.Stack):
             build_spec=codebuild.BuildSpec.from_object(runner_buildspec(config)),
             environment=codebuild.BuildEnvironment(
                 build_image=BUILD_IMAGE, compute_type=codebuild.ComputeType.SMALL,
-                environment_variables={"CLUSTER_NAME": codebuild.BuildEnvironmentVariable(value=config.cluster_name)},
+                environment_variables={
+                    "CLUSTER_NAME": codebuild.BuildEnvironmentVariable(value=config.cluster_name),
+                    **{name: codebuild.BuildEnvironmentVariable(value=value)
+                       for name, value in (runner_environment or {}).items()}},
             ),
             encryption_key=self.logs.key,
             logging=codebuild.LoggingOptions(cloud_watch=codebuild.CloudWatchLoggingOptions(

@@ -31,6 +31,17 @@ def objects(charts: EnvironmentCharts) -> list[dict]:
     return [obj for docs in charts.manifests().values() for obj in docs]
 
 
+def ops_objects(config: Environment) -> list[dict]:
+    """What `ops` creates on the cluster, never a deploy: each preset's run as `ops start` renders it
+    (images as dist placeholders), and the validation objects `ops validate` creates."""
+    from k8s.jobs import presets_for, render_run
+    from k8s.validation import validation_objects
+    from k8s.values import image_placeholder
+
+    runs = [render_run(config, p.name, image=f"${{{image_placeholder(p.image_variant)}}}") for p in presets_for(config)]
+    return runs + validation_objects(config)
+
+
 def key(obj: dict) -> tuple[str, str, str]:
     return obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
 

@@ -17,7 +17,6 @@ from k8s.etcd import EtcdChart
 from k8s.fsx_storage import FsxStorageChart, FsxStorageProps
 from k8s.namespaces import NamespacesChart
 from k8s.nvidia_device_plugin import NvidiaDevicePluginChart, NvidiaDevicePluginProps
-from k8s.training_jobs import TrainingJobsChart, TrainingJobsProps
 from k8s.training_operator import WEBHOOK_CONFIGURATION, WEBHOOK_SECRET, TrainingOperatorChart
 from k8s.validation import ClusterValidationChart, ValidationProps
 from k8s.values import ClusterValues
@@ -279,32 +278,33 @@ def test_fsx_claim_request_is_the_smallest_capacity_config_accepts(dev):
     assert dev.fsx.storage_capacity_gib >= CLAIM_REQUEST_GIB
 
 
-def test_training_jobs_chart_renders_each_available_preset_with_its_image(dev, prod):
-    dev_jobs = synth(TrainingJobsChart, props=TrainingJobsProps(config=dev, images=IMAGES))
-    prod_jobs = synth(TrainingJobsChart, props=TrainingJobsProps(config=prod, images=IMAGES))
-    assert {j["metadata"]["name"] for j in dev_jobs} == {p.name for p in presets_for(dev)}
-    assert {j["metadata"]["name"] for j in prod_jobs} == {p.name for p in presets_for(prod)}
-    assert {"cpu-ddp", "llm-tiny", "llama3-8b-fsdp", "llama2-7b-fsdp"} <= {p.name for p in presets_for(dev)}
-    assert {"cpu-ddp", "llm-tiny", "llama3-8b-fsdp", "llama31-70b-fsdp"} <= {p.name for p in presets_for(prod)}
-    images = {j["metadata"]["name"]: j["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"]
-              for j in dev_jobs}
-    assert images["cpu-ddp"] == IMAGES["cpu"] and images["llama3-8b-fsdp"] == IMAGES["gpu"]
+def test_no_chart_holds_a_job_so_a_deploy_never_touches_a_run(environments):
+    """A deploy re-applies what the charts hold; runs (PyTorchJob), validation (Job, MPIJob) and
+    data Jobs are created by ops, so a deploy can neither suspend, re-template nor delete them."""
+    for name, config in environments.items():
+        charts = EnvironmentCharts(config, ClusterValues.placeholders(), app=cdk8s.Testing.app())
+        kinds = {o["kind"] for docs in charts.manifests().values() for o in docs}
+        assert kinds and not kinds & {"PyTorchJob", "MPIJob", "Job", "CronJob", "Pod"}, name
 
 
-def test_only_the_smoke_job_starts_on_deploy_the_rest_wait_suspended(dev):
-    jobs = synth(TrainingJobsChart, props=TrainingJobsProps(config=dev, images=IMAGES))
-    suspended = {j["metadata"]["name"]: j["spec"]["runPolicy"].get("suspend", False) for j in jobs}
-    assert suspended == {p.name: not p.start_on_deploy for p in presets_for(dev)}
-    assert [name for name, held in suspended.items() if not held] == ["cpu-ddp"]
+def test_the_smoke_run_is_a_validation_object_only_where_its_node_group_exists(dev, prod):
+    from dataclasses import replace
 
+    from k8s.validation import SMOKE_CHECKPOINT_ROOT, SMOKE_RUN, validation_objects
 
-def test_training_jobs_chart_refuses_a_preset_the_environment_cannot_run(prod):
-    with pytest.raises(ValueError, match="llama2-7b-fsdp"):
-        synth(TrainingJobsChart, props=TrainingJobsProps(config=prod, images=IMAGES, presets=("llama2-7b-fsdp",)))
+    for config in (dev, prod):
+        [smoke] = [o for o in validation_objects(config) if o["kind"] == "PyTorchJob"]
+        assert smoke["metadata"]["name"] == SMOKE_RUN
+        container = smoke["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+        assert container["image"] == "${TRAINER_IMAGE_CPU}", "ops validate fills it"
+        assert f"{SMOKE_CHECKPOINT_ROOT}/cpu-ddp/snapshot.pt" in container["command"], "not a user run's folder"
+        assert "suspend" not in smoke["spec"]["runPolicy"]
+    assert not [o for o in validation_objects(replace(dev, cpu_nodegroups=())) if o["kind"] == "PyTorchJob"]
 
 
 def test_gpu_checks_request_every_device_of_their_node_group(dev):
     docs = synth(ClusterValidationChart, props=ValidationProps(config=dev))
+    assert all("suspend" not in d["spec"] for d in docs if d["kind"] == "Job"), "ops validate creates them to run"
     checks = [d for d in docs if d["kind"] == "Job"]
     assert len(checks) == len(dev.gpu_nodegroups)
     for job in checks:
@@ -337,8 +337,8 @@ def test_nccl_test_spans_two_nodes_and_fails_below_the_floor(dev):
 def test_every_chart_module_is_an_add_on_found_by_scanning_the_package(dev):
     from k8s.charts import addons
 
-    assert sorted(addons()) == ["cluster-validation", "data-preparation", "efa-device-plugin", "etcd", "fsx-storage", "namespaces",
-                                "nvidia-device-plugin", "priority-classes", "training-jobs", "training-operator",
+    assert sorted(addons()) == ["data-preparation", "efa-device-plugin", "etcd", "fsx-storage", "namespaces",
+                                "nvidia-device-plugin", "priority-classes", "training-operator",
                                 "training-operator-crds"]
 
 
@@ -350,8 +350,8 @@ def test_apply_order_is_layered_by_the_declared_dependencies(dev):
         "efa-device-plugin", "namespaces", "nvidia-device-plugin", "priority-classes", "training-operator-crds",
         # layer 1
         "etcd", "fsx-storage", "training-operator",
-        # layer 2: the charts that create jobs, and the data Jobs' ServiceAccounts
-        "cluster-validation", "data-preparation", "training-jobs"]
+        # layer 2: the data Jobs' ServiceAccounts
+        "data-preparation"]
 
 
 def test_adding_a_chart_is_adding_a_class_that_declares_what_it_needs(dev):
@@ -394,19 +394,21 @@ def test_a_chart_needing_one_the_environment_lacks_is_an_error(dev):
 def test_environment_charts_order_users_after_what_they_use(dev):
     charts = EnvironmentCharts(dev, ClusterValues.placeholders(), app=cdk8s.Testing.app())
     order = [e.name for e in charts.entries]
-    assert order.index("namespaces") < order.index("training-operator") < order.index("training-jobs")
+    assert order.index("namespaces") < order.index("training-operator")
     assert order.index("training-operator-crds") < order.index("training-operator")
-    assert set(charts.entry("training-jobs").depends_on) >= {"training-operator", "training-operator-crds",
-                                                             "etcd", "fsx-storage"}
-    assert "nvidia-device-plugin" in charts.entry("cluster-validation").depends_on
+    assert order.index("priority-classes") < order.index("training-operator")
+    assert set(charts.entry("etcd").depends_on) >= {"namespaces", "priority-classes"}
 
 
 def test_an_environment_without_gpus_gets_no_device_plugins_or_checks(dev):
     from dataclasses import replace
+
+    from k8s.validation import validation_objects
+
     cpu_only = replace(dev, gpu_nodegroups=())
     names = [e.name for e in EnvironmentCharts(cpu_only, ClusterValues.placeholders(), app=cdk8s.Testing.app()).entries]
-    assert not {"nvidia-device-plugin", "efa-device-plugin", "cluster-validation"} & set(names)
-    assert "training-jobs" in names
+    assert not {"nvidia-device-plugin", "efa-device-plugin"} & set(names)
+    assert {o["kind"] for o in validation_objects(cpu_only)} == {"PyTorchJob"}, "the smoke run only"
 
 
 def test_repeated_literals_live_only_in_k8s_common():

@@ -54,7 +54,7 @@ def test_a_missing_context_file_is_one_line(offline, tmp_path):
 
 
 @pytest.mark.parametrize("command", [["submit", "--env", "dev", "--image", "img:1", "--dry-run", "--preset"],
-                                     ["plan", "--env", "dev", "--preset"], ["start"], ["stop"]])
+                                     ["plan", "--env", "dev", "--preset"], ["start", "--env", "dev"]])
 def test_presets_are_choices_and_an_unknown_one_lists_them(offline, command):
     from config.presets import PRESETS
 

@@ -1,7 +1,8 @@
 """Post-deploy validation: which checks run for which Ready nodes, and the verdict it returns.
 
-The objects come from the real validation chart; the cluster is a stand-in `kubectl` on PATH
-that answers from a JSON state file and records every call (there is no cluster here)."""
+The objects come from k8s/validation.py as dist/ and the runner carry them; the cluster is a
+stand-in `kubectl` on PATH that answers from a JSON state file and records every call (there is no
+cluster here)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import cdk8s
 import pytest
 import yaml
 
@@ -24,11 +24,9 @@ from tests.conftest import REPO_ROOT
 
 @pytest.fixture(scope="module")
 def dev_objects():
-    from k8s.validation import ClusterValidationChart, ValidationProps
+    from k8s.validation import validation_objects
 
-    app = cdk8s.App()
-    chart = ClusterValidationChart(app, "cluster-validation", props=ValidationProps(config=envconfig.load("dev")))
-    return chart.to_json()
+    return validation_objects(envconfig.load("dev"))
 
 
 @pytest.fixture(scope="module")
@@ -36,17 +34,31 @@ def checks(dev_objects):
     return {(c.kind, c.nodegroup): c for c in checks_from_objects(dev_objects)}
 
 
-def test_every_gpu_group_gets_a_one_node_check_and_efa_groups_a_two_node_nccl_test(checks):
-    assert sorted(checks) == [("Job", "p4d"), ("Job", "p5"), ("MPIJob", "p4d"), ("MPIJob", "p5")]
+def test_every_gpu_group_gets_a_one_node_check_efa_groups_a_two_node_nccl_test_and_cpu_the_smoke_run(checks):
+    assert sorted(checks) == [("Job", "p4d"), ("Job", "p5"), ("MPIJob", "p4d"), ("MPIJob", "p5"), ("PyTorchJob", "cpu")]
     assert checks["Job", "p5"].nodes_needed == 1
     assert checks["MPIJob", "p5"].nodes_needed == 2
+    assert checks["PyTorchJob", "cpu"].nodes_needed == 2
+    assert checks["PyTorchJob", "cpu"].placeholders() == ["TRAINER_IMAGE_CPU"]
 
 
 def test_groups_without_enough_ready_nodes_are_skipped_with_a_reason(checks):
-    runnable, skipped = plan(list(checks.values()), {"p5": 2, "p4d": 1})
+    runnable, skipped = plan(list(checks.values()), {"p5": 2, "p4d": 1}, {"TRAINER_IMAGE_CPU": "img:1"})
     assert {(c.kind, c.nodegroup) for c in runnable} == {("Job", "p5"), ("MPIJob", "p5"), ("Job", "p4d")}
-    [reason] = skipped
-    assert "node group p4d has 1 Ready node(s), needs 2" in reason
+    assert len(skipped) == 2
+    assert any("node group p4d has 1 Ready node(s), needs 2" in r for r in skipped)
+    assert any("node group cpu has 0 Ready node(s), needs 2" in r for r in skipped), \
+        "prod's CPU group at desiredSize 0: the smoke run is skipped, never left Pending"
+
+
+def test_the_smoke_run_takes_its_image_from_the_environment_or_is_skipped_saying_so(checks):
+    smoke = checks["PyTorchJob", "cpu"]
+    [ready], _ = plan([smoke], {"cpu": 2}, {"TRAINER_IMAGE_CPU": "registry/trainer:cpu-1"})
+    container = ready.manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "registry/trainer:cpu-1"
+    assert "${" not in json.dumps(ready.manifest).replace("$(", "")
+    runnable, [reason] = plan([smoke], {"cpu": 2}, {})
+    assert not runnable and "TRAINER_IMAGE_CPU not set" in reason
 
 
 def test_only_ready_labelled_nodes_count():
@@ -89,13 +101,13 @@ def cluster(tmp_path, dev_objects):
     kubectl.write_text(FAKE_KUBECTL.format(python=sys.executable, label=NODEGROUP_LABEL))
     kubectl.chmod(0o755)
     dist = tmp_path / "dist"
-    dist.mkdir()
-    (dist / "90-cluster-validation.yaml").write_text(yaml.safe_dump_all(dev_objects))
+    (dist / "validation").mkdir(parents=True)
+    (dist / "validation" / "cluster-validation.yaml").write_text(yaml.safe_dump_all(dev_objects))
     state = tmp_path / "cluster.json"
 
-    def run(nodes: dict, outcomes: dict | None = None):
+    def run(nodes: dict, outcomes: dict | None = None, environ: dict | None = None):
         state.write_text(json.dumps({"nodes": nodes, "outcomes": outcomes or {}, "calls": [], "created": []}))
-        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_CLUSTER": str(state)}
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_CLUSTER": str(state), **(environ or {})}
         done = subprocess.run([sys.executable, "-m", "ops", "validate", "--dist", str(dist), "--timeout", "60"],
                               cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
         recorded = json.loads(state.read_text())
@@ -104,10 +116,10 @@ def cluster(tmp_path, dev_objects):
     return run
 
 
-def test_a_stage_without_gpu_nodes_passes_with_every_check_skipped(cluster):
-    done, calls = cluster({"cpu": 2})
+def test_a_stage_without_nodes_passes_with_every_check_skipped(cluster):
+    done, calls = cluster({"system": 2})
     assert done.returncode == 0, done.stderr
-    assert done.stdout.count("skipped:") == 4
+    assert done.stdout.count("skipped:") == 5
     assert not any(c.startswith("create") for c in calls)
 
 
@@ -122,23 +134,15 @@ def test_checks_rerun_and_a_failed_check_fails_the_stage(cluster, checks):
     assert calls[deleted + 1] == "create -f -"
 
 
-def test_all_checks_passing_passes(cluster):
-    done, _ = cluster({"p5": 2, "p4d": 2})
+def test_all_checks_passing_passes_and_each_is_created_as_rendered_to_run(cluster, dev_objects):
+    """No deploy applies these objects, so none is suspended: validate creates each to run."""
+    done, calls = cluster({"p5": 2, "p4d": 2, "cpu": 2}, environ={"TRAINER_IMAGE_CPU": "registry/trainer:cpu-1"})
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.strip().splitlines()[-1].startswith("validation finished: 4 passed, 0 failed, 0 skipped")
-
-
-def test_checks_deployed_suspended_are_created_running(cluster, dev_objects):
-    """The chart deploys every check suspended (Job spec.suspend, MPIJob runPolicy.suspend: the
-    Kubernetes Job API and the Kubeflow RunPolicy); validate creates them with suspend false."""
-    assert {o["kind"] for o in dev_objects} == {"Job", "MPIJob"}
-    for obj in dev_objects:
-        assert (obj["spec"]["runPolicy"] if obj["kind"] == "MPIJob" else obj["spec"])["suspend"] is True
-    done, _ = cluster({"p5": 2, "p4d": 2})
-    assert done.returncode == 0, done.stderr
-    assert len(cluster.created) == 4
+    assert done.stdout.strip().splitlines()[-1].startswith("validation finished: 5 passed, 0 failed, 0 skipped")
+    assert [o["metadata"]["name"] for o in cluster.created] == [o["metadata"]["name"] for o in dev_objects]
     for obj in cluster.created:
-        assert (obj["spec"]["runPolicy"] if obj["kind"] == "MPIJob" else obj["spec"])["suspend"] is False
+        assert "suspend" not in (obj["spec"].get("runPolicy", {}) if obj["kind"] != "Job" else obj["spec"])
+    assert "delete pytorchjob validation-cpu-ddp -n training --ignore-not-found --wait=true" in calls
 
 
 def test_missing_dist_folder_is_one_line_and_exit_2(tmp_path):

@@ -168,3 +168,23 @@ def test_a_non_positive_timeout_is_a_usage_error(tmp_path):
     done = subprocess.run([sys.executable, "-m", "ops", "validate", "--dist", str(tmp_path), "--timeout", "0"],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--timeout" in done.stderr
+
+
+def test_prods_smoke_run_is_neither_deployed_nor_left_pending_on_its_empty_cpu_group():
+    """prod's CPU group has desiredSize 0 and no autoscaler: an unsuspended cpu-ddp deployed there
+    sat Pending forever. Now no chart holds it, and validation skips it until the group has nodes."""
+    import cdk8s
+
+    from k8s.charts import EnvironmentCharts
+    from k8s.validation import validation_objects
+    from k8s.values import ClusterValues
+
+    prod = envconfig.load("prod")
+    assert prod.nodegroup("cpu").desired_size == 0
+    charts = EnvironmentCharts(prod, ClusterValues.placeholders(), app=cdk8s.App())
+    assert not [o for docs in charts.manifests().values() for o in docs if o["kind"] == "PyTorchJob"]
+    checks = checks_from_objects(validation_objects(prod))
+    ready = {g.name: g.desired_size for g in prod.training_nodegroups}
+    runnable, skipped = plan(checks, ready, {"TRAINER_IMAGE_CPU": "img:1"})
+    assert not runnable
+    assert "PyTorchJob validation-cpu-ddp: node group cpu has 0 Ready node(s), needs 2" in skipped

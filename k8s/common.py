@@ -30,6 +30,9 @@ RUNTIME_DEFAULT_SECCOMP = {"type": "RuntimeDefault"}
 NVIDIA_DEVICE_PLUGIN = "nvidia-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
 EFA_DEVICE_PLUGIN = "aws-efa-k8s-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
 TRAINING_OPERATOR = "training-operator"  # Deployment, KUBEFLOW_NAMESPACE
+# The Lease its replicas elect a leader with: v1.9.4's --leader-election-id default
+# (cmd/training-operator.v1/main.go), in the operator's namespace.
+TRAINING_OPERATOR_LEASE = "1ca428e5.training-operator.kubeflow.org"
 # The PriorityClass of etcd and the Training Operator (k8s/priority.py).
 CONTROL_PRIORITY_CLASS = "eks-distributed-training-control"
 
@@ -204,11 +207,9 @@ def network_env(instance: InstanceType, *, nccl_debug: str = "WARN") -> list[dic
     return env
 
 
-# Cluster validation (k8s/validation.py): one NCCL all-reduce MPIJob per EFA node group that can hold
-# NCCL_TEST_NODES nodes. Its launcher prints BUSBW_REPORT followed by ": <GB/s> GB/s", and
-# `ops doctor` reads that line back from the launcher's log.
+# Cluster validation (k8s/validation.py): one NCCL all-reduce MPIJob template per EFA node group that
+# can hold NCCL_TEST_NODES nodes; `ops validate` runs a copy of it per pair of nodes (ops/nccl.py).
 NCCL_TEST_NODES = 2
-BUSBW_REPORT = "average bus bandwidth"
 
 
 def nccl_test_name(nodegroup: str) -> str:

@@ -53,9 +53,6 @@ VALIDATED = ("pytorchjob",)
 FULL = ("create", "delete", "get", "list", "patch", "update", "watch")
 
 REPLICAS = 2
-# The Lease the replicas elect a leader with: v1.9.4's --leader-election-id default
-# (cmd/training-operator.v1/main.go), in the operator's namespace.
-LEADER_ELECTION_ID = "1ca428e5.training-operator.kubeflow.org"
 # The Deployment controller sets its Progressing condition's reason to NewReplicaSetAvailable only
 # once a rollout is complete (every replica updated and available); during a rollout the reason is
 # ReplicaSetUpdated or NewReplicaSetCreated. So this path yields output only for a finished

@@ -2,7 +2,8 @@
 
 Per GPU node group, a GPU check Job runs nvidia-smi and counts the EFA devices the device plugin
 hands the pod; per EFA node group that can hold two nodes, an NCCL all-reduce MPIJob across two
-nodes fails below the table's bus-bandwidth floor. Numbers come from config/instance_types.py.
+nodes is the template `ops validate` pins to each pair of the group's nodes, and ops/nccl.py
+judges each pair's all_reduce_perf table against the floor in config/instance_types.py.
 Where the environment has the CPU group, the smoke run (the cpu-ddp preset, rendered by
 k8s/jobs.py like every run) proves the operator, etcd rendezvous, FSx and the trainer image.
 
@@ -23,13 +24,14 @@ from cdk8s_plus_27 import k8s
 from constructs import Construct
 
 from config.environment import Environment, Nodegroup
-from config.kubernetes import NODEGROUP_LABEL, TRAINING_NAMESPACE
+from config.instance_types import InstanceType
+from config.kubernetes import NCCL_INSTANCE_TYPE_ANNOTATION, NODEGROUP_LABEL, TRAINING_NAMESPACE, VALIDATION_LABEL
 from k8s.base import ProjectChart, hardened, patch_pod_spec, raw_object, runtime_default_seccomp, tolerate_gpu_taint
 from k8s.jobs import presets_for, render_run
 from k8s.podspec import validate_pod_templates
 from k8s.values import image_placeholder
 from k8s.common import (
-    BUSBW_REPORT, IMAGES, MPI_CONTAINER, MPI_TCP_IF_EXCLUDE, NCCL_TEST_NODES, NOBODY_UID, RUNTIME_DEFAULT_SECCOMP,
+    IMAGES, MPI_CONTAINER, MPI_TCP_IF_EXCLUDE, NCCL_TEST_NODES, NOBODY_UID, RUNTIME_DEFAULT_SECCOMP,
     container_resources, gpu_toleration, network_env, nccl_groups, nccl_test_name, node_share, shm_size, short_digest,
 )
 
@@ -72,12 +74,20 @@ def gpu_check_script(group: Nodegroup) -> str:
     ])
 
 
+def nccl_max_bytes(instance: InstanceType) -> str:
+    """The largest all-reduce: 16 GiB where the GPU holds nccl-tests' three buffers of it (send,
+    receive, expected under -c 1) and its reserve, 8 GiB on 40 GB GPUs (nccl-tests would cut
+    maxBytes itself, src/common.cu, but a stated range keeps runs comparable)."""
+    return "16G" if instance.gpu_memory_gib >= 80 else "8G"
+
+
 def nccl_launcher_script(group: Nodegroup) -> str:
-    """mpirun across the workers, then fail unless the average bus bandwidth meets the floor."""
+    """mpirun across the workers: all_reduce_perf from 1 GiB up, where bus bandwidth is the bound,
+    with data checking (-c 1). The launcher judges nothing: ops/nccl.py reads its table (for
+    `ops validate` and `ops doctor` alike), so a failed MPIJob means the test itself broke."""
     instance = group.instance_type
     ranks = NCCL_TEST_NODES * instance.gpus
     exported = " ".join(f"-x {e['name']}={e['value']}" for e in network_env(instance, nccl_debug="INFO"))
-    floor = instance.nccl_busbw_floor_gbps
     return "\n".join([
         "set -eu -o pipefail",
         # The operator starts the launcher as soon as it creates the workers, and v1.9.4's
@@ -92,12 +102,7 @@ def nccl_launcher_script(group: Nodegroup) -> str:
         f" --bind-to none -x PATH -x LD_LIBRARY_PATH {exported}"
         # Keep MPI's own bootstrap traffic off EFA and off the link-local interface.
         f" --mca pml ^ucx --mca btl tcp,self --mca btl_tcp_if_exclude {MPI_TCP_IF_EXCLUDE}"
-        f" {ALL_REDUCE} -b 8 -e 2G -f 2 -g 1 -c 1 -n 20 | tee /tmp/all_reduce.log",
-        "busbw=$(awk '/Avg bus bandwidth/ {print $NF}' /tmp/all_reduce.log | tail -n 1)",
-        f'echo "{BUSBW_REPORT}: ${{busbw:-none}} GB/s (floor {floor} GB/s on {instance.name})"',
-        f'awk -v b="${{busbw:-0}}" -v f={floor} \'BEGIN {{ exit !(b + 0 >= f) }}\''
-        ' || { echo "FAIL: bus bandwidth below floor" >&2; exit 1; }',
-        'echo "PASS"',
+        f" {ALL_REDUCE} -b 1G -e {nccl_max_bytes(instance)} -f 2 -g 1 -c 1 -n 20",
     ])
 
 
@@ -120,7 +125,9 @@ def nccl_mpijob_manifest(group: Nodegroup, *, image: str, namespace: str) -> dic
     body = {
         "apiVersion": "kubeflow.org/v1",
         "kind": "MPIJob",
-        "metadata": {"name": nccl_test_name(group.name), "namespace": namespace},
+        "metadata": {"name": nccl_test_name(group.name), "namespace": namespace,
+                     # The floor ops/nccl.py judges against is the instance type's.
+                     "annotations": {NCCL_INSTANCE_TYPE_ANNOTATION: instance.name}},
         "spec": {
             "slotsPerWorker": instance.gpus,
             "mainContainer": MPI_CONTAINER,
@@ -148,7 +155,10 @@ def smoke_run_manifest(config: Environment, *, image: str = f"${{{image_placehol
     """The smoke run, or None where the environment has no node group for its preset."""
     if SMOKE_PRESET not in {p.name for p in presets_for(config)}:
         return None
-    return render_run(config, SMOKE_PRESET, image=image, job_name=SMOKE_RUN, checkpoint_root=SMOKE_CHECKPOINT_ROOT)
+    run = render_run(config, SMOKE_PRESET, image=image, job_name=SMOKE_RUN, checkpoint_root=SMOKE_CHECKPOINT_ROOT)
+    # Not one of the preset's runs for `ops start`/`ops stop`: it has a checkpoint folder of its own.
+    run["metadata"]["labels"][VALIDATION_LABEL] = "true"
+    return run
 
 
 def validation_objects(config: Environment) -> list[dict]:

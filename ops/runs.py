@@ -63,9 +63,13 @@ def run_of(job: Any) -> Run:
 
 
 def runs_of(client: Any, preset: str, namespace: str) -> list[Run]:
-    """Every PyTorchJob of `preset` in `namespace`, oldest first."""
+    """Every run of `preset` in `namespace`, oldest first (validation's smoke run is none: it
+    checkpoints to a folder of its own)."""
+    from config.kubernetes import VALIDATION_LABEL
+
     jobs = kube._call(lambda: client.list_jobs(namespace=namespace))
     jobs = sorted(jobs, key=lambda j: str(j.metadata.creation_timestamp or ""))
+    jobs = [j for j in jobs if not ((j.metadata.labels or {}).get(VALIDATION_LABEL))]
     return [run for run in map(run_of, jobs) if run.preset == preset]
 
 

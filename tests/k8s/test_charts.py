@@ -154,7 +154,8 @@ def test_operator_rbac_covers_what_the_controllers_do(operator):
 
 
 def test_operator_runs_two_replicas_on_different_nodes_and_a_drain_keeps_one(operator):
-    from k8s.training_operator import LEADER_ELECTION_ID, REPLICAS
+    from k8s.common import TRAINING_OPERATOR_LEASE
+    from k8s.training_operator import REPLICAS
 
     deployment = one(operator, "Deployment")
     assert deployment["spec"]["replicas"] == REPLICAS == 2
@@ -170,7 +171,7 @@ def test_operator_runs_two_replicas_on_different_nodes_and_a_drain_keeps_one(ope
     assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert "--leader-elect" in spec["containers"][0]["args"]
     assert not any(a.startswith("--leader-election-id") for a in spec["containers"][0]["args"])
-    assert LEADER_ELECTION_ID.endswith(".training-operator.kubeflow.org")
+    assert TRAINING_OPERATOR_LEASE.endswith(".training-operator.kubeflow.org")
 
 
 def test_operator_readiness_waits_for_a_finished_rollout():
@@ -319,7 +320,9 @@ def test_gpu_checks_request_every_device_of_their_node_group(dev):
         assert spec["restartPolicy"] == "Never"
 
 
-def test_nccl_test_spans_two_nodes_and_fails_below_the_floor(dev):
+def test_nccl_template_spans_two_nodes_and_names_the_type_whose_floor_judges_it(dev):
+    from config.kubernetes import NCCL_INSTANCE_TYPE_ANNOTATION
+
     docs = synth(ClusterValidationChart, props=ValidationProps(config=dev))
     jobs = [d for d in docs if d["kind"] == "MPIJob"]
     assert len(jobs) == 2  # p4d and p5 in dev
@@ -328,9 +331,9 @@ def test_nccl_test_spans_two_nodes_and_fails_below_the_floor(dev):
         group = dev.nodegroup(target_nodegroups(replicas["Worker"]["template"]["spec"])[0])
         assert replicas["Worker"]["replicas"] == 2
         assert job["spec"]["slotsPerWorker"] == group.instance_type.gpus
+        assert job["metadata"]["annotations"][NCCL_INSTANCE_TYPE_ANNOTATION] == group.instance_type.name
         script = replicas["Launcher"]["template"]["spec"]["containers"][0]["command"][-1]
-        assert f"-np {2 * group.instance_type.gpus}" in script
-        assert "exit 1" in script and str(group.instance_type.nccl_busbw_floor_gbps) in script
+        assert f"-np {2 * group.instance_type.gpus}" in script and "all_reduce_perf -b 1G " in script
         assert "FI_PROVIDER=efa" in script
 
 

@@ -211,6 +211,13 @@ def test_every_webhook_path_is_one_the_manager_serves(ours):
     assert paths and set(paths) <= served, f"not served by v1.9.4: {sorted(set(paths) - served)}"
 
 
+def test_the_lease_doctor_reads_is_the_one_the_manager_elects_with():
+    """We pass no --leader-election-id: the manager uses its default, which `ops doctor` reads."""
+    from k8s.common import TRAINING_OPERATOR_LEASE
+
+    assert manager_flags()["leader-election-id"] == ("String", TRAINING_OPERATOR_LEASE)
+
+
 def test_the_operator_image_is_the_release_pin():
     from k8s.common import IMAGES
 

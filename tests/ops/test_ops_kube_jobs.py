@@ -121,6 +121,16 @@ def test_start_refuses_while_a_run_of_older_code_is_active_and_names_the_choice(
     assert [c.method for c in api.calls] == ["GET"], "nothing created, nothing stopped"
 
 
+def test_validations_smoke_run_is_no_run_of_its_preset(api, dev, capsys):
+    """It checkpoints to a folder of its own, so it does not block `ops start cpu-ddp`."""
+    smoke = job("validation-cpu-ddp", "Created", "Running", preset="cpu-ddp")
+    smoke["metadata"]["labels"]["eks-distributed-training.io/validation"] = "true"
+    api.on("GET", JOBS, listing(smoke))
+    api.on("POST", JOBS, {}, status=201)
+    assert start("cpu-ddp") == 0
+    assert capsys.readouterr().out.startswith(f"created PyTorchJob training/{run_name(dev, 'cpu-ddp')}")
+
+
 def test_start_beside_a_suspended_or_finished_older_run_creates_and_says_which_stay(api, dev, capsys):
     api.on("GET", JOBS, listing(
         job("cpu-ddp-aaaaaaaa", "Created", "Succeeded", preset="cpu-ddp", created="2026-11-01T00:00:00Z"),

@@ -43,7 +43,7 @@ def test_every_gpu_group_gets_a_one_node_check_efa_groups_a_two_node_nccl_test_a
 
 
 def test_groups_without_enough_ready_nodes_are_skipped_with_a_reason(checks):
-    runnable, skipped = plan(list(checks.values()), {"p5": 2, "p4d": 1}, {"TRAINER_IMAGE_CPU": "img:1"})
+    runnable, skipped = plan(list(checks.values()), {"p5": ["a", "b"], "p4d": ["c"]}, {"TRAINER_IMAGE_CPU": "img:1"})
     assert {(c.kind, c.nodegroup) for c in runnable} == {("Job", "p5"), ("MPIJob", "p5"), ("Job", "p4d")}
     assert len(skipped) == 2
     assert any("node group p4d has 1 Ready node(s), needs 2" in r for r in skipped)
@@ -53,20 +53,21 @@ def test_groups_without_enough_ready_nodes_are_skipped_with_a_reason(checks):
 
 def test_the_smoke_run_takes_its_image_from_the_environment_or_is_skipped_saying_so(checks):
     smoke = checks["PyTorchJob", "cpu"]
-    [ready], _ = plan([smoke], {"cpu": 2}, {"TRAINER_IMAGE_CPU": "registry/trainer:cpu-1"})
+    [ready], _ = plan([smoke], {"cpu": ["a", "b"]}, {"TRAINER_IMAGE_CPU": "registry/trainer:cpu-1"})
     container = ready.manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     assert container["image"] == "registry/trainer:cpu-1"
     assert "${" not in json.dumps(ready.manifest).replace("$(", "")
-    runnable, [reason] = plan([smoke], {"cpu": 2}, {})
+    runnable, [reason] = plan([smoke], {"cpu": ["a", "b"]}, {})
     assert not runnable and "TRAINER_IMAGE_CPU not set" in reason
 
 
 def test_only_ready_labelled_nodes_count():
-    def node(group, ready):
-        return {"metadata": {"labels": {NODEGROUP_LABEL: group}},
+    def node(name, group, ready):
+        return {"metadata": {"name": name, "labels": {NODEGROUP_LABEL: group}},
                 "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
-    nodes = {"items": [node("p5", True), node("p5", False), node("p4d", True), {"metadata": {}, "status": {}}]}
-    assert ready_nodes_by_group(nodes) == {"p5": 1, "p4d": 1}
+    nodes = {"items": [node("b", "p5", True), node("c", "p5", False), node("a", "p5", True), node("d", "p4d", True),
+                       {"metadata": {}, "status": {}}]}
+    assert ready_nodes_by_group(nodes) == {"p5": ["a", "b"], "p4d": ["d"]}
 
 
 FAKE_KUBECTL = textwrap.dedent("""\
@@ -79,18 +80,22 @@ FAKE_KUBECTL = textwrap.dedent("""\
     json.dump(state, open(state_path, "w"))
     if args[:2] == ["get", "nodes"]:
         print(json.dumps({{"items": [
-            {{"metadata": {{"labels": {{"{label}": g}}}}, "status": {{"conditions": [{{"type": "Ready", "status": "True"}}]}}}}
-            for g, n in state["nodes"].items() for _ in range(n)]}}))
+            {{"metadata": {{"name": f"{{g}}-node-{{i}}", "labels": {{"{label}": g}}}},
+              "status": {{"conditions": [{{"type": "Ready", "status": "True"}}]}}}}
+            for g, n in state["nodes"].items() for i in range(n)]}}))
     elif args[0] == "get":
         name = args[2]
         outcome = state["outcomes"].get(name, "Complete")
         print(json.dumps({{"status": {{"conditions": [{{"type": outcome, "status": "True"}}]}}}}))
     elif args[0] == "logs":
-        print("PASS")
+        selector = args[args.index("-l") + 1]
+        job = dict(kv.split("=", 1) for kv in selector.split(",")).get("training.kubeflow.org/job-name", "")
+        print(state["logs"].get(job, "PASS"))
     elif args[0] == "create":
         state["created"].append(json.loads(sys.stdin.read()))
         json.dump(state, open(state_path, "w"))
 """)
+NCCL_LOGS = Path(__file__).parent / "fixtures" / "nccl"
 
 
 @pytest.fixture
@@ -105,8 +110,11 @@ def cluster(tmp_path, dev_objects):
     (dist / "validation" / "cluster-validation.yaml").write_text(yaml.safe_dump_all(dev_objects))
     state = tmp_path / "cluster.json"
 
-    def run(nodes: dict, outcomes: dict | None = None, environ: dict | None = None):
-        state.write_text(json.dumps({"nodes": nodes, "outcomes": outcomes or {}, "calls": [], "created": []}))
+    def run(nodes: dict, outcomes: dict | None = None, environ: dict | None = None, logs: dict | None = None):
+        healthy = (NCCL_LOGS / "p5-pass.log").read_text()
+        logs = {**{f"nccl-allreduce-{g}-{i}": healthy for g in ("p4d", "p5") for i in range(8)}, **(logs or {})}
+        state.write_text(json.dumps({"nodes": nodes, "outcomes": outcomes or {}, "logs": logs,
+                                     "calls": [], "created": []}))
         env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_CLUSTER": str(state), **(environ or {})}
         done = subprocess.run([sys.executable, "-m", "ops", "validate", "--dist", str(dist), "--timeout", "60"],
                               cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
@@ -124,11 +132,10 @@ def test_a_stage_without_nodes_passes_with_every_check_skipped(cluster):
 
 
 def test_checks_rerun_and_a_failed_check_fails_the_stage(cluster, checks):
-    failing = checks["MPIJob", "p5"].name
-    done, calls = cluster({"p5": 2}, {failing: "Failed"})
-    assert done.returncode == 1
-    assert f"MPIJob {failing} on p5: failed" in done.stdout
     gpu_check = checks["Job", "p5"].name
+    done, calls = cluster({"p5": 2}, {gpu_check: "Failed"})
+    assert done.returncode == 1
+    assert f"Job {gpu_check} on p5: failed" in done.stdout
     # A check that passed on an earlier deploy is deleted and created again, in that order.
     deleted = calls.index(f"delete job {gpu_check} -n training --ignore-not-found --wait=true")
     assert calls[deleted + 1] == "create -f -"
@@ -139,10 +146,39 @@ def test_all_checks_passing_passes_and_each_is_created_as_rendered_to_run(cluste
     done, calls = cluster({"p5": 2, "p4d": 2, "cpu": 2}, environ={"TRAINER_IMAGE_CPU": "registry/trainer:cpu-1"})
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().splitlines()[-1].startswith("validation finished: 5 passed, 0 failed, 0 skipped")
-    assert [o["metadata"]["name"] for o in cluster.created] == [o["metadata"]["name"] for o in dev_objects]
+    names = [o["metadata"]["name"] for o in cluster.created]
+    assert names == ["gpu-check-p4d-" + names[0].rsplit("-", 1)[1], names[1], "nccl-allreduce-p4d-0",
+                     "nccl-allreduce-p5-0", "validation-cpu-ddp"]
     for obj in cluster.created:
         assert "suspend" not in (obj["spec"].get("runPolicy", {}) if obj["kind"] != "Job" else obj["spec"])
     assert "delete pytorchjob validation-cpu-ddp -n training --ignore-not-found --wait=true" in calls
+
+
+def test_the_nccl_sweep_pins_a_test_to_each_pair_and_names_the_slow_node(cluster):
+    """Four p5 nodes: two rounds of two disjoint pairs; node 2 is slow in both of its pairs."""
+    slow = (NCCL_LOGS / "p5-fail-sockets.log").read_text()
+    done, calls = cluster({"p5": 4}, logs={"nccl-allreduce-p5-1": slow, "nccl-allreduce-p5-2": slow})
+    assert done.returncode == 1, done.stdout + done.stderr
+    pairs = {o["metadata"]["name"]: o["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["affinity"]
+             ["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0]
+             ["values"] for o in cluster.created if o["kind"] == "MPIJob"}
+    assert pairs == {"nccl-allreduce-p5-0": ["p5-node-0", "p5-node-1"], "nccl-allreduce-p5-1": ["p5-node-2", "p5-node-3"],
+                     "nccl-allreduce-p5-2": ["p5-node-1", "p5-node-2"], "nccl-allreduce-p5-3": ["p5-node-3", "p5-node-0"]}
+    [line] = [l for l in done.stdout.splitlines() if l.startswith("NCCL sweep on p5")]
+    assert line.startswith("NCCL sweep on p5 (4 nodes, p5.48xlarge): failed: slow node p5-node-2 (every pair with it failed)")
+    # The last sweep's pairs go first, then the pairs of the first round are created.
+    cleared = calls.index("delete mpijob -n training -l eks-distributed-training.io/nccl-group=p5 --ignore-not-found "
+                          "--wait=true")
+    assert calls[cleared + 1] == "delete mpijob nccl-allreduce-p5 -n training --ignore-not-found --wait=true"
+    assert calls[cleared + 2:cleared + 4] == ["create -f -", "create -f -"]
+    assert any(c.startswith("logs -n training -l training.kubeflow.org/job-name=nccl-allreduce-p5-3,"
+                            "training.kubeflow.org/replica-type=launcher --tail=-1") for c in calls)
+
+
+def test_a_pair_whose_mpijob_failed_fails_even_with_a_good_table(cluster):
+    done, _ = cluster({"p5": 2}, {"nccl-allreduce-p5-0": "Failed"})
+    assert done.returncode == 1
+    assert "nccl-allreduce-p5-0 p5-node-0<->p5-node-1: FAIL: MPIJob nccl-allreduce-p5-0 failed; 441.3 GB/s" in done.stdout
 
 
 def test_missing_dist_folder_is_one_line_and_exit_2(tmp_path):
@@ -184,7 +220,7 @@ def test_prods_smoke_run_is_neither_deployed_nor_left_pending_on_its_empty_cpu_g
     charts = EnvironmentCharts(prod, ClusterValues.placeholders(), app=cdk8s.App())
     assert not [o for docs in charts.manifests().values() for o in docs if o["kind"] == "PyTorchJob"]
     checks = checks_from_objects(validation_objects(prod))
-    ready = {g.name: g.desired_size for g in prod.training_nodegroups}
+    ready = {g.name: [f"{g.name}-{i}" for i in range(g.desired_size)] for g in prod.training_nodegroups}
     runnable, skipped = plan(checks, ready, {"TRAINER_IMAGE_CPU": "img:1"})
     assert not runnable
     assert "PyTorchJob validation-cpu-ddp: node group cpu has 0 Ready node(s), needs 2" in skipped

@@ -72,11 +72,11 @@ EXCLUDED_INTERFACES = ("lo", "docker0", "pod-id-link0")
 NCCL_SOCKET_IFNAME = "^" + ",".join(EXCLUDED_INTERFACES)
 MPI_TCP_IF_EXCLUDE = ",".join(EXCLUDED_INTERFACES)
 
-# Training Operator v1.9.4, the last v1 release: both images are built by the release's
+# Training Operator v1.9.4, the last v1 release: its image is built by the release's
 # publish-core-images workflow from commit 93c5489 and tagged v1-<sha>
-# (../shared/contracts/kubeflow-training-v1.9.4/operator/standalone-kustomization.yaml names the
-# operator's; kubeflow/trainer tag v1.9.4 .github/workflows/publish-core-images.yaml builds
-# kubectl-delivery in the same matrix).
+# (../shared/contracts/kubeflow-training-v1.9.4/operator/standalone-kustomization.yaml). The same
+# workflow's kubectl-delivery image ships kubectl 1.30.7 (build/images/kubectl-delivery/Dockerfile),
+# outside kubectl's skew of our clusters: each environment builds its own (k8s/images/kubectl-delivery).
 TRAINING_OPERATOR_RELEASE_TAG = "v1-93c5489"
 
 # Images, pinned by tag. One table so pin checks and upgrades look in one place.
@@ -84,10 +84,6 @@ IMAGES = {
     # ../shared/contracts/nvidia-device-plugin-v0.19.3/nvidia-device-plugin.yml (NVIDIA/k8s-device-plugin v0.19.3).
     "nvidia-device-plugin": "nvcr.io/nvidia/k8s-device-plugin:v0.19.3",
     "training-operator": f"ghcr.io/kubeflow/training-v1/training-operator:{TRAINING_OPERATOR_RELEASE_TAG}",
-    # The MPI launcher's init container: it only copies kubectl (1.30.7, Alpine 3.17; kubeflow/trainer
-    # v1.9.4 build/images/kubectl-delivery/Dockerfile) into the launcher. The operator's default is
-    # an unpinned :latest (source-pkg-config-config.go).
-    "mpi-kubectl-delivery": f"ghcr.io/kubeflow/training-v1/kubectl-delivery:{TRAINING_OPERATOR_RELEASE_TAG}",
     # etcd 3.5, the last minor with the v2 API torch's etcd rendezvous speaks (3.6 removed it).
     # 3.5.33 (2026-07-23) is the newest 3.5 patch, and its v2 API works for us: etcd-io/etcd#21249
     # ("/v2/keys broken on 3.5.26") was the reporter's own set-up (HTTP moved to a separate port

@@ -32,8 +32,10 @@ def substitute_tokens(value: Any, substitutions: dict[str, Placeholder], where: 
     if isinstance(value, list):
         return [substitute_tokens(v, substitutions, f"{where}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, str):
-        if value in substitutions:
-            return f"${{{substitutions[value].name}}}"
+        # A token may be the whole value or part of it (a flag's `--name=${Token[...]}`).
+        for token, placeholder in substitutions.items():
+            if token in value:
+                value = value.replace(token, f"${{{placeholder.name}}}")
         if any(marker in value for marker in TOKEN_MARKERS):
             raise UnresolvedTokenError(f"{where}: unresolved CloudFormation token with no dist placeholder: "
                                        f"{value!r}; name it in ClusterValues")

@@ -32,6 +32,7 @@ from k8s.base import (
     runtime_default_seccomp, select_own_pods,
 )
 from k8s.common import CONTROL_PRIORITY_CLASS, IMAGES, KUBEFLOW_NAMESPACE, NONROOT_UID, TRAINING_OPERATOR
+from k8s.values import KUBECTL_DELIVERY_IMAGE
 
 NAME = TRAINING_OPERATOR
 WEBHOOK_SECRET = "training-operator-webhook-cert"
@@ -64,7 +65,9 @@ ROLLOUT_COMPLETE = '.status.conditions[?(@.reason=="NewReplicaSetAvailable")].st
 @dataclass(frozen=True)
 class TrainingOperatorProps:
     image: str = IMAGES["training-operator"]
-    mpi_kubectl_delivery_image: str = IMAGES["mpi-kubectl-delivery"]
+    # The release's kubectl-delivery image ships kubectl 1.30; each environment builds its own with a
+    # kubectl within one minor of its cluster (k8s/images/kubectl-delivery, stacks/workloads.py).
+    mpi_kubectl_delivery_image: str = f"${{{KUBECTL_DELIVERY_IMAGE}}}"
     namespace: str = KUBEFLOW_NAMESPACE
     schemes: tuple[str, ...] = SCHEMES
 
@@ -108,6 +111,10 @@ class TrainingOperatorChart(ProjectChart):
                            json_path=ROLLOUT_COMPLETE,
                            dist_wait=f"kubectl rollout status -n {KUBEFLOW_NAMESPACE} deployment/{NAME} --timeout=10m",
                            timeout_minutes=10)
+
+    @classmethod
+    def for_environment(cls, scope, config, values) -> "TrainingOperatorChart":
+        return cls(scope, cls.addon, props=TrainingOperatorProps(mpi_kubectl_delivery_image=values.kubectl_delivery_image))
 
     def __init__(self, scope: Construct, id: str, *, props: TrainingOperatorProps = TrainingOperatorProps()):
         super().__init__(scope, id, namespace=props.namespace)

@@ -33,7 +33,7 @@ from constructs import Construct
 
 from cdk_constructs.log_groups import EncryptedLogs
 from config import Environment
-from config.eks_versions import KUBECTL_SHA256, KUBECTL_VERSION
+from config.eks_versions import kubectl_for
 from config.kubernetes import TRAINING_NAMESPACE
 from stacks.removal import apply_removal_policy
 
@@ -69,12 +69,13 @@ def validation_starter_role_name(env_name: str) -> str:
 
 
 def runner_buildspec(config: Environment) -> dict:
+    kubectl_version, kubectl_sha256 = kubectl_for(config.kubernetes_version)
     return {
         "version": "0.2",
         "phases": {
             "install": {"commands": [
-                f"curl -fsSLo /usr/local/bin/kubectl https://dl.k8s.io/release/{KUBECTL_VERSION}/bin/linux/amd64/kubectl",
-                f'echo "{KUBECTL_SHA256}  /usr/local/bin/kubectl" | sha256sum --check',
+                f"curl -fsSLo /usr/local/bin/kubectl https://dl.k8s.io/release/{kubectl_version}/bin/linux/amd64/kubectl",
+                f'echo "{kubectl_sha256}  /usr/local/bin/kubectl" | sha256sum --check',
                 "chmod +x /usr/local/bin/kubectl",
                 f"python3 -m pip install --quiet {pinned_requirement('PyYAML')}",
             ]},

@@ -21,23 +21,31 @@ it wait for that value, not only for the apply.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import aws_cdk as cdk
+from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from config import Environment
+from config.eks_versions import kubectl_for
 from config.kubernetes import TRAINING_NAMESPACE
 from k8s.charts import ChartEntry, EnvironmentCharts
 from k8s.common import short_digest
 from k8s.jobs import presets_for
 from k8s.sinks import substitute_tokens
-from k8s.values import ClusterValues, Placeholder, image_placeholder
+from k8s.values import KUBECTL_DELIVERY_IMAGE, ClusterValues, Placeholder, image_placeholder
 
 DEFAULT_QUALIFIER = cdk.DefaultStackSynthesizer.DEFAULT_QUALIFIER
+KUBECTL_DELIVERY_DIR = Path(__file__).resolve().parent.parent / "k8s" / "images" / "kubectl-delivery"
 
 
 class WorkloadsStack(cdk.Stack):
-    """Attributes: `charts` (k8s.charts.EnvironmentCharts, the objects the dist sink writes too),
+    """Attributes: `kubectl_delivery_image` (the MPI launcher's kubectl, k8s/images/kubectl-delivery),
+    `values` (the ClusterValues the charts were built from), `charts` (k8s.charts.EnvironmentCharts,
+    the objects the dist sink writes too),
     `manifests` (chart name -> its KubernetesManifests, one each), `readiness` (chart
     name -> the KubernetesObjectValue its dependents wait for), `retired` (the stand-ins of earlier
     releases' job manifests)."""
@@ -46,6 +54,17 @@ class WorkloadsStack(cdk.Stack):
                  values: ClusterValues, **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
         self.config = config
+        # The MPI launcher's kubectl, within one minor version of this cluster's Kubernetes.
+        kubectl_version, kubectl_sha256 = kubectl_for(config.kubernetes_version)
+        self.kubectl_delivery_image = ecr_assets.DockerImageAsset(
+            self, "KubectlDeliveryImage", directory=str(KUBECTL_DELIVERY_DIR),
+            build_args={"KUBECTL_VERSION": kubectl_version, "KUBECTL_SHA256": kubectl_sha256},
+            platform=ecr_assets.Platform.LINUX_AMD64)
+        hint, fill = pushed_image(self, self.kubectl_delivery_image)
+        values = replace(values, kubectl_delivery_image=self.kubectl_delivery_image.image_uri,
+                         hints={**values.hints, KUBECTL_DELIVERY_IMAGE: hint},
+                         fills={**values.fills, KUBECTL_DELIVERY_IMAGE: fill})
+        self.values = values
         self.charts = EnvironmentCharts(config, values)
         self.manifests: dict[str, tuple[eks.KubernetesManifest, ...]] = {}
         self.readiness: dict[str, eks.KubernetesObjectValue] = {}
@@ -146,14 +165,18 @@ def workload_values(storage, registry) -> ClusterValues:
              "FSX_MOUNT_NAME": output("FileSystemMountName")}
     hints = {name: f"output of stack {storage.stack_name}" for name in fills}
     images = {}
-    # `cdk deploy` pushes the trainer images to the bootstrap's container-assets repository,
-    # tagged with the asset hash; with the default bootstrap qualifier that is this URI.
-    assets_repo = (f"{registry.account}.dkr.ecr.{registry.region}.amazonaws.com/"
-                   f"cdk-{DEFAULT_QUALIFIER}-container-assets-{registry.account}-{registry.region}")
     for variant, asset in registry.trainer_images.items():
         images[variant] = asset.image_uri
-        name = image_placeholder(variant)
-        hints[name] = f"pushed by `cdk deploy`, tagged {asset.image_tag} (default bootstrap qualifier assumed)"
-        fills[name] = f"{assets_repo}:{asset.image_tag}"
+        hints[image_placeholder(variant)], fills[image_placeholder(variant)] = pushed_image(registry, asset)
     return ClusterValues(fsx_file_system_id=storage.file_system_id, fsx_dns_name=storage.dns_name,
                          fsx_mount_name=storage.mount_name, trainer_images=images, hints=hints, fills=fills)
+
+
+def pushed_image(stack: cdk.Stack, asset: ecr_assets.DockerImageAsset) -> tuple[str, str]:
+    """(hint, fill) of an image asset for dist/: `cdk deploy` pushes it to the bootstrap's
+    container-assets repository, tagged with the asset hash; with the default bootstrap qualifier
+    that is this URI."""
+    repository = (f"{stack.account}.dkr.ecr.{stack.region}.amazonaws.com/"
+                  f"cdk-{DEFAULT_QUALIFIER}-container-assets-{stack.account}-{stack.region}")
+    return (f"pushed by `cdk deploy`, tagged {asset.image_tag} (default bootstrap qualifier assumed)",
+            f"{repository}:{asset.image_tag}")

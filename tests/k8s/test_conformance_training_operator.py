@@ -39,9 +39,10 @@ DEVIATIONS = (
     Deviation("flag.enable-scheme", ("mpijob", "pytorchjob"), (),
               "only the kinds this project runs; the other controllers would wait on CRDs we never install"),
     Deviation("flag.mpi-kubectl-delivery-image",
-              "ghcr.io/kubeflow/training-v1/kubectl-delivery:v1-93c5489",
+              "${KUBECTL_DELIVERY_IMAGE}",
               "ghcr.io/kubeflow/training-v1/kubectl-delivery:latest",
-              "upstream's default floats; pinned to the tag the v1.9.4 release built with the operator"),
+              "upstream's default floats, and the release's image ships kubectl 1.30; each environment builds "
+              "one with a kubectl within one minor of its cluster (k8s/images/kubectl-delivery), same contract"),
     Deviation("security.runAsNonRoot", True, False, SECURITY),
     Deviation("security.runAsUser", 65532, ABSENT,
               "the image (distroless static, no USER) runs as root by default; any non-root uid works"),

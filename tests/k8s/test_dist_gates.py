@@ -257,10 +257,13 @@ def test_a_chart_with_an_unnamed_token_refuses_to_write(dev, tmp_path):
     import cdk8s
     named = Token.as_string({"Ref": "FileSystem"})
     values = ClusterValues(fsx_file_system_id=named, fsx_dns_name=Token.as_string({"Ref": "Dns"}),
-                           fsx_mount_name="mnt", trainer_images={"cpu": "a:1", "gpu": "b:1"})
+                           fsx_mount_name="mnt", trainer_images={"cpu": "a:1", "gpu": "b:1"},
+                           kubectl_delivery_image=Token.as_string({"Ref": "KubectlImage"}))
     written = write_dist(EnvironmentCharts(dev, values, app=cdk8s.App()), tmp_path / "ok")
     text = "".join(p.read_text() for p in written)
     assert "${FSX_FILE_SYSTEM_ID}" in text and "${FSX_DNS_NAME}" in text
+    # A token inside a longer value (a flag) is substituted too.
+    assert "--mpi-kubectl-delivery-image=${KUBECTL_DELIVERY_IMAGE}" in text
     hidden = ClusterValues(fsx_file_system_id="fs-1", fsx_dns_name="d", fsx_mount_name="m",
                            trainer_images={"cpu": "a:1", "gpu": "b:1"})
     charts = EnvironmentCharts(dev, hidden, app=cdk8s.App())

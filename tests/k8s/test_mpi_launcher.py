@@ -57,3 +57,31 @@ def test_launcher_exits_as_all_reduce_perf_does_and_leaves_the_verdict_to_ops(de
     result, calls = run_launcher(dev, tmp_path, wait_exit=0, mpirun_exit=mpirun_exit)
     assert calls[-1] == "mpirun"
     assert result.returncode == mpirun_exit, result.stderr
+
+
+def test_the_kubectl_delivery_image_keeps_the_operators_contract_with_a_verified_kubectl(tmp_path):
+    """v1.9.4 adds the image as the launcher's init container without a command (mpijob_controller.go
+    newLauncher): its ENTRYPOINT and CMD must copy kubectl into TARGET_DIR (/opt/kube), where
+    kubexec.sh and our launcher script run it; the binary is checked against the pinned digest."""
+    import json
+    import re
+
+    dockerfile = (Path(__file__).resolve().parents[2] / "k8s" / "images" / "kubectl-delivery" / "Dockerfile").read_text()
+    bases = re.findall(r"^FROM (\S+)", dockerfile, flags=re.M)
+    assert bases and all(re.fullmatch(r"alpine:3\.\d+\.\d+@sha256:[0-9a-f]{64}", b) for b in bases)
+    assert "ARG KUBECTL_VERSION" in dockerfile and "ARG KUBECTL_SHA256" in dockerfile
+    assert 'echo "${KUBECTL_SHA256}  /kubectl" | sha256sum -c -' in dockerfile
+    assert "https://dl.k8s.io/release/${KUBECTL_VERSION}/bin/linux/amd64/kubectl" in dockerfile
+    [entrypoint] = re.findall(r"^ENTRYPOINT (.+)$", dockerfile, flags=re.M)
+    [cmd] = re.findall(r"^CMD (.+)$", dockerfile, flags=re.M)
+    assert json.loads(entrypoint) == ["/bin/sh", "-c"]
+    [copy] = json.loads(cmd)
+    assert copy == 'cp /usr/local/bin/kubectl "${TARGET_DIR:-/opt/kube}/kubectl"'
+    assert MPI_KUBECTL == "/opt/kube/kubectl"
+    # The command as the init container runs it, with the TARGET_DIR the operator sets.
+    kubectl = _stand_in(tmp_path / "kubectl", "echo v1.35.2\n")
+    target = tmp_path / "opt-kube"
+    target.mkdir()
+    done = subprocess.run(["sh", "-c", copy.replace("/usr/local/bin/kubectl", kubectl)],
+                          env={**os.environ, "TARGET_DIR": str(target)}, capture_output=True, timeout=30)
+    assert done.returncode == 0 and (target / "kubectl").read_text() == Path(kubectl).read_text()

@@ -122,6 +122,29 @@ def test_dist_placeholder_hints_name_the_real_stack_and_asset_tags(dev):
     # Every token the charts carry has a named placeholder, so the dist sink never fails.
     assert {p.name for p in values.dist_substitutions().values()} == {
         "FSX_FILE_SYSTEM_ID", "FSX_DNS_NAME", "FSX_MOUNT_NAME", "TRAINER_IMAGE_CPU", "TRAINER_IMAGE_GPU"}
+    kubectl = dev.stage.workloads.values
+    assert {p.name for p in kubectl.dist_substitutions().values()} >= {"KUBECTL_DELIVERY_IMAGE"}
+    assert kubectl.fills["KUBECTL_DELIVERY_IMAGE"].endswith(f":{dev.stage.workloads.kubectl_delivery_image.image_tag}")
+
+
+def test_the_mpi_launcher_gets_a_kubectl_within_one_minor_of_the_cluster(dev, manifests):
+    """Kubernetes version skew policy (https://kubernetes.io/releases/version-skew-policy/#kubectl).
+    The operator names the kubectl-delivery image this stack builds; its build arguments are the
+    kubectl config/eks_versions.py picks for the environment's Kubernetes version."""
+    from config.eks_versions import KUBECTL_BUILDS
+
+    asset = dev.stage.workloads.kubectl_delivery_image
+    [manifest] = list(dev.outdir.glob("**/*Workloads*.assets.json"))
+    [image] = [i for k, i in json.loads(manifest.read_text())["dockerImages"].items() if k == asset.asset_hash]
+    args = image["source"]["dockerBuildArgs"]
+    cluster_minor = int(dev.config.kubernetes_version.split(".")[1])
+    assert abs(int(args["KUBECTL_VERSION"].split(".")[1]) - cluster_minor) <= 1
+    assert KUBECTL_BUILDS[args["KUBECTL_VERSION"]] == args["KUBECTL_SHA256"]
+    assert image["source"]["platform"] == "linux/amd64"
+    [operator] = manifests["training-operator"]
+    parts = operator["Properties"]["Manifest"]["Fn::Join"][1]
+    text = "".join(p if isinstance(p, str) else json.dumps(p) for p in parts)
+    assert "--mpi-kubectl-delivery-image=" in text and f":{asset.image_tag}" in text
 
 
 def test_crds_namespaces_and_storage_outlive_the_stack_only_where_data_is_retained(dev, template, manifests):

@@ -21,5 +21,6 @@ data_jobs.py (the data-preparation Job `ops data` creates per run; no cdk8s impo
 podspec.py (every rendered pod template checked against the Kubernetes PodSpec schema),
 charts.py (finds the add-ons and orders them by their dependencies), values.py (stack values and
 dist placeholders), sinks.py (dist/<env>/ YAML). stacks/workloads.py is the CDK sink.
+images/kubectl-delivery/ is the MPI launcher's kubectl image the Workloads stack builds per environment.
 Each third-party component is compared with its upstream release by tests/k8s/test_conformance_*.py.
 """

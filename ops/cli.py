@@ -358,26 +358,13 @@ def _capacity_block(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from ops import doctor, kube
+    from ops import doctor, images, kube
 
     env = _env(args)
-    images, unknown = _published_images(env)
-    rows = doctor.run(env, kube.api_client(args.kubeconfig, args.context), images=images, images_unknown=unknown)
+    published, unknown = images.published_images(env)
+    rows = doctor.run(env, kube.api_client(args.kubeconfig, args.context), images=published, images_unknown=unknown)
     return _check_report(args, rows, {"environment": env.name, "cluster": env.cluster_name},
                          f"doctor {env.name}: cluster {env.cluster_name}")
-
-
-def _published_images(env) -> tuple[dict | None, str]:
-    """The trainer images the Registry stack published (what `ops start` runs), or why not."""
-    from ops import images
-    from ops.aws import api_failure_types, explain
-
-    try:
-        return {variant: images.published_image(env, variant) for variant in ("cpu", "gpu")}, ""
-    except OpsError as err:
-        return None, str(err)
-    except api_failure_types() as err:
-        return None, explain(err)
 
 
 def _model(args: argparse.Namespace) -> int:

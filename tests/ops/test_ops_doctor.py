@@ -20,7 +20,7 @@ from k8s.common import (
     EFA_DEVICE_PLUGIN, ETCD_SERVICE, NVIDIA_DEVICE_PLUGIN, TRAINING_OPERATOR, TRAINING_OPERATOR_LEASE,
 )
 from kube_fakes import FakeApiServer, api_client_on
-from ops import cli, doctor, kube
+from ops import cli, doctor, images, kube
 from ops.checks import FAIL, PASS, WARN, Check
 from ops.envconfig import load
 from ops.errors import OpsError
@@ -386,7 +386,7 @@ def test_cli_prints_the_table_and_exits_1_on_a_failure(monkeypatch, capsys):
     routes[("GET", PVC)] = {"metadata": {"name": FSX_CLAIM_NAME}, "spec": {}, "status": {"phase": "Pending"}}
     client, _ = api(routes)
     monkeypatch.setattr(kube, "api_client", lambda kubeconfig, context: client)
-    monkeypatch.setattr(cli, "_published_images", lambda env: (IMAGES, ""))
+    monkeypatch.setattr(images, "published_images", lambda env: (IMAGES, ""))
     monkeypatch.setattr(doctor, "run", functools.partial(doctor.run, now=NOW))
     assert cli.main(["doctor", "--env", "prod"]) == 1
     out = capsys.readouterr().out.splitlines()
@@ -399,7 +399,7 @@ def test_cli_prints_the_table_and_exits_1_on_a_failure(monkeypatch, capsys):
 def test_cli_json_output_and_exit_0_when_healthy(monkeypatch, capsys):
     client, _ = api(healthy_routes())
     monkeypatch.setattr(kube, "api_client", lambda kubeconfig, context: client)
-    monkeypatch.setattr(cli, "_published_images", lambda env: (IMAGES, ""))
+    monkeypatch.setattr(images, "published_images", lambda env: (IMAGES, ""))
     monkeypatch.setattr(doctor, "run", functools.partial(doctor.run, now=NOW))
     assert cli.main(["doctor", "--env", "prod", "-o", "json"]) == 0
     report = json.loads(capsys.readouterr().out)

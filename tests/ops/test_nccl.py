@@ -156,6 +156,10 @@ def test_a_pinned_copy_runs_its_two_workers_on_exactly_that_pair_and_says_so():
     assert term["matchFields"] == [{"key": "metadata.name", "operator": "In", "values": ["ip-a", "ip-b"]}]
     assert worker["nodeSelector"] == template["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"]
     assert "affinity" not in template["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"], "the template stays"
+    # Still a valid pod template of the cluster's version (the operator would drop what is not).
+    from k8s.podspec import validate_pod_templates
+
+    assert validate_pod_templates(job, "1.35")
 
 
 def test_the_launcher_runs_all_reduce_perf_where_bandwidth_is_the_bound_and_judges_nothing_itself():

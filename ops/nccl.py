@@ -161,8 +161,8 @@ def sweep_verdict(results: list[PairResult]) -> Sweep:
 
 def pinned(template: dict, nodes: tuple[str, str], index: int, group: str) -> dict:
     """A copy of the group's NCCL MPIJob template (k8s/validation.py) whose two workers run on
-    `nodes`: named TEMPLATE-<index>, the MPIJob and its launcher pod labelled with the group, the
-    launcher annotated with the pair (what `ops doctor` reads back)."""
+    `nodes`: named TEMPLATE-<index>, the MPIJob and its pods labelled with the group, the launcher
+    annotated with the pair (what `ops doctor` reads back)."""
     job = json.loads(json.dumps(template))
     job["metadata"]["name"] = f"{template['metadata']['name']}-{index}"
     job["metadata"].setdefault("labels", {})[NCCL_GROUP_LABEL] = group
@@ -170,6 +170,8 @@ def pinned(template: dict, nodes: tuple[str, str], index: int, group: str) -> di
     launcher = replicas["Launcher"]["template"].setdefault("metadata", {})
     launcher.setdefault("labels", {})[NCCL_GROUP_LABEL] = group
     launcher.setdefault("annotations", {})[NCCL_PAIR_ANNOTATION] = " ".join(nodes)
+    # The workers too: a NetworkPolicy can then select a sweep's pods by their group.
+    replicas["Worker"]["template"].setdefault("metadata", {}).setdefault("labels", {})[NCCL_GROUP_LABEL] = group
     worker = replicas["Worker"]["template"]["spec"]
     required = worker.setdefault("affinity", {}).setdefault("nodeAffinity", {}).setdefault(
         "requiredDuringSchedulingIgnoredDuringExecution", {"nodeSelectorTerms": [{}]})

@@ -151,6 +151,7 @@ def test_a_pinned_copy_runs_its_two_workers_on_exactly_that_pair_and_says_so():
     launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"]
     assert launcher["labels"][NCCL_GROUP_LABEL] == "p5"
     assert nccl.pair_of(launcher["annotations"]) == ("ip-a", "ip-b") and NCCL_PAIR_ANNOTATION in launcher["annotations"]
+    assert job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"]["labels"][NCCL_GROUP_LABEL] == "p5"
     worker = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
     [term] = worker["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert term["matchFields"] == [{"key": "metadata.name", "operator": "In", "values": ["ip-a", "ip-b"]}]

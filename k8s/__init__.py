@@ -21,7 +21,8 @@ no cdk8s import),
 model_download.py (the model-download Job `ops model download` creates; its chart is not an add-on),
 validation.py (what `ops validate` creates: GPU check Jobs, the NCCL MPIJob template, the smoke run; not an add-on),
 data_jobs.py (the data-preparation Job `ops data` creates per run; no cdk8s import),
-network.py (what each NetworkPolicy allows, and the per-run peers policy `ops start`/`ops submit` create; no cdk8s import),
+network.py (what each NetworkPolicy allows, and the per-run peers policy `ops start`/`ops submit`
+create; no cdk8s import),
 podspec.py (every rendered pod template checked against the Kubernetes PodSpec schema),
 charts.py (finds the add-ons and orders them by their dependencies), values.py (stack values and
 dist placeholders), sinks.py (dist/<env>/ YAML). stacks/workloads.py is the CDK sink.

@@ -35,8 +35,8 @@ from k8s.podspec import validate_pod_templates
 from k8s.values import image_placeholder
 from k8s.common import (
     API_CLIENT_LABEL, IMAGES, MPI_CONTAINER, MPI_TCP_IF_EXCLUDE, NCCL_TEST_NODES, NOBODY_UID,
-    container_resources, container_security_context, gpu_toleration, network_env, nccl_groups, nccl_test_name, node_share,
-    pod_security_context, shm_size, short_digest,
+    container_resources, container_security_context, gpu_toleration, network_env, nccl_groups, nccl_test_name,
+    node_share, pod_security_context, shm_size, short_digest,
 )
 
 ALL_REDUCE = "/opt/nccl-tests/build/all_reduce_perf"

@@ -65,6 +65,22 @@ DEFAULT_KUBERNETES_VERSION = "1.35"
 # lib/layer.zip (which that Dockerfile downloads from dl.k8s.io/v1.35.2/bin/linux/amd64/kubectl).
 KUBECTL_VERSION = "v1.35.2"
 KUBECTL_SHA256 = "924eb50779153f20cb668117d141440b95df2f325a64452d78dff9469145e277"
+# Every kubectl we ship, by version: its sha256 (of dl.k8s.io's linux/amd64 binary).
+KUBECTL_BUILDS = {KUBECTL_VERSION: KUBECTL_SHA256}
+
+
+def kubectl_for(kubernetes_version: str) -> tuple[str, str]:
+    """The kubectl (version, sha256) an image that runs kubectl against a cluster of
+    `kubernetes_version` gets: the build nearest its minor, which must be within kubectl's
+    one-minor skew (https://kubernetes.io/releases/version-skew-policy/#kubectl). Used by every
+    image that runs kubectl: the MPI launcher's kubectl-delivery image (stacks/workloads.py), the
+    validation runner (stacks/validation.py), the kubectl Lambda layer (KUBECTL_VERSION)."""
+    cluster = _minor(kubernetes_version)
+    version = min(KUBECTL_BUILDS, key=lambda v: abs(_minor(v.lstrip("v")) - cluster))
+    if abs(_minor(version.lstrip("v")) - cluster) > 1:
+        raise ValueError(f"no kubectl within one minor version of Kubernetes {kubernetes_version} "
+                         f"(have {', '.join(KUBECTL_BUILDS)}); add one to config/eks_versions.py KUBECTL_BUILDS")
+    return version, KUBECTL_BUILDS[version]
 
 # Upgrade policies (AWS::EKS::Cluster UpgradePolicy.SupportType), as config spells them.
 UPGRADE_POLICIES = ("standard", "extended")

@@ -8,6 +8,13 @@ TRAINING_ROLE = "training"
 GPU_LABEL = f"{LABEL_PREFIX}/gpu"  # "true" on GPU node groups
 EFA_LABEL = f"{LABEL_PREFIX}/efa"  # "true" on node groups with EFA interfaces
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"  # set by the kubelet
+# The NCCL sweep (ops/nccl.py): each pair's MPIJob and launcher pod carry the node group's name, the
+# launcher pod the pair of node names, and the template the instance type whose floor applies.
+NCCL_GROUP_LABEL = f"{LABEL_PREFIX}/nccl-group"
+NCCL_PAIR_ANNOTATION = f"{LABEL_PREFIX}/nccl-pair"
+NCCL_INSTANCE_TYPE_ANNOTATION = f"{LABEL_PREFIX}/instance-type"
+# On the objects `ops validate` creates (the smoke run among them): not a user's run of its preset.
+VALIDATION_LABEL = f"{LABEL_PREFIX}/validation"
 
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_TAINT_VALUE = "true"

@@ -118,9 +118,6 @@ class JobPreset:
     rendezvous: str = "etcd"  # "etcd" (torch's etcd-v2 backend on our etcd Service) or "c10d"
     max_restarts: int = 3
     local_nproc: int = 2  # workers `make local` starts on one machine
-    # Whether `cdk deploy` starts the job. Presets that do not are deployed suspended: a GPU preset
-    # that ran on deploy would sit Pending and then seize the first GPU nodes that appear.
-    start_on_deploy: bool = False
     local: LocalSteps = LocalSteps()
     # False: only `make local` runs it (its inputs exist only where its local steps made them).
     cluster: bool = True
@@ -179,7 +176,6 @@ PRESETS: dict[str, JobPreset] = {
             description="CPU DDP smoke job: a learnable synthetic task with resumable snapshots",
             workload=DdpWorkload(epochs=20, save_every=2, batch_size=64),
             nodegroup="cpu", image_variant="cpu", nodes_min=2, nodes_max=2, nproc_per_node=2,
-            start_on_deploy=True,
         ),
         JobPreset(
             name="llm-tiny",

@@ -21,18 +21,19 @@ PART_OF = "eks-distributed-training"
 
 @dataclass(frozen=True)
 class Readiness:
-    """What must hold on the cluster before the charts that depend on this one are applied.
+    """What must hold on the cluster before the charts that depend on this one are applied, and
+    before a deploy that changed this chart counts as done.
 
     `json_path` is read with `kubectl get`: the CDK sink waits until it yields any output (the
-    semantics of aws-eks-v2's KubernetesObjectValue); `kubectl_wait` is the same condition for
-    dist/ readers, as a `kubectl wait --for=...` argument.
+    semantics of aws-eks-v2's KubernetesObjectValue); `dist_wait` is the same condition for dist/
+    readers, as a kubectl command line.
     """
 
     object_type: str
     name: str
     namespace: str
     json_path: str
-    kubectl_wait: str
+    dist_wait: str
     timeout_minutes: int
 
 
@@ -54,8 +55,6 @@ class ProjectChart(cdk8s.Chart):
     depends_on: ClassVar[tuple[str, ...]] = ()
     after: ClassVar[tuple[str, ...]] = ()
     ready_when: ClassVar[Readiness | None] = None
-    # The CDK sink applies each object as its own manifest (stacks/workloads.py says why).
-    one_manifest_per_object: ClassVar[bool] = False
 
     @classmethod
     def applies_to(cls, config: "Environment") -> bool:

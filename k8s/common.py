@@ -55,6 +55,11 @@ NVIDIA_DEVICE_PLUGIN = "nvidia-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPAC
 EFA_DEVICE_PLUGIN = "aws-efa-k8s-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
 TRAINING_OPERATOR = "training-operator"  # Deployment, KUBEFLOW_NAMESPACE
 TRAINING_OPERATOR_WEBHOOK_PORT = 9443  # the manager's --webhook-server-port default
+# The Lease its replicas elect a leader with: v1.9.4's --leader-election-id default
+# (cmd/training-operator.v1/main.go), in the operator's namespace.
+TRAINING_OPERATOR_LEASE = "1ca428e5.training-operator.kubeflow.org"
+# The PriorityClass of etcd and the Training Operator (k8s/priority.py).
+CONTROL_PRIORITY_CLASS = "eks-distributed-training-control"
 
 # Rendezvous: torch's etcd-v2 backend talks to this Service in the training namespace.
 ETCD_SERVICE = "etcd"
@@ -96,11 +101,11 @@ EXCLUDED_INTERFACES = ("lo", "docker0", "pod-id-link0")
 NCCL_SOCKET_IFNAME = "^" + ",".join(EXCLUDED_INTERFACES)
 MPI_TCP_IF_EXCLUDE = ",".join(EXCLUDED_INTERFACES)
 
-# Training Operator v1.9.4, the last v1 release: both images are built by the release's
+# Training Operator v1.9.4, the last v1 release: its image is built by the release's
 # publish-core-images workflow from commit 93c5489 and tagged v1-<sha>
-# (../shared/contracts/kubeflow-training-v1.9.4/operator/standalone-kustomization.yaml names the
-# operator's; kubeflow/trainer tag v1.9.4 .github/workflows/publish-core-images.yaml builds
-# kubectl-delivery in the same matrix).
+# (../shared/contracts/kubeflow-training-v1.9.4/operator/standalone-kustomization.yaml). The same
+# workflow's kubectl-delivery image ships kubectl 1.30.7 (build/images/kubectl-delivery/Dockerfile),
+# outside kubectl's skew of our clusters: each environment builds its own (k8s/images/kubectl-delivery).
 TRAINING_OPERATOR_RELEASE_TAG = "v1-93c5489"
 
 # Images, pinned by tag. One table so pin checks and upgrades look in one place.
@@ -108,10 +113,6 @@ IMAGES = {
     # ../shared/contracts/nvidia-device-plugin-v0.19.3/nvidia-device-plugin.yml (NVIDIA/k8s-device-plugin v0.19.3).
     "nvidia-device-plugin": "nvcr.io/nvidia/k8s-device-plugin:v0.19.3",
     "training-operator": f"ghcr.io/kubeflow/training-v1/training-operator:{TRAINING_OPERATOR_RELEASE_TAG}",
-    # The MPI launcher's init container: it only copies kubectl (1.30.7, Alpine 3.17; kubeflow/trainer
-    # v1.9.4 build/images/kubectl-delivery/Dockerfile) into the launcher. The operator's default is
-    # an unpinned :latest (source-pkg-config-config.go).
-    "mpi-kubectl-delivery": f"ghcr.io/kubeflow/training-v1/kubectl-delivery:{TRAINING_OPERATOR_RELEASE_TAG}",
     # etcd 3.5, the last minor with the v2 API torch's etcd rendezvous speaks (3.6 removed it).
     # 3.5.33 (2026-07-23) is the newest 3.5 patch, and its v2 API works for us: etcd-io/etcd#21249
     # ("/v2/keys broken on 3.5.26") was the reporter's own set-up (HTTP moved to a separate port
@@ -231,11 +232,9 @@ def network_env(instance: InstanceType, *, nccl_debug: str = "WARN") -> list[dic
     return env
 
 
-# Cluster validation (k8s/validation.py): one NCCL all-reduce MPIJob per EFA node group that can hold
-# NCCL_TEST_NODES nodes. Its launcher prints BUSBW_REPORT followed by ": <GB/s> GB/s", and
-# `ops doctor` reads that line back from the launcher's log.
+# Cluster validation (k8s/validation.py): one NCCL all-reduce MPIJob template per EFA node group that
+# can hold NCCL_TEST_NODES nodes; `ops validate` runs a copy of it per pair of nodes (ops/nccl.py).
 NCCL_TEST_NODES = 2
-BUSBW_REPORT = "average bus bandwidth"
 
 
 def nccl_test_name(nodegroup: str) -> str:

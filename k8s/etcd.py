@@ -13,9 +13,11 @@ import cdk8s
 import cdk8s_plus_27 as kplus
 from constructs import Construct
 
-from config.kubernetes import ROLE_LABEL, TRAINING_NAMESPACE
-from k8s.base import ProjectChart, drop_all_capabilities, hardened, resources, runtime_default_seccomp, select_own_pods
-from k8s.common import ETCD_CLIENT_LABEL, ETCD_CLIENT_PORT, ETCD_SERVICE, IMAGES, NONROOT_UID
+from config.kubernetes import ROLE_LABEL, SYSTEM_ROLE, TRAINING_NAMESPACE
+from k8s.base import (
+    ProjectChart, drop_all_capabilities, hardened, patch_pod_spec, resources, runtime_default_seccomp, select_own_pods,
+)
+from k8s.common import CONTROL_PRIORITY_CLASS, ETCD_CLIENT_LABEL, ETCD_CLIENT_PORT, ETCD_SERVICE, IMAGES, NONROOT_UID
 
 PEER_PORT = 2380
 DATA_DIR = "/var/run/etcd"
@@ -36,7 +38,7 @@ class EtcdProps:
 class EtcdChart(ProjectChart):
     component = "rendezvous"
     addon = "etcd"
-    depends_on = ("namespaces",)
+    depends_on = ("namespaces", "priority-classes")
 
     def __init__(self, scope: Construct, id: str, *, props: EtcdProps = EtcdProps()):
         super().__init__(scope, id, namespace=TRAINING_NAMESPACE)
@@ -82,8 +84,10 @@ class EtcdChart(ProjectChart):
         container.mount(DATA_DIR, kplus.Volume.from_empty_dir(self, "Data", "data"))
         drop_all_capabilities(self.deployment)
         runtime_default_seccomp(self.deployment)
-        self.deployment.scheduling.attract(kplus.Node.labeled(kplus.NodeLabelQuery.is_(ROLE_LABEL, "system")),
-                                           weight=100)
+        # On the system nodes only (required, not preferred): never on a training node, where a
+        # scale-in, a capacity block's end or a drained GPU node would take rendezvous with it.
+        self.deployment.scheduling.attract(kplus.Node.labeled(kplus.NodeLabelQuery.is_(ROLE_LABEL, SYSTEM_ROLE)))
+        patch_pod_spec(self.deployment, "priorityClassName", CONTROL_PRIORITY_CLASS)
 
         # Selected by the readable name label, the one k8s/network.py's egress rule for etcd clients
         # names: the VPC CNI allows egress to a Service's ClusterIP only when a rule's podSelector

@@ -4,6 +4,16 @@ Static, not dynamic: the file system belongs to the storage stack (its lifecycle
 removal policy), so the cluster only points at it. The PV is pre-bound to the claim so no other
 claim can take it, and neither has a StorageClass, so the cluster's default class never provisions
 a stray EBS volume in its place.
+
+The claim's request is a constant, not the file system's size. A claim binds to a volume whose
+capacity is at least its request, and a pre-bound pair still needs the request satisfied
+(Kubernetes, "Persistent Volumes": https://kubernetes.io/docs/concepts/storage/persistent-volumes/#binding
+and #reserving-a-persistentvolume). Once Bound, the API server refuses to lower a claim's request
+and raises it only through a StorageClass with allowVolumeExpansion (same page,
+#expanding-persistent-volumes-claims), which a static claim with storageClassName "" has not: a
+request that followed `storageCapacityGiB` would fail the deploy that grows FSx. The volume's
+capacity may change (the API server lets a PersistentVolume's capacity be updated; only its
+source is immutable), so it follows the file system and `kubectl get pv` stays true.
 """
 
 from __future__ import annotations
@@ -20,6 +30,9 @@ from config.kubernetes import FSX_CLAIM_NAME, TRAINING_NAMESPACE
 from k8s.base import ProjectChart
 
 CSI_DRIVER = "fsx.csi.aws.com"
+# The smallest PERSISTENT_2 file system config accepts (config/environment.py: 1200 or n x 2400
+# GiB), so every volume of ours satisfies it.
+CLAIM_REQUEST_GIB = 1200
 
 
 @dataclass(frozen=True)
@@ -55,8 +68,8 @@ class FsxStorageChart(ProjectChart):
 
     def __init__(self, scope: Construct, id: str, *, props: FsxStorageProps):
         super().__init__(scope, id, namespace=props.namespace)
-        if props.storage_gib <= 0:
-            raise ValueError(f"storage_gib must be positive, got {props.storage_gib}")
+        if props.storage_gib < CLAIM_REQUEST_GIB:
+            raise ValueError(f"storage_gib must be at least the claim's {CLAIM_REQUEST_GIB} GiB, got {props.storage_gib}")
         size = k8s.Quantity.from_string(f"{props.storage_gib}Gi")
         self.volume = k8s.KubePersistentVolume(
             self, "PersistentVolume", metadata=k8s.ObjectMeta(name=props.volume_name),
@@ -79,7 +92,7 @@ class FsxStorageChart(ProjectChart):
         self.claim = kplus.PersistentVolumeClaim(
             self, "Claim", metadata=self.meta(props.claim_name),
             access_modes=[kplus.PersistentVolumeAccessMode.READ_WRITE_MANY],
-            storage=cdk8s.Size.gibibytes(props.storage_gib),
+            storage=cdk8s.Size.gibibytes(CLAIM_REQUEST_GIB),
             # Empty, not absent: absent would let the default StorageClass provision a new volume.
             storage_class_name="",
             volume=kplus.PersistentVolume.from_persistent_volume_name(self, "Bound", props.volume_name),

@@ -1,8 +1,9 @@
-"""PyTorchJob manifests from a typed job spec and a preset: the one code path for the chart and
-for `ops submit`.
+"""PyTorchJob manifests from a typed job spec and a preset: the one code path for every run.
 
-Pure Python (no cdk8s): `render_pytorchjob` returns the manifest as a dict. The TrainingJobsChart
-wraps the same dict in an ApiObject, so what the CLI submits is what `cdk deploy` applies.
+Pure Python (no cdk8s): `render_pytorchjob` returns the manifest as a dict. A deploy applies no
+PyTorchJob; runs are created by `ops start` / `ops submit` (and the validation's smoke run) from
+`render_run`, which names each run after a digest of its whole spec, image included, so a name
+identifies what runs and a changed spec is a new run, never a changed one.
 """
 
 from __future__ import annotations
@@ -27,8 +28,13 @@ KIND = "PyTorchJob"
 JOB_LABEL = f"{LABEL_PREFIX}/job"
 PRESET_LABEL = f"{LABEL_PREFIX}/preset"
 
+# A run's spec digest (render_run): on the PyTorchJob's labels, and the end of its default name.
+SPEC_DIGEST_LABEL = f"{LABEL_PREFIX}/spec-digest"
+SPEC_DIGEST_LENGTH = 8
+
 # Pods are named <job>-worker-<index> and get a Service of that name: a DNS-1035 label of at
 # most 63 characters, so the job name keeps room for the suffix.
+MAX_JOB_NAME = 48
 _JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,46}[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -55,8 +61,9 @@ OVERRIDABLE = {key: rule.type for key, rule in OVERRIDES.items()}
 
 
 def job_spec(config: Environment, preset: JobPreset, *, image: str, job_name: str | None = None,
-             overrides: dict | None = None) -> JobSpec:
-    """The validated JobSpec for `preset` in `config`; ConfigError names the offending field."""
+             overrides: dict | None = None, checkpoint_root: str = CLUSTER_CHECKPOINT_ROOT) -> JobSpec:
+    """The validated JobSpec for `preset` in `config`; ConfigError names the offending field.
+    Checkpoints go to `checkpoint_root`/PRESET: every run of a preset resumes from the same folder."""
     name = job_name if job_name is not None else preset.name
     if not isinstance(name, str) or not _JOB_NAME.match(name):
         raise ConfigError("job_name", f"must be a DNS label of 1-48 lowercase letters, digits or '-', "
@@ -112,7 +119,7 @@ def job_spec(config: Environment, preset: JobPreset, *, image: str, job_name: st
                                                       "Secret, never inline in the job")
     return JobSpec(
         name=name, preset=preset.name, image=image,
-        command=tuple(preset.command(CLUSTER_CHECKPOINT_ROOT)), nodegroup=group.name,
+        command=tuple(preset.command(checkpoint_root)), nodegroup=group.name,
         nodes_min=values["nodes_min"], nodes_max=values["nodes_max"], nproc_per_node=nproc,
         rendezvous=values["rendezvous"], max_restarts=values["max_restarts"],
         env=tuple(sorted(env.items())),
@@ -250,6 +257,29 @@ def render_pytorchjob(config: Environment, preset_name: str, *, image: str, job_
                                                 overrides=overrides))
 
 
+def render_run(config: Environment, preset_name: str, *, image: str, overrides: dict | None = None,
+               job_name: str | None = None, checkpoint_root: str = CLUSTER_CHECKPOINT_ROOT) -> dict:
+    """A run of `preset_name`: its PyTorchJob labelled with a digest of the job as rendered under
+    the preset's own name (command, topology, resources, environment and image), and named
+    PRESET-<digest> unless `job_name` says otherwise. The same spec always gets the same name, so
+    creating it twice is a conflict, not a second run; new code (a new image) is a new name."""
+    preset = get_preset(preset_name)
+
+    def render(name: str) -> dict:
+        return pytorchjob_manifest(config, job_spec(config, preset, image=image, job_name=name, overrides=overrides,
+                                                    checkpoint_root=checkpoint_root))
+
+    digest = short_digest(render(preset.name), SPEC_DIGEST_LENGTH)
+    manifest = render(job_name if job_name is not None else run_name(preset.name, digest))
+    manifest["metadata"]["labels"][SPEC_DIGEST_LABEL] = digest
+    return manifest
+
+
+def run_name(preset: str, digest: str) -> str:
+    stem = preset[:MAX_JOB_NAME - len(digest) - 1].rstrip("-")
+    return f"{stem}-{digest}"
+
+
 def presets_for(config: Environment) -> list[JobPreset]:
     """Cluster presets whose node group exists in `config` and can hold their nodes: the ones the
     chart renders for this env (a 70B preset on 4 p5 nodes has no place in dev's 2-node p5 group)."""
@@ -258,4 +288,4 @@ def presets_for(config: Environment) -> list[JobPreset]:
     return [p for p in PRESETS.values() if p.cluster and p.nodes_min <= max_size.get(p.nodegroup, 0)]
 
 
-__all__ = ["JobSpec", "job_spec", "pytorchjob_manifest", "presets_for", "render_pytorchjob"]
+__all__ = ["JobSpec", "job_spec", "pytorchjob_manifest", "presets_for", "render_pytorchjob", "render_run"]

@@ -1,8 +1,10 @@
 """Which pod may talk to what: the NetworkPolicies of every namespace we create, as plain dicts.
 
 Pure Python (no cdk8s), like k8s/jobs.py: the network-policies chart deploys the namespace-wide
-policies, and the per-job policy (`job_peers_policy`) is created beside each job by whoever creates
-the job (the training-jobs chart, `ops submit`), from the same function.
+policies and the peers policies of the jobs whose names are fixed (validation's smoke run, the runs
+earlier releases deployed under their preset's name) or that it selects by label (the NCCL sweep's
+pairs, `nccl_group_peers_policy`); `ops start` and `ops submit` create each run's peers policy
+(`job_peers_policy`) beside the run, from the same function.
 
 Both namespaces deny everything by default, in and out. Then, exactly:
 
@@ -10,6 +12,7 @@ Both namespaces deny everything by default, in and out. Then, exactly:
 |---|---|---|---|
 | every training pod | kube-dns (kube-system) | 53 UDP/TCP | Service names (etcd, worker 0) |
 | a job's pods | the same job's pods | every TCP port | torchrun's c10d store, gloo and NCCL bootstrap, Open MPI: ephemeral ports |
+| an NCCL sweep pair's pods | the pods of the same node group's sweep | every TCP port | mpirun's daemons and NCCL bootstrap; a sweep's pairs are named at run time |
 | pods labelled ETCD_CLIENT_LABEL | etcd | 2379 | etcd rendezvous; etcd itself admits only them (k8s/etcd.py) |
 | pods labelled API_CLIENT_LABEL | the API server | 443 | the MPI launcher's kubectl |
 | pods labelled HTTPS_EGRESS_LABEL | outside the VPC | 443 | S3 (data Jobs), the Hugging Face hub (model download) |
@@ -33,7 +36,7 @@ address of the service range, which EKS takes from 10.100.0.0/16 or 172.20.0.0/1
 
 from __future__ import annotations
 
-from config.kubernetes import TRAINING_NAMESPACE
+from config.kubernetes import NCCL_GROUP_LABEL, TRAINING_NAMESPACE
 from k8s.common import (
     API_CLIENT_LABEL, ETCD_CLIENT_LABEL, ETCD_CLIENT_PORT, ETCD_SERVICE, HTTPS_EGRESS_LABEL, KUBE_SYSTEM_NAMESPACE,
     KUBEFLOW_NAMESPACE, POD_IDENTITY_LABEL, TRAINING_OPERATOR, TRAINING_OPERATOR_WEBHOOK_PORT,
@@ -125,19 +128,35 @@ def operator_policies(vpc_cidr: str, namespace: str = KUBEFLOW_NAMESPACE) -> lis
     ]
 
 
+def _peers_policy(name: str, namespace: str, selector: dict, description: str) -> dict:
+    """Every TCP port between the pods `selector` picks, and nothing to or from other pods:
+    rendezvous (c10d's store on 29400), gloo, NCCL's bootstrap and Open MPI all listen on
+    ephemeral ports."""
+    return _policy(name, namespace, selector,
+                   ingress=[{"from": [{"podSelector": selector}], "ports": [{"protocol": "TCP"}]}],
+                   egress=[{"to": [{"podSelector": selector}], "ports": [{"protocol": "TCP"}]}],
+                   description=description)
+
+
 def job_peers_policy(job: dict) -> dict:
-    """Every TCP port between the pods of one PyTorchJob or MPIJob, and nothing to or from other
-    jobs: rendezvous (c10d's store on 29400), gloo, NCCL's bootstrap and Open MPI all listen on
-    ephemeral ports. Named `<job>-peers`; `owner_uid` makes it go when the job goes."""
+    """The pods of one PyTorchJob or MPIJob talk to each other, and to no other job's. Named
+    `<job>-peers`; the job's `uid`, where the manifest has one, makes it go when the job goes."""
     name, namespace = job["metadata"]["name"], job["metadata"].get("namespace", TRAINING_NAMESPACE)
-    same_job = _labels(**{OPERATOR_JOB_NAME_LABEL: name})
-    policy = _policy(f"{name}-peers", namespace, same_job,
-                     ingress=[{"from": [{"podSelector": same_job}], "ports": [{"protocol": "TCP"}]}],
-                     egress=[{"to": [{"podSelector": same_job}], "ports": [{"protocol": "TCP"}]}],
-                     description=f"the pods of {job['kind']} {name} talk to each other")
+    policy = _peers_policy(f"{name}-peers", namespace, _labels(**{OPERATOR_JOB_NAME_LABEL: name}),
+                           f"the pods of {job['kind']} {name} talk to each other")
     policy["metadata"]["labels"] = {OPERATOR_JOB_NAME_LABEL: name}
     uid = job["metadata"].get("uid")
     if uid:
         policy["metadata"]["ownerReferences"] = [{"apiVersion": job["apiVersion"], "kind": job["kind"],
                                                   "name": name, "uid": uid}]
     return policy
+
+
+def nccl_group_peers_policy(nodegroup: str, namespace: str = TRAINING_NAMESPACE) -> dict:
+    """The pods of a node group's NCCL sweep (ops/nccl.py `pinned` labels each pair's launcher and
+    workers with the group) talk to each other. One policy per group, deployed with the charts:
+    the pairs' MPIJobs are named at run time, and the validation runner may not create policies.
+    A round's pairs run at once, so a pair can reach another pair of its own sweep, nothing else."""
+    return _peers_policy(f"nccl-sweep-{nodegroup.lower()}-peers", namespace,
+                         _labels(**{NCCL_GROUP_LABEL: nodegroup}),
+                         f"the launchers and workers of node group {nodegroup}'s NCCL sweep talk to each other")

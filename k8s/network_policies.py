@@ -1,7 +1,13 @@
 """The NetworkPolicies of every namespace we create (k8s/network.py says what each allows and why),
-plus the peers policy of each job the charts deploy under a fixed name: the NCCL MPIJobs, which the
-validation runner re-creates by name, and the preset PyTorchJobs of the training-jobs chart.
-`ops submit` creates the peers policy of each run it creates (ops/kube.py).
+plus the peers policies of the jobs no `ops start`/`ops submit` creates a policy for:
+
+- each NCCL group's sweep (`ops validate` names its pairs at run time and may not create policies:
+  one policy per group selects every pair's pods by their group label);
+- validation's smoke run, `validation-cpu-ddp`, which `ops validate` creates under that fixed name;
+- the runs earlier releases deployed under their preset's name (the stand-ins of stacks/workloads.py
+  keep those PyTorchJobs; a deploy must not cut their workers off from each other either).
+
+`ops start` and `ops submit` create the peers policy of each run they create (ops/kube.py).
 """
 
 from __future__ import annotations
@@ -10,9 +16,16 @@ from constructs import Construct
 
 from config.environment import Environment
 from k8s.base import ProjectChart, raw_object
-from k8s.common import nccl_groups, nccl_test_name
+from k8s.common import nccl_groups
 from k8s.jobs import API_VERSION as PYTORCHJOB_API_VERSION, KIND as PYTORCHJOB_KIND, presets_for
-from k8s.network import job_peers_policy, operator_policies, training_policies
+from k8s.network import job_peers_policy, nccl_group_peers_policy, operator_policies, training_policies
+from k8s.validation import SMOKE_RUN, has_smoke_run
+
+
+def fixed_name_runs(config: Environment) -> list[str]:
+    """The PyTorchJobs of `config` whose names are known before they exist: the smoke run, where the
+    environment has one, and the preset-named runs earlier releases deployed."""
+    return ([SMOKE_RUN] if has_smoke_run(config) else []) + [preset.name for preset in presets_for(config)]
 
 
 class NetworkPoliciesChart(ProjectChart):
@@ -27,9 +40,8 @@ class NetworkPoliciesChart(ProjectChart):
     def __init__(self, scope: Construct, id: str, *, config: Environment):
         super().__init__(scope, id)
         self.policies = [*operator_policies(config.vpc_cidr), *training_policies(config.vpc_cidr)]
-        jobs = [("MPIJob", nccl_test_name(group.name)) for group in nccl_groups(config)]
-        jobs += [(PYTORCHJOB_KIND, preset.name) for preset in presets_for(config)]
-        self.policies += [job_peers_policy({"apiVersion": PYTORCHJOB_API_VERSION, "kind": kind,
-                                            "metadata": {"name": name}}) for kind, name in jobs]
+        self.policies += [nccl_group_peers_policy(group.name) for group in nccl_groups(config)]
+        self.policies += [job_peers_policy({"apiVersion": PYTORCHJOB_API_VERSION, "kind": PYTORCHJOB_KIND,
+                                            "metadata": {"name": name}}) for name in fixed_name_runs(config)]
         for policy in self.policies:
             raw_object(self, f"{policy['metadata']['namespace']}-{policy['metadata']['name']}", policy)

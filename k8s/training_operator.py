@@ -8,6 +8,12 @@ The operator rotates its own webhook certificate: it writes the Secret below and
 into the ValidatingWebhookConfiguration named WEBHOOK_CONFIGURATION. The kubelet projects that
 Secret into CERT_DIR, where the webhook server reads tls.crt; until it appears /readyz fails and no
 controller starts, so the mount must be the Secret itself, not a directory of our own.
+
+Two replicas with leader election: only the Lease holder reconciles jobs, but every replica serves
+the webhook (v1.9.4 pkg/cert/cert.go sets the certificate rotator's RequireLeaderElection to false
+"so the webhook server will run in primary and secondary instance"), so admission survives one
+pod's restart, eviction or node loss. A PodDisruptionBudget keeps one Ready during drains, and the
+replicas prefer different nodes.
 """
 
 from __future__ import annotations
@@ -18,12 +24,17 @@ import cdk8s
 import cdk8s_plus_27 as kplus
 from constructs import Construct
 
-from config.kubernetes import ROLE_LABEL
+from cdk8s_plus_27 import k8s
+
+from config.kubernetes import ROLE_LABEL, SYSTEM_ROLE
 from k8s.base import (
-    ProjectChart, Readiness, drop_all_capabilities, hardened, raw_object, resources, runtime_default_seccomp,
-    select_own_pods,
+    ProjectChart, Readiness, drop_all_capabilities, hardened, patch_pod_spec, raw_object, resources,
+    runtime_default_seccomp, select_own_pods,
 )
-from k8s.common import IMAGES, KUBEFLOW_NAMESPACE, NONROOT_UID, TRAINING_OPERATOR, TRAINING_OPERATOR_WEBHOOK_PORT
+from k8s.common import (
+    CONTROL_PRIORITY_CLASS, IMAGES, KUBEFLOW_NAMESPACE, NONROOT_UID, TRAINING_OPERATOR, TRAINING_OPERATOR_WEBHOOK_PORT,
+)
+from k8s.values import KUBECTL_DELIVERY_IMAGE
 
 NAME = TRAINING_OPERATOR
 WEBHOOK_SECRET = "training-operator-webhook-cert"
@@ -44,11 +55,21 @@ VALIDATED = ("pytorchjob",)
 
 FULL = ("create", "delete", "get", "list", "patch", "update", "watch")
 
+REPLICAS = 2
+# The Deployment controller sets its Progressing condition's reason to NewReplicaSetAvailable only
+# once a rollout is complete (every replica updated and available); during a rollout the reason is
+# ReplicaSetUpdated or NewReplicaSetCreated. So this path yields output only for a finished
+# rollout: availableReplicas, which the old pods keep non-empty while the new ones start, would let
+# a deploy whose new operator never becomes Ready pass.
+ROLLOUT_COMPLETE = '.status.conditions[?(@.reason=="NewReplicaSetAvailable")].status'
+
 
 @dataclass(frozen=True)
 class TrainingOperatorProps:
     image: str = IMAGES["training-operator"]
-    mpi_kubectl_delivery_image: str = IMAGES["mpi-kubectl-delivery"]
+    # The release's kubectl-delivery image ships kubectl 1.30; each environment builds its own with a
+    # kubectl within one minor of its cluster (k8s/images/kubectl-delivery, stacks/workloads.py).
+    mpi_kubectl_delivery_image: str = f"${{{KUBECTL_DELIVERY_IMAGE}}}"
     namespace: str = KUBEFLOW_NAMESPACE
     schemes: tuple[str, ...] = SCHEMES
 
@@ -96,13 +117,19 @@ def own_namespace_rules() -> tuple[Rule, ...]:
 class TrainingOperatorChart(ProjectChart):
     component = NAME
     addon = NAME
-    depends_on = ("namespaces", "training-operator-crds")
-    # The jobs and validation charts create PyTorchJobs, which the webhook (failurePolicy Fail)
-    # must admit: they wait until the operator's pod is Available, i.e. certificates exist and the
-    # webhook server listens (its readiness probe). A fresh node pulls and starts it in minutes.
+    depends_on = ("namespaces", "training-operator-crds", "priority-classes")
+    # A deploy that changes the operator is done when its rollout is: `ops start`, `ops submit`
+    # and the validation create PyTorchJobs and MPIJobs right after a deploy, and the webhook
+    # (failurePolicy Fail) rejects them while no replica serves it. stacks/workloads.py names the
+    # waiter after a digest of this chart, so every change of the chart is waited for again.
     ready_when = Readiness(object_type="deployment", name=NAME, namespace=KUBEFLOW_NAMESPACE,
-                           json_path=".status.availableReplicas", kubectl_wait="condition=Available",
+                           json_path=ROLLOUT_COMPLETE,
+                           dist_wait=f"kubectl rollout status -n {KUBEFLOW_NAMESPACE} deployment/{NAME} --timeout=10m",
                            timeout_minutes=10)
+
+    @classmethod
+    def for_environment(cls, scope, config, values) -> "TrainingOperatorChart":
+        return cls(scope, cls.addon, props=TrainingOperatorProps(mpi_kubectl_delivery_image=values.kubectl_delivery_image))
 
     def __init__(self, scope: Construct, id: str, *, props: TrainingOperatorProps = TrainingOperatorProps()):
         super().__init__(scope, id, namespace=props.namespace)
@@ -138,10 +165,16 @@ class TrainingOperatorChart(ProjectChart):
         )
         self.webhook = raw_object(self, "ValidatingWebhookConfiguration",
                                   webhook_configuration(props.namespace, props.schemes))
+        # Voluntary disruptions (node drains, managed node group updates) take one replica at a time.
+        self.disruption_budget = k8s.KubePodDisruptionBudget(
+            self, "DisruptionBudget", metadata=k8s.ObjectMeta(**self.meta(NAME)),
+            spec=k8s.PodDisruptionBudgetSpec(
+                min_available=k8s.IntOrString.from_number(REPLICAS - 1),
+                selector=k8s.LabelSelector(match_labels=self.pod_labels)))
 
     def _deployment(self, props: TrainingOperatorProps) -> kplus.Deployment:
         deployment = kplus.Deployment(
-            self, "Deployment", metadata=self.meta(NAME), replicas=1,
+            self, "Deployment", metadata=self.meta(NAME), replicas=REPLICAS,
             service_account=self.service_account,
             # cdk8s-plus defaults to no token; the operator is an API client.
             automount_service_account_token=True,
@@ -152,7 +185,7 @@ class TrainingOperatorChart(ProjectChart):
             termination_grace_period=cdk8s.Duration.seconds(10),
             select=False,
         )
-        select_own_pods(deployment, NAME)
+        self.pod_labels = select_own_pods(deployment, NAME)
         deployment.pod_metadata.add_annotation("sidecar.istio.io/inject", "false")
         args = [
             # The first five restate the manager's defaults, which the Service, the Secret and the
@@ -162,7 +195,7 @@ class TrainingOperatorChart(ProjectChart):
             f"--webhook-server-port={WEBHOOK_PORT}",
             f"--webhook-service-name={NAME}",
             f"--webhook-secret-name={WEBHOOK_SECRET}",
-            # A rolling update briefly runs two pods; only the lease holder reconciles.
+            # Two replicas (and a rolling update's third); only the Lease holder reconciles.
             "--leader-elect",
             *(f"--enable-scheme={s}" for s in props.schemes),
             # The operator's default for the MPI launcher's init container is an unpinned :latest.
@@ -192,9 +225,13 @@ class TrainingOperatorChart(ProjectChart):
         container.mount(CERT_DIR, certs, read_only=True)
         drop_all_capabilities(deployment)
         runtime_default_seccomp(deployment)
-        # Keep the control plane off the GPU nodes: prefer the system node group.
-        deployment.scheduling.attract(kplus.Node.labeled(kplus.NodeLabelQuery.is_(ROLE_LABEL, "system")),
+        # Keep the control plane off the GPU nodes: prefer the system node group, and a node
+        # without the other replica. Preferred, not required: a rolling update adds a third pod,
+        # and the system group may have only two nodes.
+        deployment.scheduling.attract(kplus.Node.labeled(kplus.NodeLabelQuery.is_(ROLE_LABEL, SYSTEM_ROLE)),
                                       weight=100)
+        deployment.scheduling.separate(kplus.Pods.select(self, "Replicas", labels=self.pod_labels), weight=100)
+        patch_pod_spec(deployment, "priorityClassName", CONTROL_PRIORITY_CLASS)
         return deployment
 
 

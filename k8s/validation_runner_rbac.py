@@ -5,8 +5,10 @@ lists, Edit reads every Secret of its namespaces and none covers kubeflow.org, s
 create was refused ("Review access policy permissions",
 https://docs.aws.amazon.com/eks/latest/userguide/access-policy-permissions.html). It names the
 Kubernetes group VALIDATION_RUNNER_GROUP instead, bound here to a ClusterRole that may only list
-nodes and a Role in the training namespace over the check Jobs, the NCCL MPIJobs and their pods'
-logs. Nothing here touches a Secret. tests/ops/test_validation_runner_rbac.py records every request
+nodes and a Role in the training namespace over the GPU check Jobs, the NCCL sweep's MPIJobs, the
+smoke run's PyTorchJob and their pods' logs. It creates no NetworkPolicy: the network-policies chart
+deploys the sweep's and the smoke run's peers policies (k8s/network_policies.py). Nothing here
+touches a Secret. tests/ops/test_validation_runner_rbac.py records every request
 a real kubectl makes during `ops validate` and holds these rules to exactly that list.
 """
 
@@ -23,10 +25,11 @@ Rule = tuple[str, tuple[str, ...], tuple[str, ...]]  # API group, resources, ver
 # `kubectl get nodes -l ...`: Ready nodes per node group decide which checks can run.
 CLUSTER_RULES: tuple[Rule, ...] = (("", ("nodes",), ("list",)),)
 # Per check: `kubectl delete --ignore-not-found --wait` (delete, then get, list and watch until it is
-# gone), `kubectl create -f -`, `kubectl get` of its status, `kubectl logs -l` of its pods.
+# gone; the NCCL sweep also deletes the last sweep's MPIJobs by label, a list and a delete each),
+# `kubectl create -f -`, `kubectl get` of its status, `kubectl logs -l` of its pods.
 NAMESPACE_RULES: tuple[Rule, ...] = (
     ("batch", ("jobs",), ("create", "delete", "get", "list", "watch")),
-    ("kubeflow.org", ("mpijobs",), ("create", "delete", "get", "list", "watch")),
+    ("kubeflow.org", ("mpijobs", "pytorchjobs"), ("create", "delete", "get", "list", "watch")),
     ("", ("pods",), ("list",)),
     ("", ("pods/log",), ("get",)),
 )

@@ -19,6 +19,10 @@ def image_placeholder(variant: str) -> str:
     return f"TRAINER_IMAGE_{variant.upper()}"
 
 
+# The MPI launcher's kubectl-delivery image, built per environment (k8s/images/kubectl-delivery).
+KUBECTL_DELIVERY_IMAGE = "KUBECTL_DELIVERY_IMAGE"
+
+
 @dataclass(frozen=True)
 class Placeholder:
     name: str
@@ -32,6 +36,7 @@ class ClusterValues:
     fsx_dns_name: str
     fsx_mount_name: str
     trainer_images: Mapping[str, str]  # JobPreset.image_variant -> image URI
+    kubectl_delivery_image: str = f"${{{KUBECTL_DELIVERY_IMAGE}}}"
     # How to find each placeholder's value, by placeholder name (shown in dist/<env>/README.md).
     hints: Mapping[str, str] = field(default_factory=dict)
     # Shell right-hand sides that produce a value, e.g. "$(aws cloudformation ...)".
@@ -54,6 +59,8 @@ class ClusterValues:
             ("FSX_MOUNT_NAME", self.fsx_mount_name, "FSx Lustre mount name"),
         ]
         rows += [(image_placeholder(v), uri, f"trainer image URI ({v})") for v, uri in sorted(self.trainer_images.items())]
+        rows.append((KUBECTL_DELIVERY_IMAGE, self.kubectl_delivery_image,
+                     "the MPI launcher's kubectl-delivery image (kubectl within one minor of the cluster)"))
         return rows
 
     def dist_substitutions(self) -> dict[str, Placeholder]:

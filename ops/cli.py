@@ -98,25 +98,31 @@ def build_parser() -> argparse.ArgumentParser:
     from config.overrides import help_lines
     from config.presets import PRESETS
 
-    p = sub.add_parser("submit", help="render a preset's PyTorchJob and create it as a new job",
-                       formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="--set keys (checked against the environment when the job is rendered):\n"
-                              + "\n".join(help_lines()))
-    with_env(p)
+    set_epilog = "--set keys (checked against the environment when the run is rendered):\n" + "\n".join(help_lines())
+
+    def with_run(p: argparse.ArgumentParser) -> None:
+        with_env(p)
+        p.add_argument("--image", help="trainer image URI (default: the image the environment's Registry stack "
+                                       "published for the preset, from its CloudFormation outputs)")
+        p.add_argument("--set", dest="overrides", action="append", type=_override, default=[],
+                       metavar="KEY=VALUE", help="override a preset field, repeatable (keys below)")
+        p.add_argument("--dry-run", action="store_true",
+                       help="print what it would create, create nothing: the run's peers NetworkPolicy, then the run")
+        with_kube(p)
+
+    p = sub.add_parser("start", help="start a preset's run of the deployed code: resume it, or create it",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=set_epilog)
+    p.add_argument("preset", choices=PRESETS, metavar="PRESET", help=f"one of {', '.join(PRESETS)}")
+    with_run(p)
+    p = sub.add_parser("submit", help="create a preset's run (named PRESET-<spec digest> unless --name)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=set_epilog)
     p.add_argument("--preset", required=True, choices=PRESETS, metavar="PRESET",
                    help=f"one of {', '.join(PRESETS)}")
-    p.add_argument("--image", help="trainer image URI (default: the image the environment's Registry stack "
-                                   "published for the preset, from its CloudFormation outputs)")
-    p.add_argument("--name", help="job name (default: PRESET-<6 random letters/digits>, a new job each time)")
-    p.add_argument("--set", dest="overrides", action="append", type=_override, default=[],
-                   metavar="KEY=VALUE", help="override a preset field, repeatable (keys below)")
-    p.add_argument("--dry-run", action="store_true", help="print the manifest, create nothing")
+    p.add_argument("--name", help="run name (default: PRESET-<digest of its spec, image included>)")
+    with_run(p)
+    p = sub.add_parser("stop", help="suspend a run, or every active run of a preset: its pods stop, the run stays")
+    p.add_argument("target", metavar="RUN|PRESET", help="a PyTorchJob's name, or a preset")
     with_kube(p)
-    for verb, what in (("start", "resume the deployed (suspended) PyTorchJob of a preset"),
-                       ("stop", "suspend a preset's PyTorchJob: its pods stop, the job stays")):
-        p = sub.add_parser(verb, help=what)
-        p.add_argument("preset", choices=PRESETS, metavar="PRESET", help=f"one of {', '.join(PRESETS)}")
-        with_kube(p)
     p = sub.add_parser("status", help="phase of one job, or of all jobs in the namespace")
     p.add_argument("name", nargs="?")
     add_output_flag(p)
@@ -270,35 +276,48 @@ def _whoami(args: argparse.Namespace) -> int:
     return 0 if ok else EXIT_PROBLEM
 
 
-def _submit(args: argparse.Namespace) -> int:
+def _run_manifest(args: argparse.Namespace) -> dict:
+    """The run `start`/`submit` would create: the preset's, for the image the environment's
+    Registry stack published (or --image), with the --set overrides."""
     from ops import kube
 
     env = _env(args)
+    preset = args.preset
+    name = getattr(args, "name", None)
     image = args.image
     if not image:
         from config.presets import get_preset
-
-        kube.render(env, args.preset, image="-", job_name=args.name, overrides=_overrides(args.overrides))
         from ops import images
 
-        image = images.published_image(env, get_preset(args.preset).image_variant)
-    manifest = kube.render(env, args.preset, image=image, job_name=args.name or kube.unique_name(args.preset),
-                           overrides=_overrides(args.overrides))
+        kube.render(env, preset, image="-", job_name=name, overrides=_overrides(args.overrides))  # bad --set first
+        image = images.published_image(env, get_preset(preset).image_variant)
+    return kube.render(env, preset, image=image, job_name=name, overrides=_overrides(args.overrides))
+
+
+def _start_or_submit(args: argparse.Namespace) -> int:
+    from ops import kube, runs
+
+    manifest = _run_manifest(args)
     if args.dry_run:
         import yaml
 
-        print(yaml.safe_dump(manifest, sort_keys=False), end="")
+        from k8s.network import job_peers_policy
+
+        # In the order kube.submit creates them: no pod of the run starts before its peers may reach it.
+        print(yaml.safe_dump_all([job_peers_policy(manifest), manifest], sort_keys=False), end="")
         return 0
     client = kube.training_client(args.kubeconfig, args.context, args.namespace)
-    print(f"created PyTorchJob {kube.submit(client, manifest)} (image {image})")
+    for line in runs.start(client, manifest, resume=args.command == "start"):
+        print(line)
     return 0
 
 
-def _start_stop(args: argparse.Namespace) -> int:
-    from ops import kube
+def _stop(args: argparse.Namespace) -> int:
+    from ops import kube, runs
 
     client = kube.training_client(args.kubeconfig, args.context, args.namespace)
-    print(kube.set_suspended(client, args.preset, suspend=args.command == "stop", namespace=args.namespace))
+    for line in runs.stop(client, args.target, args.namespace):
+        print(line)
     return 0
 
 
@@ -358,10 +377,11 @@ def _capacity_block(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from ops import doctor, kube
+    from ops import doctor, images, kube
 
     env = _env(args)
-    rows = doctor.run(env, kube.api_client(args.kubeconfig, args.context))
+    published, unknown = images.published_images(env)
+    rows = doctor.run(env, kube.api_client(args.kubeconfig, args.context), images=published, images_unknown=unknown)
     return _check_report(args, rows, {"environment": env.name, "cluster": env.cluster_name},
                          f"doctor {env.name}: cluster {env.cluster_name}")
 
@@ -401,7 +421,7 @@ _COMMANDS = {
     "local": _module_command("local"), "validate": _module_command("validate"),
     "synth-summary": _module_command("synth_summary"), "stacks": _module_command("stacks"),
     "preflight": _preflight, "az-recommend": _az_recommend, "kubeconfig": _kubeconfig, "whoami": _whoami,
-    "submit": _submit, "start": _start_stop, "stop": _start_stop, "status": _status, "logs": _logs,
+    "submit": _start_or_submit, "start": _start_or_submit, "stop": _stop, "status": _status, "logs": _logs,
     "delete": _delete, "plan": _plan, "capacity-block": _capacity_block, "doctor": _doctor,
     "model": _model, "data": _data,
 }

@@ -6,26 +6,35 @@ Read-only checks against the live API server, one row each (ops/checks.py):
   instance-type table's GPUs and EFA interfaces, and hugepages-2Mi covers the 2 MiB pages the node's
   user data reserves for EFA (cdk_constructs/node_user_data.py; it never lowers a larger reservation);
 - node-health <node>: the conditions the EKS node monitoring agent sets (NODE_HEALTH_CONDITIONS);
-- the device-plugin DaemonSets, the Training Operator and etcd Deployments Ready;
+- the device-plugin DaemonSets, the Training Operator and etcd Deployments Ready (every replica);
+- leader <operator>: the Training Operator's leader-election Lease held and renewed;
 - the FSx claim Bound;
-- nccl <group>: the last NCCL validation's bus bandwidth (k8s/validation.py) against the table's floor.
+- nccl <group>: the last NCCL sweep's verdict (ops/nccl.py, the one `ops validate` printed), read
+  back from its pairs' launcher logs;
+- run <name>: each run that is not finished, and whether its spec digest is the one `ops start`
+  would create now (when the Registry stack's image is known): a run of older code is a warning.
 """
 
 from __future__ import annotations
 
-import re
-from typing import Any, Callable
+from datetime import datetime, timezone
+from types import SimpleNamespace
+from typing import Any, Callable, Mapping
 
 from config import Environment
 from config.instance_types import InstanceType
-from config.kubernetes import FSX_CLAIM_NAME, INSTANCE_TYPE_LABEL, NODEGROUP_LABEL, SYSTEM_NODEGROUP, TRAINING_NAMESPACE
-from k8s.common import (
-    BUSBW_REPORT, EFA_DEVICE_PLUGIN, ETCD_SERVICE, KUBE_SYSTEM_NAMESPACE, KUBEFLOW_NAMESPACE, NVIDIA_DEVICE_PLUGIN,
-    TRAINING_OPERATOR, nccl_groups, nccl_test_name,
+from config.kubernetes import (
+    FSX_CLAIM_NAME, INSTANCE_TYPE_LABEL, NCCL_GROUP_LABEL, NODEGROUP_LABEL, SYSTEM_NODEGROUP, TRAINING_NAMESPACE,
+    VALIDATION_LABEL,
 )
+from k8s.common import (
+    EFA_DEVICE_PLUGIN, ETCD_SERVICE, KUBE_SYSTEM_NAMESPACE, KUBEFLOW_NAMESPACE, NVIDIA_DEVICE_PLUGIN, TRAINING_OPERATOR,
+    TRAINING_OPERATOR_LEASE, nccl_groups,
+)
+from ops import nccl
 from ops.checks import FAIL, PASS, WARN, Check
 from ops.errors import OpsError
-from ops.kube import api_error_line
+from ops.kube import api_error_line, phase_of
 
 # "Detect node health issues and enable automatic node repair", Amazon EKS User Guide
 # (https://docs.aws.amazon.com/eks/latest/userguide/node-health.html): the node monitoring agent (an
@@ -38,16 +47,19 @@ ACCELERATOR_CONDITION = "AcceleratedHardwareReady"
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 HUGEPAGES_RESOURCE = "hugepages-2Mi"
-# The launcher pod of an MPIJob, as the Training Operator labels it (kubeflow/trainer v1.9.4
-# pkg/apis/kubeflow.org/v1/common_types.go JobNameLabel, ReplicaTypeLabel; pkg/controller.v1/mpi/mpijob.go
-# defaultLauncherLabels: "launcher").
-LAUNCHER_SELECTOR = "training.kubeflow.org/job-name={job},training.kubeflow.org/replica-type=launcher"
-LOG_TAIL_LINES = 200
-_BUSBW = re.compile(re.escape(BUSBW_REPORT) + r":\s*(\S+) GB/s")
+# The launcher pods of a group's NCCL sweep: ops/nccl.py labels them with the group, and the Training
+# Operator labels an MPIJob's launcher (kubeflow/trainer v1.9.4 pkg/apis/kubeflow.org/v1/common_types.go
+# ReplicaTypeLabel; pkg/controller.v1/mpi/mpijob.go defaultLauncherLabels: "launcher").
+LAUNCHER_SELECTOR = NCCL_GROUP_LABEL + "={group},training.kubeflow.org/replica-type=launcher"
+# NCCL_DEBUG=INFO puts every rank's init lines before the table; the table and summary are last.
+LOG_TAIL_LINES = 5000
 
 
-def run(env: Environment, api_client: Any) -> list[Check]:
-    """Every row for `env`, read through one kubernetes ApiClient."""
+def run(env: Environment, api_client: Any, *, images: Mapping[str, str] | None = None,
+        images_unknown: str = "", now: datetime | None = None) -> list[Check]:
+    """Every row for `env`, read through one kubernetes ApiClient. `images`: the trainer image per
+    variant the Registry stack published (what `ops start` would run), or None with the reason in
+    `images_unknown`."""
     from kubernetes.client import AppsV1Api, CoreV1Api
 
     core, apps = CoreV1Api(api_client), AppsV1Api(api_client)
@@ -66,8 +78,10 @@ def run(env: Environment, api_client: Any) -> list[Check]:
                 rows.append(allocatable_row(node, instance))
             rows.append(node_health_row(node, instance))
     rows += workload_rows(env, apps)
+    rows.append(leader_row(api_client, now or datetime.now(timezone.utc)))
     rows.append(claim_row(core))
     rows += [nccl_row(g.name, g.instance_type, core) for g in nccl_groups(env)]
+    rows += run_rows(env, api_client, images, images_unknown)
     return rows
 
 
@@ -191,33 +205,93 @@ def claim_row(core: Any) -> Check:
     return Check(row, PASS, f"Bound to {claim.spec.volume_name}")
 
 
-def busbw_from_log(text: str) -> float | None:
-    """The last bus bandwidth the launcher printed; None when it printed none (or "none")."""
-    found = _BUSBW.findall(text)
-    try:
-        return float(found[-1]) if found else None
-    except ValueError:
-        return None
-
-
 def nccl_row(group: str, instance: InstanceType, core: Any) -> Check:
-    row, job = f"nccl {group}", nccl_test_name(group)
-    pods = _call(lambda: core.list_namespaced_pod(TRAINING_NAMESPACE, label_selector=LAUNCHER_SELECTOR.format(job=job)),
-                 f"list the launcher pods of MPIJob {job}").items
-    if not pods:
-        return Check(row, WARN, f"no NCCL validation has run (MPIJob {TRAINING_NAMESPACE}/{job}); "
+    """The last sweep's verdict, from its pairs' launcher logs (ops/nccl.py, as `ops validate` judged them)."""
+    row = f"nccl {group}"
+    pods = _call(lambda: core.list_namespaced_pod(TRAINING_NAMESPACE, label_selector=LAUNCHER_SELECTOR.format(group=group)),
+                 f"list the NCCL launcher pods of node group {group}").items
+    pairs = [(pair, pod) for pod in pods for pair in [nccl.pair_of(pod.metadata.annotations)] if pair]
+    if not pairs:
+        return Check(row, WARN, f"no NCCL sweep has run on node group {group}; "
                                 "run `python -m ops validate --dist dist/<env>`")
-    pod = max(pods, key=lambda p: str(p.metadata.creation_timestamp or ""))
-    text = _call(lambda: core.read_namespaced_pod_log(pod.metadata.name, TRAINING_NAMESPACE, tail_lines=LOG_TAIL_LINES),
-                 f"read the log of {pod.metadata.name}")
-    busbw, floor = busbw_from_log(text or ""), instance.nccl_busbw_floor_gbps
-    where = f"{pod.metadata.name}, {pod.metadata.creation_timestamp or 'unknown time'}"
-    if busbw is None:
+    when = max(str(pod.metadata.creation_timestamp or "unknown time") for _, pod in pairs)
+    running = [pod.metadata.name for _, pod in pairs if (pod.status.phase if pod.status else None) in ("Pending", "Running")]
+    if running:
+        return Check(row, WARN, f"an NCCL sweep is running ({', '.join(sorted(running))}, started {when})")
+    results = []
+    for pair, pod in pairs:
+        text = _call(lambda: core.read_namespaced_pod_log(pod.metadata.name, TRAINING_NAMESPACE,
+                                                          tail_lines=LOG_TAIL_LINES),
+                     f"read the log of {pod.metadata.name}")
+        verdict = nccl.judge(text or "", instance.nccl_busbw_floor_gbps)
         phase = pod.status.phase if pod.status else "unknown"
-        return Check(row, FAIL, f"no bus bandwidth in the launcher log ({where}, {phase})")
-    if busbw < floor:
-        return Check(row, FAIL, f"{busbw:g} GB/s below the {floor:g} GB/s floor of {instance.name} ({where})")
-    return Check(row, PASS, f"{busbw:g} GB/s, floor {floor:g} GB/s on {instance.name} ({where})")
+        if phase != "Succeeded":
+            verdict = nccl.Verdict(False, f"launcher {pod.metadata.name} {phase}; {verdict.line}", verdict.busbw)
+        results.append(nccl.PairResult(pair, verdict))
+    sweep = nccl.sweep_verdict(results)
+    return Check(row, PASS if sweep.ok else FAIL, f"{sweep.line} ({instance.name}, sweep of {when})")
+
+
+def leader_row(api_client: Any, now: datetime) -> Check:
+    """The operator's replicas elect a leader through a Lease (controller-runtime leader election,
+    --leader-elect; k8s/training_operator.py): held by someone and renewed within its duration."""
+    from kubernetes.client import CoordinationV1Api
+
+    row = f"leader {KUBEFLOW_NAMESPACE}/{TRAINING_OPERATOR}"
+    lease = _read(lambda: CoordinationV1Api(api_client).read_namespaced_lease(TRAINING_OPERATOR_LEASE, KUBEFLOW_NAMESPACE))
+    if lease is None or not lease.spec or not lease.spec.holder_identity:
+        return Check(row, FAIL, f"no replica holds Lease {TRAINING_OPERATOR_LEASE}: no controller reconciles jobs")
+    spec = lease.spec
+    renewed = spec.renew_time
+    duration = spec.lease_duration_seconds or 15
+    age = (now - renewed).total_seconds() if renewed else None
+    if age is None or age > duration:
+        return Check(row, FAIL, f"Lease held by {spec.holder_identity} but not renewed for "
+                                f"{'ever' if age is None else f'{age:.0f} s'} (duration {duration} s): its leader is gone")
+    return Check(row, PASS, f"held by {spec.holder_identity.split('_', 1)[0]}, renewed {age:.0f} s ago")
+
+
+def run_rows(env: Environment, api_client: Any, images: Mapping[str, str] | None, images_unknown: str) -> list[Check]:
+    """One row per run that is not finished: its phase, and whether it runs the spec `ops start`
+    would create now (the Registry stack's image, the preset without --set)."""
+    from kubernetes.client import CustomObjectsApi
+
+    from k8s.jobs import PRESET_LABEL, SPEC_DIGEST_LABEL, render_run
+
+    jobs = _call(lambda: CustomObjectsApi(api_client).list_namespaced_custom_object(
+        "kubeflow.org", "v1", TRAINING_NAMESPACE, "pytorchjobs"), "list the PyTorchJobs").get("items", [])
+    rows, current = [], {}
+    for job in sorted(jobs, key=lambda j: j["metadata"]["name"]):
+        labels = job["metadata"].get("labels") or {}
+        preset, name = labels.get(PRESET_LABEL), job["metadata"]["name"]
+        if labels.get(VALIDATION_LABEL) or not preset:
+            continue
+        phase, _ = phase_of(_as_model(job))
+        if phase in ("Succeeded", "Failed"):
+            continue
+        suspended = bool((job["spec"].get("runPolicy") or {}).get("suspend"))
+        state = f"{phase}{', suspended' if suspended and phase != 'Suspended' else ''}"
+        if images is None:
+            rows.append(Check(f"run {name}", WARN, f"{state}; cannot compare with what `ops start {preset}` would "
+                                                   f"create now: {images_unknown}"))
+            continue
+        if preset not in current:
+            from config.presets import get_preset
+
+            current[preset] = render_run(env, preset, image=images[get_preset(preset).image_variant])["metadata"]["name"]
+        if labels.get(SPEC_DIGEST_LABEL) and name == current[preset]:
+            rows.append(Check(f"run {name}", PASS, f"{state}; the spec `ops start {preset}` creates now"))
+        else:
+            rows.append(Check(f"run {name}", WARN, f"{state}; older code or other settings than `ops start {preset}` "
+                                                   f"would create now ({current[preset]})"))
+    return rows
+
+
+def _as_model(job: dict) -> Any:
+    """Enough of the SDK's PyTorchJob shape for ops.kube.phase_of."""
+    conditions = [SimpleNamespace(type=c.get("type"), status=c.get("status"), message=c.get("message"))
+                  for c in (job.get("status") or {}).get("conditions") or []]
+    return SimpleNamespace(status=SimpleNamespace(conditions=conditions))
 
 
 def _read(fn: Callable[[], Any]) -> Any:

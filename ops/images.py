@@ -55,3 +55,16 @@ def published_image(env: Environment, variant: str) -> str:
 
     cloudformation = aws.session(env.region).client("cloudformation", config=aws.CLIENT_CONFIG)
     return trainer_image(cloudformation, env, variant)
+
+
+def published_images(env: Environment) -> tuple[dict[str, str] | None, str]:
+    """Every trainer image the Registry stack published (what `ops start` runs), or None and why
+    not (no stack, no credentials): for reports that can do without them (`ops doctor`)."""
+    from ops.aws import api_failure_types, explain
+
+    try:
+        return {variant: published_image(env, variant) for variant in ("cpu", "gpu")}, ""
+    except OpsError as err:
+        return None, str(err)
+    except api_failure_types() as err:
+        return None, explain(err)

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import secrets
-import string
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -231,12 +229,13 @@ def _check_lossless(manifest: dict, job: Any) -> None:
 
 
 def render(env: Any, preset: str, *, image: str, job_name: str | None, overrides: dict | None) -> dict:
-    """The chart's PyTorchJob for `preset` with the `--set` overrides applied. Its pod template is
-    validated against the PodSpec schema of the environment's Kubernetes version (k8s/podspec.py),
-    unknown fields rejected: the operator would drop them silently. A failure is a ConfigError."""
-    from k8s.jobs import render_pytorchjob
+    """The run of `preset` with the `--set` overrides applied (k8s/jobs.py render_run: named
+    PRESET-<spec digest> unless `job_name`). Its pod template is validated against the PodSpec
+    schema of the environment's Kubernetes version (k8s/podspec.py), unknown fields rejected: the
+    operator would drop them silently. A failure is a ConfigError."""
+    from k8s.jobs import render_run
 
-    return render_pytorchjob(env, preset, image=image, job_name=job_name, overrides=overrides)
+    return render_run(env, preset, image=image, job_name=job_name, overrides=overrides)
 
 
 def submit(client: Any, manifest: dict) -> str:
@@ -257,7 +256,8 @@ def submit(client: Any, manifest: dict) -> str:
         lambda: networking.create_namespaced_network_policy(namespace, peers))
     try:
         _call(lambda: client.create_job(job=job, namespace=namespace),
-              {409: "`ops start PRESET` resumes a deployed job; `ops submit` without --name picks a new name"})
+              {409: "a run of this name (this spec) exists: `ops start PRESET --env ENV` resumes it; "
+                    "`ops submit --name` names another"})
     except OpsError:
         if created_peers:  # never one that belongs to a job already there
             api_call(lambda: networking.delete_namespaced_network_policy(peers["metadata"]["name"], namespace))
@@ -282,32 +282,16 @@ def _create_unless_present(create: Callable[[], Any]) -> bool:
     return True
 
 
-# Pods are <job>-worker-<index>, so k8s.jobs keeps job names to 48 characters; the suffix of a
-# generated name takes 7 of them.
-MAX_JOB_NAME = 48
-_SUFFIX_LENGTH = 6
-
-
-def unique_name(preset: str) -> str:
-    """`<preset>-<6 random lowercase letters or digits>`: a new DNS label per submit, so it never
-    collides with the deployed job of the preset (named after it) or an earlier submit."""
-    alphabet = string.ascii_lowercase + string.digits
-    suffix = "".join(secrets.choice(alphabet) for _ in range(_SUFFIX_LENGTH))
-    stem = preset[:MAX_JOB_NAME - _SUFFIX_LENGTH - 1].rstrip("-")
-    return f"{stem}-{suffix}"
-
-
 def set_suspended(client: Any, name: str, suspend: bool, namespace: str | None = None) -> str:
-    """Resume (`ops start`) or suspend (`ops stop`) a PyTorchJob through runPolicy.suspend, the
-    field the deployed presets are created with. A merge patch of that one field: the chart's
-    spec stays as deployed. Returns what happened, in words."""
+    """Resume (`ops start`) or suspend (`ops stop`) a PyTorchJob through runPolicy.suspend. A merge
+    patch of that one field: the run's spec stays as it was created. Returns what happened, in words."""
     namespace = namespace or client.namespace
     job = _call(lambda: client.get_job(name, namespace=namespace),
                 {404: f"`python -m ops status` lists the jobs in {namespace}"})
     phase, _ = phase_of(job)
     if phase in ("Succeeded", "Failed"):
-        raise OpsError(f"PyTorchJob {namespace}/{name} has finished ({phase}); a finished job does not run "
-                       f"again: `python -m ops submit --preset PRESET` starts a new one")
+        raise OpsError(f"PyTorchJob {namespace}/{name} has finished ({phase}); a finished run does not run "
+                       f"again: `python -m ops delete {name}`, then `python -m ops start PRESET --env ENV`")
     run_policy = job.spec.run_policy if job.spec else None
     suspended = bool(run_policy and run_policy.suspend)
     if suspended == suspend:

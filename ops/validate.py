@@ -2,11 +2,16 @@
 
     python -m ops validate --dist dist/<env> [--timeout 1800]
 
-Reads the cluster-validation objects the k8s layer wrote to dist/, counts Ready nodes per node
-group with kubectl, then (re)runs each GPU check Job whose group has a node and each NCCL MPIJob
-whose group has as many nodes as the test spans. A group with no nodes yet (desiredSize 0) is
-reported and skipped, not failed. Any check that fails or times out fails the command (exit 1);
-no objects, or kubectl missing or failing, is one line and exit 2.
+Reads the validation objects the k8s layer wrote (dist/<env>/validation/, or the runner's copy;
+k8s/validation.py), counts Ready nodes per node group with kubectl, then creates afresh each GPU
+check Job whose group has a node, the NCCL sweep of each EFA group with two Ready nodes or more
+(the group's MPIJob pinned to each pair of its nodes, in rounds of disjoint pairs; ops/nccl.py
+judges every pair's table and names a slow node or link), and the smoke run (a PyTorchJob) where
+its CPU group has its nodes. No deploy applies these
+objects; this command is what runs them. A group with no nodes yet (desiredSize 0) is reported and
+skipped, not failed, as is a check whose `${NAME}` placeholder (the smoke run's trainer image) is
+not in the environment. Any check that fails or times out fails the command (exit 1); no objects,
+or kubectl missing or failing, is one line and exit 2.
 Needs kubectl configured for the cluster (the pipeline does update-kubeconfig first).
 """
 
@@ -14,14 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from config import paths
-from config.kubernetes import NODEGROUP_LABEL
-from ops import proc
+from config.kubernetes import NCCL_GROUP_LABEL, NCCL_INSTANCE_TYPE_ANNOTATION, NODEGROUP_LABEL
+from ops import nccl, proc
 from ops.errors import OpsError
 
 POLL_SECONDS = 10
@@ -31,12 +38,27 @@ KUBECTL_TIMEOUT_S = 300
 
 @dataclass(frozen=True)
 class Check:
-    kind: str  # "Job" or "MPIJob"
+    kind: str  # "Job", "MPIJob" or "PyTorchJob"
     name: str
     namespace: str
     nodegroup: str
     nodes_needed: int
     manifest: dict
+
+    def placeholders(self) -> list[str]:
+        """The `${NAME}` values this check needs from the environment."""
+        return sorted(set(PLACEHOLDER.findall(json.dumps(self.manifest))))
+
+
+# The dist placeholders (k8s/values.py): upper-case names in ${...}. The launcher scripts' own
+# shell variables are lower case.
+PLACEHOLDER = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
+
+
+def filled(manifest: dict, values: dict[str, str]) -> dict:
+    """`manifest` with every placeholder replaced by its value."""
+    text = PLACEHOLDER.sub(lambda m: values[m.group(1)], json.dumps(manifest))
+    return json.loads(text)
 
 
 def _pod_nodegroup(pod_spec: dict) -> str | None:
@@ -63,6 +85,10 @@ def checks_from_objects(objects: list[dict]) -> list[Check]:
             worker = obj["spec"]["mpiReplicaSpecs"]["Worker"]
             group = _pod_nodegroup(worker["template"]["spec"])
             nodes = int(worker.get("replicas", 1))
+        elif kind == "PyTorchJob":
+            worker = obj["spec"]["pytorchReplicaSpecs"]["Worker"]
+            group = _pod_nodegroup(worker["template"]["spec"])
+            nodes = int((obj["spec"].get("elasticPolicy") or {}).get("minReplicas") or worker.get("replicas", 1))
         else:
             continue
         if group is None:
@@ -71,33 +97,40 @@ def checks_from_objects(objects: list[dict]) -> list[Check]:
     return checks
 
 
-def plan(checks: list[Check], ready_nodes: dict[str, int]) -> tuple[list[Check], list[str]]:
-    """Which checks can run now, and a reason for each that cannot."""
+def plan(checks: list[Check], ready_nodes: dict[str, list[str]],
+         environ: dict[str, str] | None = None) -> tuple[list[Check], list[str]]:
+    """Which checks can run now (placeholders filled from `environ`), and a reason for each that cannot."""
+    environ = os.environ if environ is None else environ
     runnable, skipped = [], []
     for check in checks:
-        have = ready_nodes.get(check.nodegroup, 0)
-        if have >= check.nodes_needed:
-            runnable.append(check)
-        else:
+        have = len(ready_nodes.get(check.nodegroup, ()))
+        missing = [name for name in check.placeholders() if not environ.get(name)]
+        if have < check.nodes_needed:
             skipped.append(f"{check.kind} {check.name}: node group {check.nodegroup} has {have} Ready "
                            f"node(s), needs {check.nodes_needed}")
+        elif missing:
+            skipped.append(f"{check.kind} {check.name}: {', '.join(missing)} not set (the validation runner sets "
+                           "it; by hand, export it as dist/<env>/README.md shows)")
+        else:
+            runnable.append(replace(check, manifest=filled(check.manifest, environ)))
     return runnable, skipped
 
 
-def ready_nodes_by_group(nodes: dict) -> dict[str, int]:
-    counts: dict[str, int] = {}
+def ready_nodes_by_group(nodes: dict) -> dict[str, list[str]]:
+    """Node group -> the names of its Ready nodes, sorted."""
+    found: dict[str, list[str]] = {}
     for node in nodes.get("items", []):
         group = node["metadata"].get("labels", {}).get(NODEGROUP_LABEL)
         ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", []))
         if group and ready:
-            counts[group] = counts.get(group, 0) + 1
-    return counts
+            found.setdefault(group, []).append(node["metadata"].get("name", ""))
+    return {group: sorted(names) for group, names in found.items()}
 
 
 def load_validation_objects(dist: Path) -> list[dict]:
     if dist.exists() and not dist.is_dir():
         raise OpsError(f"--dist: {dist} is not a directory (the dist/<env> folder make synth writes)")
-    files = sorted(dist.glob("*validation*.yaml"))
+    files = sorted(dist.rglob("*validation*.yaml"))
     if not files:
         raise OpsError(f"--dist: no cluster-validation YAML under {dist} (run make synth first)")
     objects = []
@@ -125,9 +158,9 @@ def _kubectl(*args: str, stdin: str | None = None) -> str:
     return done.stdout
 
 
-def _outcome(check: Check) -> str | None:
+def _outcome(kind: str, name: str, namespace: str) -> str | None:
     """'passed', 'failed' or None while running, from the object's status conditions."""
-    status = json.loads(_kubectl("get", check.kind.lower(), check.name, "-n", check.namespace, "-o", "json")).get("status", {})
+    status = json.loads(_kubectl("get", kind.lower(), name, "-n", namespace, "-o", "json")).get("status", {})
     for cond in status.get("conditions") or []:
         if cond.get("status") != "True":
             continue
@@ -138,24 +171,24 @@ def _outcome(check: Check) -> str | None:
     return None
 
 
-def running(check: Check) -> dict:
-    """The check's manifest as created here: deployed suspended (k8s/validation.py), run unsuspended."""
-    manifest = json.loads(json.dumps(check.manifest))
-    spec = manifest["spec"]
-    (spec.setdefault("runPolicy", {}) if check.kind == "MPIJob" else spec)["suspend"] = False
-    return manifest
+def _await(kind: str, names: list[str], namespace: str, timeout_s: float) -> list[str]:
+    """Each object's outcome once all have one, or 'timed out' for those still running at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    outcomes: dict[str, str] = {}
+    while True:
+        for name in names:
+            if name not in outcomes and (outcome := _outcome(kind, name, namespace)) is not None:
+                outcomes[name] = outcome
+        if len(outcomes) == len(names) or time.monotonic() > deadline:
+            return [outcomes.get(name, "timed out") for name in names]
+        time.sleep(POLL_SECONDS)
 
 
 def run_check(check: Check, timeout_s: float) -> bool:
     # Delete first: a Job that passed on an earlier deploy must run again to prove this one.
     _kubectl("delete", check.kind.lower(), check.name, "-n", check.namespace, "--ignore-not-found", "--wait=true")
-    _kubectl("create", "-f", "-", stdin=json.dumps(running(check)))
-    deadline = time.monotonic() + timeout_s
-    while (outcome := _outcome(check)) is None:
-        if time.monotonic() > deadline:
-            outcome = "timed out"
-            break
-        time.sleep(POLL_SECONDS)
+    _kubectl("create", "-f", "-", stdin=json.dumps(check.manifest))
+    [outcome] = _await(check.kind, [check.name], check.namespace, timeout_s)
     selector = f"job-name={check.name}" if check.kind == "Job" else f"training.kubeflow.org/job-name={check.name}"
     try:
         print(_kubectl("logs", "-n", check.namespace, "-l", selector, "--tail=50", "--all-containers"))
@@ -163,6 +196,49 @@ def run_check(check: Check, timeout_s: float) -> bool:
         print(f"(no logs: {err})")
     print(f"{check.kind} {check.name} on {check.nodegroup}: {outcome}")
     return outcome == "passed"
+
+
+def _launcher_log(name: str, namespace: str) -> str:
+    # A label selector makes kubectl logs default to the last 10 lines; the table needs them all.
+    selector = f"training.kubeflow.org/job-name={name},training.kubeflow.org/replica-type=launcher"
+    try:
+        return _kubectl("logs", "-n", namespace, "-l", selector, "--tail=-1")
+    except RuntimeError as err:
+        return f"(no launcher log: {err})"
+
+
+def run_nccl_sweep(check: Check, nodes: list[str], timeout_s: float) -> bool:
+    """The group's NCCL MPIJob once per pair of `nodes`, a round of disjoint pairs at a time; the
+    verdict is ops/nccl.py's, the one `ops doctor` reads back from the same launcher logs."""
+    from config.instance_types import INSTANCE_TYPES
+
+    instance = (check.manifest["metadata"].get("annotations") or {}).get(NCCL_INSTANCE_TYPE_ANNOTATION)
+    if instance not in INSTANCE_TYPES or INSTANCE_TYPES[instance].nccl_busbw_floor_gbps is None:
+        raise ValueError(f"MPIJob {check.name} names no instance type with an NCCL floor ({instance!r})")
+    floor = INSTANCE_TYPES[instance].nccl_busbw_floor_gbps
+    group, namespace = check.nodegroup, check.namespace
+    # A sweep replaces the last one: its pairs, and the single test earlier releases ran.
+    _kubectl("delete", "mpijob", "-n", namespace, "-l", f"{NCCL_GROUP_LABEL}={group}", "--ignore-not-found",
+             "--wait=true")
+    _kubectl("delete", "mpijob", check.name, "-n", namespace, "--ignore-not-found", "--wait=true")
+    results, index = [], 0
+    for pairs in nccl.pairs_in_rounds(nodes):
+        jobs = []
+        for pair in pairs:
+            job = nccl.pinned(check.manifest, pair, index, group)
+            index += 1
+            _kubectl("create", "-f", "-", stdin=json.dumps(job))
+            jobs.append((pair, job["metadata"]["name"]))
+        outcomes = _await("MPIJob", [name for _, name in jobs], namespace, timeout_s)
+        for (pair, name), outcome in zip(jobs, outcomes):
+            verdict = nccl.judge(_launcher_log(name, namespace), floor)
+            if outcome != "passed":
+                verdict = nccl.Verdict(False, f"MPIJob {name} {outcome}; {verdict.line}", verdict.busbw)
+            print(f"  {name} {pair[0]}<->{pair[1]}: {'pass' if verdict.ok else 'FAIL'}: {verdict.line}")
+            results.append(nccl.PairResult(pair, verdict))
+    sweep = nccl.sweep_verdict(results)
+    print(f"NCCL sweep on {group} ({len(nodes)} nodes, {instance}): {'passed' if sweep.ok else 'failed'}: {sweep.line}")
+    return sweep.ok
 
 
 def positive_seconds(text: str) -> float:
@@ -191,8 +267,12 @@ def run(args: argparse.Namespace) -> int:
         runnable, skipped = plan(checks, ready)
         for reason in skipped:
             print(f"skipped: {reason}")
-        failures = [c.name for c in runnable if not run_check(c, args.timeout)]
+        failures = [c.name for c in runnable
+                    if not (run_nccl_sweep(c, ready[c.nodegroup], args.timeout) if c.kind == "MPIJob"
+                            else run_check(c, args.timeout))]
     except RuntimeError as err:  # kubectl could not do what a check needs: the cluster, not a check
         raise OpsError(str(err)) from None
+    except ValueError as err:
+        raise OpsError(f"--dist: {err}") from None
     print(f"validation finished: {len(runnable) - len(failures)} passed, {len(failures)} failed, {len(skipped)} skipped")
     return 1 if failures else 0

@@ -11,6 +11,8 @@ from stacks.nag import apply_nag
 from stacks.network import NetworkStack
 from stacks.registry import RegistryStack
 from stacks.storage import StorageStack
+from k8s.validation import validation_objects
+from k8s.values import image_placeholder
 from stacks.validation import ValidationStack
 from stacks.workloads import WorkloadsStack, workload_values
 
@@ -38,15 +40,11 @@ class TrainingClusterStage(cdk.Stage):
         self.workloads = WorkloadsStack(self, "Workloads", config=config, cluster=self.cluster.cluster,
                                         values=workload_values(self.storage, self.registry),
                                         log_key=self.cluster.logs.key)
+        # The smoke run's image is a placeholder in the objects; the runner fills it from its
+        # environment, where CloudFormation resolves the trainer repository's copy of the image.
         self.validation = ValidationStack(
             self, "Validation", config=config, vpc=vpc, cluster=self.cluster.cluster,
-            validation_objects=_validation_objects(self.workloads.charts), pipeline_account=pipeline_account)
+            validation_objects=validation_objects(config),
+            runner_environment={image_placeholder("cpu"): self.registry.trainer_image_uris["cpu"]},
+            pipeline_account=pipeline_account)
         apply_nag(self)
-
-
-def _validation_objects(charts) -> list[dict]:
-    """The cluster-validation chart's objects; an environment without GPU groups has none."""
-    try:
-        return charts.entry("cluster-validation").chart.to_json()
-    except KeyError:
-        return []

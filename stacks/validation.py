@@ -7,13 +7,15 @@ in its private subnets. The cluster security group admits it on 443 (Amazon EKS 
 Amazon EKS security group requirements for clusters"), and an access entry maps its role to the
 Kubernetes group VALIDATION_RUNNER_GROUP with no EKS access policy ("Create an access entry using
 Kubernetes groups"): k8s/validation_runner_rbac.py binds to that group exactly the requests `ops
-validate` makes (list nodes; create, delete and read the check Jobs and NCCL MPIJobs in the training
-namespace; list their pods and read their logs), and no Secret.
+validate` makes (list nodes; create, delete and read the check Jobs, the NCCL MPIJobs and the smoke
+PyTorchJob in the training namespace; list their pods and read their logs), and no Secret.
 
 Its source is an asset: the ops package, the config package it imports, and this environment's
-validation objects. A failed check fails its build. Anyone with codebuild:StartBuild on the
-project can run it (output RunnerProjectName); under the pipeline, a starter role that only the
-pipeline's validation step may assume can start it and read its builds, and nothing else.
+validation objects (k8s/validation.py), whose `${NAME}` placeholders `ops validate` fills from the
+runner's environment variables (`runner_environment`). A failed check fails its build. Anyone
+with codebuild:StartBuild on the project can run it (output RunnerProjectName); under the pipeline,
+a starter role that only the pipeline's validation step may assume can start it and read its
+builds, and nothing else.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Mapping
 
 import aws_cdk as cdk
 import yaml
@@ -33,7 +36,7 @@ from constructs import Construct
 
 from cdk_constructs.log_groups import EncryptedLogs
 from config import Environment
-from config.eks_versions import KUBECTL_SHA256, KUBECTL_VERSION
+from config.eks_versions import kubectl_for
 from config.kubernetes import VALIDATION_RUNNER_GROUP
 from stacks.removal import apply_removal_policy
 
@@ -69,12 +72,13 @@ def validation_starter_role_name(env_name: str) -> str:
 
 
 def runner_buildspec(config: Environment) -> dict:
+    kubectl_version, kubectl_sha256 = kubectl_for(config.kubernetes_version)
     return {
         "version": "0.2",
         "phases": {
             "install": {"commands": [
-                f"curl -fsSLo /usr/local/bin/kubectl https://dl.k8s.io/release/{KUBECTL_VERSION}/bin/linux/amd64/kubectl",
-                f'echo "{KUBECTL_SHA256}  /usr/local/bin/kubectl" | sha256sum --check',
+                f"curl -fsSLo /usr/local/bin/kubectl https://dl.k8s.io/release/{kubectl_version}/bin/linux/amd64/kubectl",
+                f'echo "{kubectl_sha256}  /usr/local/bin/kubectl" | sha256sum --check',
                 "chmod +x /usr/local/bin/kubectl",
                 f"python3 -m pip install --quiet {pinned_requirement('PyYAML')}",
             ]},
@@ -93,7 +97,8 @@ class ValidationStack(cdk.Stack):
     pipeline account, `starter_role` and `starter_role_arn_output` (else None)."""
 
     def __init__(self, scope: Construct, id: str, *, config: Environment, vpc: ec2.IVpc, cluster: eks.ICluster,
-                 validation_objects: list[dict], pipeline_account: str | None = None, **kwargs) -> None:
+                 validation_objects: list[dict], runner_environment: Mapping[str, str] | None = None,
+                 pipeline_account: str | None = None, **kwargs) -> None:
         super().__init__(scope, id, **kwargs)
         self.config = config
         self.logs = EncryptedLogs(self, "Logs", retain=config.retain,
@@ -137,7 +142,10 @@ class ValidationStack(cdk.Stack):
             build_spec=codebuild.BuildSpec.from_object(runner_buildspec(config)),
             environment=codebuild.BuildEnvironment(
                 build_image=BUILD_IMAGE, compute_type=codebuild.ComputeType.SMALL,
-                environment_variables={"CLUSTER_NAME": codebuild.BuildEnvironmentVariable(value=config.cluster_name)},
+                environment_variables={
+                    "CLUSTER_NAME": codebuild.BuildEnvironmentVariable(value=config.cluster_name),
+                    **{name: codebuild.BuildEnvironmentVariable(value=value)
+                       for name, value in (runner_environment or {}).items()}},
             ),
             encryption_key=self.logs.key,
             logging=codebuild.LoggingOptions(cloud_watch=codebuild.CloudWatchLoggingOptions(

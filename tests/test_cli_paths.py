@@ -168,7 +168,7 @@ OPS_BASE = {
     "preflight": ["preflight", "--env", "dev"], "kubeconfig": ["kubeconfig", "--env", "dev"],
     "whoami": ["whoami", "--env", "dev"], "plan": ["plan", "--env", "dev"],
     "submit": ["submit", "--env", "dev", "--preset", PRESET, "--image", "img:1"],
-    "start": ["start", PRESET], "stop": ["stop", PRESET], "status": ["status"], "logs": ["logs", "job"],
+    "start": ["start", PRESET, "--env", "dev", "--image", "img:1"], "stop": ["stop", PRESET], "status": ["status"], "logs": ["logs", "job"],
     "delete": ["delete", "job"], "capacity-block": ["capacity-block", "schedule", "--env", "dev"],
     "doctor": ["doctor", "--env", "dev"], "model token": ["model", "token", "--env", "dev"],
     "model download": ["model", "download", "--env", "dev", "--repo", "org/model", "--image", "img:1"],

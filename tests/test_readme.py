@@ -54,3 +54,24 @@ def test_every_make_target_the_readme_names_exists(target):
 @pytest.mark.parametrize("module", sorted(set(re.findall(r"python -m (trainer\.[a-z_0-9]+)", README))))
 def test_every_trainer_module_the_readme_names_exists(module):
     assert importlib.util.find_spec(module) is not None, f"README names `python -m {module}`, which does not exist"
+
+
+RUN_COMMANDS = re.compile(r"python -m ops ((?:start|stop|submit)\b[^`#\n|]*)")
+# The README's placeholders, as a user would fill them in.
+FILLED = {"PRESET": "cpu-ddp", "P": "cpu-ddp", "NAME": "dev", "RUN": "cpu-ddp-0123abcd", "N": "my-run",
+          "KEY=VALUE": "max_restarts=1", "URI": "registry/trainer:1"}
+
+
+@pytest.mark.parametrize("line", sorted(set(m.strip() for m in RUN_COMMANDS.findall(README))))
+def test_every_start_stop_and_submit_the_readme_shows_parses(line):
+    """A run needs its environment (`start PRESET --env NAME`); a README line the parser rejects is
+    a command a user cannot run as written."""
+    import shlex
+
+    words = [FILLED.get(w, w) for w in shlex.split(line.replace("[", " ").replace("]", " ").replace("\\|", "|"))
+             if w not in ("...",)]
+    words = [w.split("|")[0] for w in words]
+    try:
+        build_parser().parse_args(words)
+    except SystemExit as exit_:
+        pytest.fail(f"README shows `python -m ops {line}`, which the CLI rejects (exit {exit_.code})")

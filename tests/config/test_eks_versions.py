@@ -44,3 +44,26 @@ def test_the_kubectl_layer_installed_is_the_one_the_cluster_uses():
     requirements = (Path(__file__).resolve().parents[2] / "requirements.txt").read_text()
     assert "aws-cdk.lambda-layer-kubectl-v35==2.2.2" in requirements.splitlines()
     assert "lambda-layer-kubectl-v33" not in requirements
+
+
+def test_every_image_that_runs_kubectl_gets_one_within_one_minor_of_its_cluster():
+    """kubectl_for picks the kubectl of the MPI launcher's kubectl-delivery image and of the
+    validation runner per environment; a cluster version no build serves within one minor (say,
+    1.37 added to the calendar without a kubectl) is refused rather than run out of skew."""
+    import json
+    from pathlib import Path
+
+    import pytest
+
+    from config import load_environment
+
+    for version in SUPPORTED_KUBERNETES_VERSIONS:
+        kubectl, digest = eks_versions.kubectl_for(version)
+        assert abs(minor(kubectl) - minor(version)) <= 1 and len(digest) == 64, version
+    raw = json.loads((Path(__file__).resolve().parents[2] / "cdk.json").read_text())["context"]["environments"]
+    for name in raw:
+        env = load_environment(raw, name)
+        assert abs(minor(eks_versions.kubectl_for(env.kubernetes_version)[0]) - minor(env.kubernetes_version)) <= 1
+    for drifted in ("1.33", "1.37"):
+        with pytest.raises(ValueError, match=f"no kubectl within one minor version of Kubernetes {drifted}"):
+            eks_versions.kubectl_for(drifted)

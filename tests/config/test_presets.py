@@ -71,8 +71,7 @@ def test_the_ddp_preset_parses_with_its_trainers_parser():
     assert (args.epochs, args.save_every, args.batch_size, args.snapshot_path) == (20, 2, 64, "/ck/cpu-ddp/snapshot.pt")
 
 
-def test_gpu_presets_are_deployed_suspended_and_the_fine_tuning_preset_starts_from_fsx_weights():
-    assert all(not p.start_on_deploy for p in PRESETS.values() if p.image_variant == "gpu")
+def test_the_fine_tuning_preset_starts_from_fsx_weights():
     tune = get_preset("llama2-7b-finetune").workload
     assert tune.init_from_hf == "/fsx/models/Llama-2-7b-hf" and tune.lr < 1e-4
     assert get_preset("llama2-7b-finetune").workload_args()[
@@ -106,7 +105,7 @@ def test_the_imagenet_presets_are_elastic_on_p4d_reading_fsx_and_vision_tiny_run
         preset = get_preset(name)
         assert preset.workload.model == model and preset.workload.data == "/fsx/data/imagenet"
         assert (preset.nodegroup, preset.image_variant, preset.nodes_min, preset.nodes_max) == ("p4d", "gpu", 1, 3)
-        assert preset.rendezvous == "etcd" and preset.nproc_per_node is None and not preset.start_on_deploy
+        assert preset.rendezvous == "etcd" and preset.nproc_per_node is None
         assert preset.workload.workers == 4  # data-loader processes per GPU, as the reference ran
         assert preset.job_dir().startswith(CLUSTER_CHECKPOINT_ROOT)
     tiny = get_preset("vision-tiny")

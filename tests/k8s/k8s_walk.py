@@ -31,6 +31,31 @@ def objects(charts: EnvironmentCharts) -> list[dict]:
     return [obj for docs in charts.manifests().values() for obj in docs]
 
 
+def ops_objects(config: Environment) -> list[dict]:
+    """What `ops` creates on the cluster, never a deploy: each preset's run as `ops start` renders it
+    (images as dist placeholders), the validation objects `ops validate` creates with the NCCL
+    sweep's first pair pinned from each group's template, `ops data`'s Job per data source and
+    `ops model download`'s Jobs."""
+    from k8s.data_jobs import data_job_manifest
+    from k8s.jobs import presets_for, render_run
+    from k8s.model_download import ModelDownload, configured_downloads, model_download_manifest
+    from k8s.validation import validation_objects
+    from k8s.values import image_placeholder
+    from ops import nccl
+
+    made = [render_run(config, p.name, image=f"${{{image_placeholder(p.image_variant)}}}") for p in presets_for(config)]
+    checks = validation_objects(config)
+    made += checks
+    for template in (o for o in checks if o["kind"] == "MPIJob"):
+        group = template["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"][NODEGROUP_LABEL]
+        made.append(nccl.pinned(template, (f"{group}-node-a", f"{group}-node-b"), 0, group))
+    made += [data_job_manifest(config, source, image=f"${{{image_placeholder('cpu')}}}") for source in config.data_sources]
+    if config.cpu_nodegroups:
+        downloads = configured_downloads(config) or [ModelDownload.of("org/model")]
+        made += [model_download_manifest(config, d, image=f"${{{image_placeholder('cpu')}}}") for d in downloads]
+    return made
+
+
 def key(obj: dict) -> tuple[str, str, str]:
     return obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
 

@@ -1,7 +1,8 @@
 """Every object the project puts on a cluster, and every pod those objects make.
 
 Objects: the charts `cdk deploy` applies (k8s/charts.py) and what `ops` creates at run time from the
-same code (k8s/jobs.py PyTorchJobs, k8s/data_jobs.py and k8s/model_download.py Jobs).
+same code (k8s_walk.ops_objects: the runs of `ops start`/`ops submit`, the validation objects and
+NCCL sweep pairs of `ops validate`, the Jobs of `ops data` and `ops model download`).
 
 Pods: a workload's pod template as is; a PyTorchJob's or MPIJob's pods as the Training Operator
 v1.9.4 builds them (kubeflow/trainer tag v1.9.4): the template plus the operator's labels
@@ -16,13 +17,9 @@ import copy
 from dataclasses import dataclass, field
 
 from config import Environment
-from k8s.common import IMAGES
-from k8s.data_jobs import data_job_manifest
-from k8s.jobs import presets_for, render_pytorchjob
-from k8s.model_download import ModelDownload, configured_downloads, model_download_manifest
-from k8s_walk import build, objects
+from k8s.values import KUBECTL_DELIVERY_IMAGE
+from k8s_walk import build, objects, ops_objects
 
-IMAGE = "registry.example/trainer:test"
 WORKLOADS = ("Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job")
 OPERATOR_KINDS = {"PyTorchJob": ("pytorchReplicaSpecs", "pytorchjob-controller"),
                   "MPIJob": ("mpiReplicaSpecs", "mpijob-controller")}
@@ -30,16 +27,6 @@ JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 OPERATOR_NAME_LABEL = "training.kubeflow.org/operator-name"
-
-
-def ops_objects(config: Environment) -> list[dict]:
-    """What `ops submit`, `ops data` and `ops model download` create in `config`."""
-    made = [render_pytorchjob(config, preset.name, image=IMAGE) for preset in presets_for(config)]
-    made += [data_job_manifest(config, source, image=IMAGE) for source in config.data_sources]
-    if config.cpu_nodegroups:
-        downloads = configured_downloads(config) or [ModelDownload.of("org/model")]
-        made += [model_download_manifest(config, download, image=IMAGE) for download in downloads]
-    return made
 
 
 def cluster_objects(config: Environment) -> list[dict]:
@@ -67,7 +54,7 @@ def _name(obj: dict) -> str:
 def launcher_as_the_operator_builds_it(spec: dict) -> dict:
     spec = copy.deepcopy(spec)
     spec.setdefault("initContainers", []).append({
-        "name": "kubectl-delivery", "image": IMAGES["mpi-kubectl-delivery"], "imagePullPolicy": "IfNotPresent",
+        "name": "kubectl-delivery", "image": f"${{{KUBECTL_DELIVERY_IMAGE}}}", "imagePullPolicy": "IfNotPresent",
         "env": [{"name": "TARGET_DIR", "value": "/opt/kube"}, {"name": "NAMESPACE", "value": "training"}],
         "volumeMounts": [{"name": "mpi-job-kubectl", "mountPath": "/opt/kube"},
                          {"name": "mpi-job-config", "mountPath": "/etc/mpi"}],

@@ -17,7 +17,6 @@ from k8s.etcd import EtcdChart
 from k8s.fsx_storage import FsxStorageChart, FsxStorageProps
 from k8s.namespaces import NamespacesChart, NamespacesProps
 from k8s.nvidia_device_plugin import NvidiaDevicePluginChart, NvidiaDevicePluginProps
-from k8s.training_jobs import TrainingJobsChart, TrainingJobsProps
 from k8s.training_operator import WEBHOOK_CONFIGURATION, WEBHOOK_SECRET, TrainingOperatorChart
 from k8s.validation import ClusterValidationChart, ValidationProps
 from k8s.values import ClusterValues
@@ -165,6 +164,60 @@ def test_the_operator_reads_secrets_and_takes_its_lease_only_in_its_own_namespac
     assert one(operator, "Secret")["metadata"]["namespace"] == KUBEFLOW_NAMESPACE
 
 
+def test_operator_runs_two_replicas_on_different_nodes_and_a_drain_keeps_one(operator):
+    from k8s.common import TRAINING_OPERATOR_LEASE
+    from k8s.training_operator import REPLICAS
+
+    deployment = one(operator, "Deployment")
+    assert deployment["spec"]["replicas"] == REPLICAS == 2
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    spec = pod(deployment)
+    [anti] = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert anti["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert anti["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= labels.items()
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in spec["affinity"]["podAntiAffinity"], \
+        "a rolling update's third pod must fit on a two-node system group"
+    budget = one(operator, "PodDisruptionBudget")
+    assert budget["spec"]["minAvailable"] == REPLICAS - 1
+    assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert "--leader-elect" in spec["containers"][0]["args"]
+    assert not any(a.startswith("--leader-election-id") for a in spec["containers"][0]["args"])
+    assert TRAINING_OPERATOR_LEASE.endswith(".training-operator.kubeflow.org")
+
+
+def test_operator_readiness_waits_for_a_finished_rollout():
+    """availableReplicas stays set by the old pods during a rollout; the Progressing condition's
+    reason is NewReplicaSetAvailable only once every new replica is available."""
+    from k8s.training_operator import TrainingOperatorChart
+
+    ready = TrainingOperatorChart.ready_when
+    assert ready.json_path == '.status.conditions[?(@.reason=="NewReplicaSetAvailable")].status'
+    assert ready.dist_wait == "kubectl rollout status -n kubeflow deployment/training-operator --timeout=10m"
+    assert ready.timeout_minutes * 60 < 15 * 60, "inside the kubectl provider's 15-minute Lambda"
+
+
+def test_cluster_services_get_our_priority_class_not_a_reserved_one(operator, etcd):
+    from k8s.common import CONTROL_PRIORITY_CLASS
+    from k8s.priority import PriorityClassesChart
+
+    [klass] = synth(PriorityClassesChart)
+    assert klass["kind"] == "PriorityClass" and klass["metadata"]["name"] == CONTROL_PRIORITY_CLASS
+    assert not CONTROL_PRIORITY_CLASS.startswith("system-")
+    assert 0 < klass["value"] <= 1_000_000_000, "values above one billion are reserved"
+    assert klass["globalDefault"] is False, "training pods keep priority 0"
+    for docs in (operator, etcd):
+        assert pod(one(docs, "Deployment"))["priorityClassName"] == CONTROL_PRIORITY_CLASS
+
+
+def test_etcd_runs_only_on_the_system_nodes(etcd):
+    from config.kubernetes import ROLE_LABEL, SYSTEM_ROLE
+
+    affinity = pod(one(etcd, "Deployment"))["affinity"]["nodeAffinity"]
+    [term] = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": ROLE_LABEL, "operator": "In", "values": [SYSTEM_ROLE]}]
+    assert "preferredDuringSchedulingIgnoredDuringExecution" not in affinity
+
+
 @pytest.fixture(scope="module")
 def etcd():
     return synth(EtcdChart)
@@ -211,32 +264,59 @@ def test_fsx_static_volume_and_the_one_claim():
     assert pvc["spec"]["resources"]["requests"]["storage"] == pv["spec"]["capacity"]["storage"] == "1200Gi"
 
 
-def test_training_jobs_chart_renders_each_available_preset_with_its_image(dev, prod):
-    dev_jobs = synth(TrainingJobsChart, props=TrainingJobsProps(config=dev, images=IMAGES))
-    prod_jobs = synth(TrainingJobsChart, props=TrainingJobsProps(config=prod, images=IMAGES))
-    assert {j["metadata"]["name"] for j in dev_jobs} == {p.name for p in presets_for(dev)}
-    assert {j["metadata"]["name"] for j in prod_jobs} == {p.name for p in presets_for(prod)}
-    assert {"cpu-ddp", "llm-tiny", "llama3-8b-fsdp", "llama2-7b-fsdp"} <= {p.name for p in presets_for(dev)}
-    assert {"cpu-ddp", "llm-tiny", "llama3-8b-fsdp", "llama31-70b-fsdp"} <= {p.name for p in presets_for(prod)}
-    images = {j["metadata"]["name"]: j["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"]
-              for j in dev_jobs}
-    assert images["cpu-ddp"] == IMAGES["cpu"] and images["llama3-8b-fsdp"] == IMAGES["gpu"]
+@pytest.mark.parametrize("capacity", [1200, 2400, 4800, 96000])
+def test_fsx_claim_requests_a_constant_that_every_allowed_file_system_satisfies(capacity):
+    """A bound claim's request cannot change (no StorageClass allows expansion), so growing FSx
+    may change only the volume's capacity, which must stay at least the request."""
+    from k8s.fsx_storage import CLAIM_REQUEST_GIB
+
+    docs = synth(FsxStorageChart, props=FsxStorageProps("fs-0123", "dns", "mnt", capacity))
+    pv, pvc = one(docs, "PersistentVolume"), one(docs, "PersistentVolumeClaim")
+    assert pvc["spec"]["resources"]["requests"]["storage"] == f"{CLAIM_REQUEST_GIB}Gi"
+    assert pv["spec"]["capacity"]["storage"] == f"{capacity}Gi"
 
 
-def test_only_the_smoke_job_starts_on_deploy_the_rest_wait_suspended(dev):
-    jobs = synth(TrainingJobsChart, props=TrainingJobsProps(config=dev, images=IMAGES))
-    suspended = {j["metadata"]["name"]: j["spec"]["runPolicy"].get("suspend", False) for j in jobs}
-    assert suspended == {p.name: not p.start_on_deploy for p in presets_for(dev)}
-    assert [name for name, held in suspended.items() if not held] == ["cpu-ddp"]
+def test_fsx_claim_request_is_the_smallest_capacity_config_accepts(dev):
+    from config import ConfigError
+    from config.environment import _parse_fsx
+    from k8s.fsx_storage import CLAIM_REQUEST_GIB
+
+    assert _parse_fsx({"storageCapacityGiB": CLAIM_REQUEST_GIB, "throughputPerTiB": 125}, "fsx")
+    for smaller in (600, CLAIM_REQUEST_GIB - 1):
+        with pytest.raises(ConfigError):
+            _parse_fsx({"storageCapacityGiB": smaller, "throughputPerTiB": 125}, "fsx")
+    with pytest.raises(ValueError, match="at least the claim"):
+        synth(FsxStorageChart, props=FsxStorageProps("fs-0123", "dns", "mnt", 600))
+    assert dev.fsx.storage_capacity_gib >= CLAIM_REQUEST_GIB
 
 
-def test_training_jobs_chart_refuses_a_preset_the_environment_cannot_run(prod):
-    with pytest.raises(ValueError, match="llama2-7b-fsdp"):
-        synth(TrainingJobsChart, props=TrainingJobsProps(config=prod, images=IMAGES, presets=("llama2-7b-fsdp",)))
+def test_no_chart_holds_a_job_so_a_deploy_never_touches_a_run(environments):
+    """A deploy re-applies what the charts hold; runs (PyTorchJob), validation (Job, MPIJob) and
+    data Jobs are created by ops, so a deploy can neither suspend, re-template nor delete them."""
+    for name, config in environments.items():
+        charts = EnvironmentCharts(config, ClusterValues.placeholders(), app=cdk8s.Testing.app())
+        kinds = {o["kind"] for docs in charts.manifests().values() for o in docs}
+        assert kinds and not kinds & {"PyTorchJob", "MPIJob", "Job", "CronJob", "Pod"}, name
+
+
+def test_the_smoke_run_is_a_validation_object_only_where_its_node_group_exists(dev, prod):
+    from dataclasses import replace
+
+    from k8s.validation import SMOKE_CHECKPOINT_ROOT, SMOKE_RUN, validation_objects
+
+    for config in (dev, prod):
+        [smoke] = [o for o in validation_objects(config) if o["kind"] == "PyTorchJob"]
+        assert smoke["metadata"]["name"] == SMOKE_RUN
+        container = smoke["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+        assert container["image"] == "${TRAINER_IMAGE_CPU}", "ops validate fills it"
+        assert f"{SMOKE_CHECKPOINT_ROOT}/cpu-ddp/snapshot.pt" in container["command"], "not a user run's folder"
+        assert "suspend" not in smoke["spec"]["runPolicy"]
+    assert not [o for o in validation_objects(replace(dev, cpu_nodegroups=())) if o["kind"] == "PyTorchJob"]
 
 
 def test_gpu_checks_request_every_device_of_their_node_group(dev):
     docs = synth(ClusterValidationChart, props=ValidationProps(config=dev))
+    assert all("suspend" not in d["spec"] for d in docs if d["kind"] == "Job"), "ops validate creates them to run"
     checks = [d for d in docs if d["kind"] == "Job"]
     assert len(checks) == len(dev.gpu_nodegroups)
     for job in checks:
@@ -251,7 +331,9 @@ def test_gpu_checks_request_every_device_of_their_node_group(dev):
         assert spec["restartPolicy"] == "Never"
 
 
-def test_nccl_test_spans_two_nodes_and_fails_below_the_floor(dev):
+def test_nccl_template_spans_two_nodes_and_names_the_type_whose_floor_judges_it(dev):
+    from config.kubernetes import NCCL_INSTANCE_TYPE_ANNOTATION
+
     docs = synth(ClusterValidationChart, props=ValidationProps(config=dev))
     jobs = [d for d in docs if d["kind"] == "MPIJob"]
     assert len(jobs) == 2  # p4d and p5 in dev
@@ -260,17 +342,17 @@ def test_nccl_test_spans_two_nodes_and_fails_below_the_floor(dev):
         group = dev.nodegroup(target_nodegroups(replicas["Worker"]["template"]["spec"])[0])
         assert replicas["Worker"]["replicas"] == 2
         assert job["spec"]["slotsPerWorker"] == group.instance_type.gpus
+        assert job["metadata"]["annotations"][NCCL_INSTANCE_TYPE_ANNOTATION] == group.instance_type.name
         script = replicas["Launcher"]["template"]["spec"]["containers"][0]["command"][-1]
-        assert f"-np {2 * group.instance_type.gpus}" in script
-        assert "exit 1" in script and str(group.instance_type.nccl_busbw_floor_gbps) in script
+        assert f"-np {2 * group.instance_type.gpus}" in script and "all_reduce_perf -b 1G " in script
         assert "FI_PROVIDER=efa" in script
 
 
 def test_every_chart_module_is_an_add_on_found_by_scanning_the_package(dev):
     from k8s.charts import addons
 
-    assert sorted(addons()) == ["cluster-validation", "data-preparation", "efa-device-plugin", "etcd", "fsx-storage", "namespaces",
-                                "network-policies", "nvidia-device-plugin", "runner-rbac", "training-jobs",
+    assert sorted(addons()) == ["data-preparation", "efa-device-plugin", "etcd", "fsx-storage", "namespaces",
+                                "network-policies", "nvidia-device-plugin", "priority-classes", "runner-rbac",
                                 "training-operator", "training-operator-crds"]
 
 
@@ -279,11 +361,11 @@ def test_apply_order_is_layered_by_the_declared_dependencies(dev):
 
     assert [cls.addon for cls, _ in apply_order(dev)] == [
         # layer 0: nothing to wait for
-        "efa-device-plugin", "namespaces", "nvidia-device-plugin", "training-operator-crds",
+        "efa-device-plugin", "namespaces", "nvidia-device-plugin", "priority-classes", "training-operator-crds",
         # layer 1
         "etcd", "fsx-storage", "network-policies", "runner-rbac", "training-operator",
-        # layer 2: the charts that create jobs, and the data Jobs' ServiceAccounts
-        "cluster-validation", "data-preparation", "training-jobs"]
+        # layer 2: the data Jobs' ServiceAccounts
+        "data-preparation"]
 
 
 def test_adding_a_chart_is_adding_a_class_that_declares_what_it_needs(dev):
@@ -326,19 +408,21 @@ def test_a_chart_needing_one_the_environment_lacks_is_an_error(dev):
 def test_environment_charts_order_users_after_what_they_use(dev):
     charts = EnvironmentCharts(dev, ClusterValues.placeholders(), app=cdk8s.Testing.app())
     order = [e.name for e in charts.entries]
-    assert order.index("namespaces") < order.index("training-operator") < order.index("training-jobs")
+    assert order.index("namespaces") < order.index("training-operator")
     assert order.index("training-operator-crds") < order.index("training-operator")
-    assert set(charts.entry("training-jobs").depends_on) >= {"training-operator", "training-operator-crds",
-                                                             "etcd", "fsx-storage"}
-    assert "nvidia-device-plugin" in charts.entry("cluster-validation").depends_on
+    assert order.index("priority-classes") < order.index("training-operator")
+    assert set(charts.entry("etcd").depends_on) >= {"namespaces", "priority-classes"}
 
 
 def test_an_environment_without_gpus_gets_no_device_plugins_or_checks(dev):
     from dataclasses import replace
+
+    from k8s.validation import validation_objects
+
     cpu_only = replace(dev, gpu_nodegroups=())
     names = [e.name for e in EnvironmentCharts(cpu_only, ClusterValues.placeholders(), app=cdk8s.Testing.app()).entries]
-    assert not {"nvidia-device-plugin", "efa-device-plugin", "cluster-validation"} & set(names)
-    assert "training-jobs" in names
+    assert not {"nvidia-device-plugin", "efa-device-plugin"} & set(names)
+    assert {o["kind"] for o in validation_objects(cpu_only)} == {"PyTorchJob"}, "the smoke run only"
 
 
 def test_repeated_literals_live_only_in_k8s_common():

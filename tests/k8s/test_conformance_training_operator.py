@@ -33,14 +33,21 @@ SECRETS = ("Secrets only in the operator's own namespace: the one it reads and w
            "and every other Secret for nothing")
 
 DEVIATIONS = (
+    Deviation("deployment.replicas", 2, 1,
+              "the webhook fails closed: with one replica every job is rejected while that pod restarts; "
+              "v1.9.4 serves the webhook on every replica (pkg/cert/cert.go: RequireLeaderElection false)"),
+    Deviation("pdb.minAvailable", 1, ABSENT, "node drains and node group updates evict one replica at a time"),
     Deviation("flag.leader-elect", "true", "false",
-              "a rolling update briefly runs two operator pods; only the lease holder reconciles"),
+              "two replicas (three during a rolling update); only the Lease holder reconciles"),
+    Deviation("pod.priorityClassName", "eks-distributed-training-control", ABSENT,
+              "admission and the controllers must not wait behind training pods (k8s/priority.py)"),
     Deviation("flag.enable-scheme", ("mpijob", "pytorchjob"), (),
               "only the kinds this project runs; the other controllers would wait on CRDs we never install"),
     Deviation("flag.mpi-kubectl-delivery-image",
-              "ghcr.io/kubeflow/training-v1/kubectl-delivery:v1-93c5489",
+              "${KUBECTL_DELIVERY_IMAGE}",
               "ghcr.io/kubeflow/training-v1/kubectl-delivery:latest",
-              "upstream's default floats; pinned to the tag the v1.9.4 release built with the operator"),
+              "upstream's default floats, and the release's image ships kubectl 1.30; each environment builds "
+              "one with a kubectl within one minor of its cluster (k8s/images/kubectl-delivery), same contract"),
     Deviation("security.runAsNonRoot", True, False, SECURITY),
     Deviation("security.runAsUser", 65532, ABSENT,
               "the image (distroless static, no USER) runs as root by default; any non-root uid works"),
@@ -51,7 +58,8 @@ DEVIATIONS = (
     Deviation("security.seccompProfile", {"type": "RuntimeDefault"}, ABSENT,
               "every pod we render runs under the runtime's default seccomp profile"),
     Deviation("pod.placement", PRESENT, ABSENT,
-              "preferred, not required: keep the control plane on the system node group, off GPU nodes"),
+              "preferred, not required: keep the control plane on the system node group, off GPU nodes, "
+              "and the two replicas on different nodes"),
     Deviation("rbac[kubeflow] coordination.k8s.io/leases", ("create", "get", "list", "update", "watch"), ABSENT,
               "--leader-elect takes a Lease, in the operator's own namespace; upstream runs without leader election"),
     Deviation("rbac core/secrets", ABSENT, ("get", "list", "update", "watch"), SECRETS),
@@ -159,6 +167,11 @@ def upstream_view() -> dict:
     view.update(webhook_view(webhooks))
     view.update(rbac_view(one(_docs("base-rbac-role.yaml"), "ClusterRole")["rules"]))
     view["deployment.replicas"] = deployment["spec"]["replicas"]
+    # The release's manifests ship no PodDisruptionBudget.
+    base = contract(*OPERATOR, "base-deployment.yaml").parent
+    assert not any(isinstance(d, dict) and d.get("kind") == "PodDisruptionBudget"
+                   for f in base.glob("*.yaml") for d in yaml_docs(f))
+    view["pdb.minAvailable"] = ABSENT
     return view
 
 
@@ -181,6 +194,10 @@ def our_view(docs: list[dict]) -> dict:
     role = one(docs, "Role")
     view.update(rbac_view(role["rules"], namespace=role["metadata"]["namespace"]))
     view["deployment.replicas"] = deployment["spec"]["replicas"]
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= \
+        deployment["spec"]["template"]["metadata"]["labels"].items(), "the budget covers the operator's pods"
+    view["pdb.minAvailable"] = pdb["spec"]["minAvailable"]
     return view
 
 
@@ -204,6 +221,13 @@ def test_every_webhook_path_is_one_the_manager_serves(ours):
     assert paths and set(paths) <= served, f"not served by v1.9.4: {sorted(set(paths) - served)}"
 
 
+def test_the_lease_doctor_reads_is_the_one_the_manager_elects_with():
+    """We pass no --leader-election-id: the manager uses its default, which `ops doctor` reads."""
+    from k8s.common import TRAINING_OPERATOR_LEASE
+
+    assert manager_flags()["leader-election-id"] == ("String", TRAINING_OPERATOR_LEASE)
+
+
 def test_the_operator_image_is_the_release_pin():
     from k8s.common import IMAGES
 
@@ -224,5 +248,5 @@ def test_the_gate_fails_on_an_undeclared_difference_and_on_a_stale_row(ours):
     view = our_view(ours)
     broken = dict(view, **{"flag.webhook-server-port": "9444"})
     assert any("undeclared" in p for p in declared_problems(differences(broken, upstream_view()), DEVIATIONS))
-    stale = (*DEVIATIONS, Deviation("deployment.replicas", 1, 1, "no longer differs"))
+    stale = (*DEVIATIONS, Deviation("pod.hostNetwork", False, False, "no longer differs"))
     assert any("no longer differs" in p for p in declared_problems(differences(view, upstream_view()), stale))

@@ -1,6 +1,8 @@
 """Gates on dist/<env>/: what `make synth` writes must apply cleanly and safely to a real cluster.
 
 Each environment of cdk.json is written once (module fixture) through the same sink app.py uses.
+The gates also cover what `ops` creates on that cluster: each preset's run as `ops start` renders
+it (k8s/jobs.py render_run), and the validation objects dist/<env>/validation/ carries.
 """
 
 from __future__ import annotations
@@ -16,22 +18,28 @@ from config import INSTANCE_TYPES
 from config.kubernetes import FSX_CLAIM_NAME
 from k8s.sinks import write_dist
 from k8s.values import ClusterValues
-from k8s_walk import ENV_NAMES, build, containers, key, pod_specs, target_nodegroups
+from k8s_walk import ENV_NAMES, build, containers, key, ops_objects, pod_specs, target_nodegroups
 
 PLACEHOLDER = re.compile(r"^\$\{([A-Z][A-Z0-9_]*)\}$")
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)", re.I)
 EXTENDED = ("nvidia.com/gpu", "vpc.amazonaws.com/efa", "hugepages-2Mi")
 
 
+RUNS = "runs (ops start)"
+
+
 @pytest.fixture(scope="module")
 def dist(environments, tmp_path_factory):
-    """env name -> (config, charts, files, objects read back from the YAML)."""
+    """env name -> (config, charts, files, objects read back from the YAML, and each preset's run)."""
     out = {}
     for name in ENV_NAMES:
         config = environments[name]
         charts = build(config)
         files = write_dist(charts, tmp_path_factory.mktemp("dist") / name)
-        docs = [(f.name, d) for f in files if f.suffix == ".yaml" for d in yaml.safe_load_all(f.read_text()) if d]
+        docs = [(str(f.relative_to(files[0].parent)), d) for f in files if f.suffix == ".yaml"
+                for d in yaml.safe_load_all(f.read_text()) if d]
+        docs += [(RUNS, o) for o in ops_objects(config) if o["kind"] == "PyTorchJob" and o["metadata"]["name"]
+                 not in {d["metadata"]["name"] for f, d in docs if f.startswith("validation/")}]
         out[name] = (config, charts, files, docs)
     return out
 
@@ -44,7 +52,7 @@ def _all(dist):
 
 def test_every_environment_gets_one_yaml_file_per_chart_in_dependency_order(dist):
     for env, (_, charts, files, _) in dist.items():
-        yaml_files = [f.name for f in files if f.suffix == ".yaml"]
+        yaml_files = [f.name for f in files if f.suffix == ".yaml" and f.parent == files[0].parent]
         assert yaml_files == sorted(yaml_files), "kubectl applies a directory in name order"
         assert [n.split("-", 1)[1].removesuffix(".yaml") for n in yaml_files] == [e.name for e in charts.entries]
         positions = {e.name: i for i, e in enumerate(charts.entries)}
@@ -234,9 +242,10 @@ def test_validation_covers_every_gpu_node_group(dist):
         for job in nccl:
             worker = job["spec"]["mpiReplicaSpecs"]["Worker"]
             group = config.nodegroup(target_nodegroups(worker["template"]["spec"])[0])
-            script = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"][-1]
             assert worker["replicas"] == 2
-            assert f"-v f={INSTANCE_TYPES[group.instance_type_name].nccl_busbw_floor_gbps}" in script
+            # ops/nccl.py judges each pair against this type's floor.
+            instance = job["metadata"]["annotations"]["eks-distributed-training.io/instance-type"]
+            assert instance == group.instance_type_name and INSTANCE_TYPES[instance].nccl_busbw_floor_gbps
 
 
 def test_a_chart_with_an_unnamed_token_refuses_to_write(dev, tmp_path):
@@ -248,10 +257,13 @@ def test_a_chart_with_an_unnamed_token_refuses_to_write(dev, tmp_path):
     import cdk8s
     named = Token.as_string({"Ref": "FileSystem"})
     values = ClusterValues(fsx_file_system_id=named, fsx_dns_name=Token.as_string({"Ref": "Dns"}),
-                           fsx_mount_name="mnt", trainer_images={"cpu": "a:1", "gpu": "b:1"})
+                           fsx_mount_name="mnt", trainer_images={"cpu": "a:1", "gpu": "b:1"},
+                           kubectl_delivery_image=Token.as_string({"Ref": "KubectlImage"}))
     written = write_dist(EnvironmentCharts(dev, values, app=cdk8s.App()), tmp_path / "ok")
     text = "".join(p.read_text() for p in written)
     assert "${FSX_FILE_SYSTEM_ID}" in text and "${FSX_DNS_NAME}" in text
+    # A token inside a longer value (a flag) is substituted too.
+    assert "--mpi-kubectl-delivery-image=${KUBECTL_DELIVERY_IMAGE}" in text
     hidden = ClusterValues(fsx_file_system_id="fs-1", fsx_dns_name="d", fsx_mount_name="m",
                            trainer_images={"cpu": "a:1", "gpu": "b:1"})
     charts = EnvironmentCharts(dev, hidden, app=cdk8s.App())
@@ -266,9 +278,9 @@ def test_dist_readme_explains_how_to_fill_placeholders(dist):
     _, charts, files, _ = dist["dev"]
     readme = next(f for f in files if f.name == "README.md").read_text()
     assert "envsubst" in readme and "condition=established" in readme
-    # The same wait the Workloads stack makes before jobs: the webhook fails closed.
-    assert ("*-training-operator.yaml) kubectl wait --for condition=Available --timeout=10m "
-            "-n kubeflow deployment/training-operator") in readme
+    # The same wait the Workloads stack makes: the webhook fails closed.
+    assert ("*-training-operator.yaml) kubectl rollout status -n kubeflow deployment/training-operator "
+            "--timeout=10m;; esac") in readme
     assert Path(files[0]).parent.name == "dev"
 
 
@@ -347,7 +359,7 @@ def test_pytorchjobs_say_which_instance_type_they_run_on(dist):
                 assert env_vars["TRAINER_INSTANCE_TYPE"] == config.nodegroup(target_nodegroups(spec)[0]).instance_type_name
 
 
-def test_dist_readme_lists_its_prerequisites_and_which_jobs_start(dist):
+def test_dist_readme_lists_its_prerequisites_and_where_jobs_come_from(dist):
     config, charts, files, docs = dist["dev"]
     readme = next(f for f in files if f.name == "README.md").read_text()
     assert "## Prerequisites" in readme
@@ -355,20 +367,24 @@ def test_dist_readme_lists_its_prerequisites_and_which_jobs_start(dist):
             "arn:aws:iam::111111111111:role/PlatformAdmin`") in readme
     assert "endpointAccess.publicCidrs (203.0.113.0/24)" in readme
     assert "kubectl within one minor version of Kubernetes 1.35" in readme
-    held = readme.split("Applied suspended", 1)[1].split("\n\n", 1)[0]
+    jobs = readme.split("## Jobs and runs", 1)[1].split("\n## ", 1)[0]
+    assert "they hold no PyTorchJob, MPIJob or Job" in jobs and "python -m ops start PRESET --env dev" in jobs
     for file, obj in docs:
-        if obj["kind"] == "Job" or obj["kind"] == "MPIJob":
-            assert f"{obj['kind']} `{obj['metadata']['name']}`" in held  # every GPU check waits for ops.validate
-    assert "python -m ops validate --dist dist/dev" in readme
+        if file.startswith("validation/"):
+            assert f"{obj['kind']} `{obj['metadata']['name']}`" in jobs
+    assert "python -m ops validate --dist dist/dev" in jobs
     prod_readme = next(f for f in dist["prod"][2] if f.name == "README.md").read_text()
     assert "from inside the VPC (the endpoint is private)" in prod_readme
 
 
-def test_gpu_validation_objects_are_applied_suspended_like_the_training_presets(dist):
-    """Kubernetes Job API: spec.suspend holds a Job's pods; Kubeflow RunPolicy.suspend (CRD of
-    training-operator v1.9.4) does the same for MPIJob and PyTorchJob."""
-    checks = [obj for _, _, file, obj in _all(dist) if "validation" in file]
-    assert {o["kind"] for o in checks} == {"Job", "MPIJob"}
-    for obj in checks:
-        spec = obj["spec"]["runPolicy"] if obj["kind"] == "MPIJob" else obj["spec"]
-        assert spec["suspend"] is True, obj["metadata"]["name"]
+def test_applied_files_hold_no_job_and_validation_objects_are_never_applied(dist):
+    """The README applies `dist/<env>/*.yaml`: no job there, so re-applying never touches one.
+    The validation objects sit one folder down, created by `ops validate` to run (no suspend)."""
+    for env, (_, _, files, docs) in dist.items():
+        applied = [o for file, o in docs if "/" not in file and file != RUNS]
+        assert applied and not {o["kind"] for o in applied} & {"Job", "MPIJob", "PyTorchJob"}, env
+        checks = [o for file, o in docs if file.startswith("validation/")]
+        assert {o["kind"] for o in checks} == {"Job", "MPIJob", "PyTorchJob"}, env
+        for obj in checks:
+            spec = obj["spec"].get("runPolicy", {}) if obj["kind"] != "Job" else obj["spec"]
+            assert "suspend" not in spec, obj["metadata"]["name"]

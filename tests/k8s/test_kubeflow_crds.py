@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from k8s.crds import mpijob_crd, pytorchjob_crd
-from k8s_walk import ENV_NAMES, build, embedded_size, objects
+from k8s_walk import ENV_NAMES, embedded_size, ops_objects
 
 from tests.conftest import CONTRACTS_DIR
 
@@ -56,10 +56,11 @@ def upstream_or_skip(kind: str) -> dict:
 
 @pytest.fixture(scope="module")
 def jobs(environments):
-    """(env, object) for every PyTorchJob and MPIJob the charts of every environment carry."""
+    """(env, object) for every PyTorchJob and MPIJob ops creates in every environment (runs and
+    validation; no chart carries one)."""
     out = []
     for name in ENV_NAMES:
-        out += [(name, o) for o in objects(build(environments[name])) if o["kind"] in UPSTREAM_FILES]
+        out += [(name, o) for o in ops_objects(environments[name]) if o["kind"] in UPSTREAM_FILES]
     assert {o["kind"] for _, o in out} == set(UPSTREAM_FILES)
     return out
 

@@ -1,36 +1,55 @@
 """The NetworkPolicies we render, evaluated: a table of (from, to, port) -> allowed or denied.
 
-The world is dev as deployed: every chart's objects, two runs `ops submit` would create (one with
-etcd rendezvous, one with c10d) with their peers policies, the pods the operator makes of them,
-the Services pods reach by ClusterIP, and addresses outside the cluster. tests/k8s/network_policy_eval.py
-judges each connection as the Amazon VPC CNI would. README "Security" shows the same table.
+The world is dev as deployed and run: every chart's objects; everything `ops` creates
+(k8s_walk.ops_objects: each preset's run as `ops start` names it, the validation's GPU checks,
+smoke run and NCCL sweep pairs, the data and model-download Jobs) and two runs `ops submit --name`
+creates, one with etcd rendezvous and one with c10d, each run with the peers policy `ops start` and
+`ops submit` create beside it; a second pair of one sweep; a run an earlier release deployed under
+its preset's name; the pods the operator makes of the jobs, the Services pods reach by ClusterIP,
+and addresses outside the cluster. tests/k8s/network_policy_eval.py judges each connection as the
+Amazon VPC CNI would. README "Security" shows the same table.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import ipaddress
 import itertools
 
 import pytest
 
-from config.kubernetes import TRAINING_NAMESPACE
+from config.kubernetes import NCCL_GROUP_LABEL, TRAINING_NAMESPACE, VALIDATION_LABEL
 from k8s.common import ETCD_CLIENT_LABEL, KUBE_SYSTEM_NAMESPACE, KUBEFLOW_NAMESPACE
-from k8s.jobs import render_pytorchjob
+from k8s.jobs import render_pytorchjob, render_run
 from k8s.network import job_peers_policy
 from k8s_walk import build, objects
 from network_policy_eval import Address, Cluster, Pod, Service, selects
+from ops import nccl
 from rendered import ops_objects, pods
 
 STRANGER_NAMESPACE = "default"
 
 
+def _gets_a_peers_policy_from_ops(obj: dict) -> bool:
+    """The runs `ops start`/`ops submit` create, which create the peers policy too; not validation's
+    smoke run, which `ops validate` creates with kubectl (its policy is the chart's)."""
+    return obj["kind"] == "PyTorchJob" and not obj["metadata"].get("labels", {}).get(VALIDATION_LABEL)
+
+
 @pytest.fixture(scope="module")
 def world(dev):
     chart_objects = objects(build(dev))
-    runs = [render_pytorchjob(dev, "llm-tiny", image="i", job_name="run-a", overrides={"rendezvous": "etcd"}),
-            render_pytorchjob(dev, "cpu-ddp", image="i", job_name="run-b", overrides={"rendezvous": "c10d"})]
-    made = chart_objects + runs + [o for o in ops_objects(dev) if o["kind"] == "Job"]
-    policies = [o for o in made if o["kind"] == "NetworkPolicy"] + [job_peers_policy(r) for r in runs]
+    submitted = [render_run(dev, "llm-tiny", image="i", job_name="run-a", overrides={"rendezvous": "etcd"}),
+                 render_run(dev, "cpu-ddp", image="i", job_name="run-b", overrides={"rendezvous": "c10d"})]
+    everything = ops_objects(dev)
+    # ops validate creates the pinned pairs of an NCCL template, never the template itself.
+    by_ops = [o for o in everything if o["kind"] != "MPIJob" or NCCL_GROUP_LABEL in o["metadata"].get("labels", {})]
+    p5_template = next(o for o in everything if o["kind"] == "MPIJob" and o["metadata"]["name"] == "nccl-allreduce-p5")
+    second_pair = nccl.pinned(p5_template, ("p5-node-c", "p5-node-d"), 1, "p5")
+    legacy = render_pytorchjob(dev, "cpu-ddp", image="i")  # what an earlier release deployed, named cpu-ddp
+    made = chart_objects + submitted + by_ops + [second_pair, legacy]
+    policies = [o for o in made if o["kind"] == "NetworkPolicy"]
+    policies += [job_peers_policy(r) for r in submitted + by_ops if _gets_a_peers_policy_from_ops(r)]
     hosts = ipaddress.ip_network(dev.vpc_cidr).hosts()
     found: dict[str, Pod] = {}
     for obj in made:
@@ -61,19 +80,32 @@ def world(dev):
 
 
 def _pick(found: dict, fragment: str) -> Pod:
-    matches = [p for where, p in found.items() if fragment in where]
+    """The first pod whose place contains `fragment` (`*` matches any run of characters)."""
+    matches = [p for where, p in found.items() if fnmatch.fnmatchcase(where, f"*{fragment}*")]
     assert matches, f"no pod matching {fragment!r}: {sorted(found)}"
     return matches[0]
 
 
-# (from, to, port, protocol, allowed, why). Pods are named by a fragment of where they come from.
+# (from, to, port, protocol, allowed, why). Pods are named by a fragment of where they come from
+# (`*` for a run's digest).
 TABLE = [
     ("PyTorchJob/run-a/Worker/0", "PyTorchJob/run-a/Worker/1", 29400, "TCP", True, "c10d store inside one job"),
     ("PyTorchJob/run-a/Worker/1", "PyTorchJob/run-a/Worker/0", 41234, "TCP", True, "gloo/NCCL bootstrap, ephemeral"),
     ("PyTorchJob/run-a/Worker/0", "PyTorchJob/run-b/Worker/0", 29400, "TCP", False, "another job"),
     ("PyTorchJob/run-b/Worker/0", "PyTorchJob/run-a/Worker/0", 41234, "TCP", False, "another job"),
     ("PyTorchJob/run-a/Worker/0", "PyTorchJob/run-a/Worker/1", 5353, "UDP", False, "only TCP between workers"),
-    ("PyTorchJob/cpu-ddp/Worker/0", "PyTorchJob/cpu-ddp/Worker/1", 23456, "TCP", True, "a deployed preset's peers"),
+    ("PyTorchJob/cpu-ddp-*/Worker/0", "PyTorchJob/cpu-ddp-*/Worker/1", 29400, "TCP", True,
+     "a run `ops start` created (PRESET-<digest>): its peers policy"),
+    ("PyTorchJob/llama3-8b-fsdp-*/Worker/1", "PyTorchJob/llama3-8b-fsdp-*/Worker/0", 41234, "TCP", True,
+     "a GPU run `ops start` created: NCCL bootstrap"),
+    ("PyTorchJob/cpu-ddp-*/Worker/0", "PyTorchJob/vision-tiny-*/Worker/0", 29400, "TCP", False, "another run"),
+    ("PyTorchJob/cpu-ddp/Worker/0", "PyTorchJob/cpu-ddp/Worker/1", 23456, "TCP", True,
+     "a run an earlier release deployed under its preset's name keeps its peers"),
+    ("PyTorchJob/cpu-ddp/Worker/0", "PyTorchJob/cpu-ddp-*/Worker/0", 23456, "TCP", False, "another run of the preset"),
+    ("PyTorchJob/validation-cpu-ddp/Worker/0", "PyTorchJob/validation-cpu-ddp/Worker/1", 29400, "TCP", True,
+     "the smoke run: the chart's fixed-name peers policy"),
+    ("PyTorchJob/validation-cpu-ddp/Worker/0", "PyTorchJob/cpu-ddp-*/Worker/0", 29400, "TCP", False, "a user's run"),
+    ("PyTorchJob/cpu-ddp-*/Worker/0", "PyTorchJob/validation-cpu-ddp/Worker/0", 29400, "TCP", False, "the smoke run"),
     ("PyTorchJob/run-a/Worker/0", "svc:etcd", 2379, "TCP", True, "etcd rendezvous client"),
     ("PyTorchJob/run-b/Worker/0", "svc:etcd", 2379, "TCP", False, "c10d job: no etcd label"),
     ("PyTorchJob/run-a/Worker/0", "Deployment/etcd", 2380, "TCP", False, "etcd's peer port"),
@@ -89,15 +121,24 @@ TABLE = [
     ("PyTorchJob/run-a/Worker/0", "Deployment/training-operator", 9443, "TCP", False, "egress is closed"),
     ("stranger", "PyTorchJob/run-a/Worker/0", 29400, "TCP", False, "nobody outside the job"),
     ("Job/data-imagenet", "PyTorchJob/run-a/Worker/0", 29400, "TCP", False, "nobody outside the job"),
-    ("MPIJob/nccl-allreduce-p5/Launcher/0", "MPIJob/nccl-allreduce-p5/Worker/0", 41000, "TCP", True, "mpirun's daemons"),
-    ("MPIJob/nccl-allreduce-p5/Worker/1", "MPIJob/nccl-allreduce-p5/Worker/0", 41000, "TCP", True, "NCCL bootstrap"),
-    ("MPIJob/nccl-allreduce-p5/Worker/0", "MPIJob/nccl-allreduce-p5/Launcher/0", 41001, "TCP", True, "orted calls back"),
-    ("MPIJob/nccl-allreduce-p5/Launcher/0", "MPIJob/nccl-allreduce-p4d/Worker/0", 41000, "TCP", False, "another job"),
-    ("MPIJob/nccl-allreduce-p5/Launcher/0", "addr:api-service", 443, "TCP", True, "kubectl exec"),
-    ("MPIJob/nccl-allreduce-p5/Launcher/0", "addr:api-service-10.100", 443, "TCP", True, "kubectl exec"),
-    ("MPIJob/nccl-allreduce-p5/Launcher/0", "addr:s3", 443, "TCP", False, "the API server only"),
-    ("MPIJob/nccl-allreduce-p5/Worker/0", "addr:api-service", 443, "TCP", False, "workers never call the API"),
-    ("MPIJob/nccl-allreduce-p5/Worker/0", "svc:etcd", 2379, "TCP", False, "MPI uses no rendezvous"),
+    ("MPIJob/nccl-allreduce-p5-0/Launcher/0", "MPIJob/nccl-allreduce-p5-0/Worker/0", 41000, "TCP", True,
+     "mpirun's daemons (the sweep's policy of group p5)"),
+    ("MPIJob/nccl-allreduce-p5-0/Worker/1", "MPIJob/nccl-allreduce-p5-0/Worker/0", 41000, "TCP", True, "NCCL bootstrap"),
+    ("MPIJob/nccl-allreduce-p5-0/Worker/0", "MPIJob/nccl-allreduce-p5-0/Launcher/0", 41001, "TCP", True,
+     "orted calls back"),
+    ("MPIJob/nccl-allreduce-p5-1/Worker/0", "MPIJob/nccl-allreduce-p5-0/Worker/0", 41000, "TCP", True,
+     "one policy per sweep: a round's pairs run at once and may reach each other"),
+    ("MPIJob/nccl-allreduce-p5-0/Launcher/0", "MPIJob/nccl-allreduce-p4d-0/Worker/0", 41000, "TCP", False,
+     "another group's sweep"),
+    ("MPIJob/nccl-allreduce-p4d-0/Worker/0", "MPIJob/nccl-allreduce-p5-0/Worker/0", 41000, "TCP", False,
+     "another group's sweep"),
+    ("MPIJob/nccl-allreduce-p5-0/Worker/0", "PyTorchJob/llama3-8b-fsdp-*/Worker/0", 41000, "TCP", False, "a run"),
+    ("PyTorchJob/llama3-8b-fsdp-*/Worker/0", "MPIJob/nccl-allreduce-p5-0/Worker/0", 41000, "TCP", False, "a run"),
+    ("MPIJob/nccl-allreduce-p5-0/Launcher/0", "addr:api-service", 443, "TCP", True, "kubectl exec"),
+    ("MPIJob/nccl-allreduce-p5-0/Launcher/0", "addr:api-service-10.100", 443, "TCP", True, "kubectl exec"),
+    ("MPIJob/nccl-allreduce-p5-0/Launcher/0", "addr:s3", 443, "TCP", False, "the API server only"),
+    ("MPIJob/nccl-allreduce-p5-0/Worker/0", "addr:api-service", 443, "TCP", False, "workers never call the API"),
+    ("MPIJob/nccl-allreduce-p5-0/Worker/0", "svc:etcd", 2379, "TCP", False, "MPI uses no rendezvous"),
     ("Job/data-imagenet", "addr:s3", 443, "TCP", True, "copies from S3"),
     ("Job/data-imagenet", "addr:pod-identity", 80, "TCP", True, "its Pod Identity credentials"),
     ("Job/data-imagenet", "addr:imds", 80, "TCP", False, "not the node's credentials"),
@@ -147,6 +188,21 @@ def test_every_namespace_we_create_denies_everything_by_default(world, namespace
             and not p["spec"].get("egress")]
     assert len(deny) == 1
 
+
+def test_the_pods_of_every_job_deployed_or_created_by_ops_reach_each_other(world):
+    """Every PyTorchJob and MPIJob pod in the world (the runs of ops start and submit, the smoke
+    run, the sweep's pairs, an earlier release's run) reaches every other pod of its job: a job
+    without a peers policy would hang in its rendezvous under the default deny."""
+    cluster, found, _, _ = world
+    jobs: dict[str, list[Pod]] = {}
+    for where, pod in found.items():
+        if where.startswith(("PyTorchJob/", "MPIJob/")):
+            jobs.setdefault(where.split("/")[1], []).append(pod)
+    many = {job for job, members in jobs.items() if len(members) > 1}
+    assert {"validation-cpu-ddp", "nccl-allreduce-p5-0", "nccl-allreduce-p4d-0", "cpu-ddp", "run-a"} <= many
+    for job in many:
+        for a, b in itertools.permutations(jobs[job], 2):
+            assert cluster.allowed(a, b, 40000), f"{job}: {a.name} -> {b.name}"
 
 def test_only_etcd_clients_reach_etcd(world):
     """etcd has no authentication: its only protection is that nothing else reaches it."""

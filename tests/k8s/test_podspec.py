@@ -9,12 +9,14 @@ import pytest
 
 from config import ConfigError
 from k8s.podspec import pod_templates, validate_pod_templates
-from k8s_walk import ENV_NAMES, build, objects
+from k8s_walk import ENV_NAMES, build, objects, ops_objects
 
 
 @pytest.fixture(scope="module")
 def rendered(environments):
-    return [(environments[name], obj) for name in ENV_NAMES for obj in objects(build(environments[name]))]
+    """What the charts deploy and what ops creates (runs, validation), for every environment."""
+    return [(environments[name], obj) for name in ENV_NAMES
+            for obj in objects(build(environments[name])) + ops_objects(environments[name])]
 
 
 def test_every_pod_template_of_every_environment_is_a_valid_podspec(rendered):
@@ -54,7 +56,7 @@ def test_the_jobs_and_validation_charts_refuse_to_render_a_bad_template(dev, mon
         k8s.jobs.render_pytorchjob(dev, "llama3-8b-fsdp", image="img:1")
     monkeypatch.setattr(k8s.validation, "network_env", misspelt)
     with pytest.raises(ConfigError, match="MPIJob/nccl-allreduce-.* Worker pod template"):
-        build(dev)
+        k8s.validation.validation_objects(dev)
 
 
 def test_an_unknown_kubernetes_version_is_a_config_error(rendered):

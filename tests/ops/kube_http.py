@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Callable
 from urllib.parse import parse_qsl, urlsplit
 
 # group/version -> resource -> (kind, namespaced, verbs); "" is the core group.
@@ -88,9 +89,11 @@ def _matches(selector: str, labels: dict) -> bool:
 
 class RecordingApiServer:
     """Serves until `close()`. `objects[(group/version, resource, namespace, name)]` is the store;
-    `status_for(kind, name)` gives each created job its status; `logs` answers pods/log."""
+    `status_for(kind, name)` gives each created job its status; `logs` answers pods/log; `pods_for`
+    makes a created job's pods."""
 
-    def __init__(self, *, status_for=None, logs: str = "PASS\n", linger: bool = False):
+    def __init__(self, *, status_for=None, logs: str | Callable[[dict], str] = "PASS\n", linger: bool = False,
+                 pods_for: Callable[[str, dict], list[dict]] | None = None):
         self.requests: list[Request] = []
         # linger: a deleted object is still there for one more read (finalizers, graceful
         # deletion), as on a real cluster, so clients that wait for it to go take their wait path.
@@ -98,7 +101,10 @@ class RecordingApiServer:
         self.deleting: dict[tuple[str, str, str, str], dict] = {}
         self.objects: dict[tuple[str, str, str, str], dict] = {}
         self.status_for = status_for or (lambda kind, name: {"conditions": [{"type": "Complete", "status": "True"}]})
+        # logs: every pod's log, or a function of the pod. pods_for(kind, created job): the pods a
+        # controller would make of it, stored beside the job.
         self.logs = logs
+        self.pods_for = pods_for or (lambda kind, obj: [])
         self._lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"api": self})
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -224,7 +230,9 @@ class _Handler(BaseHTTPRequestHandler):
         key = (gv, resource, namespace, name)
         kind = RESOURCES.get(gv, {}).get(resource, ("Unknown", True))[0]
         if len(rest) > 2 and rest[2] == "log":
-            return self._send(200, self.api.logs.encode(), "text/plain")
+            logs = self.api.logs
+            text = logs if isinstance(logs, str) else logs(self.api.objects.get(key, {"metadata": {"name": name}}))
+            return self._send(200, text.encode(), "text/plain")
         if method == "POST":
             name = body["metadata"]["name"]
             key = (gv, resource, namespace, name)
@@ -234,6 +242,8 @@ class _Handler(BaseHTTPRequestHandler):
                                             "resourceVersion": "1"}}
             created["status"] = self.api.status_for(kind, name)
             self.api.objects[key] = created
+            for pod in self.api.pods_for(kind, created):
+                self.api.add("v1", "pods", namespace, pod)
             return self._send(201, created)
         if method == "DELETE":
             if key not in self.api.objects:

@@ -54,7 +54,7 @@ def test_a_missing_context_file_is_one_line(offline, tmp_path):
 
 
 @pytest.mark.parametrize("command", [["submit", "--env", "dev", "--image", "img:1", "--dry-run", "--preset"],
-                                     ["plan", "--env", "dev", "--preset"], ["start"], ["stop"]])
+                                     ["plan", "--env", "dev", "--preset"], ["start", "--env", "dev"]])
 def test_presets_are_choices_and_an_unknown_one_lists_them(offline, command):
     from config.presets import PRESETS
 
@@ -93,12 +93,17 @@ def test_submit_of_a_preset_whose_node_group_the_environment_lacks_is_refused(of
     assert_one_line_error(result, "config error", "p4d")
 
 
-def test_submit_dry_run_prints_the_charts_pytorchjob(offline):
+def test_submit_dry_run_prints_the_runs_peers_policy_then_the_run(offline):
+    """What `ops submit` would create, in its order, for kubectl or GitOps: a run created without
+    its peers policy would hang in rendezvous under the training namespace's default deny."""
+    from k8s.network import job_peers_policy
+
     result = run_ops(["submit", "--env", "dev", "--preset", "cpu-ddp", "--image", "registry/trainer:1",
                       "--name", "smoke", "--dry-run"], offline)
     assert result.returncode == 0, result.stderr
-    job = yaml.safe_load(result.stdout)
+    policy, job = yaml.safe_load_all(result.stdout)
     assert job["kind"] == "PyTorchJob" and job["metadata"]["name"] == "smoke"
+    assert policy == job_peers_policy(job) and policy["metadata"]["name"] == "smoke-peers"
 
 
 @pytest.mark.parametrize("nodes, words", [("0", "must be at least 1, got 0"), ("-3", "got -3"),

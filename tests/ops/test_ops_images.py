@@ -19,7 +19,8 @@ def submit_dry_run(aws: str, tmp_path, preset: str):
 
 
 def image_of(stdout: str) -> str:
-    return yaml.safe_load(stdout)["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"]
+    *_, run = yaml.safe_load_all(stdout)  # the peers policy, then the run
+    return run["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"]
 
 
 def test_image_defaults_to_the_registry_stacks_output_for_the_presets_variant(aws, tmp_path):
@@ -73,3 +74,18 @@ def test_ops_data_names_an_unknown_source_before_any_aws_call(tmp_path):
     result = run_ops(["data", "--env", "dev", "--source", "coco", "--dry-run"], isolated_aws_env(tmp_path))
     assert result.returncode == 2
     assert result.stderr.splitlines() == ["error: --source: 'coco' is not a data source of dev; its sources: imagenet, c4"]
+
+
+def test_a_report_that_can_do_without_the_images_gets_the_reason_instead(monkeypatch):
+    from ops import images
+    from ops.envconfig import load
+    from ops.errors import OpsError
+
+    def missing(env, variant):
+        raise OpsError(f"no stack {env.name}-Registry in {env.account}/{env.region}: deploy the environment first")
+
+    monkeypatch.setattr(images, "published_image", missing)
+    assert images.published_images(load("dev")) == (
+        None, "no stack dev-Registry in 111111111111/us-west-2: deploy the environment first")
+    monkeypatch.setattr(images, "published_image", lambda env, variant: f"registry/trainer:{variant}-1")
+    assert images.published_images(load("dev")) == ({"cpu": "registry/trainer:cpu-1", "gpu": "registry/trainer:gpu-1"}, "")

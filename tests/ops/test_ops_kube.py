@@ -188,4 +188,4 @@ def test_submit_checks_the_pod_template_against_the_podspec_schema_with_the_over
                         lambda instance, **_: [{"name": "NCCL_DEBUG", "value": "INFO", "valueFrum": {}}])
     with pytest.raises(ConfigError, match="valueFrum") as err:
         kube.render(env, "llama3-8b-fsdp", image="img:1", job_name="smoke", overrides=overrides)
-    assert "PyTorchJob/smoke Worker pod template" in str(err.value) and "\n" not in str(err.value)
+    assert "PyTorchJob/llama3-8b-fsdp Worker pod template" in str(err.value) and "\n" not in str(err.value)

@@ -1,4 +1,4 @@
-"""start / stop / submit names, and an API server that cannot be reached, through the real
+"""Runs (start / stop / submit), and an API server that cannot be reached, through the real
 kubeflow-training SDK and kubernetes client.
 
 Only HTTP is replaced (the recording fake API server of kube_fakes.py), except where the test
@@ -24,13 +24,20 @@ from kube_fakes import FakeApiServer, created_jobs, jobs_and_their_policies, tra
 from ops_fakes import isolated_aws_env, run_ops
 
 
-def job(name: str, *conditions: str, suspend: bool | None = None) -> dict:
+def job(name: str, *conditions: str, suspend: bool | None = None, preset: str | None = None,
+        image: str = "registry/trainer:1", created: str = "2026-11-22T10:00:00Z") -> dict:
     run_policy = {} if suspend is None else {"suspend": suspend}
+    labels = {"eks-distributed-training.io/preset": preset} if preset else {}
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-            "metadata": {"name": name, "namespace": "training", "creationTimestamp": "2026-11-22T10:00:00Z"},
-            "spec": {"pytorchReplicaSpecs": {}, "runPolicy": run_policy},
+            "metadata": {"name": name, "namespace": "training", "creationTimestamp": created, "labels": labels},
+            "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 2, "template": {"spec": {"containers": [
+                {"name": "pytorch", "image": image}]}}}}, "runPolicy": run_policy},
             "status": {"conditions": [{"type": t, "status": "True", "message": f"{name} is {t.lower()}"}
                                       for t in conditions]}}
+
+
+def listing(*jobs: dict) -> dict:
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJobList", "items": list(jobs)}
 
 
 @pytest.fixture
@@ -43,75 +50,174 @@ def api(monkeypatch):
     return server
 
 
-def test_start_resumes_the_deployed_suspended_job_with_a_merge_patch_of_run_policy_suspend(api, capsys):
-    api.on("GET", f"{JOBS}/llama3-8b-fsdp", job("llama3-8b-fsdp", "Created", "Suspended", suspend=True))
-    api.on("PATCH", f"{JOBS}/llama3-8b-fsdp", job("llama3-8b-fsdp", "Created", suspend=False))
-    assert cli.main(["start", "llama3-8b-fsdp"]) == 0
-    get, patch = api.calls
-    assert (get.method, patch.method, patch.path) == ("GET", "PATCH", f"{JOBS}/llama3-8b-fsdp")
-    assert patch.body == {"spec": {"runPolicy": {"suspend": False}}}
-    # A merge patch changes only that field; the deployed spec stays as the chart rendered it.
+@pytest.fixture(scope="module")
+def dev():
+    from ops import envconfig
+
+    return envconfig.load("dev")
+
+
+IMAGE = "registry/trainer:2"
+
+
+def run_name(dev, preset: str, image: str = IMAGE, **overrides) -> str:
+    return kube.render(dev, preset, image=image, job_name=None, overrides=overrides or None)["metadata"]["name"]
+
+
+def start(*args: str) -> int:
+    return cli.main(["start", *args, "--env", "dev", "--image", IMAGE])
+
+
+def test_start_creates_the_run_of_the_deployed_code_named_after_its_spec(api, dev, capsys):
+    api.on("GET", JOBS, listing())
+    api.on("POST", JOBS, {}, status=201)
+    assert start("cpu-ddp") == 0
+    name = created_jobs(api)[-1]["metadata"]["name"]
+    assert name == run_name(dev, "cpu-ddp") and re.fullmatch(r"cpu-ddp-[0-9a-f]{8}", name)
+    labels = created_jobs(api)[-1]["metadata"]["labels"]
+    assert labels["eks-distributed-training.io/spec-digest"] == name.rsplit("-", 1)[1]
+    assert capsys.readouterr().out == (f"created PyTorchJob training/{name} (image {IMAGE}); "
+                                       "it checkpoints to /fsx/checkpoints/cpu-ddp\n")
+
+
+def test_new_code_or_new_settings_name_a_new_run_the_same_ones_the_same(dev):
+    assert run_name(dev, "llama3-8b-fsdp") == run_name(dev, "llama3-8b-fsdp")
+    assert run_name(dev, "llama3-8b-fsdp") != run_name(dev, "llama3-8b-fsdp", image="registry/trainer:3")
+    assert run_name(dev, "llama3-8b-fsdp") != run_name(dev, "llama3-8b-fsdp", max_restarts=1)
+
+
+def test_start_resumes_a_suspended_run_of_this_spec_with_a_merge_patch_of_run_policy_suspend(api, dev, capsys):
+    name = run_name(dev, "llama3-8b-fsdp")
+    api.on("GET", JOBS, listing(job(name, "Created", "Suspended", suspend=True, preset="llama3-8b-fsdp", image=IMAGE)))
+    api.on("GET", f"{JOBS}/{name}", job(name, "Created", "Suspended", suspend=True))
+    api.on("PATCH", f"{JOBS}/{name}", job(name, "Created", suspend=False))
+    assert start("llama3-8b-fsdp") == 0
+    patch = api.calls[-1]
+    assert (patch.method, patch.path, patch.body) == ("PATCH", f"{JOBS}/{name}", {"spec": {"runPolicy": {"suspend": False}}})
+    # A merge patch changes only that field; the run's spec stays as it was created.
     assert patch.headers["Content-Type"] == "application/merge-patch+json"
-    assert capsys.readouterr().out == "PyTorchJob training/llama3-8b-fsdp resumed: its pods start\n"
+    assert not [c for c in api.calls if c.method == "POST"]
+    assert capsys.readouterr().out == f"PyTorchJob training/{name} resumed: its pods start\n"
 
 
-def test_stop_suspends_a_running_job(api, capsys):
-    api.on("GET", f"{JOBS}/cpu-ddp", job("cpu-ddp", "Created", "Running"))
-    api.on("PATCH", f"{JOBS}/cpu-ddp", job("cpu-ddp", "Created", "Running", suspend=True))
+def test_starting_a_running_run_changes_nothing(api, dev, capsys):
+    name = run_name(dev, "cpu-ddp")
+    api.on("GET", JOBS, listing(job(name, "Created", "Running", suspend=False, preset="cpu-ddp")))
+    api.on("GET", f"{JOBS}/{name}", job(name, "Created", "Running", suspend=False))
+    assert start("cpu-ddp") == 0
+    assert [c.method for c in api.calls] == ["GET", "GET"]
+    assert capsys.readouterr().out == f"PyTorchJob training/{name} is already started (Running)\n"
+
+
+def test_start_refuses_while_a_run_of_older_code_is_active_and_names_the_choice(api, capsys):
+    """Two active runs of a preset would write one checkpoint folder."""
+    old = job("llama3-8b-fsdp-0ld0ld00", "Created", "Running", preset="llama3-8b-fsdp", image="registry/trainer:1")
+    api.on("GET", JOBS, listing(old))
+    assert start("llama3-8b-fsdp") == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert "already runs as PyTorchJob training/llama3-8b-fsdp-0ld0ld00 (Running, image registry/trainer:1)" in line
+    assert f"image {IMAGE}" in line and "`python -m ops stop llama3-8b-fsdp-0ld0ld00`" in line
+    assert line.endswith("the new run resumes from /fsx/checkpoints/llama3-8b-fsdp")
+    assert [c.method for c in api.calls] == ["GET"], "nothing created, nothing stopped"
+
+
+def test_validations_smoke_run_is_no_run_of_its_preset(api, dev, capsys):
+    """It checkpoints to a folder of its own, so it does not block `ops start cpu-ddp`."""
+    smoke = job("validation-cpu-ddp", "Created", "Running", preset="cpu-ddp")
+    smoke["metadata"]["labels"]["eks-distributed-training.io/validation"] = "true"
+    api.on("GET", JOBS, listing(smoke))
+    api.on("POST", JOBS, {}, status=201)
+    assert start("cpu-ddp") == 0
+    assert capsys.readouterr().out.startswith(f"created PyTorchJob training/{run_name(dev, 'cpu-ddp')}")
+
+
+def test_start_beside_a_suspended_or_finished_older_run_creates_and_says_which_stay(api, dev, capsys):
+    api.on("GET", JOBS, listing(
+        job("cpu-ddp-aaaaaaaa", "Created", "Succeeded", preset="cpu-ddp", created="2026-11-01T00:00:00Z"),
+        job("cpu-ddp-bbbbbbbb", "Created", "Suspended", suspend=True, preset="cpu-ddp"),
+        job("vision-tiny-cccccccc", "Created", "Running", preset="vision-tiny")))
+    api.on("POST", JOBS, {}, status=201)
+    assert start("cpu-ddp") == 0
+    created, older = capsys.readouterr().out.splitlines()
+    assert created.startswith(f"created PyTorchJob training/{run_name(dev, 'cpu-ddp')}")
+    assert older.startswith("older runs of cpu-ddp, left as they are: cpu-ddp-aaaaaaaa (Succeeded, "
+                            "image registry/trainer:1), cpu-ddp-bbbbbbbb (Suspended, ")
+
+
+@pytest.mark.parametrize("phase, code, words", [
+    ("Succeeded", 0, "has finished (Succeeded): nothing to start"), ("Failed", 2, "failed (`python -m ops logs")])
+def test_a_finished_run_of_this_spec_is_not_restarted(api, dev, capsys, phase, code, words):
+    name = run_name(dev, "cpu-ddp")
+    api.on("GET", JOBS, listing(job(name, "Created", "Running", phase, suspend=False, preset="cpu-ddp")))
+    assert start("cpu-ddp") == code
+    out = capsys.readouterr()
+    assert words in out.out + out.err and f"`python -m ops delete {name}`" in out.out + out.err
+    assert [c.method for c in api.calls] == ["GET"]
+
+
+def test_stop_suspends_every_active_run_of_a_preset(api, capsys):
+    api.on("GET", JOBS, listing(job("cpu-ddp-aaaaaaaa", "Created", "Running", preset="cpu-ddp"),
+                                job("cpu-ddp-bbbbbbbb", "Created", "Suspended", suspend=True, preset="cpu-ddp")))
+    api.on("GET", f"{JOBS}/cpu-ddp-aaaaaaaa", job("cpu-ddp-aaaaaaaa", "Created", "Running"))
+    api.on("PATCH", f"{JOBS}/cpu-ddp-aaaaaaaa", job("cpu-ddp-aaaaaaaa", "Created", "Running", suspend=True))
     assert cli.main(["stop", "cpu-ddp"]) == 0
-    assert api.calls[-1].body == {"spec": {"runPolicy": {"suspend": True}}}
-    assert "suspended: its pods stop" in capsys.readouterr().out
+    [patch] = [c for c in api.calls if c.method == "PATCH"]
+    assert patch.path.endswith("/cpu-ddp-aaaaaaaa") and patch.body == {"spec": {"runPolicy": {"suspend": True}}}
+    assert capsys.readouterr().out == "PyTorchJob training/cpu-ddp-aaaaaaaa suspended: its pods stop\n"
 
 
-def test_starting_a_started_job_changes_nothing(api, capsys):
-    api.on("GET", f"{JOBS}/cpu-ddp", job("cpu-ddp", "Created", "Running", suspend=False))
-    assert cli.main(["start", "cpu-ddp"]) == 0
-    assert [c.method for c in api.calls] == ["GET"]
-    assert capsys.readouterr().out == "PyTorchJob training/cpu-ddp is already started (Running)\n"
+def test_stop_takes_a_run_by_name(api, capsys):
+    api.on("GET", JOBS, listing(job("my-run", "Created", "Running", preset="cpu-ddp")))
+    api.on("GET", f"{JOBS}/my-run", job("my-run", "Created", "Running"))
+    api.on("PATCH", f"{JOBS}/my-run", job("my-run", "Created", "Running", suspend=True))
+    assert cli.main(["stop", "my-run"]) == 0
+    assert "my-run suspended" in capsys.readouterr().out
 
 
-def test_a_finished_job_is_not_restarted_and_submit_is_named(api, capsys):
-    api.on("GET", f"{JOBS}/cpu-ddp", job("cpu-ddp", "Created", "Running", "Succeeded", suspend=False))
-    assert cli.main(["start", "cpu-ddp"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "has finished (Succeeded)" in err and "ops submit --preset" in err
-    assert [c.method for c in api.calls] == ["GET"]
+@pytest.mark.parametrize("target, words", [("gpt5", "no PyTorchJob training/gpt5, and no preset of that name"),
+                                           ("cpu-ddp", "no active run of preset cpu-ddp")])
+def test_stopping_nothing_is_one_line(api, capsys, target, words):
+    api.on("GET", JOBS, listing(job("cpu-ddp-aaaaaaaa", "Created", "Succeeded", preset="cpu-ddp")))
+    assert cli.main(["stop", target]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert words in line
 
 
-def test_starting_a_preset_that_is_not_deployed_is_one_line(api, capsys):
-    assert cli.main(["start", "llama31-70b-fsdp"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "HTTP 404" in err and "`python -m ops status` lists the jobs" in err
-
-
-def test_start_and_stop_take_only_presets(capsys):
+def test_start_takes_only_presets(capsys):
     with pytest.raises(SystemExit) as exit_:
-        cli.main(["start", "gpt5"])
+        cli.main(["start", "gpt5", "--env", "dev"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "invalid choice: 'gpt5'" in err and "cpu-ddp" in err
 
 
-def test_submit_without_a_name_creates_a_new_job_with_a_generated_name(api, capsys):
+def test_submit_creates_the_run_of_this_spec_and_a_second_submit_is_a_conflict(api, dev, capsys):
+    api.on("GET", JOBS, listing())
     api.on("POST", JOBS, {}, status=201)
-    names = []
-    for _ in range(2):
-        assert cli.main(["submit", "--env", "dev", "--preset", "cpu-ddp", "--image", "registry/trainer:1"]) == 0
-        names.append(created_jobs(api)[-1]["metadata"]["name"])
-    assert all(re.fullmatch(r"cpu-ddp-[a-z0-9]{6}", n) for n in names) and names[0] != names[1]
-    assert created_jobs(api)[-1]["spec"]["elasticPolicy"]["rdzvId"].startswith(names[1])
-    assert capsys.readouterr().out.splitlines()[-1] == (
-        f"created PyTorchJob training/{names[1]} (image registry/trainer:1)")
+    assert cli.main(["submit", "--env", "dev", "--preset", "cpu-ddp", "--image", IMAGE]) == 0
+    name = created_jobs(api)[-1]["metadata"]["name"]
+    assert name == run_name(dev, "cpu-ddp")
+    assert created_jobs(api)[-1]["spec"]["elasticPolicy"]["rdzvId"].startswith(name)
+    api.on("GET", JOBS, listing(job(name, "Created", "Suspended", suspend=True, preset="cpu-ddp")))
+    api.on("POST", POLICIES, {"kind": "Status", "code": 409, "reason": "AlreadyExists", "message": "exists"}, status=409)
+    api.on("POST", JOBS, {"kind": "Status", "code": 409, "reason": "AlreadyExists",
+                          "message": f'pytorchjobs.kubeflow.org "{name}" already exists'}, status=409)
+    assert cli.main(["submit", "--env", "dev", "--preset", "cpu-ddp", "--image", IMAGE]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert f'HTTP 409 pytorchjobs.kubeflow.org "{name}" already exists' in line
+    assert line.endswith("`ops start PRESET --env ENV` resumes it; `ops submit --name` names another")
 
 
-def test_submit_creates_the_jobs_peers_policy_first_and_hands_it_to_the_job(api):
+def test_submit_creates_the_runs_peers_policy_first_and_hands_it_to_the_run(api):
     """Its pods never start without the rule that lets them reach each other (k8s/network.py), and
-    the policy goes when the job is deleted (an ownerReference to the job)."""
+    the policy goes when the run is deleted (an ownerReference to the run)."""
+    api.on("GET", JOBS, listing())
     api.on("POST", JOBS, {}, status=201)
     assert cli.main(["submit", "--env", "dev", "--preset", "cpu-ddp", "--image", "img:1", "--name", "run-7"]) == 0
     steps = [(c.method, c.path) for c in api.calls]
-    assert steps == [("POST", POLICIES), ("POST", JOBS), ("GET", f"{JOBS}/run-7"), ("PATCH", f"{POLICIES}/run-7-peers")]
-    policy = api.calls[0].body
+    assert steps == [("GET", JOBS), ("POST", POLICIES), ("POST", JOBS), ("GET", f"{JOBS}/run-7"),
+                     ("PATCH", f"{POLICIES}/run-7-peers")]
+    policy = api.calls[1].body
     same_job = {"matchLabels": {"training.kubeflow.org/job-name": "run-7"}}
     assert policy["spec"]["podSelector"] == same_job
     assert policy["spec"]["ingress"] == [{"from": [{"podSelector": same_job}], "ports": [{"protocol": "TCP"}]}]
@@ -119,34 +225,38 @@ def test_submit_creates_the_jobs_peers_policy_first_and_hands_it_to_the_job(api)
         {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "run-7", "uid": "uid-run-7"}]}}
 
 
-def test_a_refused_job_takes_its_new_peers_policy_with_it_but_never_an_existing_one(api, capsys):
+def test_start_creates_the_runs_peers_policy_as_submit_does(api, dev):
+    api.on("GET", JOBS, listing())
+    api.on("POST", JOBS, {}, status=201)
+    assert start("cpu-ddp") == 0
+    name = run_name(dev, "cpu-ddp")
+    steps = [(c.method, c.path) for c in api.calls]
+    assert steps[1:] == [("POST", POLICIES), ("POST", JOBS), ("GET", f"{JOBS}/{name}"),
+                         ("PATCH", f"{POLICIES}/{name}-peers")]
+    assert api.calls[1].body["spec"]["podSelector"] == {"matchLabels": {"training.kubeflow.org/job-name": name}}
+
+
+def test_a_refused_run_takes_its_new_peers_policy_with_it_but_never_an_existing_one(api, capsys):
+    api.on("GET", JOBS, listing())
     api.on("POST", JOBS, {"kind": "Status", "code": 422, "reason": "Invalid", "message": "denied by webhook"}, status=422)
     assert cli.main(["submit", "--env", "dev", "--preset", "cpu-ddp", "--image", "img:1", "--name", "run-8"]) == 2
     assert ("DELETE", f"{POLICIES}/run-8-peers") in [(c.method, c.path) for c in api.calls]
     api.calls.clear()
     api.on("POST", POLICIES, {"kind": "Status", "code": 409, "reason": "AlreadyExists", "message": "exists"}, status=409)
-    assert cli.main(["submit", "--env", "dev", "--preset", "cpu-ddp", "--image", "img:1", "--name", "cpu-ddp"]) == 2
+    assert cli.main(["submit", "--env", "dev", "--preset", "cpu-ddp", "--image", "img:1", "--name", "run-9"]) == 2
     assert "DELETE" not in [c.method for c in api.calls]
     assert capsys.readouterr().err.count("\n") == 2
 
+def test_run_names_stay_valid_job_names_for_every_preset():
+    from k8s.jobs import _JOB_NAME, MAX_JOB_NAME, run_name as name_of
 
-def test_generated_names_stay_valid_job_names_for_every_preset():
-    from k8s.jobs import _JOB_NAME
-    for name in [*PRESETS, "a" * 60]:
-        generated = kube.unique_name(name)
-        assert _JOB_NAME.match(generated) and len(generated) <= kube.MAX_JOB_NAME, generated
-
-
-def test_submit_of_an_existing_name_is_one_line_saying_what_to_do(api, capsys):
-    api.on("POST", JOBS, {"kind": "Status", "code": 409, "reason": "AlreadyExists",
-                          "message": 'pytorchjobs.kubeflow.org "cpu-ddp" already exists'}, status=409)
-    assert cli.main(["submit", "--env", "dev", "--preset", "cpu-ddp", "--image", "img:1", "--name", "cpu-ddp"]) == 2
-    [line] = capsys.readouterr().err.splitlines()
-    assert 'HTTP 409 pytorchjobs.kubeflow.org "cpu-ddp" already exists' in line
-    assert line.endswith("`ops start PRESET` resumes a deployed job; `ops submit` without --name picks a new name")
+    for preset in [*PRESETS, "a" * 60]:
+        name = name_of(preset, "0123abcd")
+        assert _JOB_NAME.match(name) and len(name) <= MAX_JOB_NAME and name.endswith("-0123abcd"), name
 
 
 def test_set_env_pairs_reach_the_job_as_variables(api):
+    api.on("GET", JOBS, listing())
     api.on("POST", JOBS, {}, status=201)
     assert cli.main(["submit", "--env", "dev", "--preset", "cpu-ddp", "--image", "img:1",
                      "--set", "env.LOGLEVEL=DEBUG", "--set", "env.PORT=8080", "--set", "max_restarts=2"]) == 0

@@ -1,7 +1,8 @@
 """Post-deploy validation: which checks run for which Ready nodes, and the verdict it returns.
 
-The objects come from the real validation chart; the cluster is a stand-in `kubectl` on PATH
-that answers from a JSON state file and records every call (there is no cluster here)."""
+The objects come from k8s/validation.py as dist/ and the runner carry them; the cluster is a
+stand-in `kubectl` on PATH that answers from a JSON state file and records every call (there is no
+cluster here)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import cdk8s
 import pytest
 import yaml
 
@@ -24,11 +24,9 @@ from tests.conftest import REPO_ROOT
 
 @pytest.fixture(scope="module")
 def dev_objects():
-    from k8s.validation import ClusterValidationChart, ValidationProps
+    from k8s.validation import validation_objects
 
-    app = cdk8s.App()
-    chart = ClusterValidationChart(app, "cluster-validation", props=ValidationProps(config=envconfig.load("dev")))
-    return chart.to_json()
+    return validation_objects(envconfig.load("dev"))
 
 
 @pytest.fixture(scope="module")
@@ -36,25 +34,40 @@ def checks(dev_objects):
     return {(c.kind, c.nodegroup): c for c in checks_from_objects(dev_objects)}
 
 
-def test_every_gpu_group_gets_a_one_node_check_and_efa_groups_a_two_node_nccl_test(checks):
-    assert sorted(checks) == [("Job", "p4d"), ("Job", "p5"), ("MPIJob", "p4d"), ("MPIJob", "p5")]
+def test_every_gpu_group_gets_a_one_node_check_efa_groups_a_two_node_nccl_test_and_cpu_the_smoke_run(checks):
+    assert sorted(checks) == [("Job", "p4d"), ("Job", "p5"), ("MPIJob", "p4d"), ("MPIJob", "p5"), ("PyTorchJob", "cpu")]
     assert checks["Job", "p5"].nodes_needed == 1
     assert checks["MPIJob", "p5"].nodes_needed == 2
+    assert checks["PyTorchJob", "cpu"].nodes_needed == 2
+    assert checks["PyTorchJob", "cpu"].placeholders() == ["TRAINER_IMAGE_CPU"]
 
 
 def test_groups_without_enough_ready_nodes_are_skipped_with_a_reason(checks):
-    runnable, skipped = plan(list(checks.values()), {"p5": 2, "p4d": 1})
+    runnable, skipped = plan(list(checks.values()), {"p5": ["a", "b"], "p4d": ["c"]}, {"TRAINER_IMAGE_CPU": "img:1"})
     assert {(c.kind, c.nodegroup) for c in runnable} == {("Job", "p5"), ("MPIJob", "p5"), ("Job", "p4d")}
-    [reason] = skipped
-    assert "node group p4d has 1 Ready node(s), needs 2" in reason
+    assert len(skipped) == 2
+    assert any("node group p4d has 1 Ready node(s), needs 2" in r for r in skipped)
+    assert any("node group cpu has 0 Ready node(s), needs 2" in r for r in skipped), \
+        "prod's CPU group at desiredSize 0: the smoke run is skipped, never left Pending"
+
+
+def test_the_smoke_run_takes_its_image_from_the_environment_or_is_skipped_saying_so(checks):
+    smoke = checks["PyTorchJob", "cpu"]
+    [ready], _ = plan([smoke], {"cpu": ["a", "b"]}, {"TRAINER_IMAGE_CPU": "registry/trainer:cpu-1"})
+    container = ready.manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "registry/trainer:cpu-1"
+    assert "${" not in json.dumps(ready.manifest).replace("$(", "")
+    runnable, [reason] = plan([smoke], {"cpu": ["a", "b"]}, {})
+    assert not runnable and "TRAINER_IMAGE_CPU not set" in reason
 
 
 def test_only_ready_labelled_nodes_count():
-    def node(group, ready):
-        return {"metadata": {"labels": {NODEGROUP_LABEL: group}},
+    def node(name, group, ready):
+        return {"metadata": {"name": name, "labels": {NODEGROUP_LABEL: group}},
                 "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
-    nodes = {"items": [node("p5", True), node("p5", False), node("p4d", True), {"metadata": {}, "status": {}}]}
-    assert ready_nodes_by_group(nodes) == {"p5": 1, "p4d": 1}
+    nodes = {"items": [node("b", "p5", True), node("c", "p5", False), node("a", "p5", True), node("d", "p4d", True),
+                       {"metadata": {}, "status": {}}]}
+    assert ready_nodes_by_group(nodes) == {"p5": ["a", "b"], "p4d": ["d"]}
 
 
 FAKE_KUBECTL = textwrap.dedent("""\
@@ -67,18 +80,22 @@ FAKE_KUBECTL = textwrap.dedent("""\
     json.dump(state, open(state_path, "w"))
     if args[:2] == ["get", "nodes"]:
         print(json.dumps({{"items": [
-            {{"metadata": {{"labels": {{"{label}": g}}}}, "status": {{"conditions": [{{"type": "Ready", "status": "True"}}]}}}}
-            for g, n in state["nodes"].items() for _ in range(n)]}}))
+            {{"metadata": {{"name": f"{{g}}-node-{{i}}", "labels": {{"{label}": g}}}},
+              "status": {{"conditions": [{{"type": "Ready", "status": "True"}}]}}}}
+            for g, n in state["nodes"].items() for i in range(n)]}}))
     elif args[0] == "get":
         name = args[2]
         outcome = state["outcomes"].get(name, "Complete")
         print(json.dumps({{"status": {{"conditions": [{{"type": outcome, "status": "True"}}]}}}}))
     elif args[0] == "logs":
-        print("PASS")
+        selector = args[args.index("-l") + 1]
+        job = dict(kv.split("=", 1) for kv in selector.split(",")).get("training.kubeflow.org/job-name", "")
+        print(state["logs"].get(job, "PASS"))
     elif args[0] == "create":
         state["created"].append(json.loads(sys.stdin.read()))
         json.dump(state, open(state_path, "w"))
 """)
+NCCL_LOGS = Path(__file__).parent / "fixtures" / "nccl"
 
 
 @pytest.fixture
@@ -89,13 +106,16 @@ def cluster(tmp_path, dev_objects):
     kubectl.write_text(FAKE_KUBECTL.format(python=sys.executable, label=NODEGROUP_LABEL))
     kubectl.chmod(0o755)
     dist = tmp_path / "dist"
-    dist.mkdir()
-    (dist / "90-cluster-validation.yaml").write_text(yaml.safe_dump_all(dev_objects))
+    (dist / "validation").mkdir(parents=True)
+    (dist / "validation" / "cluster-validation.yaml").write_text(yaml.safe_dump_all(dev_objects))
     state = tmp_path / "cluster.json"
 
-    def run(nodes: dict, outcomes: dict | None = None):
-        state.write_text(json.dumps({"nodes": nodes, "outcomes": outcomes or {}, "calls": [], "created": []}))
-        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_CLUSTER": str(state)}
+    def run(nodes: dict, outcomes: dict | None = None, environ: dict | None = None, logs: dict | None = None):
+        healthy = (NCCL_LOGS / "p5-pass.log").read_text()
+        logs = {**{f"nccl-allreduce-{g}-{i}": healthy for g in ("p4d", "p5") for i in range(8)}, **(logs or {})}
+        state.write_text(json.dumps({"nodes": nodes, "outcomes": outcomes or {}, "logs": logs,
+                                     "calls": [], "created": []}))
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_CLUSTER": str(state), **(environ or {})}
         done = subprocess.run([sys.executable, "-m", "ops", "validate", "--dist", str(dist), "--timeout", "60"],
                               cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
         recorded = json.loads(state.read_text())
@@ -104,41 +124,61 @@ def cluster(tmp_path, dev_objects):
     return run
 
 
-def test_a_stage_without_gpu_nodes_passes_with_every_check_skipped(cluster):
-    done, calls = cluster({"cpu": 2})
+def test_a_stage_without_nodes_passes_with_every_check_skipped(cluster):
+    done, calls = cluster({"system": 2})
     assert done.returncode == 0, done.stderr
-    assert done.stdout.count("skipped:") == 4
+    assert done.stdout.count("skipped:") == 5
     assert not any(c.startswith("create") for c in calls)
 
 
 def test_checks_rerun_and_a_failed_check_fails_the_stage(cluster, checks):
-    failing = checks["MPIJob", "p5"].name
-    done, calls = cluster({"p5": 2}, {failing: "Failed"})
-    assert done.returncode == 1
-    assert f"MPIJob {failing} on p5: failed" in done.stdout
     gpu_check = checks["Job", "p5"].name
+    done, calls = cluster({"p5": 2}, {gpu_check: "Failed"})
+    assert done.returncode == 1
+    assert f"Job {gpu_check} on p5: failed" in done.stdout
     # A check that passed on an earlier deploy is deleted and created again, in that order.
     deleted = calls.index(f"delete job {gpu_check} -n training --ignore-not-found --wait=true")
     assert calls[deleted + 1] == "create -f -"
 
 
-def test_all_checks_passing_passes(cluster):
-    done, _ = cluster({"p5": 2, "p4d": 2})
+def test_all_checks_passing_passes_and_each_is_created_as_rendered_to_run(cluster, dev_objects):
+    """No deploy applies these objects, so none is suspended: validate creates each to run."""
+    done, calls = cluster({"p5": 2, "p4d": 2, "cpu": 2}, environ={"TRAINER_IMAGE_CPU": "registry/trainer:cpu-1"})
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.strip().splitlines()[-1].startswith("validation finished: 4 passed, 0 failed, 0 skipped")
-
-
-def test_checks_deployed_suspended_are_created_running(cluster, dev_objects):
-    """The chart deploys every check suspended (Job spec.suspend, MPIJob runPolicy.suspend: the
-    Kubernetes Job API and the Kubeflow RunPolicy); validate creates them with suspend false."""
-    assert {o["kind"] for o in dev_objects} == {"Job", "MPIJob"}
-    for obj in dev_objects:
-        assert (obj["spec"]["runPolicy"] if obj["kind"] == "MPIJob" else obj["spec"])["suspend"] is True
-    done, _ = cluster({"p5": 2, "p4d": 2})
-    assert done.returncode == 0, done.stderr
-    assert len(cluster.created) == 4
+    assert done.stdout.strip().splitlines()[-1].startswith("validation finished: 5 passed, 0 failed, 0 skipped")
+    names = [o["metadata"]["name"] for o in cluster.created]
+    assert names == ["gpu-check-p4d-" + names[0].rsplit("-", 1)[1], names[1], "nccl-allreduce-p4d-0",
+                     "nccl-allreduce-p5-0", "validation-cpu-ddp"]
     for obj in cluster.created:
-        assert (obj["spec"]["runPolicy"] if obj["kind"] == "MPIJob" else obj["spec"])["suspend"] is False
+        assert "suspend" not in (obj["spec"].get("runPolicy", {}) if obj["kind"] != "Job" else obj["spec"])
+    assert "delete pytorchjob validation-cpu-ddp -n training --ignore-not-found --wait=true" in calls
+
+
+def test_the_nccl_sweep_pins_a_test_to_each_pair_and_names_the_slow_node(cluster):
+    """Four p5 nodes: two rounds of two disjoint pairs; node 2 is slow in both of its pairs."""
+    slow = (NCCL_LOGS / "p5-fail-sockets.log").read_text()
+    done, calls = cluster({"p5": 4}, logs={"nccl-allreduce-p5-1": slow, "nccl-allreduce-p5-2": slow})
+    assert done.returncode == 1, done.stdout + done.stderr
+    pairs = {o["metadata"]["name"]: o["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["affinity"]
+             ["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0]
+             ["values"] for o in cluster.created if o["kind"] == "MPIJob"}
+    assert pairs == {"nccl-allreduce-p5-0": ["p5-node-0", "p5-node-1"], "nccl-allreduce-p5-1": ["p5-node-2", "p5-node-3"],
+                     "nccl-allreduce-p5-2": ["p5-node-1", "p5-node-2"], "nccl-allreduce-p5-3": ["p5-node-3", "p5-node-0"]}
+    [line] = [l for l in done.stdout.splitlines() if l.startswith("NCCL sweep on p5")]
+    assert line.startswith("NCCL sweep on p5 (4 nodes, p5.48xlarge): failed: slow node p5-node-2 (every pair with it failed)")
+    # The last sweep's pairs go first, then the pairs of the first round are created.
+    cleared = calls.index("delete mpijob -n training -l eks-distributed-training.io/nccl-group=p5 --ignore-not-found "
+                          "--wait=true")
+    assert calls[cleared + 1] == "delete mpijob nccl-allreduce-p5 -n training --ignore-not-found --wait=true"
+    assert calls[cleared + 2:cleared + 4] == ["create -f -", "create -f -"]
+    assert any(c.startswith("logs -n training -l training.kubeflow.org/job-name=nccl-allreduce-p5-3,"
+                            "training.kubeflow.org/replica-type=launcher --tail=-1") for c in calls)
+
+
+def test_a_pair_whose_mpijob_failed_fails_even_with_a_good_table(cluster):
+    done, _ = cluster({"p5": 2}, {"nccl-allreduce-p5-0": "Failed"})
+    assert done.returncode == 1
+    assert "nccl-allreduce-p5-0 p5-node-0<->p5-node-1: FAIL: MPIJob nccl-allreduce-p5-0 failed; 441.3 GB/s" in done.stdout
 
 
 def test_missing_dist_folder_is_one_line_and_exit_2(tmp_path):
@@ -164,3 +204,23 @@ def test_a_non_positive_timeout_is_a_usage_error(tmp_path):
     done = subprocess.run([sys.executable, "-m", "ops", "validate", "--dist", str(tmp_path), "--timeout", "0"],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--timeout" in done.stderr
+
+
+def test_prods_smoke_run_is_neither_deployed_nor_left_pending_on_its_empty_cpu_group():
+    """prod's CPU group has desiredSize 0 and no autoscaler: an unsuspended cpu-ddp deployed there
+    sat Pending forever. Now no chart holds it, and validation skips it until the group has nodes."""
+    import cdk8s
+
+    from k8s.charts import EnvironmentCharts
+    from k8s.validation import validation_objects
+    from k8s.values import ClusterValues
+
+    prod = envconfig.load("prod")
+    assert prod.nodegroup("cpu").desired_size == 0
+    charts = EnvironmentCharts(prod, ClusterValues.placeholders(), app=cdk8s.App())
+    assert not [o for docs in charts.manifests().values() for o in docs if o["kind"] == "PyTorchJob"]
+    checks = checks_from_objects(validation_objects(prod))
+    ready = {g.name: [f"{g.name}-{i}" for i in range(g.desired_size)] for g in prod.training_nodegroups}
+    runnable, skipped = plan(checks, ready, {"TRAINER_IMAGE_CPU": "img:1"})
+    assert not runnable
+    assert "PyTorchJob validation-cpu-ddp: node group cpu has 0 Ready node(s), needs 2" in skipped

@@ -1,10 +1,13 @@
 """The validation runner's RBAC is exactly what `ops validate` asks of the API server.
 
-`python -m ops validate` runs as the runner runs it, with the real kubectl, against a recording API
-server on loopback (tests/ops/kube_http.py) holding Ready nodes in every GPU group and last run's
-checks, which linger after a delete as objects do on a cluster. Every request kubectl makes becomes
-the (verb, group, resource) the RBAC authorizer judges; the rules the chart binds to the runner's
-group (k8s/validation_runner_rbac.py) must allow each one and grant nothing else, and no Secret.
+`python -m ops validate` runs as the runner runs it, with the real kubectl and the smoke run's image
+in its environment, against a recording API server on loopback (tests/ops/kube_http.py) holding two
+Ready nodes in every group a check needs and last run's checks (the single NCCL MPIJob of earlier
+releases, and a pair of the last sweep), which linger after a delete as objects do on a cluster.
+The server makes each created job's pods as the controllers would, and the NCCL launchers log a
+passing all_reduce_perf table. Every request kubectl makes becomes the (verb, group, resource) the
+RBAC authorizer judges; the rules the chart binds to the runner's group
+(k8s/validation_runner_rbac.py) must allow each one and grant nothing else, and no Secret.
 """
 
 from __future__ import annotations
@@ -25,15 +28,18 @@ from tests.conftest import REPO_ROOT
 
 KUBECTL = shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="needs a kubectl binary on PATH (the runner installs one)")
-RESOURCE_OF = {"Job": ("batch/v1", "jobs"), "MPIJob": ("kubeflow.org/v1", "mpijobs")}
+RESOURCE_OF = {"Job": ("batch/v1", "jobs"), "MPIJob": ("kubeflow.org/v1", "mpijobs"),
+               "PyTorchJob": ("kubeflow.org/v1", "pytorchjobs")}
+JOB_NAME = "training.kubeflow.org/job-name"
+REPLICA_TYPE = "training.kubeflow.org/replica-type"
+NCCL_PASS = (REPO_ROOT / "tests" / "ops" / "fixtures" / "nccl" / "p5-pass.log").read_text()
 
 
 @pytest.fixture(scope="module")
 def validation_objects():
-    from k8s.validation import ClusterValidationChart, ValidationProps
+    from k8s.validation import validation_objects
 
-    chart = ClusterValidationChart(cdk8s.App(), "cluster-validation", props=ValidationProps(config=envconfig.load("dev")))
-    return chart.to_json()
+    return validation_objects(envconfig.load("dev"))
 
 
 @pytest.fixture(scope="module")
@@ -43,28 +49,51 @@ def runner_rbac() -> list[dict]:
     return ValidationRunnerRbacChart(cdk8s.App(), "runner-rbac").to_json()
 
 
+def pods_of(kind: str, job: dict) -> list[dict]:
+    """The pod a controller makes first, labelled as it labels them: a Job's, an MPIJob's
+    launcher (with the sweep's annotations), a PyTorchJob's worker 0."""
+    name = job["metadata"]["name"]
+    spec = {"containers": [{"name": "main", "image": "i"}]}
+    if kind == "Job":
+        return [{"metadata": {"name": f"{name}-0", "labels": {"job-name": name}}, "spec": spec}]
+    if kind == "MPIJob":
+        template = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"].get("metadata", {})
+        return [{"metadata": {"name": f"{name}-launcher", "annotations": template.get("annotations", {}),
+                              "labels": {**template.get("labels", {}), JOB_NAME: name, REPLICA_TYPE: "launcher"}},
+                 "spec": spec}]
+    return [{"metadata": {"name": f"{name}-worker-0", "labels": {JOB_NAME: name, REPLICA_TYPE: "worker"}}, "spec": spec}]
+
+
+def pod_log(pod: dict) -> str:
+    return NCCL_PASS if pod["metadata"].get("labels", {}).get(REPLICA_TYPE) == "launcher" else "PASS\n"
+
+
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory, validation_objects) -> tuple[subprocess.CompletedProcess, list[RbacRequest]]:
+    from ops import nccl
+    from ops.validate import checks_from_objects
+
     tmp = tmp_path_factory.mktemp("runner")
-    dist = tmp / "dist"
-    dist.mkdir()
-    (dist / "90-cluster-validation.yaml").write_text(yaml.safe_dump_all(validation_objects))
-    server = RecordingApiServer(linger=True)
+    dist = tmp / "dist" / "validation"
+    dist.mkdir(parents=True)
+    (dist / "cluster-validation.yaml").write_text(yaml.safe_dump_all(validation_objects))
+    server = RecordingApiServer(linger=True, logs=pod_log, pods_for=pods_of)
     try:
-        for group in sorted({c["spec"].get("template", c["spec"]).get("spec", {}).get("nodeSelector", {}).get(NODEGROUP_LABEL)
-                             for c in validation_objects} - {None}) or ["p4d", "p5"]:
+        checks = checks_from_objects(validation_objects)
+        for group in sorted({c.nodegroup for c in checks}):
             for index in range(2):
                 server.add("v1", "nodes", "", {"metadata": {"name": f"{group}-{index}", "labels": {NODEGROUP_LABEL: group}},
                                                "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
-        for obj in validation_objects:
-            name = obj["metadata"]["name"]
+        last_run = [c.manifest for c in checks]
+        last_run += [nccl.pinned(c.manifest, (f"{c.nodegroup}-0", f"{c.nodegroup}-1"), 0, c.nodegroup)
+                     for c in checks if c.kind == "MPIJob"]
+        for obj in last_run:
             server.add(*RESOURCE_OF[obj["kind"]], TRAINING_NAMESPACE, obj)
-            server.add("v1", "pods", TRAINING_NAMESPACE, {
-                "metadata": {"name": f"{name}-0", "labels": {"job-name": name, "training.kubeflow.org/job-name": name}},
-                "spec": {"containers": [{"name": "main", "image": "i"}]}})
+            for pod in pods_of(obj["kind"], obj):
+                server.add("v1", "pods", TRAINING_NAMESPACE, pod)
         env = {**os.environ, "KUBECONFIG": str(server.kubeconfig(tmp / "kubeconfig")), "HOME": str(tmp),
-               "PATH": f"{os.path.dirname(KUBECTL)}:{os.environ['PATH']}"}
-        done = subprocess.run([sys.executable, "-m", "ops", "validate", "--dist", str(dist), "--timeout", "60"],
+               "PATH": f"{os.path.dirname(KUBECTL)}:{os.environ['PATH']}", "TRAINER_IMAGE_CPU": "registry/trainer:cpu"}
+        done = subprocess.run([sys.executable, "-m", "ops", "validate", "--dist", str(dist.parent), "--timeout", "60"],
                               cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
     finally:
         server.close()
@@ -96,8 +125,11 @@ def _grants(rbac: list[dict]) -> list[tuple[str, dict]]:
 def test_validate_runs_every_check_through_the_real_kubectl(recorded):
     done, requests = recorded
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "validation finished: 4 passed, 0 failed, 0 skipped"
-    assert {(r.verb, r.resource) for r in requests} >= {("create", "mpijobs"), ("create", "jobs"), ("get", "pods/log")}
+    assert done.stdout.strip().splitlines()[-1] == "validation finished: 5 passed, 0 failed, 0 skipped"
+    assert {(r.verb, r.resource) for r in requests} >= {
+        ("create", "mpijobs"), ("create", "jobs"), ("create", "pytorchjobs"), ("get", "pods/log")}
+    # The last sweep's pairs went by their group label before the new sweep's were created.
+    assert any(r.verb == "delete" and r.resource == "mpijobs" and r.name.endswith("-0") for r in requests)
 
 
 def test_every_request_validate_makes_is_allowed_to_the_runner_group(recorded, runner_rbac):
@@ -129,3 +161,4 @@ def test_nothing_bound_to_the_runner_touches_a_secret_or_uses_a_wildcard(runner_
 def test_the_cluster_wide_grant_is_only_listing_nodes(runner_rbac):
     cluster = [rule for ns, rule in _grants(runner_rbac) if ns == ""]
     assert cluster == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]
+

@@ -138,13 +138,18 @@ class Synth:
 
 @functools.lru_cache(maxsize=None)
 def synth(variant: str) -> Synth:
+    return synthesize(variant, VARIANTS[variant]())
+
+
+def synthesize(name: str, raw: dict[str, Any]) -> Synth:
+    """One uncached synth of environment `raw` as stage `name` (each costs ~10 s: cache it per module)."""
     from stacks.stage import TrainingClusterStage
 
-    config = environment(variant)
-    outdir = Path(tempfile.mkdtemp(prefix=f"synth-{variant}-"))
+    config = parse_environment(name, raw)
+    outdir = Path(tempfile.mkdtemp(prefix=f"synth-{name}-"))
     flags = {k: v for k, v in CONTEXT.items() if k.startswith("@")}
     app = cdk.App(outdir=str(outdir), context=flags)
-    stage = TrainingClusterStage(app, variant, config=config)
+    stage = TrainingClusterStage(app, name, config=config)
     assembly = app.synth()
     return Synth(config, stage, outdir, assembly)
 

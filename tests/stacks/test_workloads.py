@@ -65,12 +65,9 @@ def test_one_manifest_per_chart_all_in_the_workloads_stack(dev, template, manife
     stack = dev.stage.workloads
     drain_rbac = stack.get_logical_id(stack.training_drain.rbac.node.default_child)  # the drain's own RBAC
     ours = [r for k, r in template["Resources"].items() if r["Type"] == MANIFEST_TYPE and k != drain_rbac]
-    assert len(ours) == sum(len(rs) for rs in manifests.values())
-    for entry in dev.stage.workloads.charts.entries:
-        expected = len(entry.chart.to_json()) if entry.chart.one_manifest_per_object else 1
-        assert len(manifests[entry.name]) == expected, entry.name
-    # The preset catalogue grows; each job is its own manifest, so no one manifest grows with it.
-    assert len(manifests["training-jobs"]) == len(dev.stage.workloads.charts.entry("training-jobs").chart.to_json()) > 1
+    # Each chart, and the stand-ins for earlier releases' job manifests (tests/stacks/test_second_deploy.py).
+    assert len(ours) == len(manifests) + len(stack.retired)
+    assert all(len(rs) == 1 for rs in manifests.values())
     cluster_template = dev.template_json("cluster")
     for resource in cluster_template["Resources"].values():
         if resource["Type"] == MANIFEST_TYPE:
@@ -85,9 +82,8 @@ def test_manifests_depend_on_what_they_use(dev, manifests):
     for entry in stack.charts.entries:
         depends = depends_on(manifests[entry.name])
         assert set().union(*(logical[d] for d in entry.depends_on)) <= depends, entry.name
-    jobs = depends_on(manifests["training-jobs"])
-    assert logical["training-operator"] | logical["training-operator-crds"] | logical["etcd"] <= jobs
-    assert logical["namespaces"] <= depends_on(manifests["training-operator"])
+    assert logical["namespaces"] | logical["priority-classes"] <= depends_on(manifests["training-operator"])
+    assert logical["priority-classes"] <= depends_on(manifests["etcd"])
 
 
 def test_manifests_carry_the_same_objects_the_dist_sink_writes(dev, manifests):
@@ -110,16 +106,6 @@ def test_fsx_values_come_from_the_storage_stack(dev, manifests):
     assert dev.logical_id("storage", dev.stage.storage.file_system) in refs
 
 
-def test_trainer_images_are_the_trainer_repositorys_copies_by_immutable_tag(dev, manifests):
-    parts = [p for r in manifests["training-jobs"] for p in r["Properties"]["Manifest"]["Fn::Join"][1]]
-    text = "".join(p if isinstance(p, str) else json.dumps(p) for p in parts)
-    for asset in dev.stage.registry.trainer_images.values():
-        assert f":{asset.image_tag}" in text
-    assert "container-assets" not in text  # never the CDK assets repository
-    repository = dev.logical_id("registry", dev.stage.registry.repository)
-    assert repository in {dev.imported_ref(p) for p in parts if isinstance(p, dict)}
-
-
 def test_inline_manifests_stay_far_below_the_kubectl_provider_limits(template, manifests):
     for name, resources in manifests.items():
         for resource in resources:
@@ -139,6 +125,29 @@ def test_dist_placeholder_hints_name_the_real_stacks_and_outputs(dev):
     # Every token the charts carry has a named placeholder, so the dist sink never fails.
     assert {p.name for p in values.dist_substitutions().values()} == {
         "FSX_FILE_SYSTEM_ID", "FSX_DNS_NAME", "FSX_MOUNT_NAME", "TRAINER_IMAGE_CPU", "TRAINER_IMAGE_GPU"}
+    kubectl = dev.stage.workloads.values
+    assert {p.name for p in kubectl.dist_substitutions().values()} >= {"KUBECTL_DELIVERY_IMAGE"}
+    assert kubectl.fills["KUBECTL_DELIVERY_IMAGE"].endswith(f":{dev.stage.workloads.kubectl_delivery_image.image_tag}")
+
+
+def test_the_mpi_launcher_gets_a_kubectl_within_one_minor_of_the_cluster(dev, manifests):
+    """Kubernetes version skew policy (https://kubernetes.io/releases/version-skew-policy/#kubectl).
+    The operator names the kubectl-delivery image this stack builds; its build arguments are the
+    kubectl config/eks_versions.py picks for the environment's Kubernetes version."""
+    from config.eks_versions import KUBECTL_BUILDS
+
+    asset = dev.stage.workloads.kubectl_delivery_image
+    [manifest] = list(dev.outdir.glob("**/*Workloads*.assets.json"))
+    [image] = [i for k, i in json.loads(manifest.read_text())["dockerImages"].items() if k == asset.asset_hash]
+    args = image["source"]["dockerBuildArgs"]
+    cluster_minor = int(dev.config.kubernetes_version.split(".")[1])
+    assert abs(int(args["KUBECTL_VERSION"].split(".")[1]) - cluster_minor) <= 1
+    assert KUBECTL_BUILDS[args["KUBECTL_VERSION"]] == args["KUBECTL_SHA256"]
+    assert image["source"]["platform"] == "linux/amd64"
+    [operator] = manifests["training-operator"]
+    parts = operator["Properties"]["Manifest"]["Fn::Join"][1]
+    text = "".join(p if isinstance(p, str) else json.dumps(p) for p in parts)
+    assert "--mpi-kubectl-delivery-image=" in text and f":{asset.image_tag}" in text
 
 
 def test_crds_namespaces_and_storage_outlive_the_stack_only_where_data_is_retained(dev, template, manifests):
@@ -158,21 +167,19 @@ def test_crds_namespaces_and_storage_outlive_the_stack_only_where_data_is_retain
 OBJECT_VALUE_TYPE = "Custom::AWSCDK-EKS-KubernetesObjectValue"
 
 
-def test_jobs_and_validation_wait_until_the_operator_deployment_is_available(dev, template, manifests):
-    """The webhook fails closed (failurePolicy Fail), so nothing that creates PyTorchJobs may be
-    applied before the operator's pod is Available: the later manifests depend on a
-    KubernetesObjectValue that polls the Deployment's availableReplicas (empty until one is)."""
+def test_a_deploy_that_changes_the_operator_waits_for_its_rollout(dev, template, manifests):
+    """The webhook fails closed (failurePolicy Fail) and `ops` creates jobs right after a deploy:
+    the deploy waits on a KubernetesObjectValue that yields output only once the operator's rollout
+    is complete (the Deployment's Progressing reason NewReplicaSetAvailable)."""
     stack = dev.stage.workloads
     [(logical, waiter)] = [(k, r) for k, r in template["Resources"].items() if r["Type"] == OBJECT_VALUE_TYPE]
     props = waiter["Properties"]
     assert (props["ObjectType"], props["ObjectName"], props["ObjectNamespace"]) == (
         "deployment", "training-operator", "kubeflow")
-    assert props["JsonPath"] == ".status.availableReplicas"
+    assert props["JsonPath"] == '.status.conditions[?(@.reason=="NewReplicaSetAvailable")].status'
     # Below the kubectl provider's 15-minute Lambda timeout.
     assert 60 <= int(props["TimeoutSeconds"]) < 15 * 60
     [operator] = [stack.get_logical_id(m.node.default_child) for m in stack.manifests["training-operator"]]
     assert operator in waiter["DependsOn"]
-    for name in ("training-jobs", "cluster-validation"):
-        assert logical in depends_on(manifests[name]), name
     for name in ("namespaces", "training-operator-crds", "etcd", "fsx-storage", "training-operator"):
         assert all(logical not in r.get("DependsOn", []) for r in manifests[name]), name

@@ -32,8 +32,10 @@ def substitute_tokens(value: Any, substitutions: dict[str, Placeholder], where: 
     if isinstance(value, list):
         return [substitute_tokens(v, substitutions, f"{where}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, str):
-        # A token may be the whole value or part of it (a flag's `--name=${Token[...]}`).
-        for token, placeholder in substitutions.items():
+        # A token may be the whole value or part of it (a flag's `--name=${Token[...]}`). A value
+        # may itself be a string of tokens (FSx's DNS name is its id, the region and the URL
+        # suffix): the longest first, so no part of it is replaced before the whole.
+        for token, placeholder in sorted(substitutions.items(), key=lambda item: -len(item[0])):
             if token in value:
                 value = value.replace(token, f"${{{placeholder.name}}}")
         if any(marker in value for marker in TOKEN_MARKERS):

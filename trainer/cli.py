@@ -52,7 +52,9 @@ def positive_float(text: str) -> float:
 
 def run_main(main: Callable[[], int | None]) -> NoReturn:
     """Run a workload's main, turning UsageError into the one-line form, and NCCL off EFA on an
-    EFA node group into its own exit status (trainer/nccl_net.py)."""
+    EFA node group (trainer/nccl_net.py) and a run that stopped on non-finite losses
+    (trainer/batching.py) into their own exit statuses."""
+    from trainer.batching import NonFiniteLoss
     from trainer.nccl_net import EXIT_NOT_ON_EFA, NotOnEfa
 
     try:
@@ -63,4 +65,7 @@ def run_main(main: Callable[[], int | None]) -> NoReturn:
     except NotOnEfa as exc:
         print(exc, file=sys.stderr, flush=True)
         raise SystemExit(EXIT_NOT_ON_EFA) from None
+    except NonFiniteLoss as exc:
+        print(exc, file=sys.stderr, flush=True)
+        raise SystemExit(exc.exit_code) from None
     raise SystemExit(code or 0)

@@ -184,17 +184,24 @@ class Transformer(nn.Module):
         self.register_buffer("freqs", torch.empty(rope_length or cfg.max_seq_len, cfg.head_dim // 2, 2),
                              persistent=False)
 
-    def forward(self, tokens: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, labels: torch.Tensor | None = None, *, separate_aux: bool = False):
         """The logits; given `labels` (the next token of each position, -100 to skip one), the
         training loss instead: mean cross-entropy plus, for a mixture of experts, the weighted
-        load-balancing loss. The loss is computed inside forward so FSDP has the output weight
-        gathered for the chunked path."""
+        load-balancing loss. With `separate_aux`, the pair (cross-entropy, unweighted
+        load-balancing loss or None), which the trainer weights and logs apart. The loss is
+        computed inside forward so FSDP has the output weight gathered for the chunked path."""
         if self.autocast_dtype is not None:
             with torch.autocast(tokens.device.type, dtype=self.autocast_dtype):
-                return self._forward(tokens, labels)
-        return self._forward(tokens, labels)
+                lm, aux = self._forward(tokens, labels)
+        else:
+            lm, aux = self._forward(tokens, labels)
+        if labels is None:
+            return lm  # the logits
+        if separate_aux:
+            return lm, aux
+        return lm if aux is None else lm + self.cfg.router_aux_loss_coef * aux
 
-    def _forward(self, tokens: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
+    def _forward(self, tokens: torch.Tensor, labels: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         h = self.tok_embeddings(tokens)
         router_stats = None
         for layer in self.layers.values():
@@ -204,15 +211,15 @@ class Transformer(nn.Module):
                 router_stats = stats if router_stats is None else router_stats + stats
         h = self.norm(h)
         if labels is None:
-            return self.output(h)
+            return self.output(h), None
         if self.loss_chunk_tokens > 0:
             loss = linear_cross_entropy(h, self.output.weight, labels, self.loss_chunk_tokens)
         else:
             loss = self.compute_loss(self.output(h), labels)
+        aux = None
         if router_stats is not None and self.cfg.router_aux_loss_coef:
             aux = load_balancing_loss(router_stats, self.cfg.n_layers, tokens.numel())
-            loss = loss + self.cfg.router_aux_loss_coef * aux
-        return loss
+        return loss, aux
 
     def parameter_inits(self) -> dict[str, Init]:
         """How each parameter starts, by name."""

@@ -104,8 +104,10 @@ def test_an_unloadable_newer_checkpoint_is_moved_aside_and_retention_keeps_new_s
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("nproc_before, nproc_after", [(1, 2), (2, 1)])
 def test_a_checkpoint_resumes_on_a_different_number_of_ranks(tmp_path, nproc_before, nproc_after, model):
-    # One rank trains unsharded, two under FSDP2: the checkpoint crosses that boundary too.
-    rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, steps=10, model=model), nproc=nproc_before))
+    # One rank trains unsharded, two under FSDP2: the checkpoint crosses that boundary too. The
+    # global batch of 4 is 2 micro-batches on one rank and 1 on two.
+    rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, "--global-batch-size", "4", steps=10, model=model),
+                                nproc=nproc_before))
     assert rc == 0, out
     assert list_steps(tmp_path) == [10]
     rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, steps=15, model=model), nproc=nproc_after))

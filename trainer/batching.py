@@ -22,10 +22,20 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer.cli import UsageError
+from trainer.cli import Parser, UsageError, positive_int
 
 GLOBAL_BATCH = "global_batch_size"  # its key in the run's record (DIR/model.json)
 EXIT_NONFINITE = 3  # below 128: a restart policy does not retry it (a restart would diverge again)
+
+
+def add_global_batch_arguments(p: Parser, unit: str) -> None:
+    """--global-batch-size and --allow-global-batch-change, as both trainers read them."""
+    p.add_argument("--global-batch-size", type=positive_int, default=None,
+                   help=f"{unit} per optimizer step over all ranks, the same on any number of ranks; each rank "
+                        "accumulates global / (ranks x --batch-size) micro-batches per step (default: the one the "
+                        "checkpoints were trained with, else ranks x --batch-size)")
+    p.add_argument("--allow-global-batch-change", action="store_true",
+                   help="resume with another --global-batch-size than the checkpoints were trained with")
 
 
 def world_size_from_env() -> int:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from config.models import MODELS, ModelConfig, model_config
+from trainer.batching import add_global_batch_arguments
 from trainer.checkpoint import CheckpointConfig
 from trainer.cli import Parser, UsageError, non_negative_int, positive_float, positive_int
 from trainer.data import DataConfig
@@ -60,12 +61,7 @@ def parser() -> Parser:
     p.add_argument("--steps", type=positive_int, default=40, help="total optimizer steps, counting resumed ones")
     p.add_argument("--batch-size", type=positive_int, default=4,
                    help="sequences per rank per forward and backward pass (the micro-batch)")
-    p.add_argument("--global-batch-size", type=positive_int, default=None,
-                   help="sequences per optimizer step over all ranks, the same on any number of ranks; each rank "
-                        "accumulates global / (ranks x --batch-size) micro-batches per step (default: the one the "
-                        "checkpoints were trained with, else ranks x --batch-size)")
-    p.add_argument("--allow-global-batch-change", action="store_true",
-                   help="resume with another --global-batch-size than the checkpoints were trained with")
+    add_global_batch_arguments(p, "sequences")
     p.add_argument("--seq-len", type=positive_int, default=128, help="tokens per sequence")
     p.add_argument("--data", default="synthetic", help="'synthetic' or a directory of token shards (trainer.data prepare)")
     p.add_argument("--lr", type=positive_float, default=None, help="peak learning rate (default: 3e-3 for tiny, else 3e-4)")

@@ -11,7 +11,6 @@ import re
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ import time
 import pytest
 
 from trainer.checkpoint import MARKER, list_steps, step_dir
-from trainer_procs import REPO, Job, job_env, run, torchrun_args
+from trainer_procs import REPO, Job, lone_rank_env, run, torchrun_args
 
 pytestmark = pytest.mark.slow
 
@@ -184,10 +183,7 @@ def test_sigterm_saves_a_final_checkpoint_and_the_next_run_resumes_from_it(tmp_p
 
 
 def test_a_rendezvous_that_never_completes_fails_within_its_timeout_instead_of_hanging():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = job_env(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    env = lone_rank_env(0, 2)
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "trainer.llm", "--dist-timeout", "3"], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=60)

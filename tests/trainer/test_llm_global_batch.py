@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ import time
 import pytest
 
 from trainer.checkpoint import step_dir
-from trainer_procs import REPO, job_env, run, torchrun_args
+from trainer_procs import REPO, job_env, lone_rank_env, run, torchrun_args
 
 pytestmark = pytest.mark.slow
 
@@ -88,13 +87,10 @@ def _llm(*args: str) -> subprocess.CompletedProcess:
 
 def test_a_global_batch_that_does_not_divide_stops_every_rank_in_one_line_before_the_process_group():
     # Rank 1 of 2 alone, with no rank 0 to meet: it must exit at once, not wait for a rendezvous.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = job_env(RANK="1", LOCAL_RANK="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "trainer.llm", "--batch-size", "2", "--global-batch-size", "6",
-                        "--dist-timeout", "60"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+                        "--dist-timeout", "60"], cwd=REPO, env=lone_rank_env(1, 2), capture_output=True, text=True,
+                       timeout=60)
     assert time.monotonic() - t0 < 30
     assert p.returncode == 2
     assert p.stderr.strip() == ("error: --global-batch-size: --global-batch-size 6 is not a multiple of 2 ranks x "

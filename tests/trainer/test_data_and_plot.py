@@ -94,8 +94,10 @@ def test_help_works(module):
 
 def test_plot_draws_loss_and_throughput(tmp_path):
     metrics = tmp_path / "m.jsonl"
-    metrics.write_text("".join(json.dumps({"step": s, "loss": 5 - s / 10, "lr": 1e-3, "tokens_per_sec": 1000 + s,
-                                           "mfu": None}) + "\n" for s in range(5, 50, 5)))
+    # The window of step 25 was skipped as non-finite (loss null) and step 5 was warm-up (no rate).
+    metrics.write_text("".join(json.dumps({"step": s, "loss": None if s == 25 else 5 - s / 10, "lr": 1e-3,
+                                           "tokens_per_sec": None if s == 5 else 1000 + s, "mfu": None}) + "\n"
+                               for s in range(5, 50, 5)))
     p = _python("-m", "trainer.plot", str(metrics), "-o", str(tmp_path / "curves.png"))
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

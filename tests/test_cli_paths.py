@@ -50,6 +50,7 @@ NOT_PATHS = {
     "trainer.llm --dist-timeout": "seconds", "trainer.vision --checkpoint-every": "steps",
     "trainer.vision --keep-checkpoints": "a count", "trainer.vision --dist-timeout": "seconds",
     "trainer.ddp --dist-timeout": "seconds", "trainer.s3sync --src": "an s3:// URI",
+    "trainer.llm --max-nonfinite-steps": "a count",
 }
 
 

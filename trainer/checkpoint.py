@@ -41,6 +41,7 @@ from trainer.log import log, warn
 
 MARKER = "COMPLETE"
 MODEL_FILE = "model.json"
+RUN_SETTINGS = ("global_batch_size",)  # record entries a resume may change (trainer/batching.py)
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 
 
@@ -61,6 +62,15 @@ class ModelAndOptimizer(Stateful):
 
     def state_dict(self) -> dict[str, Any]:
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        # An asynchronous save stages the tensors while training goes on. Parameters and optimizer
+        # state change only in the optimizer step, which waits for staging, but buffers such as
+        # BatchNorm's running statistics change in the next forward: they are copied now.
+        buffers = {name for name, _ in self.model.named_buffers()}
+        model_sd = {k: v.clone() if k in buffers else v for k, v in model_sd.items()}
+        if any(t.is_cuda for t in model_sd.values() if isinstance(t, torch.Tensor)):
+            # Staging copies on its own stream from another thread, unordered with this one: the
+            # optimizer step and the copies above must be done on the device before it starts.
+            torch.cuda.current_stream().synchronize()
         return {"model": model_sd, "optim": optim_sd}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -106,26 +116,29 @@ def open_directory(cfg: CheckpointConfig) -> tuple[Path, dict | None] | None:
     return path, checked_path("--checkpoint-dir", read_model_record, path)
 
 
-def check_directory(cfg: CheckpointConfig, model: ModelConfig) -> None:
+def check_directory(cfg: CheckpointConfig, model: ModelConfig) -> dict | None:
     """The LLM's check: the directory opens, and its checkpoints (if any) are of this model's shape,
-    so a mistake is one line, not a run that trains from step 0."""
+    so a mistake is one line, not a run that trains from step 0. Returns the record the
+    checkpoints were written with (None: no checkpoints yet)."""
     opened = open_directory(cfg)
     if opened is None:
-        return
+        return None
     path, record = opened
-    if record is None and list_steps(path):
+    if not list_steps(path):
+        return None
+    if record is None:
         # Older trainers wrote no model.json and rotated q/k in the interleaved (Meta) layout;
         # their weights would load without error and compute something else.
         raise UsageError("--checkpoint-dir", f"{path} holds checkpoints without {MODEL_FILE}, written by a trainer "
                                              "with another rotary layout; they cannot be resumed, use another directory")
-    if record is not None and list_steps(path):
-        if not isinstance(record.get("model"), dict):
-            raise UsageError("--checkpoint-dir", f"{path / MODEL_FILE} has no \"model\" object: its checkpoints were "
-                                                 "not written by trainer.llm; use another directory")
-        difference = shape_difference(record["model"], model)
-        if difference:
-            raise UsageError("--checkpoint-dir", f"{path} holds checkpoints of another model: {difference}; "
-                                                 "use another directory, or the model they were written by")
+    if not isinstance(record.get("model"), dict):
+        raise UsageError("--checkpoint-dir", f"{path / MODEL_FILE} has no \"model\" object: its checkpoints were "
+                                             "not written by trainer.llm; use another directory")
+    difference = shape_difference(record["model"], model)
+    if difference:
+        raise UsageError("--checkpoint-dir", f"{path} holds checkpoints of another model: {difference}; "
+                                             "use another directory, or the model they were written by")
+    return record
 
 
 class CheckpointManager:
@@ -212,12 +225,17 @@ class CheckpointManager:
     def _write_model_record(self) -> None:
         if self.model_record is None:
             return
-        # Kept when checkpoints exist (check_directory has matched their shape): it also names
-        # the Hugging Face directory the run first started from.
-        if read_model_record(self.directory) is not None and list_steps(self.directory):
-            return
+        record = self.model_record
+        existing = read_model_record(self.directory)
+        if existing is not None and list_steps(self.directory):
+            # Kept when checkpoints exist (the workload has matched their shape): it also names
+            # the Hugging Face directory the run first started from. The run settings that a
+            # resume may change on purpose (the global batch, with its flag) are updated.
+            record = {**existing, **{k: v for k, v in self.model_record.items() if k in RUN_SETTINGS}}
+            if record == existing:
+                return
         tmp = self.directory / f".{MODEL_FILE}.tmp"
-        tmp.write_text(json.dumps(self.model_record, indent=2) + "\n")
+        tmp.write_text(json.dumps(record, indent=2) + "\n")
         os.replace(tmp, self.directory / MODEL_FILE)
 
     def _set_aside(self, step: int) -> None:

@@ -104,7 +104,9 @@ def checked_path(field: str, check: Callable[[str | Path], T], path: str | Path)
 
 def run_main(main: Callable[[], int | None]) -> NoReturn:
     """Run a workload's main, turning UsageError into the one-line form, and NCCL off EFA on an
-    EFA node group into its own exit status (trainer/nccl_net.py)."""
+    EFA node group (trainer/nccl_net.py) and a run that stopped on non-finite losses
+    (trainer/batching.py) into their own exit statuses."""
+    from trainer.batching import NonFiniteLoss
     from trainer.nccl_net import EXIT_NOT_ON_EFA, NotOnEfa
 
     try:
@@ -115,6 +117,9 @@ def run_main(main: Callable[[], int | None]) -> NoReturn:
     except NotOnEfa as exc:
         print(exc, file=sys.stderr, flush=True)
         raise SystemExit(EXIT_NOT_ON_EFA) from None
+    except NonFiniteLoss as exc:
+        print(exc, file=sys.stderr, flush=True)
+        raise SystemExit(exc.exit_code) from None
     except Exception as exc:  # a crash, not a user error: see report_crash
         report_crash(main, exc)
         raise SystemExit(1) from None

@@ -11,7 +11,6 @@ import re
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ import time
 import pytest
 
 from trainer.checkpoint import MARKER, list_steps, step_dir
-from trainer_procs import REPO, Job, job_env, run, torchrun_args
+from trainer_procs import REPO, Job, lone_rank_env, run, torchrun_args
 
 pytestmark = pytest.mark.slow
 
@@ -104,8 +103,10 @@ def test_an_unloadable_newer_checkpoint_is_moved_aside_and_retention_keeps_new_s
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("nproc_before, nproc_after", [(1, 2), (2, 1)])
 def test_a_checkpoint_resumes_on_a_different_number_of_ranks(tmp_path, nproc_before, nproc_after, model):
-    # One rank trains unsharded, two under FSDP2: the checkpoint crosses that boundary too.
-    rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, steps=10, model=model), nproc=nproc_before))
+    # One rank trains unsharded, two under FSDP2: the checkpoint crosses that boundary too. The
+    # global batch of 4 is 2 micro-batches on one rank and 1 on two.
+    rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, "--global-batch-size", "4", steps=10, model=model),
+                                nproc=nproc_before))
     assert rc == 0, out
     assert list_steps(tmp_path) == [10]
     rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, steps=15, model=model), nproc=nproc_after))
@@ -182,10 +183,7 @@ def test_sigterm_saves_a_final_checkpoint_and_the_next_run_resumes_from_it(tmp_p
 
 
 def test_a_rendezvous_that_never_completes_fails_within_its_timeout_instead_of_hanging():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = job_env(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    env = lone_rank_env(0, 2)
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "trainer.llm", "--dist-timeout", "3"], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=60)

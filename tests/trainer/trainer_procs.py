@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +27,16 @@ def job_env(**extra) -> dict:
     path = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env.update(PYTHONPATH=path, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **extra)
     return env
+
+
+def lone_rank_env(rank: int, world_size: int) -> dict:
+    """The environment of one worker of a `world_size` job whose other workers never come: its
+    rendezvous on a free loopback port can only wait, so it shows what a worker does on its own."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return job_env(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port))
 
 
 def torchrun_args(module: str, args: list[str], *, nproc: int = 2, max_restarts: int = 0) -> list[str]:

@@ -28,7 +28,7 @@ def metrics(tmp_path):
 
 @pytest.mark.parametrize("kind, message", [
     ("binary", "is not UTF-8 text"),
-    ("folder", "is not a file"),
+    ("folder", "is a directory, expected a file"),
     ("list-lines", ":1 is not a metrics line"),
 ])
 def test_a_metrics_file_of_the_wrong_kind_is_one_line(tmp_path, capsys, kind, message):

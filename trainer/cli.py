@@ -7,6 +7,7 @@ needs; here every user error is a single `error: --field: what is wrong` line an
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from typing import NoReturn
@@ -17,6 +18,15 @@ class UsageError(Exception):
 
     def __init__(self, field: str, message: str):
         super().__init__(f"{field}: {message}")
+
+
+class WorkerExit(Exception):
+    """A failure that is not the user's typo but still deserves one line and its own exit status
+    (config/kubernetes.py), not a traceback: e.g. checkpoints that exist and do not load."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
 
 
 class Parser(argparse.ArgumentParser):
@@ -50,17 +60,33 @@ def positive_float(text: str) -> float:
     return value
 
 
-def run_main(main: Callable[[], int | None]) -> NoReturn:
-    """Run a workload's main, turning UsageError into the one-line form, and NCCL off EFA on an
-    EFA node group into its own exit status (trainer/nccl_net.py)."""
-    from trainer.nccl_net import EXIT_NOT_ON_EFA, NotOnEfa
+def run_main(main: Callable[[], int | None], *, finalize: bool = True) -> NoReturn:
+    """Run a workload's main, turning UsageError into the one-line form, NCCL off EFA on an EFA
+    node group (trainer/nccl_net.py) and a WorkerExit into their own exit statuses. With
+    finalize=False (distributed workers) the process then ends without interpreter finalization
+    (trainer.dist.exit_without_finalization says why)."""
+    code = _run(main)
+    if not finalize:
+        from trainer.dist import exit_without_finalization
+        exit_without_finalization(code)
+    raise SystemExit(code)
+
+
+def _run(main: Callable[[], int | None]) -> int:
+    from config.kubernetes import EXIT_NOT_ON_EFA, EXIT_USAGE
+    from trainer.nccl_net import NotOnEfa
 
     try:
         code = main()
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        return EXIT_USAGE
     except NotOnEfa as exc:
         print(exc, file=sys.stderr, flush=True)
-        raise SystemExit(EXIT_NOT_ON_EFA) from None
-    raise SystemExit(code or 0)
+        return EXIT_NOT_ON_EFA
+    except WorkerExit as exc:
+        # Every rank raises it (they agree before they stop); one line per pod's log is enough.
+        if os.environ.get("LOCAL_RANK", "0") == "0":
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+        return exc.code
+    return code or 0

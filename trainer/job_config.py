@@ -14,6 +14,7 @@ from config.models import MODELS, ModelConfig, model_config
 from trainer.checkpoint import CheckpointConfig
 from trainer.cli import Parser, UsageError, non_negative_int, positive_float, positive_int
 from trainer.data import DataConfig
+from trainer.dist import add_timeout_arguments
 from trainer.hf_config import from_hf_config, read_config
 from trainer.metrics import MetricsConfig
 from trainer.optim import OptimConfig
@@ -68,6 +69,9 @@ def parser() -> Parser:
     p.add_argument("--checkpoint-every", type=positive_int, default=100, help="steps between checkpoints")
     p.add_argument("--keep-checkpoints", type=positive_int, default=2, help="newest complete checkpoints kept")
     p.add_argument("--sync-checkpoint", action="store_true", help="save synchronously (benchmarks compare)")
+    p.add_argument("--allow-fresh-start", action="store_true",
+                   help="when checkpoints exist and every one of them is damaged, train from step 1 instead of "
+                        "stopping (they are kept)")
     p.add_argument("--log-every", type=positive_int, default=10, help="steps between metrics lines")
     p.add_argument("--metrics-file", default=None, help="append metrics as JSON lines here (rank 0)")
     p.add_argument("--compile", action="store_true", help="torch.compile each decoder block")
@@ -75,8 +79,7 @@ def parser() -> Parser:
     p.add_argument("--seed", type=non_negative_int, default=0, help="synthetic data seed")
     p.add_argument("--fsdp", choices=FSDP_MODES, default="auto",
                    help="auto: shard with FSDP2 when there is more than one rank; always: on one rank too")
-    p.add_argument("--dist-timeout", type=positive_float, default=60.0,
-                   help="seconds before a stuck rendezvous or collective fails (torchrun then restarts)")
+    add_timeout_arguments(p)
     return p
 
 
@@ -111,7 +114,7 @@ def parse_job(argv=None) -> JobConfig:
                           warmup_steps=min(args.warmup_steps, args.steps // 2),  # short runs still decay
                           total_steps=args.steps, max_grad_norm=args.max_grad_norm),
         checkpoint=CheckpointConfig(args.checkpoint_dir, args.checkpoint_every, args.keep_checkpoints,
-                                    not args.sync_checkpoint),
-        parallel=ParallelConfig(args.dist_timeout, args.fsdp),
+                                    not args.sync_checkpoint, args.allow_fresh_start),
+        parallel=ParallelConfig(args.dist_timeout, args.startup_timeout, args.fsdp),
         metrics=MetricsConfig(args.log_every, args.metrics_file),
     )

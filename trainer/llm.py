@@ -39,7 +39,7 @@ def to_device(batch: tuple[torch.Tensor, ...], device: torch.device) -> tuple[to
 def main(argv=None) -> int:
     job = parse_job(argv)
     check_directory(job.checkpoint, job.model.config)
-    rt = tdist.init(tdist.DistConfig(timeout_s=job.parallel.dist_timeout_s),
+    rt = tdist.init(tdist.DistConfig(job.parallel.dist_timeout_s, job.parallel.startup_timeout_s),
                     checkpoint_group=job.checkpoint.directory is not None)
     try:
         return train(job, rt)
@@ -101,12 +101,13 @@ def train(job: JobConfig, rt: tdist.Runtime) -> int:
         optimizer.zero_grad(set_to_none=True)
         metrics.step_done(step, loss, lr)
         ckpt.step_done(step)
+        if step == start + 1:
+            tdist.end_startup(rt)  # start-up, the first step's compile warm-up included, is over
         if preemption.agreed(now=step == job.steps):
             ckpt.save_now(step)
-            if rt.is_main:
-                log(f"SIGTERM: checkpoint saved at step {step}; exiting cleanly")
+            preemption.stopped_at(f"step {step}")
             break
-    ckpt.close()
+    ckpt.close(finished=step >= job.steps)
     metrics.close()
     elapsed = time.perf_counter() - t0
     if rt.is_main:
@@ -117,8 +118,8 @@ def train(job: JobConfig, rt: tdist.Runtime) -> int:
                    "final_loss": round(metrics.last_loss, 4) if metrics.last_loss is not None else None,
                    "checkpoint_dir": job.checkpoint.directory}
         log("SUMMARY " + json.dumps(summary))
-    return 0
+    return preemption.exit_status(finished=step >= job.steps)
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(main, finalize=False)

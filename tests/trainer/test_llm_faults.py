@@ -134,7 +134,7 @@ def test_when_every_checkpoint_is_damaged_each_attempt_stops_non_zero_and_change
 
 
 def test_a_transient_read_error_on_one_rank_stops_every_rank_and_leaves_every_checkpoint_in_place(tmp_path):
-    rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, steps=10, every=5)))
+    rc, out = run([sys.executable, "-m", "trainer.llm", *llm(tmp_path, steps=10, every=5)])  # loads on 2 ranks too
     assert rc == 0, out
     before = tree(tmp_path)
     argv = torchrun_args("trainer.llm", llm(tmp_path, steps=20, every=5))

@@ -35,6 +35,7 @@ NOT_SWEPT = {
     "ops.remote_validation": "the pipeline's step: a project name, a role ARN and a region, no paths",
     "bench.gpu_mfu": "benchmark: no path arguments",
     "bench.recovery": "benchmark: no path arguments",
+    "bench.preemption": "benchmark: no path arguments",
     "bench.step_overhead": "benchmark: no path arguments",
     # Their main() reads sys.argv and starts minutes of work; each checks its path before starting.
     "bench.dcp_async": "benchmark run by a developer: --dir is checked with config.paths.output_dir first",
@@ -50,7 +51,8 @@ NOT_PATHS = {
     "trainer.llm --dist-timeout": "seconds", "trainer.vision --checkpoint-every": "steps",
     "trainer.vision --keep-checkpoints": "a count", "trainer.vision --dist-timeout": "seconds",
     "trainer.ddp --dist-timeout": "seconds", "trainer.s3sync --src": "an s3:// URI",
-    "trainer.llm --max-nonfinite-steps": "a count",
+    "trainer.llm --max-nonfinite-steps": "a count", "trainer.llm --startup-timeout": "seconds",
+    "trainer.vision --startup-timeout": "seconds", "trainer.ddp --startup-timeout": "seconds",
 }
 
 

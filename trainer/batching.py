@@ -22,10 +22,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer.cli import Parser, UsageError, positive_int
+from config.kubernetes import EXIT_NONFINITE
+from trainer.cli import Parser, UsageError, WorkerExit, positive_int
 
 GLOBAL_BATCH = "global_batch_size"  # its key in the run's record (DIR/model.json)
-EXIT_NONFINITE = 3  # below 128: a restart policy does not retry it (a restart would diverge again)
 
 
 def add_global_batch_arguments(p: Parser, unit: str) -> None:
@@ -70,10 +70,11 @@ def micro_batch_sync(model: torch.nn.Module, *, last: bool):
     return contextlib.nullcontext()
 
 
-class NonFiniteLoss(Exception):
+class NonFiniteLoss(WorkerExit):
     """Too many optimizer steps in a row were skipped for a non-finite loss or gradient."""
 
-    exit_code = EXIT_NONFINITE
+    def __init__(self, message: str):
+        super().__init__(message, EXIT_NONFINITE)
 
 
 class NonFiniteSteps:
@@ -99,7 +100,7 @@ class NonFiniteSteps:
     def stop_at_limit(self, step: int) -> None:
         """After the step's metrics: NonFiniteLoss once `limit` steps in a row were skipped."""
         if self.in_a_row >= self.limit:
-            raise NonFiniteLoss(f"error: steps {step - self.in_a_row + 1} to {step}: {self.in_a_row} steps in a row "
+            raise NonFiniteLoss(f"steps {step - self.in_a_row + 1} to {step}: {self.in_a_row} steps in a row "
                                 "had a non-finite loss or gradient norm and were skipped (--max-nonfinite-steps "
                                 f"{self.limit}); stopping. Lower --lr or check the data; the checkpoints hold the "
                                 "last good weights")

@@ -16,6 +16,7 @@ from trainer.checkpoint import CheckpointConfig
 from config.paths import output_file
 from trainer.cli import Parser, UsageError, checked_path, non_negative_int, positive_float, positive_int
 from trainer.data import DataConfig
+from trainer.dist import add_timeout_arguments
 from trainer.hf_config import from_hf_config, read_config
 from trainer.metrics import MetricsConfig
 from trainer.optim import OptimConfig
@@ -75,6 +76,9 @@ def parser() -> Parser:
     p.add_argument("--checkpoint-every", type=positive_int, default=100, help="steps between checkpoints")
     p.add_argument("--keep-checkpoints", type=positive_int, default=2, help="newest complete checkpoints kept")
     p.add_argument("--sync-checkpoint", action="store_true", help="save synchronously (benchmarks compare)")
+    p.add_argument("--allow-fresh-start", action="store_true",
+                   help="when checkpoints exist and every one of them is damaged, train from step 1 instead of "
+                        "stopping (they are kept)")
     p.add_argument("--log-every", type=positive_int, default=10, help="steps between metrics lines")
     p.add_argument("--metrics-file", default=None, help="append metrics as JSON lines here (rank 0)")
     p.add_argument("--compile", action="store_true", help="torch.compile each decoder block")
@@ -83,8 +87,7 @@ def parser() -> Parser:
                    help="seed of the initial weights, the order of the data and the synthetic tokens")
     p.add_argument("--fsdp", choices=FSDP_MODES, default="auto",
                    help="auto: shard with FSDP2 when there is more than one rank; always: on one rank too")
-    p.add_argument("--dist-timeout", type=positive_float, default=60.0,
-                   help="seconds before a stuck rendezvous or collective fails (torchrun then restarts)")
+    add_timeout_arguments(p)
     return p
 
 
@@ -123,7 +126,7 @@ def parse_job(argv=None) -> JobConfig:
                           total_steps=args.steps, max_grad_norm=args.max_grad_norm,
                           max_nonfinite_steps=args.max_nonfinite_steps),
         checkpoint=CheckpointConfig(args.checkpoint_dir, args.checkpoint_every, args.keep_checkpoints,
-                                    not args.sync_checkpoint),
-        parallel=ParallelConfig(args.dist_timeout, args.fsdp),
+                                    not args.sync_checkpoint, args.allow_fresh_start),
+        parallel=ParallelConfig(args.dist_timeout, args.startup_timeout, args.fsdp),
         metrics=MetricsConfig(args.log_every, args.metrics_file),
     )

@@ -49,7 +49,7 @@ def main(argv=None) -> int:
                                         allow_change=job.data.allow_global_batch_change,
                                         world_size=world_size_from_env(), micro_batch=job.data.batch_size,
                                         unit="sequences")
-    rt = tdist.init(tdist.DistConfig(timeout_s=job.parallel.dist_timeout_s),
+    rt = tdist.init(tdist.DistConfig(job.parallel.dist_timeout_s, job.parallel.startup_timeout_s),
                     checkpoint_group=job.checkpoint.directory is not None)
     try:
         return train(job, rt, global_batch)
@@ -135,16 +135,17 @@ def train(job: JobConfig, rt: tdist.Runtime, global_batch: int) -> int:
             metrics.step_done(step, lm, aux, grad_norm, lr, skipped=skipped)
             nonfinite.stop_at_limit(step)
             ckpt.step_done(step)
+            if step == start + 1:
+                tdist.end_startup(rt)  # start-up, the first step's compile warm-up included, is over
             if preemption.agreed(now=step == job.steps):
                 ckpt.save_now(step)
-                if rt.is_main:
-                    log(f"SIGTERM: checkpoint saved at step {step}; exiting cleanly")
+                preemption.stopped_at(f"step {step}")
                 break
     except NonFiniteLoss:
         ckpt.close()  # a save in flight holds the last good weights: let it complete
         metrics.close()
         raise
-    ckpt.close()
+    ckpt.close(finished=step >= job.steps)
     metrics.close()
     elapsed = time.perf_counter() - t0
     if rt.is_main:
@@ -155,8 +156,8 @@ def train(job: JobConfig, rt: tdist.Runtime, global_batch: int) -> int:
                    "final_loss": round(metrics.last_loss, 4) if metrics.last_loss is not None else None,
                    "nonfinite_steps": nonfinite.total, "checkpoint_dir": job.checkpoint.directory}
         log("SUMMARY " + json.dumps(summary))
-    return 0
+    return preemption.exit_status(finished=step >= job.steps)
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(main, finalize=False)

@@ -24,7 +24,8 @@ FSDP_MODES = ("auto", "always")
 
 @dataclass(frozen=True)
 class ParallelConfig:
-    dist_timeout_s: float = 60.0  # bounds the rendezvous and every collective
+    dist_timeout_s: float = 60.0  # bounds every training collective after the first step (trainer/dist.py)
+    startup_timeout_s: float = 1800.0  # bounds start-up and checkpoint collectives
     fsdp: str = "auto"  # "auto": FSDP2 with more than one rank; "always": on one rank too (benchmarks)
 
     def shards(self, world_size: int) -> bool:

@@ -72,6 +72,7 @@ class VisionConfig:
     log_every: int = 10
     metrics_file: str | None = None
     dist_timeout_s: float = 60.0
+    startup_timeout_s: float = 1800.0
 
 
 def parser() -> Parser:
@@ -99,10 +100,12 @@ def parser() -> Parser:
     p.add_argument("--checkpoint-every", type=positive_int, default=500,
                    help="steps between checkpoints; every epoch's end saves too")
     p.add_argument("--keep-checkpoints", type=positive_int, default=2)
+    p.add_argument("--allow-fresh-start", action="store_true",
+                   help="when checkpoints exist and every one of them is damaged, train from epoch 0 instead of "
+                        "stopping (they are kept)")
     p.add_argument("--log-every", type=positive_int, default=10, help="steps between metrics lines")
     p.add_argument("--metrics-file", default=None, help="append metrics as JSON lines here (rank 0)")
-    p.add_argument("--dist-timeout", type=positive_float, default=60.0,
-                   help="seconds before a stuck rendezvous or collective fails (torchrun then restarts)")
+    tdist.add_timeout_arguments(p)
     return p
 
 
@@ -124,8 +127,10 @@ def parse_config(argv=None) -> VisionConfig:
                         a.seed, a.global_batch_size, a.allow_global_batch_change),
         optim=OptimConfig(a.epochs, a.lr, a.momentum, a.weight_decay, a.warmup_epochs, a.label_smoothing),
         # One save in flight at a time keeps memory bounded; the end-of-epoch save waits for it.
-        checkpoint=CheckpointConfig(a.checkpoint_dir, a.checkpoint_every, a.keep_checkpoints),
-        log_every=a.log_every, metrics_file=a.metrics_file, dist_timeout_s=a.dist_timeout)
+        checkpoint=CheckpointConfig(a.checkpoint_dir, a.checkpoint_every, a.keep_checkpoints,
+                                    allow_fresh_start=a.allow_fresh_start),
+        log_every=a.log_every, metrics_file=a.metrics_file, dist_timeout_s=a.dist_timeout,
+        startup_timeout_s=a.startup_timeout)
 
 
 # --- model --------------------------------------------------------------------------------------
@@ -236,7 +241,8 @@ def main(argv=None) -> int:
                                         allow_change=cfg.data.allow_global_batch_change,
                                         world_size=world_size_from_env(), micro_batch=cfg.data.batch_size,
                                         unit="images")
-    rt = tdist.init(tdist.DistConfig(timeout_s=cfg.dist_timeout_s), checkpoint_group=bool(cfg.checkpoint.directory))
+    rt = tdist.init(tdist.DistConfig(cfg.dist_timeout_s, cfg.startup_timeout_s),
+                    checkpoint_group=bool(cfg.checkpoint.directory))
     try:
         return train(cfg, rt, train_set, val_set, classes, {**record, GLOBAL_BATCH: global_batch})
     finally:
@@ -254,6 +260,7 @@ def train(cfg: VisionConfig, rt: tdist.Runtime, train_set, val_set, classes: int
     ckpt = CheckpointManager(cfg.checkpoint, rt, {"app": ModelAndOptimizer(model, optimizer), "train": progress},
                              model_record=record)
     step = ckpt.resume()
+    first_step = step + 1
     start = (progress.epoch, progress.epoch_images_done)
     ddp = DistributedDataParallel(model, device_ids=[rt.device.index] if on_gpu else None)
     global_batch = record[GLOBAL_BATCH]
@@ -309,10 +316,11 @@ def train(cfg: VisionConfig, rt: tdist.Runtime, train_set, val_set, classes: int
             metrics.step_done(step, epoch, loss, lr)
             if i + 1 < steps_left:  # the epoch's last step saves after the evaluation, below
                 ckpt.step_done(step)
+            if step == first_step:
+                tdist.end_startup(rt)  # start-up, the first step included, is over
             if preemption.agreed(now=i + 1 == steps_left):
                 ckpt.save_now(step)
-                if rt.is_main:
-                    log(f"SIGTERM: checkpoint saved at step {step} (epoch {epoch}); exiting cleanly")
+                preemption.stopped_at(f"step {step} (epoch {epoch})")
                 stopped = True
                 break
         if stopped:
@@ -323,7 +331,7 @@ def train(cfg: VisionConfig, rt: tdist.Runtime, train_set, val_set, classes: int
         if ckpt.enabled:
             ckpt.save(step)
             ckpt.poll()
-    ckpt.close()
+    ckpt.close(finished=not stopped)
     metrics.close()
     if rt.is_main:
         summary = {"workload": "vision", "model": cfg.model.name, "epochs": cfg.optim.epochs,
@@ -334,8 +342,8 @@ def train(cfg: VisionConfig, rt: tdist.Runtime, train_set, val_set, classes: int
                    "metrics_file": str(Path(cfg.metrics_file).resolve()) if cfg.metrics_file else None,
                    "checkpoint_dir": cfg.checkpoint.directory, "config": asdict(cfg.model)}
         log("SUMMARY " + json.dumps(summary))
-    return 0
+    return preemption.exit_status(finished=not stopped)
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(main, finalize=False)

@@ -50,7 +50,7 @@ def test_every_llm_preset_parses_with_the_trainers_own_parser_into_its_typed_val
 
     if w.init_from_hf:
         # The Hugging Face directory is read at parse time: stand in the table's model for it.
-        from ops.plan import preset_model
+        from config.checkpoint_time import preset_model
         _, cfg = preset_model(preset)
         monkeypatch.setattr(job_config, "read_config", lambda directory: to_hf_config(cfg, "bfloat16"))
     job = job_config.parse_job(preset.workload_args("/ck"))

@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from trainer.batching import EXIT_NONFINITE, NonFiniteLoss, NonFiniteSteps
+from config.kubernetes import EXIT_NONFINITE
+from trainer.batching import NonFiniteLoss, NonFiniteSteps
 from trainer.dist import Runtime
 from trainer.metrics import MetricsConfig, MetricsLogger
 
@@ -66,6 +67,6 @@ def test_the_guard_counts_non_finite_steps_in_a_row_and_stops_at_the_limit():
     assert guard.check(t(float("inf")), t(2.0)) is True
     guard.stop_at_limit(5)
     assert guard.check(t(1.0), t(float("-inf"))) is True
-    with pytest.raises(NonFiniteLoss, match=r"^error: steps 6 to 7: 2 steps in a row .*--max-nonfinite-steps 2") as e:
+    with pytest.raises(NonFiniteLoss, match=r"^steps 6 to 7: 2 steps in a row .*--max-nonfinite-steps 2") as e:
         guard.stop_at_limit(7)
-    assert e.value.exit_code == EXIT_NONFINITE and guard.total == 3
+    assert e.value.code == EXIT_NONFINITE and guard.total == 3

@@ -41,7 +41,7 @@ from config.models import ModelConfig, shape_difference
 from config.paths import read_json
 from trainer import safe_load
 from trainer.checkpoint_load import FAILED, REFUSED, Verdict, agree, classify, precheck
-from trainer.cli import UsageError, WorkerExit, checked_path
+from trainer.cli import UsageError, WorkerExit, checked_path, create_folder
 from trainer.dist import Runtime
 from trainer.lease import Lease, LeaseHeld, Owner
 from trainer.log import log, warn
@@ -114,13 +114,7 @@ def open_directory(cfg: CheckpointConfig) -> tuple[Path, dict | None] | None:
     hang. Each workload then compares the record with what it is about to train."""
     if not cfg.directory:
         return None
-    path = Path(cfg.directory)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError("--checkpoint-dir", f"cannot create {path}: {exc.strerror or exc}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise UsageError("--checkpoint-dir", f"{path} is not writable by this user (uid {os.getuid()})")
+    path = create_folder(Path(cfg.directory), "--checkpoint-dir")
     return path, checked_path("--checkpoint-dir", read_model_record, path)
 
 

@@ -95,7 +95,7 @@ def test_a_checkpoint_directory_that_cannot_be_created_is_one_line_before_traini
     blocker.write_text("not a directory")
     p = _llm("--steps", "2", "--checkpoint-dir", str(blocker / "ckpt"))
     assert p.returncode == 2
-    assert p.stderr.strip() == f"error: --checkpoint-dir: cannot create {blocker / 'ckpt'}: Not a directory"
+    assert p.stderr.strip() == f"error: --checkpoint-dir: cannot create {blocker / 'ckpt'}: {blocker} is a file, not a folder"
     assert "step " not in p.stdout
 
 

@@ -144,7 +144,7 @@ def test_a_checkpoint_directory_that_cannot_be_created_is_one_line_before_traini
     blocker.write_text("not a directory")
     p = _vision("--checkpoint-dir", str(blocker / "ck"), timeout=120)
     assert p.returncode == 2
-    assert p.stderr.strip() == f"error: --checkpoint-dir: cannot create {blocker / 'ck'}: Not a directory"
+    assert p.stderr.strip() == f"error: --checkpoint-dir: cannot create {blocker / 'ck'}: {blocker} is a file, not a folder"
 
 
 @pytest.mark.slow

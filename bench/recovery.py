@@ -20,6 +20,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -72,16 +74,25 @@ def worker_pid(parent: int, rank: int) -> int:
     raise RuntimeError(f"no worker of rank {rank} under {parent}")
 
 
+@contextmanager
+def running(argv: list[str]) -> Iterator[tuple[subprocess.Popen, TimedLines]]:
+    """A job started from the repository through ops.proc (its output lines timed), its whole
+    process group killed if still running at the end."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    job = proc.start(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        yield job, TimedLines(job)
+    finally:
+        proc.stop(job)
+
+
 def one_recovery(backend: str, endpoint: str) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2",
                 f"--rdzv-backend={backend}", f"--rdzv-endpoint={endpoint}", f"--rdzv-id=bench-{os.getpid()}-{time.time_ns()}",
                 "--max-restarts=2", "--monitor-interval=0.2", "-m", "trainer.ddp", "--epochs", "40", "--save-every", "2",
                 "--snapshot-path", f"{tmp}/snapshot.pt", "--dist-timeout", "20"]
-        env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-        job = proc.start(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        try:
-            out = TimedLines(job)
+        with running(argv) as (job, out):
             out.wait_for(r"\[RANK 0\] Epoch 3 \| Snapshot saved")
             killed = time.monotonic()
             os.kill(worker_pid(job.pid, 1), signal.SIGKILL)
@@ -89,8 +100,6 @@ def one_recovery(backend: str, endpoint: str) -> float:
             first = out.wait_for(r"\[RANK 0\] Epoch \d+ \| Batchsize", after=resumed)
             job.wait(timeout=180)
             return first - killed
-        finally:
-            proc.stop(job)
 
 
 def main() -> int:

@@ -4,7 +4,8 @@
 
 Runs the vision-tiny preset's own workload arguments under torchrun (--standalone) once per
 process count, one thread per process (OMP_NUM_THREADS=1) so that one process is one core's
-worth of device, and each rank keeps the preset's batch (weak scaling, as DDP on more GPUs does).
+worth of device. Every run trains the preset's global batch with the preset's micro-batch per
+rank: more processes accumulate fewer micro-batches per step, and an epoch's work is shared.
 Each run's median epoch throughput (the first epoch left out) goes into `trainer.plot scaling`,
 which draws throughput and efficiency against the ideal line; the ratios printed come from
 these two runs of this one invocation.
@@ -53,7 +54,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="scaling-") as tmp:
         table = scaling_table([run_point(run(n, Path(tmp), args.epochs)) for n in (1, 2)])
     plot_scaling(table, Path(args.output))
-    print(f"vision-tiny (resnet18, 32x32 synthetic, batch 32 per process), torch {_torch()} on {os.cpu_count()} cores")
+    w = get_preset("vision-tiny").workload
+    print(f"vision-tiny (resnet18, 32x32 synthetic, micro-batch {w.batch_size} per process, global batch "
+          f"{w.global_batch_size}), torch {_torch()} on {os.cpu_count()} cores")
     for row in table:
         print(f"  {row['devices']} process(es): {row['images_per_sec']:8.1f} images/s, epoch {row['epoch_time_s']:.1f} s,"
               f" efficiency {100 * row['efficiency']:.0f}%")

@@ -48,3 +48,18 @@ OFI_NCCL_NET = "Libfabric"
 # k8s/validation_runner_rbac.py binds exactly what `ops validate` does to it. EKS refuses groups
 # starting with "system:".
 VALIDATION_RUNNER_GROUP = "eks-distributed-training-validation-runner"
+
+# A training worker's exit statuses (trainer/cli.py). Only a run that reached its last step
+# exits 0: the Training Operator marks an elastic PyTorchJob Succeeded as soon as one worker
+# pod succeeds (tests/k8s/test_operator_exit_rule.py). torchrun, the container's command, exits
+# TORCHRUN_FAILED when a worker failed or it got SIGTERM itself (measured in
+# tests/trainer/test_preemption.py), so these reach the pod log and torchrun's failure report,
+# not the pod's status.
+TORCHRUN_FAILED = 1
+EXIT_CRASH = 1  # an unexpected exception (trainer.cli.report_crash): retryable, like any failure
+EXIT_USAGE = 2  # bad input, or a refusal (another run's lease on the checkpoint directory)
+EXIT_NONFINITE = 3  # --max-nonfinite-steps steps in a row had a non-finite loss or gradient (trainer/batching.py)
+EXIT_CHECKPOINTS_UNLOADABLE = 65  # sysexits.h EX_DATAERR: checkpoints exist and none of them loads
+EXIT_CHECKPOINT_READ_FAILED = 75  # sysexits.h EX_TEMPFAIL: a load failed for a reason not of the checkpoint's own
+EXIT_NOT_ON_EFA = 78  # sysexits.h EX_CONFIG: NCCL is not on the EFA network the job was promised
+EXIT_PREEMPTED = 143  # 128 + SIGTERM: stopped before the last step, after a checkpoint; resume it

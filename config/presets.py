@@ -44,7 +44,10 @@ class LlmWorkload:
     """Arguments of `python -m trainer.llm`; None (or False) leaves the trainer's default."""
     module: ClassVar[str] = "trainer.llm"
     steps: int
-    batch_size: int
+    batch_size: int  # sequences per rank per forward (the micro-batch)
+    # Sequences per optimizer step over all ranks, the same on any number of nodes: a multiple of
+    # ranks x batch_size for every node count the preset runs on (tests/config/test_presets.py).
+    global_batch_size: int
     seq_len: int
     model: str | None = None
     # A Hugging Face directory; "{checkpoint_root}" is filled in per sink. Presets name the table's
@@ -81,7 +84,8 @@ class VisionWorkload:
     module: ClassVar[str] = "trainer.vision"
     model: str
     epochs: int
-    batch_size: int
+    batch_size: int  # images per rank per forward (the micro-batch)
+    global_batch_size: int  # images per optimizer step over all ranks, for every node count in range
     data: str = "synthetic"
     image_size: int | None = None
     workers: int | None = None
@@ -145,22 +149,25 @@ class JobPreset:
         return ["torchrun", "--module", self.module, *self.workload_args(checkpoint_root)]
 
 
-def _llm(name: str, model: str, description: str, nodegroup: str, nodes: int, *, seq_len: int, batch_size: int = 1,
-         steps: int = 1000, checkpoint_every: int = 200, **extra) -> JobPreset:
+def _llm(name: str, model: str, description: str, nodegroup: str, nodes: int, *, seq_len: int, global_batch_size: int,
+         batch_size: int = 1, steps: int = 1000, checkpoint_every: int = 200, **extra) -> JobPreset:
     """A GPU pre-training preset: FSDP2 in bf16 with activation checkpointing, on tokens under
     /fsx/data/tokens, deployed suspended."""
-    workload = LlmWorkload(model=model, steps=steps, batch_size=batch_size, seq_len=seq_len,
+    workload = LlmWorkload(model=model, steps=steps, batch_size=batch_size, global_batch_size=global_batch_size,
+                           seq_len=seq_len,
                            data=f"{CLUSTER_DATA_ROOT}/tokens", checkpoint_every=checkpoint_every, log_every=10,
                            activation_checkpointing=True, **extra)
     return JobPreset(name=name, description=description, workload=workload, nodegroup=nodegroup, image_variant="gpu",
                      nodes_min=nodes, nodes_max=nodes, nproc_per_node=None)
 
 
-def _imagenet(name: str, model: str, description: str, *, batch_size: int, image_size: int = 224,
-              epochs: int = 90) -> JobPreset:
+def _imagenet(name: str, model: str, description: str, *, batch_size: int, global_batch_size: int,
+              image_size: int = 224, epochs: int = 90) -> JobPreset:
     """An ImageNet preset on p4d: DDP over 1 to 3 nodes (elastic, etcd rendezvous, as the reference
-    ran it), 4 data-loader processes per GPU, data under /fsx/data/imagenet, deployed suspended."""
-    workload = VisionWorkload(model=model, epochs=epochs, batch_size=batch_size, data=f"{CLUSTER_DATA_ROOT}/imagenet",
+    ran it), 4 data-loader processes per GPU, data under /fsx/data/imagenet, deployed suspended. The
+    global batch divides by 8, 16 and 24 ranks: the recipe does not change when a node is lost."""
+    workload = VisionWorkload(model=model, epochs=epochs, batch_size=batch_size, global_batch_size=global_batch_size,
+                              data=f"{CLUSTER_DATA_ROOT}/imagenet",
                               image_size=image_size, workers=4, warmup_epochs=5, checkpoint_every=1000, log_every=50)
     return JobPreset(name=name, description=description, workload=workload, nodegroup="p4d", image_variant="gpu",
                      nodes_min=1, nodes_max=3, nproc_per_node=None)
@@ -180,21 +187,22 @@ PRESETS: dict[str, JobPreset] = {
         JobPreset(
             name="llm-tiny",
             description="A tiny Llama-style decoder under FSDP2 on CPU: the LLM path end to end",
-            workload=LlmWorkload(model="tiny", steps=40, batch_size=4, seq_len=128, checkpoint_every=10, log_every=5),
+            workload=LlmWorkload(model="tiny", steps=40, batch_size=4, global_batch_size=16, seq_len=128,
+                                 checkpoint_every=10, log_every=5),
             nodegroup="cpu", image_variant="cpu", nodes_min=2, nodes_max=2, nproc_per_node=2,
         ),
         JobPreset(
             name="llm-tiny-moe",
             description="A tiny Mixtral-style mixture of experts under FSDP2 on CPU",
-            workload=LlmWorkload(model="tiny-moe", steps=40, batch_size=4, seq_len=128, checkpoint_every=10,
-                                 log_every=5),
+            workload=LlmWorkload(model="tiny-moe", steps=40, batch_size=4, global_batch_size=16, seq_len=128,
+                                 checkpoint_every=10, log_every=5),
             nodegroup="cpu", image_variant="cpu", nodes_min=2, nodes_max=2, nproc_per_node=2,
         ),
         JobPreset(
             name="llm-tiny-hf",
             description="Fine-tune a tiny Hugging Face Llama on CPU and export it back to Hugging Face format",
-            workload=LlmWorkload(model="tiny", init_from_hf=_TINY_HF, steps=30, batch_size=4, seq_len=64, lr=1e-3,
-                                 checkpoint_every=10, log_every=5),
+            workload=LlmWorkload(model="tiny", init_from_hf=_TINY_HF, steps=30, batch_size=4, global_batch_size=16,
+                                 seq_len=64, lr=1e-3, checkpoint_every=10, log_every=5),
             nodegroup="cpu", image_variant="cpu", nodes_min=2, nodes_max=2, nproc_per_node=2,
             local=LocalSteps(
                 before=(("trainer.hf", "tiny", "--out", "{job_dir}/hf-source"),),
@@ -203,45 +211,48 @@ PRESETS: dict[str, JobPreset] = {
             cluster=False,
         ),
         _llm("llama3-8b-fsdp", "llama3.1-8b", "Llama 3.1 8B under FSDP2, bf16, on p5.48xlarge", "p5", 2,
-             seq_len=8192, batch_size=2, compile=True),
+             seq_len=8192, batch_size=2, global_batch_size=32, compile=True),
         _llm("llama31-70b-fsdp", "llama3.1-70b", "Llama 3.1 70B under FSDP2, bf16, on 4 p5.48xlarge", "p5", 4,
-             seq_len=8192, loss_chunk_tokens=2048),
+             seq_len=8192, global_batch_size=32, loss_chunk_tokens=2048),
         _llm("llama32-1b-fsdp", "llama3.2-1b", "Llama 3.2 1B under FSDP2, bf16, on one p4d.24xlarge", "p4d", 1,
-             seq_len=8192, batch_size=2),
+             seq_len=8192, batch_size=2, global_batch_size=16),
         _llm("llama32-3b-fsdp", "llama3.2-3b", "Llama 3.2 3B under FSDP2, bf16, on one p4d.24xlarge", "p4d", 1,
-             seq_len=8192),
-        _llm("llama2-7b-fsdp", "llama2-7b", "Llama 2 7B under FSDP2, bf16, on p4d.24xlarge", "p4d", 2, seq_len=4096),
+             seq_len=8192, global_batch_size=8),
+        _llm("llama2-7b-fsdp", "llama2-7b", "Llama 2 7B under FSDP2, bf16, on p4d.24xlarge", "p4d", 2, seq_len=4096,
+             global_batch_size=16),
         _llm("llama2-13b-fsdp", "llama2-13b", "Llama 2 13B under FSDP2, bf16, on p4d.24xlarge", "p4d", 2,
-             seq_len=4096),
+             seq_len=4096, global_batch_size=16),
         _llm("llama2-70b-fsdp", "llama2-70b", "Llama 2 70B under FSDP2, bf16, on 4 p5.48xlarge", "p5", 4,
-             seq_len=4096),
+             seq_len=4096, global_batch_size=32),
         _llm("mixtral-8x7b-fsdp", "mixtral-8x7b", "Mixtral 8x7B (sparse MoE, top-2 of 8) under FSDP2 on p5.48xlarge",
-             "p5", 2, seq_len=4096),
+             "p5", 2, seq_len=4096, global_batch_size=16),
         _llm("mathstral-7b-fsdp", "mathstral-7b", "Mathstral 7B (Mistral 7B v0.3 shape) under FSDP2 on p4d.24xlarge",
-             "p4d", 2, seq_len=4096),
+             "p4d", 2, seq_len=4096, global_batch_size=16),
         JobPreset(
             name="llama2-7b-finetune",
             description="Fine-tune Llama 2 7B from Hugging Face weights on FSx, on p4d.24xlarge",
             # --model as well: the trainer then checks the downloaded config.json against the table.
-            workload=LlmWorkload(model="llama2-7b", init_from_hf=f"{CLUSTER_MODELS_ROOT}/Llama-2-7b-hf", steps=1000, batch_size=1,
-                                 seq_len=4096, data=f"{CLUSTER_DATA_ROOT}/tokens", lr=2e-5, warmup_steps=50,
-                                 checkpoint_every=200, log_every=10, activation_checkpointing=True),
+            workload=LlmWorkload(model="llama2-7b", init_from_hf=f"{CLUSTER_MODELS_ROOT}/Llama-2-7b-hf", steps=1000,
+                                 batch_size=1, global_batch_size=16, seq_len=4096, data=f"{CLUSTER_DATA_ROOT}/tokens",
+                                 lr=2e-5, warmup_steps=50, checkpoint_every=200, log_every=10,
+                                 activation_checkpointing=True),
             nodegroup="p4d", image_variant="gpu", nodes_min=2, nodes_max=2, nproc_per_node=None,
         ),
         JobPreset(
             name="vision-tiny",
             description="ResNet-18 on synthetic 32x32 images under elastic DDP on CPU: the vision path end to end",
-            workload=VisionWorkload(model="resnet18", epochs=3, batch_size=32, image_size=32, workers=1, lr=0.4,
-                                    warmup_epochs=0.5, train_samples=1536, val_samples=256, checkpoint_every=24,
-                                    log_every=8),
+            # 64 images a step on 2 to 4 ranks: 2 micro-batches of 16 on one node, 1 on two.
+            workload=VisionWorkload(model="resnet18", epochs=3, batch_size=16, global_batch_size=64, image_size=32,
+                                    workers=1, lr=0.4, warmup_epochs=0.5, train_samples=1536, val_samples=256,
+                                    checkpoint_every=12, log_every=8),
             nodegroup="cpu", image_variant="cpu", nodes_min=1, nodes_max=2, nproc_per_node=2,
             local=LocalSteps(after=(("trainer.plot", "{job_dir}/metrics.jsonl", "-o", "{job_dir}/curves.png"),)),
         ),
         _imagenet("resnet50-imagenet", "resnet50", "ResNet-50 on ImageNet from FSx, DDP on 1-3 p4d.24xlarge (elastic)",
-                  batch_size=128),
+                  batch_size=64, global_batch_size=3072),
         _imagenet("efficientnetb7-imagenet", "efficientnet_b7",
                   "EfficientNet-B7 on ImageNet from FSx, DDP on 1-3 p4d.24xlarge (elastic)", batch_size=8,
-                  image_size=600),
+                  global_batch_size=384, image_size=600),
     )
 }
 

@@ -16,6 +16,7 @@ from config.environment import Environment, Nodegroup
 from config.errors import ConfigError
 from config.kubernetes import FSX_CLAIM_NAME, FSX_MOUNT_PATH, LABEL_PREFIX, NODEGROUP_LABEL, TRAINING_NAMESPACE
 from config.overrides import OVERRIDES
+from config.checkpoint_time import stop_budget
 from config.presets import CLUSTER_CHECKPOINT_ROOT, RENDEZVOUS_BACKENDS, JobPreset, get_preset
 from k8s.podspec import validate_pod_templates
 from k8s.common import (
@@ -23,6 +24,7 @@ from k8s.common import (
     container_security_context, gpu_toleration, network_env, node_share, pod_security_context, shm_size, short_digest,
 )
 
+FLIGHT_RECORDER_DIR = "nccl-flight-recorder"
 API_VERSION = "kubeflow.org/v1"
 KIND = "PyTorchJob"
 JOB_LABEL = f"{LABEL_PREFIX}/job"
@@ -149,6 +151,7 @@ def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
     instance = config.nodegroup(spec.nodegroup).instance_type
     preset = get_preset(spec.preset)
     cpu, memory = node_share(instance)
+    stop = stop_budget(preset, instance, config.fsx)
     labels = {JOB_LABEL: spec.name, PRESET_LABEL: spec.preset}
     pod_labels = dict(labels)
     if spec.rendezvous == "etcd":
@@ -159,6 +162,10 @@ def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
         # trainer/metrics.py takes the peak FLOPs for MFU from the instance-type table by this
         # name; without it, it guesses from the GPU's name.
         {"name": "TRAINER_INSTANCE_TYPE", "value": instance.name},
+        # How long torchrun lets its workers save after it forwards SIGTERM (its default is 30 s);
+        # the pod's grace period adds torchrun's own exit (config/checkpoint_time.py).
+        {"name": "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "value": str(stop.shutdown_timeout_s)},
+        *(flight_recorder_env(preset.job_dir(CLUSTER_CHECKPOINT_ROOT)) if instance.is_gpu else ()),
         # No HF_TOKEN: a run reads models from FSx (--init-from-hf is a directory there), never the
         # hub; only the model-download Job (k8s/model_download.py) gets the token.
         *network_env(instance),
@@ -181,6 +188,7 @@ def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
         ],
     }
     pod_spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": stop.grace_s,
         "securityContext": pod_security_context(TRAINER_UID),
         # Workers never call the Kubernetes API.
         "automountServiceAccountToken": False,
@@ -242,6 +250,18 @@ def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
     # The operator would silently drop a field the PodSpec does not have; make it an error here.
     validate_pod_templates(manifest, config.kubernetes_version)
     return manifest
+
+
+def flight_recorder_env(job_dir: str) -> list[dict]:
+    """NCCL's flight recorder (torch 2.13's ProcessGroupNCCL): each rank keeps its last collectives
+    and, when one times out, writes them to <prefix><rank> in the job's checkpoint folder (the
+    trainer creates the folder), so a hang names its rank and collective."""
+    return [
+        {"name": "TORCH_NCCL_TRACE_BUFFER_SIZE", "value": "20000"},
+        {"name": "TORCH_NCCL_DUMP_ON_TIMEOUT", "value": "1"},
+        {"name": "TORCH_NCCL_ENABLE_MONITORING", "value": "1"},  # DUMP_ON_TIMEOUT needs the monitor
+        {"name": "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "value": f"{job_dir}/{FLIGHT_RECORDER_DIR}/rank-"},
+    ]
 
 
 def render_pytorchjob(config: Environment, preset_name: str, *, image: str, job_name: str | None = None,

@@ -12,18 +12,15 @@ from dataclasses import dataclass, field
 
 from config import ConfigError, Environment, Nodegroup
 from config.memory import GIB, HEADROOM, estimate_memory
-from config.models import MODELS, ModelConfig
-from config.presets import PRESETS, JobPreset, LlmWorkload, get_preset
+from config.checkpoint_time import (
+    ASSUMED_MFU, BYTES_PER_PARAM, STEPS_AFTER_SIGNAL, preset_model, save_estimate, stop_budget,
+)
+from config.presets import PRESETS, JobPreset, get_preset
 from ops import cost, prices
 from ops.errors import OpsError
 
-# Checkpoint bytes per parameter: bf16 weights (2) + fp32 master weights (4) + fp32 Adam first
-# and second moments (4 + 4) = 14, rounded up to 16 for the sharded files' metadata and slack.
-BYTES_PER_PARAM = 16
-# Throughput model for data reads: a GPU at this MFU processes peak*MFU/(FLOPs per token) tokens/s
-# (config.models: 6 x active parameters plus attention),
-# and each token is read from FSx as a 4-byte id.
-ASSUMED_MFU = 0.40
+# Throughput model for data reads: a GPU at config.checkpoint_time.ASSUMED_MFU reads each token
+# from FSx as a 4-byte id.
 TOKEN_BYTES = 4
 # EKS "Nodes per managed node group" (L-BD136A63) default; preflight reads the applied value.
 EKS_NODES_PER_NODEGROUP_DEFAULT = 450
@@ -79,14 +76,6 @@ def _group_for(env: Environment, preset: JobPreset) -> Nodegroup:
     except KeyError:
         raise ConfigError("--preset", f"preset {preset.name} runs on node group {preset.nodegroup!r}, "
                                       f"which environment {env.name} does not define") from None
-
-
-def preset_model(preset: JobPreset) -> tuple[str, ModelConfig] | None:
-    """The model a preset trains, from the model table (None: not an LLM preset)."""
-    w = preset.workload
-    if not isinstance(w, LlmWorkload) or not w.model:
-        return None
-    return w.model, MODELS[w.model]
 
 
 def build(env: Environment, preset_name: str | None = None, nodes: int | None = None,
@@ -183,39 +172,29 @@ def _memory(plan: Plan) -> None:
         ]))
 
 
-def _model_rate(plan: Plan) -> tuple[float | None, float | None, str]:
-    """(parameters, tokens/s per GPU, model name) for the preset's model, None where unknown."""
-    found = preset_model(plan.preset)
-    if found is None:
-        return None, None, plan.preset.name
-    name, cfg = found
-    params = cfg.num_params()
-    peak = plan.group.instance_type.peak_bf16_flops
-    rate = ASSUMED_MFU * peak / cfg.flops_per_token(plan.preset.workload.seq_len) if peak else None
-    return params, rate, name
-
-
 def _checkpoint(plan: Plan) -> None:
-    params, rate, model = _model_rate(plan)
     fsx = plan.env.fsx
-    mbps = fsx.throughput_mbps
-    head = f"Checkpoint on FSx: {fsx.storage_capacity_gib} GiB x {fsx.throughput_per_tib} MB/s/TiB = {mbps:.0f} MB/s"
-    if params is None:
-        plan.sections.append((head, [f"model {model}: parameter count not in the plan's table; no estimate"]))
+    head = (f"Checkpoint on FSx: {fsx.storage_capacity_gib} GiB x {fsx.throughput_per_tib} MB/s/TiB = "
+            f"{fsx.throughput_mbps:.0f} MB/s")
+    budget = stop_budget(plan.preset, plan.group.instance_type, fsx)
+    stop = (f"pods stop within terminationGracePeriodSeconds {budget.grace_s} s: torchrun gives its workers "
+            f"{budget.shutdown_timeout_s} s after SIGTERM")
+    est = budget.estimate
+    if est is None:
+        plan.sections.append((head, [f"model {plan.preset.name}: parameter count not in the plan's table; no "
+                                     f"estimate", stop + " (the floor for presets without an estimate)"]))
         return
-    size = params * BYTES_PER_PARAM
-    seconds = size / (mbps * 1e6)
-    lines = [f"{model}: {params / 1e9:.2f}e9 params x {BYTES_PER_PARAM} bytes (bf16 weights + fp32 master "
-             f"weights and Adam moments, rounded up) = {size / 1e9:.1f} GB",
-             f"write at full FSx throughput: {seconds:.0f} s; sharded, so it does not shrink with more nodes: "
+    lines = [f"{est.model}: {est.params / 1e9:.2f}e9 params x {BYTES_PER_PARAM} bytes (bf16 weights + fp32 master "
+             f"weights and Adam moments, rounded up) = {est.bytes / 1e9:.1f} GB",
+             f"write at full FSx throughput: {est.write_s:.0f} s; sharded, so it does not shrink with more nodes: "
              f"aggregate FSx throughput is the bound"]
-    w = plan.preset.workload
-    every, batch, seq = w.checkpoint_every, w.batch_size, w.seq_len
-    if rate and every and batch and seq:
-        step = int(batch) * int(seq) / rate
-        interval = int(every) * step
-        lines.append(f"every {every} steps of ~{step:.1f} s (at {ASSUMED_MFU:.0%} MFU) = {interval:.0f} s of "
-                     f"training: a synchronous save stalls {seconds / (interval + seconds):.0%} of wall time")
+    every = plan.preset.workload.checkpoint_every
+    if est.step_s and every:
+        interval = int(every) * est.step_s
+        lines.append(f"every {every} steps of ~{est.step_s:.1f} s (at {ASSUMED_MFU:.0%} MFU) = {interval:.0f} s of "
+                     f"training: a synchronous save stalls {est.write_s / (interval + est.write_s):.0%} of wall time")
+    lines.append(f"{stop}: {STEPS_AFTER_SIGNAL} steps after the signal and, at worst, an asynchronous save in "
+                 f"flight and the blocking one ({budget.worker_s:.0f} s)")
     plan.sections.append((head, lines))
 
 
@@ -272,7 +251,8 @@ def _limits(plan: Plan, vcpu_quota: int | None) -> None:
                             "its instance count is in the account: preflight checks it against maxSize"))
     limits.append(Limit("EKS nodes per managed node group", EKS_NODES_PER_NODEGROUP_DEFAULT,
                         "AWS default quota L-BD136A63"))
-    params, rate, model = _model_rate(plan)
+    est = save_estimate(plan.preset, it, env.fsx)
+    rate, model = (est.tokens_per_s, est.model) if est else (None, plan.preset.name)
     if rate:
         per_node = it.gpus * rate * TOKEN_BYTES / 1e6
         limits.append(Limit("FSx throughput (data reads)", int(env.fsx.throughput_mbps // per_node),

@@ -37,6 +37,7 @@ NOT_SWEPT = {
     "ops.policy_scan": "run by `make lint` and its test: its paths come from the Makefile",
     "bench.gpu_mfu": "benchmark: no path arguments",
     "bench.recovery": "benchmark: no path arguments",
+    "bench.preemption": "benchmark: no path arguments",
     "bench.step_overhead": "benchmark: no path arguments",
     # Their main() reads sys.argv and starts minutes of work; each checks its path before starting.
     "bench.dcp_async": "benchmark run by a developer: --dir is checked with config.paths.output_dir first",
@@ -52,6 +53,8 @@ NOT_PATHS = {
     "trainer.llm --dist-timeout": "seconds", "trainer.vision --checkpoint-every": "steps",
     "trainer.vision --keep-checkpoints": "a count", "trainer.vision --dist-timeout": "seconds",
     "trainer.ddp --dist-timeout": "seconds", "trainer.s3sync --src": "an s3:// URI",
+    "trainer.llm --max-nonfinite-steps": "a count", "trainer.llm --startup-timeout": "seconds",
+    "trainer.vision --startup-timeout": "seconds", "trainer.ddp --startup-timeout": "seconds",
 }
 
 

@@ -3,7 +3,11 @@
 Layout: DIR/step-00000040/ holds DCP's files; DIR/step-00000040/COMPLETE is written by rank 0
 after every rank's files and the metadata are on disk. A save killed half way leaves a folder
 without the marker, which resume ignores and removes. Resume walks the complete checkpoints
-newest first and falls back, with a warning, past one that does not load.
+newest first and falls back, with a warning, past one that is damaged itself; a refused one (it
+asks to run code: trainer/safe_load.py) and any other load error stop the run with nothing
+changed (trainer/checkpoint_load.py). No complete checkpoint is
+ever renamed or deleted except by retention, which deletes only checkpoints older than a newer
+complete save.
 
 DIR/model.json records the model the checkpoints belong to (its configuration, and the Hugging
 Face directory it started from, whose tokenizer an export copies). A run of another shape is
@@ -32,15 +36,19 @@ from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
 
+from config.kubernetes import EXIT_CHECKPOINT_READ_FAILED, EXIT_CHECKPOINTS_UNLOADABLE, EXIT_USAGE
 from config.models import ModelConfig, shape_difference
 from config.paths import read_json
 from trainer import safe_load
-from trainer.cli import UsageError, checked_path
+from trainer.checkpoint_load import FAILED, REFUSED, Verdict, agree, classify, precheck
+from trainer.cli import UsageError, WorkerExit, checked_path, create_folder
 from trainer.dist import Runtime
+from trainer.lease import Lease, LeaseHeld, Owner
 from trainer.log import log, warn
 
 MARKER = "COMPLETE"
 MODEL_FILE = "model.json"
+RUN_SETTINGS = ("global_batch_size",)  # record entries a resume may change (trainer/batching.py)
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 
 
@@ -50,6 +58,7 @@ class CheckpointConfig:
     every: int = 100  # steps between saves; the last step always saves
     keep: int = 2  # newest complete checkpoints kept; older ones are deleted
     async_save: bool = True
+    allow_fresh_start: bool = False  # when checkpoints exist and none of them loads, start at step 0
 
 
 class ModelAndOptimizer(Stateful):
@@ -61,6 +70,15 @@ class ModelAndOptimizer(Stateful):
 
     def state_dict(self) -> dict[str, Any]:
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        # An asynchronous save stages the tensors while training goes on. Parameters and optimizer
+        # state change only in the optimizer step, which waits for staging, but buffers such as
+        # BatchNorm's running statistics change in the next forward: they are copied now.
+        buffers = {name for name, _ in self.model.named_buffers()}
+        model_sd = {k: v.clone() if k in buffers else v for k, v in model_sd.items()}
+        if any(t.is_cuda for t in model_sd.values() if isinstance(t, torch.Tensor)):
+            # Staging copies on its own stream from another thread, unordered with this one: the
+            # optimizer step and the copies above must be done on the device before it starts.
+            torch.cuda.current_stream().synchronize()
         return {"model": model_sd, "optim": optim_sd}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -96,36 +114,33 @@ def open_directory(cfg: CheckpointConfig) -> tuple[Path, dict | None] | None:
     hang. Each workload then compares the record with what it is about to train."""
     if not cfg.directory:
         return None
-    path = Path(cfg.directory)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError("--checkpoint-dir", f"cannot create {path}: {exc.strerror or exc}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise UsageError("--checkpoint-dir", f"{path} is not writable by this user (uid {os.getuid()})")
+    path = create_folder(Path(cfg.directory), "--checkpoint-dir")
     return path, checked_path("--checkpoint-dir", read_model_record, path)
 
 
-def check_directory(cfg: CheckpointConfig, model: ModelConfig) -> None:
+def check_directory(cfg: CheckpointConfig, model: ModelConfig) -> dict | None:
     """The LLM's check: the directory opens, and its checkpoints (if any) are of this model's shape,
-    so a mistake is one line, not a run that trains from step 0."""
+    so a mistake is one line, not a run that trains from step 0. Returns the record the
+    checkpoints were written with (None: no checkpoints yet)."""
     opened = open_directory(cfg)
     if opened is None:
-        return
+        return None
     path, record = opened
-    if record is None and list_steps(path):
+    if not list_steps(path):
+        return None
+    if record is None:
         # Older trainers wrote no model.json and rotated q/k in the interleaved (Meta) layout;
         # their weights would load without error and compute something else.
         raise UsageError("--checkpoint-dir", f"{path} holds checkpoints without {MODEL_FILE}, written by a trainer "
                                              "with another rotary layout; they cannot be resumed, use another directory")
-    if record is not None and list_steps(path):
-        if not isinstance(record.get("model"), dict):
-            raise UsageError("--checkpoint-dir", f"{path / MODEL_FILE} has no \"model\" object: its checkpoints were "
-                                                 "not written by trainer.llm; use another directory")
-        difference = shape_difference(record["model"], model)
-        if difference:
-            raise UsageError("--checkpoint-dir", f"{path} holds checkpoints of another model: {difference}; "
-                                                 "use another directory, or the model they were written by")
+    if not isinstance(record.get("model"), dict):
+        raise UsageError("--checkpoint-dir", f"{path / MODEL_FILE} has no \"model\" object: its checkpoints were "
+                                             "not written by trainer.llm; use another directory")
+    difference = shape_difference(record["model"], model)
+    if difference:
+        raise UsageError("--checkpoint-dir", f"{path} holds checkpoints of another model: {difference}; "
+                                             "use another directory, or the model they were written by")
+    return record
 
 
 class CheckpointManager:
@@ -139,6 +154,7 @@ class CheckpointManager:
         self.staging: Future | None = None
         self.last_saved = 0
         self.stager = None
+        self.lease: Lease | None = None  # rank 0's, taken by resume()
         if self.enabled and cfg.async_save and _async_staging_supported():
             # Staging (the copy of the state into host memory) also runs in the background; the
             # loop only waits for it before the next optimizer step changes the tensors. One
@@ -170,65 +186,120 @@ class CheckpointManager:
     def resume(self) -> int:
         """Load the newest complete checkpoint that loads; return its step (0: none).
 
-        Complete checkpoints newer than the one loaded do not load: rank 0 renames them out of
-        the step-NNNNNNNN pattern (kept for inspection), so retention never ranks them newest
-        and a later save of the same step starts from an empty folder."""
+        A checkpoint that is damaged itself (trainer/checkpoint_load.py) is passed over, with a
+        warning, for the previous one; it stays where it is. A refused checkpoint (one that asks
+        to run code, or lacks an entry this trainer resumes from) and any other failure end the
+        run with WorkerExit and change nothing. When checkpoints exist and none loads, the run
+        ends with one message naming each and why, unless allow_fresh_start lets it begin at
+        step 0. The run's record (model.json) is written only once the decision is made."""
         if not self.enabled:
             return 0
+        group = self.rt.checkpoint_group
+        self._take_lease()
         candidates = [None]
         if self.rt.is_main:
             self.directory.mkdir(parents=True, exist_ok=True)
-            self._write_model_record()
             self._remove_incomplete(below=None)
             candidates = [list_steps(self.directory)]
         # Every rank must try the same checkpoints in the same order: take rank 0's listing.
-        dist.broadcast_object_list(candidates, src=0)
-        loaded = 0
-        for step in reversed(candidates[0]):
-            path = step_dir(self.directory, step)
-            try:
-                safe_load.load(self.state, str(path))  # FSx is shared and writable: no pickled code
-            # DCP raises on every rank when any rank's read fails; its CheckpointException is a
-            # BaseException, so it is named here explicitly.
-            except (Exception, CheckpointException) as exc:
-                if self.rt.is_main:
-                    warn(f"checkpoint {path} does not load ({type(exc).__name__}: {_first_line(exc)}); "
-                         "falling back to the previous one")
-                continue
-            if self.rt.is_main:
-                log(f"Resumed from checkpoint {path} (step {step})")
-            loaded = step
-            break
-        # Every rank reached the same decision (DCP's load is collective), so rank 0 alone acts
-        # on it; the barrier keeps any rank from listing or saving before the renames are done.
+        dist.broadcast_object_list(candidates, src=0, group=group)
+        loaded = self._load_newest(candidates[0])
         if self.rt.is_main:
-            for step in candidates[0]:
-                if step > loaded:
-                    self._set_aside(step)
-        dist.barrier()
+            self._write_model_record()
         self.last_saved = loaded
         return loaded
+
+    def _load_newest(self, steps: list[int]) -> int:
+        passed_over: list[str] = []
+        for step in reversed(steps):
+            path = step_dir(self.directory, step)
+            verdict = self._load(path)
+            if verdict.kind is None:
+                if self.rt.is_main:
+                    log(f"Resumed from checkpoint {path} (step {step})")
+                return step
+            if verdict.kind == REFUSED:
+                raise WorkerExit(f"checkpoint {path} is refused ({verdict}); nothing was changed and no older "
+                                 "checkpoint was loaded", EXIT_CHECKPOINTS_UNLOADABLE)
+            if verdict.kind == FAILED:
+                raise WorkerExit(f"checkpoint {path} could not be read ({verdict}); this is not damage "
+                                 "of the checkpoint, so nothing was changed and no older checkpoint was "
+                                 "loaded: the restart tries again", EXIT_CHECKPOINT_READ_FAILED)
+            passed_over.append(f"{path.name}: {verdict}")
+            if self.rt.is_main:
+                warn(f"checkpoint {path} is damaged ({verdict}); it stays in place, "
+                     "falling back to the previous one")
+        if passed_over and not self.cfg.allow_fresh_start:
+            raise WorkerExit(f"none of the {len(passed_over)} checkpoints in {self.directory} loads ("
+                             + "; ".join(passed_over) + "): refusing to train from step 1 over them; "
+                             "repair or move them, or pass --allow-fresh-start", EXIT_CHECKPOINTS_UNLOADABLE)
+        if passed_over and self.rt.is_main:
+            warn(f"--allow-fresh-start: none of the checkpoints in {self.directory} loads; training from step 1 "
+                 "(the damaged ones stay until a save of the same step replaces them)")
+        return 0
+
+    def _take_lease(self) -> None:
+        """Rank 0 takes the directory's lease (trainer/lease.py) before anything here is touched;
+        every rank stops with its one-line refusal when another live run holds it."""
+        refusal = [None]
+        if self.rt.is_main:
+            self.lease = Lease(self.directory, Owner.of_this_process())
+            try:
+                self.lease.acquire()
+                self.lease.start_renewing()
+            except LeaseHeld as exc:
+                refusal = [(str(exc), EXIT_USAGE)]
+            except OSError as exc:  # said on every rank, rather than leaving the others waiting
+                refusal = [(f"cannot take the lease on {self.directory}: {exc}", EXIT_CHECKPOINT_READ_FAILED)]
+        dist.broadcast_object_list(refusal, src=0, group=self.rt.checkpoint_group)
+        if refusal[0]:
+            raise WorkerExit(*refusal[0])
+
+    def _check_lease(self) -> None:
+        """Before each save: a run that lost its lease (it stalled past the lease's life and
+        another run took the directory over) must not write into it."""
+        lost = [self.lease.lost_to if self.lease is not None else None]
+        dist.broadcast_object_list(lost, src=0, group=self.rt.checkpoint_group)
+        if lost[0]:
+            raise WorkerExit(f"the lease on {self.directory} was taken over by {lost[0]}; this run stops without "
+                             "writing another checkpoint there", EXIT_USAGE)
+
+    def _load(self, path: Path) -> Verdict:
+        """Load `path` into the state; the verdict all ranks agree on (loaded: Verdict(None))."""
+        group = self.rt.checkpoint_group
+        checked = Verdict(None)
+        if self.rt.is_main:  # the files' sizes and the metadata, once: they are the same for every rank
+            try:
+                precheck(path, entries=self.state)
+            except Exception as exc:
+                checked = classify(exc)
+        checked = [checked]
+        dist.broadcast_object_list(checked, src=0, group=group)
+        if checked[0].kind is not None:
+            return checked[0]
+        try:
+            safe_load.load(self.state, str(path), process_group=group)  # FSx is shared and writable: no pickled code
+        # DCP raises on every rank when any rank's read fails; its CheckpointException is a
+        # BaseException, so it is named here explicitly.
+        except (Exception, CheckpointException) as exc:
+            return agree(classify(exc), group)
+        return agree(Verdict(None), group)
 
     def _write_model_record(self) -> None:
         if self.model_record is None:
             return
-        # Kept when checkpoints exist (check_directory has matched their shape): it also names
-        # the Hugging Face directory the run first started from.
-        if read_model_record(self.directory) is not None and list_steps(self.directory):
-            return
+        record = self.model_record
+        existing = read_model_record(self.directory)
+        if existing is not None and list_steps(self.directory):
+            # Kept when checkpoints exist (the workload has matched their shape): it also names
+            # the Hugging Face directory the run first started from. The run settings that a
+            # resume may change on purpose (the global batch, with its flag) are updated.
+            record = {**existing, **{k: v for k, v in self.model_record.items() if k in RUN_SETTINGS}}
+            if record == existing:
+                return
         tmp = self.directory / f".{MODEL_FILE}.tmp"
-        tmp.write_text(json.dumps(self.model_record, indent=2) + "\n")
+        tmp.write_text(json.dumps(record, indent=2) + "\n")
         os.replace(tmp, self.directory / MODEL_FILE)
-
-    def _set_aside(self, step: int) -> None:
-        path = step_dir(self.directory, step)
-        target = path.with_name(f"{path.name}.unloadable")
-        n = 1
-        while target.exists():
-            target = path.with_name(f"{path.name}.unloadable.{n}")
-            n += 1
-        os.replace(path, target)
-        warn(f"checkpoint {path} does not load; moved aside to {target}")
 
     # --- save -----------------------------------------------------------------------------------
 
@@ -237,6 +308,7 @@ class CheckpointManager:
         if not self.enabled or step == self.last_saved:
             return
         self.wait()  # one save in flight at a time keeps host memory bounded
+        self._check_lease()
         path = str(step_dir(self.directory, step))
         if self.rt.is_main:
             # A folder left by an earlier save of this step must not look complete while this one
@@ -259,11 +331,18 @@ class CheckpointManager:
             self.staging.result()
             self.staging = None
 
-    def close(self) -> None:
+    def close(self, *, finished: bool = False) -> None:
+        """Wait for the save in flight; a run that `finished` gives the directory's lease back,
+        one that stops early keeps it for its restart (trainer/lease.py)."""
         self.wait()
         if self.stager is not None:
             self.stager.close()
             self.stager = None
+        if self.lease is not None:
+            if finished:
+                self.lease.release()
+            else:
+                self.lease.stop_renewing()
 
     def poll(self) -> None:
         """Finalise a background save that has finished; never blocks the training loop."""
@@ -291,7 +370,11 @@ class CheckpointManager:
             os.fsync(f.fileno())
         os.replace(tmp, path / MARKER)
         log(f"Checkpoint saved: {path}")
-        for old in list_steps(self.directory)[:-self.cfg.keep]:
+        # Retention counts this save and older ones only: a newer checkpoint here is a damaged
+        # one resume passed over, left in place until a save of its step replaces it, and must
+        # not push the checkpoints this run can resume from out of the kept ones.
+        older = [s for s in list_steps(self.directory) if s <= step]
+        for old in older[:-self.cfg.keep]:
             shutil.rmtree(step_dir(self.directory, old), ignore_errors=True)
         self._remove_incomplete(below=step)
 
@@ -308,8 +391,3 @@ def _async_staging_supported() -> bool:
     synchronously (DCP's default) and still write in the background."""
     major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
     return (major, minor) >= (2, 13)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else ""

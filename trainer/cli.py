@@ -24,6 +24,15 @@ class UsageError(Exception):
         super().__init__(f"{field}: {message}")
 
 
+class WorkerExit(Exception):
+    """A failure that is not the user's typo but still deserves one line and its own exit status
+    (config/kubernetes.py), not a traceback: e.g. checkpoints that exist and do not load."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
+
+
 class Parser(argparse.ArgumentParser):
     def __init__(self, **kwargs):
         kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
@@ -92,6 +101,8 @@ def open_for_append(path: Path, field: str):
         return open(path, "a", buffering=1, encoding="utf-8")
     except OSError as exc:
         raise UsageError(field, f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 def checked_path(field: str, check: Callable[[str | Path], T], path: str | Path) -> T:
     """One of config.paths' checks (read_json, output_dir, ...) with its problem as this field's UsageError."""
     from config.paths import PathProblem
@@ -102,23 +113,41 @@ def checked_path(field: str, check: Callable[[str | Path], T], path: str | Path)
         raise UsageError(field, str(problem)) from None
 
 
-def run_main(main: Callable[[], int | None]) -> NoReturn:
-    """Run a workload's main, turning UsageError into the one-line form, and NCCL off EFA on an
-    EFA node group into its own exit status (trainer/nccl_net.py)."""
-    from trainer.nccl_net import EXIT_NOT_ON_EFA, NotOnEfa
+def run_main(main: Callable[[], int | None], *, finalize: bool = True) -> NoReturn:
+    """Run a workload's main, turning UsageError into the one-line form, NCCL off EFA on an EFA
+    node group (trainer/nccl_net.py) and a WorkerExit (a run stopped early, on non-finite losses,
+    or on checkpoints that do not load) into their own exit statuses (config/kubernetes.py), and
+    any other exception into a crash report. With finalize=False (distributed workers) the
+    process then ends without interpreter finalization (trainer.dist.exit_without_finalization
+    says why)."""
+    code = _run(main)
+    if not finalize:
+        from trainer.dist import exit_without_finalization
+        exit_without_finalization(code)
+    raise SystemExit(code)
+
+
+def _run(main: Callable[[], int | None]) -> int:
+    from config.kubernetes import EXIT_CRASH, EXIT_NOT_ON_EFA, EXIT_USAGE
+    from trainer.nccl_net import NotOnEfa
 
     try:
         code = main()
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        return EXIT_USAGE
     except NotOnEfa as exc:
         print(exc, file=sys.stderr, flush=True)
-        raise SystemExit(EXIT_NOT_ON_EFA) from None
+        return EXIT_NOT_ON_EFA
+    except WorkerExit as exc:
+        # Every rank raises it (they agree before they stop); one line per pod's log is enough.
+        if os.environ.get("LOCAL_RANK", "0") == "0":
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+        return exc.code
     except Exception as exc:  # a crash, not a user error: see report_crash
         report_crash(main, exc)
-        raise SystemExit(1) from None
-    raise SystemExit(code or 0)
+        return EXIT_CRASH
+    return code or 0
 
 
 CRASH_MARKER = "----- {command} crashed: traceback follows -----"

@@ -1,8 +1,17 @@
 """Token data for the LLM workload: a learnable synthetic stream, token shards on disk, and
 `python -m trainer.data prepare` (trainer/prepare.py), which turns text into those shards.
 
-Each rank reads its own windows (rank r takes windows r, r+W, r+2W, ...), so no two ranks
-train on the same tokens, and the reader's position is the step, so a resume needs no data state.
+The job reads a stream of samples (windows of seq_len + 1 tokens) in one global order that does
+not depend on the number of ranks: a pass over the token shards (an epoch) visits every window
+once, in a permutation seeded by (seed, epoch); synthetic windows are endless and need none. A
+step consumes the next `global batch` samples of that order, split into contiguous runs, one per
+rank, each cut into micro-batches. The data position is the global sample index, saved with every
+checkpoint, so a resume on any number of ranks continues with the very next sequences.
+
+Document boundaries: `prepare` writes the tokenizer's end-of-text token after every document and
+packs documents back to back; a window can span two documents and attention runs across the
+separator (GPT-2's and Llama 2's pre-training packing). The model learns that what follows the
+separator is unrelated. Nothing is masked, so every label counts.
 
 Shard layout: DIR/meta.json {"dtype": "uint16"|"uint32", "vocab_size": V, "shards": [...]}
 and DIR/shard-00000.bin, ... holding the token ids back to back (little-endian).
@@ -22,9 +31,12 @@ from trainer.cli import UsageError, run_main
 @dataclass(frozen=True)
 class DataConfig:
     source: str = "synthetic"  # "synthetic" or a directory of token shards
-    batch_size: int = 4  # sequences per rank per step
+    batch_size: int = 4  # sequences per rank per forward (the micro-batch)
     seq_len: int = 128
     seed: int = 0
+    # Sequences per optimizer step over all ranks; None: the run's record, else ranks x batch_size.
+    global_batch_size: int | None = None
+    allow_global_batch_change: bool = False  # a resume may train with another global batch
 
 
 class SyntheticTokens:
@@ -84,12 +96,15 @@ class TokenShards:
 
 
 class RankBatches:
-    """The batches one rank trains on. `position` counts the batches already handed out; the
-    trainer takes one per step, so a resumed run sets it to the checkpoint's step and continues
-    exactly where it stopped."""
+    """The micro-batches one rank trains on, step by step. `position` is the global sample index:
+    the samples the whole job has consumed, whatever the number of ranks was."""
 
-    def __init__(self, cfg: DataConfig, rank: int, world_size: int, vocab_size: int):
-        self.cfg, self.rank, self.world_size = cfg, rank, world_size
+    def __init__(self, cfg: DataConfig, rank: int, world_size: int, vocab_size: int, global_batch: int):
+        if global_batch % (world_size * cfg.batch_size):
+            raise ValueError(f"global batch {global_batch} is not a multiple of {world_size} x {cfg.batch_size}")
+        self.cfg, self.rank, self.world_size, self.global_batch = cfg, rank, world_size, global_batch
+        self.accumulation = global_batch // (world_size * cfg.batch_size)
+        self.window_count: int | None = None  # None: endless
         if cfg.source == "synthetic":
             self.source = SyntheticTokens(vocab_size, cfg.seed)
         else:
@@ -97,21 +112,47 @@ class RankBatches:
             if not path.is_dir():
                 raise UsageError("--data", f"expected 'synthetic' or a directory of token shards, got {cfg.source!r}")
             self.source = TokenShards(path, vocab_size)
-            windows = self.source.num_windows(cfg.seq_len + 1)
-            if windows < world_size * cfg.batch_size:
-                raise UsageError("--data", f"{path} holds {windows} windows of {cfg.seq_len + 1} tokens, "
-                                           f"fewer than one step needs ({world_size * cfg.batch_size})")
+            self.window_count = self.source.num_windows(cfg.seq_len + 1)
+            if self.window_count < global_batch:
+                raise UsageError("--data", f"{path} holds {self.window_count} windows of {cfg.seq_len + 1} tokens, "
+                                           f"fewer than one step needs (the global batch, {global_batch})")
         self.position = 0
+        self._order: tuple[int, torch.Tensor] | None = None  # (epoch, its permutation of the windows)
 
-    def window_indices(self, position: int) -> list[int]:
-        """Global window indices of batch `position` on this rank: disjoint across ranks."""
-        first = position * self.cfg.batch_size
-        return [(first + i) * self.world_size + self.rank for i in range(self.cfg.batch_size)]
+    def window(self, sample: int) -> int:
+        """The window that global sample `sample` reads: its place in its epoch's permutation."""
+        if self.window_count is None:
+            return sample
+        epoch, offset = divmod(sample, self.window_count)
+        if self._order is None or self._order[0] != epoch:
+            g = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + epoch)
+            dtype = torch.int32 if self.window_count < 2**31 else torch.int64  # 4 bytes a window
+            self._order = (epoch, torch.randperm(self.window_count, generator=g, dtype=dtype))
+        return int(self._order[1][offset])
 
-    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
-        rows = torch.stack([self.source.window(i, self.cfg.seq_len + 1) for i in self.window_indices(self.position)])
-        self.position += 1
-        return rows[:, :-1], rows[:, 1:]  # inputs, and the next token of each as the label
+    def step_samples(self, position: int) -> list[list[int]]:
+        """This rank's global sample indices for the step that starts at `position`, one list per
+        micro-batch: rank r takes the r-th contiguous run of global_batch / ranks samples."""
+        micro = self.cfg.batch_size
+        first = position + self.rank * self.accumulation * micro
+        return [list(range(first + i * micro, first + (i + 1) * micro)) for i in range(self.accumulation)]
+
+    def next_step(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(inputs, labels) of each micro-batch of the next step; moves the position past the step."""
+        out = []
+        for samples in self.step_samples(self.position):
+            rows = torch.stack([self.source.window(self.window(s), self.cfg.seq_len + 1) for s in samples])
+            out.append((rows[:, :-1], rows[:, 1:]))  # inputs, and the next token of each as the label
+        self.position += self.global_batch
+        return out
+
+    # A checkpoint holds the position (DCP's Stateful), so a resume on any world size, or with a
+    # new global batch, continues from the next unseen sample.
+    def state_dict(self) -> dict:
+        return {"samples": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.position = int(state["samples"])
 
 
 _DTYPES = {"uint16": (torch.uint16, 2), "uint32": (torch.uint32, 4)}

@@ -19,16 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from trainer import dist as tdist
-from trainer.log import log
 from config.paths import output_file
+from trainer import dist as tdist
 from trainer.cli import Parser, UsageError, checked_path, positive_float, positive_int, run_main
+from trainer.log import log
+from trainer.preemption import Preemption
 from trainer.safe_load import weights_only_refusal
 
 
@@ -123,8 +123,7 @@ def parse_args(argv=None):
     p.add_argument("--snapshot-path", default="snapshot.pt", help="snapshot file, read on start")
     p.add_argument("--lr", type=positive_float, default=0.05)
     p.add_argument("--samples", type=positive_int, default=TaskConfig.samples, help="dataset size")
-    p.add_argument("--dist-timeout", type=positive_float, default=60.0,
-                   help="seconds before a stuck rendezvous or collective fails (torchrun then restarts)")
+    tdist.add_timeout_arguments(p)
     return p.parse_args(argv)
 
 
@@ -132,47 +131,58 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     snapshot = Path(args.snapshot_path)
     checked_path("--snapshot-path", output_file, snapshot)  # before training, not at the first save
-    task = TaskConfig(samples=args.samples)
-    rt = tdist.init(tdist.DistConfig(timeout_s=args.dist_timeout))
+    rt = tdist.init(tdist.DistConfig(args.dist_timeout, args.startup_timeout))
     try:
-        torch.manual_seed(task.seed)  # identical initial weights on every rank
-        model = make_model(task).to(rt.device)
-        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-        epochs_run = load_snapshot(snapshot, model, optimizer)
-        if epochs_run and rt.is_main:
-            log(f"[RANK {rt.rank}] Resuming from snapshot {snapshot} at epoch {epochs_run}")
-        ddp = DistributedDataParallel(model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None)
-        dataset = make_dataset(task)
-        sampler = DistributedSampler(dataset, num_replicas=rt.world_size, rank=rt.rank, shuffle=True, seed=task.seed)
-        loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True)
-        t0, samples, loss = time.perf_counter(), 0, float("nan")
-        for epoch in range(epochs_run, args.epochs):
-            sampler.set_epoch(epoch)  # a new shuffle per epoch, the same on every rank
-            total, steps = 0.0, 0
-            for x, y in loader:
-                x, y = x.to(rt.device), y.to(rt.device)
-                step_loss = F.cross_entropy(ddp(x), y)
-                optimizer.zero_grad(set_to_none=True)
-                step_loss.backward()
-                optimizer.step()
-                total, steps = total + step_loss.item(), steps + 1
-            samples += steps * args.batch_size * rt.world_size
-            loss = tdist.all_reduce_mean(total / max(steps, 1), rt)
-            log(f"[RANK {rt.rank}] Epoch {epoch} | Batchsize {args.batch_size} | Steps {steps} | Loss {loss:.4f}")
-            if rt.is_main and ((epoch + 1) % args.save_every == 0 or epoch + 1 == args.epochs):
-                save_snapshot(snapshot, model, optimizer, epoch + 1)
-                log(f"[RANK {rt.rank}] Epoch {epoch} | Snapshot saved at {snapshot}")
-        elapsed = time.perf_counter() - t0
-        if rt.is_main:
-            summary = {"workload": "ddp", "epochs": args.epochs, "epochs_this_run": args.epochs - epochs_run,
-                       "samples_per_sec": round(samples / elapsed, 1) if elapsed > 0 else None,
-                       "final_loss": None if math.isnan(loss) else round(loss, 4), "snapshot": str(snapshot.resolve())}
-            log("SUMMARY " + json.dumps(summary))
-        dist.barrier()
+        return train(args, snapshot, rt)
     finally:
         tdist.shutdown()
-    return 0
+
+
+def train(args, snapshot: Path, rt: tdist.Runtime) -> int:
+    task = TaskConfig(samples=args.samples)
+    torch.manual_seed(task.seed)  # identical initial weights on every rank
+    model = make_model(task).to(rt.device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    epochs_run = load_snapshot(snapshot, model, optimizer)
+    if epochs_run and rt.is_main:
+        log(f"[RANK {rt.rank}] Resuming from snapshot {snapshot} at epoch {epochs_run}")
+    ddp = DistributedDataParallel(model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None)
+    tdist.end_startup(rt)  # the snapshot is loaded and the weights broadcast: training from here
+    dataset = make_dataset(task)
+    sampler = DistributedSampler(dataset, num_replicas=rt.world_size, rank=rt.rank, shuffle=True, seed=task.seed)
+    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    preemption = Preemption(rt)
+    t0, samples, loss, epoch = time.perf_counter(), 0, float("nan"), epochs_run - 1
+    for epoch in range(epochs_run, args.epochs):
+        sampler.set_epoch(epoch)  # a new shuffle per epoch, the same on every rank
+        total, steps = 0.0, 0
+        for x, y in loader:
+            x, y = x.to(rt.device), y.to(rt.device)
+            step_loss = F.cross_entropy(ddp(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            step_loss.backward()
+            optimizer.step()
+            total, steps = total + step_loss.item(), steps + 1
+        samples += steps * args.batch_size * rt.world_size
+        loss = tdist.all_reduce_mean(total / max(steps, 1), rt)
+        log(f"[RANK {rt.rank}] Epoch {epoch} | Batchsize {args.batch_size} | Steps {steps} | Loss {loss:.4f}")
+        # A SIGTERM stops the run at the end of the epoch in flight (short in this smoke job),
+        # with a snapshot of it: snapshots only hold whole epochs.
+        stop = preemption.agreed(now=True)
+        if rt.is_main and ((epoch + 1) % args.save_every == 0 or epoch + 1 == args.epochs or stop):
+            save_snapshot(snapshot, model, optimizer, epoch + 1)
+            log(f"[RANK {rt.rank}] Epoch {epoch} | Snapshot saved at {snapshot}")
+        if stop:
+            preemption.stopped_at(f"epoch {epoch}")
+            break
+    elapsed = time.perf_counter() - t0
+    if rt.is_main:
+        summary = {"workload": "ddp", "epochs": args.epochs, "epochs_this_run": epoch + 1 - epochs_run,
+                   "samples_per_sec": round(samples / elapsed, 1) if elapsed > 0 else None,
+                   "final_loss": None if math.isnan(loss) else round(loss, 4), "snapshot": str(snapshot.resolve())}
+        log("SUMMARY " + json.dumps(summary))
+    return preemption.exit_status(finished=epoch + 1 >= args.epochs)
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(main, finalize=False)

@@ -3,25 +3,41 @@
 Restarted gloo workers were seen hanging inside init_process_group under torchrun (NOTES.md).
 Every group here is created with an explicit timeout, so a stuck rendezvous or collective
 raises, the worker dies, and the elastic agent restarts the group instead of waiting forever.
+
+Two bounds: start-up (joining the group, loading a checkpoint or Hugging Face weights, the first
+step with its torch.compile warm-up) takes minutes at scale and gets a generous one; once the
+first step is done, end_startup() shortens the group's timeout to the steady-state one, so a hang
+in training is found in about a minute. ProcessGroup.set_timeout changes the bound of later
+collectives of every backend of the group (ProcessGroupNCCL::setTimeout and gloo's set the
+options' timeout that each new collective takes; tested for gloo in tests/trainer/test_dist.py).
+Checkpoint collectives, saves and loads, run on their own gloo group with the start-up bound.
+On GPU pods NCCL's flight recorder writes each rank's last collectives when one times out
+(k8s/jobs.py sets TORCH_NCCL_DEBUG_INFO_TEMP_FILE); init creates the folder it points into.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
 
 from trainer import nccl_net
+from trainer.cli import positive_float
+from trainer.log import warn
 
 
 @dataclass(frozen=True)
 class DistConfig:
-    timeout_s: float = 60.0  # bounds init and every training collective
-    checkpoint_timeout_s: float = 900.0  # checkpoint writes of large models take minutes
+    timeout_s: float = 60.0  # bounds every training collective once the first step is done
+    # Bounds joining the group, every collective until end_startup(), and every checkpoint
+    # collective: loading 70B parameters or compiling the model takes minutes.
+    startup_timeout_s: float = 1800.0
 
 
 @dataclass(frozen=True)
@@ -32,6 +48,7 @@ class Runtime:
     device: torch.device
     backend: str
     checkpoint_group: dist.ProcessGroup | None = None
+    timeout_s: float = DistConfig.timeout_s  # the steady-state bound end_startup() sets
 
     @property
     def is_main(self) -> bool:
@@ -73,11 +90,12 @@ def init(cfg: DistConfig = DistConfig(), *, checkpoint_group: bool = False) -> R
         backend = "nccl"
     else:
         device, backend = torch.device("cpu"), "gloo"
-    timeout = timedelta(seconds=cfg.timeout_s)
+    timeout = timedelta(seconds=cfg.startup_timeout_s)
     kwargs = {"device_id": device} if backend == "nccl" else {}
     store = _per_attempt_store(timeout)
     if store is not None:
         kwargs.update(store=store, rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+    _prepare_flight_recorder(os.environ)
     # On an EFA node group NCCL must run over aws-ofi-nccl's EFA provider (trainer/nccl_net.py).
     nccl_log = nccl_net.prepare(os.environ) if backend == "nccl" else None
     try:
@@ -92,15 +110,63 @@ def init(cfg: DistConfig = DistConfig(), *, checkpoint_group: bool = False) -> R
     ckpt_pg = None
     if checkpoint_group:
         # Asynchronous checkpoint saves run collectives from a background thread; on their own
-        # gloo group they never interleave with the training collectives, and they get a
-        # longer bound because writing tens of GB is slower than a gradient all-reduce.
-        ckpt_pg = dist.new_group(backend="gloo", timeout=timedelta(seconds=cfg.checkpoint_timeout_s))
-    return Runtime(dist.get_rank(), dist.get_world_size(), local_rank, device, backend, ckpt_pg)
+        # gloo group they never interleave with the training collectives, and they keep the
+        # start-up bound because reading or writing a large model's state takes minutes.
+        ckpt_pg = dist.new_group(backend="gloo", timeout=timeout)
+    return Runtime(dist.get_rank(), dist.get_world_size(), local_rank, device, backend, ckpt_pg, cfg.timeout_s)
+
+
+def add_timeout_arguments(p) -> None:
+    """--dist-timeout and --startup-timeout, the same for every workload (DistConfig)."""
+    p.add_argument("--dist-timeout", type=positive_float, default=DistConfig.timeout_s,
+                   help="seconds before a stuck training collective fails, once the first step is done "
+                        "(the worker exits and torchrun restarts it)")
+    p.add_argument("--startup-timeout", type=positive_float, default=DistConfig.startup_timeout_s,
+                   help="seconds before a stuck rendezvous, checkpoint or weight load, first step (compile "
+                        "warm-up) or checkpoint collective fails")
+
+
+def end_startup(rt: Runtime) -> None:
+    """After the first step on every rank: later training collectives get the steady-state bound."""
+    if dist.is_initialized():
+        dist.group.WORLD.set_timeout(timedelta(seconds=rt.timeout_s))
+
+
+def _prepare_flight_recorder(env) -> None:
+    """NCCL's flight recorder writes <prefix><rank> when a collective times out; the prefix's
+    folder (in the job's checkpoint folder on FSx) must exist, and nothing else creates it."""
+    prefix = env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+    if prefix:
+        try:
+            os.makedirs(os.path.dirname(prefix) or ".", exist_ok=True)
+        except OSError as exc:
+            warn(f"NCCL flight recorder folder {os.path.dirname(prefix)}: {exc.strerror or exc}; "
+                 "a collective timeout will leave no trace")
 
 
 def shutdown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def exit_without_finalization(code: int) -> NoReturn:
+    """End a worker after its process groups are destroyed, skipping interpreter finalization.
+
+    Why: a gloo worker thread drops its reference to the collective it ran a moment after the
+    caller's wait() returns. When that is the last reference to a tensor that has a Python
+    object (a barrier holds the works before it, whose tensors trainer code made), freeing it
+    takes the GIL; if the main thread has meanwhile begun finalizing the interpreter, Python 3.11
+    ends that thread with pthread_exit, whose unwinding through a C++ destructor calls
+    std::terminate: "terminate called without an active exception", SIGABRT, and a finished run
+    reported failed (trainer.ddp's rank 1 after its final barrier: 3 of 50 runs here under
+    load, none of 45 since; the core dump showed exactly that stack). Destroying a group from Python would join its
+    threads first, but DistributedDataParallel keeps references to the default group that
+    outlive the module, so the threads live until exit. Everything a worker writes is closed
+    and flushed before this (checkpoints, metrics, stdout and stderr).
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def all_reduce_mean(value: float, rt: Runtime) -> float:

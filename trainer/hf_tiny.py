@@ -29,9 +29,8 @@ def write_tiny(out: Path, model: str = "tiny", seed: int = 0) -> None:
         raise UsageError("--model", f"unknown model {model!r}; the table has {', '.join(MODELS)}")
     cfg = MODELS[model]
     checked_path("--out", output_dir, out)
-    torch.manual_seed(seed)
     net = Transformer(cfg)
-    net.init_weights()
+    net.init_weights(seed=seed)
     tensors = {}
     params = dict(net.named_parameters())
     for ours, theirs in hf_names(cfg).items():

@@ -11,10 +11,12 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from config.models import MODELS, ModelConfig, model_config
+from trainer.batching import add_global_batch_arguments
 from trainer.checkpoint import CheckpointConfig
 from config.paths import output_file
 from trainer.cli import Parser, UsageError, checked_path, non_negative_int, positive_float, positive_int
 from trainer.data import DataConfig
+from trainer.dist import add_timeout_arguments
 from trainer.hf_config import from_hf_config, read_config
 from trainer.metrics import MetricsConfig
 from trainer.optim import OptimConfig
@@ -59,25 +61,33 @@ def parser() -> Parser:
                         "logits (saves ~10 GiB at seq 8192 with a 128k vocabulary); 0 = off")
     p.add_argument("--layers", type=positive_int, default=None, help="override the model's layer count (benchmarks)")
     p.add_argument("--steps", type=positive_int, default=40, help="total optimizer steps, counting resumed ones")
-    p.add_argument("--batch-size", type=positive_int, default=4, help="sequences per rank per step")
+    p.add_argument("--batch-size", type=positive_int, default=4,
+                   help="sequences per rank per forward and backward pass (the micro-batch)")
+    add_global_batch_arguments(p, "sequences")
     p.add_argument("--seq-len", type=positive_int, default=128, help="tokens per sequence")
     p.add_argument("--data", default="synthetic", help="'synthetic' or a directory of token shards (trainer.data prepare)")
     p.add_argument("--lr", type=positive_float, default=None, help="peak learning rate (default: 3e-3 for tiny, else 3e-4)")
     p.add_argument("--warmup-steps", type=non_negative_int, default=10)
     p.add_argument("--max-grad-norm", type=positive_float, default=1.0)
+    p.add_argument("--max-nonfinite-steps", type=positive_int, default=10,
+                   help="stop (exit 3) after this many steps in a row with a non-finite loss or gradient norm; "
+                        "each such step is skipped, not applied")
     p.add_argument("--checkpoint-dir", default=None, help="where checkpoints are saved and resumed from (none: no checkpoints)")
     p.add_argument("--checkpoint-every", type=positive_int, default=100, help="steps between checkpoints")
     p.add_argument("--keep-checkpoints", type=positive_int, default=2, help="newest complete checkpoints kept")
     p.add_argument("--sync-checkpoint", action="store_true", help="save synchronously (benchmarks compare)")
+    p.add_argument("--allow-fresh-start", action="store_true",
+                   help="when checkpoints exist and every one of them is damaged, train from step 1 instead of "
+                        "stopping (they are kept)")
     p.add_argument("--log-every", type=positive_int, default=10, help="steps between metrics lines")
     p.add_argument("--metrics-file", default=None, help="append metrics as JSON lines here (rank 0)")
     p.add_argument("--compile", action="store_true", help="torch.compile each decoder block")
     p.add_argument("--activation-checkpointing", action="store_true", help="recompute block activations in backward")
-    p.add_argument("--seed", type=non_negative_int, default=0, help="synthetic data seed")
+    p.add_argument("--seed", type=non_negative_int, default=0,
+                   help="seed of the initial weights, the order of the data and the synthetic tokens")
     p.add_argument("--fsdp", choices=FSDP_MODES, default="auto",
                    help="auto: shard with FSDP2 when there is more than one rank; always: on one rank too")
-    p.add_argument("--dist-timeout", type=positive_float, default=60.0,
-                   help="seconds before a stuck rendezvous or collective fails (torchrun then restarts)")
+    add_timeout_arguments(p)
     return p
 
 
@@ -109,12 +119,14 @@ def parse_job(argv=None) -> JobConfig:
     return JobConfig(
         model=ModelSpec(name, mcfg, args.init_from_hf, args.compile, args.activation_checkpointing,
                         args.loss_chunk_tokens),
-        data=DataConfig(args.data, args.batch_size, args.seq_len, args.seed),
+        data=DataConfig(args.data, args.batch_size, args.seq_len, args.seed, args.global_batch_size,
+                        args.allow_global_batch_change),
         optim=OptimConfig(lr=args.lr or DEFAULT_LR.get(name, OptimConfig.lr),
                           warmup_steps=min(args.warmup_steps, args.steps // 2),  # short runs still decay
-                          total_steps=args.steps, max_grad_norm=args.max_grad_norm),
+                          total_steps=args.steps, max_grad_norm=args.max_grad_norm,
+                          max_nonfinite_steps=args.max_nonfinite_steps),
         checkpoint=CheckpointConfig(args.checkpoint_dir, args.checkpoint_every, args.keep_checkpoints,
-                                    not args.sync_checkpoint),
-        parallel=ParallelConfig(args.dist_timeout, args.fsdp),
+                                    not args.sync_checkpoint, args.allow_fresh_start),
+        parallel=ParallelConfig(args.dist_timeout, args.startup_timeout, args.fsdp),
         metrics=MetricsConfig(args.log_every, args.metrics_file),
     )

@@ -5,7 +5,9 @@ distributed checkpoints, optionally starting from Hugging Face weights.
     torchrun --nproc-per-node=8 -m trainer.llm --init-from-hf /fsx/models/Llama-2-7b-hf ...
 
 Steps count from 1: the metrics line for step N is written after the N-th optimizer step, and
-a checkpoint taken at step N resumes with step N+1.
+a checkpoint taken at step N resumes with step N+1. A step trains on the global batch
+(--global-batch-size sequences over all ranks, trainer/batching.py): the same on any number of
+ranks, so a run resumed on another world size continues the same optimisation.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ import time
 import torch
 
 from config.memory import estimate_memory
+from torch.distributed.tensor import DTensor
+
 from trainer import dist as tdist
+from trainer.batching import GLOBAL_BATCH, NonFiniteLoss, NonFiniteSteps, resolve_global_batch, world_size_from_env
 from trainer.checkpoint import CheckpointManager, ModelAndOptimizer, check_directory
 from trainer.cli import run_main
 from trainer.data import RankBatches
@@ -38,11 +43,16 @@ def to_device(batch: tuple[torch.Tensor, ...], device: torch.device) -> tuple[to
 
 def main(argv=None) -> int:
     job = parse_job(argv)
-    check_directory(job.checkpoint, job.model.config)
-    rt = tdist.init(tdist.DistConfig(timeout_s=job.parallel.dist_timeout_s),
+    record = check_directory(job.checkpoint, job.model.config)
+    # Before the process group: a global batch that does not divide is one line on every rank.
+    global_batch = resolve_global_batch(job.data.global_batch_size, (record or {}).get(GLOBAL_BATCH),
+                                        allow_change=job.data.allow_global_batch_change,
+                                        world_size=world_size_from_env(), micro_batch=job.data.batch_size,
+                                        unit="sequences")
+    rt = tdist.init(tdist.DistConfig(job.parallel.dist_timeout_s, job.parallel.startup_timeout_s),
                     checkpoint_group=job.checkpoint.directory is not None)
     try:
-        return train(job, rt)
+        return train(job, rt, global_batch)
     finally:
         tdist.shutdown()
 
@@ -50,30 +60,47 @@ def main(argv=None) -> int:
 def setup_model(job: JobConfig, rt: tdist.Runtime):
     spec = job.model
     model = build_model(spec.config, rt, compile=spec.compile, activation_checkpointing=spec.activation_checkpointing,
-                        rope_length=job.data.seq_len, parallel=job.parallel)
+                        rope_length=job.data.seq_len, parallel=job.parallel, seed=job.data.seed)
     model.loss_chunk_tokens = spec.loss_chunk_tokens
     if spec.compile:
         model.compute_loss = torch.compile(model.compute_loss)  # fuses the fp32 cast into the softmax
     return model
 
 
-def train(job: JobConfig, rt: tdist.Runtime) -> int:
+def forward_backward(model, micro_batches, rt: tdist.Runtime) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Accumulate the gradient of the step's mean loss over the global batch; return this rank's
+    shares of the mean LM loss and of the mean load-balancing loss (their sums over ranks are the
+    global means). Every label counts (trainer/data.py) and every micro-batch holds the same
+    number of tokens, so the mean over the global batch is the mean of the micro-batch means;
+    FSDP2 averages the gradients over ranks, which leaves 1 / micro-batches per rank."""
+    weight, coef = 1.0 / len(micro_batches), model.cfg.router_aux_loss_coef
+    lm_share = torch.zeros((), device=rt.device)
+    aux_share = torch.zeros((), device=rt.device) if model.cfg.is_moe and coef else None
+    for inputs, labels in micro_batches:
+        lm, aux = model(*to_device((inputs, labels), rt.device), separate_aux=True)
+        (lm * weight if aux is None else (lm + coef * aux) * weight).backward()
+        lm_share += lm.detach() * (weight / rt.world_size)
+        if aux is not None:
+            aux_share += aux.detach() * (weight / rt.world_size)
+    return lm_share, aux_share
+
+
+def train(job: JobConfig, rt: tdist.Runtime, global_batch: int) -> int:
     mcfg = job.model.config
     preemption = Preemption(rt)
-    batches = RankBatches(job.data, rt.rank, rt.world_size, mcfg.vocab_size)
+    batches = RankBatches(job.data, rt.rank, rt.world_size, mcfg.vocab_size, global_batch)
     model = setup_model(job, rt)
     optimizer, scheduler = build_optimizer(model, job.optim, rt.device)
     ckpt = CheckpointManager(job.checkpoint, rt, {"app": ModelAndOptimizer(model, optimizer),
-                                                  "train": TrainState(scheduler)},
+                                                  "train": TrainState(scheduler), "data": batches},
                              last_step=job.steps,
-                             model_record={"model": mcfg.to_dict(), "init_from_hf": job.model.init_from_hf})
+                             model_record={"model": mcfg.to_dict(), "init_from_hf": job.model.init_from_hf,
+                                           GLOBAL_BATCH: global_batch})
     start = ckpt.resume()  # our own checkpoints take precedence over --init-from-hf
     if start == 0 and job.model.init_from_hf:
         from trainer.hf import load_hf_weights
         load_hf_weights(model, job.model.init_from_hf, rt)
-    # batches.next() runs once per step, so the data position is the step: nothing per rank is
-    # saved, and a checkpoint written by N ranks resumes on M.
-    batches.position = start
+    tokens_per_step = global_batch * job.data.seq_len
     if rt.is_main:
         memory = estimate_memory(mcfg, shards=rt.world_size if job.parallel.shards(rt.world_size) else 1,
                                  batch_size=job.data.batch_size, seq_len=job.data.seq_len,
@@ -83,42 +110,54 @@ def train(job: JobConfig, rt: tdist.Runtime) -> int:
         log(f"Model {job.model.name}: {mcfg.num_params() / 1e6:,.1f}M parameters "
             f"({mcfg.num_params(active=True) / 1e6:,.1f}M active per token) on {rt.world_size} rank(s); "
             f"estimated memory per rank {memory.summary()}")
+        log(f"Global batch {global_batch} sequences ({tokens_per_step:,} tokens) per step: {batches.accumulation} "
+            f"micro-batch(es) of {job.data.batch_size} per rank; starting at sample {batches.position:,}")
         if start >= job.steps:
             log(f"Checkpoint at step {start} already reaches --steps {job.steps}; nothing to train")
-    metrics = MetricsLogger(job.metrics, rt, tokens_per_step_per_device=job.data.batch_size * job.data.seq_len,
+    metrics = MetricsLogger(job.metrics, rt, tokens_per_step_per_device=tokens_per_step // rt.world_size,
                             flops_per_token=mcfg.flops_per_token(job.data.seq_len), last_step=job.steps)
-    lr = lambda: scheduler.get_last_lr()[0]  # noqa: E731
+    nonfinite = NonFiniteSteps(rt, job.optim.max_nonfinite_steps)
 
     t0, step = time.perf_counter(), start
-    for step in range(start + 1, job.steps + 1):
-        inputs, labels = to_device(batches.next(), rt.device)
-        loss = model(inputs, labels)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), job.optim.max_grad_norm)
-        ckpt.wait_staging()  # an asynchronous save's copy of the weights must finish first
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        metrics.step_done(step, loss, lr)
-        ckpt.step_done(step)
-        if preemption.agreed(now=step == job.steps):
-            ckpt.save_now(step)
-            if rt.is_main:
-                log(f"SIGTERM: checkpoint saved at step {step}; exiting cleanly")
-            break
-    ckpt.close()
+    try:
+        for step in range(start + 1, job.steps + 1):
+            lm, aux = forward_backward(model, batches.next_step(), rt)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), job.optim.max_grad_norm)
+            if isinstance(grad_norm, DTensor):
+                grad_norm = grad_norm.full_tensor()
+            skipped = nonfinite.check(grad_norm, lm)  # the same answer on every rank
+            lr = scheduler.get_last_lr()[0]  # the rate this step uses; step() moves it to the next one
+            ckpt.wait_staging()  # an asynchronous save's copy of the weights must finish first
+            if not skipped:
+                optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            metrics.step_done(step, lm, aux, grad_norm, lr, skipped=skipped)
+            nonfinite.stop_at_limit(step)
+            ckpt.step_done(step)
+            if step == start + 1:
+                tdist.end_startup(rt)  # start-up, the first step's compile warm-up included, is over
+            if preemption.agreed(now=step == job.steps):
+                ckpt.save_now(step)
+                preemption.stopped_at(f"step {step}")
+                break
+    except NonFiniteLoss:
+        ckpt.close()  # a save in flight holds the last good weights: let it complete
+        metrics.close()
+        raise
+    ckpt.close(finished=step >= job.steps)
     metrics.close()
     elapsed = time.perf_counter() - t0
     if rt.is_main:
         done = step - start
         summary = {"workload": "llm", "model": job.model.name, "steps": step, "steps_this_run": done,
-                   "tokens_per_sec": round(done * job.data.batch_size * job.data.seq_len * rt.world_size / elapsed, 1)
-                   if elapsed > 0 and done else None,
+                   "global_batch": global_batch,
+                   "tokens_per_sec": round(done * tokens_per_step / elapsed, 1) if elapsed > 0 and done else None,
                    "final_loss": round(metrics.last_loss, 4) if metrics.last_loss is not None else None,
-                   "checkpoint_dir": job.checkpoint.directory}
+                   "nonfinite_steps": nonfinite.total, "checkpoint_dir": job.checkpoint.directory}
         log("SUMMARY " + json.dumps(summary))
-    return 0
+    return preemption.exit_status(finished=step >= job.steps)
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(main, finalize=False)

@@ -1,4 +1,5 @@
-"""Training metrics on rank 0: loss, learning rate, throughput, MFU and peak memory.
+"""Training metrics on rank 0: loss (and a mixture of experts' load-balancing loss apart),
+learning rate, gradient norm, skipped non-finite steps, throughput, MFU and peak memory.
 
 MFU = achieved model FLOPs per second per device / the device's peak dense bf16 FLOPs. The peak
 comes from config.instance_types, the table the node groups are built from: by the instance type
@@ -12,15 +13,14 @@ import json
 import os
 import resource
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from config.instance_types import INSTANCE_TYPES, PEAK_BF16_BY_DEVICE_NAME
 from trainer.cli import open_for_append
-from trainer.dist import all_reduce_mean
 from trainer.log import log
 
 
@@ -51,9 +51,14 @@ class MetricsConfig:
 
 
 class MetricsLogger:
-    """Accumulates the loss, tokens and time between log steps; prints and appends one JSON line
-    each. The loss stays on the device between log lines: one synchronising all-reduce per line,
-    none per step."""
+    """Accumulates the step losses, gradient norms, tokens and time between log steps; prints and
+    appends one JSON line each. Values stay on the device between log lines: one all-reduce and one
+    host read per line, none per step.
+
+    Each step hands in this rank's share of the step's mean over the global batch (its micro-batch
+    losses, already divided by the number of micro-batches on all ranks), so the sum over ranks is
+    the mean over the global batch whatever the world size. The first step of a run (compilation,
+    allocator warm-up, the first collectives) is left out of the first throughput and MFU window."""
 
     def __init__(self, cfg: MetricsConfig, rt, *, tokens_per_step_per_device: int, flops_per_token: float,
                  last_step: int):
@@ -65,38 +70,66 @@ class MetricsLogger:
         self.file = None
         if self.is_main and cfg.metrics_file:
             self.file = open_for_append(Path(cfg.metrics_file), "--metrics-file")
-        self.loss_sum, self.loss_count = torch.zeros((), device=rt.device), 0
+        # Over the finite steps of the window: loss share, aux loss share, gradient norm.
+        self.sums = torch.zeros(3, dtype=torch.float64 if rt.device.type == "cpu" else torch.float32, device=rt.device)
+        self.finite_steps, self.skipped, self.skipped_total = 0, 0, 0
+        self.has_aux = False
         self.last_loss: float | None = None
+        self.warm = False
         self.reset()
 
     def reset(self) -> None:
-        """Start a new timing window (after start-up and compilation, after a checkpoint wait)."""
+        """Start a new timing window (after the first step, after a checkpoint wait)."""
         self.window_start, self.window_steps = time.perf_counter(), 0
 
-    def step_done(self, step: int, loss: torch.Tensor, lr: Callable[[], float]) -> None:
-        self.loss_sum += loss.detach()
-        self.loss_count += 1
-        self.window_steps += 1
+    def step_done(self, step: int, loss: torch.Tensor, aux: torch.Tensor | None, grad_norm: torch.Tensor, lr: float,
+                  *, skipped: bool) -> None:
+        """`loss` and `aux` are this rank's shares of the global-batch means; `lr` the rate this
+        step was taken with; `skipped`: the step was not applied (a non-finite loss or gradient)."""
+        if skipped:
+            self.skipped += 1
+            self.skipped_total += 1
+        else:
+            self.finite_steps += 1
+            self.sums += torch.stack([loss.detach(), aux.detach() if aux is not None else torch.zeros_like(loss),
+                                      grad_norm.detach()]).to(self.sums.dtype)
+            self.has_aux = self.has_aux or aux is not None
+        if not self.warm:
+            self._synchronize()
+            self.warm = True
+            self.reset()  # the first step's time is warm-up, not throughput
+        else:
+            self.window_steps += 1
         if step % self.cfg.log_every == 0 or step == self.last_step:
-            # The mean over the window and over ranks.
-            self.last_loss = all_reduce_mean(self.loss_sum.item() / self.loss_count, self.rt)
-            self.log(step, self.last_loss, lr())
-            self.loss_sum.zero_()
-            self.loss_count = 0
+            self.log(step, lr)
 
-    def log(self, step: int, loss: float, lr: float) -> dict | None:
+    def _synchronize(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    def log(self, step: int, lr: float) -> dict | None:
+        sums = self.sums.clone()
+        if self.world_size > 1:
+            dist.all_reduce(sums)  # the loss shares add up to the global mean; the norm is the same on every rank
+        loss_sum, aux_sum, norm_sum = sums.tolist()  # one host read, which also waits for the device
+        norm_sum /= self.world_size
+        n = self.finite_steps
+        loss = loss_sum / n if n else None
+        self.last_loss = loss if loss is not None else self.last_loss
         elapsed = time.perf_counter() - self.window_start
-        per_device = self.window_steps * self.tokens_per_step / elapsed if elapsed > 0 else 0.0
-        mfu = per_device * self.flops_per_token / self.peak if self.peak else None
+        per_device = self.window_steps * self.tokens_per_step / elapsed if elapsed > 0 and self.window_steps else None
+        mfu = per_device * self.flops_per_token / self.peak if self.peak and per_device else None
         record = {
-            "step": step, "loss": round(loss, 5), "lr": lr,
-            "tokens_per_sec": round(per_device * self.world_size, 1),
-            "tokens_per_sec_per_device": round(per_device, 1),
+            "step": step, "loss": round(loss, 5) if loss is not None else None, "lr": lr,
+            "grad_norm": round(norm_sum / n, 5) if n else None,
+            "nonfinite_steps": self.skipped, "nonfinite_steps_total": self.skipped_total,
+            "tokens_per_sec": round(per_device * self.world_size, 1) if per_device else None,
+            "tokens_per_sec_per_device": round(per_device, 1) if per_device else None,
             "mfu": round(mfu, 4) if mfu is not None else None,
             "peak_mem_gib": round(peak_memory_gib(self.device), 3),
         }
+        if self.has_aux:
+            record["moe_aux_loss"] = round(aux_sum / n, 5) if n else None
         if self.device.type == "cuda":
             # Allocations the caching allocator had to retry after freeing its cache: each one
             # synchronises the device, so a rising count explains a throughput cliff near full memory.
@@ -104,14 +137,29 @@ class MetricsLogger:
             record["alloc_retries"] = stats.get("num_alloc_retries", 0)
             record["reserved_gib"] = round(stats.get("reserved_bytes.all.peak", 0) / 2**30, 3)
         if self.is_main:
-            mfu_text = f"{100 * mfu:.1f}%" if mfu is not None else "n/a"
-            log(f"step {step:>6} | loss {loss:.4f} | lr {lr:.2e} | tok/s {record['tokens_per_sec']:,.0f} "
-                f"({record['tokens_per_sec_per_device']:,.0f}/device) | mfu {mfu_text} | "
-                f"peak mem {record['peak_mem_gib']:.2f} GiB")
+            log(self._line(record))
             if self.file:
                 self.file.write(json.dumps(record) + "\n")
+        self.sums.zero_()
+        self.finite_steps = self.skipped = 0
         self.reset()
         return record
+
+    @staticmethod
+    def _line(r: dict) -> str:
+        def num(value, fmt: str) -> str:
+            return "n/a" if value is None else format(value, fmt)
+        parts = [f"step {r['step']:>6}", f"loss {num(r['loss'], '.4f')}"]
+        if "moe_aux_loss" in r:
+            parts.append(f"aux {num(r['moe_aux_loss'], '.4f')}")
+        parts += [f"lr {r['lr']:.2e}", f"grad norm {num(r['grad_norm'], '.3f')}"]
+        if r["nonfinite_steps"]:
+            parts.append(f"skipped {r['nonfinite_steps']} non-finite")
+        per_device = r["tokens_per_sec_per_device"]
+        parts.append(f"tok/s {num(r['tokens_per_sec'], ',.0f')} ({num(per_device, ',.0f')}/device)")
+        parts.append("mfu n/a" if r["mfu"] is None else f"mfu {100 * r['mfu']:.1f}%")
+        parts.append(f"peak mem {r['peak_mem_gib']:.2f} GiB")
+        return " | ".join(parts)
 
     def close(self) -> None:
         if self.file:

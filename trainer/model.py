@@ -21,6 +21,7 @@ from torch.utils.checkpoint import checkpoint
 
 from config.models import MODELS, ModelConfig, RopeScaling, model_config  # noqa: F401  (re-exported)
 from trainer.chunked_loss import cross_entropy, linear_cross_entropy
+from trainer.initialise import Init, init_parameters, normal, ones, truncated_normal
 from trainer.moe import MoEFeedForward, load_balancing_loss
 
 MODEL_PRESETS = MODELS  # the name the benchmarks use
@@ -116,10 +117,9 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
-    def init_weights(self, out_std: float) -> None:
-        nn.init.trunc_normal_(self.w1.weight, mean=0.0, std=0.02)
-        for lin in (self.w2, self.w3):
-            nn.init.trunc_normal_(lin.weight, mean=0.0, std=out_std)
+    def parameter_inits(self, out_std: float) -> dict[str, Init]:
+        return {"w1.weight": truncated_normal(0.02), "w2.weight": truncated_normal(out_std),
+                "w3.weight": truncated_normal(out_std)}
 
 
 class Block(nn.Module):
@@ -152,13 +152,12 @@ class Block(nn.Module):
             return h + out, stats
         return h + ffn
 
-    def init_weights(self) -> None:
-        for norm in (self.attention_norm, self.ffn_norm):
-            norm.reset_parameters()
-        for lin in (self.attention.wq, self.attention.wk, self.attention.wv):
-            nn.init.trunc_normal_(lin.weight, mean=0.0, std=0.02)
-        nn.init.trunc_normal_(self.attention.wo.weight, mean=0.0, std=self.out_std)
-        self.feed_forward.init_weights(self.out_std)
+    def parameter_inits(self) -> dict[str, Init]:
+        inits = {"attention_norm.weight": ones, "ffn_norm.weight": ones,
+                 "attention.wq.weight": truncated_normal(0.02), "attention.wk.weight": truncated_normal(0.02),
+                 "attention.wv.weight": truncated_normal(0.02), "attention.wo.weight": truncated_normal(self.out_std)}
+        inits.update({f"feed_forward.{k}": v for k, v in self.feed_forward.parameter_inits(self.out_std).items()})
+        return inits
 
 
 class Transformer(nn.Module):
@@ -185,17 +184,24 @@ class Transformer(nn.Module):
         self.register_buffer("freqs", torch.empty(rope_length or cfg.max_seq_len, cfg.head_dim // 2, 2),
                              persistent=False)
 
-    def forward(self, tokens: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, labels: torch.Tensor | None = None, *, separate_aux: bool = False):
         """The logits; given `labels` (the next token of each position, -100 to skip one), the
         training loss instead: mean cross-entropy plus, for a mixture of experts, the weighted
-        load-balancing loss. The loss is computed inside forward so FSDP has the output weight
-        gathered for the chunked path."""
+        load-balancing loss. With `separate_aux`, the pair (cross-entropy, unweighted
+        load-balancing loss or None), which the trainer weights and logs apart. The loss is
+        computed inside forward so FSDP has the output weight gathered for the chunked path."""
         if self.autocast_dtype is not None:
             with torch.autocast(tokens.device.type, dtype=self.autocast_dtype):
-                return self._forward(tokens, labels)
-        return self._forward(tokens, labels)
+                lm, aux = self._forward(tokens, labels)
+        else:
+            lm, aux = self._forward(tokens, labels)
+        if labels is None:
+            return lm  # the logits
+        if separate_aux:
+            return lm, aux
+        return lm if aux is None else lm + self.cfg.router_aux_loss_coef * aux
 
-    def _forward(self, tokens: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
+    def _forward(self, tokens: torch.Tensor, labels: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         h = self.tok_embeddings(tokens)
         router_stats = None
         for layer in self.layers.values():
@@ -205,29 +211,35 @@ class Transformer(nn.Module):
                 router_stats = stats if router_stats is None else router_stats + stats
         h = self.norm(h)
         if labels is None:
-            return self.output(h)
+            return self.output(h), None
         if self.loss_chunk_tokens > 0:
             loss = linear_cross_entropy(h, self.output.weight, labels, self.loss_chunk_tokens)
         else:
             loss = self.compute_loss(self.output(h), labels)
+        aux = None
         if router_stats is not None and self.cfg.router_aux_loss_coef:
             aux = load_balancing_loss(router_stats, self.cfg.n_layers, tokens.numel())
-            loss = loss + self.cfg.router_aux_loss_coef * aux
-        return loss
+        return loss, aux
 
-    @torch.no_grad()
-    def init_weights(self, device: torch.device | None = None) -> None:
-        """Initialise every parameter and buffer in place (after `to_empty` on the real device)."""
-        self.init_buffers(device)
-        nn.init.normal_(self.tok_embeddings.weight, mean=0.0, std=1.0 if not self.cfg.tie_embeddings else 0.02)
-        for layer in self.layers.values():
-            layer.init_weights()
-        self.norm.reset_parameters()
-        if not self.cfg.tie_embeddings:
+    def parameter_inits(self) -> dict[str, Init]:
+        """How each parameter starts, by name."""
+        tied = self.cfg.tie_embeddings
+        inits = {"tok_embeddings.weight": normal(0.02 if tied else 1.0), "norm.weight": ones}
+        for i, layer in self.layers.items():
+            inits.update({f"layers.{i}.{k}": v for k, v in layer.parameter_inits().items()})
+        if not tied:
             # Scale by 1/sqrt(dim) and cut at 3 std, so initial logits are O(1) and the first
             # loss sits near log(vocab).
             std = self.cfg.dim ** -0.5
-            nn.init.trunc_normal_(self.output.weight, mean=0.0, std=std, a=-3 * std, b=3 * std)
+            inits["output.weight"] = truncated_normal(std, bound=3 * std)
+        return inits
+
+    @torch.no_grad()
+    def init_weights(self, device: torch.device | None = None, *, seed: int = 0) -> None:
+        """Initialise every parameter and buffer in place (after `to_empty` on the real device): the
+        same `seed` gives the same weights on one rank or sharded over any number."""
+        self.init_buffers(device)
+        init_parameters(self, self.parameter_inits(), seed)
 
     @torch.no_grad()
     def init_buffers(self, device: torch.device | None = None) -> None:

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from config.models import ModelConfig
+from trainer.initialise import Init, truncated_normal
 
 
 def _grouped_mm_supported(x: torch.Tensor) -> bool:
@@ -74,11 +75,9 @@ class MoEFeedForward(nn.Module):
         stats = torch.stack([counts.float(), probs.sum(dim=0)])
         return out.view_as(x), stats
 
-    def init_weights(self, out_std: float) -> None:
-        nn.init.trunc_normal_(self.router.weight, mean=0.0, std=0.02)
-        nn.init.trunc_normal_(self.w1, mean=0.0, std=0.02)
-        for w in (self.w2, self.w3):
-            nn.init.trunc_normal_(w, mean=0.0, std=out_std)
+    def parameter_inits(self, out_std: float) -> dict[str, Init]:
+        return {"router.weight": truncated_normal(0.02), "w1": truncated_normal(0.02), "w2": truncated_normal(out_std),
+                "w3": truncated_normal(out_std)}
 
 
 def load_balancing_loss(stats: torch.Tensor, n_layers: int, n_tokens: int) -> torch.Tensor:

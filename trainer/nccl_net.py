@@ -44,8 +44,6 @@ from pathlib import Path
 from config.instance_types import INSTANCE_TYPES
 from config.kubernetes import OFI_NCCL_NET
 
-# sysexits.h EX_CONFIG: the job's configuration does not give it the network it was promised.
-EXIT_NOT_ON_EFA = 78
 CHECK_PASSED = "EFA check passed:"
 CHECK_FAILED = "EFA check failed:"
 

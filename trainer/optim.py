@@ -16,6 +16,7 @@ class OptimConfig:
     min_lr_ratio: float = 0.1  # cosine decays to this fraction of the peak rate
     weight_decay: float = 0.1
     max_grad_norm: float = 1.0
+    max_nonfinite_steps: int = 10  # steps in a row skipped for a non-finite loss or gradient before stopping
     betas: tuple[float, float] = (0.9, 0.95)
 
 
@@ -47,7 +48,7 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, device: torch.devi
 
 class TrainState:
     """The scheduler, saved with the model so a resumed run picks up the same rate. The step is
-    the checkpoint folder's own number, and the data position follows from it."""
+    the checkpoint folder's own number; the data position is saved beside it (trainer/data.py)."""
 
     def __init__(self, scheduler):
         self.scheduler = scheduler

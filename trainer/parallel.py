@@ -8,7 +8,6 @@ mixed-precision policy.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import torch
@@ -25,7 +24,8 @@ FSDP_MODES = ("auto", "always")
 
 @dataclass(frozen=True)
 class ParallelConfig:
-    dist_timeout_s: float = 60.0  # bounds the rendezvous and every collective
+    dist_timeout_s: float = 60.0  # bounds every training collective after the first step (trainer/dist.py)
+    startup_timeout_s: float = 1800.0  # bounds start-up and checkpoint collectives
     fsdp: str = "auto"  # "auto": FSDP2 with more than one rank; "always": on one rank too (benchmarks)
 
     def shards(self, world_size: int) -> bool:
@@ -40,7 +40,7 @@ def _expert_placement(model: Transformer):
 
 
 def build_model(cfg: ModelConfig, rt: tdist.Runtime, *, compile: bool = False, activation_checkpointing: bool = False,
-                rope_length: int | None = None, parallel: ParallelConfig = ParallelConfig()) -> Transformer:
+                rope_length: int | None = None, parallel: ParallelConfig = ParallelConfig(), seed: int = 0) -> Transformer:
     # The meta device records shapes without memory: a 70B model is built in a second and
     # each rank only ever allocates its own shard.
     with torch.device("meta"):
@@ -67,11 +67,6 @@ def build_model(cfg: ModelConfig, rt: tdist.Runtime, *, compile: bool = False, a
         # to_empty gives each module its own new tensor, which would silently untie the output
         # layer from the embedding (FSDP2 keeps the tie: it owns the parameters).
         model.output.weight = model.tok_embeddings.weight
-    # Same seed on every rank: replicated buffers and any replicated parameter agree.
-    torch.manual_seed(0)
-    with warnings.catch_warnings():
-        # DTensor warns that its random ops are incomplete on CPU meshes: each CPU rank then
-        # draws its shard from its own generator, which is all initialisation needs.
-        warnings.filterwarnings("ignore", message="DTensor random operators")
-        model.init_weights(rt.device)
+    # The same full weights for a seed on any number of ranks (trainer/initialise.py).
+    model.init_weights(rt.device, seed=seed)
     return model

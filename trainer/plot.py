@@ -10,6 +10,7 @@ figure puts throughput and scaling efficiency against the number of devices, wit
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import sys
@@ -26,7 +27,8 @@ def read_metrics(path: Path, field: str = "METRICS") -> list[dict]:
             continue
         try:
             record = json.loads(line)
-            int(record["step"]), float(record["loss"])
+            # A loss of null: every step of that window was skipped as non-finite (trainer.metrics).
+            int(record["step"]), record["loss"] is None or float(record["loss"])
         except (ValueError, KeyError, TypeError) as exc:
             raise UsageError(field, f"{path}:{number} is not a metrics line ({exc})") from None
         records.append(record)
@@ -81,7 +83,7 @@ def plot(records: list[dict], output: Path) -> None:
     fig, axes = plt.subplots(1, 3 if epochs else 2, figsize=(16 if epochs else 11, 4))
     ax_loss, ax_rate = axes[0], axes[1]
     steps = [r["step"] for r in steps_only]
-    ax_loss.plot(steps, [r["loss"] for r in steps_only], marker=".")
+    ax_loss.plot(steps, [math.nan if r["loss"] is None else r["loss"] for r in steps_only], marker=".")
     ax_loss.set(xlabel="step", ylabel="loss", title="training loss")
     ax_rate.plot(steps, [r.get(rate_key) or 0 for r in steps_only], marker=".", color="tab:green")
     ax_rate.set(xlabel="step", ylabel=rate_label, title="throughput")

@@ -1,4 +1,11 @@
-"""SIGTERM (a pod being evicted; torchrun forwards it) asks for a checkpoint and a clean exit."""
+"""SIGTERM (a pod being evicted or drained; torchrun forwards it) asks for a checkpoint and an
+exit that says the run is not finished.
+
+A worker that stops early exits EXIT_PREEMPTED (128 + SIGTERM), on every rank, not only on the
+one whose pod got the signal: the Training Operator marks an elastic PyTorchJob Succeeded as soon
+as any worker pod succeeds, so a worker that exited 0 here would end the whole run, reported
+green. Only a run that reached its last step exits 0.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +13,9 @@ import signal
 
 import torch
 
+from config.kubernetes import EXIT_PREEMPTED
 from trainer import dist as tdist
+from trainer.log import log
 
 
 class Preemption:
@@ -34,3 +43,13 @@ class Preemption:
         if now:
             return bool(flag.item() > 0)
         return previous is not None and bool(previous.item() > 0)
+
+    def stopped_at(self, where: str) -> None:
+        """Say, on every rank (each pod's log shows it), that the loop stops early, its checkpoint
+        complete."""
+        log(f"SIGTERM: checkpoint saved at {where}; exiting with status {EXIT_PREEMPTED} so that the job "
+            f"restarts and resumes from it (rank {self.rt.rank})")
+
+    def exit_status(self, *, finished: bool) -> int:
+        """0 only for a run that reached its end; EXIT_PREEMPTED for one that stopped early."""
+        return 0 if finished else EXIT_PREEMPTED

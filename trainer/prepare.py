@@ -213,6 +213,8 @@ def prepare(tokenizer_path: Path, inputs: list[Path], output: Path, shard_tokens
         writer.close()
         meta = {"dtype": dtype, "vocab_size": vocab, "shards": writer.names, "shard_tokens": writer.counts,
                 "tokens": sum(writer.counts), "documents": docs, "tokenizer": str(tokenizer_file),
+                # The separator after every document (None: the tokenizer has no end-of-text token).
+                "eos_id": eos_id,
                 "inputs": [str(f) for f in files]}
         (staging / "meta.json").write_text(json.dumps(meta, indent=2))
         if output.exists():

@@ -8,8 +8,11 @@ global batch (lr per 256 images), linear warm-up then cosine decay, label smooth
 and channels_last on GPU. The schedule follows the images seen, not the step count, so it stays
 the same when the group re-forms at another size. Top-1 and top-5 on the validation set each epoch.
 
-Checkpoints (trainer/checkpoint.py) hold the model, the optimizer and the global data position
-(epoch, images consumed in it): a run resumes on any number of ranks where it stopped.
+A step trains on the global batch (--global-batch-size images over all ranks, trainer/batching.py):
+each rank accumulates global / (ranks x --batch-size) micro-batches, and DDP reduces the gradients
+once, after the last. Checkpoints (trainer/checkpoint.py) hold the model, the optimizer and the
+global data position (epoch, images consumed in it): a run resumes on any number of ranks where it
+stopped, with the same global batch, rate and schedule.
 """
 
 from __future__ import annotations
@@ -26,8 +29,11 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer import dist as tdist
-from trainer.checkpoint import CheckpointConfig, CheckpointManager, ModelAndOptimizer, list_steps, open_directory
 from config.paths import output_file
+from trainer.batching import (GLOBAL_BATCH, add_global_batch_arguments, micro_batch_sync, resolve_global_batch,
+                              world_size_from_env)
+from trainer.checkpoint import (RUN_SETTINGS, CheckpointConfig, CheckpointManager, ModelAndOptimizer, list_steps,
+                                open_directory)
 from trainer.cli import (Parser, UsageError, checked_path, non_negative_int, positive_float, positive_int,
                          run_main)
 from trainer.log import log
@@ -66,6 +72,7 @@ class VisionConfig:
     log_every: int = 10
     metrics_file: str | None = None
     dist_timeout_s: float = 60.0
+    startup_timeout_s: float = 1800.0
 
 
 def parser() -> Parser:
@@ -74,12 +81,15 @@ def parser() -> Parser:
     p.add_argument("--init-from", default=None, metavar="FILE", help="start from this state_dict file (no download)")
     p.add_argument("--data", default="synthetic", help="'synthetic' or a folder with train/ and val/ (ImageFolder)")
     p.add_argument("--image-size", type=positive_int, default=224, help="training crop, in pixels")
-    p.add_argument("--batch-size", type=positive_int, default=32, help="images per rank per step")
+    p.add_argument("--batch-size", type=positive_int, default=32,
+                   help="images per rank per forward and backward pass (the micro-batch)")
+    add_global_batch_arguments(p, "images")
     p.add_argument("--workers", type=non_negative_int, default=4, help="data-loader processes per rank")
     p.add_argument("--classes", type=positive_int, default=10, help="synthetic data: number of classes")
     p.add_argument("--train-samples", type=positive_int, default=5000, help="synthetic data: training images")
     p.add_argument("--val-samples", type=positive_int, default=1000, help="synthetic data: validation images")
-    p.add_argument("--seed", type=non_negative_int, default=0, help="shuffle and synthetic-data seed")
+    p.add_argument("--seed", type=non_negative_int, default=0,
+                   help="seed of the initial weights, the shuffle, the augmentations and the synthetic data")
     p.add_argument("--epochs", type=positive_int, default=90, help="total epochs, counting resumed ones")
     p.add_argument("--lr", type=positive_float, default=0.1, help="learning rate per 256 images of global batch")
     p.add_argument("--momentum", type=float, default=0.9)
@@ -90,10 +100,12 @@ def parser() -> Parser:
     p.add_argument("--checkpoint-every", type=positive_int, default=500,
                    help="steps between checkpoints; every epoch's end saves too")
     p.add_argument("--keep-checkpoints", type=positive_int, default=2)
+    p.add_argument("--allow-fresh-start", action="store_true",
+                   help="when checkpoints exist and every one of them is damaged, train from epoch 0 instead of "
+                        "stopping (they are kept)")
     p.add_argument("--log-every", type=positive_int, default=10, help="steps between metrics lines")
     p.add_argument("--metrics-file", default=None, help="append metrics as JSON lines here (rank 0)")
-    p.add_argument("--dist-timeout", type=positive_float, default=60.0,
-                   help="seconds before a stuck rendezvous or collective fails (torchrun then restarts)")
+    tdist.add_timeout_arguments(p)
     return p
 
 
@@ -112,11 +124,13 @@ def parse_config(argv=None) -> VisionConfig:
     return VisionConfig(
         model=ModelSpec(a.model, a.init_from),
         data=DataConfig(a.data, a.image_size, a.batch_size, a.workers, a.classes, a.train_samples, a.val_samples,
-                        a.seed),
+                        a.seed, a.global_batch_size, a.allow_global_batch_change),
         optim=OptimConfig(a.epochs, a.lr, a.momentum, a.weight_decay, a.warmup_epochs, a.label_smoothing),
         # One save in flight at a time keeps memory bounded; the end-of-epoch save waits for it.
-        checkpoint=CheckpointConfig(a.checkpoint_dir, a.checkpoint_every, a.keep_checkpoints),
-        log_every=a.log_every, metrics_file=a.metrics_file, dist_timeout_s=a.dist_timeout)
+        checkpoint=CheckpointConfig(a.checkpoint_dir, a.checkpoint_every, a.keep_checkpoints,
+                                    allow_fresh_start=a.allow_fresh_start),
+        log_every=a.log_every, metrics_file=a.metrics_file, dist_timeout_s=a.dist_timeout,
+        startup_timeout_s=a.startup_timeout)
 
 
 # --- model --------------------------------------------------------------------------------------
@@ -171,17 +185,21 @@ class Progress:
         self.images_seen = int(state["images_seen"])
 
 
-def check_checkpoint_dir(cfg: CheckpointConfig, record: dict) -> None:
+def check_checkpoint_dir(cfg: CheckpointConfig, record: dict) -> dict | None:
     """Before any process group: the directory opens (trainer.checkpoint.open_directory), and its
     checkpoints (if any) are of this model and class count, so a mistake is one line, not a run
-    from epoch 0."""
+    from epoch 0. Returns the record the checkpoints were written with (None: no checkpoints)."""
     opened = open_directory(cfg)
     if opened is None:
-        return
+        return None
     path, existing = opened
-    if list_steps(path) and existing != record:
-        raise UsageError("--checkpoint-dir", f"{path} holds checkpoints of {existing}, not of {record}; "
+    if not list_steps(path):
+        return None
+    model = {k: v for k, v in (existing or {}).items() if k not in RUN_SETTINGS}
+    if model != record:
+        raise UsageError("--checkpoint-dir", f"{path} holds checkpoints of {model}, not of {record}; "
                                              "use another directory")
+    return existing
 
 
 # --- training -----------------------------------------------------------------------------------
@@ -217,10 +235,16 @@ def main(argv=None) -> int:
     cfg = parse_config(argv)
     train_set, val_set, classes = build_datasets(cfg.data)
     record = {"workload": "vision", "model": cfg.model.name, "classes": classes}
-    check_checkpoint_dir(cfg.checkpoint, record)
-    rt = tdist.init(tdist.DistConfig(timeout_s=cfg.dist_timeout_s), checkpoint_group=bool(cfg.checkpoint.directory))
+    existing = check_checkpoint_dir(cfg.checkpoint, record)
+    # Before the process group: a global batch that does not divide is one line on every rank.
+    global_batch = resolve_global_batch(cfg.data.global_batch_size, (existing or {}).get(GLOBAL_BATCH),
+                                        allow_change=cfg.data.allow_global_batch_change,
+                                        world_size=world_size_from_env(), micro_batch=cfg.data.batch_size,
+                                        unit="images")
+    rt = tdist.init(tdist.DistConfig(cfg.dist_timeout_s, cfg.startup_timeout_s),
+                    checkpoint_group=bool(cfg.checkpoint.directory))
     try:
-        return train(cfg, rt, train_set, val_set, classes, record)
+        return train(cfg, rt, train_set, val_set, classes, {**record, GLOBAL_BATCH: global_batch})
     finally:
         tdist.shutdown()
 
@@ -236,19 +260,23 @@ def train(cfg: VisionConfig, rt: tdist.Runtime, train_set, val_set, classes: int
     ckpt = CheckpointManager(cfg.checkpoint, rt, {"app": ModelAndOptimizer(model, optimizer), "train": progress},
                              model_record=record)
     step = ckpt.resume()
+    first_step = step + 1
     start = (progress.epoch, progress.epoch_images_done)
     ddp = DistributedDataParallel(model, device_ids=[rt.device.index] if on_gpu else None)
-    sampler = ElasticSampler(train_set, num_replicas=rt.world_size, rank=rt.rank, batch_size=cfg.data.batch_size,
+    global_batch = record[GLOBAL_BATCH]
+    accumulation = global_batch // (rt.world_size * cfg.data.batch_size)
+    sampler = ElasticSampler(train_set, num_replicas=rt.world_size, rank=rt.rank, global_batch=global_batch,
                              seed=cfg.data.seed)
-    loader = train_loader(train_set, sampler, cfg.data, pin=on_gpu)
+    loader = train_loader(train_set, sampler, cfg.data, rank=rt.rank, pin=on_gpu)
     evaluation = val_loader(val_set, rt.rank, rt.world_size, cfg.data, pin=on_gpu)
     epoch_images = len(train_set)
     if rt.is_main:
         log(f"Model {cfg.model.name}: {sum(p.numel() for p in model.parameters()) / 1e6:,.1f}M parameters, "
-            f"{classes} classes, world size {rt.world_size}, global batch {sampler.global_batch}; "
-            f"starting at epoch {start[0]}, image {start[1]} of {epoch_images} (step {step})")
+            f"{classes} classes, world size {rt.world_size}, global batch {global_batch}; "
+            f"starting at epoch {start[0]}, image {start[1]} of {epoch_images} (step {step}); "
+            f"{accumulation} micro-batch(es) of {cfg.data.batch_size} per rank per step")
     preemption = Preemption(rt)
-    metrics = VisionMetrics(rt, cfg.metrics_file, cfg.log_every, cfg.data.batch_size)
+    metrics = VisionMetrics(rt, cfg.metrics_file, cfg.log_every, global_batch // rt.world_size)
 
     def autocast():
         return torch.autocast("cuda", dtype=torch.bfloat16, enabled=on_gpu)
@@ -260,32 +288,41 @@ def train(cfg: VisionConfig, rt: tdist.Runtime, train_set, val_set, classes: int
         progress.epoch, progress.epoch_images_done = epoch, sampler.start
         steps_left = sampler.steps()
         metrics.epoch_start(epoch)
-        fetch_start = time.perf_counter()
-        for i, (images, labels) in enumerate(loader):
-            metrics.data_wait(time.perf_counter() - fetch_start)
-            images, labels = _to_device(images, labels, rt.device)
-            lr = learning_rate(cfg.optim, sampler.global_batch, progress.images_seen, epoch_images)
+        micro_batches = iter(loader)
+        for i in range(steps_left):
+            lr = learning_rate(cfg.optim, global_batch, progress.images_seen, epoch_images)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            with autocast():
-                loss = F.cross_entropy(ddp(images), labels, label_smoothing=cfg.optim.label_smoothing)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss = torch.zeros((), device=rt.device)
+            for k in range(accumulation):
+                fetch_start = time.perf_counter()
+                images, labels = next(micro_batches)
+                metrics.data_wait(time.perf_counter() - fetch_start)
+                images, labels = _to_device(images, labels, rt.device)
+                # Micro-batches are equal, so the mean over the global batch is the mean of their
+                # means; DDP averages over ranks.
+                with micro_batch_sync(ddp, last=k == accumulation - 1):
+                    with autocast():
+                        micro_loss = F.cross_entropy(ddp(images), labels,
+                                                     label_smoothing=cfg.optim.label_smoothing) / accumulation
+                    micro_loss.backward()
+                loss += micro_loss.detach()
             ckpt.wait_staging()  # an asynchronous save's copy of the weights must finish first
             optimizer.step()
             step += 1
-            progress.epoch_images_done += sampler.global_batch
-            progress.images_seen += sampler.global_batch
+            progress.epoch_images_done += global_batch
+            progress.images_seen += global_batch
             metrics.step_done(step, epoch, loss, lr)
             if i + 1 < steps_left:  # the epoch's last step saves after the evaluation, below
                 ckpt.step_done(step)
+            if step == first_step:
+                tdist.end_startup(rt)  # start-up, the first step included, is over
             if preemption.agreed(now=i + 1 == steps_left):
                 ckpt.save_now(step)
-                if rt.is_main:
-                    log(f"SIGTERM: checkpoint saved at step {step} (epoch {epoch}); exiting cleanly")
+                preemption.stopped_at(f"step {step} (epoch {epoch})")
                 stopped = True
                 break
-            fetch_start = time.perf_counter()
         if stopped:
             break
         metrics.train_done()
@@ -294,7 +331,7 @@ def train(cfg: VisionConfig, rt: tdist.Runtime, train_set, val_set, classes: int
         if ckpt.enabled:
             ckpt.save(step)
             ckpt.poll()
-    ckpt.close()
+    ckpt.close(finished=not stopped)
     metrics.close()
     if rt.is_main:
         summary = {"workload": "vision", "model": cfg.model.name, "epochs": cfg.optim.epochs,
@@ -305,8 +342,8 @@ def train(cfg: VisionConfig, rt: tdist.Runtime, train_set, val_set, classes: int
                    "metrics_file": str(Path(cfg.metrics_file).resolve()) if cfg.metrics_file else None,
                    "checkpoint_dir": cfg.checkpoint.directory, "config": asdict(cfg.model)}
         log("SUMMARY " + json.dumps(summary))
-    return 0
+    return preemption.exit_status(finished=not stopped)
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(main, finalize=False)

@@ -2,9 +2,16 @@
 position is global (so it resumes on another number of ranks), and the loaders.
 
 The sampler is DistributedSampler's own shuffle (one permutation per epoch, seeded by seed + epoch,
-the same for any world size) with the first `start` samples of it skipped. Rank r of W takes the
-remaining positions r, r+W, r+2W, ...: after s steps of B images per rank the job has consumed
-exactly the first s·B·W positions, whatever W was. That global index is all a checkpoint stores.
+the same for any world size) with the first `start` samples of it skipped. A step consumes the
+next global batch G of that order; rank r of W takes its r-th contiguous run of G/W images, in
+micro-batches of --batch-size, so every world size cuts the same micro-batches (and BatchNorm sees
+the same batches): after s steps the job has consumed exactly the first s·G positions, whatever W
+was. That global index is all a checkpoint stores.
+
+Random augmentations draw from a generator seeded by (seed, epoch, image index) for each image:
+they differ between images, ranks and epochs, and an image gets the same crop in an epoch whatever
+the world size, the number of loader workers, or a resume in between. (Before, every rank seeded
+its loader workers alike, and all ranks drew the same sequence of crops.)
 """
 
 from __future__ import annotations
@@ -27,12 +34,15 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 class DataConfig:
     source: str = "synthetic"  # "synthetic" or a folder with train/ and val/ in ImageFolder layout
     image_size: int = 224
-    batch_size: int = 32  # images per rank per step
+    batch_size: int = 32  # images per rank per forward (the micro-batch)
     workers: int = 4  # data-loader processes per rank
     classes: int = 10  # synthetic only; an ImageFolder has as many as it has folders
     train_samples: int = 5000  # synthetic only
     val_samples: int = 1000  # synthetic only
     seed: int = 0
+    # Images per optimizer step over all ranks; None: the run's record, else ranks x batch_size.
+    global_batch_size: int | None = None
+    allow_global_batch_change: bool = False  # a resume may train with another global batch
 
 
 class SyntheticImages(Dataset):
@@ -96,19 +106,18 @@ def build_datasets(cfg: DataConfig) -> tuple[Dataset, Dataset, int]:
 
 class ElasticSampler(DistributedSampler):
     """DistributedSampler (set_epoch, the same shuffle on every rank) that starts `start` samples
-    into the epoch's global order and drops the tail that does not fill a step on every rank."""
+    into the epoch's global order and drops the tail that does not fill a global batch. Yields
+    (epoch, index) keys, which SeededAugmentation turns into the image and its augmentation seed."""
 
-    def __init__(self, dataset: Dataset, *, num_replicas: int, rank: int, batch_size: int, seed: int):
+    def __init__(self, dataset: Dataset, *, num_replicas: int, rank: int, global_batch: int, seed: int):
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=True)
-        self.batch_size, self.start = batch_size, 0
+        if global_batch % num_replicas:
+            raise ValueError(f"global batch {global_batch} is not a multiple of {num_replicas} ranks")
+        self.global_batch, self.start = global_batch, 0
 
     def set_position(self, epoch: int, start: int) -> None:
         self.set_epoch(epoch)
         self.start = start
-
-    @property
-    def global_batch(self) -> int:
-        return self.batch_size * self.num_replicas
 
     def steps(self) -> int:
         """Steps left in this epoch from the current position."""
@@ -117,16 +126,40 @@ class ElasticSampler(DistributedSampler):
     def __iter__(self):
         g = torch.Generator().manual_seed(self.seed + self.epoch)
         order = torch.randperm(len(self.dataset), generator=g).tolist()
-        end = self.start + self.steps() * self.global_batch
-        return iter(order[self.start + self.rank:end:self.num_replicas])
+        share = self.global_batch // self.num_replicas
+        for step in range(self.steps()):
+            first = self.start + step * self.global_batch + self.rank * share
+            yield from ((self.epoch, i) for i in order[first:first + share])
 
     def __len__(self) -> int:
-        return self.steps() * self.batch_size
+        return self.steps() * self.global_batch // self.num_replicas
 
 
-def train_loader(dataset: Dataset, sampler: ElasticSampler, cfg: DataConfig, *, pin: bool) -> DataLoader:
-    return DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, num_workers=cfg.workers,
-                      pin_memory=pin, persistent_workers=cfg.workers > 0, drop_last=True)
+class SeededAugmentation(Dataset):
+    """The training set read by (epoch, index) keys: each image is loaded and augmented under the
+    process's CPU generator seeded by (seed, epoch, index), and the generator's state is restored
+    after, so the training process's own random draws (dropout) do not depend on the images."""
+
+    def __init__(self, dataset: Dataset, seed: int):
+        self.dataset, self.seed = dataset, seed
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: tuple[int, int]):
+        epoch, index = key
+        with torch.random.fork_rng(devices=[]):
+            torch.random.default_generator.manual_seed(
+                ((self.seed * 1_000_003 + epoch) * 1_000_000_007 + index) % 2**63)
+            return self.dataset[index]
+
+
+def train_loader(dataset: Dataset, sampler: ElasticSampler, cfg: DataConfig, *, rank: int, pin: bool) -> DataLoader:
+    # Worker processes are seeded from the loader's generator: one per rank, so that anything a
+    # transform draws outside SeededAugmentation (Python's random, NumPy) differs between ranks too.
+    return DataLoader(SeededAugmentation(dataset, cfg.seed), batch_size=cfg.batch_size, sampler=sampler,
+                      num_workers=cfg.workers, pin_memory=pin, persistent_workers=cfg.workers > 0, drop_last=True,
+                      generator=torch.Generator().manual_seed(cfg.seed * 1_000_003 + rank))
 
 
 def val_loader(dataset: Dataset, rank: int, world_size: int, cfg: DataConfig, *, pin: bool) -> DataLoader:

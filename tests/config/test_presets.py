@@ -50,11 +50,12 @@ def test_every_llm_preset_parses_with_the_trainers_own_parser_into_its_typed_val
 
     if w.init_from_hf:
         # The Hugging Face directory is read at parse time: stand in the table's model for it.
-        from ops.plan import preset_model
+        from config.checkpoint_time import preset_model
         _, cfg = preset_model(preset)
         monkeypatch.setattr(job_config, "read_config", lambda directory: to_hf_config(cfg, "bfloat16"))
     job = job_config.parse_job(preset.workload_args("/ck"))
     assert job.steps == w.steps and job.data.batch_size == w.batch_size and job.data.seq_len == w.seq_len
+    assert job.data.global_batch_size == w.global_batch_size
     assert job.checkpoint.directory == f"/ck/{name}" and job.metrics.metrics_file == f"/ck/{name}/metrics.jsonl"
     assert job.model.activation_checkpointing == w.activation_checkpointing and job.model.compile == w.compile
     if w.model:
@@ -97,6 +98,7 @@ def test_every_vision_preset_parses_with_the_trainers_own_parser(name):
     cfg = parse_config(get_preset(name).workload_args("/ck"))
     assert (cfg.model.name, cfg.optim.epochs, cfg.data.batch_size, cfg.data.source) == (w.model, w.epochs,
                                                                                         w.batch_size, w.data)
+    assert cfg.data.global_batch_size == w.global_batch_size
     assert cfg.checkpoint.directory == f"/ck/{name}" and cfg.metrics_file == f"/ck/{name}/metrics.jsonl"
 
 
@@ -112,3 +114,31 @@ def test_the_imagenet_presets_are_elastic_on_p4d_reading_fsx_and_vision_tiny_run
     assert (tiny.nodegroup, tiny.image_variant, tiny.workload.data, tiny.workload.model) == \
         ("cpu", "cpu", "synthetic", "resnet18")
     assert tiny.cluster and tiny.nodes_min < tiny.nodes_max
+
+
+def _ranks_per_node(preset) -> int:
+    """The preset's processes per node: its own number, or one per GPU of its node group's instance
+    type (the same group name has the same instance type in every environment of cdk.json)."""
+    if preset.nproc_per_node:
+        return preset.nproc_per_node
+    from config import load_environment
+    from config.environment import Environment
+    from ops.envconfig import read_environments
+    environments = read_environments()
+    types = set()
+    for name in environments:
+        env: Environment = load_environment(environments, name)
+        types |= {g.instance_type for g in env.training_nodegroups if g.name == preset.nodegroup}
+    assert len(types) == 1, (preset.name, types)
+    return types.pop().gpus
+
+
+@pytest.mark.parametrize("name", sorted(n for n, p in PRESETS.items() if p.module in ("trainer.llm", "trainer.vision")))
+def test_every_preset_global_batch_divides_over_every_node_count_it_runs_on_and_under_make_local(name):
+    # Otherwise the trainer refuses to start (exit 2) when an elastic job re-forms on fewer nodes.
+    preset = PRESETS[name]
+    w = preset.workload
+    per_node = _ranks_per_node(preset)
+    worlds = [nodes * per_node for nodes in range(preset.nodes_min, preset.nodes_max + 1)] + [preset.local_nproc]
+    for world in worlds:
+        assert w.global_batch_size % (world * w.batch_size) == 0, (name, world, w.batch_size, w.global_batch_size)

@@ -95,5 +95,46 @@ def test_a_checkpoint_directory_that_cannot_be_created_is_one_line_before_traini
     blocker.write_text("not a directory")
     p = _llm("--steps", "2", "--checkpoint-dir", str(blocker / "ckpt"))
     assert p.returncode == 2
-    assert p.stderr.strip() == f"error: --checkpoint-dir: cannot create {blocker / 'ckpt'}: Not a directory"
+    assert p.stderr.strip() == f"error: --checkpoint-dir: cannot create {blocker / 'ckpt'}: {blocker} is a file, not a folder"
     assert "step " not in p.stdout
+
+
+BUFFERS_SCRIPT = r"""
+import sys, threading, torch
+import torch.distributed.checkpoint as dcp
+from trainer import dist as tdist
+from trainer.checkpoint import CheckpointConfig, CheckpointManager, ModelAndOptimizer
+
+directory = sys.argv[1]
+rt = tdist.init(checkpoint_group=True)
+torch.manual_seed(0)
+net = lambda: torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+model = net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+ckpt = CheckpointManager(CheckpointConfig(directory, every=1), rt, {"app": ModelAndOptimizer(model, opt)})
+assert ckpt.stager is not None, "this torch stages in the background"
+# Hold the background staging until the next forward has run: the race, made certain.
+gate, stage = threading.Event(), ckpt.stager._stage
+ckpt.stager._stage = lambda state, **kw: (gate.wait(60), stage(state, **kw))[1]
+model(torch.randn(8, 3, 8, 8)).sum().backward()
+opt.step()
+at_save = {k: v.clone() for k, v in model.state_dict().items()}
+ckpt.save(1)
+model(torch.randn(8, 3, 8, 8) + 5)  # the next step's forward moves the running statistics
+gate.set()
+ckpt.wait_staging()
+ckpt.close()
+fresh = net()
+dcp.load({"app": ModelAndOptimizer(fresh, torch.optim.SGD(fresh.parameters(), lr=0.1, momentum=0.9))},
+         checkpoint_id=f"{directory}/step-00000001")
+changed = sorted(k for k, v in fresh.state_dict().items() if not torch.equal(v, at_save[k]))
+print("CHANGED", changed)
+tdist.shutdown()
+"""
+
+
+def test_an_async_save_holds_the_batchnorm_statistics_of_its_step_though_the_next_forward_moves_them(tmp_path):
+    p = subprocess.run([sys.executable, "-c", BUFFERS_SCRIPT, str(tmp_path)], cwd=REPO, env=job_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "CHANGED []" in p.stdout, p.stdout

@@ -47,6 +47,7 @@ def test_prepare_writes_shards_with_a_progress_bar_and_an_index(shards):
     root, p = shards
     meta = json.loads((root / "tokens" / "meta.json").read_text())
     assert meta["dtype"] == "uint16" and meta["vocab_size"] <= 300
+    assert meta["eos_id"] == 1  # <|endoftext|> separates the documents (trainer/data.py's packing)
     assert len(meta["shards"]) >= 2 and meta["tokens"] > 500  # split at --shard-tokens
     sizes = [(root / "tokens" / s).stat().st_size // 2 for s in meta["shards"]]
     assert sum(sizes) == meta["tokens"] and max(sizes) <= 500
@@ -56,9 +57,9 @@ def test_prepare_writes_shards_with_a_progress_bar_and_an_index(shards):
 def test_shard_windows_are_disjoint_across_ranks_and_hold_the_corpus_tokens(shards):
     root, _ = shards
     cfg = DataConfig(source=str(root / "tokens"), batch_size=2, seq_len=32)
-    r0, r1 = RankBatches(cfg, 0, 2, 1024), RankBatches(cfg, 1, 2, 1024)
-    x0, y0 = r0.next()
-    x1, _ = r1.next()
+    r0, r1 = RankBatches(cfg, 0, 2, 1024, 4), RankBatches(cfg, 1, 2, 1024, 4)
+    [(x0, y0)] = r0.next_step()
+    [(x1, _)] = r1.next_step()
     assert not torch.equal(x0, x1) and torch.equal(x0[:, 1:], y0[:, :-1])
     assert int(x0.max()) < 300
 
@@ -93,8 +94,10 @@ def test_help_works(module):
 
 def test_plot_draws_loss_and_throughput(tmp_path):
     metrics = tmp_path / "m.jsonl"
-    metrics.write_text("".join(json.dumps({"step": s, "loss": 5 - s / 10, "lr": 1e-3, "tokens_per_sec": 1000 + s,
-                                           "mfu": None}) + "\n" for s in range(5, 50, 5)))
+    # The window of step 25 was skipped as non-finite (loss null) and step 5 was warm-up (no rate).
+    metrics.write_text("".join(json.dumps({"step": s, "loss": None if s == 25 else 5 - s / 10, "lr": 1e-3,
+                                           "tokens_per_sec": None if s == 5 else 1000 + s, "mfu": None}) + "\n"
+                               for s in range(5, 50, 5)))
     p = _python("-m", "trainer.plot", str(metrics), "-o", str(tmp_path / "curves.png"))
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -10,9 +10,10 @@ import sys
 import pytest
 import torch
 
+from config.kubernetes import EXIT_PREEMPTED, TORCHRUN_FAILED
 from crafted import CreatesMarker
 from trainer import ddp
-from trainer_procs import REPO, Job, job_env, run, torchrun_args
+from trainer_procs import REPO, Job, job_env, preempt, run, torchrun_args
 
 EPOCH = re.compile(r"\[RANK (\d+)\] Epoch (\d+) \| Batchsize (\d+) \| Steps (\d+) \| Loss ([\d.]+)$")
 
@@ -62,6 +63,17 @@ def test_a_sigkilled_worker_is_restarted_and_the_job_finishes_from_the_newest_sn
     assert resumed[0] >= last_seen + 1 - save_every
     assert max(e for e, _ in epochs_logged(out)) == 29
     assert torch.load(snap, weights_only=True)["epochs_run"] == 30
+
+
+@pytest.mark.slow
+def test_sigterm_snapshots_the_epoch_in_flight_and_exits_non_zero(tmp_path):
+    snap = tmp_path / "snapshot.pt"
+    rc, out = preempt(torchrun_args("trainer.ddp", ["--epochs", "500", "--save-every", "100", "--snapshot-path",
+                                                    str(snap)]), after=r"\[RANK 0\] Epoch 1 \|")
+    assert rc == TORCHRUN_FAILED, out[-3000:]
+    m = re.search(rf"SIGTERM: checkpoint saved at epoch (\d+); exiting with status {EXIT_PREEMPTED}", out)
+    assert m, out[-3000:]
+    assert torch.load(snap, weights_only=True)["epochs_run"] == int(m[1]) + 1  # nothing finished is lost
 
 
 def test_snapshot_round_trip_restores_model_optimizer_epoch_and_rng(tmp_path):

@@ -7,19 +7,23 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import select
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
+from config.kubernetes import (
+    EXIT_CHECKPOINT_READ_FAILED, EXIT_CHECKPOINTS_UNLOADABLE, EXIT_PREEMPTED, TORCHRUN_FAILED,
+)
+from crafted import CreatesMarker
 from trainer.checkpoint import MARKER, list_steps, step_dir
-from trainer_procs import REPO, Job, job_env, run, torchrun_args
+from trainer.lease import LEASE_FILE, LOCK_FILE
+from trainer_procs import REPO, Job, llm_args, lone_rank_env, preempt, run, torchrun_args
 
 pytestmark = pytest.mark.slow
 
@@ -30,10 +34,7 @@ LOGGED = re.compile(r"^step\s+(\d+) \| loss ([\d.]+)")
 MODELS = ["tiny", "tiny-moe"]
 
 
-def llm(ckpt, *extra, steps=20, every=10, model="tiny"):
-    return ["--model", model, "--steps", str(steps), "--batch-size", "2", "--seq-len", "64",
-            "--checkpoint-dir", str(ckpt), "--checkpoint-every", str(every), "--log-every", "5",
-            "--dist-timeout", "20", *extra]
+llm = llm_args
 
 
 def logged_steps(output: str) -> list[int]:
@@ -68,44 +69,144 @@ def test_loss_falls_and_resume_restores_model_optimizer_schedule_and_data_positi
         assert mb[step]["loss"] == pytest.approx(ma[step]["loss"], abs=1e-4)
         assert mb[step]["lr"] == pytest.approx(ma[step]["lr"])
 
-    # A corrupt newest checkpoint: fall back to the previous one, with a warning.
+    # A truncated newest checkpoint: fall back to the previous one, with a warning naming why.
     shard = step_dir(a, 20) / "__1_0.distcp"
     shard.write_bytes(shard.read_bytes()[:100])
     rc, out = run(torchrun_args("trainer.llm", llm(a, steps=25, model=model)))
     assert rc == 0, out
-    assert re.search(r"WARNING: checkpoint \S+step-00000020 does not load", out), out
+    assert re.search(r"WARNING: checkpoint \S+step-00000020 is damaged \(__1_0.distcp is truncated: 100 bytes", out), out
     assert [int(s) for s in RESUMED.findall(out)] == [10]
     assert logged_steps(out) == [15, 20, 25]
-    # The unloadable folder is moved aside, so the new save of step 20 starts clean and counts.
-    assert (a / "step-00000020.unloadable").is_dir()
+    # The run's own save of step 20 replaced the damaged folder, and retention kept it.
     assert list_steps(a) == [20, 25] and (step_dir(a, 20) / MARKER).exists()
+    assert shard.stat().st_size > 100
 
 
-def test_an_unloadable_newer_checkpoint_is_moved_aside_and_retention_keeps_new_saves(tmp_path):
+def test_a_damaged_newer_checkpoint_stays_in_place_and_retention_keeps_what_the_run_resumes_from(tmp_path):
     rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, steps=20)))
     assert rc == 0, out
     assert list_steps(tmp_path) == [10, 20]
     shard = step_dir(tmp_path, 20) / "__1_0.distcp"
     shard.write_bytes(shard.read_bytes()[:100])
-    # Resume at 10 and save 15 with one checkpoint kept: the corrupt step 20 must not outrank it.
+    # Resume at 10 and save 15 with one checkpoint kept: the damaged step 20 must neither be
+    # touched nor count as the one kept.
     rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, "--keep-checkpoints", "1", steps=15, every=5)))
     assert rc == 0, out
     assert [int(s) for s in RESUMED.findall(out)] == [10]
-    assert re.search(r"WARNING: checkpoint \S+step-00000020 does not load; moved aside", out), out
-    assert list_steps(tmp_path) == [15]
-    assert (tmp_path / "step-00000020.unloadable").is_dir()
-    # A later save of step 20 is a real checkpoint again, and retention keeps it.
+    assert re.search(r"WARNING: checkpoint \S+step-00000020 is damaged .*; it stays in place", out), out
+    assert list_steps(tmp_path) == [15, 20] and shard.stat().st_size == 100
+    assert not list(tmp_path.glob("*unloadable*"))
+    # The restart passes over it again; its own save of step 20 replaces it, and retention keeps that.
     rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, "--keep-checkpoints", "1", steps=20, every=5)))
     assert rc == 0, out
     assert [int(s) for s in RESUMED.findall(out)] == [15]
     assert list_steps(tmp_path) == [20] and (step_dir(tmp_path, 20) / MARKER).exists()
 
 
+def tree(directory) -> dict[str, int]:
+    """Every file under `directory` with its size: what a run must leave as it was (its lease
+    aside, which a run that stops early keeps for its restart)."""
+    return {str(p.relative_to(directory)): p.stat().st_size for p in sorted(directory.rglob("*"))
+            if p.is_file() and p.name not in (LEASE_FILE, LOCK_FILE)}
+
+
+def test_when_every_checkpoint_is_damaged_each_attempt_stops_non_zero_and_changes_nothing(tmp_path):
+    # One process writes them (the global batch that 2 ranks resume with, kept in model.json).
+    rc, out = run([sys.executable, "-m", "trainer.llm", *llm(tmp_path, "--global-batch-size", "4", steps=10, every=5)])
+    assert rc == 0, out
+    assert list_steps(tmp_path) == [5, 10]
+    truncated = step_dir(tmp_path, 10) / "__0_0.distcp"
+    truncated.write_bytes(truncated.read_bytes()[:100])
+    (step_dir(tmp_path, 5) / ".metadata").write_bytes(b"not a pickle")
+    before = tree(tmp_path)
+    for attempt in (1, 2):  # a restarted pod must find the same directory, not a "clean" one
+        rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, steps=20, every=5)))
+        assert rc != 0, out
+        assert re.search(rf"exitcode\s*:\s*{EXIT_CHECKPOINTS_UNLOADABLE}\b", out), out[-3000:]
+        [message] = [line for line in out.splitlines() if line.startswith("error: none of the")]
+        assert f"none of the 2 checkpoints in {tmp_path} loads" in message
+        assert "step-00000010: __0_0.distcp is truncated: 100 bytes" in message
+        assert "step-00000005: .metadata does not decode" in message and "--allow-fresh-start" in message
+        assert not logged_steps(out), f"attempt {attempt} trained"
+        assert tree(tmp_path) == before, f"attempt {attempt} changed the directory"
+    rc, out = run([sys.executable, "-m", "trainer.llm", *llm(tmp_path, "--allow-fresh-start", steps=5, every=5)])
+    assert rc == 0, out
+    assert "--allow-fresh-start: none of the checkpoints" in out and logged_steps(out) == [5]
+    assert (step_dir(tmp_path, 10) / "__0_0.distcp").stat().st_size == 100  # kept, damaged as it was
+
+
+def older_trainers_checkpoint(path, scratch) -> None:
+    """Rewrite the checkpoint at `path` as a trainer before the data position left it: the same
+    model, optimizer and schedule, no "data" entry."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    dcp_to_torch_save(str(path), str(scratch / "full.pt"))
+    state = torch.load(scratch / "full.pt", weights_only=False)  # our own file, just written
+    del state["data"]
+    dcp.save(state, checkpoint_id=str(scratch / "older"), no_dist=True)
+    for f in path.iterdir():
+        if f.name != MARKER:
+            f.unlink()
+    for f in (scratch / "older").iterdir():
+        shutil.copy(f, path / f.name)
+
+
+def test_a_refused_checkpoint_stops_every_attempt_without_falling_back_or_starting_fresh(tmp_path):
+    """Refused, not damaged: a crafted checkpoint (pickled code in its metadata) and one an older
+    trainer wrote without the data position. Neither loads, no older one loads in its place, even
+    --allow-fresh-start does not train over them, and nothing in the directory changes."""
+    ckpt, scratch = tmp_path / "ckpt", tmp_path / "scratch"
+    scratch.mkdir()
+    rc, out = run([sys.executable, "-m", "trainer.llm", *llm(ckpt, steps=10, every=5)])
+    assert rc == 0, out
+    metadata = step_dir(ckpt, 10) / ".metadata"
+    good = metadata.read_bytes()
+    marker = tmp_path / "marker"
+    metadata.write_bytes(pickle.dumps(CreatesMarker(marker)))
+    before = tree(ckpt)
+    rc, out = run([sys.executable, "-m", "trainer.llm", *llm(ckpt, "--allow-fresh-start", steps=20, every=5)])
+    assert rc == EXIT_CHECKPOINTS_UNLOADABLE, out[-3000:]
+    assert re.search(r"^error: checkpoint \S+step-00000010 is refused \(unsafe checkpoint: its metadata refers to "
+                     r"\S+open, which a checkpoint never holds; refused without running it", out, re.M), out[-3000:]
+    assert not marker.exists() and not RESUMED.search(out) and not logged_steps(out)
+    assert tree(ckpt) == before and metadata.read_bytes() != good
+
+    metadata.write_bytes(good)
+    older_trainers_checkpoint(step_dir(ckpt, 10), scratch)
+    before = tree(ckpt)
+    rc, out = run([sys.executable, "-m", "trainer.llm", *llm(ckpt, "--allow-fresh-start", steps=20, every=5)])
+    assert rc == EXIT_CHECKPOINTS_UNLOADABLE, out[-3000:]
+    assert re.search(r"^error: checkpoint \S+step-00000010 is refused \(it has no 'data' entry, which this "
+                     r"trainer resumes from", out, re.M), out[-3000:]
+    assert not RESUMED.search(out) and not logged_steps(out) and "falling back" not in out
+    assert tree(ckpt) == before and list_steps(ckpt) == [5, 10]
+
+
+def test_a_transient_read_error_on_one_rank_stops_every_rank_and_leaves_every_checkpoint_in_place(tmp_path):
+    rc, out = run([sys.executable, "-m", "trainer.llm",  # loads on 2 ranks too, with the global batch kept
+                   *llm(tmp_path, "--global-batch-size", "4", steps=10, every=5)])
+    assert rc == 0, out
+    before = tree(tmp_path)
+    argv = torchrun_args("trainer.llm", llm(tmp_path, steps=20, every=5))
+    at = argv.index("-m", 3)  # torchrun runs the injecting script instead of the module
+    rc, out = run([*argv[:at], str(REPO / "tests" / "trainer" / "inject_eio.py"), "llm", *argv[at + 2:]])
+    assert rc != 0, out
+    assert re.search(rf"exitcode\s*:\s*{EXIT_CHECKPOINT_READ_FAILED}\b", out), out[-3000:]
+    assert re.search(r"error: checkpoint \S+step-00000010 could not be read \(rank 1: OSError: \[Errno 5\] "
+                     r"Input/output error \(injected\)", out), out[-3000:]
+    assert "falling back" not in out and not logged_steps(out)
+    assert tree(tmp_path) == before and list_steps(tmp_path) == [5, 10]
+
+
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("nproc_before, nproc_after", [(1, 2), (2, 1)])
 def test_a_checkpoint_resumes_on_a_different_number_of_ranks(tmp_path, nproc_before, nproc_after, model):
-    # One rank trains unsharded, two under FSDP2: the checkpoint crosses that boundary too.
-    rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, steps=10, model=model), nproc=nproc_before))
+    # One rank trains unsharded, two under FSDP2: the checkpoint crosses that boundary too. The
+    # global batch of 4 is 2 micro-batches on one rank and 1 on two.
+    rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, "--global-batch-size", "4", steps=10, model=model),
+                                nproc=nproc_before))
     assert rc == 0, out
     assert list_steps(tmp_path) == [10]
     rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, steps=15, model=model), nproc=nproc_after))
@@ -163,16 +264,11 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_checkpoint_loadabl
     assert not (step_dir(tmp_path, 20) / "__0_0.distcp").is_fifo()  # the half-written save was cleared
 
 
-def test_sigterm_saves_a_final_checkpoint_and_the_next_run_resumes_from_it(tmp_path):
-    job = Job(torchrun_args("trainer.llm", llm(tmp_path, steps=2000, every=1000)))
-    try:
-        job.wait_for(r"^step\s+10 ")
-        job.proc.send_signal(signal.SIGTERM)  # what the kubelet sends torchrun on preemption
-        job.finish(timeout=90)
-    finally:
-        job.stop()
-    m = re.search(r"SIGTERM: checkpoint saved at step (\d+); exiting cleanly", job.output)
-    assert m, job.output
+def test_sigterm_saves_a_final_checkpoint_exits_non_zero_and_the_next_run_resumes_from_it(tmp_path):
+    rc, out = preempt(torchrun_args("trainer.llm", llm(tmp_path, steps=2000, every=1000)), after=r"^step\s+10 ")
+    assert rc == TORCHRUN_FAILED, out[-3000:]  # never success: the run has 2000 steps
+    m = re.search(rf"SIGTERM: checkpoint saved at step (\d+); exiting with status {EXIT_PREEMPTED}", out)
+    assert m, out
     step = int(m[1])
     assert (step_dir(tmp_path, step) / MARKER).exists()
     rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, steps=step + 3, every=1000)))
@@ -182,12 +278,9 @@ def test_sigterm_saves_a_final_checkpoint_and_the_next_run_resumes_from_it(tmp_p
 
 
 def test_a_rendezvous_that_never_completes_fails_within_its_timeout_instead_of_hanging():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = job_env(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    env = lone_rank_env(0, 2)
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "trainer.llm", "--dist-timeout", "3"], cwd=REPO, env=env,
+    p = subprocess.run([sys.executable, "-m", "trainer.llm", "--startup-timeout", "3"], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0
     assert time.monotonic() - t0 < 30

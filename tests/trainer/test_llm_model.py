@@ -9,7 +9,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.data import DataConfig, RankBatches
 from trainer.optim import OptimConfig, warmup_cosine
 from trainer.metrics import peak_flops
 from trainer.model import MODEL_PRESETS, Attention, Transformer, apply_rope, loss_fn, rope_frequencies
@@ -90,25 +89,6 @@ def test_llama3_rope_scaling_slows_only_the_low_frequencies():
     scaled = rope_frequencies(cfg, torch.device("cpu"))
     torch.testing.assert_close(scaled[:, 0], plain[:, 0])  # highest frequency untouched
     assert not torch.allclose(scaled[:, -1], plain[:, -1])
-
-
-def test_two_ranks_read_disjoint_windows_and_the_position_advances():
-    cfg = DataConfig(batch_size=3, seq_len=16)
-    r0, r1 = RankBatches(cfg, 0, 2, 1024), RankBatches(cfg, 1, 2, 1024)
-    seen0 = {i for pos in range(20) for i in r0.window_indices(pos)}
-    seen1 = {i for pos in range(20) for i in r1.window_indices(pos)}
-    assert not seen0 & seen1 and len(seen0) == len(seen1) == 60
-    a, _ = r0.next()
-    b, _ = r1.next()
-    assert not torch.equal(a, b)
-    assert r0.position == 1
-    r0.position = 0
-    assert torch.equal(r0.next()[0], a)  # the position alone reproduces the stream
-
-
-def test_labels_are_the_inputs_shifted_by_one():
-    inputs, labels = RankBatches(DataConfig(batch_size=2, seq_len=8), 0, 1, 1024).next()
-    assert torch.equal(inputs[:, 1:], labels[:, :-1])
 
 
 def test_warmup_then_cosine_to_the_floor():

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from config.models import MODELS
+from trainer.initialise import init_parameters
 from trainer.moe import MoEFeedForward, _padded_bmm, grouped_linear, load_balancing_loss
 
 
@@ -29,7 +30,7 @@ def per_expert_reference(moe: MoEFeedForward, x: torch.Tensor) -> torch.Tensor:
 def test_experts_on_sorted_tokens_equal_each_expert_on_its_own_tokens():
     torch.manual_seed(0)
     moe = MoEFeedForward(MODELS["tiny-moe"])
-    moe.init_weights(0.02)
+    init_parameters(moe, moe.parameter_inits(0.02))
     x = torch.randn(3, 40, 64)
     out, stats = moe(x)
     torch.testing.assert_close(out, per_expert_reference(moe, x))

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from trainer import nccl_net
-from trainer.nccl_net import CHECK_FAILED, CHECK_PASSED, EXIT_NOT_ON_EFA, NotOnEfa
+from config.kubernetes import EXIT_NOT_ON_EFA
+from trainer.nccl_net import CHECK_FAILED, CHECK_PASSED, NotOnEfa
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EFA_POD = {"TRAINER_INSTANCE_TYPE": "p5.48xlarge", "NCCL_NET_PLUGIN": "ofi", "NCCL_NET": "Libfabric",

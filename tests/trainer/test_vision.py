@@ -13,7 +13,7 @@ import torch
 pytest.importorskip("torchvision", reason="torchvision is a pinned dependency")
 
 from trainer import plot as tplot  # noqa: E402
-from trainer import vision  # noqa: E402
+from trainer import vision, vision_data  # noqa: E402
 from trainer.cli import UsageError  # noqa: E402
 from trainer.vision_data import DataConfig, ElasticSampler, SyntheticImages, build_datasets  # noqa: E402
 from trainer_procs import REPO, job_env  # noqa: E402
@@ -24,9 +24,9 @@ def _consumed(n: int, world: int, batch: int, epoch: int, start: int, steps: int
     data = list(range(n))
     out = []
     for rank in range(world):
-        s = ElasticSampler(data, num_replicas=world, rank=rank, batch_size=batch, seed=7)
+        s = ElasticSampler(data, num_replicas=world, rank=rank, global_batch=batch * world, seed=7)
         s.set_position(epoch, start)
-        indices = list(s)
+        indices = [index for key_epoch, index in s if key_epoch == epoch]
         out.append(indices if steps is None else indices[:steps * batch])
     return out
 
@@ -144,7 +144,7 @@ def test_a_checkpoint_directory_that_cannot_be_created_is_one_line_before_traini
     blocker.write_text("not a directory")
     p = _vision("--checkpoint-dir", str(blocker / "ck"), timeout=120)
     assert p.returncode == 2
-    assert p.stderr.strip() == f"error: --checkpoint-dir: cannot create {blocker / 'ck'}: Not a directory"
+    assert p.stderr.strip() == f"error: --checkpoint-dir: cannot create {blocker / 'ck'}: {blocker} is a file, not a folder"
 
 
 @pytest.mark.slow
@@ -202,3 +202,49 @@ def test_the_curves_of_a_vision_run_include_accuracy(tmp_path):
     assert [r.get("kind") for r in records] == ["step", "epoch", "epoch"]
     tplot.plot(records, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+def test_every_world_size_cuts_the_same_micro_batches_from_a_global_batch():
+    def micro_batches(world: int, micro: int = 4) -> list[tuple[int, ...]]:
+        out = []
+        for rank in range(world):
+            s = ElasticSampler(list(range(64)), num_replicas=world, rank=rank, global_batch=16, seed=3)
+            s.set_position(2, 16)
+            indices = [index for _, index in s]
+            out += [tuple(indices[i:i + micro]) for i in range(0, len(indices), micro)]
+        return sorted(out)
+    assert micro_batches(1) == micro_batches(2) == micro_batches(4) and len(micro_batches(1)) == 12
+
+
+class _Draws(torch.utils.data.Dataset):
+    """An 'augmentation' that is nothing but the worker's random draws, and the image index."""
+
+    def __len__(self) -> int:
+        return 32
+
+    def __getitem__(self, index: int):
+        return torch.rand(3), index
+
+
+def _draws(world: int, rank: int, epoch: int, workers: int) -> dict[int, torch.Tensor]:
+    cfg = DataConfig(batch_size=4, workers=workers, seed=5)
+    sampler = ElasticSampler(_Draws(), num_replicas=world, rank=rank, global_batch=16, seed=5)
+    sampler.set_position(epoch, 0)
+    torch.manual_seed(5)  # as every rank of trainer.vision does before it builds its loaders
+    out = {}
+    for draws, indices in vision_data.train_loader(_Draws(), sampler, cfg, rank=rank, pin=False):
+        out.update(zip(indices.tolist(), draws))
+    return out
+
+
+def test_random_augmentations_differ_between_ranks_and_follow_the_image_and_epoch_not_the_rank():
+    rank0, rank1 = _draws(2, 0, epoch=0, workers=1), _draws(2, 1, epoch=0, workers=1)
+    # Each rank's n-th image is augmented differently (before, each rank's workers drew the same).
+    assert all(not torch.equal(a, b) for a, b in zip(rank0.values(), rank1.values()))
+    # An image's augmentation depends on the seed, the epoch and the image: not on the world size,
+    # the rank that reads it or the number of loader workers, so a resume anywhere repeats it.
+    one_rank = _draws(1, 0, epoch=0, workers=0)
+    assert one_rank.keys() == rank0.keys() | rank1.keys()
+    assert all(torch.equal(one_rank[i], {**rank0, **rank1}[i]) for i in one_rank)
+    next_epoch = _draws(1, 0, epoch=1, workers=0)
+    assert all(not torch.equal(one_rank[i], next_epoch[i]) for i in one_rank)

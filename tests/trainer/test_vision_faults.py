@@ -9,17 +9,16 @@ import os
 import re
 import shutil
 import signal
-import sys
-import time
 import uuid
 
 import pytest
 
 pytest.importorskip("torchvision", reason="torchvision is a pinned dependency")
 
+from config.kubernetes import EXIT_PREEMPTED, TORCHRUN_FAILED  # noqa: E402
 from ops import local  # noqa: E402
 from trainer.checkpoint import list_steps, step_dir  # noqa: E402
-from trainer_procs import Job, run, torchrun_args  # noqa: E402
+from trainer_procs import Job, elastic_agent_args, preempt, run, torchrun_args, wait_any  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -58,15 +57,16 @@ def test_a_mid_epoch_checkpoint_resumes_on_one_rank_where_two_stopped_and_a_corr
     assert [int(s) for s in RESUMED.findall(out)] == [10]
     assert starts(out) == [(1, 0, 10 * BATCH * 2, 10)]
     [epoch] = [r for r in map(json.loads, (b / "m.jsonl").read_text().splitlines()) if r["kind"] == "epoch"]
-    assert epoch["steps"] == (IMAGES - 320) // BATCH and epoch["world_size"] == 1  # the rest of the epoch, once
-    assert summary(out)["steps"] == 10 + 12
+    # The rest of the epoch, once, in steps of the same global batch (2 micro-batches on one rank).
+    assert epoch["steps"] == (IMAGES - 320) // (2 * BATCH) and epoch["world_size"] == 1
+    assert summary(out)["steps"] == 10 + 6
 
     # The newest checkpoint is corrupt: warn, fall back to step 15, and finish the next epoch.
     shard = step_dir(a, 16) / "__0_0.distcp"
     shard.write_bytes(shard.read_bytes()[:100])
     rc, out = run(torchrun_args("trainer.vision", vision(a, epochs=2)))
     assert rc == 0, out
-    assert re.search(r"WARNING: checkpoint \S+step-00000016 does not load", out), out
+    assert re.search(r"WARNING: checkpoint \S+step-00000016 is damaged \(__0_0.distcp is truncated", out), out
     assert [int(s) for s in RESUMED.findall(out)] == [15]
     assert starts(out) == [(2, 0, 15 * BATCH * 2, 15)]
     assert summary(out)["steps"] == 32 and summary(out)["epochs_this_run"] == 2
@@ -89,23 +89,10 @@ def test_a_sigkilled_worker_is_restarted_and_resumes_from_the_last_checkpoint(tm
 
 def _elastic_agent(endpoint: str, run_id: str, ckpt) -> Job:
     """One torchrun agent of a 1..2-node job on the etcd-v2 rendezvous (a node = an agent here)."""
-    return Job([sys.executable, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc-per-node=1",
-                "--rdzv-backend=etcd-v2", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}",
-                # min < max waits out the last call before a round closes: 30 s by default (NOTES.md).
-                "--rdzv-conf=last_call_timeout=1,timeout=120", "--local-addr=127.0.0.1", "--max-restarts=3",
-                "--monitor-interval=0.2", "-m", "trainer.vision", *vision(ckpt, epochs=4, every=4)])
-
-
-def _wait_any(jobs: list[Job], pattern: str, timeout: float) -> Job:
-    rx, deadline = re.compile(pattern), time.monotonic() + timeout
-    while True:
-        for job in jobs:
-            if rx.search(job.output):
-                return job
-        assert time.monotonic() < deadline, f"no {pattern!r} within {timeout}s:\n" + \
-            "\n---\n".join(j.output[-2500:] for j in jobs)
-        with jobs[0].cond:  # woken by a new line of the first job; the bound covers the other
-            jobs[0].cond.wait(timeout=0.2)
+    # min < max waits out the last call before a round closes: 30 s by default (NOTES.md).
+    return Job([*elastic_agent_args(endpoint, run_id, nnodes="1:2", max_restarts=3,
+                                    rdzv_conf="last_call_timeout=1,timeout=120"),
+                "-m", "trainer.vision", *vision(ckpt, epochs=4, every=4)])
 
 
 @pytest.mark.skipif(not (shutil.which("etcd") or os.path.exists("/usr/bin/etcd")),
@@ -116,8 +103,8 @@ def test_a_sigkilled_agent_leaves_a_survivor_that_reforms_smaller_and_continues_
         agents = [_elastic_agent(etcd.endpoint, run_id, tmp_path) for _ in range(2)]
         survivor, victim = agents
         try:
-            _wait_any(agents, r"world size 2, global batch", timeout=120)
-            _wait_any(agents, r"Checkpoint saved: \S+step-00000008", timeout=120)
+            wait_any(agents, r"world size 2, global batch", timeout=120)
+            wait_any(agents, r"Checkpoint saved: \S+step-00000008", timeout=120)
             saved_before = max(list_steps(tmp_path))
             killed_at = len(survivor.lines)
             # A lost node: the agent and its worker (torchrun starts workers in their own session,
@@ -142,16 +129,12 @@ def test_a_sigkilled_agent_leaves_a_survivor_that_reforms_smaller_and_continues_
     assert list_steps(tmp_path)[-1] == result["steps"]
 
 
-def test_sigterm_saves_a_checkpoint_mid_epoch_and_the_next_run_resumes_from_its_image(tmp_path):
-    job = Job(torchrun_args("trainer.vision", vision(tmp_path, epochs=3, every=1000)))
-    try:
-        job.wait_for(r"^step\s+8 ")
-        job.proc.send_signal(signal.SIGTERM)  # what the kubelet sends torchrun on preemption
-        job.finish(timeout=120)
-    finally:
-        job.stop()
-    m = re.search(r"SIGTERM: checkpoint saved at step (\d+) \(epoch (\d+)\)", job.output)
-    assert m, job.output
+def test_sigterm_saves_a_checkpoint_mid_epoch_exits_non_zero_and_the_next_run_resumes_from_its_image(tmp_path):
+    rc, out = preempt(torchrun_args("trainer.vision", vision(tmp_path, epochs=3, every=1000)), after=r"^step\s+8 ")
+    assert rc == TORCHRUN_FAILED, out[-3000:]
+    m = re.search(rf"SIGTERM: checkpoint saved at step (\d+) \(epoch (\d+)\); exiting with status {EXIT_PREEMPTED}",
+                  out)
+    assert m, out
     step = int(m[1])
     assert list_steps(tmp_path)[-1] == step
     rc, out = run(torchrun_args("trainer.vision", vision(tmp_path, epochs=1, every=1000)))

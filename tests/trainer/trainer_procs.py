@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -28,9 +29,48 @@ def job_env(**extra) -> dict:
     return env
 
 
+def lone_rank_env(rank: int, world_size: int) -> dict:
+    """The environment of one worker of a `world_size` job whose other workers never come: its
+    rendezvous on a free loopback port can only wait, so it shows what a worker does on its own."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return job_env(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port))
+
+
 def torchrun_args(module: str, args: list[str], *, nproc: int = 2, max_restarts: int = 0) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
             f"--max-restarts={max_restarts}", "--monitor-interval=0.2", "-m", module, *args]
+
+
+def llm_args(ckpt, *extra, steps=20, every=10, model="tiny") -> list[str]:
+    """trainer.llm's arguments for the fault tests: a tiny model, small batches, short timeouts."""
+    return ["--model", model, "--steps", str(steps), "--batch-size", "2", "--seq-len", "64",
+            "--checkpoint-dir", str(ckpt), "--checkpoint-every", str(every), "--log-every", "5",
+            "--dist-timeout", "20", *extra]
+
+
+def elastic_agent_args(endpoint: str, run_id: str, *, nnodes: str = "2", max_restarts: int = 0,
+                       rdzv_conf: str = "timeout=120") -> list[str]:
+    """One torchrun agent (a pod, here) of a multi-node job on the etcd-v2 rendezvous."""
+    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", "--nproc-per-node=1",
+            "--rdzv-backend=etcd-v2", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}",
+            f"--rdzv-conf={rdzv_conf}", "--local-addr=127.0.0.1", f"--max-restarts={max_restarts}",
+            "--monitor-interval=0.2"]
+
+
+def wait_any(jobs: list["Job"], pattern: str, timeout: float) -> "Job":
+    """The first of `jobs` to print a line matching `pattern` (^ and $ match at each line)."""
+    rx, deadline = re.compile(pattern, re.MULTILINE), time.monotonic() + timeout
+    while True:
+        for job in jobs:
+            if rx.search(job.output):
+                return job
+        assert time.monotonic() < deadline, f"no {pattern!r} within {timeout}s:\n" + \
+            "\n---\n".join(j.output[-2500:] for j in jobs)
+        with jobs[0].cond:  # woken by a new line of the first job; the bound covers the others
+            jobs[0].cond.wait(timeout=0.2)
 
 
 class Job:
@@ -106,6 +146,19 @@ class Job:
 
     def stop(self) -> None:
         proc.stop(self.proc)
+
+
+def preempt(argv: list[str], after: str, timeout: float = 120.0) -> tuple[int, str]:
+    """Run a job, SIGTERM its torchrun (what the kubelet sends a pod's PID 1 on preemption) once a
+    line matches `after`, and return its exit status and output."""
+    job = Job(argv)
+    try:
+        job.wait_for(after)
+        job.proc.send_signal(signal.SIGTERM)
+        rc = job.finish(timeout=timeout)
+    finally:
+        job.stop()
+    return rc, job.output
 
 
 def run(argv: list[str], timeout: float = 180.0) -> tuple[int, str]:

@@ -1,0 +1,71 @@
+"""The LLM's data order (trainer/data.py): one global order of samples whatever the number of
+ranks, a permutation of the windows per epoch, and a position that is the global sample index."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from trainer.cli import UsageError
+from trainer.data import DataConfig, RankBatches
+
+SEQ = 7  # windows of 8 tokens
+
+
+@pytest.fixture
+def shards(tmp_path):
+    """Two shards holding 13 windows whose tokens name the window: window w is w*8 .. w*8+7."""
+    tokens = torch.arange(13 * (SEQ + 1), dtype=torch.int32).to(torch.uint16)
+    (tmp_path / "shard-00000.bin").write_bytes(tokens[:5 * (SEQ + 1) + 3].numpy().tobytes())  # 5 windows + a tail
+    (tmp_path / "shard-00001.bin").write_bytes(tokens[5 * (SEQ + 1):].numpy().tobytes())  # 8 windows
+    (tmp_path / "meta.json").write_text(json.dumps({"dtype": "uint16", "vocab_size": 1024,
+                                                    "shards": ["shard-00000.bin", "shard-00001.bin"]}))
+    return str(tmp_path)
+
+
+def _batches(source="synthetic", *, world=1, rank=0, micro=2, global_batch=8, seed=0) -> RankBatches:
+    return RankBatches(DataConfig(source, batch_size=micro, seq_len=SEQ, seed=seed), rank, world, 1024, global_batch)
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_a_step_cuts_the_same_micro_batches_from_the_global_batch_on_any_number_of_ranks(world):
+    ranks = [_batches(world=world, rank=r) for r in range(world)]
+    assert {r.accumulation for r in ranks} == {8 // (2 * world)}
+    micro_batches = [tuple(m) for r in ranks for m in r.step_samples(16)]
+    # Samples 16..23 (the third step), in the same pairs whatever the world size.
+    assert sorted(micro_batches) == [(16, 17), (18, 19), (20, 21), (22, 23)]
+
+
+def test_an_epoch_visits_every_window_once_in_an_order_seeded_by_seed_and_epoch(shards):
+    data = _batches(shards)
+    first, second = [data.window(s) for s in range(13)], [data.window(s) for s in range(13, 26)]
+    assert sorted(first) == sorted(second) == list(range(13))
+    assert first != second and first != list(range(13))
+    assert [_batches(shards, world=4, rank=3, micro=1, global_batch=4).window(s) for s in range(13)] == first
+    assert [_batches(shards, seed=1).window(s) for s in range(13)] != first
+    # The sample reads the window it names (the tail of shard 0 belongs to no window).
+    (inputs, labels), *_ = _batches(shards, micro=1, global_batch=1).next_step()
+    assert inputs[0, 0] == first[0] * (SEQ + 1) and torch.equal(inputs[:, 1:], labels[:, :-1])
+
+
+def test_the_position_is_the_global_sample_index_and_resumes_on_another_world_size(shards):
+    two = [_batches(shards, world=2, rank=r, micro=1, global_batch=4) for r in range(2)]
+    for r in two:
+        r.next_step()
+        r.next_step()
+    state = two[0].state_dict()
+    assert state == two[1].state_dict() == {"samples": 8}
+    one = _batches(shards, micro=2, global_batch=4)
+    one.load_state_dict(state)
+    resumed = torch.cat([x for x, _ in one.next_step()])
+    for r in two:
+        r.position = 8
+    uninterrupted = torch.cat([x for r in two for x, _ in r.next_step()])
+    assert torch.equal(resumed, uninterrupted)  # samples 8..11: the epoch's end and the next epoch's start
+
+
+def test_a_corpus_smaller_than_one_global_batch_is_a_usage_error(shards):
+    with pytest.raises(UsageError, match="holds 13 windows of 8 tokens, fewer than one step needs .*16"):
+        _batches(shards, global_batch=16)

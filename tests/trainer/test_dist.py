@@ -1,0 +1,79 @@
+"""trainer/dist.py in a real two-rank gloo group: the start-up bound and the shorter steady-state
+one, the flight recorder's folder, and an exit that no gloo thread can turn into SIGABRT."""
+
+from __future__ import annotations
+
+import subprocess
+
+from trainer_procs import REPO, job_env, torchrun_args
+
+SCRIPT = r"""
+import os, time
+import torch
+import torch.distributed as dist
+from trainer import dist as tdist
+
+rt = tdist.init(tdist.DistConfig(timeout_s=2, startup_timeout_s=60), checkpoint_group=True)
+print("FLIGHT RECORDER FOLDER", os.path.isdir(os.path.dirname(os.environ["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"])))
+
+def late_all_reduce():
+    # Rank 1 arrives 6 s late: within the start-up bound, past the steady-state one.
+    if rt.rank == 1:
+        time.sleep(6)
+    try:
+        dist.all_reduce(torch.ones(1))
+        return "ok"
+    except RuntimeError as exc:
+        return "timed out" if "Timed out" in str(exc) or "timed out" in str(exc) else f"error {exc}"
+
+print("STARTUP", rt.rank, late_all_reduce(), flush=True)
+tdist.end_startup(rt)
+print("STEADY", rt.rank, late_all_reduce(), flush=True)
+"""
+
+WORKER = r"""
+import atexit, sys
+import torch
+import torch.distributed as dist
+from trainer import dist as tdist
+from trainer.cli import run_main
+
+atexit.register(lambda: print("FINALIZED", flush=True))
+
+def main():
+    tdist.init()
+    try:
+        dist.all_reduce(torch.ones(1))
+        dist.barrier()  # the last collective: a gloo thread drops its work after wait() returns
+        sys.stdout.write("LAST LINE, NOT FLUSHED")
+        return 0
+    finally:
+        tdist.shutdown()
+
+run_main(main, finalize=False)
+"""
+
+
+def _run(script: str, tmp_path, **env):
+    path = tmp_path / "script.py"
+    path.write_text(script)
+    argv = torchrun_args("x", [])
+    at = argv.index("-m", 3)
+    return subprocess.run([*argv[:at], str(path)], cwd=REPO, env=job_env(**env), capture_output=True, text=True,
+                          timeout=180)
+
+
+def test_collectives_wait_out_the_start_up_bound_and_then_only_the_steady_state_one(tmp_path):
+    p = _run(SCRIPT, tmp_path, TORCH_NCCL_DEBUG_INFO_TEMP_FILE=str(tmp_path / "flight-recorder" / "rank-"))
+    out = p.stdout
+    assert "FLIGHT RECORDER FOLDER True" in out, out + p.stderr[-2000:]
+    assert "STARTUP 0 ok" in out and "STARTUP 1 ok" in out, out + p.stderr[-2000:]
+    assert "STEADY 0 timed out" in out, out + p.stderr[-2000:]
+
+
+def test_a_distributed_worker_exits_with_its_status_and_its_output_but_without_finalization(tmp_path):
+    """No gloo thread can then meet a finalizing interpreter (trainer.dist.exit_without_finalization)."""
+    p = _run(WORKER, tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.count("LAST LINE, NOT FLUSHED") == 2, p.stdout
+    assert "FINALIZED" not in p.stdout and "terminate called" not in p.stderr

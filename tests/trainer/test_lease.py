@@ -1,0 +1,121 @@
+"""The checkpoint directory's lease (trainer/lease.py): one run at a time, restarts of the same run
+welcome, stale leases taken over; and the refusal a second real run gets."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from trainer.lease import LEASE_FILE, Lease, LeaseHeld, Owner
+from trainer_procs import REPO, Job, job_env, llm_args, torchrun_args
+
+A = Owner("job-a-1234567890", "job-a-worker-0", 57)
+B = Owner("job-b-0987654321", "job-b-worker-0", 61)
+
+
+class Clock:
+    def __init__(self, now: float = 1_000_000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def record(directory) -> dict:
+    return json.loads((directory / LEASE_FILE).read_text())
+
+
+def test_a_live_lease_of_another_run_is_refused_naming_its_owner(tmp_path):
+    clock = Clock()
+    Lease(tmp_path, A, clock=clock).acquire()
+    clock.now += 60
+    with pytest.raises(LeaseHeld, match=r"in use by run job-a-1234567890 \(host job-a-worker-0, pid 57\), "
+                                        r"renewed 60 s ago"):
+        Lease(tmp_path, B, clock=clock).acquire()
+    assert record(tmp_path)["run"] == A.run
+
+
+def test_a_restart_of_the_same_run_on_another_pod_keeps_the_lease(tmp_path, capsys):
+    clock = Clock()
+    Lease(tmp_path, A, clock=clock).acquire()
+    clock.now += 5
+    restarted = Owner(A.run, "job-a-worker-1", 9)  # rank 0 now on another node, same rendezvous id
+    Lease(tmp_path, restarted, clock=clock).acquire()
+    assert record(tmp_path) | {"acquired": 0} == {"run": A.run, "host": "job-a-worker-1", "pid": 9, "acquired": 0,
+                                                  "renewed": clock.now, "ttl_s": 120.0}
+    assert "a restart of the same run" in capsys.readouterr().out
+
+
+def test_a_lease_not_renewed_within_its_life_is_taken_over_with_a_warning(tmp_path, capsys):
+    clock = Clock()
+    Lease(tmp_path, A, clock=clock).acquire()
+    clock.now += 121
+    Lease(tmp_path, B, clock=clock).acquire()
+    assert record(tmp_path)["run"] == B.run
+    assert "taking over the lease" in capsys.readouterr().err
+
+
+def test_renewal_keeps_a_lease_alive_and_notices_a_takeover(tmp_path):
+    clock = Clock()
+    a = Lease(tmp_path, A, clock=clock)
+    a.acquire()
+    for _ in range(10):  # 200 s of renewals every 20 s: never stale
+        clock.now += 20
+        a.renew()
+    with pytest.raises(LeaseHeld):
+        Lease(tmp_path, B, clock=clock).acquire()
+    clock.now += 500  # a stalled run: B takes over, and A's next renewal finds out
+    Lease(tmp_path, B, clock=clock).acquire()
+    a.renew()
+    assert a.lost_to.startswith(f"run {B.run}") and record(tmp_path)["run"] == B.run
+
+
+def test_a_local_owner_whose_process_is_gone_is_stale_at_once(tmp_path):
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          timeout=60)
+    me = Owner.of_this_process(env={})
+    dead = Owner("killed-run", me.host, int(done.stdout))
+    clock = Clock()
+    Lease(tmp_path, dead, clock=clock).acquire()
+    Lease(tmp_path, Owner("next-run", me.host, me.pid), clock=clock).acquire()
+    assert record(tmp_path)["run"] == "next-run"
+
+
+def test_a_finished_run_gives_the_lease_back_and_only_its_own(tmp_path):
+    clock = Clock()
+    a = Lease(tmp_path, A, clock=clock)
+    a.acquire()
+    a.release()
+    assert not (tmp_path / LEASE_FILE).exists()
+    Lease(tmp_path, B, clock=clock).acquire()
+    a.release()  # no longer A's: left alone
+    assert record(tmp_path)["run"] == B.run
+
+
+def test_the_run_id_is_torchruns_rendezvous_id_else_host_and_pid():
+    assert Owner.of_this_process(env={"TORCHELASTIC_RUN_ID": "llama-abc"}).run == "llama-abc"
+    me = Owner.of_this_process(env={})
+    assert me.run == f"{me.host}:{os.getpid()}"
+
+
+@pytest.mark.slow
+def test_a_second_run_on_a_directory_in_use_is_refused_in_one_line_and_the_first_carries_on(tmp_path):
+    first = Job(torchrun_args("trainer.llm", llm_args(tmp_path, steps=5000, every=1000)))
+    try:
+        first.wait_for(r"^step\s+5 ")
+        second = subprocess.run([sys.executable, "-m", "trainer.llm", *llm_args(tmp_path, steps=10)], cwd=REPO,
+                                env=job_env(), capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2, second.stderr[-2000:]
+        [line] = second.stderr.strip().splitlines()[-1:]
+        assert re.match(rf"error: {tmp_path} is in use by run \S+ \(host \S+, pid \d+\), renewed \d+ s ago", line), line
+        assert "step " not in second.stdout
+        assert first.proc.poll() is None  # still training
+        seen = len(first.lines)
+        first.wait_for(r"^step\s+\d+ ", start=seen)
+    finally:
+        first.stop()

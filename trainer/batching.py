@@ -1,0 +1,106 @@
+"""The global batch, fixed for a run whatever the number of ranks, and what each step does with it.
+
+A run trains on `global batch` samples (sequences, images) per optimizer step over all ranks;
+each rank runs global / (ranks x micro-batch) forward and backward passes of its micro-batch per
+step and accumulates their gradients (gradient accumulation). The value is part of the run's
+record (DIR/model.json): a resume on another number of ranks keeps it, and changing it takes an
+explicit flag. Only the accumulation changes with the world size.
+
+Gradient reduction during accumulation: DDP (trainer.vision) skips its all-reduce on all but the
+last micro-batch (`no_sync`). FSDP2 (trainer.llm) reduce-scatters every micro-batch, its default:
+skipping it would keep every parameter's unsharded gradient on every rank until the last
+micro-batch, the whole model's size in gradients (140 GB for 70B in bf16), which is what sharding
+exists to avoid; the reduce-scatter overlaps the backward (pytorch/torchtitan#292, FSDP2's author).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from config.kubernetes import EXIT_NONFINITE
+from trainer.cli import Parser, UsageError, WorkerExit, positive_int
+
+GLOBAL_BATCH = "global_batch_size"  # its key in the run's record (DIR/model.json)
+
+
+def add_global_batch_arguments(p: Parser, unit: str) -> None:
+    """--global-batch-size and --allow-global-batch-change, as both trainers read them."""
+    p.add_argument("--global-batch-size", type=positive_int, default=None,
+                   help=f"{unit} per optimizer step over all ranks, the same on any number of ranks; each rank "
+                        "accumulates global / (ranks x --batch-size) micro-batches per step (default: the one the "
+                        "checkpoints were trained with, else ranks x --batch-size)")
+    p.add_argument("--allow-global-batch-change", action="store_true",
+                   help="resume with another --global-batch-size than the checkpoints were trained with")
+
+
+def world_size_from_env() -> int:
+    """The number of ranks torchrun started (WORLD_SIZE), known before the process group exists,
+    so that a global batch that does not divide is one line on every rank, not a half-started job."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def resolve_global_batch(requested: int | None, recorded: int | None, *, allow_change: bool, world_size: int,
+                         micro_batch: int, unit: str) -> int:
+    """The global batch this run trains with: --global-batch-size; else the one its checkpoints
+    were trained with (`recorded`, from the run's record); else ranks x --batch-size. A resume that
+    asks for another value than its checkpoints' needs --allow-global-batch-change."""
+    if requested is not None and recorded is not None and requested != recorded and not allow_change:
+        raise UsageError("--global-batch-size", f"the checkpoints were trained with a global batch of {recorded} "
+                                                f"{unit}, not {requested}; pass --allow-global-batch-change to change "
+                                                "it, or drop --global-batch-size to keep it")
+    value = requested or recorded or world_size * micro_batch
+    if value % (world_size * micro_batch):
+        source = "--global-batch-size" if requested else f"the checkpoints' global batch"
+        raise UsageError("--global-batch-size", f"{source} {value} is not a multiple of {world_size} ranks x "
+                                                f"--batch-size {micro_batch} = {world_size * micro_batch}; choose a "
+                                                "multiple, or another --batch-size")
+    return value
+
+
+def micro_batch_sync(model: torch.nn.Module, *, last: bool):
+    """Context for one micro-batch's forward and backward: DDP reduces only the last one's
+    gradients (with everything accumulated so far); any other model reduces as it always does."""
+    if isinstance(model, DistributedDataParallel) and not last:
+        return model.no_sync()
+    return contextlib.nullcontext()
+
+
+class NonFiniteLoss(WorkerExit):
+    """Too many optimizer steps in a row were skipped for a non-finite loss or gradient."""
+
+    def __init__(self, message: str):
+        super().__init__(message, EXIT_NONFINITE)
+
+
+class NonFiniteSteps:
+    """Decides, the same on every rank, whether a step's loss or gradient norm is not finite; the
+    caller then skips the optimizer step. After `limit` such steps in a row the run stops: the
+    model is not learning, and more steps only burn the allocation."""
+
+    def __init__(self, rt, limit: int):
+        self.rt, self.limit = rt, limit
+        self.in_a_row, self.total = 0, 0
+
+    def check(self, *values: torch.Tensor) -> bool:
+        """True when any of `values` is not finite on any rank (one scalar all-reduce, one host
+        read: the optimizer must know before it steps)."""
+        bad = torch.stack([(~torch.isfinite(v.detach())).any() for v in values]).any().to(torch.float32)
+        if self.rt.world_size > 1:
+            dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+        skipped = bool(bad.item())
+        self.in_a_row = self.in_a_row + 1 if skipped else 0
+        self.total += skipped
+        return skipped
+
+    def stop_at_limit(self, step: int) -> None:
+        """After the step's metrics: NonFiniteLoss once `limit` steps in a row were skipped."""
+        if self.in_a_row >= self.limit:
+            raise NonFiniteLoss(f"steps {step - self.in_a_row + 1} to {step}: {self.in_a_row} steps in a row "
+                                "had a non-finite loss or gradient norm and were skipped (--max-nonfinite-steps "
+                                f"{self.limit}); stopping. Lower --lr or check the data; the checkpoints hold the "
+                                "last good weights")

@@ -1,0 +1,177 @@
+"""A lease on a checkpoint directory, so that two runs never write one directory at once.
+
+DIR/LEASE is a small JSON record of its owner: the run, the host and process of its rank 0, when
+it was taken and when it was last renewed. Rank 0 takes it before resume touches the directory
+and renews it every RENEW_S seconds from a background thread while the run lives.
+
+- "The same run" is torchrun's run id (TORCHELASTIC_RUN_ID, the --rdzv-id): on the cluster the
+  PyTorchJob's rdzvId, the job's name and a digest of its spec, the same for every pod and every
+  restart of that job and new for a resubmitted one; under `torchrun --standalone` a fresh id per
+  invocation. Without torchrun it is host:pid. A lease of the same run is taken over at once:
+  torchrun restarting its workers, or a pod restarted on another node, is the same run.
+- A lease of another run is refused while it is live, with one line naming its owner.
+- It is stale, and taken over with a log line, when it was not renewed for TTL_S seconds, or at
+  once when its owner ran on this host and its process is gone (a local run that was killed).
+- A run that finishes releases it; one that stops early (preempted, failed) keeps it, so that
+  no other run takes the directory while the job restarts; it goes stale if the job never does.
+
+A record and not only flock: the owner must be named and must survive the process (a restarting
+job keeps the directory), and a lock held by a dead client is the file system's to recover.
+flock is still taken around reading and writing the record where the file system has it (FSx
+for Lustre mounted with `flock`, k8s/fsx_storage.py), so two runs starting at the same moment
+cannot both win.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import socket
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from trainer.log import log, warn
+
+LEASE_FILE = "LEASE"
+LOCK_FILE = ".LEASE.lock"
+TTL_S = 120.0
+RENEW_S = 20.0
+
+
+class LeaseHeld(Exception):
+    """Another live run owns the directory."""
+
+
+@dataclass(frozen=True)
+class Owner:
+    run: str
+    host: str
+    pid: int
+
+    @classmethod
+    def of_this_process(cls, env=os.environ) -> "Owner":
+        host, pid = socket.gethostname(), os.getpid()
+        return cls(env.get("TORCHELASTIC_RUN_ID") or f"{host}:{pid}", host, pid)
+
+    def __str__(self) -> str:
+        return f"run {self.run} (host {self.host}, pid {self.pid})"
+
+
+class Lease:
+    def __init__(self, directory: Path, owner: Owner, *, ttl_s: float = TTL_S, clock=time.time):
+        self.path, self.lock_path = Path(directory) / LEASE_FILE, Path(directory) / LOCK_FILE
+        self.owner, self.ttl_s, self.clock = owner, ttl_s, clock
+        self.acquired_at: float | None = None
+        self.lost_to: str | None = None  # set when another run took the lease over
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- taking and giving back ------------------------------------------------------------------
+
+    def acquire(self) -> None:
+        """Take the lease, or raise LeaseHeld naming the live owner."""
+        with self._locked():
+            record = self._read()
+            now = self.clock()
+            if record is not None and record.get("run") != self.owner.run:
+                age = now - float(record.get("renewed", 0))
+                holder = _describe(record)
+                if age < self.ttl_s and not self._gone(record):
+                    raise LeaseHeld(f"{self.path.parent} is in use by {holder}, renewed {age:.0f} s ago; "
+                                    f"a lease not renewed for {self.ttl_s:.0f} s is taken over, or remove "
+                                    f"{self.path} once that run is gone")
+                why = "its process is gone" if self._gone(record) else f"not renewed for {age:.0f} s"
+                warn(f"taking over the lease on {self.path.parent} from {holder}: {why}")
+            elif record is not None:
+                log(f"Lease on {self.path.parent} kept by {self.owner} (a restart of the same run)")
+            self.acquired_at = now
+            self._write(now)
+
+    def release(self) -> None:
+        """Give the lease back (a run that finished); only our own record is removed."""
+        self.stop_renewing()
+        with self._locked():
+            record = self._read()
+            if record is not None and record.get("run") == self.owner.run:
+                self.path.unlink(missing_ok=True)
+
+    # --- renewing -------------------------------------------------------------------------------
+
+    def renew(self) -> None:
+        with self._locked():
+            record = self._read()
+            if record is not None and record.get("run") != self.owner.run:
+                self.lost_to = _describe(record)
+                return
+            self._write(self.clock())
+
+    def start_renewing(self, every_s: float = RENEW_S) -> None:
+        def loop():
+            while not self._stop.wait(every_s) and self.lost_to is None:
+                try:
+                    self.renew()
+                except OSError as exc:  # a file-system hiccup: the next renewal may succeed
+                    warn(f"could not renew the lease {self.path}: {exc}")
+            if self.lost_to is not None:
+                warn(f"the lease on {self.path.parent} was taken over by {self.lost_to}; no more checkpoints "
+                     "are written by this run")
+
+        self._thread = threading.Thread(target=loop, name="checkpoint-lease", daemon=True)
+        self._thread.start()
+
+    def stop_renewing(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    # --- the record -----------------------------------------------------------------------------
+
+    def _read(self) -> dict | None:
+        try:
+            record = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            return {"run": "(an unreadable lease file)", "renewed": 0}  # not ours; stale at once
+        return record if isinstance(record, dict) else {"run": "(an unreadable lease file)", "renewed": 0}
+
+    def _write(self, now: float) -> None:
+        record = {**asdict(self.owner), "acquired": self.acquired_at, "renewed": now, "ttl_s": self.ttl_s}
+        tmp = self.path.with_name(f".{LEASE_FILE}.{self.owner.pid}.tmp")
+        tmp.write_text(json.dumps(record) + "\n")
+        os.replace(tmp, self.path)
+
+    def _gone(self, record: dict) -> bool:
+        """The owner ran on this host and its process no longer exists."""
+        if record.get("host") != self.owner.host or not isinstance(record.get("pid"), int):
+            return False
+        try:
+            os.kill(record["pid"], 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    @contextmanager
+    def _locked(self):
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError as exc:  # a mount without flock (Lustre's noflock: ENOSYS)
+                if exc.errno not in (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+
+def _describe(record: dict) -> str:
+    return f"run {record.get('run')} (host {record.get('host')}, pid {record.get('pid')})"

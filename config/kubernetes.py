@@ -21,7 +21,7 @@ GPU_TAINT_VALUE = "true"
 GPU_TAINT_EFFECT = "NoSchedule"
 
 # The system node group's name: its NODEGROUP_LABEL value and its key among the cluster's node
-# groups. No training group may take it (config/environment.py refuses it).
+# groups. No training group may take it (config/nodegroup_parser.py refuses it).
 SYSTEM_NODEGROUP = "system"
 RESERVED_NODEGROUP_NAMES = (SYSTEM_NODEGROUP,)
 

@@ -6,7 +6,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from config.environment import Environment, load_environment, parse_environments, read_account_and_region
+from config.environment import Environment
+from config.environment_parser import load_environment, parse_environments, read_account_and_region
 from config.errors import ConfigError
 from config.reader import ObjectReader, check_type, string_list
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import aws_cdk as cdk
 
 from config import ConfigError, Environment, load_environment
-from config.pipeline import PIPELINE_STACK_ID, PipelineSettings, load_pipeline, owned_by_pipeline
+from config.outputs import PIPELINE_STACK_ID
+from config.pipeline import PipelineSettings, load_pipeline, owned_by_pipeline
 
 
 def environment_stage(app: cdk.App, config: Environment, pipeline: PipelineSettings | None):

@@ -17,6 +17,10 @@ from config import Environment, Nodegroup
 from config import addons as addon_names
 from config.addons import TAKES_OVER_SELF_MANAGED, configuration_values
 from config.kubernetes import SYSTEM_NODEGROUP, SYSTEM_ROLE, TRAINING_NAMESPACE, TRAINING_ROLE
+from config.outputs import (
+    CLUSTER_NAME_OUTPUT, CLUSTER_SECURITY_GROUP_OUTPUT, EFA_SECURITY_GROUP_OUTPUT, KUBECONFIG_COMMAND_DEPLOYER_OUTPUT,
+    KUBECONFIG_COMMAND_OUTPUT,
+)
 from stacks.removal import apply_removal_policy
 
 CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
@@ -121,11 +125,11 @@ class ClusterStack(cdk.Stack):
         # The log groups carry the cluster's name and the secrets key serves the cluster alone: kept,
         # they would block the environment's next deploy or bill for nothing (stacks/removal.py).
         apply_removal_policy(self, config, always_deleted=(self.logs, self.secrets_key))
-        cdk.CfnOutput(self, "ClusterName", value=self.cluster.cluster_name, description="EKS cluster name")
-        cdk.CfnOutput(self, "ClusterSecurityGroupId", value=self.cluster.cluster_security_group_id,
+        cdk.CfnOutput(self, CLUSTER_NAME_OUTPUT, value=self.cluster.cluster_name, description="EKS cluster name")
+        cdk.CfnOutput(self, CLUSTER_SECURITY_GROUP_OUTPUT, value=self.cluster.cluster_security_group_id,
                       description="EKS cluster security group (every node carries it)")
         self._kubeconfig_outputs()
-        cdk.CfnOutput(self, "EfaSecurityGroupId", value=self.efa_security_group.security_group_id,
+        cdk.CfnOutput(self, EFA_SECURITY_GROUP_OUTPUT, value=self.efa_security_group.security_group_id,
                       description="Self-referencing security group on every EFA interface")
 
     def _kubeconfig_outputs(self) -> None:
@@ -133,10 +137,10 @@ class ClusterStack(cdk.Stack):
         role, and as the deployer itself when one is configured."""
         config = self.config
         if config.admin_role_arns:
-            cdk.CfnOutput(self, "KubeconfigCommand", value=" ".join(config.update_kubeconfig_command(
+            cdk.CfnOutput(self, KUBECONFIG_COMMAND_OUTPUT, value=" ".join(config.update_kubeconfig_command(
                 config.admin_role_arns[0])), description="kubeconfig for kubectl, assuming the first admin role")
         if config.deployer_principal_arn:
-            cdk.CfnOutput(self, "KubeconfigCommandDeployer", value=" ".join(config.update_kubeconfig_command()),
+            cdk.CfnOutput(self, KUBECONFIG_COMMAND_DEPLOYER_OUTPUT, value=" ".join(config.update_kubeconfig_command()),
                           description="kubeconfig for kubectl, as the deployer principal")
 
     def _add_system_nodegroup(self) -> None:

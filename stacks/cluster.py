@@ -16,7 +16,7 @@ from cdk_constructs.managed_nodegroup import ManagedNodegroup
 from config import Environment, Nodegroup
 from config import addons as addon_names
 from config.addons import TAKES_OVER_SELF_MANAGED, configuration_values
-from config.kubernetes import SYSTEM_NODEGROUP, SYSTEM_ROLE, TRAINING_NAMESPACE, TRAINING_ROLE
+from config.kubernetes import KUBE_SYSTEM_NAMESPACE, SYSTEM_NODEGROUP, SYSTEM_ROLE, TRAINING_NAMESPACE, TRAINING_ROLE
 from config.outputs import (
     CLUSTER_NAME_OUTPUT, CLUSTER_SECURITY_GROUP_OUTPUT, EFA_SECURITY_GROUP_OUTPUT, KUBECONFIG_COMMAND_DEPLOYER_OUTPUT,
     KUBECONFIG_COMMAND_OUTPUT,
@@ -31,8 +31,8 @@ CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly")
 VPC_CNI_POLICY = "AmazonEKS_CNI_Policy"
 POD_IDENTITY_SERVICE = "pods.eks.amazonaws.com"
-# Where each add-on's pods that call AWS run, and as whom (the add-ons' own charts).
-ADDON_NAMESPACE = "kube-system"
+# Where each add-on's pods that call AWS run (KUBE_SYSTEM_NAMESPACE, or their own), and as whom
+# (the add-ons' own charts).
 VPC_CNI_SERVICE_ACCOUNT = "aws-node"
 FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
 CLOUDWATCH_NAMESPACE = "amazon-cloudwatch"
@@ -192,7 +192,7 @@ class ClusterStack(cdk.Stack):
         # v1.15.5-eksbuild.1, "IAM roles for Amazon EKS add-ons", add-ons-iam.html); the agent runs
         # on the host network, so it answers before any pod network exists.
         cni_role = self._pod_identity_role("VpcCniRole", "VPC CNI: attach ENIs and assign pod IP addresses",
-                                           namespace=ADDON_NAMESPACE, service_account=VPC_CNI_SERVICE_ACCOUNT)
+                                           namespace=KUBE_SYSTEM_NAMESPACE, service_account=VPC_CNI_SERVICE_ACCOUNT)
         cni_role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(VPC_CNI_POLICY))
         self._addon(addon_names.VPC_CNI, after=[pod_identity_agent], pod_identity={VPC_CNI_SERVICE_ACCOUNT: cni_role})
         self._addon(addon_names.KUBE_PROXY)
@@ -200,7 +200,7 @@ class ClusterStack(cdk.Stack):
         self._addon(addon_names.COREDNS, after=[system_nodes])
 
         fsx_role = self._pod_identity_role("FsxCsiRole", "FSx CSI driver: read file system descriptions for static volumes",
-                                           namespace=ADDON_NAMESPACE, service_account=FSX_CSI_SERVICE_ACCOUNT)
+                                           namespace=KUBE_SYSTEM_NAMESPACE, service_account=FSX_CSI_SERVICE_ACCOUNT)
         # Volumes are static (the Storage stack creates the file system), so the driver only needs
         # to describe file systems; no create, delete or update rights.
         fsx_role.add_to_policy(iam.PolicyStatement(

@@ -12,7 +12,7 @@ from constructs import Construct
 
 from cdk_constructs.efa_nodegroup import EfaNodegroup, efa_self_referencing_security_group
 from cdk_constructs.log_groups import EncryptedLogs
-from cdk_constructs.managed_nodegroup import ManagedNodegroup
+from cdk_constructs.managed_nodegroup import ManagedNodegroup, NodegroupOptions
 from config import Environment, Nodegroup
 from config import addons as addon_names
 from config.addons import TAKES_OVER_SELF_MANAGED, configuration_values
@@ -148,32 +148,35 @@ class ClusterStack(cdk.Stack):
         # Spread across every zone: cluster services must survive the loss of one.
         self._register(SYSTEM_NODEGROUP, ManagedNodegroup(
             self, "SystemNodegroup",
-            cluster=self.cluster, name=SYSTEM_NODEGROUP, role=SYSTEM_ROLE, instance_type=system.instance_type,
+            cluster=self.cluster, role=SYSTEM_ROLE,
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
-            min_size=system.min_size, max_size=system.max_size, desired_size=system.min_size,
-            node_role=self.node_role,
+            options=NodegroupOptions(name=SYSTEM_NODEGROUP, instance_type=system.instance_type,
+                                     min_size=system.min_size, max_size=system.max_size,
+                                     desired_size=system.min_size, node_role=self.node_role),
         ).nodegroup)
 
     def _add_cpu_nodegroup(self, group: Nodegroup, subnet: ec2.ISubnet) -> None:
         self._register(group.name, ManagedNodegroup(
             self, f"Cpu-{group.name}",
-            cluster=self.cluster, name=group.name, role=TRAINING_ROLE, instance_type=group.instance_type,
+            cluster=self.cluster, role=TRAINING_ROLE, options=self._options(group),
             # Training workers sit next to FSx, in the training zone only.
             subnets=ec2.SubnetSelection(subnets=[subnet]),
-            min_size=group.min_size, max_size=group.max_size, desired_size=group.desired_size,
-            node_role=self.node_role, auto_repair=group.auto_repair,
         ).nodegroup)
 
     def _add_gpu_nodegroup(self, group: Nodegroup, subnet: ec2.ISubnet) -> None:
         efa = EfaNodegroup(
             self, f"Gpu-{group.name}",
-            cluster=self.cluster, name=group.name, instance_type=group.instance_type, subnet=subnet,
-            min_size=group.min_size, max_size=group.max_size, desired_size=group.desired_size,
-            capacity_type=group.capacity.type, reservation_id=group.capacity.reservation_id,
-            efa_security_group=self.efa_security_group, node_role=self.node_role, auto_repair=group.auto_repair,
+            cluster=self.cluster, options=self._options(group), subnet=subnet,
+            efa_security_group=self.efa_security_group,
         )
         self._register(group.name, efa.nodegroup)
         self.efa_nodegroups[group.name] = efa
+
+    def _options(self, group: Nodegroup) -> NodegroupOptions:
+        return NodegroupOptions(
+            name=group.name, instance_type=group.instance_type, min_size=group.min_size, max_size=group.max_size,
+            desired_size=group.desired_size, capacity_type=group.capacity.type,
+            reservation_id=group.capacity.reservation_id, node_role=self.node_role, auto_repair=group.auto_repair)
 
     def _register(self, name: str, nodegroup: eks.Nodegroup) -> None:
         # config/ refuses reserved and repeated names; an Environment built in code must not

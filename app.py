@@ -16,7 +16,9 @@ from pathlib import Path
 import aws_cdk as cdk
 
 from config import ConfigError, Environment, load_environment
-from config.pipeline import PIPELINE_STACK_ID, PipelineSettings, load_pipeline, owned_by_pipeline
+from config.kubernetes import EXIT_USAGE
+from config.outputs import PIPELINE_STACK_ID
+from config.pipeline import PipelineSettings, load_pipeline, owned_by_pipeline
 
 
 def environment_stage(app: cdk.App, config: Environment, pipeline: PipelineSettings | None):
@@ -42,7 +44,7 @@ def main() -> int:
             pipeline = load_pipeline(pipeline_context, app.node.try_get_context("promotion"), environments)
     except ConfigError as err:
         print(err.line(), file=sys.stderr)
-        return 2
+        return EXIT_USAGE
 
     from k8s.sinks import write_dist
 

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
-from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from cdk_constructs.managed_nodegroup import ManagedNodegroup
+from cdk_constructs.managed_nodegroup import ManagedNodegroup, NodegroupOptions
 from cdk_constructs.node_launch_template import NetworkInterfaceSpec
 from cdk_constructs.security_group_rules import allow_from, allow_to
-from config.instance_types import InstanceType
 from config.kubernetes import TRAINING_ROLE
 
 MIN_GPU_ROOT_VOLUME_GIB = 100
@@ -30,32 +28,16 @@ class EfaNodegroup(Construct):
     (ISecurityGroup or None), `efa_interface_count`, `labels`, `capacity_type`.
     """
 
-    def __init__(
-        self,
-        scope: Construct,
-        id: str,
-        *,
-        cluster: eks.ICluster,
-        name: str,
-        instance_type: InstanceType,
-        subnet: ec2.ISubnet,
-        min_size: int,
-        max_size: int,
-        desired_size: int,
-        capacity_type: str = "onDemand",
-        reservation_id: str | None = None,
-        cluster_security_group_id: str | None = None,
-        efa_security_group: ec2.ISecurityGroup | None = None,
-        node_role: iam.IRole | None = None,
-        root_volume_gib: int | None = None,
-        auto_repair: bool = True,
-    ) -> None:
+    def __init__(self, scope: Construct, id: str, *, cluster: eks.ICluster, options: NodegroupOptions,
+                 subnet: ec2.ISubnet, cluster_security_group_id: str | None = None,
+                 efa_security_group: ec2.ISecurityGroup | None = None) -> None:
         super().__init__(scope, id)
+        instance_type, capacity_type, volume_gib = options.instance_type, options.capacity_type, options.root_volume_gib
         if not instance_type.is_gpu:
             raise ValueError(f"{self.node.path}: {instance_type.name} has no GPUs; EfaNodegroup is for GPU instance types")
-        if root_volume_gib is not None and root_volume_gib < MIN_GPU_ROOT_VOLUME_GIB:
+        if volume_gib is not None and volume_gib < MIN_GPU_ROOT_VOLUME_GIB:
             raise ValueError(f"{self.node.path}: root_volume_gib must be at least {MIN_GPU_ROOT_VOLUME_GIB} "
-                             f"for GPU images, got {root_volume_gib}")
+                             f"for GPU images, got {volume_gib}")
         self.instance_type = instance_type
         self.capacity_type = capacity_type
         self.efa_interface_count = instance_type.efa_interfaces
@@ -81,13 +63,9 @@ class EfaNodegroup(Construct):
 
         self.group = ManagedNodegroup(
             self, "Group",
-            cluster=cluster, name=name, role=TRAINING_ROLE, instance_type=instance_type,
-            subnets=ec2.SubnetSelection(subnets=[subnet]),
-            min_size=min_size, max_size=max_size, desired_size=desired_size, node_role=node_role,
-            capacity_type=capacity_type, reservation_id=reservation_id,
+            cluster=cluster, options=options, role=TRAINING_ROLE, subnets=ec2.SubnetSelection(subnets=[subnet]),
             network_interfaces=interfaces,
             placement_group_name=self.placement_group.ref if self.placement_group else None,
-            root_volume_gib=root_volume_gib, auto_repair=auto_repair,
         )
         self.nodegroup = self.group.nodegroup
         self.launch_template = self.group.launch_template

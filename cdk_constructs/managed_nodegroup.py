@@ -11,6 +11,7 @@ What a group gets follows from its instance type (config/instance_types.py) and 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 from aws_cdk import aws_ec2 as ec2
@@ -55,6 +56,24 @@ def root_volume(instance_type: InstanceType) -> dict[str, int]:
     return dict(OS_ROOT_VOLUME)
 
 
+@dataclass(frozen=True)
+class NodegroupOptions:
+    """What a node group is, whichever construct builds it (aws-eks-v2's NodegroupOptions): its
+    name in the config, instance type, sizes and capacity, its nodes' role, root volume and repair.
+    Where it runs and how its interfaces are wired are the constructs' own props. `root_volume_gib`
+    None takes the size the instance type needs (root_volume)."""
+    name: str
+    instance_type: InstanceType
+    min_size: int
+    max_size: int
+    desired_size: int
+    capacity_type: str = "onDemand"
+    reservation_id: str | None = None
+    node_role: iam.IRole | None = None
+    root_volume_gib: int | None = None
+    auto_repair: bool = True
+
+
 class ManagedNodegroup(Construct):
     """A managed node group and its launch template.
 
@@ -62,35 +81,18 @@ class ManagedNodegroup(Construct):
     `labels`, `instance_type`, `capacity_type`.
     """
 
-    def __init__(
-        self,
-        scope: Construct,
-        id: str,
-        *,
-        cluster: eks.ICluster,
-        name: str,
-        role: str,
-        instance_type: InstanceType,
-        subnets: ec2.SubnetSelection,
-        min_size: int,
-        max_size: int,
-        desired_size: int,
-        node_role: iam.IRole | None = None,
-        capacity_type: str = "onDemand",
-        reservation_id: str | None = None,
-        network_interfaces: Sequence[NetworkInterfaceSpec] = (),
-        placement_group_name: str | None = None,
-        root_volume_gib: int | None = None,
-        auto_repair: bool = True,
-    ) -> None:
+    def __init__(self, scope: Construct, id: str, *, cluster: eks.ICluster, options: NodegroupOptions, role: str,
+                 subnets: ec2.SubnetSelection, network_interfaces: Sequence[NetworkInterfaceSpec] = (),
+                 placement_group_name: str | None = None) -> None:
         super().__init__(scope, id)
-        self._validate(name, role, min_size, max_size, desired_size, capacity_type, reservation_id, instance_type)
+        self._validate(options, role)
+        name, instance_type, capacity_type = options.name, options.instance_type, options.capacity_type
         self.instance_type = instance_type
         self.capacity_type = capacity_type
         gpu = instance_type.is_gpu
         volume = root_volume(instance_type)
-        if root_volume_gib is not None:
-            volume["root_volume_gib"] = root_volume_gib
+        if options.root_volume_gib is not None:
+            volume["root_volume_gib"] = options.root_volume_gib
 
         self.launch_template = NodeLaunchTemplate(
             self, "LaunchTemplate",
@@ -98,7 +100,7 @@ class ManagedNodegroup(Construct):
             **volume,
             network_interfaces=network_interfaces,
             placement_group_name=placement_group_name,
-            capacity_reservation_id=reservation_id,
+            capacity_reservation_id=options.reservation_id,
             capacity_block=capacity_type == "capacityBlock",
             user_data=node_user_data(instance_type),
         )
@@ -116,11 +118,11 @@ class ManagedNodegroup(Construct):
             capacity_type=_CAPACITY_TYPES[capacity_type],
             launch_template_spec=self.launch_template.spec,
             subnets=subnets,
-            min_size=min_size, max_size=max_size, desired_size=desired_size,
+            min_size=options.min_size, max_size=options.max_size, desired_size=options.desired_size,
             labels=self.labels,
             taints=[eks.TaintSpec(effect=_TAINT_EFFECTS[GPU_TAINT_EFFECT], key=GPU_TAINT_KEY, value=GPU_TAINT_VALUE)]
             if gpu else None,
-            node_role=node_role,
+            node_role=options.node_role,
             # A GPU node mid-training is not evicted past its disruption budget: the update fails
             # and says so (PodEvictionFailure) instead.
             force_update=not gpu,
@@ -128,13 +130,15 @@ class ManagedNodegroup(Construct):
         resource: eks.CfnNodegroup = self.nodegroup.node.default_child
         # Set on the resource: the L2 leaves the property out when repair is off, and an absent
         # property would not turn repair off on a group that had it.
-        resource.node_repair_config = eks.CfnNodegroup.NodeRepairConfigProperty(enabled=auto_repair)
+        resource.node_repair_config = eks.CfnNodegroup.NodeRepairConfigProperty(enabled=options.auto_repair)
         resource.update_config = eks.CfnNodegroup.UpdateConfigProperty(
             max_unavailable=MAX_UNAVAILABLE, update_strategy=GPU_UPDATE_STRATEGY if gpu else CPU_UPDATE_STRATEGY)
 
-    def _validate(self, name, role, min_size, max_size, desired_size, capacity_type, reservation_id,
-                  instance_type) -> None:
+    def _validate(self, options: NodegroupOptions, role: str) -> None:
         where = self.node.path
+        name, instance_type, capacity_type = options.name, options.instance_type, options.capacity_type
+        min_size, max_size, desired_size = options.min_size, options.max_size, options.desired_size
+        reservation_id = options.reservation_id
 
         def fail(message: str) -> None:
             raise ValueError(f"{where}: {message}")

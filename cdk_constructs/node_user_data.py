@@ -23,8 +23,7 @@ nodes: locked memory and maxPods").
 from __future__ import annotations
 
 from config.instance_types import InstanceType
-from config.kubernetes import GPU_CONTAINER_MEMLOCK
-from k8s.common import EFA_HUGEPAGES_2MI
+from config.kubernetes import EFA_NODE_HUGEPAGES, GPU_CONTAINER_MEMLOCK
 
 # Fixed, not random: a node group is recycled whenever its launch data changes, so two synths of
 # one config must produce byte-identical user data.
@@ -38,10 +37,7 @@ SHELL_CONTENT_TYPE = 'text/x-shellscript; charset="us-ascii"'
 # volumes then live on local NVMe, not on the EBS root volume.
 LOCAL_STORAGE_STRATEGY = "RAID0"
 
-HUGEPAGE_MIB = 2
-# Training pods fill their node (k8s/common.py accelerator_resources): one EFA pod per node.
-EFA_PODS_PER_NODE = 1
-# Why the node reserves huge pages itself. What could be established offline:
+# Why the node reserves huge pages itself (EFA_NODE_HUGEPAGES of them, config/kubernetes.py). What could be established offline:
 # - The AL2023 AMI build installs EFA with `efa_installer.sh --minimal -y`
 #   (amazon-eks-ami templates/al2023/provisioners/install-efa.sh), and nothing in the AMI's build
 #   or runtime files sets vm.nr_hugepages (a search of the repository finds none).
@@ -70,13 +66,6 @@ HUGEPAGES_SYSCTL_FILE = "/etc/sysctl.d/90-eks-distributed-training-efa-hugepages
 CONTAINERD_DROP_IN = "/etc/systemd/system/containerd.service.d/90-eks-distributed-training-memlock.conf"
 # systemd's spelling of the limit `ulimit -l` reports as GPU_CONTAINER_MEMLOCK.
 SYSTEMD_MEMLOCK = {"unlimited": "infinity"}[GPU_CONTAINER_MEMLOCK]
-
-
-def efa_hugepages() -> int:
-    """2 MiB pages one EFA node needs for the pods it runs (k8s/common.py EFA_HUGEPAGES_2MI)."""
-    if not EFA_HUGEPAGES_2MI.endswith("Mi"):
-        raise ValueError(f"EFA_HUGEPAGES_2MI must be in Mi, got {EFA_HUGEPAGES_2MI!r}")
-    return int(EFA_HUGEPAGES_2MI.removesuffix("Mi")) // HUGEPAGE_MIB * EFA_PODS_PER_NODE
 
 
 def node_config() -> str:
@@ -119,7 +108,7 @@ def node_script(instance_type: InstanceType) -> str | None:
     if instance_type.is_gpu:
         sections.append(memlock_section())
     if instance_type.supports_efa:
-        sections.append(hugepages_section(efa_hugepages()))
+        sections.append(hugepages_section(EFA_NODE_HUGEPAGES))
     if not sections:
         return None
     lines = ["#!/bin/bash", "set -o errexit -o nounset -o pipefail"]

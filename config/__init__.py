@@ -3,8 +3,9 @@
 No CDK imports here: the trainer image and the ops CLI read these modules too.
 """
 
-from config.environment import Environment, Nodegroup, load_environment
+from config.environment import Environment, Nodegroup
+from config.environment_parser import load_environment
 from config.errors import ConfigError
-from config.instance_types import INSTANCE_TYPES, InstanceType, lookup
+from config.instance_types import INSTANCE_TYPES, InstanceType
 
-__all__ = ["ConfigError", "Environment", "INSTANCE_TYPES", "InstanceType", "Nodegroup", "load_environment", "lookup"]
+__all__ = ["ConfigError", "Environment", "INSTANCE_TYPES", "InstanceType", "Nodegroup", "load_environment"]

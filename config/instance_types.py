@@ -235,11 +235,6 @@ GPU_TYPES = tuple(n for n, t in INSTANCE_TYPES.items() if t.is_gpu)
 CPU_TYPES = tuple(n for n, t in INSTANCE_TYPES.items() if not t.is_gpu)
 
 
-def lookup(name: str) -> InstanceType:
-    """The table entry for `name`; KeyError for a type we have no facts for."""
-    return INSTANCE_TYPES[name]
-
-
 # Peak dense bf16 FLOPs per GPU by the device name torch reports, for the trainer's MFU when
 # it runs outside a node group (a workstation, a lent benchmark machine).
 PEAK_BF16_BY_DEVICE_NAME = {"A100": _A100, "H100": _H100, "H200": _H200, "A10G": _A10G, "L4": _L4}

@@ -1,4 +1,11 @@
-"""Names shared by the node groups (which set them) and the charts (which select on them)."""
+"""Kubernetes facts more than one layer uses: names, limits, uids and exit statuses.
+
+The node groups set labels and the charts and pods select on them; the pods and the trainer
+images agree on a user; `ops` reads back what the charts named. Plain data, so every layer
+(the trainer image included) imports it.
+"""
+
+import re
 
 LABEL_PREFIX = "eks-distributed-training.io"
 NODEGROUP_LABEL = f"{LABEL_PREFIX}/nodegroup"  # value: the node group's name from cdk.json
@@ -21,11 +28,14 @@ GPU_TAINT_VALUE = "true"
 GPU_TAINT_EFFECT = "NoSchedule"
 
 # The system node group's name: its NODEGROUP_LABEL value and its key among the cluster's node
-# groups. No training group may take it (config/environment.py refuses it).
+# groups. No training group may take it (config/nodegroup_parser.py refuses it).
 SYSTEM_NODEGROUP = "system"
 RESERVED_NODEGROUP_NAMES = (SYSTEM_NODEGROUP,)
 
 TRAINING_NAMESPACE = "training"
+KUBEFLOW_NAMESPACE = "kubeflow"
+# Cluster add-ons (the EKS add-ons, the device plugins) live beside the other node agents.
+KUBE_SYSTEM_NAMESPACE = "kube-system"
 # The Secret (and its key) holding the Hugging Face token: `ops model token` writes it, the
 # model-download Job and the training pods read it. No chart ever carries its value.
 HF_TOKEN_SECRET = "hf-token"
@@ -57,9 +67,64 @@ VALIDATION_RUNNER_GROUP = "eks-distributed-training-validation-runner"
 # not the pod's status.
 TORCHRUN_FAILED = 1
 EXIT_CRASH = 1  # an unexpected exception (trainer.cli.report_crash): retryable, like any failure
-EXIT_USAGE = 2  # bad input, or a refusal (another run's lease on the checkpoint directory)
+# Bad input, or a refusal (another run's lease on the checkpoint directory): every command line of
+# ours (app.py, `python -m ops`, the trainer's modules) exits with it after one line naming the field.
+EXIT_USAGE = 2
 EXIT_NONFINITE = 3  # --max-nonfinite-steps steps in a row had a non-finite loss or gradient (trainer/batching.py)
 EXIT_CHECKPOINTS_UNLOADABLE = 65  # sysexits.h EX_DATAERR: checkpoints exist and none of them loads
 EXIT_CHECKPOINT_READ_FAILED = 75  # sysexits.h EX_TEMPFAIL: a load failed for a reason not of the checkpoint's own
 EXIT_NOT_ON_EFA = 78  # sysexits.h EX_CONFIG: NCCL is not on the EFA network the job was promised
 EXIT_PREEMPTED = 143  # 128 + SIGTERM: stopped before the last step, after a checkpoint; resume it
+
+# Every command line of ours, stopped by Ctrl-C: 128 + SIGINT, as a shell reports it.
+EXIT_INTERRUPTED = 130
+
+# The trainer images' user (trainer/Dockerfile and Dockerfile.cpu: `USER 1000`), numeric so the
+# kubelet can enforce runAsNonRoot. Every pod of the trainer image runs as it (training workers, the
+# data and model-download Jobs), so what they write on FSx has one owner whichever pod wrote it.
+TRAINER_UID = 1000
+
+# A run's name (the PyTorchJob's). Its pods are named <job>-worker-<index> and get a Service of that
+# name: a DNS-1035 label of at most 63 characters, so the job name keeps room for the suffix.
+MAX_JOB_NAME = 48
+JOB_NAME_PATTERN = re.compile(rf"^[a-z]([-a-z0-9]{{0,{MAX_JOB_NAME - 2}}}[a-z0-9])?$")
+
+# The extended resources a node-filling training pod requests and `ops doctor` expects each GPU
+# node to offer: GPUs and EFA interfaces (their device plugins advertise them) and 2 MiB huge pages.
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+HUGEPAGES_RESOURCE = "hugepages-2Mi"
+HUGEPAGE_MIB = 2
+# Per-pod huge pages for libfabric's EFA bounce buffers, as the EFA guide sizes them. An EFA node
+# reserves them at boot for the pods it runs (cdk_constructs/node_user_data.py); a training pod takes
+# all of its node's GPUs and EFA interfaces, so one EFA pod per node.
+EFA_POD_HUGEPAGES_MIB = 5120
+EFA_HUGEPAGES_2MI = f"{EFA_POD_HUGEPAGES_MIB}Mi"
+EFA_PODS_PER_NODE = 1
+EFA_NODE_HUGEPAGES = EFA_POD_HUGEPAGES_MIB // HUGEPAGE_MIB * EFA_PODS_PER_NODE  # 2 MiB pages per EFA node
+
+# The workloads the add-on charts create, by name: the charts name them from here and `ops doctor`
+# checks them by the same names.
+NVIDIA_DEVICE_PLUGIN = "nvidia-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
+EFA_DEVICE_PLUGIN = "aws-efa-k8s-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
+TRAINING_OPERATOR = "training-operator"  # Deployment, KUBEFLOW_NAMESPACE
+# The Lease its replicas elect a leader with: v1.9.4's --leader-election-id default
+# (cmd/training-operator.v1/main.go), in the operator's namespace.
+TRAINING_OPERATOR_LEASE = "1ca428e5.training-operator.kubeflow.org"
+# Rendezvous: torch's etcd-v2 backend talks to this Service (and Deployment) in the training namespace.
+ETCD_SERVICE = "etcd"
+
+# Labels the Training Operator puts on the pods of its jobs (kubeflow/trainer v1.9.4
+# pkg/apis/kubeflow.org/v1/common_types.go JobNameLabel, ReplicaTypeLabel): NetworkPolicies select a
+# job's pods by the first, `ops validate` and `ops doctor` find an MPIJob's launcher by both.
+OPERATOR_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+OPERATOR_REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+
+# Cluster validation: one NCCL all-reduce MPIJob template per EFA node group that can hold
+# NCCL_TEST_NODES nodes (k8s/validation.py); `ops validate` runs a copy of it per pair of nodes
+# (ops/nccl.py), named after the template.
+NCCL_TEST_NODES = 2
+
+
+def nccl_test_name(nodegroup: str) -> str:
+    return f"nccl-allreduce-{nodegroup.lower()}"

@@ -6,8 +6,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from config.environment import Environment, load_environment, parse_environments, read_account_and_region
+from config.environment import Environment
+from config.environment_parser import load_environment, parse_environments, read_account_and_region
 from config.errors import ConfigError
+from config.outputs import PIPELINE_STACK_ID
 from config.reader import ObjectReader, check_type, string_list
 
 _CONNECTION_ARN = re.compile(
@@ -15,8 +17,6 @@ _CONNECTION_ARN = re.compile(
 )
 _REPOSITORY = re.compile(r"^[\w.-]+/[\w.-]+$")
 _BRANCH = re.compile(r"^[\w./-]{1,255}$")
-# The PipelineStack's construct id: its stages' stacks are `Pipeline/<env>/<stack id>` in the app.
-PIPELINE_STACK_ID = "Pipeline"
 
 
 @dataclass(frozen=True)

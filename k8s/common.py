@@ -9,12 +9,11 @@ import hashlib
 import json
 
 from config.instance_types import InstanceType
-from config.kubernetes import (  # noqa: F401  (HF_TOKEN_* re-exported for the charts)
-    GPU_TAINT_EFFECT, GPU_TAINT_KEY, GPU_TAINT_VALUE, HF_TOKEN_KEY, HF_TOKEN_SECRET, LABEL_PREFIX, OFI_NCCL_NET)
-
-KUBEFLOW_NAMESPACE = "kubeflow"
-# Cluster add-ons (the device plugins) live beside the other node agents.
-KUBE_SYSTEM_NAMESPACE = "kube-system"
+from config.kubernetes import (  # noqa: F401  (names re-exported for the charts; config/kubernetes.py is their home)
+    EFA_DEVICE_PLUGIN, EFA_HUGEPAGES_2MI, EFA_RESOURCE, ETCD_SERVICE, GPU_RESOURCE, GPU_TAINT_EFFECT, GPU_TAINT_KEY,
+    GPU_TAINT_VALUE, HF_TOKEN_KEY, HF_TOKEN_SECRET, HUGEPAGES_RESOURCE, KUBE_SYSTEM_NAMESPACE, KUBEFLOW_NAMESPACE,
+    LABEL_PREFIX, NCCL_TEST_NODES, NVIDIA_DEVICE_PLUGIN, OFI_NCCL_NET, TRAINER_UID, TRAINING_OPERATOR,
+    TRAINING_OPERATOR_LEASE, nccl_test_name)
 
 # Numeric users: the kubelet can only enforce runAsNonRoot for images whose USER is numeric, and
 # these images set none, so the charts choose. 65532 is distroless's "nonroot" uid, 65534 "nobody".
@@ -24,11 +23,6 @@ NOBODY_UID = 65534
 # Every pod we render runs under the container runtime's default seccomp profile (the Kubernetes
 # restricted Pod Security profile asks for it; none of these workloads makes unusual syscalls).
 RUNTIME_DEFAULT_SECCOMP = {"type": "RuntimeDefault"}
-
-# The trainer images' USER (trainer/Dockerfile and Dockerfile.cpu: `USER 1000`), numeric so the
-# kubelet can enforce runAsNonRoot. Every pod of the trainer image runs as it (training workers, the
-# data and model-download Jobs), so what they write on FSx has one owner whichever pod wrote it.
-TRAINER_UID = 1000
 
 
 def pod_security_context(uid: int) -> dict:
@@ -49,20 +43,12 @@ def container_security_context(*, read_only_root_filesystem: bool = False) -> di
         context["readOnlyRootFilesystem"] = True
     return context
 
-# The workloads the add-on charts create, by name: the charts name them from here and `ops doctor`
-# checks them by the same names.
-NVIDIA_DEVICE_PLUGIN = "nvidia-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
-EFA_DEVICE_PLUGIN = "aws-efa-k8s-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
-TRAINING_OPERATOR = "training-operator"  # Deployment, KUBEFLOW_NAMESPACE
+
 TRAINING_OPERATOR_WEBHOOK_PORT = 9443  # the manager's --webhook-server-port default
-# The Lease its replicas elect a leader with: v1.9.4's --leader-election-id default
-# (cmd/training-operator.v1/main.go), in the operator's namespace.
-TRAINING_OPERATOR_LEASE = "1ca428e5.training-operator.kubeflow.org"
 # The PriorityClass of etcd and the Training Operator (k8s/priority.py).
 CONTROL_PRIORITY_CLASS = "eks-distributed-training-control"
 
-# Rendezvous: torch's etcd-v2 backend talks to this Service in the training namespace.
-ETCD_SERVICE = "etcd"
+# Rendezvous: torch's etcd-v2 backend talks to ETCD_SERVICE in the training namespace.
 ETCD_CLIENT_PORT = 2379
 # Pods carrying this label may reach etcd; the NetworkPolicy admits nobody else.
 ETCD_CLIENT_LABEL = f"{LABEL_PREFIX}/etcd-client"
@@ -83,9 +69,6 @@ MPI_CONTAINER = "mpi"
 
 # The Hugging Face token is read from the Secret HF_TOKEN_SECRET only (config/kubernetes.py, where
 # `ops model token` also reads it); the charts never carry its value.
-
-# Per-pod 2 MiB huge pages for libfabric's EFA bounce buffers, as the EFA guide sizes them.
-EFA_HUGEPAGES_2MI = "5120Mi"
 
 # A training pod owns its node. Leave room for kubelet's reservation and the DaemonSets
 # (VPC CNI, kube-proxy, device plugins, FSx CSI node): 85% of vCPUs and 80% of memory fit
@@ -194,10 +177,10 @@ def accelerator_resources(instance: InstanceType) -> dict[str, str]:
     huge pages EFA needs. Requests must equal limits for these."""
     resources: dict[str, str] = {}
     if instance.is_gpu:
-        resources["nvidia.com/gpu"] = str(instance.gpus)
+        resources[GPU_RESOURCE] = str(instance.gpus)
     if instance.supports_efa:
-        resources["vpc.amazonaws.com/efa"] = str(instance.efa_interfaces)
-        resources["hugepages-2Mi"] = EFA_HUGEPAGES_2MI
+        resources[EFA_RESOURCE] = str(instance.efa_interfaces)
+        resources[HUGEPAGES_RESOURCE] = EFA_HUGEPAGES_2MI
     return resources
 
 
@@ -230,15 +213,6 @@ def network_env(instance: InstanceType, *, nccl_debug: str = "WARN") -> list[dic
     if instance.supports_efa:
         env += [{"name": name, "value": value} for name, value in EFA_ENV]
     return env
-
-
-# Cluster validation (k8s/validation.py): one NCCL all-reduce MPIJob template per EFA node group that
-# can hold NCCL_TEST_NODES nodes; `ops validate` runs a copy of it per pair of nodes (ops/nccl.py).
-NCCL_TEST_NODES = 2
-
-
-def nccl_test_name(nodegroup: str) -> str:
-    return f"nccl-allreduce-{nodegroup.lower()}"
 
 
 def nccl_groups(config) -> list:

@@ -15,11 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from config.environment import Environment
-from config.kubernetes import FSX_CLAIM_NAME, FSX_MOUNT_PATH, NODEGROUP_LABEL, TRAINING_NAMESPACE
+from config.kubernetes import EXIT_USAGE, FSX_CLAIM_NAME, FSX_MOUNT_PATH, NODEGROUP_LABEL, TRAINING_NAMESPACE
 from k8s.common import TRAINER_UID, container_resources, container_security_context, pod_security_context
 from k8s.podspec import validate_pod_templates
-# trainer/cli.py's exit status for bad input or a refusal: retrying cannot help.
-EXIT_REFUSED = 2
 
 
 def fsx_job(config: Environment, *, metadata: dict, nodegroup: str, container: str, image: str,
@@ -55,7 +53,7 @@ def fsx_job(config: Environment, *, metadata: dict, nodegroup: str, container: s
     job_spec: dict[str, Any] = {
         "backoffLimit": backoff_limit,
         "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {
-            "containerName": container, "operator": "In", "values": [EXIT_REFUSED]}}]},
+            "containerName": container, "operator": "In", "values": [EXIT_USAGE]}}]},
         "template": {"metadata": {"labels": dict(metadata.get("labels", {}))}, "spec": pod_spec},
     }
     if ttl_after_finished_s is not None:

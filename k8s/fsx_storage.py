@@ -30,7 +30,7 @@ from config.kubernetes import FSX_CLAIM_NAME, TRAINING_NAMESPACE
 from k8s.base import ProjectChart
 
 CSI_DRIVER = "fsx.csi.aws.com"
-# The smallest PERSISTENT_2 file system config accepts (config/environment.py: 1200 or n x 2400
+# The smallest PERSISTENT_2 file system config accepts (config/environment_parser.py: 1200 or n x 2400
 # GiB), so every volume of ours satisfies it.
 CLAIM_REQUEST_GIB = 1200
 

@@ -14,7 +14,9 @@ from typing import Any
 
 from config.environment import Environment, Nodegroup
 from config.errors import ConfigError
-from config.kubernetes import FSX_CLAIM_NAME, FSX_MOUNT_PATH, LABEL_PREFIX, NODEGROUP_LABEL, TRAINING_NAMESPACE
+from config.kubernetes import (
+    FSX_CLAIM_NAME, FSX_MOUNT_PATH, JOB_NAME_PATTERN, LABEL_PREFIX, MAX_JOB_NAME, NODEGROUP_LABEL, TRAINING_NAMESPACE,
+)
 from config.overrides import OVERRIDES
 from config.checkpoint_time import stop_budget
 from config.presets import CLUSTER_CHECKPOINT_ROOT, RENDEZVOUS_BACKENDS, JobPreset, get_preset
@@ -34,10 +36,6 @@ PRESET_LABEL = f"{LABEL_PREFIX}/preset"
 SPEC_DIGEST_LABEL = f"{LABEL_PREFIX}/spec-digest"
 SPEC_DIGEST_LENGTH = 8
 
-# Pods are named <job>-worker-<index> and get a Service of that name: a DNS-1035 label of at
-# most 63 characters, so the job name keeps room for the suffix.
-MAX_JOB_NAME = 48
-_JOB_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,46}[a-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -67,8 +65,8 @@ def job_spec(config: Environment, preset: JobPreset, *, image: str, job_name: st
     """The validated JobSpec for `preset` in `config`; ConfigError names the offending field.
     Checkpoints go to `checkpoint_root`/PRESET: every run of a preset resumes from the same folder."""
     name = job_name if job_name is not None else preset.name
-    if not isinstance(name, str) or not _JOB_NAME.match(name):
-        raise ConfigError("job_name", f"must be a DNS label of 1-48 lowercase letters, digits or '-', "
+    if not isinstance(name, str) or not JOB_NAME_PATTERN.match(name):
+        raise ConfigError("job_name", f"must be a DNS label of 1-{MAX_JOB_NAME} lowercase letters, digits or '-', "
                                       f"starting with a letter, got {name!r}")
     if not isinstance(image, str) or not image:
         raise ConfigError("image", "must be a container image reference")

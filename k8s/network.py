@@ -36,7 +36,7 @@ address of the service range, which EKS takes from 10.100.0.0/16 or 172.20.0.0/1
 
 from __future__ import annotations
 
-from config.kubernetes import NCCL_GROUP_LABEL, TRAINING_NAMESPACE
+from config.kubernetes import NCCL_GROUP_LABEL, OPERATOR_JOB_NAME_LABEL, TRAINING_NAMESPACE
 from k8s.common import (
     API_CLIENT_LABEL, ETCD_CLIENT_LABEL, ETCD_CLIENT_PORT, ETCD_SERVICE, HTTPS_EGRESS_LABEL, KUBE_SYSTEM_NAMESPACE,
     KUBEFLOW_NAMESPACE, POD_IDENTITY_LABEL, TRAINING_OPERATOR, TRAINING_OPERATOR_WEBHOOK_PORT,
@@ -45,9 +45,6 @@ from k8s.common import (
 API_VERSION = "networking.k8s.io/v1"
 NAME_LABEL = "app.kubernetes.io/name"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every namespace
-# The label the Training Operator puts on every pod of a job, PyTorchJob and MPIJob alike
-# (kubeflow/trainer v1.9.4 pkg/controller.v1/common/job_controller.go GenLabels).
-OPERATOR_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 KUBE_DNS_LABELS = {"k8s-app": "kube-dns"}  # the coredns add-on's pods
 DNS_PORT = 53
 HTTPS_PORT = 443

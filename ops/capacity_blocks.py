@@ -11,7 +11,7 @@
   minutes before the block ends (EC2 starts shutting instances down thirty minutes before).
 
 `schedule` does the first for every capacity-block group (or one), `scale-to-zero` the second.
-The template keeps such groups at 0 (config/environment.py), so a deploy never fights either.
+The template keeps such groups at 0 (config/nodegroup_parser.py), so a deploy never fights either.
 """
 
 from __future__ import annotations

@@ -18,11 +18,11 @@ import sys
 from typing import Any, Sequence
 
 from config import ConfigError, paths
-from config.kubernetes import TRAINING_NAMESPACE
+from config.kubernetes import EXIT_INTERRUPTED, EXIT_USAGE, TRAINING_NAMESPACE
 from ops.errors import OpsError, report_crash
 from ops.output import add_output_flag, to_json
 
-EXIT_PROBLEM, EXIT_USAGE = 1, 2
+EXIT_PROBLEM = 1  # a check failed, or a crash
 
 
 class _Parser(argparse.ArgumentParser):
@@ -195,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OpsError as err:
         print(f"error: {err}", file=sys.stderr)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as err:  # an AWS or Kubernetes failure outside a check: still one line
         from ops.aws import api_failure_types, explain
 

@@ -24,13 +24,12 @@ from typing import Any, Callable, Mapping
 from config import Environment
 from config.instance_types import InstanceType
 from config.kubernetes import (
-    FSX_CLAIM_NAME, INSTANCE_TYPE_LABEL, NCCL_GROUP_LABEL, NODEGROUP_LABEL, SYSTEM_NODEGROUP, TRAINING_NAMESPACE,
-    VALIDATION_LABEL,
+    EFA_DEVICE_PLUGIN, EFA_NODE_HUGEPAGES, EFA_RESOURCE, ETCD_SERVICE, FSX_CLAIM_NAME, GPU_RESOURCE, HUGEPAGE_MIB,
+    HUGEPAGES_RESOURCE, INSTANCE_TYPE_LABEL, KUBE_SYSTEM_NAMESPACE, KUBEFLOW_NAMESPACE, NCCL_GROUP_LABEL,
+    NODEGROUP_LABEL, NVIDIA_DEVICE_PLUGIN, OPERATOR_REPLICA_TYPE_LABEL, SYSTEM_NODEGROUP, TRAINING_NAMESPACE,
+    TRAINING_OPERATOR, TRAINING_OPERATOR_LEASE, VALIDATION_LABEL,
 )
-from k8s.common import (
-    EFA_DEVICE_PLUGIN, ETCD_SERVICE, KUBE_SYSTEM_NAMESPACE, KUBEFLOW_NAMESPACE, NVIDIA_DEVICE_PLUGIN, TRAINING_OPERATOR,
-    TRAINING_OPERATOR_LEASE, nccl_groups,
-)
+from k8s.common import nccl_groups
 from ops import nccl
 from ops.checks import FAIL, PASS, WARN, Check
 from ops.errors import OpsError
@@ -44,13 +43,10 @@ from ops.kube import api_error_line, phase_of
 NODE_HEALTH_CONDITIONS = ("ContainerRuntimeReady", "KernelReady", "NetworkingReady", "StorageReady")
 ACCELERATOR_CONDITION = "AcceleratedHardwareReady"
 
-GPU_RESOURCE = "nvidia.com/gpu"
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
-HUGEPAGES_RESOURCE = "hugepages-2Mi"
 # The launcher pods of a group's NCCL sweep: ops/nccl.py labels them with the group, and the Training
 # Operator labels an MPIJob's launcher (kubeflow/trainer v1.9.4 pkg/apis/kubeflow.org/v1/common_types.go
 # ReplicaTypeLabel; pkg/controller.v1/mpi/mpijob.go defaultLauncherLabels: "launcher").
-LAUNCHER_SELECTOR = NCCL_GROUP_LABEL + "={group},training.kubeflow.org/replica-type=launcher"
+LAUNCHER_SELECTOR = NCCL_GROUP_LABEL + "={group}," + OPERATOR_REPLICA_TYPE_LABEL + "=launcher"
 # NCCL_DEBUG=INFO puts every rank's init lines before the table; the table and summary are last.
 LOG_TAIL_LINES = 5000
 
@@ -105,12 +101,10 @@ def nodes_row(group: str, min_size: int, nodes: list) -> Check:
 
 def expected_allocatable(instance: InstanceType) -> dict[str, tuple[str, int]]:
     """resource -> ("==" or ">=", amount) a GPU node of `instance` must report as allocatable."""
-    from cdk_constructs.node_user_data import HUGEPAGE_MIB, efa_hugepages
-
     expected = {GPU_RESOURCE: ("==", instance.gpus)}
     if instance.supports_efa:
         expected[EFA_RESOURCE] = ("==", instance.efa_interfaces)
-        expected[HUGEPAGES_RESOURCE] = (">=", efa_hugepages() * HUGEPAGE_MIB * 2**20)
+        expected[HUGEPAGES_RESOURCE] = (">=", EFA_NODE_HUGEPAGES * HUGEPAGE_MIB * 2**20)
     return expected
 
 

@@ -15,12 +15,12 @@ import subprocess
 from typing import Any
 
 from config import Environment
+from config.outputs import CLUSTER_STACK_ID, stack_name
 from ops import proc
 from ops.errors import OpsError
 from ops.machine import AWS_CLI_INSTALL
 
 STACK_NAME_TAG = "aws:cloudformation:stack-name"
-CLUSTER_STACK_ID = "Cluster"  # TrainingClusterStage's id for ClusterStack
 UPDATE_TIMEOUT_S = 60
 
 
@@ -34,7 +34,7 @@ def find_cluster(eks: Any, env: Environment, cluster_name: str | None = None) ->
         return eks.describe_cluster(name=env.cluster_name)["cluster"]
     except eks.exceptions.ResourceNotFoundException:
         pass
-    stack = f"{env.name}-{CLUSTER_STACK_ID}"
+    stack = stack_name(env.name, CLUSTER_STACK_ID)
     names = [n for page in eks.get_paginator("list_clusters").paginate() for n in page["clusters"]]
     matches = []
     for name in names:

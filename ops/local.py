@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from config import paths
+from config.kubernetes import EXIT_INTERRUPTED
 from config.presets import PRESETS, JobPreset
 from ops import proc
 from ops.errors import OpsError
@@ -242,4 +243,4 @@ def run(args: argparse.Namespace) -> int:
         return 0 if rc == 0 else 1
     except KeyboardInterrupt:
         print("interrupted; etcd stopped", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED

@@ -26,6 +26,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from config.kubernetes import EXIT_USAGE
 from ops import proc
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     given = args.pip_compile or args.compiled
     if not given.is_file():
         print(f"error: {given}: no such file (make lock installs pip-tools)", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         text = compile_requirements(args.pip_compile) if args.pip_compile else args.compiled.read_text()
     except subprocess.TimeoutExpired:
@@ -152,11 +153,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except (OSError, UnicodeDecodeError) as err:
         print(f"error: {given}: cannot read it ({err})", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     compiled = parse_lock(text)
     if not compiled:
         print(f"error: {given}: no `name==version` lines: not pip-compile output", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     LOCK.write_text(render_lock(image_lock(compiled)))
     TORCH_REQUIREMENTS.write_text(render_torch(pins(REQUIREMENTS.read_text())))
     print(f"wrote {LOCK} and {TORCH_REQUIREMENTS}")

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from config.kubernetes import EXIT_USAGE
 from ops import proc
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         verdict = scan(args.env, checkov=args.checkov, outdir=args.outdir, dist=args.dist)
     except ScanError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     for framework in FRAMEWORKS:
         found = [f for f in verdict.failures if f.framework == framework]
         refused = [f for f in verdict.unaccepted if f.framework == framework]

@@ -18,6 +18,7 @@ from pathlib import Path
 from config import Environment, paths
 from config.eks_versions import BY_VERSION as EKS_VERSIONS
 from config.kubernetes import NODEGROUP_LABEL
+from config.outputs import CLUSTER_STACK_ID, NETWORK_STACK_ID, STORAGE_STACK_ID
 from ops import cost, envconfig, proc
 from ops.errors import OpsError
 from ops.output import records, to_json
@@ -60,11 +61,11 @@ class Assembly:
         """The zone of a subnet given as a Ref or an import from the Network stack."""
         if isinstance(ref, dict) and "Fn::ImportValue" in ref:
             export = ref["Fn::ImportValue"]
-            for output in self.templates.get("Network", {}).get("Outputs", {}).values():
+            for output in self.templates.get(NETWORK_STACK_ID, {}).get("Outputs", {}).values():
                 if output.get("Export", {}).get("Name") == export:
                     ref = output["Value"]
         logical = ref.get("Ref") if isinstance(ref, dict) else None
-        subnet = self.templates.get("Network", {}).get("Resources", {}).get(logical or "", {})
+        subnet = self.templates.get(NETWORK_STACK_ID, {}).get("Resources", {}).get(logical or "", {})
         return subnet.get("Properties", {}).get("AvailabilityZone", "?")
 
 
@@ -78,8 +79,8 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 def _nodegroup_rows(asm: Assembly) -> list[list[str]]:
     rows = []
-    templates = asm.templates.get("Cluster", {}).get("Resources", {})
-    for props in (r["Properties"] for r in asm.resources("Cluster", "AWS::EKS::Nodegroup").values()):
+    templates = asm.templates.get(CLUSTER_STACK_ID, {}).get("Resources", {})
+    for props in (r["Properties"] for r in asm.resources(CLUSTER_STACK_ID, "AWS::EKS::Nodegroup").values()):
         launch = templates.get(props.get("LaunchTemplate", {}).get("Id", {}).get("Ref", ""), {})
         data = launch.get("Properties", {}).get("LaunchTemplateData", {})
         efa = sum(1 for i in data.get("NetworkInterfaces", []) if i.get("InterfaceType", "").startswith("efa"))
@@ -100,7 +101,7 @@ def _nodegroup_rows(asm: Assembly) -> list[list[str]]:
 
 def _fsx_lines(asm: Assembly) -> list[str]:
     lines = []
-    for fs in asm.resources("Storage", "AWS::FSx::FileSystem").values():
+    for fs in asm.resources(STORAGE_STACK_ID, "AWS::FSx::FileSystem").values():
         props = fs["Properties"]
         lustre = props["LustreConfiguration"]
         capacity, per_tib = props["StorageCapacity"], lustre["PerUnitStorageThroughput"]
@@ -109,7 +110,7 @@ def _fsx_lines(asm: Assembly) -> list[str]:
         lines.append(f"  {lustre['DeploymentType']} {capacity} GiB, {per_tib} MB/s/TiB = {capacity / 1024 * per_tib:.0f} MB/s, "
                      f"zone {zones}, {lustre.get('DataCompressionType', 'no')} compression, "
                      f"backups {f'{backups} days' if backups else 'off'}, on stack delete: {fs.get('DeletionPolicy', 'Delete')}")
-    for dra in asm.resources("Storage", "AWS::FSx::DataRepositoryAssociation").values():
+    for dra in asm.resources(STORAGE_STACK_ID, "AWS::FSx::DataRepositoryAssociation").values():
         p = dra["Properties"]
         ways = [w for w, key in (("import", "AutoImportPolicy"), ("export", "AutoExportPolicy")) if key in p.get("S3", {})]
         lines.append(f"  {p['FileSystemPath']} <-> {p['DataRepositoryPath']} (auto {' and '.join(ways)})")
@@ -118,7 +119,7 @@ def _fsx_lines(asm: Assembly) -> list[str]:
 
 def _support_line(asm: Assembly) -> str:
     """The control plane's Kubernetes version, upgrade policy and what each costs, read from the template."""
-    [cluster] = asm.resources("Cluster", "AWS::EKS::Cluster").values() or [{"Properties": {}}]
+    [cluster] = asm.resources(CLUSTER_STACK_ID, "AWS::EKS::Cluster").values() or [{"Properties": {}}]
     props = cluster["Properties"]
     version = props.get("Version", "?")
     # The EKS API's default when the template says nothing.

@@ -27,7 +27,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from config import paths
-from config.kubernetes import NCCL_GROUP_LABEL, NCCL_INSTANCE_TYPE_ANNOTATION, NODEGROUP_LABEL
+from config.kubernetes import (
+    NCCL_GROUP_LABEL, NCCL_INSTANCE_TYPE_ANNOTATION, NODEGROUP_LABEL, OPERATOR_JOB_NAME_LABEL, OPERATOR_REPLICA_TYPE_LABEL,
+)
 from ops import nccl, proc
 from ops.errors import OpsError
 
@@ -189,7 +191,7 @@ def run_check(check: Check, timeout_s: float) -> bool:
     _kubectl("delete", check.kind.lower(), check.name, "-n", check.namespace, "--ignore-not-found", "--wait=true")
     _kubectl("create", "-f", "-", stdin=json.dumps(check.manifest))
     [outcome] = _await(check.kind, [check.name], check.namespace, timeout_s)
-    selector = f"job-name={check.name}" if check.kind == "Job" else f"training.kubeflow.org/job-name={check.name}"
+    selector = f"job-name={check.name}" if check.kind == "Job" else f"{OPERATOR_JOB_NAME_LABEL}={check.name}"
     try:
         print(_kubectl("logs", "-n", check.namespace, "-l", selector, "--tail=50", "--all-containers"))
     except RuntimeError as err:
@@ -200,7 +202,7 @@ def run_check(check: Check, timeout_s: float) -> bool:
 
 def _launcher_log(name: str, namespace: str) -> str:
     # A label selector makes kubectl logs default to the last 10 lines; the table needs them all.
-    selector = f"training.kubeflow.org/job-name={name},training.kubeflow.org/replica-type=launcher"
+    selector = f"{OPERATOR_JOB_NAME_LABEL}={name},{OPERATOR_REPLICA_TYPE_LABEL}=launcher"
     try:
         return _kubectl("logs", "-n", namespace, "-l", selector, "--tail=-1")
     except RuntimeError as err:

@@ -12,11 +12,15 @@ from constructs import Construct
 
 from cdk_constructs.efa_nodegroup import EfaNodegroup, efa_self_referencing_security_group
 from cdk_constructs.log_groups import EncryptedLogs
-from cdk_constructs.managed_nodegroup import ManagedNodegroup
+from cdk_constructs.managed_nodegroup import ManagedNodegroup, NodegroupOptions
 from config import Environment, Nodegroup
 from config import addons as addon_names
 from config.addons import TAKES_OVER_SELF_MANAGED, configuration_values
-from config.kubernetes import SYSTEM_NODEGROUP, SYSTEM_ROLE, TRAINING_NAMESPACE, TRAINING_ROLE
+from config.kubernetes import KUBE_SYSTEM_NAMESPACE, SYSTEM_NODEGROUP, SYSTEM_ROLE, TRAINING_NAMESPACE, TRAINING_ROLE
+from config.outputs import (
+    CLUSTER_NAME_OUTPUT, CLUSTER_SECURITY_GROUP_OUTPUT, EFA_SECURITY_GROUP_OUTPUT, KUBECONFIG_COMMAND_DEPLOYER_OUTPUT,
+    KUBECONFIG_COMMAND_OUTPUT,
+)
 from stacks.removal import apply_removal_policy
 
 CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
@@ -27,8 +31,8 @@ CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly")
 VPC_CNI_POLICY = "AmazonEKS_CNI_Policy"
 POD_IDENTITY_SERVICE = "pods.eks.amazonaws.com"
-# Where each add-on's pods that call AWS run, and as whom (the add-ons' own charts).
-ADDON_NAMESPACE = "kube-system"
+# Where each add-on's pods that call AWS run (KUBE_SYSTEM_NAMESPACE, or their own), and as whom
+# (the add-ons' own charts).
 VPC_CNI_SERVICE_ACCOUNT = "aws-node"
 FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
 CLOUDWATCH_NAMESPACE = "amazon-cloudwatch"
@@ -121,11 +125,11 @@ class ClusterStack(cdk.Stack):
         # The log groups carry the cluster's name and the secrets key serves the cluster alone: kept,
         # they would block the environment's next deploy or bill for nothing (stacks/removal.py).
         apply_removal_policy(self, config, always_deleted=(self.logs, self.secrets_key))
-        cdk.CfnOutput(self, "ClusterName", value=self.cluster.cluster_name, description="EKS cluster name")
-        cdk.CfnOutput(self, "ClusterSecurityGroupId", value=self.cluster.cluster_security_group_id,
+        cdk.CfnOutput(self, CLUSTER_NAME_OUTPUT, value=self.cluster.cluster_name, description="EKS cluster name")
+        cdk.CfnOutput(self, CLUSTER_SECURITY_GROUP_OUTPUT, value=self.cluster.cluster_security_group_id,
                       description="EKS cluster security group (every node carries it)")
         self._kubeconfig_outputs()
-        cdk.CfnOutput(self, "EfaSecurityGroupId", value=self.efa_security_group.security_group_id,
+        cdk.CfnOutput(self, EFA_SECURITY_GROUP_OUTPUT, value=self.efa_security_group.security_group_id,
                       description="Self-referencing security group on every EFA interface")
 
     def _kubeconfig_outputs(self) -> None:
@@ -133,10 +137,10 @@ class ClusterStack(cdk.Stack):
         role, and as the deployer itself when one is configured."""
         config = self.config
         if config.admin_role_arns:
-            cdk.CfnOutput(self, "KubeconfigCommand", value=" ".join(config.update_kubeconfig_command(
+            cdk.CfnOutput(self, KUBECONFIG_COMMAND_OUTPUT, value=" ".join(config.update_kubeconfig_command(
                 config.admin_role_arns[0])), description="kubeconfig for kubectl, assuming the first admin role")
         if config.deployer_principal_arn:
-            cdk.CfnOutput(self, "KubeconfigCommandDeployer", value=" ".join(config.update_kubeconfig_command()),
+            cdk.CfnOutput(self, KUBECONFIG_COMMAND_DEPLOYER_OUTPUT, value=" ".join(config.update_kubeconfig_command()),
                           description="kubeconfig for kubectl, as the deployer principal")
 
     def _add_system_nodegroup(self) -> None:
@@ -144,32 +148,35 @@ class ClusterStack(cdk.Stack):
         # Spread across every zone: cluster services must survive the loss of one.
         self._register(SYSTEM_NODEGROUP, ManagedNodegroup(
             self, "SystemNodegroup",
-            cluster=self.cluster, name=SYSTEM_NODEGROUP, role=SYSTEM_ROLE, instance_type=system.instance_type,
+            cluster=self.cluster, role=SYSTEM_ROLE,
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
-            min_size=system.min_size, max_size=system.max_size, desired_size=system.min_size,
-            node_role=self.node_role,
+            options=NodegroupOptions(name=SYSTEM_NODEGROUP, instance_type=system.instance_type,
+                                     min_size=system.min_size, max_size=system.max_size,
+                                     desired_size=system.min_size, node_role=self.node_role),
         ).nodegroup)
 
     def _add_cpu_nodegroup(self, group: Nodegroup, subnet: ec2.ISubnet) -> None:
         self._register(group.name, ManagedNodegroup(
             self, f"Cpu-{group.name}",
-            cluster=self.cluster, name=group.name, role=TRAINING_ROLE, instance_type=group.instance_type,
+            cluster=self.cluster, role=TRAINING_ROLE, options=self._options(group),
             # Training workers sit next to FSx, in the training zone only.
             subnets=ec2.SubnetSelection(subnets=[subnet]),
-            min_size=group.min_size, max_size=group.max_size, desired_size=group.desired_size,
-            node_role=self.node_role, auto_repair=group.auto_repair,
         ).nodegroup)
 
     def _add_gpu_nodegroup(self, group: Nodegroup, subnet: ec2.ISubnet) -> None:
         efa = EfaNodegroup(
             self, f"Gpu-{group.name}",
-            cluster=self.cluster, name=group.name, instance_type=group.instance_type, subnet=subnet,
-            min_size=group.min_size, max_size=group.max_size, desired_size=group.desired_size,
-            capacity_type=group.capacity.type, reservation_id=group.capacity.reservation_id,
-            efa_security_group=self.efa_security_group, node_role=self.node_role, auto_repair=group.auto_repair,
+            cluster=self.cluster, options=self._options(group), subnet=subnet,
+            efa_security_group=self.efa_security_group,
         )
         self._register(group.name, efa.nodegroup)
         self.efa_nodegroups[group.name] = efa
+
+    def _options(self, group: Nodegroup) -> NodegroupOptions:
+        return NodegroupOptions(
+            name=group.name, instance_type=group.instance_type, min_size=group.min_size, max_size=group.max_size,
+            desired_size=group.desired_size, capacity_type=group.capacity.type,
+            reservation_id=group.capacity.reservation_id, node_role=self.node_role, auto_repair=group.auto_repair)
 
     def _register(self, name: str, nodegroup: eks.Nodegroup) -> None:
         # config/ refuses reserved and repeated names; an Environment built in code must not
@@ -188,7 +195,7 @@ class ClusterStack(cdk.Stack):
         # v1.15.5-eksbuild.1, "IAM roles for Amazon EKS add-ons", add-ons-iam.html); the agent runs
         # on the host network, so it answers before any pod network exists.
         cni_role = self._pod_identity_role("VpcCniRole", "VPC CNI: attach ENIs and assign pod IP addresses",
-                                           namespace=ADDON_NAMESPACE, service_account=VPC_CNI_SERVICE_ACCOUNT)
+                                           namespace=KUBE_SYSTEM_NAMESPACE, service_account=VPC_CNI_SERVICE_ACCOUNT)
         cni_role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(VPC_CNI_POLICY))
         self._addon(addon_names.VPC_CNI, after=[pod_identity_agent], pod_identity={VPC_CNI_SERVICE_ACCOUNT: cni_role})
         self._addon(addon_names.KUBE_PROXY)
@@ -196,7 +203,7 @@ class ClusterStack(cdk.Stack):
         self._addon(addon_names.COREDNS, after=[system_nodes])
 
         fsx_role = self._pod_identity_role("FsxCsiRole", "FSx CSI driver: read file system descriptions for static volumes",
-                                           namespace=ADDON_NAMESPACE, service_account=FSX_CSI_SERVICE_ACCOUNT)
+                                           namespace=KUBE_SYSTEM_NAMESPACE, service_account=FSX_CSI_SERVICE_ACCOUNT)
         # Volumes are static (the Storage stack creates the file system), so the driver only needs
         # to describe file systems; no create, delete or update rights.
         fsx_role.add_to_policy(iam.PolicyStatement(

@@ -8,6 +8,7 @@ from constructs import Construct
 
 from config import Environment
 from config.environment import PUBLIC_SUBNET_MASK
+from config.outputs import TRAINING_AZ_OUTPUT, TRAINING_SUBNET_ID_OUTPUT, VPC_ID_OUTPUT
 from cdk_constructs.log_groups import EncryptedLogs
 from cdk_constructs.teardown import EniJanitor
 from stacks.removal import KEPT_NETWORK_HOME, apply_removal_policy
@@ -72,12 +73,12 @@ class NetworkStack(cdk.Stack):
         self.eni_janitor = EniJanitor(self, "EniJanitor", vpc=self.vpc, cluster_name=config.cluster_name,
                                       log_key=self.logs.key)
         apply_removal_policy(self, config, also_kept=KEPT_NETWORK_HOME)
-        cdk.CfnOutput(self, "VpcId", value=self.vpc.vpc_id, description="VPC of the training cluster")
+        cdk.CfnOutput(self, VPC_ID_OUTPUT, value=self.vpc.vpc_id, description="VPC of the training cluster")
         cdk.CfnOutput(
-            self, "TrainingSubnetId", value=self.training_subnet.subnet_id,
+            self, TRAINING_SUBNET_ID_OUTPUT, value=self.training_subnet.subnet_id,
             description=f"Private subnet in {config.training_availability_zone}: GPU nodes and FSx live here",
         )
-        cdk.CfnOutput(self, "TrainingAvailabilityZone", value=config.training_availability_zone,
+        cdk.CfnOutput(self, TRAINING_AZ_OUTPUT, value=config.training_availability_zone,
                       description="The one zone of training nodes and FSx")
 
     def _subnet_in(self, zone: str) -> ec2.ISubnet:

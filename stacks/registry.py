@@ -19,7 +19,7 @@ from constructs import Construct
 from config import Environment
 from cdk_constructs.image_copy import TrainerImageCopy
 from cdk_constructs.log_groups import EncryptedLogs
-from config.outputs import trainer_image_output
+from config.outputs import REPOSITORY_URI_OUTPUT, trainer_image_output
 from stacks.removal import apply_removal_policy, removal_policy
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -88,7 +88,7 @@ class RegistryStack(cdk.Stack):
                                           for v, digest in self.image_copy.digests.items()}
 
         apply_removal_policy(self, config)
-        cdk.CfnOutput(self, "RepositoryUri", value=self.repository.repository_uri,
+        cdk.CfnOutput(self, REPOSITORY_URI_OUTPUT, value=self.repository.repository_uri,
                       description="ECR repository for trainer images")
         # The image the deployed preset jobs run, pinned by digest; `ops submit`, `ops data` and
         # `ops model download` default --image to it.

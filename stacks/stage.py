@@ -6,6 +6,9 @@ import aws_cdk as cdk
 from constructs import Construct
 
 import config
+from config.outputs import (
+    CLUSTER_STACK_ID, NETWORK_STACK_ID, REGISTRY_STACK_ID, STORAGE_STACK_ID, VALIDATION_STACK_ID, WORKLOADS_STACK_ID,
+)
 from stacks.cluster import ClusterStack
 from stacks.nag import apply_nag
 from stacks.network import NetworkStack
@@ -29,21 +32,21 @@ class TrainingClusterStage(cdk.Stage):
         kwargs.setdefault("env", cdk.Environment(account=config.account, region=config.region))
         super().__init__(scope, id, **kwargs)
         self.config = config
-        self.network = NetworkStack(self, "Network", config=config)
+        self.network = NetworkStack(self, NETWORK_STACK_ID, config=config)
         vpc, training_subnet = self.network.vpc, self.network.training_subnet
-        self.cluster = ClusterStack(self, "Cluster", config=config, vpc=vpc, training_subnet=training_subnet)
+        self.cluster = ClusterStack(self, CLUSTER_STACK_ID, config=config, vpc=vpc, training_subnet=training_subnet)
         self.storage = StorageStack(
-            self, "Storage", config=config, vpc=vpc, training_subnet=training_subnet,
+            self, STORAGE_STACK_ID, config=config, vpc=vpc, training_subnet=training_subnet,
             cluster_security_group=self.cluster.cluster.cluster_security_group,
             efa_security_group=self.cluster.efa_security_group)
-        self.registry = RegistryStack(self, "Registry", config=config)
-        self.workloads = WorkloadsStack(self, "Workloads", config=config, cluster=self.cluster.cluster,
+        self.registry = RegistryStack(self, REGISTRY_STACK_ID, config=config)
+        self.workloads = WorkloadsStack(self, WORKLOADS_STACK_ID, config=config, cluster=self.cluster.cluster,
                                         values=workload_values(self.storage, self.registry),
                                         log_key=self.cluster.logs.key)
         # The smoke run's image is a placeholder in the objects; the runner fills it from its
         # environment, where CloudFormation resolves the trainer repository's copy of the image.
         self.validation = ValidationStack(
-            self, "Validation", config=config, vpc=vpc, cluster=self.cluster.cluster,
+            self, VALIDATION_STACK_ID, config=config, vpc=vpc, cluster=self.cluster.cluster,
             validation_objects=validation_objects(config),
             runner_environment={image_placeholder("cpu"): self.registry.trainer_image_uris["cpu"]},
             pipeline_account=pipeline_account)

@@ -10,6 +10,7 @@ from constructs import Construct
 
 from config import Environment
 from config.data_sources import FSX_IMPORT_DIR
+from config.outputs import FSX_DNS_NAME_OUTPUT, FSX_FILE_SYSTEM_ID_OUTPUT, FSX_MOUNT_NAME_OUTPUT
 from cdk_constructs.security_group_rules import allow_from, allow_to, pin_rule, port_id
 from cdk_constructs.teardown import FsxFinalBackup
 from stacks.removal import KEPT_FILE_SYSTEM_GUARD, apply_removal_policy
@@ -97,9 +98,9 @@ class StorageStack(cdk.Stack):
         self.final_backup = FsxFinalBackup(self, "FinalBackup", file_system=self.file_system) \
             if self.backups_enabled else None
         apply_removal_policy(self, config, also_kept=KEPT_FILE_SYSTEM_GUARD)
-        cdk.CfnOutput(self, "FileSystemId", value=self.file_system_id, description="FSx for Lustre file system id")
-        cdk.CfnOutput(self, "FileSystemDnsName", value=self.dns_name, description="FSx DNS name for the Lustre mount")
-        cdk.CfnOutput(self, "FileSystemMountName", value=self.mount_name, description="FSx Lustre mount name")
+        cdk.CfnOutput(self, FSX_FILE_SYSTEM_ID_OUTPUT, value=self.file_system_id, description="FSx for Lustre file system id")
+        cdk.CfnOutput(self, FSX_DNS_NAME_OUTPUT, value=self.dns_name, description="FSx DNS name for the Lustre mount")
+        cdk.CfnOutput(self, FSX_MOUNT_NAME_OUTPUT, value=self.mount_name, description="FSx Lustre mount name")
 
     def _link_repositories(self) -> list[fsx.CfnDataRepositoryAssociation]:
         """One association when import and export are the same S3 path (both directions), else one

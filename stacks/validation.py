@@ -38,6 +38,7 @@ from cdk_constructs.log_groups import EncryptedLogs
 from config import Environment
 from config.eks_versions import kubectl_for
 from config.kubernetes import VALIDATION_RUNNER_GROUP
+from config.outputs import RUNNER_PROJECT_OUTPUT, STARTER_ROLE_ARN_OUTPUT
 from stacks.removal import apply_removal_policy
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -164,7 +165,7 @@ class ValidationStack(cdk.Stack):
 
         apply_removal_policy(self, config)
         self.runner_project_output = cdk.CfnOutput(
-            self, "RunnerProjectName", value=self.runner.project_name,
+            self, RUNNER_PROJECT_OUTPUT, value=self.runner.project_name,
             description="Validation runner: aws codebuild start-build --project-name <this>")
 
     def _scope_runner_network_interfaces(self, vpc: ec2.IVpc) -> None:
@@ -217,4 +218,4 @@ class ValidationStack(cdk.Stack):
         )
         self.starter_role.add_to_policy(iam.PolicyStatement(
             actions=["codebuild:StartBuild", "codebuild:BatchGetBuilds"], resources=[self.runner.project_arn]))
-        self.starter_role_arn_output = cdk.CfnOutput(self, "StarterRoleArn", value=self.starter_role.role_arn)
+        self.starter_role_arn_output = cdk.CfnOutput(self, STARTER_ROLE_ARN_OUTPUT, value=self.starter_role.role_arn)

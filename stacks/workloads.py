@@ -40,7 +40,7 @@ from config import Environment
 from config.eks_versions import kubectl_for
 from config.kubernetes import FSX_CLAIM_NAME, TRAINING_NAMESPACE
 from stacks.removal import removal_policy
-from config.outputs import trainer_image_output
+from config.outputs import FSX_DNS_NAME_OUTPUT, FSX_FILE_SYSTEM_ID_OUTPUT, FSX_MOUNT_NAME_OUTPUT, trainer_image_output
 from k8s.charts import ChartEntry, EnvironmentCharts
 from k8s.common import short_digest
 from k8s.jobs import presets_for
@@ -193,8 +193,9 @@ def workload_values(storage, registry) -> ClusterValues:
         return (f"$(aws cloudformation describe-stacks --region {stack.region} --stack-name {stack.stack_name} "
                 f"--query \"Stacks[0].Outputs[?OutputKey=='{key}'].OutputValue\" --output text)")
 
-    fills = {"FSX_FILE_SYSTEM_ID": output(storage, "FileSystemId"), "FSX_DNS_NAME": output(storage, "FileSystemDnsName"),
-             "FSX_MOUNT_NAME": output(storage, "FileSystemMountName")}
+    fills = {"FSX_FILE_SYSTEM_ID": output(storage, FSX_FILE_SYSTEM_ID_OUTPUT),
+             "FSX_DNS_NAME": output(storage, FSX_DNS_NAME_OUTPUT),
+             "FSX_MOUNT_NAME": output(storage, FSX_MOUNT_NAME_OUTPUT)}
     hints = {name: f"output of stack {storage.stack_name}" for name in fills}
     for variant in registry.trainer_image_uris:
         name = image_placeholder(variant)

@@ -39,8 +39,10 @@ class Parser(argparse.ArgumentParser):
         super().__init__(**kwargs)
 
     def error(self, message: str) -> NoReturn:  # argparse's own errors, e.g. an invalid int
+        from config.kubernetes import EXIT_USAGE
+
         print(f"error: {message.replace('argument ', '')}", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(EXIT_USAGE)
 
 
 def positive_int(text: str) -> int:

@@ -7,6 +7,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk.assertions import Template
 
 from cdk_constructs.efa_nodegroup import EfaNodegroup
+from cdk_constructs.managed_nodegroup import NodegroupOptions
 from config.instance_types import INSTANCE_TYPES
 from config.kubernetes import EFA_LABEL, GPU_LABEL, GPU_TAINT_KEY, NODEGROUP_LABEL, ROLE_LABEL
 
@@ -35,10 +36,10 @@ class Fixture:
         self.subnet = self.vpc.private_subnets[1]
 
     def group(self, id, **overrides):
-        props = dict(cluster=self.cluster, name=id, instance_type=INSTANCE_TYPES["p5.48xlarge"],
-                     subnet=self.subnet, min_size=0, max_size=2, desired_size=0)
-        props.update(overrides)
-        return EfaNodegroup(self.stack, id, **props)
+        options = dict(name=id, instance_type=INSTANCE_TYPES["p5.48xlarge"], min_size=0, max_size=2, desired_size=0)
+        options.update(overrides)
+        return EfaNodegroup(self.stack, id, cluster=self.cluster, subnet=self.subnet,
+                            options=NodegroupOptions(**options))
 
 
 @pytest.fixture(scope="module")

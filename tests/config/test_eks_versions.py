@@ -3,7 +3,7 @@
 from datetime import date
 
 from config import eks_versions
-from config.environment import SUPPORTED_KUBERNETES_VERSIONS
+from config.eks_versions import SUPPORTED_KUBERNETES_VERSIONS
 
 
 def minor(version: str) -> int:

@@ -1,4 +1,5 @@
-"""Every rule config/environment.py enforces, one test each, asserting the exact error line.
+"""Every rule the environment parser enforces (config/environment_parser.py and the node-group,
+network and data-source parsers it calls), one test each, asserting the exact error line.
 
 Each case starts from cdk.json's committed `dev` environment and breaks one thing.
 """

@@ -1,11 +1,12 @@
 """Job presets: one workload command for the cluster and the laptop."""
 
-import re
+from dataclasses import replace
 
 import pytest
 
 from config import ConfigError
-from config.presets import CLUSTER_CHECKPOINT_ROOT, PRESETS, get_preset
+from config.kubernetes import JOB_NAME_PATTERN
+from config.presets import CLUSTER_CHECKPOINT_ROOT, PRESETS, RENDEZVOUS_BACKENDS, get_preset
 
 
 def test_cluster_and_local_commands_differ_only_in_checkpoint_root():
@@ -27,9 +28,21 @@ def test_command_runs_the_preset_module_under_torchrun():
 def test_every_preset_has_a_valid_topology(name):
     preset = PRESETS[name]
     assert 1 <= preset.nodes_min <= preset.nodes_max
-    assert preset.rendezvous in ("etcd", "c10d")
+    assert preset.rendezvous in RENDEZVOUS_BACKENDS
     assert preset.image_variant in ("cpu", "gpu")
-    assert preset.torch_rdzv_backend in ("etcd-v2", "c10d")
+
+
+def test_each_rendezvous_choice_is_a_backend_torchrun_knows():
+    """torchrun looks its --rdzv-backend (and the operator passes elasticPolicy.rdzvBackend as it) up
+    in torch's handler registry (torch/distributed/elastic/rendezvous/registry.py); an unknown name
+    fails every worker at start. Our "etcd" choice is torch's etcd-v2 backend (the dynamic rendezvous
+    over etcd, etcd_rendezvous_backend.py), not its legacy "etcd" handler (etcd_rendezvous.py)."""
+    from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
+
+    preset = get_preset("cpu-ddp")
+    backends = {choice: replace(preset, rendezvous=choice).torch_rdzv_backend for choice in RENDEZVOUS_BACKENDS}
+    assert backends == {"etcd": "etcd-v2", "c10d": "c10d"}
+    assert set(backends.values()) <= set(rendezvous_handler_registry._registry)
 
 
 def test_unknown_preset_names_the_known_ones():
@@ -75,8 +88,8 @@ def test_the_ddp_preset_parses_with_its_trainers_parser():
 def test_the_fine_tuning_preset_starts_from_fsx_weights():
     tune = get_preset("llama2-7b-finetune").workload
     assert tune.init_from_hf == "/fsx/models/Llama-2-7b-hf" and tune.lr < 1e-4
-    assert get_preset("llama2-7b-finetune").workload_args()[
-        get_preset("llama2-7b-finetune").workload_args().index("--checkpoint-dir") + 1].startswith("/fsx/checkpoints/")
+    args = get_preset("llama2-7b-finetune").workload_args()
+    assert args[args.index("--checkpoint-dir") + 1] == "/fsx/checkpoints/llama2-7b-finetune"
 
 
 def test_every_model_the_reference_lists_has_a_preset():
@@ -88,7 +101,7 @@ def test_every_model_the_reference_lists_has_a_preset():
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_preset_names_are_job_names_kubernetes_accepts(name):
     # The PyTorchJob is named after the preset: a DNS label, so no dots (llama31, not llama3.1).
-    assert re.fullmatch(r"[a-z][a-z0-9-]{0,47}", name)
+    assert JOB_NAME_PATTERN.match(name)
 
 
 @pytest.mark.parametrize("name", sorted(n for n, p in PRESETS.items() if p.module == "trainer.vision"))

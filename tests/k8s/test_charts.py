@@ -278,13 +278,13 @@ def test_fsx_claim_requests_a_constant_that_every_allowed_file_system_satisfies(
 
 def test_fsx_claim_request_is_the_smallest_capacity_config_accepts(dev):
     from config import ConfigError
-    from config.environment import _parse_fsx
+    from config.environment_parser import parse_fsx
     from k8s.fsx_storage import CLAIM_REQUEST_GIB
 
-    assert _parse_fsx({"storageCapacityGiB": CLAIM_REQUEST_GIB, "throughputPerTiB": 125}, "fsx")
+    assert parse_fsx({"storageCapacityGiB": CLAIM_REQUEST_GIB, "throughputPerTiB": 125}, "fsx")
     for smaller in (600, CLAIM_REQUEST_GIB - 1):
         with pytest.raises(ConfigError):
-            _parse_fsx({"storageCapacityGiB": smaller, "throughputPerTiB": 125}, "fsx")
+            parse_fsx({"storageCapacityGiB": smaller, "throughputPerTiB": 125}, "fsx")
     with pytest.raises(ValueError, match="at least the claim"):
         synth(FsxStorageChart, props=FsxStorageProps("fs-0123", "dns", "mnt", 600))
     assert dev.fsx.storage_capacity_gib >= CLAIM_REQUEST_GIB

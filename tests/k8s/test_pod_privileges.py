@@ -3,14 +3,11 @@ token only where the pod calls the Kubernetes API, and the trainer image's own n
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
-from config.kubernetes import HF_TOKEN_SECRET
-from k8s.common import TRAINER_UID
+from config.kubernetes import HF_TOKEN_SECRET, TRAINER_UID
 from k8s.model_download import COMPONENT as MODEL_DOWNLOAD
-from k8s_walk import ENV_NAMES, REPO_ROOT, containers
+from k8s_walk import ENV_NAMES, containers
 from rendered import cluster_objects, pods
 
 # Pods that call the Kubernetes API, and why; every other pod of ours mounts no ServiceAccount token.
@@ -75,12 +72,6 @@ def test_pods_of_the_trainer_image_run_as_its_user(rendered_pods, env_name):
     for pod in trainer_pods:
         context = pod.spec["securityContext"]
         assert (context["runAsNonRoot"], context["runAsUser"], context["runAsGroup"]) == (True, TRAINER_UID, TRAINER_UID), pod.where
-
-
-def test_the_trainer_uid_is_the_user_both_trainer_images_declare():
-    for dockerfile in ("Dockerfile", "Dockerfile.cpu"):
-        text = (REPO_ROOT / "trainer" / dockerfile).read_text()
-        assert re.findall(r"^USER\s+(\S+)", text, re.M)[-1] == str(TRAINER_UID), dockerfile
 
 
 @pytest.mark.parametrize("env_name", ENV_NAMES)

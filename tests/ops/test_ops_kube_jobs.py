@@ -248,11 +248,12 @@ def test_a_refused_run_takes_its_new_peers_policy_with_it_but_never_an_existing_
     assert capsys.readouterr().err.count("\n") == 2
 
 def test_run_names_stay_valid_job_names_for_every_preset():
-    from k8s.jobs import _JOB_NAME, MAX_JOB_NAME, run_name as name_of
+    from config.kubernetes import JOB_NAME_PATTERN, MAX_JOB_NAME
+    from k8s.jobs import run_name as name_of
 
     for preset in [*PRESETS, "a" * 60]:
         name = name_of(preset, "0123abcd")
-        assert _JOB_NAME.match(name) and len(name) <= MAX_JOB_NAME and name.endswith("-0123abcd"), name
+        assert JOB_NAME_PATTERN.match(name) and len(name) <= MAX_JOB_NAME and name.endswith("-0123abcd"), name
 
 
 def test_set_env_pairs_reach_the_job_as_variables(api):

@@ -18,7 +18,7 @@ import aws_cdk as cdk
 from aws_cdk.assertions import Template
 
 from config import Environment
-from config.environment import parse_environment
+from config.environment_parser import parse_environment
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CDK_JSON = json.loads((REPO_ROOT / "cdk.json").read_text())

@@ -6,6 +6,7 @@ import pytest
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk.assertions import Match
 
+from config.addons import MANAGED_ADDONS
 from config.kubernetes import EFA_LABEL, GPU_LABEL, GPU_TAINT_KEY, GPU_TAINT_VALUE, NODEGROUP_LABEL, ROLE_LABEL
 from synth_helpers import DEPLOYER, only, synth
 
@@ -97,10 +98,22 @@ def test_kubectl_handler_runs_in_the_private_subnets(dev, cluster):
     assert len(vpc_config["SubnetIds"]) == len(dev.config.availability_zones)
 
 
-@pytest.mark.parametrize("name", ["vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent",
-                                  "aws-fsx-csi-driver", "amazon-cloudwatch-observability"])
-def test_addon_is_installed(cluster, name):
-    cluster.has_resource_properties("AWS::EKS::Addon", {"AddonName": name})
+# Why the cluster runs each EKS add-on. An add-on config/addons.py gains must be named here too.
+ADDON_PURPOSES = {
+    "vpc-cni": "pod networking, and the enforcement of our NetworkPolicies",
+    "kube-proxy": "Service routing",
+    "coredns": "cluster DNS",
+    "eks-pod-identity-agent": "AWS credentials for the add-ons' and the data Jobs' ServiceAccounts",
+    "aws-fsx-csi-driver": "the FSx for Lustre volume",
+    "amazon-cloudwatch-observability": "Container Insights with GPU and EFA metrics, and container logs",
+    "eks-node-monitoring-agent": "the node health conditions EKS node auto repair acts on (node-health.html)",
+}
+
+
+def test_the_cluster_installs_each_addon_of_config_addons_once_and_no_other(cluster):
+    installed = [r["Properties"]["AddonName"] for r in cluster.find_resources("AWS::EKS::Addon").values()]
+    assert sorted(installed) == sorted(MANAGED_ADDONS)
+    assert set(MANAGED_ADDONS) == set(ADDON_PURPOSES)
 
 
 def test_vpc_cni_enforces_network_policy(cluster):

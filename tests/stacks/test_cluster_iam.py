@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from stacks.cluster import ADDON_NAMESPACE, CLOUDWATCH_NAMESPACE
+from config.kubernetes import KUBE_SYSTEM_NAMESPACE
+from stacks.cluster import CLOUDWATCH_NAMESPACE
 from synth_helpers import only, synth
 
 POD_IDENTITY = "pods.eks.amazonaws.com"
@@ -38,7 +39,7 @@ def _bindings(dev) -> dict[str, tuple[str, str]]:
         if resource["Type"] == "AWS::EKS::PodIdentityAssociation":
             bound[props["RoleArn"]["Fn::GetAtt"][0]] = (props["Namespace"], props["ServiceAccount"])
         elif resource["Type"] == "AWS::EKS::Addon":
-            namespace = {"amazon-cloudwatch-observability": CLOUDWATCH_NAMESPACE}.get(props["AddonName"], ADDON_NAMESPACE)
+            namespace = {"amazon-cloudwatch-observability": CLOUDWATCH_NAMESPACE}.get(props["AddonName"], KUBE_SYSTEM_NAMESPACE)
             for association in props.get("PodIdentityAssociations", []):
                 bound[association["RoleArn"]["Fn::GetAtt"][0]] = (namespace, association["ServiceAccount"])
     return bound

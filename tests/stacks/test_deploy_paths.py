@@ -17,8 +17,10 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
-from config import load_environment
-from config.pipeline import PIPELINE_STACK_ID, load_pipeline, stack_selector
+from config import load_environment, outputs
+from config.outputs import PIPELINE_STACK_ID
+from config.pipeline import load_pipeline, stack_selector
+from k8s.values import IMAGE_VARIANTS
 from synth_helpers import CONTEXT
 
 PROMOTION = CONTEXT["promotion"]
@@ -89,3 +91,25 @@ def test_make_deploy_addresses_the_pipelines_stage_for_the_environments_it_owns(
         prefix = selector.removesuffix("*")
         assert all(getattr(pipeline, name).node.path.startswith(prefix) for name in STACKS)
     assert stack_selector(None, "prod") == "prod/*"
+
+
+def _declared(suffix: str) -> set[str]:
+    return {value for name, value in vars(outputs).items() if name.endswith(suffix)}
+
+
+def test_every_stack_id_and_output_key_is_the_one_config_outputs_declares(paths):
+    """ops/ and dist/ find stacks and outputs by these names: a stack that renamed one would leave
+    them looking for the old name."""
+    stack_ids, output_keys = set(), set()
+    for env_name in PROMOTION:
+        for stage in paths[0][env_name]:
+            stack_ids |= {child.node.id for child in stage.node.children if isinstance(child, cdk.Stack)}
+            for name in STACKS:
+                keys = Template.from_stack(getattr(stage, name)).to_json().get("Outputs", {})
+                # Cross-stack references CDK exports on its own, named for what they export.
+                output_keys |= {key for key in keys if not key.startswith("ExportsOutput")}
+    assert stack_ids == _declared("_STACK_ID") - {outputs.PIPELINE_STACK_ID}
+    images = {outputs.trainer_image_output(variant) for variant in IMAGE_VARIANTS}
+    assert output_keys - images <= _declared("_OUTPUT") and images <= output_keys
+    # No committed environment names a deployer principal, so its kubeconfig command is not output here.
+    assert _declared("_OUTPUT") - output_keys == {outputs.KUBECONFIG_COMMAND_DEPLOYER_OUTPUT}

@@ -1,0 +1,113 @@
+"""The node groups of an environment: the system group, the GPU and CPU training groups, and
+the capacity each training group runs on."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from config.environment import CAPACITY_TYPES, RESERVATION_ID, Capacity, Nodegroup, SystemNodegroup
+from config.errors import ConfigError
+from config.instance_types import CPU_TYPES, GPU_TYPES, INSTANCE_TYPES, InstanceType
+from config.kubernetes import RESERVED_NODEGROUP_NAMES
+from config.reader import ObjectReader, one_of
+
+_NODEGROUP_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_-]{0,62}$")
+
+
+def _sizes(r: ObjectReader, with_desired: bool) -> tuple[int, int, int]:
+    min_size = r.required("minSize", int)
+    max_size = r.required("maxSize", int)
+    desired = r.optional("desiredSize", int, min_size) if with_desired else min_size
+    for key, value in (("minSize", min_size), ("maxSize", max_size), ("desiredSize", desired)):
+        if value < 0:
+            raise ConfigError(r.at(key), f"must be 0 or more, got {value}")
+    if max_size < 1:
+        raise ConfigError(r.at("maxSize"), f"must be at least 1 (EKS node groups need maxSize >= 1), got {max_size}")
+    if min_size > max_size:
+        raise ConfigError(r.at("minSize"), f"must be <= maxSize ({max_size}), got {min_size}")
+    if not min_size <= desired <= max_size:
+        raise ConfigError(r.at("desiredSize"), f"must be between minSize ({min_size}) and maxSize ({max_size}), got {desired}")
+    return min_size, max_size, desired
+
+
+def _instance_type(r: ObjectReader, allowed: tuple[str, ...], what: str) -> str:
+    name = r.required("instanceType", str)
+    if name not in INSTANCE_TYPES:
+        raise ConfigError(r.at("instanceType"),
+                          f"unknown instance type {name!r}; known {what} types are {', '.join(allowed)}")
+    if name not in allowed:
+        raise ConfigError(r.at("instanceType"), f"{name} is not a {what} type; use one of {', '.join(allowed)}")
+    return name
+
+
+def parse_system_nodegroup(raw: dict, path: str) -> SystemNodegroup:
+    r = ObjectReader(raw, path)
+    instance_type = _instance_type(r, CPU_TYPES, "CPU")
+    min_size, max_size, _ = _sizes(r, with_desired=False)
+    r.finish()
+    if min_size < 2:
+        raise ConfigError(r.at("minSize"), f"must be at least 2 so cluster services survive a node loss, got {min_size}")
+    return SystemNodegroup(instance_type, min_size, max_size)
+
+
+def parse_nodegroup(raw: Any, path: str, *, gpu: bool) -> Nodegroup:
+    r = ObjectReader(raw, path)
+    name = r.required("name", str)
+    if not _NODEGROUP_NAME.match(name):
+        raise ConfigError(r.at("name"), f"must be 1-63 letters, digits, '-' or '_', starting with a letter or digit, got {name!r}")
+    if name in RESERVED_NODEGROUP_NAMES:
+        raise ConfigError(r.at("name"), f"{name!r} is reserved (the system node group carries it); choose another name")
+    instance_type = _instance_type(r, GPU_TYPES if gpu else CPU_TYPES, "GPU" if gpu else "CPU")
+    min_size, max_size, desired = _sizes(r, with_desired=True)
+    capacity = Capacity()
+    if gpu:
+        capacity = _parse_capacity(r.optional("capacity", dict, {"type": "onDemand"}), r.at("capacity"),
+                                   INSTANCE_TYPES[instance_type])
+    auto_repair = r.optional("nodeAutoRepair", bool, True)
+    r.finish()
+    if capacity.type == "capacityBlock":
+        _check_capacity_block_sizes(r, min_size, desired)
+    return Nodegroup(name, instance_type, min_size, max_size, desired, capacity, auto_repair)
+
+
+def _check_capacity_block_sizes(r: ObjectReader, min_size: int, desired: int) -> None:
+    """A capacity block launches nothing before it starts, EKS updates the group only at desired
+    size 0 (capacity-blocks-mng.html), and EKS itself scales it to 0 before the block ends; so the
+    template holds 0 and `ops capacity-block schedule` brings nodes up at the start."""
+    if min_size != 0:
+        raise ConfigError(r.at("minSize"), "must be 0 with capacity type capacityBlock (the group must be able to "
+                                           f"rest at 0 before an update and after the block ends), got {min_size}")
+    if desired != 0:
+        raise ConfigError(r.at("desiredSize"), "must be 0 with capacity type capacityBlock (EKS updates such groups "
+                                               "only at desired size 0; `ops capacity-block schedule` brings nodes up "
+                                               f"when the block starts), got {desired}")
+
+
+def _parse_capacity(raw: dict, path: str, instance_type: InstanceType) -> Capacity:
+    r = ObjectReader(raw, path)
+    kind = one_of(r.required("type", str), CAPACITY_TYPES, r.at("type"))
+    reservation = r.optional("reservationId", str)
+    r.finish()
+    if kind == "onDemand":
+        if reservation is not None:
+            raise ConfigError(r.at("reservationId"), "is only allowed with type reserved or capacityBlock")
+        return Capacity(kind)
+    if reservation is None:
+        raise ConfigError(r.at("reservationId"), f"is required with type {kind} (cr- followed by 17 hex digits)")
+    if not RESERVATION_ID.match(reservation):
+        raise ConfigError(r.at("reservationId"), f"must be cr- followed by 17 hex digits, got {reservation!r}")
+    if kind == "capacityBlock" and not instance_type.capacity_blocks:
+        blocks = ", ".join(n for n, t in INSTANCE_TYPES.items() if t.capacity_blocks)
+        raise ConfigError(r.at("type"), f"capacity blocks are sold for {blocks}, not {instance_type.name}")
+    return Capacity(kind, reservation)
+
+
+def check_unique_names(gpu: tuple[Nodegroup, ...], cpu: tuple[Nodegroup, ...], path: str) -> None:
+    seen: dict[str, str] = {}
+    for key, groups in (("gpuNodegroups", gpu), ("cpuNodegroups", cpu)):
+        for i, group in enumerate(groups):
+            where = f"{path}.{key}[{i}].name"
+            if group.name in seen:
+                raise ConfigError(where, f"{group.name!r} is already used by {seen[group.name]}; names must be unique")
+            seen[group.name] = f"{key}[{i}]"

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from config.instance_types import InstanceType
 from config.kubernetes import GPU_CONTAINER_MEMLOCK
-from k8s.common import EFA_HUGEPAGES_2MI
+from k8s.pods.resources import EFA_HUGEPAGES_2MI
 
 # Fixed, not random: a node group is recycled whenever its launch data changes, so two synths of
 # one config must produce byte-identical user data.

@@ -27,7 +27,7 @@ from config.kubernetes import (
     FSX_CLAIM_NAME, INSTANCE_TYPE_LABEL, NCCL_GROUP_LABEL, NODEGROUP_LABEL, SYSTEM_NODEGROUP, TRAINING_NAMESPACE,
     VALIDATION_LABEL,
 )
-from k8s.common import (
+from k8s.pods.names import (
     EFA_DEVICE_PLUGIN, ETCD_SERVICE, KUBE_SYSTEM_NAMESPACE, KUBEFLOW_NAMESPACE, NVIDIA_DEVICE_PLUGIN, TRAINING_OPERATOR,
     TRAINING_OPERATOR_LEASE, nccl_groups,
 )
@@ -234,7 +234,7 @@ def nccl_row(group: str, instance: InstanceType, core: Any) -> Check:
 
 def leader_row(api_client: Any, now: datetime) -> Check:
     """The operator's replicas elect a leader through a Lease (controller-runtime leader election,
-    --leader-elect; k8s/training_operator.py): held by someone and renewed within its duration."""
+    --leader-elect; k8s/pods/training_operator.py): held by someone and renewed within its duration."""
     from kubernetes.client import CoordinationV1Api
 
     row = f"leader {KUBEFLOW_NAMESPACE}/{TRAINING_OPERATOR}"
@@ -256,7 +256,7 @@ def run_rows(env: Environment, api_client: Any, images: Mapping[str, str] | None
     would create now (the Registry stack's image, the preset without --set)."""
     from kubernetes.client import CustomObjectsApi
 
-    from k8s.jobs import PRESET_LABEL, SPEC_DIGEST_LABEL, render_run
+    from k8s.pods.pytorchjob import PRESET_LABEL, SPEC_DIGEST_LABEL, render_run
 
     jobs = _call(lambda: CustomObjectsApi(api_client).list_namespaced_custom_object(
         "kubeflow.org", "v1", TRAINING_NAMESPACE, "pytorchjobs"), "list the PyTorchJobs").get("items", [])

@@ -229,22 +229,22 @@ def _check_lossless(manifest: dict, job: Any) -> None:
 
 
 def render(env: Any, preset: str, *, image: str, job_name: str | None, overrides: dict | None) -> dict:
-    """The run of `preset` with the `--set` overrides applied (k8s/jobs.py render_run: named
+    """The run of `preset` with the `--set` overrides applied (k8s/pods/pytorchjob.py render_run: named
     PRESET-<spec digest> unless `job_name`). Its pod template is validated against the PodSpec
-    schema of the environment's Kubernetes version (k8s/podspec.py), unknown fields rejected: the
+    schema of the environment's Kubernetes version (k8s/pods/podspec.py), unknown fields rejected: the
     operator would drop them silently. A failure is a ConfigError."""
-    from k8s.jobs import render_run
+    from k8s.pods.pytorchjob import render_run
 
     return render_run(env, preset, image=image, job_name=job_name, overrides=overrides)
 
 
 def submit(client: Any, manifest: dict) -> str:
-    """Create the job and its peers NetworkPolicy (k8s/network.py: its workers may reach each other
+    """Create the job and its peers NetworkPolicy (k8s/pods/network_policy.py: its workers may reach each other
     and no other job's). The policy comes first, so no pod of the job starts without it, and is then
     owned by the job, so it goes when the job is deleted."""
     from kubernetes.client import NetworkingV1Api
 
-    from k8s.network import job_peers_policy
+    from k8s.pods.network_policy import job_peers_policy
 
     job = to_model(manifest)
     _check_lossless(manifest, job)

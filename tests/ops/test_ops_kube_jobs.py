@@ -248,7 +248,7 @@ def test_a_refused_run_takes_its_new_peers_policy_with_it_but_never_an_existing_
     assert capsys.readouterr().err.count("\n") == 2
 
 def test_run_names_stay_valid_job_names_for_every_preset():
-    from k8s.jobs import _JOB_NAME, MAX_JOB_NAME, run_name as name_of
+    from k8s.pods.pytorchjob import _JOB_NAME, MAX_JOB_NAME, run_name as name_of
 
     for preset in [*PRESETS, "a" * 60]:
         name = name_of(preset, "0123abcd")

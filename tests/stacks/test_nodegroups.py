@@ -13,7 +13,7 @@ import yaml
 
 from cdk_constructs.managed_nodegroup import ManagedNodegroup
 from config.kubernetes import GPU_TAINT_EFFECT, GPU_TAINT_KEY, GPU_TAINT_VALUE, SYSTEM_NODEGROUP
-from k8s.common import EFA_HUGEPAGES_2MI
+from k8s.pods.resources import EFA_HUGEPAGES_2MI
 from synth_helpers import BLOCK, synth
 
 VARIANTS = ("dev", "prod", "blocks")

@@ -71,7 +71,8 @@ def addons() -> dict[str, AddOn]:
         module = importlib.import_module(f"k8s.addons.{info.name}")
         addon = getattr(module, "ADDON", None)
         if not isinstance(addon, AddOn):
-            raise ValueError(f"k8s/addons/{info.name}.py defines no ADDON = AddOn(...); every module there is one add-on")
+            raise ValueError(f"k8s/addons/{info.name}.py defines no ADDON = AddOn(...); "
+                             "every module there is one add-on")
         if addon.name in found:
             raise ValueError(f"two add-ons are named {addon.name}: k8s/addons/{info.name}.py and another")
         found[addon.name] = addon
@@ -89,7 +90,8 @@ def apply_order(config: Environment, available: dict[str, AddOn] | None = None) 
                 raise ValueError(f"add-on {name} depends on {dep}, which no module of k8s/addons/ provides")
             if dep not in present:
                 raise ValueError(f"add-on {name} depends on {dep}, which environment {config.name} does not get")
-        waits[name] = tuple(addon.depends_on) + tuple(d for d in addon.after if d in present and d not in addon.depends_on)
+        later = tuple(d for d in addon.after if d in present and d not in addon.depends_on)
+        waits[name] = tuple(addon.depends_on) + later
     layer: dict[str, int] = {}
 
     def depth(name: str, path: tuple[str, ...] = ()) -> int:

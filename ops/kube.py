@@ -239,9 +239,9 @@ def render(env: Any, preset: str, *, image: str, job_name: str | None, overrides
 
 
 def submit(client: Any, manifest: dict) -> str:
-    """Create the job and its peers NetworkPolicy (k8s/pods/network_policy.py: its workers may reach each other
-    and no other job's). The policy comes first, so no pod of the job starts without it, and is then
-    owned by the job, so it goes when the job is deleted."""
+    """Create the job and its peers NetworkPolicy (k8s/pods/network_policy.py: its workers may reach
+    each other and no other job's). The policy comes first, so no pod of the job starts without it,
+    and is then owned by the job, so it goes when the job is deleted."""
     from kubernetes.client import NetworkingV1Api
 
     from k8s.pods.network_policy import job_peers_policy

@@ -2,7 +2,8 @@
 
 token: the `hf-token` Secret from a local environment variable or file. The token is read here
 and handed to the Kubernetes client only: it is never printed, logged, or put in a subprocess's
-arguments. download: renders the model-download Job (k8s/pods/model_download.py) and creates it; k8s/pods/model_download.py says why ops and not `cdk deploy` creates it.
+arguments. download: renders the model-download Job (k8s/pods/model_download.py, which says why
+ops and not `cdk deploy` creates it) and creates it.
 status and logs: like `ops status` and `ops logs` for the training jobs.
 """
 

@@ -75,7 +75,8 @@ class ClusterValues:
             ("FSX_DNS_NAME", self.fsx_dns_name, "FSx DNS name"),
             ("FSX_MOUNT_NAME", self.fsx_mount_name, "FSx Lustre mount name"),
         ]
-        rows += [(image_placeholder(v), uri, f"trainer image URI ({v})") for v, uri in sorted(self.trainer_images.items())]
+        rows += [(image_placeholder(v), uri, f"trainer image URI ({v})")
+                 for v, uri in sorted(self.trainer_images.items())]
         rows.append((KUBECTL_DELIVERY_IMAGE, self.kubectl_delivery_image,
                      "the MPI launcher's kubectl-delivery image (kubectl within one minor of the cluster)"))
         return rows

@@ -51,7 +51,8 @@ class FsxStorageProps:
 
     def __post_init__(self):
         if self.storage_gib < CLAIM_REQUEST_GIB:
-            raise ValueError(f"storage_gib must be at least the claim's {CLAIM_REQUEST_GIB} GiB, got {self.storage_gib}")
+            raise ValueError(f"storage_gib must be at least the claim's {CLAIM_REQUEST_GIB} GiB, "
+                             f"got {self.storage_gib}")
 
 
 def fsx_storage(props: FsxStorageProps) -> list[dict]:

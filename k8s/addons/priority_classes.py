@@ -32,4 +32,5 @@ def control_priority_class() -> dict:
     }
 
 
-ADDON = AddOn(name="priority-classes", component="scheduling", objects=lambda config, values: [control_priority_class()])
+ADDON = AddOn(name="priority-classes", component="scheduling",
+              objects=lambda config, values: [control_priority_class()])

@@ -11,6 +11,7 @@ operator injects its CA), and a PodDisruptionBudget that keeps one replica Ready
 from __future__ import annotations
 
 from k8s.addons import AddOn, Readiness
+from k8s.pods.images import KUBECTL_DELIVERY_IMAGE, placeholder
 from k8s.pods.names import KUBEFLOW_NAMESPACE, NAME_LABEL
 from k8s.pods.training_operator import (
     METRICS_PORT, NAME, POD_ADDRESS, SCHEMES, WEBHOOK_PORT, WEBHOOK_SECRET, operator_deployment,
@@ -25,6 +26,8 @@ WEBHOOK_CONFIGURATION = "validator.training-operator.kubeflow.org"
 VALIDATED = ("pytorchjob",)
 
 FULL = ("create", "delete", "get", "list", "patch", "update", "watch")
+RBAC_GROUP = "rbac.authorization.k8s.io"
+RBAC = f"{RBAC_GROUP}/v1"
 
 # The Deployment controller sets its Progressing condition's reason to NewReplicaSetAvailable only
 # once a rollout is complete (every replica updated and available); during a rollout the reason is
@@ -54,7 +57,7 @@ def rules(schemes: tuple[str, ...]) -> tuple[Rule, ...]:
         ("kubeflow.org", kinds, FULL),
         ("kubeflow.org", tuple(f"{k}/finalizers" for k in kinds), ("update",)),
         ("kubeflow.org", tuple(f"{k}/status" for k in kinds), ("get", "patch", "update")),
-        ("rbac.authorization.k8s.io", ("rolebindings", "roles"), ("create", "list", "update", "watch")),
+        (RBAC_GROUP, ("rolebindings", "roles"), ("create", "list", "update", "watch")),
         # The controllers watch PodGroups whenever these CRDs exist (gang scheduling); without the
         # grant their caches never sync.
         ("scheduling.volcano.sh", ("podgroups",), FULL),
@@ -105,24 +108,22 @@ def role_rules() -> list[dict]:
             for group, names, verbs in own_namespace_rules() for name in names]
 
 
-def training_operator(*, mpi_kubectl_delivery_image: str | None = None, namespace: str = KUBEFLOW_NAMESPACE,
-                      schemes: tuple[str, ...] = SCHEMES) -> list[dict]:
+def training_operator(*, mpi_kubectl_delivery_image: str = placeholder(KUBECTL_DELIVERY_IMAGE),
+                      namespace: str = KUBEFLOW_NAMESPACE, schemes: tuple[str, ...] = SCHEMES) -> list[dict]:
     """The operator's objects, in apply order. `mpi_kubectl_delivery_image`: see operator_deployment."""
     meta = {"name": NAME, "namespace": namespace}
     account = [{"apiGroup": "", "kind": "ServiceAccount", "name": NAME, "namespace": namespace}]
-    deployment = operator_deployment(schemes=schemes, namespace=namespace, **(
-        {"mpi_kubectl_delivery_image": mpi_kubectl_delivery_image} if mpi_kubectl_delivery_image else {}))
+    deployment = operator_deployment(mpi_kubectl_delivery_image=mpi_kubectl_delivery_image, schemes=schemes,
+                                     namespace=namespace)
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta, "automountServiceAccountToken": True},
-        rendered({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": NAME},
+        rendered({"apiVersion": RBAC, "kind": "ClusterRole", "metadata": {"name": NAME},
                   "rules": cluster_role_rules(schemes)}),
-        rendered({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": NAME},
-                  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
-                  "subjects": account}),
-        rendered({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta, "rules": role_rules()}),
-        rendered({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
-                  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
-                  "subjects": account}),
+        rendered({"apiVersion": RBAC, "kind": "ClusterRoleBinding", "metadata": {"name": NAME},
+                  "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": NAME}, "subjects": account}),
+        rendered({"apiVersion": RBAC, "kind": "Role", "metadata": meta, "rules": role_rules()}),
+        rendered({"apiVersion": RBAC, "kind": "RoleBinding", "metadata": meta,
+                  "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": NAME}, "subjects": account}),
         # Created empty (the standalone overlay's secretGenerator does the same); the operator
         # writes ca.crt, tls.crt and tls.key into it.
         {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": WEBHOOK_SECRET, "namespace": namespace},

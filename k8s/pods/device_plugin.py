@@ -47,7 +47,8 @@ class DevicePluginSpec:
     namespace: str = KUBE_SYSTEM_NAMESPACE
 
     def __post_init__(self):
-        if self.plugins_dir_type not in HOST_PATH_TYPES or any(m.type not in HOST_PATH_TYPES for m in self.extra_mounts):
+        types = (self.plugins_dir_type, *(m.type for m in self.extra_mounts))
+        if any(t not in HOST_PATH_TYPES for t in types):
             raise ValueError(f"{self.name}: host path types are one of {sorted(HOST_PATH_TYPES)}")
         if not self.node_label_values:
             raise ValueError(f"{self.name}: needs the node label values of the nodes with the device")

@@ -122,10 +122,11 @@ def operator_policies(vpc_cidr: str, namespace: str = KUBEFLOW_NAMESPACE) -> lis
     the rule is the VPC's range on the webhook port only; that port serves TLS admission reviews."""
     return [
         default_deny(namespace),
-        network_policy(TRAINING_OPERATOR, namespace, match_labels(**{NAME_LABEL: TRAINING_OPERATOR}),
-                ingress=[{"from": [{"ipBlock": {"cidr": vpc_cidr}}], "ports": tcp_ports(TRAINING_OPERATOR_WEBHOOK_PORT)}],
-                egress=[{"to": api_server_peers(vpc_cidr), "ports": tcp_ports(HTTPS_PORT)}],
-                description="the API server calls the validating webhook; the operator calls the API server"),
+        network_policy(
+            TRAINING_OPERATOR, namespace, match_labels(**{NAME_LABEL: TRAINING_OPERATOR}),
+            ingress=[{"from": [{"ipBlock": {"cidr": vpc_cidr}}], "ports": tcp_ports(TRAINING_OPERATOR_WEBHOOK_PORT)}],
+            egress=[{"to": api_server_peers(vpc_cidr), "ports": tcp_ports(HTTPS_PORT)}],
+            description="the API server calls the validating webhook; the operator calls the API server"),
     ]
 
 

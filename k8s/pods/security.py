@@ -28,7 +28,8 @@ def pod_security_context(uid: int, *, fs_group: bool = False) -> dict:
     """A numeric non-root user and group, and the runtime's default seccomp profile. `fs_group`
     only for pods whose volumes are all their own (etcd's emptyDir): on FSx the kubelet would
     chown the whole file system."""
-    context = {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "seccompProfile": dict(RUNTIME_DEFAULT_SECCOMP)}
+    context = {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid,
+               "seccompProfile": dict(RUNTIME_DEFAULT_SECCOMP)}
     if fs_group:
         context["fsGroup"] = uid
     return context

@@ -69,7 +69,8 @@ def host_path_volume(name: str, path: str, type: str = "") -> dict:
 
 
 def exec_probe(command: list[str], *, period_s: int, timeout_s: int, initial_delay_s: int | None = None) -> dict:
-    probe = {"exec": {"command": command}, "failureThreshold": 3, "periodSeconds": period_s, "timeoutSeconds": timeout_s}
+    probe = {"exec": {"command": command}, "failureThreshold": 3, "periodSeconds": period_s,
+             "timeoutSeconds": timeout_s}
     if initial_delay_s is not None:
         probe["initialDelaySeconds"] = initial_delay_s
     return probe

@@ -37,12 +37,13 @@ def own_pods(name: str, address: str | None = None) -> dict[str, str]:
 
 
 def hardened_pod_security_context(uid: int, *, fs_group: bool = False) -> dict:
+    """The one hardened pod context (k8s/pods/security.py), with cdk8s-plus's fsGroupChangePolicy."""
     return {**pod_security_context(uid, fs_group=fs_group), "fsGroupChangePolicy": "Always"}
 
 
 def hardened_container_security_context(uid: int) -> dict:
-    """The one hardened container context, read-only root file system, with the pod's user
-    restated on the container."""
+    """The one hardened container context (k8s/pods/security.py) with a read-only root file system,
+    and the pod's user restated on the container, as cdk8s-plus wrote it."""
     return {**container_security_context(read_only_root_filesystem=True), "privileged": False,
             "runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid}
 

@@ -5,7 +5,7 @@ terminationGracePeriodSeconds and torchrun's shutdown timeout from stop_budget()
 
 On SIGTERM torchrun forwards the signal to its workers and SIGKILLs those still running after its
 shutdown timeout: 30 s unless TORCH_ELASTIC_SHUTDOWN_TIMEOUT says otherwise (torch 2.13,
-torch/distributed/launcher/api.py LaunchConfig.__post_init__; tests/k8s/pods/test_stop_budget.py
+torch/distributed/launcher/api.py LaunchConfig.__post_init__; tests/k8s/test_stop_budget.py
 checks the installed torch reads it). A worker stops after the step in flight and the one its
 stop is agreed in (trainer/preemption.py), then waits for an asynchronous save still in flight
 and writes its blocking one: at worst two full writes. The kubelet SIGKILLs the container at the

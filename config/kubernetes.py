@@ -51,7 +51,7 @@ VALIDATION_RUNNER_GROUP = "eks-distributed-training-validation-runner"
 
 # A training worker's exit statuses (trainer/cli.py). Only a run that reached its last step
 # exits 0: the Training Operator marks an elastic PyTorchJob Succeeded as soon as one worker
-# pod succeeds (tests/k8s/pods/test_operator_exit_rule.py). torchrun, the container's command, exits
+# pod succeeds (tests/k8s/test_operator_exit_rule.py). torchrun, the container's command, exits
 # TORCHRUN_FAILED when a worker failed or it got SIGTERM itself (measured in
 # tests/trainer/test_preemption.py), so these reach the pod log and torchrun's failure report,
 # not the pod's status.

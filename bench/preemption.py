@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from config.checkpoint_time import stop_budget  # noqa: E402
 from config.presets import PRESETS  # noqa: E402
-from k8s.jobs import presets_for  # noqa: E402
+from k8s.pods.pytorchjob import presets_for  # noqa: E402
 from ops.envconfig import load, read_environments  # noqa: E402
 from recovery import running  # noqa: E402
 

@@ -1,6 +1,6 @@
 """How long a preset's checkpoint takes to write to FSx, and so how long its pods get to stop.
 
-One estimate serves `ops plan` (which prints it) and the PyTorchJob (k8s/jobs.py), whose pods get
+One estimate serves `ops plan` (which prints it) and the PyTorchJob (k8s/pods/pytorchjob.py), whose pods get
 terminationGracePeriodSeconds and torchrun's shutdown timeout from stop_budget() below.
 
 On SIGTERM torchrun forwards the signal to its workers and SIGKILLs those still running after its

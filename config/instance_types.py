@@ -1,6 +1,6 @@
 """The instance-type table: the one source of hardware facts.
 
-The node-group construct (EFA interfaces, AMI, local NVMe), every run (k8s/jobs.py: GPU and EFA requests),
+The node-group construct (EFA interfaces, AMI, local NVMe), every run (k8s/pods/pytorchjob.py: GPU and EFA requests),
 the trainer (MFU denominator), preflight (vCPU quotas) and the IP plan all read it. Figures come
 from the EC2 instance-type pages, the EFA guide and the GPU vendors' data sheets (dense, not
 sparse, bf16); vCPUs, GPUs, memory, EFA devices, network cards and instance storage are checked

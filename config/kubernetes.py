@@ -50,9 +50,13 @@ FSX_MOUNT_PATH = "/fsx"
 GPU_CONTAINER_MEMLOCK = "unlimited"
 
 # The net name aws-ofi-nccl registers with NCCL (aws/aws-ofi-nccl src/nccl_ofi_interface_nvidia.cpp,
-# "Libfabric" since v1.13.0). EFA pods set NCCL_NET to it (k8s/common.py EFA_ENV); the trainer
+# "Libfabric" since v1.13.0). EFA pods set NCCL_NET to it (k8s/pods/network_env.py EFA_ENV); the trainer
 # checks at start-up that NCCL chose it (trainer/nccl_net.py).
 OFI_NCCL_NET = "Libfabric"
+# The first words of the trainer's EFA verdict line (trainer/nccl_net.py prints it; `ops logs` shows
+# it before the rest of a log).
+EFA_CHECK_PASSED = "EFA check passed:"
+EFA_CHECK_FAILED = "EFA check failed:"
 
 # The Kubernetes group the validation runner's access entry maps its role to (stacks/validation.py);
 # k8s/validation_runner_rbac.py binds exactly what `ops validate` does to it. EKS refuses groups
@@ -121,7 +125,7 @@ OPERATOR_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 OPERATOR_REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
 
 # Cluster validation: one NCCL all-reduce MPIJob template per EFA node group that can hold
-# NCCL_TEST_NODES nodes (k8s/validation.py); `ops validate` runs a copy of it per pair of nodes
+# NCCL_TEST_NODES nodes (k8s/pods/validation.py); `ops validate` runs a copy of it per pair of nodes
 # (ops/nccl.py), named after the template.
 NCCL_TEST_NODES = 2
 

@@ -1,8 +1,8 @@
 """What `--set KEY=VALUE` (ops submit) and a chart's per-preset overrides may change in a job.
 
-One table: k8s/jobs.py checks each value's type against it and `ops submit --help` prints it,
+One table: k8s/pods/pytorchjob.py checks each value's type against it and `ops submit --help` prints it,
 so the help cannot drift from what the renderer accepts. The range rules themselves are checked
-in k8s.jobs.job_spec, which names the field when a value is out of range.
+in k8s.pods.pytorchjob.job_spec, which names the field when a value is out of range.
 """
 
 from __future__ import annotations

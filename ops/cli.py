@@ -301,7 +301,7 @@ def _start_or_submit(args: argparse.Namespace) -> int:
     if args.dry_run:
         import yaml
 
-        from k8s.network import job_peers_policy
+        from k8s.pods.network_policy import job_peers_policy
 
         # In the order kube.submit creates them: no pod of the run starts before its peers may reach it.
         print(yaml.safe_dump_all([job_peers_policy(manifest), manifest], sort_keys=False), end="")

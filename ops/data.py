@@ -1,6 +1,6 @@
 """`ops data`: start a data source's preparation Job and follow it to the end.
 
-The Job comes from k8s/data_jobs.py (one fresh Job per run; that module says why). Following
+The Job comes from k8s/pods/data_job.py (one fresh Job per run; that module says why). Following
 means: print each phase change of the Job, stream every pod's log as it runs (a retried pod's too),
 and end with the Job: 0 when it completed, 1 when it failed.
 """
@@ -27,7 +27,7 @@ def source(env: Any, source_name: str) -> Any:
 
 
 def render(env: Any, source_name: str, *, image: str) -> dict:
-    from k8s.data_jobs import data_job_manifest
+    from k8s.pods.data_job import data_job_manifest
 
     chosen = source(env, source_name)
     if not image:
@@ -38,7 +38,7 @@ def render(env: Any, source_name: str, *, image: str) -> dict:
 def start(api: Any, manifest: dict) -> str:
     """Create the Job unless one for the same source is still running; returns its name."""
     from kubernetes import client
-    from k8s.data_jobs import DATA_SOURCE_LABEL
+    from k8s.pods.data_job import DATA_SOURCE_LABEL
 
     batch = client.BatchV1Api(api)
     namespace = manifest["metadata"]["namespace"]
@@ -87,7 +87,7 @@ def follow(api: Any, name: str, namespace: str = TRAINING_NAMESPACE, *, echo: Ca
 
 
 def _stream(core: Any, pod: str, namespace: str, echo: Callable[[str], None]) -> None:
-    from k8s.data_jobs import CONTAINER
+    from k8s.pods.data_job import CONTAINER
 
     response = api_call(lambda: core.read_namespaced_pod_log(pod, namespace, container=CONTAINER, follow=True,
                                                           _preload_content=False))

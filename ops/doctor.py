@@ -29,7 +29,7 @@ from config.kubernetes import (
     NODEGROUP_LABEL, NVIDIA_DEVICE_PLUGIN, OPERATOR_REPLICA_TYPE_LABEL, SYSTEM_NODEGROUP, TRAINING_NAMESPACE,
     TRAINING_OPERATOR, TRAINING_OPERATOR_LEASE, VALIDATION_LABEL,
 )
-from k8s.common import nccl_groups
+from k8s.pods.names import nccl_groups
 from ops import nccl
 from ops.checks import FAIL, PASS, WARN, Check
 from ops.errors import OpsError
@@ -228,7 +228,7 @@ def nccl_row(group: str, instance: InstanceType, core: Any) -> Check:
 
 def leader_row(api_client: Any, now: datetime) -> Check:
     """The operator's replicas elect a leader through a Lease (controller-runtime leader election,
-    --leader-elect; k8s/training_operator.py): held by someone and renewed within its duration."""
+    --leader-elect; k8s/pods/training_operator.py): held by someone and renewed within its duration."""
     from kubernetes.client import CoordinationV1Api
 
     row = f"leader {KUBEFLOW_NAMESPACE}/{TRAINING_OPERATOR}"
@@ -250,7 +250,7 @@ def run_rows(env: Environment, api_client: Any, images: Mapping[str, str] | None
     would create now (the Registry stack's image, the preset without --set)."""
     from kubernetes.client import CustomObjectsApi
 
-    from k8s.jobs import PRESET_LABEL, SPEC_DIGEST_LABEL, render_run
+    from k8s.pods.pytorchjob import PRESET_LABEL, SPEC_DIGEST_LABEL, render_run
 
     jobs = _call(lambda: CustomObjectsApi(api_client).list_namespaced_custom_object(
         "kubeflow.org", "v1", TRAINING_NAMESPACE, "pytorchjobs"), "list the PyTorchJobs").get("items", [])

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from config.kubernetes import TRAINING_NAMESPACE
+from config.kubernetes import EFA_CHECK_FAILED, EFA_CHECK_PASSED, TRAINING_NAMESPACE
 from config.paths import PathProblem, read_yaml
 from ops.errors import OpsError
 
@@ -229,22 +229,22 @@ def _check_lossless(manifest: dict, job: Any) -> None:
 
 
 def render(env: Any, preset: str, *, image: str, job_name: str | None, overrides: dict | None) -> dict:
-    """The run of `preset` with the `--set` overrides applied (k8s/jobs.py render_run: named
+    """The run of `preset` with the `--set` overrides applied (k8s/pods/pytorchjob.py render_run: named
     PRESET-<spec digest> unless `job_name`). Its pod template is validated against the PodSpec
-    schema of the environment's Kubernetes version (k8s/podspec.py), unknown fields rejected: the
+    schema of the environment's Kubernetes version (k8s/pods/podspec.py), unknown fields rejected: the
     operator would drop them silently. A failure is a ConfigError."""
-    from k8s.jobs import render_run
+    from k8s.pods.pytorchjob import render_run
 
     return render_run(env, preset, image=image, job_name=job_name, overrides=overrides)
 
 
 def submit(client: Any, manifest: dict) -> str:
-    """Create the job and its peers NetworkPolicy (k8s/network.py: its workers may reach each other
-    and no other job's). The policy comes first, so no pod of the job starts without it, and is then
-    owned by the job, so it goes when the job is deleted."""
+    """Create the job and its peers NetworkPolicy (k8s/pods/network_policy.py: its workers may reach
+    each other and no other job's). The policy comes first, so no pod of the job starts without it,
+    and is then owned by the job, so it goes when the job is deleted."""
     from kubernetes.client import NetworkingV1Api
 
-    from k8s.network import job_peers_policy
+    from k8s.pods.network_policy import job_peers_policy
 
     job = to_model(manifest)
     _check_lossless(manifest, job)
@@ -354,13 +354,10 @@ def logs(client: Any, name: str, namespace: str | None = None, follow: bool = Fa
     found, _ = _call(lambda: client.get_job_logs(name, namespace=namespace, is_master=False, follow=follow,
                                                  **leader))
     if not follow:
-        # Imported here: the validation runner's copy of ops has no trainer package.
-        from trainer.nccl_net import CHECK_FAILED, CHECK_PASSED
-
         lines = [f"[{pod}] {line}" for pod, text in found.items() for line in text.splitlines()]
         # The trainer's EFA verdict (trainer/nccl_net.py) comes first: it explains whatever follows.
         for line in lines:
-            if CHECK_FAILED in line or CHECK_PASSED in line:
+            if EFA_CHECK_FAILED in line or EFA_CHECK_PASSED in line:
                 echo(f"==> {line}")
         for line in lines:
             echo(line)

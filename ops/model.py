@@ -2,8 +2,8 @@
 
 token: the `hf-token` Secret from a local environment variable or file. The token is read here
 and handed to the Kubernetes client only: it is never printed, logged, or put in a subprocess's
-arguments. download: renders the model-download Job (k8s/model_download.py, the chart's code
-path) and creates it; k8s/model_download.py says why ops and not `cdk deploy` creates it.
+arguments. download: renders the model-download Job (k8s/pods/model_download.py, which says why
+ops and not `cdk deploy` creates it) and creates it.
 status and logs: like `ops status` and `ops logs` for the training jobs.
 """
 
@@ -79,7 +79,7 @@ def put_token(core: Any, namespace: str, token: str) -> str:
 
 def start(batch: Any, manifest: dict) -> str:
     """Create the Job; an existing one for the same repository is reported, not duplicated."""
-    from k8s.model_download import REPO_ANNOTATION
+    from k8s.pods.model_download import REPO_ANNOTATION
 
     meta = manifest["metadata"]
     name, namespace, repo = meta["name"], meta["namespace"], meta["annotations"][REPO_ANNOTATION]
@@ -104,7 +104,7 @@ def _out_dir(manifest: dict) -> str:
 # --- status and logs -----------------------------------------------------------------------------
 
 def status(batch: Any, namespace: str, model: str | None) -> list[tuple[str, ...]]:
-    from k8s.model_download import COMPONENT, COMPONENT_LABEL, MODEL_LABEL, REPO_ANNOTATION
+    from k8s.pods.model_download import COMPONENT, COMPONENT_LABEL, MODEL_LABEL, REPO_ANNOTATION
 
     jobs = [_api(lambda: batch.read_namespaced_job(_job(model), namespace))] if model else \
         _api(lambda: batch.list_namespaced_job(namespace, label_selector=f"{COMPONENT_LABEL}={COMPONENT}")).items
@@ -131,7 +131,7 @@ def logs(core: Any, namespace: str, model: str, follow: bool = False, echo: Call
     """The newest pod's log (each retry is a new pod); with follow, line by line as it is written."""
     from kubernetes import watch
 
-    from k8s.model_download import CONTAINER
+    from k8s.pods.model_download import CONTAINER
 
     job = _job(model)
     pods = _api(lambda: core.list_namespaced_pod(namespace, label_selector=f"{JOB_NAME_LABEL}={job}")).items
@@ -151,7 +151,7 @@ def logs(core: Any, namespace: str, model: str, follow: bool = False, echo: Call
 
 
 def _job(model: str) -> str:
-    from k8s.model_download import JOB_PREFIX, job_name
+    from k8s.pods.model_download import JOB_PREFIX, job_name
 
     return model if model.startswith(JOB_PREFIX) else job_name(model)
 
@@ -198,7 +198,7 @@ def run(args: argparse.Namespace, load_env: Callable[[], Any]) -> int:
         print(f"{done} Secret {args.namespace}/{HF_TOKEN_SECRET} from {source} for {env.name}")
         return 0
     if command == "download":
-        from k8s.model_download import ModelDownload, model_download_manifest
+        from k8s.pods.model_download import ModelDownload, model_download_manifest
 
         download = ModelDownload.of(args.repo, args.name, args.revision)
         from ops.images import published_image

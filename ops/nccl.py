@@ -160,7 +160,7 @@ def sweep_verdict(results: list[PairResult]) -> Sweep:
 
 
 def pinned(template: dict, nodes: tuple[str, str], index: int, group: str) -> dict:
-    """A copy of the group's NCCL MPIJob template (k8s/validation.py) whose two workers run on
+    """A copy of the group's NCCL MPIJob template (k8s/pods/validation.py) whose two workers run on
     `nodes`: named TEMPLATE-<index>, the MPIJob and its pods labelled with the group, the launcher
     annotated with the pair (what `ops doctor` reads back)."""
     job = json.loads(json.dumps(template))

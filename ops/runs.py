@@ -1,6 +1,6 @@
 """Runs: the PyTorchJobs of a preset, as `ops start`, `ops stop` and `ops submit` handle them.
 
-A deploy creates no run. A run is the PyTorchJob k8s/jobs.py `render_run` makes: named
+A deploy creates no run. A run is the PyTorchJob k8s/pods/pytorchjob.py `render_run` makes: named
 PRESET-<digest of its spec, image included> and labelled with its preset and that digest, so the
 same code and settings always name the same run and new code names a new one. A run is never
 changed after it is created, only suspended or resumed (`runPolicy.suspend`): it keeps its image
@@ -48,7 +48,7 @@ class Run:
 
 def run_of(job: Any) -> Run:
     """A Run from the SDK's PyTorchJob model."""
-    from k8s.jobs import PRESET_LABEL, SPEC_DIGEST_LABEL
+    from k8s.pods.pytorchjob import PRESET_LABEL, SPEC_DIGEST_LABEL
 
     labels = (job.metadata.labels if job.metadata else None) or {}
     run_policy = job.spec.run_policy if job.spec else None
@@ -85,7 +85,7 @@ def _image(manifest: dict) -> str:
 def start(client: Any, manifest: dict, *, resume: bool = True) -> list[str]:
     """Create the run `manifest` describes, or (resume) resume or report the one of its spec.
     Returns what happened, one line each; refusals are OpsError (one line)."""
-    from k8s.jobs import PRESET_LABEL
+    from k8s.pods.pytorchjob import PRESET_LABEL
 
     name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
     preset = manifest["metadata"]["labels"][PRESET_LABEL]

@@ -3,7 +3,7 @@
     python -m ops validate --dist dist/<env> [--timeout 1800]
 
 Reads the validation objects the k8s layer wrote (dist/<env>/validation/, or the runner's copy;
-k8s/validation.py), counts Ready nodes per node group with kubectl, then creates afresh each GPU
+k8s/pods/validation.py), counts Ready nodes per node group with kubectl, then creates afresh each GPU
 check Job whose group has a node, the NCCL sweep of each EFA group with two Ready nodes or more
 (the group's MPIJob pinned to each pair of its nodes, in rounds of disjoint pairs; ops/nccl.py
 judges every pair's table and names a slow node or link), and the smoke run (a PyTorchJob) where
@@ -52,7 +52,7 @@ class Check:
         return sorted(set(PLACEHOLDER.findall(json.dumps(self.manifest))))
 
 
-# The dist placeholders (k8s/values.py): upper-case names in ${...}. The launcher scripts' own
+# The dist placeholders (k8s/pods/images.py): upper-case names in ${...}. The launcher scripts' own
 # shell variables are lower case.
 PLACEHOLDER = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
 

@@ -229,7 +229,7 @@ class ClusterStack(cdk.Stack):
 
     def _add_data_source_readers(self, pod_identity_agent: eks.Addon) -> None:
         """Per data source that copies from S3: a Pod Identity role that may list its prefix and read
-        the objects below it, nothing else, bound to the data Job's ServiceAccount (k8s/data_jobs.py).
+        the objects below it, nothing else, bound to the data Job's ServiceAccount (k8s/pods/data_job.py).
         ListBucket is a bucket action; the s3:prefix condition key limits the listing to the prefix
         ("Actions, resources, and condition keys for Amazon S3",
         https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazons3.html)."""

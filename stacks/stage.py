@@ -14,8 +14,8 @@ from stacks.nag import apply_nag
 from stacks.network import NetworkStack
 from stacks.registry import RegistryStack
 from stacks.storage import StorageStack
-from k8s.validation import validation_objects
-from k8s.values import image_placeholder
+from k8s.pods.images import image_placeholder
+from k8s.pods.validation import validation_objects
 from stacks.validation import ValidationStack
 from stacks.workloads import WorkloadsStack, workload_values
 

@@ -1,6 +1,6 @@
 """Validation: the runner that checks a deployed environment from inside its own VPC.
 
-The GPU checks and NCCL tests (`python -m ops validate`, objects from k8s/validation.py) talk to
+The GPU checks and NCCL tests (`python -m ops validate`, objects from k8s/pods/validation.py) talk to
 the Kubernetes API, which a pipeline in another account cannot reach: prod's endpoint is private,
 dev's public one admits a few CIDRs. So each environment has its own runner, a CodeBuild project
 in its private subnets. The cluster security group admits it on 443 (Amazon EKS User Guide, "View
@@ -11,7 +11,7 @@ validate` makes (list nodes; create, delete and read the check Jobs, the NCCL MP
 PyTorchJob in the training namespace; list their pods and read their logs), and no Secret.
 
 Its source is an asset: the ops package, the config package it imports, and this environment's
-validation objects (k8s/validation.py), whose `${NAME}` placeholders `ops validate` fills from the
+validation objects (k8s/pods/validation.py), whose `${NAME}` placeholders `ops validate` fills from the
 runner's environment variables (`runner_environment`). A failed check fails its build. Anyone
 with codebuild:StartBuild on the project can run it (output RunnerProjectName); under the pipeline,
 a starter role that only the pipeline's validation step may assume can start it and read its

@@ -2,7 +2,7 @@
 
 What a deploy does to jobs: nothing. No chart holds a PyTorchJob, MPIJob or Job, so a deploy never
 suspends, restarts, deletes or re-templates one that may be running. Runs are created by
-`ops start` / `ops submit` (k8s/jobs.py render_run, named after a digest of their spec, image
+`ops start` / `ops submit` (k8s/pods/pytorchjob.py render_run, named after a digest of their spec, image
 included) and validation objects by `ops validate`; a running run keeps the image it started with.
 The manifests earlier releases applied per preset and for validation keep their logical ids as
 stand-ins (RETIRED_MARKER), so this release does not delete those jobs either.
@@ -41,11 +41,12 @@ from config.eks_versions import kubectl_for
 from config.kubernetes import FSX_CLAIM_NAME, TRAINING_NAMESPACE
 from stacks.removal import removal_policy
 from config.outputs import FSX_DNS_NAME_OUTPUT, FSX_FILE_SYSTEM_ID_OUTPUT, FSX_MOUNT_NAME_OUTPUT, trainer_image_output
+from k8s.addons import ClusterValues, Placeholder
 from k8s.charts import ChartEntry, EnvironmentCharts
-from k8s.common import short_digest
-from k8s.jobs import presets_for
+from k8s.pods.images import KUBECTL_DELIVERY_IMAGE, image_placeholder
+from k8s.pods.names import short_digest
+from k8s.pods.pytorchjob import presets_for
 from k8s.sinks import substitute_tokens
-from k8s.values import KUBECTL_DELIVERY_IMAGE, ClusterValues, Placeholder, image_placeholder
 
 DEFAULT_QUALIFIER = cdk.DefaultStackSynthesizer.DEFAULT_QUALIFIER
 KUBECTL_DELIVERY_DIR = Path(__file__).resolve().parent.parent / "k8s" / "images" / "kubectl-delivery"

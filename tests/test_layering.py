@@ -14,12 +14,18 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ("app", "bench", "cdk_constructs", "config", "k8s", "ops", "stacks", "trainer")
-# layer -> the layers of ours its modules may import (its own included).
+LAYERS = ("app", "bench", "cdk_constructs", "config", "k8s", "k8s.addons", "k8s.pods", "ops", "stacks", "trainer")
+# layer -> the layers of ours its modules may import (its own included). k8s/pods builds every pod
+# as a plain dict, k8s/addons wraps them per add-on, k8s (charts, sinks) makes cdk8s charts of them;
+# ops renders the same pods from k8s.pods alone.
 MAY_IMPORT = {
     "config": {"config"},
     "cdk_constructs": {"config", "cdk_constructs"},
-    "stacks": {"config", "cdk_constructs", "k8s", "stacks"},
+    "k8s.pods": {"config", "k8s.pods"},
+    "k8s.addons": {"config", "k8s.pods", "k8s.addons"},
+    "k8s": {"config", "k8s.pods", "k8s.addons", "k8s"},
+    "stacks": {"config", "cdk_constructs", "k8s", "k8s.addons", "k8s.pods", "stacks"},
+    "ops": {"config", "k8s.pods", "ops"},
     "trainer": {"config", "trainer"},
 }
 
@@ -71,6 +77,13 @@ def test_each_layer_imports_only_the_layers_below_it(layer):
     assert not crossings, "\n".join(f"{where} imports {module}" for where, module in crossings.items())
 
 
+def test_k8s_pods_render_dicts_without_a_construct_library():
+    """CDK, dist/ and ops render the same pods: k8s/pods builds plain dicts, no cdk8s."""
+    for path in modules_of("k8s.pods"):
+        found = {module.split(".")[0] for _, module in imported_modules(path)}
+        assert not found & {"cdk8s", "cdk8s_plus_27", "constructs", "aws_cdk"}, path
+
+
 def test_an_import_across_the_layers_is_found_wherever_it_stands(tmp_path):
     """The reader itself: a type-only import, one inside a function and a relative one all count."""
     package = tmp_path / "config"
@@ -87,7 +100,7 @@ def test_an_import_across_the_layers_is_found_wherever_it_stands(tmp_path):
 
 
 # Layers whose modules import each other without a circle (the trainer's cli and dist still do).
-ACYCLIC = ("config", "cdk_constructs", "stacks")
+ACYCLIC = ("config", "cdk_constructs", "stacks", "k8s.pods", "k8s.addons")
 
 
 def import_circle(layer: str) -> list[str] | None:

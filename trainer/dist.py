@@ -12,7 +12,7 @@ collectives of every backend of the group (ProcessGroupNCCL::setTimeout and gloo
 options' timeout that each new collective takes; tested for gloo in tests/trainer/test_dist.py).
 Checkpoint collectives, saves and loads, run on their own gloo group with the start-up bound.
 On GPU pods NCCL's flight recorder writes each rank's last collectives when one times out
-(k8s/jobs.py sets TORCH_NCCL_DEBUG_INFO_TEMP_FILE); init creates the folder it points into.
+(k8s/pods/pytorchjob.py sets TORCH_NCCL_DEBUG_INFO_TEMP_FILE); init creates the folder it points into.
 """
 
 from __future__ import annotations

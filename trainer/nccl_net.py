@@ -3,7 +3,7 @@
 The failure users fear is silent: without the aws-ofi-nccl plugin (or with libfabric on another
 provider) NCCL falls back to TCP sockets and the job runs 5-10x slower, or hangs. Two layers stop it:
 
-1. NCCL's and libfabric's own knobs, set on EFA pods by the job chart (k8s/common.py EFA_ENV) and
+1. NCCL's and libfabric's own knobs, set on EFA pods by the job chart (k8s/pods/network_env.py EFA_ENV) and
    defaulted here: NCCL_NET names the network NCCL must use, and NCCL then fails the communicator
    ("Failed to initialize any NET plugin") instead of falling back (NCCL environment variables,
    https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-net; NCCL v2.27.7
@@ -19,7 +19,7 @@ provider) NCCL falls back to TCP sockets and the job runs 5-10x slower, or hangs
    starting CHECK_FAILED that names the cause; `ops logs` prints that line first.
 3. The NIC count in that provider line, compared with the instance table (config/instance_types.py
    efa_interfaces for TRAINER_INSTANCE_TYPE; the pod requests exactly that many EFA devices,
-   k8s/common.py accelerator_resources). In aws-ofi-nccl v1.16.2 and v1.16.3 the count is the
+   k8s/pods/resources.py accelerator_resources). In aws-ofi-nccl v1.16.2 and v1.16.3 the count is the
    number of fi_info entries of the selected provider and fabric (src/nccl_ofi_ofiutils.cpp
    nccl_ofi_ofiutils_get_providers; one per EFA device the container sees), printed by
    src/nccl_ofi_net.cpp nccl_net_ofi_query_provider_capabilities. The SENDRECV protocol multiplies
@@ -42,10 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from config.instance_types import INSTANCE_TYPES
-from config.kubernetes import OFI_NCCL_NET
-
-CHECK_PASSED = "EFA check passed:"
-CHECK_FAILED = "EFA check failed:"
+from config.kubernetes import EFA_CHECK_FAILED as CHECK_FAILED, EFA_CHECK_PASSED as CHECK_PASSED, OFI_NCCL_NET
 
 # Names aws-ofi-nccl's net takes: "Libfabric" by default, renamed to what NCCL_NET asks for when
 # that is "OFI" or "AWS Libfabric" (its pre-1.12 name); NCCL compares them case-insensitively.

@@ -11,7 +11,7 @@ import cdk8s
 from config import Environment
 from config.kubernetes import NODEGROUP_LABEL
 from k8s.charts import EnvironmentCharts
-from k8s.values import ClusterValues
+from k8s.addons import ClusterValues
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,11 +36,11 @@ def ops_objects(config: Environment) -> list[dict]:
     (images as dist placeholders), the validation objects `ops validate` creates with the NCCL
     sweep's first pair pinned from each group's template, `ops data`'s Job per data source and
     `ops model download`'s Jobs."""
-    from k8s.data_jobs import data_job_manifest
-    from k8s.jobs import presets_for, render_run
-    from k8s.model_download import ModelDownload, configured_downloads, model_download_manifest
-    from k8s.validation import validation_objects
-    from k8s.values import image_placeholder
+    from k8s.pods.data_job import data_job_manifest
+    from k8s.pods.pytorchjob import presets_for, render_run
+    from k8s.pods.model_download import ModelDownload, model_download_manifest
+    from k8s.pods.validation import validation_objects
+    from k8s.pods.images import image_placeholder
     from ops import nccl
 
     made = [render_run(config, p.name, image=f"${{{image_placeholder(p.image_variant)}}}") for p in presets_for(config)]
@@ -51,8 +51,9 @@ def ops_objects(config: Environment) -> list[dict]:
         made.append(nccl.pinned(template, (f"{group}-node-a", f"{group}-node-b"), 0, group))
     made += [data_job_manifest(config, source, image=f"${{{image_placeholder('cpu')}}}") for source in config.data_sources]
     if config.cpu_nodegroups:
-        downloads = configured_downloads(config) or [ModelDownload.of("org/model")]
-        made += [model_download_manifest(config, d, image=f"${{{image_placeholder('cpu')}}}") for d in downloads]
+        # The model llama2-7b-finetune starts from (/fsx/models/Llama-2-7b-hf).
+        download = ModelDownload.of("meta-llama/Llama-2-7b-hf")
+        made.append(model_download_manifest(config, download, image=f"${{{image_placeholder('cpu')}}}"))
     return made
 
 
@@ -100,3 +101,15 @@ def embedded_size(obj) -> int:
     """Bytes the object takes as the KubernetesManifest's `Manifest` property: a JSON string inside
     the template and the kubectl Lambda's event, so every quote is escaped once more."""
     return len(json.dumps(json.dumps(obj, separators=(",", ":"))))
+
+
+def one(docs: list[dict], kind: str) -> dict:
+    """The one object of `kind` among `docs`."""
+    found = [d for d in docs if d["kind"] == kind]
+    assert len(found) == 1, f"{kind}: {len(found)}"
+    return found[0]
+
+
+def pod(doc: dict) -> dict:
+    """A workload's pod spec."""
+    return doc["spec"]["template"]["spec"]

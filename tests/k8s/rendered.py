@@ -17,7 +17,7 @@ import copy
 from dataclasses import dataclass, field
 
 from config import Environment
-from k8s.values import KUBECTL_DELIVERY_IMAGE
+from k8s.pods.images import KUBECTL_DELIVERY_IMAGE
 from k8s_walk import build, objects, ops_objects
 
 WORKLOADS = ("Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job")

@@ -2,7 +2,7 @@
 
 Each environment of cdk.json is written once (module fixture) through the same sink app.py uses.
 The gates also cover what `ops` creates on that cluster: each preset's run as `ops start` renders
-it (k8s/jobs.py render_run), and the validation objects dist/<env>/validation/ carries.
+it (k8s/pods/pytorchjob.py render_run), and the validation objects dist/<env>/validation/ carries.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import yaml
 from config import INSTANCE_TYPES
 from config.kubernetes import FSX_CLAIM_NAME
 from k8s.sinks import write_dist
-from k8s.values import ClusterValues
+from k8s.addons import ClusterValues
 from k8s_walk import ENV_NAMES, build, containers, key, ops_objects, pod_specs, target_nodegroups
 
 PLACEHOLDER = re.compile(r"^\$\{([A-Z][A-Z0-9_]*)\}$")
@@ -84,7 +84,7 @@ def test_strict_validation_would_catch_an_unknown_field(dist):
 
 def test_efa_environment_only_where_efa_devices_are_requested(dist):
     """A pod told to use libfabric's EFA provider without EFA devices silently falls back to TCP."""
-    from k8s.common import EFA_ENV
+    from k8s.pods.network_env import EFA_ENV
 
     seen = 0
     for env, _, file, obj in _all(dist):
@@ -268,8 +268,8 @@ def test_a_chart_with_an_unnamed_token_refuses_to_write(dev, tmp_path):
                            trainer_images={"cpu": "a:1", "gpu": "b:1"})
     charts = EnvironmentCharts(dev, hidden, app=cdk8s.App())
     # A token the values do not know about (as if a chart read a stack attribute directly).
-    charts.entry("namespaces").chart.namespaces["training"].metadata.add_annotation(
-        "x", Token.as_string({"Ref": "Other"}))
+    training = next(o for o in charts.entry("namespaces").chart.api_objects if o.name == "training")
+    training.metadata.add_annotation("x", Token.as_string({"Ref": "Other"}))
     with pytest.raises(UnresolvedTokenError, match="namespaces"):
         write_dist(charts, tmp_path / "bad")
 
@@ -330,7 +330,7 @@ def _extended(container: dict) -> dict:
 def test_validation_pods_request_exactly_what_training_pods_of_their_node_group_request(dist):
     """A node that passes validation must be able to schedule the training pods: same GPUs, EFA
     interfaces and huge pages. (The GPU check used to drop hugepages-2Mi.)"""
-    from k8s.common import accelerator_resources
+    from k8s.pods.resources import accelerator_resources
 
     compared = 0
     for env, (config, _, _, docs) in dist.items():

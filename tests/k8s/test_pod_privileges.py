@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from config.kubernetes import HF_TOKEN_SECRET, TRAINER_UID
-from k8s.model_download import COMPONENT as MODEL_DOWNLOAD
-from k8s_walk import ENV_NAMES, containers
+from k8s.pods.model_download import COMPONENT as MODEL_DOWNLOAD
+from k8s_walk import ENV_NAMES, REPO_ROOT, containers
 from rendered import cluster_objects, pods
 
 # Pods that call the Kubernetes API, and why; every other pod of ours mounts no ServiceAccount token.
@@ -114,8 +114,8 @@ def test_the_mpi_launcher_leaves_its_service_account_to_the_operator(environment
     """With no serviceAccountName in the launcher template, the v1.9.4 operator creates <job>-launcher
     and a Role that may get, list and watch pods and exec only into this job's worker pods
     (pkg/controller.v1/mpi/mpijob_controller.go newLauncherServiceAccount, newLauncherRole)."""
-    from k8s.validation import nccl_mpijob_manifest
-    from k8s.common import nccl_groups
+    from k8s.pods.validation import nccl_mpijob_manifest
+    from k8s.pods.names import nccl_groups
 
     for group in nccl_groups(environments[env_name]):
         specs = nccl_mpijob_manifest(group, image="i", namespace="training")["spec"]["mpiReplicaSpecs"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from config.kubernetes import TRAINING_NAMESPACE
-from k8s.common import KUBE_SYSTEM_NAMESPACE, KUBEFLOW_NAMESPACE
-from k8s.namespaces import PSA_PREFIX, POD_SECURITY, PodSecurity, pod_security_labels
+from k8s.pods.names import KUBE_SYSTEM_NAMESPACE, KUBEFLOW_NAMESPACE
+from k8s.addons.namespaces import PSA_PREFIX, POD_SECURITY, PodSecurity, pod_security_labels
 from k8s_walk import ENV_NAMES
 from pod_security_standards import violations
 from rendered import cluster_objects, pods, templates

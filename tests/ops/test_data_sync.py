@@ -184,7 +184,7 @@ def test_keys_that_would_escape_the_destination_are_refused():
 def test_the_rendered_jobs_own_command_copies_and_prepares_and_a_rerun_redoes_nothing(aws, tmp_path):
     """dev's imagenet source: the container command k8s/data_jobs.py renders, run as-is under sh
     with /fsx mapped to a temporary folder, against moto holding the release under the source's prefix."""
-    from k8s.data_jobs import data_job_manifest
+    from k8s.pods.data_job import data_job_manifest
     from ops.envconfig import load
 
     env = load("dev")

@@ -142,7 +142,7 @@ def test_a_sweep_where_every_pair_passes_names_the_lowest_pair():
 
 def test_a_pinned_copy_runs_its_two_workers_on_exactly_that_pair_and_says_so():
     from config.kubernetes import NCCL_GROUP_LABEL, NCCL_PAIR_ANNOTATION
-    from k8s.validation import validation_objects
+    from k8s.pods.validation import validation_objects
     from ops import envconfig
 
     [template] = [o for o in validation_objects(envconfig.load("dev")) if o["metadata"]["name"] == "nccl-allreduce-p5"]
@@ -158,13 +158,13 @@ def test_a_pinned_copy_runs_its_two_workers_on_exactly_that_pair_and_says_so():
     assert worker["nodeSelector"] == template["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"]
     assert "affinity" not in template["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"], "the template stays"
     # Still a valid pod template of the cluster's version (the operator would drop what is not).
-    from k8s.podspec import validate_pod_templates
+    from k8s.pods.podspec import validate_pod_templates
 
     assert validate_pod_templates(job, "1.35")
 
 
 def test_the_launcher_runs_all_reduce_perf_where_bandwidth_is_the_bound_and_judges_nothing_itself():
-    from k8s.validation import nccl_launcher_script
+    from k8s.pods.validation import nccl_launcher_script
     from ops import envconfig
 
     dev = envconfig.load("dev")

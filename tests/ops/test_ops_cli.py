@@ -63,9 +63,9 @@ def test_presets_are_choices_and_an_unknown_one_lists_them(offline, command):
 
 
 def test_submit_help_lists_every_set_key_with_its_values(offline):
-    """The keys come from the table k8s/jobs.py checks overrides against, not from a second list."""
+    """The keys come from the table k8s/pods/pytorchjob.py checks overrides against, not from a second list."""
     from config.presets import RENDEZVOUS_BACKENDS
-    from k8s.jobs import OVERRIDABLE
+    from k8s.pods.pytorchjob import OVERRIDABLE
 
     help_text = run_ops(["submit", "--help"], offline).stdout
     rows = {line.split()[0]: line for line in help_text[help_text.index("--set keys"):].splitlines()[1:]}
@@ -96,7 +96,7 @@ def test_submit_of_a_preset_whose_node_group_the_environment_lacks_is_refused(of
 def test_submit_dry_run_prints_the_runs_peers_policy_then_the_run(offline):
     """What `ops submit` would create, in its order, for kubectl or GitOps: a run created without
     its peers policy would hang in rendezvous under the training namespace's default deny."""
-    from k8s.network import job_peers_policy
+    from k8s.pods.network_policy import job_peers_policy
 
     result = run_ops(["submit", "--env", "dev", "--preset", "cpu-ddp", "--image", "registry/trainer:1",
                       "--name", "smoke", "--dry-run"], offline)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from k8s.data_jobs import DATA_SOURCE_LABEL
+from k8s.pods.data_job import DATA_SOURCE_LABEL
 from kube_fakes import FakeApiServer, api_client_on
 from ops import data
 from ops.cli import main

@@ -16,7 +16,7 @@ from kubernetes.client import ApiClient
 
 from config.instance_types import INSTANCE_TYPES
 from config.kubernetes import FSX_CLAIM_NAME, INSTANCE_TYPE_LABEL, NCCL_GROUP_LABEL, NCCL_PAIR_ANNOTATION, NODEGROUP_LABEL
-from k8s.common import (
+from k8s.pods.names import (
     EFA_DEVICE_PLUGIN, ETCD_SERVICE, NVIDIA_DEVICE_PLUGIN, TRAINING_OPERATOR, TRAINING_OPERATOR_LEASE,
 )
 from kube_fakes import FakeApiServer, api_client_on
@@ -73,7 +73,7 @@ def deployment(ready: int, replicas: int = 1) -> dict:
 def current_run(env, preset: str) -> dict:
     """A run of `preset` exactly as `ops start` would create it now, Running."""
     from config.presets import get_preset
-    from k8s.jobs import render_run
+    from k8s.pods.pytorchjob import render_run
 
     job = render_run(env, preset, image=IMAGES[get_preset(preset).image_variant])
     job["status"] = {"conditions": [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}]}

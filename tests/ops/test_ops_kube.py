@@ -176,7 +176,7 @@ def test_training_client_reads_the_given_kubeconfig(tmp_path):
 def test_submit_checks_the_pod_template_against_the_podspec_schema_with_the_overrides_applied(monkeypatch):
     """The operator drops pod-template fields it does not know; `ops submit --set ...` refuses
     them instead, in one line naming the field."""
-    import k8s.jobs
+    import k8s.pods.pytorchjob
     from config import ConfigError
 
     env = load("dev")
@@ -184,7 +184,7 @@ def test_submit_checks_the_pod_template_against_the_podspec_schema_with_the_over
     rendered = kube.render(env, "llama3-8b-fsdp", image="img:1", job_name="smoke", overrides=overrides)
     assert {"name": "LOGLEVEL", "value": "DEBUG"} in rendered["spec"]["pytorchReplicaSpecs"]["Worker"][
         "template"]["spec"]["containers"][0]["env"]
-    monkeypatch.setattr(k8s.jobs, "network_env",
+    monkeypatch.setattr(k8s.pods.pytorchjob, "network_env",
                         lambda instance, **_: [{"name": "NCCL_DEBUG", "value": "INFO", "valueFrum": {}}])
     with pytest.raises(ConfigError, match="valueFrum") as err:
         kube.render(env, "llama3-8b-fsdp", image="img:1", job_name="smoke", overrides=overrides)

@@ -209,7 +209,7 @@ def test_submit_creates_the_run_of_this_spec_and_a_second_submit_is_a_conflict(a
 
 
 def test_submit_creates_the_runs_peers_policy_first_and_hands_it_to_the_run(api):
-    """Its pods never start without the rule that lets them reach each other (k8s/network.py), and
+    """Its pods never start without the rule that lets them reach each other (k8s/pods/network_policy.py), and
     the policy goes when the run is deleted (an ownerReference to the run)."""
     api.on("GET", JOBS, listing())
     api.on("POST", JOBS, {}, status=201)
@@ -249,7 +249,7 @@ def test_a_refused_run_takes_its_new_peers_policy_with_it_but_never_an_existing_
 
 def test_run_names_stay_valid_job_names_for_every_preset():
     from config.kubernetes import JOB_NAME_PATTERN, MAX_JOB_NAME
-    from k8s.jobs import run_name as name_of
+    from k8s.pods.pytorchjob import run_name as name_of
 
     for preset in [*PRESETS, "a" * 60]:
         name = name_of(preset, "0123abcd")

@@ -13,7 +13,7 @@ import logging
 import pytest
 
 from config.outputs import trainer_image_output
-from k8s.model_download import ModelDownload, model_download_manifest
+from k8s.pods.model_download import ModelDownload, model_download_manifest
 from ops import cli, model
 from ops.envconfig import load
 from kube_fakes import FakeApiServer, api_client_on

@@ -153,7 +153,7 @@ def test_a_preset_on_too_few_nodes_is_reported_short():
 
 @pytest.mark.parametrize("env_name", ["dev", "prod"])
 def test_every_llm_preset_fits_its_node_group_wherever_it_is_rendered(env_name):
-    from k8s.jobs import presets_for
+    from k8s.pods.pytorchjob import presets_for
     env = load(env_name)
     for preset in presets_for(env):
         fit = plan.memory_fit(preset, env.nodegroup(preset.nodegroup), preset.nodes_min)

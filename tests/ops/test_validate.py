@@ -1,6 +1,6 @@
 """Post-deploy validation: which checks run for which Ready nodes, and the verdict it returns.
 
-The objects come from k8s/validation.py as dist/ and the runner carry them; the cluster is a
+The objects come from k8s/pods/validation.py as dist/ and the runner carry them; the cluster is a
 stand-in `kubectl` on PATH that answers from a JSON state file and records every call (there is no
 cluster here)."""
 
@@ -24,7 +24,7 @@ from tests.conftest import REPO_ROOT
 
 @pytest.fixture(scope="module")
 def dev_objects():
-    from k8s.validation import validation_objects
+    from k8s.pods.validation import validation_objects
 
     return validation_objects(envconfig.load("dev"))
 
@@ -212,8 +212,8 @@ def test_prods_smoke_run_is_neither_deployed_nor_left_pending_on_its_empty_cpu_g
     import cdk8s
 
     from k8s.charts import EnvironmentCharts
-    from k8s.validation import validation_objects
-    from k8s.values import ClusterValues
+    from k8s.pods.validation import validation_objects
+    from k8s.addons import ClusterValues
 
     prod = envconfig.load("prod")
     assert prod.nodegroup("cpu").desired_size == 0

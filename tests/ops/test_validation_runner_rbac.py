@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 
-import cdk8s
 import pytest
 import yaml
 
@@ -37,16 +36,16 @@ NCCL_PASS = (REPO_ROOT / "tests" / "ops" / "fixtures" / "nccl" / "p5-pass.log").
 
 @pytest.fixture(scope="module")
 def validation_objects():
-    from k8s.validation import validation_objects
+    from k8s.pods.validation import validation_objects
 
     return validation_objects(envconfig.load("dev"))
 
 
 @pytest.fixture(scope="module")
 def runner_rbac() -> list[dict]:
-    from k8s.validation_runner_rbac import ValidationRunnerRbacChart
+    from k8s.addons import runner_rbac as addon
 
-    return ValidationRunnerRbacChart(cdk8s.App(), "runner-rbac").to_json()
+    return addon.runner_rbac()
 
 
 def pods_of(kind: str, job: dict) -> list[dict]:

@@ -120,7 +120,7 @@ def test_vpc_cni_enforces_network_policy(cluster):
     """Amazon EKS User Guide, "Restrict Pod network traffic with Kubernetes network policies"
     (https://docs.aws.amazon.com/eks/latest/userguide/cni-network-policy-configure.html): the vpc-cni
     add-on enforces NetworkPolicy only with enableNetworkPolicy "true"; without it the policies of
-    k8s/network.py would be accepted and ignored."""
+    k8s/pods/network_policy.py would be accepted and ignored."""
     addon = only(cluster.find_resources("AWS::EKS::Addon", {"Properties": {"AddonName": "vpc-cni"}}))
     assert json.loads(addon["Properties"]["ConfigurationValues"])["enableNetworkPolicy"] == "true"
 

@@ -20,7 +20,7 @@ from aws_cdk.assertions import Template
 from config import load_environment, outputs
 from config.outputs import PIPELINE_STACK_ID
 from config.pipeline import load_pipeline, stack_selector
-from k8s.values import IMAGE_VARIANTS
+from k8s.pods.images import IMAGE_VARIANTS
 from synth_helpers import CONTEXT
 
 PROMOTION = CONTEXT["promotion"]

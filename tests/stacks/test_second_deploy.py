@@ -59,10 +59,10 @@ def second(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def third():
-    import k8s.training_operator
+    import k8s.pods.training_operator
 
     patch = pytest.MonkeyPatch()
-    patch.setattr(k8s.training_operator, "REPLICAS", 3)
+    patch.setattr(k8s.pods.training_operator, "REPLICAS", 3)
     try:
         return synthesize("dev", raw_environment("dev"))
     finally:

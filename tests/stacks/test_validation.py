@@ -72,7 +72,7 @@ def test_runner_role_is_mapped_to_its_kubernetes_group_with_no_access_policy(dev
     (https://docs.aws.amazon.com/eks/latest/userguide/access-policy-permissions.html): access policies
     are fixed rule lists; AmazonEKSEditPolicy reads Secrets and no policy covers kubeflow.org, so the
     runner's `kubectl create` of the NCCL MPIJob was refused. "Create an access entry using Kubernetes
-    groups" maps the role to a group that RBAC (k8s/validation_runner_rbac.py) binds instead."""
+    groups" maps the role to a group that RBAC (k8s/addons/runner_rbac.py) binds instead."""
     entry = only(template.find_resources("AWS::EKS::AccessEntry"))["Properties"]
     assert entry["PrincipalArn"] == {"Fn::GetAtt": [project["Properties"]["ServiceRole"]["Fn::GetAtt"][0], "Arn"]}
     assert entry["KubernetesGroups"] == [VALIDATION_RUNNER_GROUP]
@@ -116,7 +116,7 @@ def _runner_source(dev) -> Path:
 def test_runner_source_holds_the_ops_package_and_the_environments_validation_objects(dev):
     source = _runner_source(dev)
     objects = [d for d in yaml.safe_load_all((source / "validation" / "dev" / "cluster-validation.yaml").read_text()) if d]
-    from k8s.validation import validation_objects
+    from k8s.pods.validation import validation_objects
 
     assert objects == validation_objects(dev.config)
     assert {o["kind"] for o in objects} == {"Job", "MPIJob", "PyTorchJob"}

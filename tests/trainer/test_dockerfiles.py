@@ -76,7 +76,7 @@ def test_the_trainer_imports_neither_cdk_nor_cdk8s():
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_images_set_no_network_selection_the_chart_owns(dockerfile):
-    """EFA and NCCL transport settings live in the job chart (k8s/common.py network_env), which sets
+    """EFA and NCCL transport settings live in the job chart (k8s/pods/network_env.py network_env), which sets
     them only where EFA devices are requested; an image-wide FI_PROVIDER=efa would reach every pod."""
     text = re.sub(r"\\\n", " ", dockerfile.read_text())
     env_lines = [line for line in text.splitlines() if line.startswith("ENV ")]

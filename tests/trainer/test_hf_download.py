@@ -123,7 +123,7 @@ def test_a_directory_that_is_not_a_completed_download_is_refused(hub, tmp_path):
 def test_the_model_download_jobs_own_command_runs_against_the_hub(hub, tmp_path):
     """The command k8s/model_download.py puts in the Job, only its interpreter and the FSx path
     swapped for this machine's."""
-    from k8s.model_download import ModelDownload, model_download_manifest
+    from k8s.pods.model_download import ModelDownload, model_download_manifest
     from ops.envconfig import load
 
     manifest = model_download_manifest(load("dev"), ModelDownload.of(REPO_ID), image="trainer:1")

@@ -1,6 +1,6 @@
 """Preemption across pods: two torchrun agents (two pods) on a real etcd, SIGTERM to one of them.
 Every rank saves at the step they agree on and exits EXIT_PREEMPTED, so neither pod reports
-success (the operator would end the job Succeeded, tests/k8s/test_operator_exit_rule.py), and a
+success (the operator would end the job Succeeded, tests/k8s/pods/test_operator_exit_rule.py), and a
 rerun resumes from that checkpoint."""
 
 from __future__ import annotations

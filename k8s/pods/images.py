@@ -1,0 +1,91 @@
+"""Every container image the pods run, pinned by tag in one table so pin checks and upgrades look in
+one place, and the placeholders that stand for the images an environment builds itself."""
+
+from __future__ import annotations
+
+# Training Operator v1.9.4, the last v1 release: its image is built by the release's
+# publish-core-images workflow from commit 93c5489 and tagged v1-<sha>
+# (../shared/contracts/kubeflow-training-v1.9.4/operator/standalone-kustomization.yaml). The same
+# workflow's kubectl-delivery image ships kubectl 1.30.7 (build/images/kubectl-delivery/Dockerfile),
+# outside kubectl's skew of our clusters: each environment builds its own (k8s/images/kubectl-delivery).
+TRAINING_OPERATOR_RELEASE_TAG = "v1-93c5489"
+
+IMAGES = {
+    # ../shared/contracts/nvidia-device-plugin-v0.19.3/nvidia-device-plugin.yml (NVIDIA/k8s-device-plugin v0.19.3).
+    "nvidia-device-plugin": "nvcr.io/nvidia/k8s-device-plugin:v0.19.3",
+    "training-operator": f"ghcr.io/kubeflow/training-v1/training-operator:{TRAINING_OPERATOR_RELEASE_TAG}",
+    # etcd 3.5, the last minor with the v2 API torch's etcd rendezvous speaks (3.6 removed it).
+    # 3.5.33 (2026-07-23) is the newest 3.5 patch, and its v2 API works for us: etcd-io/etcd#21249
+    # ("/v2/keys broken on 3.5.26") was the reporter's own set-up (HTTP moved to a separate port
+    # with --listen-client-http-urls, etcdctl pointed at the gRPC-only one; their words in
+    # etcd-io/etcd#21250), its routing PR #21240 was closed unmerged, and release-3.5's
+    # server/embed/serve.go still routes every HTTP/1.1 request on a plain-HTTP client listener
+    # to the HTTP handler that serves /v2 (git log v3.5.25..v3.5.33 -- server/embed/serve.go: only
+    # a read-header timeout and CRL checks changed). python-etcd speaks HTTP/1.1 to our plain
+    # listener, and v3.5.33's own e2e tests (tests/e2e/v2_curl_test.go TestV2CurlNoTLS,
+    # cmux_test.go ServerNonTLS) PUT and GET /v2/keys there. Image: scripts/release.sh pushes
+    # quay.io/coreos/etcd:<version> (and gcr.io/etcd-development/etcd).
+    "etcd": "quay.io/coreos/etcd:v3.5.33",
+    # nvidia-smi comes from the node's container toolkit; the base image only needs a shell.
+    "cuda-base": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+    # all_reduce_perf with libfabric, EFA and the aws-ofi-nccl plugin built in.
+    "nccl-tests": "public.ecr.aws/hpc-cloud/nccl-tests:cuda12.8.1-efa1.43.2-ofiv1.16.3-ncclv2.27.7-1-testsv2.16.9",
+}
+
+# The EFA device plugin as the aws/eks-charts chart v0.5.30 deploys it (its appVersion and
+# values.yaml image.tag; ../shared/contracts/aws-efa-k8s-device-plugin-chart-v0.5.30/). v0.5.6,
+# pinned before, miscounts devices on newer instance families.
+EFA_DEVICE_PLUGIN_TAG = "v0.5.20"
+# Amazon EKS add-on images live in a per-region ECR account (EKS guide, "Amazon container image
+# registries"). Regions not listed here fail loudly rather than pull from the wrong partition.
+EKS_ADDON_REGISTRY_ACCOUNTS = {
+    "af-south-1": "877085696533",
+    "ap-east-1": "800184023465",
+    "ap-northeast-1": "602401143452",
+    "ap-northeast-2": "602401143452",
+    "ap-northeast-3": "602401143452",
+    "ap-south-1": "602401143452",
+    "ap-southeast-1": "602401143452",
+    "ap-southeast-2": "602401143452",
+    "ap-southeast-3": "296578399912",
+    "ca-central-1": "602401143452",
+    "eu-central-1": "602401143452",
+    "eu-north-1": "602401143452",
+    "eu-south-1": "590381155156",
+    "eu-west-1": "602401143452",
+    "eu-west-2": "602401143452",
+    "eu-west-3": "602401143452",
+    "me-south-1": "558608220178",
+    "sa-east-1": "602401143452",
+    "us-east-1": "602401143452",
+    "us-east-2": "602401143452",
+    "us-west-1": "602401143452",
+    "us-west-2": "602401143452",
+}
+
+
+def efa_device_plugin_image(region: str) -> str:
+    if region not in EKS_ADDON_REGISTRY_ACCOUNTS:
+        raise KeyError(f"no EKS add-on registry account known for region {region}; add it to "
+                       "k8s/pods/images.py EKS_ADDON_REGISTRY_ACCOUNTS")
+    account = EKS_ADDON_REGISTRY_ACCOUNTS[region]
+    return f"{account}.dkr.ecr.{region}.amazonaws.com/eks/aws-efa-k8s-device-plugin:{EFA_DEVICE_PLUGIN_TAG}"
+
+
+# The images an environment builds itself are known only to its stacks. Where no stack gives them
+# (dist/ YAML, the validation objects) they are named placeholders `${NAME}`, which `envsubst`,
+# `ops validate` or the validation runner fill (k8s/addons ClusterValues names each).
+IMAGE_VARIANTS = ("cpu", "gpu")
+
+
+def image_placeholder(variant: str) -> str:
+    return f"TRAINER_IMAGE_{variant.upper()}"
+
+
+# The MPI launcher's kubectl-delivery image, built per environment (k8s/images/kubectl-delivery).
+KUBECTL_DELIVERY_IMAGE = "KUBECTL_DELIVERY_IMAGE"
+
+
+def placeholder(name: str) -> str:
+    """The text that stands for the value of placeholder `name`."""
+    return f"${{{name}}}"

@@ -1,0 +1,156 @@
+"""render_pytorchjob: the PyTorchJob the chart deploys and `ops submit` sends."""
+
+import pytest
+
+from config import ConfigError
+from config.kubernetes import FSX_CLAIM_NAME, GPU_TAINT_KEY, NODEGROUP_LABEL
+from config.presets import PRESETS
+from k8s.pods.pytorchjob import presets_for, render_pytorchjob
+
+IMAGE = "111111111111.dkr.ecr.us-west-2.amazonaws.com/trainer:abc123"
+
+
+def _worker(manifest):
+    return manifest["spec"]["pytorchReplicaSpecs"]["Worker"]
+
+
+def _container(manifest):
+    return _worker(manifest)["template"]["spec"]["containers"][0]
+
+
+def test_llama3_on_p5_requests_every_gpu_and_efa_interface_with_equal_limits(dev):
+    m = render_pytorchjob(dev, "llama3-8b-fsdp", image=IMAGE)
+    res = _container(m)["resources"]
+    for name, count in (("nvidia.com/gpu", "8"), ("vpc.amazonaws.com/efa", "32")):
+        assert res["requests"][name] == res["limits"][name] == count
+    assert res["requests"]["hugepages-2Mi"] == res["limits"]["hugepages-2Mi"]
+    assert m["spec"]["elasticPolicy"]["nProcPerNode"] == 8
+
+
+def test_efa_variables_only_where_efa_is_requested(dev):
+    gpu = {e["name"]: e.get("value") for e in _container(render_pytorchjob(dev, "llama2-7b-fsdp", image=IMAGE))["env"]}
+    cpu = {e["name"]: e.get("value") for e in _container(render_pytorchjob(dev, "cpu-ddp", image=IMAGE))["env"]}
+    assert gpu["FI_PROVIDER"] == "efa" and gpu["NCCL_NET_PLUGIN"] == "ofi"
+    # NCCL errors instead of falling back to sockets when the OFI net cannot start (trainer/nccl_net.py).
+    assert gpu["NCCL_NET"] == "Libfabric"
+    assert gpu["NCCL_SOCKET_IFNAME"] == "^lo,docker0,pod-id-link0"
+    assert not any(k.startswith("FI_") or k in ("NCCL_NET_PLUGIN", "NCCL_NET") for k in cpu)
+
+
+def test_cpu_job_targets_cpu_group_without_gpu_toleration(dev):
+    m = render_pytorchjob(dev, "cpu-ddp", image=IMAGE)
+    spec = _worker(m)["template"]["spec"]
+    assert spec["nodeSelector"] == {NODEGROUP_LABEL: "cpu"}
+    assert "tolerations" not in spec
+    assert "nvidia.com/gpu" not in _container(m)["resources"]["requests"]
+
+
+def test_gpu_job_tolerates_the_gpu_taint(dev):
+    spec = _worker(render_pytorchjob(dev, "llama2-7b-fsdp", image=IMAGE))["template"]["spec"]
+    assert [t["key"] for t in spec["tolerations"]] == [GPU_TAINT_KEY]
+
+
+def test_elastic_policy_follows_the_preset(dev):
+    preset = PRESETS["cpu-ddp"]
+    m = render_pytorchjob(dev, "cpu-ddp", image=IMAGE)
+    ep = m["spec"]["elasticPolicy"]
+    assert ep["rdzvBackend"] == preset.torch_rdzv_backend
+    assert (ep["minReplicas"], ep["maxReplicas"], ep["nProcPerNode"]) == (preset.nodes_min, preset.nodes_max, 2)
+    assert ep["maxRestarts"] == preset.max_restarts
+    assert _worker(m)["restartPolicy"] == "OnFailure"
+    assert _container(m)["command"] == preset.command()
+
+
+def test_rdzv_id_differs_per_job_name_and_is_stable(dev):
+    a = render_pytorchjob(dev, "cpu-ddp", image=IMAGE, job_name="run-a")
+    b = render_pytorchjob(dev, "cpu-ddp", image=IMAGE, job_name="run-b")
+    again = render_pytorchjob(dev, "cpu-ddp", image=IMAGE, job_name="run-a")
+    assert a["spec"]["elasticPolicy"]["rdzvId"] != b["spec"]["elasticPolicy"]["rdzvId"]
+    assert a == again
+
+
+def test_c10d_override_points_at_worker_zero(dev):
+    m = render_pytorchjob(dev, "cpu-ddp", image=IMAGE, job_name="smoke", overrides={"rendezvous": "c10d"})
+    ep = m["spec"]["elasticPolicy"]
+    assert (ep["rdzvBackend"], ep["rdzvHost"]) == ("c10d", "smoke-worker-0")
+
+
+def test_fsx_claim_and_memory_shm_are_mounted(dev):
+    m = render_pytorchjob(dev, "cpu-ddp", image=IMAGE)
+    volumes = {v["name"]: v for v in _worker(m)["template"]["spec"]["volumes"]}
+    assert volumes["fsx"]["persistentVolumeClaim"]["claimName"] == FSX_CLAIM_NAME
+    assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
+    mounts = {v["mountPath"] for v in _container(m)["volumeMounts"]}
+    assert {"/fsx", "/dev/shm"} <= mounts
+
+
+@pytest.mark.parametrize("preset,env_name,needle", [
+    ("no-such-preset", "dev", "unknown preset"),
+    ("llama2-7b-fsdp", "prod", "node group 'p4d'"),
+])
+def test_unknown_preset_or_missing_nodegroup_is_a_one_line_config_error(environments, preset, env_name, needle):
+    with pytest.raises(ConfigError) as err:
+        render_pytorchjob(environments[env_name], preset, image=IMAGE)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("overrides,field", [
+    ({"nproc_per_node": 9}, "nproc_per_node"),
+    ({"nodes_max": 99}, "nodes_max"),
+    ({"bogus": 1}, "bogus"),
+    ({"env": {"HF_TOKEN": "hf_abc"}}, "HF_TOKEN"),
+    ({"rendezvous": "zookeeper"}, "rendezvous"),
+    ({"env": {"BAD NAME": "x"}}, "BAD NAME"),
+    ({"nodes_min": True}, "nodes_min"),
+])
+def test_bad_overrides_are_rejected_naming_the_field(dev, overrides, field):
+    with pytest.raises(ConfigError, match=field):
+        render_pytorchjob(dev, "llama3-8b-fsdp", image=IMAGE, overrides=overrides)
+
+
+def test_bad_job_name_is_rejected(dev):
+    with pytest.raises(ConfigError, match="job_name"):
+        render_pytorchjob(dev, "cpu-ddp", image=IMAGE, job_name="Bad_Name")
+
+
+def test_presets_render_only_where_their_node_group_exists(dev, prod):
+    # dev's p5 group (maxSize 2) cannot hold the 4-node 70B presets; prod's (16) can.
+    # llm-tiny-hf starts from a directory only `make local` generates: never rendered.
+    assert {p.name for p in presets_for(dev)} == {n for n, p in PRESETS.items() if n not in (
+        "llama2-70b-fsdp", "llama31-70b-fsdp", "llm-tiny-hf")}
+    assert "llama2-7b-fsdp" not in {p.name for p in presets_for(prod)}
+
+
+def test_plain_env_overrides_reach_the_container(dev):
+    m = render_pytorchjob(dev, "cpu-ddp", image=IMAGE, overrides={"env": {"LOGLEVEL": "DEBUG"}})
+    assert {"name": "LOGLEVEL", "value": "DEBUG"} in _container(m)["env"]
+
+
+def test_the_job_tells_the_trainer_its_instance_type_for_mfu(dev):
+    """trainer/metrics.py takes peak FLOPs from the instance-type table by TRAINER_INSTANCE_TYPE."""
+    from config.instance_types import INSTANCE_TYPES
+
+    env = {e["name"]: e.get("value") for e in _container(render_pytorchjob(dev, "llama3-8b-fsdp", image=IMAGE))["env"]}
+    assert env["TRAINER_INSTANCE_TYPE"] == dev.nodegroup("p5").instance_type.name == "p5.48xlarge"
+    assert INSTANCE_TYPES[env["TRAINER_INSTANCE_TYPE"]].peak_bf16_flops
+
+
+@pytest.mark.parametrize("name", ["resnet50-imagenet", "efficientnetb7-imagenet"])
+def test_imagenet_jobs_request_what_the_llm_jobs_on_p4d_request_and_run_elastic_on_etcd(dev, name):
+    vision, llm = render_pytorchjob(dev, name, image=IMAGE), render_pytorchjob(dev, "llama2-7b-fsdp", image=IMAGE)
+    res = _container(vision)["resources"]
+    assert res == _container(llm)["resources"]  # every GPU, EFA interface and the hugepages, as for the LLMs
+    assert res["requests"]["nvidia.com/gpu"] == "8" and res["requests"]["vpc.amazonaws.com/efa"] == "4"
+    assert res["requests"]["hugepages-2Mi"] == res["limits"]["hugepages-2Mi"]
+    env = {e["name"]: e.get("value") for e in _container(vision)["env"]}
+    assert env["FI_PROVIDER"] == "efa"
+    ep = vision["spec"]["elasticPolicy"]
+    # The preset's range is 1..3 nodes; dev's p4d group holds 2, so the job grows to 2 there.
+    assert (ep["rdzvBackend"], ep["minReplicas"], ep["maxReplicas"]) == ("etcd-v2", 1, 2)
+    assert _worker(vision)["replicas"] == 2
+    assert _container(vision)["command"][:3] == ["torchrun", "--module", "trainer.vision"]
+
+
+def test_an_explicit_node_range_past_the_node_group_is_still_an_error(dev):
+    with pytest.raises(ConfigError, match="nodes_max"):
+        render_pytorchjob(dev, "resnet50-imagenet", image=IMAGE, overrides={"nodes_max": 3})

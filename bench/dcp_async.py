@@ -65,8 +65,8 @@ def main() -> int:
     results = {}
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for mode in ("sync", "async"):
-            ckpt = CheckpointManager(CheckpointConfig(str(Path(tmp) / mode), every=1, keep=1, synchronous=mode == "sync"),
-                                     rt, {"app": ModelAndOptimizer(model, optimizer)})
+            saving = CheckpointConfig(str(Path(tmp) / mode), every=1, keep=1, synchronous=mode == "sync")
+            ckpt = CheckpointManager(saving, rt, {"app": ModelAndOptimizer(model, optimizer)})
             blocked = []
             for i in range(1, args.saves + 2):  # the first save of each mode warms up and is dropped
                 if rt.device.type == "cuda":

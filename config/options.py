@@ -16,7 +16,7 @@ neither options nor sections are not on the command line: values a trainer deriv
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import Field, dataclass, field, fields, replace
 from functools import cache
 from typing import Any, TypeVar
@@ -75,7 +75,7 @@ class Option:
 
 
 def option(default: Any, help: str, *, flag: str | None = None, parse: Callable[[str], Any] | None = None,
-           choices=None, metavar: str | None = None) -> Any:
+           choices: Iterable[str] | None = None, metavar: str | None = None) -> Any:
     """A field that is a command-line option taking one value."""
     meta = Option(help, flag, parse, tuple(choices) if choices is not None else None, metavar)
     return field(default=default, metadata={_OPTION: meta})
@@ -202,11 +202,15 @@ def add_to_parser(parser: argparse.ArgumentParser, cls: type) -> None:
                                 metavar=opt.metavar, help=item.help)
 
 
-def build(cls: type[T], values: Mapping[str, Any]) -> T:
-    """The configuration with `values` (by flat name, as typed values) and defaults elsewhere."""
+def _known(cls: type, values: Mapping[str, Any]) -> None:
     unknown = set(values) - {item.dest for item in leaves(cls)}
     if unknown:
         raise KeyError(f"{cls.__name__} has no option {', '.join(sorted(unknown))}")
+
+
+def build(cls: type[T], values: Mapping[str, Any]) -> T:
+    """The configuration with `values` (by flat name, as typed values) and defaults elsewhere."""
+    _known(cls, values)
 
     def make(instance: Any) -> Any:
         changes = {}
@@ -225,13 +229,11 @@ def build(cls: type[T], values: Mapping[str, Any]) -> T:
 def render(cls: type, values: Mapping[str, Any]) -> list[str]:
     """The arguments that ask for `values` (by flat name): in `cls`'s declaration order, a true
     switch as its bare flag, a value as its text; None and false are left out (the default)."""
+    _known(cls, values)
     out: list[str] = []
     for item in leaves(cls):
         value = values.get(item.dest)
         if value is None or value is False:
             continue
         out += [item.flag] if value is True else [item.flag, str(value)]
-    missing = set(values) - {item.dest for item in leaves(cls)}
-    if missing:
-        raise KeyError(f"{cls.__name__} has no option {', '.join(sorted(missing))}")
     return out

@@ -168,8 +168,8 @@ PRESETS: dict[str, JobPreset] = {
             description="ResNet-18 on synthetic 32x32 images under elastic DDP on CPU: the vision path end to end",
             # 64 images a step on 2 to 4 ranks: 2 micro-batches of 16 on one node, 1 on two.
             workload=VisionWorkload(model="resnet18", epochs=3, batch_size=16, global_batch_size=64, data="synthetic",
-                                    image_size=32, workers=1, lr=0.4, warmup_epochs=0.5, train_samples=1536, val_samples=256,
-                                    checkpoint_every=12, log_every=8),
+                                    image_size=32, workers=1, lr=0.4, warmup_epochs=0.5, train_samples=1536,
+                                    val_samples=256, checkpoint_every=12, log_every=8),
             nodegroup="cpu", image_variant="cpu", nodes_min=1, nodes_max=2, nproc_per_node=2,
             local=LocalSteps(after=(("trainer.plot", "{job_dir}/metrics.jsonl", "-o", "{job_dir}/curves.png"),)),
         ),

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
+from config.options import add_to_parser, build
+
 T = TypeVar("T")
 
 
@@ -46,8 +48,6 @@ class Parser(argparse.ArgumentParser):
 def parse_config(cls: type[T], argv=None) -> T:
     """A workload's job configuration (config/workloads/) from its command line: the parser is
     derived from the configuration's own option declarations (config/options.py)."""
-    from config.options import add_to_parser, build
-
     parser = Parser(prog=f"python -m {cls.module}", description=(cls.__doc__ or "").strip().split("\n")[0])
     add_to_parser(parser, cls)
     return build(cls, vars(parser.parse_args(argv)))

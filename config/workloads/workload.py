@@ -6,7 +6,7 @@ import argparse
 from typing import Any, ClassVar
 
 from config.errors import ConfigError
-from config.options import build, leaves, render
+from config.options import build, leaf, leaves, render
 
 
 class Workload:
@@ -43,11 +43,10 @@ class Workload:
         return dict(self._values)
 
     @property
-    def job_config(self):
+    def trainer_config(self):
         """The trainer's configuration with these values, as its parser would make it (before
         the trainer resolves anything from files)."""
-        options = {item.dest: item for item in leaves(self.config)}
-        return build(self.config, {name: options[name].typed(value) for name, value in self._values.items()})
+        return build(self.config, {name: leaf(self.config, name).typed(value) for name, value in self._values.items()})
 
     def argv(self, job_dir: str) -> list[str]:
         return render(self.config, self._values) + render(self.config, self.config.job_outputs(job_dir))
@@ -58,10 +57,10 @@ class Workload:
             raise AttributeError(name)
         if name in self._values:
             return self._values[name]
-        for item in leaves(self.config):
-            if item.dest == name:
-                return item.default
-        raise AttributeError(f"{type(self).__name__} has no option {name!r}")
+        try:
+            return leaf(self.config, name).default
+        except KeyError:
+            raise AttributeError(f"{type(self).__name__} has no option {name!r}") from None
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable")

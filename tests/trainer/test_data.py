@@ -27,8 +27,8 @@ def shards(tmp_path):
 
 
 def _batches(source="synthetic", *, world=1, rank=0, micro=2, global_batch=8, seed=0) -> RankBatches:
-    return RankBatches(TokenDataConfig(source), SequenceBatchConfig(batch_size=micro, seq_len=SEQ), seed=seed, rank=rank,
-                       world_size=world, vocab_size=1024, global_batch=global_batch)
+    return RankBatches(TokenDataConfig(source), SequenceBatchConfig(batch_size=micro, seq_len=SEQ), seed=seed,
+                       rank=rank, world_size=world, vocab_size=1024, global_batch=global_batch)
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])

@@ -62,8 +62,8 @@ def test_synthetic_images_are_deterministic_and_spread_over_the_classes():
 
 
 def test_an_image_folder_gives_its_classes_and_the_standard_transforms(image_folder):
-    train, val, classes = build_datasets(ImageDataConfig(source=str(image_folder), image_size=24), SyntheticImagesConfig(),
-                                            seed=0)
+    data = ImageDataConfig(source=str(image_folder), image_size=24)
+    train, val, classes = build_datasets(data, SyntheticImagesConfig(), seed=0)
     assert classes == 2 and train.classes == ["cat", "dog"]
     image, label = train[0]
     assert image.shape == (3, 24, 24) and label in (0, 1)

@@ -22,10 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from config import paths  # noqa: E402
+from config.models import ModelConfig  # noqa: E402
+from config.workloads.common import CheckpointConfig  # noqa: E402
 from trainer import dist as tdist  # noqa: E402
-from trainer.checkpoint import CheckpointConfig, CheckpointManager, ModelAndOptimizer  # noqa: E402
-from trainer.llm import build_model  # noqa: E402
-from trainer.model import ModelConfig, loss_fn  # noqa: E402
+from trainer.checkpoint import CheckpointManager, ModelAndOptimizer  # noqa: E402
+from trainer.model import loss_fn  # noqa: E402
+from trainer.parallel import build_decoder  # noqa: E402
 
 
 def main() -> int:
@@ -44,7 +46,7 @@ def main() -> int:
     rt = tdist.init(checkpoint_group=True)
     cfg = ModelConfig(dim=args.dim, n_layers=args.layers, n_heads=args.dim // 64, n_kv_heads=max(1, args.dim // 256),
                       vocab_size=32000, ffn_dim=int(args.dim * 8 / 3) // 64 * 64, max_seq_len=args.seq_len)
-    model = build_model(cfg, rt, compile=False, activation_checkpointing=False)
+    model = build_decoder(cfg, rt)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     n_params = sum(p.numel() for p in model.parameters())
 
@@ -63,8 +65,8 @@ def main() -> int:
     results = {}
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for mode in ("sync", "async"):
-            ckpt = CheckpointManager(CheckpointConfig(str(Path(tmp) / mode), every=1, keep=1, async_save=mode == "async"),
-                                     rt, {"app": ModelAndOptimizer(model, optimizer)})
+            saving = CheckpointConfig(str(Path(tmp) / mode), every=1, keep=1, synchronous=mode == "sync")
+            ckpt = CheckpointManager(saving, rt, {"app": ModelAndOptimizer(model, optimizer)})
             blocked = []
             for i in range(1, args.saves + 2):  # the first save of each mode warms up and is dropped
                 if rt.device.type == "cuda":

@@ -31,10 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from config.models import MODELS, ModelConfig  # noqa: E402
+from config.options import build  # noqa: E402
+from config.workloads.llm import FsdpConfig, LlmJobConfig  # noqa: E402
 from trainer import dist as tdist  # noqa: E402
 from trainer import llm  # noqa: E402
-from trainer.job_config import parse_job  # noqa: E402
-from trainer.parallel import ParallelConfig, build_model  # noqa: E402
+from trainer.llm_job import resolve  # noqa: E402
+from trainer.parallel import build_decoder  # noqa: E402
 
 WARMUP = 5
 
@@ -58,7 +60,7 @@ def timed_loop(model, step_loss, cfg: ModelConfig, device, batch: int, seq: int,
 
 
 def bare_loop(cfg: ModelConfig, rt, batch: int, seq: int, steps: int, fsdp: str) -> float:
-    model = build_model(cfg, rt, rope_length=seq, parallel=ParallelConfig(fsdp=fsdp))
+    model = build_decoder(cfg, rt, rope_length=seq, fsdp=FsdpConfig(mode=fsdp))
     # The model's own loss (cross-entropy, plus the balancing loss of a mixture of experts), as
     # the trainer computes it.
     return timed_loop(model, lambda m, x: m(x[:, :-1], x[:, 1:]), cfg, rt.device, batch, seq, steps)
@@ -81,10 +83,11 @@ def transformers_loop(cfg: ModelConfig, rt, batch: int, seq: int, steps: int) ->
 def trainer_loop(model: str, batch: int, seq: int, steps: int, rt, fsdp: str) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         metrics = Path(tmp) / "m.jsonl"
-        job = parse_job(["--model", model, "--steps", str(steps + WARMUP), "--batch-size", str(batch),
-                         "--seq-len", str(seq), "--log-every", str(WARMUP), "--warmup-steps", "1",
-                         "--lr", "1e-4", "--metrics-file", str(metrics), "--fsdp", fsdp])
-        llm.train(job, rt)
+        # Built, not parsed: --model's choices are the table as imported, without the bench's models.
+        job = resolve(build(LlmJobConfig, {"model": model, "steps": steps + WARMUP, "batch_size": batch,
+                                           "seq_len": seq, "log_every": WARMUP, "warmup_steps": 1, "lr": 1e-4,
+                                           "metrics_file": str(metrics), "fsdp": fsdp}))
+        llm.train(job, rt, global_batch=batch * rt.world_size)
         records = [json.loads(line) for line in metrics.read_text().splitlines()]
     # The first window holds the warm-up steps; the rest is steady state.
     steady = [r for r in records if r["step"] > WARMUP]
@@ -106,7 +109,7 @@ def main() -> int:
                         ffn_dim=int(args.dim * 8 / 3) // 64 * 64, max_seq_len=args.seq_len)
     moe = replace(dense, ffn_dim=dense.ffn_dim // 2, n_experts=8, experts_per_token=2, router_aux_loss_coef=0.02,
                   family="mixtral")
-    MODELS.update({"bench": dense, "bench-moe": moe})  # the trainer's --model reads the table
+    MODELS.update({"bench": dense, "bench-moe": moe})  # the trainer resolves --model from the table
     rt = tdist.init()
     shape = (args.batch, args.seq_len, args.steps)
     runs = {name: [] for name in ("plain", "transformers", "trainer", "bare_fsdp", "trainer_fsdp", "plain_moe",

@@ -3,17 +3,19 @@
 The PyTorchJob chart renders a preset for the cluster and `make local` renders the same preset
 for this machine, so the workload command on a laptop is the one on the cluster. Only the launcher
 topology (nodes, processes, rendezvous endpoint) and the checkpoint root differ between the two.
-Each workload's fields map one to one onto its trainer's flags (`--field-name value`, a true
-bool as a bare flag); tests/config/test_presets.py parses every preset with the trainer's own
-parser, so a renamed flag fails there and not in a pod.
+A preset's workload gives values for some of its trainer's options, by the names the trainer's
+own job configuration declares (config/workloads/), checked when the preset is made; its
+arguments are rendered from those declarations, so a renamed flag cannot leave a preset behind.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import ClassVar
+from dataclasses import dataclass
 
 from config.errors import ConfigError
+from config.workloads.ddp import DdpWorkload
+from config.workloads.llm import LlmWorkload
+from config.workloads.vision import VisionWorkload
 
 # Where checkpoints live: the FSx claim on the cluster, a local folder on a laptop.
 CLUSTER_CHECKPOINT_ROOT = "/fsx/checkpoints"
@@ -21,83 +23,6 @@ CLUSTER_CHECKPOINT_ROOT = "/fsx/checkpoints"
 CLUSTER_MODELS_ROOT = "/fsx/models"
 CLUSTER_DATA_ROOT = "/fsx/data"
 RENDEZVOUS_BACKENDS = ("etcd", "c10d")
-
-
-def _flags(workload) -> list[str]:
-    out = []
-    for f in fields(workload):
-        value = getattr(workload, f.name)
-        flag = "--" + f.name.replace("_", "-")
-        if value is None or value is False:
-            continue
-        out += [flag] if value is True else [flag, str(value)]
-    return out
-
-
-def _flags_with_job_dir(workload, job_dir: str) -> list[str]:
-    """The flags, plus checkpoints and metrics in the job's folder (trainer.llm and trainer.vision)."""
-    return _flags(workload) + ["--checkpoint-dir", job_dir, "--metrics-file", f"{job_dir}/metrics.jsonl"]
-
-
-@dataclass(frozen=True)
-class LlmWorkload:
-    """Arguments of `python -m trainer.llm`; None (or False) leaves the trainer's default."""
-    module: ClassVar[str] = "trainer.llm"
-    steps: int
-    batch_size: int  # sequences per rank per forward (the micro-batch)
-    # Sequences per optimizer step over all ranks, the same on any number of nodes: a multiple of
-    # ranks x batch_size for every node count the preset runs on (tests/config/test_presets.py).
-    global_batch_size: int
-    seq_len: int
-    model: str | None = None
-    # A Hugging Face directory; "{checkpoint_root}" is filled in per sink. Presets name the table's
-    # model too, so the trainer refuses a directory holding another model and `ops plan` sizes it.
-    init_from_hf: str | None = None
-    data: str | None = None  # None: synthetic tokens
-    lr: float | None = None
-    warmup_steps: int | None = None
-    checkpoint_every: int | None = None
-    log_every: int | None = None
-    activation_checkpointing: bool = False
-    compile: bool = False
-    loss_chunk_tokens: int | None = None
-
-    def argv(self, job_dir: str) -> list[str]:
-        return _flags_with_job_dir(self, job_dir)
-
-
-@dataclass(frozen=True)
-class DdpWorkload:
-    """Arguments of `python -m trainer.ddp`."""
-    module: ClassVar[str] = "trainer.ddp"
-    epochs: int
-    save_every: int
-    batch_size: int
-
-    def argv(self, job_dir: str) -> list[str]:
-        return _flags(self) + ["--snapshot-path", f"{job_dir}/snapshot.pt"]
-
-
-@dataclass(frozen=True)
-class VisionWorkload:
-    """Arguments of `python -m trainer.vision`; None leaves the trainer's default."""
-    module: ClassVar[str] = "trainer.vision"
-    model: str
-    epochs: int
-    batch_size: int  # images per rank per forward (the micro-batch)
-    global_batch_size: int  # images per optimizer step over all ranks, for every node count in range
-    data: str = "synthetic"
-    image_size: int | None = None
-    workers: int | None = None
-    lr: float | None = None
-    warmup_epochs: float | None = None
-    train_samples: int | None = None  # synthetic data only
-    val_samples: int | None = None
-    checkpoint_every: int | None = None
-    log_every: int | None = None
-
-    def argv(self, job_dir: str) -> list[str]:
-        return _flags_with_job_dir(self, job_dir)
 
 
 @dataclass(frozen=True)
@@ -242,9 +167,9 @@ PRESETS: dict[str, JobPreset] = {
             name="vision-tiny",
             description="ResNet-18 on synthetic 32x32 images under elastic DDP on CPU: the vision path end to end",
             # 64 images a step on 2 to 4 ranks: 2 micro-batches of 16 on one node, 1 on two.
-            workload=VisionWorkload(model="resnet18", epochs=3, batch_size=16, global_batch_size=64, image_size=32,
-                                    workers=1, lr=0.4, warmup_epochs=0.5, train_samples=1536, val_samples=256,
-                                    checkpoint_every=12, log_every=8),
+            workload=VisionWorkload(model="resnet18", epochs=3, batch_size=16, global_batch_size=64, data="synthetic",
+                                    image_size=32, workers=1, lr=0.4, warmup_epochs=0.5, train_samples=1536,
+                                    val_samples=256, checkpoint_every=12, log_every=8),
             nodegroup="cpu", image_variant="cpu", nodes_min=1, nodes_max=2, nproc_per_node=2,
             local=LocalSteps(after=(("trainer.plot", "{job_dir}/metrics.jsonl", "-o", "{job_dir}/curves.png"),)),
         ),

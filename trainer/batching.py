@@ -23,19 +23,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from config.kubernetes import EXIT_NONFINITE
-from trainer.cli import Parser, UsageError, WorkerExit, positive_int
+from config.workloads.common import GlobalBatchConfig
+from trainer.cli import UsageError, WorkerExit
 
 GLOBAL_BATCH = "global_batch_size"  # its key in the run's record (DIR/model.json)
-
-
-def add_global_batch_arguments(p: Parser, unit: str) -> None:
-    """--global-batch-size and --allow-global-batch-change, as both trainers read them."""
-    p.add_argument("--global-batch-size", type=positive_int, default=None,
-                   help=f"{unit} per optimizer step over all ranks, the same on any number of ranks; each rank "
-                        "accumulates global / (ranks x --batch-size) micro-batches per step (default: the one the "
-                        "checkpoints were trained with, else ranks x --batch-size)")
-    p.add_argument("--allow-global-batch-change", action="store_true",
-                   help="resume with another --global-batch-size than the checkpoints were trained with")
 
 
 def world_size_from_env() -> int:
@@ -44,12 +35,13 @@ def world_size_from_env() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def resolve_global_batch(requested: int | None, recorded: int | None, *, allow_change: bool, world_size: int,
-                         micro_batch: int, unit: str) -> int:
+def resolve_global_batch(batch: GlobalBatchConfig, recorded: int | None, world_size: int) -> int:
     """The global batch this run trains with: --global-batch-size; else the one its checkpoints
     were trained with (`recorded`, from the run's record); else ranks x --batch-size. A resume that
     asks for another value than its checkpoints' needs --allow-global-batch-change."""
-    if requested is not None and recorded is not None and requested != recorded and not allow_change:
+    requested, micro_batch, unit = batch.global_batch_size, batch.batch_size, batch.unit
+    changed = requested is not None and recorded is not None and requested != recorded
+    if changed and not batch.allow_global_batch_change:
         raise UsageError("--global-batch-size", f"the checkpoints were trained with a global batch of {recorded} "
                                                 f"{unit}, not {requested}; pass --allow-global-batch-change to change "
                                                 "it, or drop --global-batch-size to keep it")

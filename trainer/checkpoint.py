@@ -24,7 +24,6 @@ import os
 import re
 import shutil
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from config.kubernetes import EXIT_CHECKPOINT_READ_FAILED, EXIT_CHECKPOINTS_UNLOADABLE, EXIT_USAGE
 from config.models import ModelConfig, shape_difference
 from config.paths import read_json
+from config.workloads.common import CheckpointConfig
 from trainer import safe_load
 from trainer.checkpoint_load import FAILED, REFUSED, Verdict, agree, classify, precheck
 from trainer.cli import UsageError, WorkerExit, checked_path, create_folder
@@ -50,15 +50,6 @@ MARKER = "COMPLETE"
 MODEL_FILE = "model.json"
 RUN_SETTINGS = ("global_batch_size",)  # record entries a resume may change (trainer/batching.py)
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
-
-
-@dataclass(frozen=True)
-class CheckpointConfig:
-    directory: str | None = None  # None: never save or resume
-    every: int = 100  # steps between saves; the last step always saves
-    keep: int = 2  # newest complete checkpoints kept; older ones are deleted
-    async_save: bool = True
-    allow_fresh_start: bool = False  # when checkpoints exist and none of them loads, start at step 0
 
 
 class ModelAndOptimizer(Stateful):
@@ -107,27 +98,27 @@ def read_model_record(directory: Path) -> dict | None:
     return read_json(path) if path.exists() else None
 
 
-def open_directory(cfg: CheckpointConfig) -> tuple[Path, dict | None] | None:
-    """The checkpoint directory, created and checked writable, with the model record its
-    checkpoints were written for (None when it has none); None without --checkpoint-dir. Run by
-    every rank before any process group exists, so a bad directory is one line and an exit, not a
-    hang. Each workload then compares the record with what it is about to train."""
+def existing_checkpoints(cfg: CheckpointConfig) -> tuple[Path, dict | None] | None:
+    """The checkpoint directory, created and checked writable, and the model record its
+    checkpoints were written for (None when it has none); None without --checkpoint-dir or when
+    it holds no complete checkpoint yet. Run by every rank before any process group exists, so a
+    bad directory is one line and an exit, not a hang. Each workload then compares the record
+    with what it is about to train (check_directory, trainer.vision's check_record)."""
     if not cfg.directory:
         return None
     path = create_folder(Path(cfg.directory), "--checkpoint-dir")
-    return path, checked_path("--checkpoint-dir", read_model_record, path)
+    record = checked_path("--checkpoint-dir", read_model_record, path)
+    return (path, record) if list_steps(path) else None
 
 
 def check_directory(cfg: CheckpointConfig, model: ModelConfig) -> dict | None:
     """The LLM's check: the directory opens, and its checkpoints (if any) are of this model's shape,
     so a mistake is one line, not a run that trains from step 0. Returns the record the
     checkpoints were written with (None: no checkpoints yet)."""
-    opened = open_directory(cfg)
-    if opened is None:
+    existing = existing_checkpoints(cfg)
+    if existing is None:
         return None
-    path, record = opened
-    if not list_steps(path):
-        return None
+    path, record = existing
     if record is None:
         # Older trainers wrote no model.json and rotated q/k in the interleaved (Meta) layout;
         # their weights would load without error and compute something else.
@@ -155,7 +146,7 @@ class CheckpointManager:
         self.last_saved = 0
         self.stager = None
         self.lease: Lease | None = None  # rank 0's, taken by resume()
-        if self.enabled and cfg.async_save and _async_staging_supported():
+        if self.enabled and not cfg.synchronous and _async_staging_supported():
             # Staging (the copy of the state into host memory) also runs in the background; the
             # loop only waits for it before the next optimizer step changes the tensors. One
             # stager for the whole run reuses its (pinned, on GPU) host buffers save after save.
@@ -315,7 +306,7 @@ class CheckpointManager:
             # is being written: a kill mid-write would otherwise leave a half-new "checkpoint".
             # DCP's save begins with a collective, so no rank writes before this removal.
             Path(path, MARKER).unlink(missing_ok=True)
-        if blocking or not self.cfg.async_save:
+        if blocking or self.cfg.synchronous:
             dcp.save(self.state, checkpoint_id=path, process_group=self.rt.checkpoint_group)
             self._finalize(step)
         else:

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
+from config.options import add_to_parser, build
+
 T = TypeVar("T")
 
 
@@ -45,25 +47,12 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be zero or more, got {text}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
+def parse_config(cls: type[T], argv=None) -> T:
+    """A workload's job configuration (config/workloads/) from its command line: the parser is
+    derived from the configuration's own option declarations (config/options.py)."""
+    parser = Parser(prog=f"python -m {cls.module}", description=(cls.__doc__ or "").strip().split("\n")[0])
+    add_to_parser(parser, cls)
+    return build(cls, vars(parser.parse_args(argv)))
 
 
 def create_folder(path: Path, field: str, *, wanted: Path | None = None) -> Path:

@@ -20,23 +20,12 @@ and DIR/shard-00000.bin, ... holding the token ids back to back (little-endian).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from config.workloads.llm import SequenceBatchConfig, TokenDataConfig
 from trainer.cli import UsageError, run_main
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    source: str = "synthetic"  # "synthetic" or a directory of token shards
-    batch_size: int = 4  # sequences per rank per forward (the micro-batch)
-    seq_len: int = 128
-    seed: int = 0
-    # Sequences per optimizer step over all ranks; None: the run's record, else ranks x batch_size.
-    global_batch_size: int | None = None
-    allow_global_batch_change: bool = False  # a resume may train with another global batch
 
 
 class SyntheticTokens:
@@ -99,22 +88,25 @@ class RankBatches:
     """The micro-batches one rank trains on, step by step. `position` is the global sample index:
     the samples the whole job has consumed, whatever the number of ranks was."""
 
-    def __init__(self, cfg: DataConfig, rank: int, world_size: int, vocab_size: int, global_batch: int):
-        if global_batch % (world_size * cfg.batch_size):
-            raise ValueError(f"global batch {global_batch} is not a multiple of {world_size} x {cfg.batch_size}")
-        self.cfg, self.rank, self.world_size, self.global_batch = cfg, rank, world_size, global_batch
-        self.accumulation = global_batch // (world_size * cfg.batch_size)
+    def __init__(self, data: TokenDataConfig, batch: SequenceBatchConfig, *, seed: int, rank: int, world_size: int,
+                 vocab_size: int, global_batch: int):
+        micro = batch.batch_size
+        if global_batch % (world_size * micro):
+            raise ValueError(f"global batch {global_batch} is not a multiple of {world_size} x {micro}")
+        self.micro_batch, self.seq_len, self.seed = micro, batch.seq_len, seed
+        self.rank, self.world_size, self.global_batch = rank, world_size, global_batch
+        self.accumulation = global_batch // (world_size * micro)
         self.window_count: int | None = None  # None: endless
-        if cfg.source == "synthetic":
-            self.source = SyntheticTokens(vocab_size, cfg.seed)
+        if data.source == "synthetic":
+            self.source = SyntheticTokens(vocab_size, seed)
         else:
-            path = Path(cfg.source)
+            path = Path(data.source)
             if not path.is_dir():
-                raise UsageError("--data", f"expected 'synthetic' or a directory of token shards, got {cfg.source!r}")
+                raise UsageError("--data", f"expected 'synthetic' or a directory of token shards, got {data.source!r}")
             self.source = TokenShards(path, vocab_size)
-            self.window_count = self.source.num_windows(cfg.seq_len + 1)
+            self.window_count = self.source.num_windows(self.seq_len + 1)
             if self.window_count < global_batch:
-                raise UsageError("--data", f"{path} holds {self.window_count} windows of {cfg.seq_len + 1} tokens, "
+                raise UsageError("--data", f"{path} holds {self.window_count} windows of {self.seq_len + 1} tokens, "
                                            f"fewer than one step needs (the global batch, {global_batch})")
         self.position = 0
         self._order: tuple[int, torch.Tensor] | None = None  # (epoch, its permutation of the windows)
@@ -125,7 +117,7 @@ class RankBatches:
             return sample
         epoch, offset = divmod(sample, self.window_count)
         if self._order is None or self._order[0] != epoch:
-            g = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + epoch)
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
             dtype = torch.int32 if self.window_count < 2**31 else torch.int64  # 4 bytes a window
             self._order = (epoch, torch.randperm(self.window_count, generator=g, dtype=dtype))
         return int(self._order[1][offset])
@@ -133,7 +125,7 @@ class RankBatches:
     def step_samples(self, position: int) -> list[list[int]]:
         """This rank's global sample indices for the step that starts at `position`, one list per
         micro-batch: rank r takes the r-th contiguous run of global_batch / ranks samples."""
-        micro = self.cfg.batch_size
+        micro = self.micro_batch
         first = position + self.rank * self.accumulation * micro
         return [list(range(first + i * micro, first + (i + 1) * micro)) for i in range(self.accumulation)]
 
@@ -141,7 +133,7 @@ class RankBatches:
         """(inputs, labels) of each micro-batch of the next step; moves the position past the step."""
         out = []
         for samples in self.step_samples(self.position):
-            rows = torch.stack([self.source.window(self.window(s), self.cfg.seq_len + 1) for s in samples])
+            rows = torch.stack([self.source.window(self.window(s), self.seq_len + 1) for s in samples])
             out.append((rows[:, :-1], rows[:, 1:]))  # inputs, and the next token of each as the label
         self.position += self.global_batch
         return out

@@ -25,8 +25,9 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from config.paths import output_file
+from config.workloads.ddp import DdpJobConfig
 from trainer import dist as tdist
-from trainer.cli import Parser, UsageError, checked_path, positive_float, positive_int, run_main
+from trainer.cli import UsageError, checked_path, parse_config, run_main
 from trainer.log import log
 from trainer.preemption import Preemption
 from trainer.safe_load import weights_only_refusal
@@ -34,7 +35,7 @@ from trainer.safe_load import weights_only_refusal
 
 @dataclass(frozen=True)
 class TaskConfig:
-    samples: int = 4096
+    samples: int = DdpJobConfig.samples
     features: int = 32
     classes: int = 8
     hidden: int = 128
@@ -115,34 +116,27 @@ def _first_line(exc: BaseException) -> str:
 
 # --- training -----------------------------------------------------------------------------------
 
-def parse_args(argv=None):
-    p = Parser(prog="python -m trainer.ddp", description=__doc__.split("\n")[0])
-    p.add_argument("--epochs", type=positive_int, default=20, help="total epochs, counting resumed ones")
-    p.add_argument("--save-every", type=positive_int, default=2, help="snapshot every N epochs")
-    p.add_argument("--batch-size", type=positive_int, default=64, help="samples per rank per step")
-    p.add_argument("--snapshot-path", default="snapshot.pt", help="snapshot file, read on start")
-    p.add_argument("--lr", type=positive_float, default=0.05)
-    p.add_argument("--samples", type=positive_int, default=TaskConfig.samples, help="dataset size")
-    tdist.add_timeout_arguments(p)
-    return p.parse_args(argv)
+def parse_job(argv=None) -> DdpJobConfig:
+    job = parse_config(DdpJobConfig, argv)
+    checked_path("--snapshot-path", output_file, job.snapshot_path)  # before training, not at the first save
+    return job
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    snapshot = Path(args.snapshot_path)
-    checked_path("--snapshot-path", output_file, snapshot)  # before training, not at the first save
-    rt = tdist.init(tdist.DistConfig(args.dist_timeout, args.startup_timeout))
+    job = parse_job(argv)
+    rt = tdist.init(job.dist)
     try:
-        return train(args, snapshot, rt)
+        return train(job, rt)
     finally:
         tdist.shutdown()
 
 
-def train(args, snapshot: Path, rt: tdist.Runtime) -> int:
-    task = TaskConfig(samples=args.samples)
+def train(job: DdpJobConfig, rt: tdist.Runtime) -> int:
+    snapshot = Path(job.snapshot_path)
+    task = TaskConfig(samples=job.samples)
     torch.manual_seed(task.seed)  # identical initial weights on every rank
     model = make_model(task).to(rt.device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    optimizer = torch.optim.SGD(model.parameters(), lr=job.lr, momentum=0.9)
     epochs_run = load_snapshot(snapshot, model, optimizer)
     if epochs_run and rt.is_main:
         log(f"[RANK {rt.rank}] Resuming from snapshot {snapshot} at epoch {epochs_run}")
@@ -150,10 +144,10 @@ def train(args, snapshot: Path, rt: tdist.Runtime) -> int:
     tdist.end_startup(rt)  # the snapshot is loaded and the weights broadcast: training from here
     dataset = make_dataset(task)
     sampler = DistributedSampler(dataset, num_replicas=rt.world_size, rank=rt.rank, shuffle=True, seed=task.seed)
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    loader = DataLoader(dataset, batch_size=job.batch_size, sampler=sampler, drop_last=True)
     preemption = Preemption(rt)
     t0, samples, loss, epoch = time.perf_counter(), 0, float("nan"), epochs_run - 1
-    for epoch in range(epochs_run, args.epochs):
+    for epoch in range(epochs_run, job.epochs):
         sampler.set_epoch(epoch)  # a new shuffle per epoch, the same on every rank
         total, steps = 0.0, 0
         for x, y in loader:
@@ -163,13 +157,13 @@ def train(args, snapshot: Path, rt: tdist.Runtime) -> int:
             step_loss.backward()
             optimizer.step()
             total, steps = total + step_loss.item(), steps + 1
-        samples += steps * args.batch_size * rt.world_size
+        samples += steps * job.batch_size * rt.world_size
         loss = tdist.all_reduce_mean(total / max(steps, 1), rt)
-        log(f"[RANK {rt.rank}] Epoch {epoch} | Batchsize {args.batch_size} | Steps {steps} | Loss {loss:.4f}")
+        log(f"[RANK {rt.rank}] Epoch {epoch} | Batchsize {job.batch_size} | Steps {steps} | Loss {loss:.4f}")
         # A SIGTERM stops the run at the end of the epoch in flight (short in this smoke job),
         # with a snapshot of it: snapshots only hold whole epochs.
         stop = preemption.agreed(now=True)
-        if rt.is_main and ((epoch + 1) % args.save_every == 0 or epoch + 1 == args.epochs or stop):
+        if rt.is_main and ((epoch + 1) % job.save_every == 0 or epoch + 1 == job.epochs or stop):
             save_snapshot(snapshot, model, optimizer, epoch + 1)
             log(f"[RANK {rt.rank}] Epoch {epoch} | Snapshot saved at {snapshot}")
         if stop:
@@ -177,11 +171,11 @@ def train(args, snapshot: Path, rt: tdist.Runtime) -> int:
             break
     elapsed = time.perf_counter() - t0
     if rt.is_main:
-        summary = {"workload": "ddp", "epochs": args.epochs, "epochs_this_run": epoch + 1 - epochs_run,
+        summary = {"workload": "ddp", "epochs": job.epochs, "epochs_this_run": epoch + 1 - epochs_run,
                    "samples_per_sec": round(samples / elapsed, 1) if elapsed > 0 else None,
                    "final_loss": None if math.isnan(loss) else round(loss, 4), "snapshot": str(snapshot.resolve())}
         log("SUMMARY " + json.dumps(summary))
-    return preemption.exit_status(finished=epoch + 1 >= args.epochs)
+    return preemption.exit_status(finished=epoch + 1 >= job.epochs)
 
 
 if __name__ == "__main__":

@@ -27,17 +27,9 @@ from typing import NoReturn
 import torch
 import torch.distributed as dist
 
+from config.workloads.common import DistConfig
 from trainer import nccl_net
-from trainer.cli import positive_float
 from trainer.log import warn
-
-
-@dataclass(frozen=True)
-class DistConfig:
-    timeout_s: float = 60.0  # bounds every training collective once the first step is done
-    # Bounds joining the group, every collective until end_startup(), and every checkpoint
-    # collective: loading 70B parameters or compiling the model takes minutes.
-    startup_timeout_s: float = 1800.0
 
 
 @dataclass(frozen=True)
@@ -114,16 +106,6 @@ def init(cfg: DistConfig = DistConfig(), *, checkpoint_group: bool = False) -> R
         # start-up bound because reading or writing a large model's state takes minutes.
         ckpt_pg = dist.new_group(backend="gloo", timeout=timeout)
     return Runtime(dist.get_rank(), dist.get_world_size(), local_rank, device, backend, ckpt_pg, cfg.timeout_s)
-
-
-def add_timeout_arguments(p) -> None:
-    """--dist-timeout and --startup-timeout, the same for every workload (DistConfig)."""
-    p.add_argument("--dist-timeout", type=positive_float, default=DistConfig.timeout_s,
-                   help="seconds before a stuck training collective fails, once the first step is done "
-                        "(the worker exits and torchrun restarts it)")
-    p.add_argument("--startup-timeout", type=positive_float, default=DistConfig.startup_timeout_s,
-                   help="seconds before a stuck rendezvous, checkpoint or weight load, first step (compile "
-                        "warm-up) or checkpoint collective fails")
 
 
 def end_startup(rt: Runtime) -> None:

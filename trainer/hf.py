@@ -31,7 +31,8 @@ import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
 from config.models import ModelConfig
-from trainer.cli import Parser, UsageError, checked_path, positive_float, run_main, staging_folder
+from config.options import positive_float
+from trainer.cli import Parser, UsageError, checked_path, run_main, staging_folder
 from config.paths import read_json
 from trainer.hf_config import TOKENIZER_FILES, hf_names, special_token_ids, to_hf_config
 

@@ -16,20 +16,20 @@ import json
 import time
 
 import torch
-
-from config.memory import estimate_memory
 from torch.distributed.tensor import DTensor
 
+from config.memory import estimate_memory
+from config.workloads.llm import LlmJobConfig
 from trainer import dist as tdist
 from trainer.batching import GLOBAL_BATCH, NonFiniteLoss, NonFiniteSteps, resolve_global_batch, world_size_from_env
 from trainer.checkpoint import CheckpointManager, ModelAndOptimizer, check_directory
 from trainer.cli import run_main
 from trainer.data import RankBatches
-from trainer.job_config import JobConfig, parse_job
+from trainer.llm_job import parse_job
 from trainer.log import log
 from trainer.metrics import MetricsLogger
-from trainer.optim import TrainState, build_optimizer
-from trainer.parallel import build_model
+from trainer.optim import TrainState, build_adamw
+from trainer.parallel import build_decoder
 from trainer.preemption import Preemption
 
 
@@ -43,28 +43,14 @@ def to_device(batch: tuple[torch.Tensor, ...], device: torch.device) -> tuple[to
 
 def main(argv=None) -> int:
     job = parse_job(argv)
-    record = check_directory(job.checkpoint, job.model.config)
+    record = check_directory(job.checkpoint, job.model.shape)
     # Before the process group: a global batch that does not divide is one line on every rank.
-    global_batch = resolve_global_batch(job.data.global_batch_size, (record or {}).get(GLOBAL_BATCH),
-                                        allow_change=job.data.allow_global_batch_change,
-                                        world_size=world_size_from_env(), micro_batch=job.data.batch_size,
-                                        unit="sequences")
-    rt = tdist.init(tdist.DistConfig(job.parallel.dist_timeout_s, job.parallel.startup_timeout_s),
-                    checkpoint_group=job.checkpoint.directory is not None)
+    global_batch = resolve_global_batch(job.batch, (record or {}).get(GLOBAL_BATCH), world_size_from_env())
+    rt = tdist.init(job.dist, checkpoint_group=job.checkpoint.directory is not None)
     try:
         return train(job, rt, global_batch)
     finally:
         tdist.shutdown()
-
-
-def setup_model(job: JobConfig, rt: tdist.Runtime):
-    spec = job.model
-    model = build_model(spec.config, rt, compile=spec.compile, activation_checkpointing=spec.activation_checkpointing,
-                        rope_length=job.data.seq_len, parallel=job.parallel, seed=job.data.seed)
-    model.loss_chunk_tokens = spec.loss_chunk_tokens
-    if spec.compile:
-        model.compute_loss = torch.compile(model.compute_loss)  # fuses the fp32 cast into the softmax
-    return model
 
 
 def forward_backward(model, micro_batches, rt: tdist.Runtime) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -85,44 +71,35 @@ def forward_backward(model, micro_batches, rt: tdist.Runtime) -> tuple[torch.Ten
     return lm_share, aux_share
 
 
-def train(job: JobConfig, rt: tdist.Runtime, global_batch: int) -> int:
-    mcfg = job.model.config
+def train(job: LlmJobConfig, rt: tdist.Runtime, global_batch: int) -> int:
+    shape = job.model.shape
     preemption = Preemption(rt)
-    batches = RankBatches(job.data, rt.rank, rt.world_size, mcfg.vocab_size, global_batch)
-    model = setup_model(job, rt)
-    optimizer, scheduler = build_optimizer(model, job.optim, rt.device)
+    batches = RankBatches(job.data, job.batch, seed=job.seed, rank=rt.rank, world_size=rt.world_size,
+                          vocab_size=shape.vocab_size, global_batch=global_batch)
+    model = build_decoder(shape, rt, efficiency=job.efficiency, fsdp=job.fsdp, rope_length=job.batch.seq_len,
+                          seed=job.seed)
+    optimizer, scheduler = build_adamw(model, job.optimizer, rt.device, total_steps=job.steps)
     ckpt = CheckpointManager(job.checkpoint, rt, {"app": ModelAndOptimizer(model, optimizer),
                                                   "train": TrainState(scheduler), "data": batches},
                              last_step=job.steps,
-                             model_record={"model": mcfg.to_dict(), "init_from_hf": job.model.init_from_hf,
+                             model_record={"model": shape.to_dict(), "init_from_hf": job.model.init_from_hf,
                                            GLOBAL_BATCH: global_batch})
     start = ckpt.resume()  # our own checkpoints take precedence over --init-from-hf
     if start == 0 and job.model.init_from_hf:
         from trainer.hf import load_hf_weights
         load_hf_weights(model, job.model.init_from_hf, rt)
-    tokens_per_step = global_batch * job.data.seq_len
+    tokens_per_step = global_batch * job.batch.seq_len
     if rt.is_main:
-        memory = estimate_memory(mcfg, shards=rt.world_size if job.parallel.shards(rt.world_size) else 1,
-                                 batch_size=job.data.batch_size, seq_len=job.data.seq_len,
-                                 activation_checkpointing=job.model.activation_checkpointing,
-                                 mixed_precision=rt.device.type == "cuda",
-                                 loss_chunk_tokens=job.model.loss_chunk_tokens)
-        log(f"Model {job.model.name}: {mcfg.num_params() / 1e6:,.1f}M parameters "
-            f"({mcfg.num_params(active=True) / 1e6:,.1f}M active per token) on {rt.world_size} rank(s); "
-            f"estimated memory per rank {memory.summary()}")
-        log(f"Global batch {global_batch} sequences ({tokens_per_step:,} tokens) per step: {batches.accumulation} "
-            f"micro-batch(es) of {job.data.batch_size} per rank; starting at sample {batches.position:,}")
-        if start >= job.steps:
-            log(f"Checkpoint at step {start} already reaches --steps {job.steps}; nothing to train")
+        log_start(job, rt, batches, start)
     metrics = MetricsLogger(job.metrics, rt, tokens_per_step_per_device=tokens_per_step // rt.world_size,
-                            flops_per_token=mcfg.flops_per_token(job.data.seq_len), last_step=job.steps)
-    nonfinite = NonFiniteSteps(rt, job.optim.max_nonfinite_steps)
+                            flops_per_token=shape.flops_per_token(job.batch.seq_len), last_step=job.steps)
+    nonfinite = NonFiniteSteps(rt, job.optimizer.max_nonfinite_steps)
 
     t0, step = time.perf_counter(), start
     try:
         for step in range(start + 1, job.steps + 1):
             lm, aux = forward_backward(model, batches.next_step(), rt)
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), job.optim.max_grad_norm)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), job.optimizer.max_grad_norm)
             if isinstance(grad_norm, DTensor):
                 grad_norm = grad_norm.full_tensor()
             skipped = nonfinite.check(grad_norm, lm)  # the same answer on every rank
@@ -157,6 +134,23 @@ def train(job: JobConfig, rt: tdist.Runtime, global_batch: int) -> int:
                    "nonfinite_steps": nonfinite.total, "checkpoint_dir": job.checkpoint.directory}
         log("SUMMARY " + json.dumps(summary))
     return preemption.exit_status(finished=step >= job.steps)
+
+
+def log_start(job: LlmJobConfig, rt: tdist.Runtime, batches: RankBatches, start: int) -> None:
+    """Rank 0's opening lines: the model and its memory estimate, the batch, where the run starts."""
+    shape, seq_len, micro = job.model.shape, job.batch.seq_len, job.batch.batch_size
+    memory = estimate_memory(shape, shards=rt.world_size if job.fsdp.shards(rt.world_size) else 1,
+                             batch_size=micro, seq_len=seq_len,
+                             activation_checkpointing=job.efficiency.activation_checkpointing,
+                             mixed_precision=rt.device.type == "cuda",
+                             loss_chunk_tokens=job.efficiency.loss_chunk_tokens)
+    log(f"Model {job.model.name}: {shape.num_params() / 1e6:,.1f}M parameters "
+        f"({shape.num_params(active=True) / 1e6:,.1f}M active per token) on {rt.world_size} rank(s); "
+        f"estimated memory per rank {memory.summary()}")
+    log(f"Global batch {batches.global_batch} sequences ({batches.global_batch * seq_len:,} tokens) per step: "
+        f"{batches.accumulation} micro-batch(es) of {micro} per rank; starting at sample {batches.position:,}")
+    if start >= job.steps:
+        log(f"Checkpoint at step {start} already reaches --steps {job.steps}; nothing to train")
 
 
 if __name__ == "__main__":

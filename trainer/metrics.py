@@ -13,14 +13,15 @@ import json
 import os
 import resource
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from config.instance_types import INSTANCE_TYPES, PEAK_BF16_BY_DEVICE_NAME
-from trainer.cli import open_for_append
+from config.paths import output_file
+from config.workloads.common import MetricsConfig
+from trainer.cli import checked_path, open_for_append
 from trainer.log import log
 
 
@@ -44,10 +45,10 @@ def peak_memory_gib(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-@dataclass(frozen=True)
-class MetricsConfig:
-    log_every: int = 10
-    metrics_file: str | None = None
+def check_metrics_file(cfg: MetricsConfig) -> None:
+    """Rank 0 opens the file after the model is built: a path it cannot write is found now."""
+    if cfg.file:
+        checked_path("--metrics-file", output_file, cfg.file)
 
 
 class MetricsLogger:
@@ -68,8 +69,8 @@ class MetricsLogger:
         self.flops_per_token = flops_per_token
         self.peak = peak_flops(rt.device)
         self.file = None
-        if self.is_main and cfg.metrics_file:
-            self.file = open_for_append(Path(cfg.metrics_file), "--metrics-file")
+        if self.is_main and cfg.file:
+            self.file = open_for_append(Path(cfg.file), "--metrics-file")
         # Over the finite steps of the window: loss share, aux loss share, gradient norm.
         self.sums = torch.zeros(3, dtype=torch.float64 if rt.device.type == "cpu" else torch.float32, device=rt.device)
         self.finite_steps, self.skipped, self.skipped_total = 0, 0, 0

@@ -19,13 +19,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from config.models import MODELS, ModelConfig, RopeScaling, model_config  # noqa: F401  (re-exported)
+from config.models import ModelConfig, RopeScaling
 from trainer.chunked_loss import cross_entropy, linear_cross_entropy
 from trainer.initialise import Init, init_parameters, normal, ones, truncated_normal
 from trainer.moe import MoEFeedForward, load_balancing_loss
-
-MODEL_PRESETS = MODELS  # the name the benchmarks use
-
 
 # --- rotary embeddings --------------------------------------------------------------------------
 

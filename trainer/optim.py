@@ -1,23 +1,15 @@
-"""AdamW with linear warm-up and a cosine decay, and the schedule's checkpointable state."""
+"""The optimizers and their schedules: AdamW for trainer.llm, SGD with momentum for
+trainer.vision, both with a linear warm-up and a cosine decay; and the LLM schedule's
+checkpointable state."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
-
-@dataclass(frozen=True)
-class OptimConfig:
-    lr: float = 3e-4
-    warmup_steps: int = 10
-    total_steps: int = 1000
-    min_lr_ratio: float = 0.1  # cosine decays to this fraction of the peak rate
-    weight_decay: float = 0.1
-    max_grad_norm: float = 1.0
-    max_nonfinite_steps: int = 10  # steps in a row skipped for a non-finite loss or gradient before stopping
-    betas: tuple[float, float] = (0.9, 0.95)
+from config.workloads.llm import AdamWConfig
+from config.workloads.vision import SgdConfig
 
 
 def warmup_cosine_factor(done: float, warmup: float, total: float, *, floor: float = 0.0,
@@ -32,18 +24,21 @@ def warmup_cosine_factor(done: float, warmup: float, total: float, *, floor: flo
     return floor + (1 - floor) * cosine
 
 
-def warmup_cosine(cfg: OptimConfig):
+# --- trainer.llm ---------------------------------------------------------------------------------
+
+def warmup_cosine(cfg: AdamWConfig, total_steps: int):
     """Linear warm-up to the peak rate, then a cosine down to min_lr_ratio of it at the last step."""
     def factor(step: int) -> float:  # `step` is the number of optimizer steps already taken
-        return warmup_cosine_factor(step, cfg.warmup_steps, cfg.total_steps, floor=cfg.min_lr_ratio)
+        return warmup_cosine_factor(step, cfg.warmup_steps, total_steps, floor=cfg.min_lr_ratio)
     return factor
 
 
-def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, device: torch.device):
+def build_adamw(model: torch.nn.Module, cfg: AdamWConfig, device: torch.device, total_steps: int):
+    """AdamW at cfg.lr (resolved: trainer/llm_job.py) and its LambdaLR schedule."""
     # The fused kernel updates all parameters in one pass over memory on GPU; CPUs use foreach.
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay,
                                   fused=device.type == "cuda")
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(cfg))
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(cfg, total_steps))
 
 
 class TrainState:
@@ -58,3 +53,22 @@ class TrainState:
 
     def load_state_dict(self, state: dict) -> None:
         self.scheduler.load_state_dict(state["scheduler"])
+
+
+# --- trainer.vision ------------------------------------------------------------------------------
+
+def build_sgd(model: torch.nn.Module, cfg: SgdConfig) -> torch.optim.SGD:
+    # Weight decay on norm scales and biases only shrinks them for nothing; the usual recipe skips them.
+    decay = [p for p in model.parameters() if p.ndim > 1]
+    no_decay = [p for p in model.parameters() if p.ndim <= 1]
+    return torch.optim.SGD([{"params": decay, "weight_decay": cfg.weight_decay},
+                            {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, momentum=cfg.momentum)
+
+
+def image_learning_rate(cfg: SgdConfig, epochs: int, global_batch: int, images_seen: int, epoch_images: int) -> float:
+    """Peak = lr · global_batch / 256 (cfg.lr is per 256 images); linear warm-up over
+    warmup_epochs, then a cosine to zero at the last epoch. Driven by images seen, so it continues
+    unchanged at another world size."""
+    peak = cfg.lr * global_batch / 256
+    return peak * warmup_cosine_factor(images_seen, cfg.warmup_epochs * epoch_images, epochs * epoch_images,
+                                       unit=global_batch)

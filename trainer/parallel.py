@@ -1,5 +1,6 @@
-"""Where the model meets the devices: built on the meta device, sharded with FSDP2 when there is
-more than one rank, given storage on the real device and initialised.
+"""Where the decoder meets the devices: built on the meta device, sharded with FSDP2 when there
+is more than one rank, given storage on the real device and initialised, with the efficiency
+settings (activation checkpointing, compile, a chunked loss) applied.
 
 One process skips FSDP2: wrapping a one-rank group only adds hooks and copies (it cost 16 % of a
 CPU step, bench/step_overhead.py). On one GPU, bf16 autocast then stands in for FSDP's
@@ -8,28 +9,15 @@ mixed-precision policy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import Shard
 
 from config.models import ModelConfig
+from config.workloads.llm import EfficiencyConfig, FsdpConfig
 from trainer import dist as tdist
 from trainer.model import Transformer
 from trainer.moe import MoEFeedForward
-
-FSDP_MODES = ("auto", "always")
-
-
-@dataclass(frozen=True)
-class ParallelConfig:
-    dist_timeout_s: float = 60.0  # bounds every training collective after the first step (trainer/dist.py)
-    startup_timeout_s: float = 1800.0  # bounds start-up and checkpoint collectives
-    fsdp: str = "auto"  # "auto": FSDP2 with more than one rank; "always": on one rank too (benchmarks)
-
-    def shards(self, world_size: int) -> bool:
-        return world_size > 1 or self.fsdp == "always"
 
 
 def _expert_placement(model: Transformer):
@@ -39,8 +27,8 @@ def _expert_placement(model: Transformer):
     return lambda param: Shard(1) if id(param) in experts else None
 
 
-def build_model(cfg: ModelConfig, rt: tdist.Runtime, *, compile: bool = False, activation_checkpointing: bool = False,
-                rope_length: int | None = None, parallel: ParallelConfig = ParallelConfig(), seed: int = 0) -> Transformer:
+def build_decoder(cfg: ModelConfig, rt: tdist.Runtime, *, efficiency: EfficiencyConfig = EfficiencyConfig(),
+                  fsdp: FsdpConfig = FsdpConfig(), rope_length: int | None = None, seed: int = 0) -> Transformer:
     # The meta device records shapes without memory: a 70B model is built in a second and
     # each rank only ever allocates its own shard.
     with torch.device("meta"):
@@ -48,10 +36,10 @@ def build_model(cfg: ModelConfig, rt: tdist.Runtime, *, compile: bool = False, a
     on_gpu = rt.device.type == "cuda"
     layers = list(model.layers.values())
     for block in layers:
-        block.activation_checkpointing = activation_checkpointing
-        if compile:
+        block.activation_checkpointing = efficiency.activation_checkpointing
+        if efficiency.compile:
             block.compile()  # per block: all blocks share one compiled graph, so compile time does not grow with depth
-    if parallel.shards(rt.world_size):
+    if fsdp.shards(rt.world_size):
         # bf16 compute with fp32 gradient reduction on GPU; CPUs have no fast bf16 path, stay fp32.
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if on_gpu \
             else MixedPrecisionPolicy()
@@ -69,4 +57,7 @@ def build_model(cfg: ModelConfig, rt: tdist.Runtime, *, compile: bool = False, a
         model.output.weight = model.tok_embeddings.weight
     # The same full weights for a seed on any number of ranks (trainer/initialise.py).
     model.init_weights(rt.device, seed=seed)
+    model.loss_chunk_tokens = efficiency.loss_chunk_tokens
+    if efficiency.compile:
+        model.compute_loss = torch.compile(model.compute_loss)  # fuses the fp32 cast into the softmax
     return model

@@ -21,7 +21,8 @@ from collections.abc import Iterator
 from contextlib import nullcontext
 from pathlib import Path
 
-from trainer.cli import Parser, UsageError, positive_int, staging_folder
+from config.options import positive_int
+from trainer.cli import Parser, UsageError, staging_folder
 
 SUFFIXES = (".txt", ".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
 EOS_CANDIDATES = ("<|end_of_text|>", "</s>", "<|endoftext|>", "<eos>")

@@ -27,8 +27,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from config.options import positive_int
 from config.paths import creatable_dir
-from trainer.cli import Parser, UsageError, checked_path, positive_int, run_main
+from trainer.cli import Parser, UsageError, checked_path, run_main
 
 JOURNAL = ".s3sync-journal.jsonl"
 PARTIAL_SUFFIX = ".s3sync-partial"

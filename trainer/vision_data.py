@@ -17,32 +17,17 @@ its loader workers alike, and all ranks drew the same sequence of crops.)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from config.workloads.vision import ImageDataConfig, SyntheticImagesConfig
 from trainer.cli import UsageError
 from trainer.torchvision_compat import import_torchvision
 
 # ImageNet's channel statistics, as torchvision's reference recipes use them.
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    source: str = "synthetic"  # "synthetic" or a folder with train/ and val/ in ImageFolder layout
-    image_size: int = 224
-    batch_size: int = 32  # images per rank per forward (the micro-batch)
-    workers: int = 4  # data-loader processes per rank
-    classes: int = 10  # synthetic only; an ImageFolder has as many as it has folders
-    train_samples: int = 5000  # synthetic only
-    val_samples: int = 1000  # synthetic only
-    seed: int = 0
-    # Images per optimizer step over all ranks; None: the run's record, else ranks x batch_size.
-    global_batch_size: int | None = None
-    allow_global_batch_change: bool = False  # a resume may train with another global batch
 
 
 class SyntheticImages(Dataset):
@@ -81,12 +66,13 @@ def transforms(image_size: int):
     return train, val
 
 
-def build_datasets(cfg: DataConfig) -> tuple[Dataset, Dataset, int]:
+def build_datasets(cfg: ImageDataConfig, synthetic: SyntheticImagesConfig, seed: int) -> tuple[Dataset, Dataset, int]:
     """(train, val, number of classes)."""
     if cfg.source == "synthetic":
-        return (SyntheticImages(cfg.train_samples, cfg.classes, cfg.image_size, cfg.seed),
-                SyntheticImages(cfg.val_samples, cfg.classes, cfg.image_size, cfg.seed, split_offset=10**9, flip=False),
-                cfg.classes)
+        return (SyntheticImages(synthetic.train_samples, synthetic.classes, cfg.image_size, seed),
+                SyntheticImages(synthetic.val_samples, synthetic.classes, cfg.image_size, seed, split_offset=10**9,
+                                flip=False),
+                synthetic.classes)
     root = Path(cfg.source)
     for split in ("train", "val"):
         if not (root / split).is_dir():
@@ -154,16 +140,35 @@ class SeededAugmentation(Dataset):
             return self.dataset[index]
 
 
-def train_loader(dataset: Dataset, sampler: ElasticSampler, cfg: DataConfig, *, rank: int, pin: bool) -> DataLoader:
+def train_loader(dataset: Dataset, sampler: ElasticSampler, cfg: ImageDataConfig, *, batch_size: int, seed: int,
+                 rank: int, pin: bool) -> DataLoader:
+    """Micro-batches of `batch_size` images in the sampler's order, loaded by cfg.workers processes."""
     # Worker processes are seeded from the loader's generator: one per rank, so that anything a
     # transform draws outside SeededAugmentation (Python's random, NumPy) differs between ranks too.
-    return DataLoader(SeededAugmentation(dataset, cfg.seed), batch_size=cfg.batch_size, sampler=sampler,
+    return DataLoader(SeededAugmentation(dataset, seed), batch_size=batch_size, sampler=sampler,
                       num_workers=cfg.workers, pin_memory=pin, persistent_workers=cfg.workers > 0, drop_last=True,
-                      generator=torch.Generator().manual_seed(cfg.seed * 1_000_003 + rank))
+                      generator=torch.Generator().manual_seed(seed * 1_000_003 + rank))
 
 
-def val_loader(dataset: Dataset, rank: int, world_size: int, cfg: DataConfig, *, pin: bool) -> DataLoader:
+def val_loader(dataset: Dataset, cfg: ImageDataConfig, *, batch_size: int, rank: int, world_size: int,
+               pin: bool) -> DataLoader:
     """Rank r evaluates images r, r+W, ...: every image once, none padded in, so the accuracy
     summed over ranks is exact."""
-    return DataLoader(dataset, batch_size=cfg.batch_size, sampler=list(range(rank, len(dataset), world_size)),
+    return DataLoader(dataset, batch_size=batch_size, sampler=list(range(rank, len(dataset), world_size)),
                       num_workers=cfg.workers, pin_memory=pin, persistent_workers=cfg.workers > 0)
+
+
+class Progress:
+    """The data position in global terms, which checkpoints hold: the epoch, and the images of it
+    already consumed by the whole job (not per rank), plus the images seen in all (the schedule's
+    clock). A resume on any number of ranks continues from it."""
+
+    def __init__(self):
+        self.epoch, self.epoch_images_done, self.images_seen = 0, 0, 0
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "epoch_images_done": self.epoch_images_done, "images_seen": self.images_seen}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.epoch_images_done = int(state["epoch"]), int(state["epoch_images_done"])
+        self.images_seen = int(state["images_seen"])

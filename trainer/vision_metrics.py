@@ -15,16 +15,18 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from config.workloads.common import MetricsConfig
 from trainer.cli import open_for_append
 from trainer.log import log
 
 
 class VisionMetrics:
-    def __init__(self, rt, metrics_file: str | None, log_every: int, batch_size: int):
-        self.rt, self.log_every, self.batch_size = rt, log_every, batch_size
+    def __init__(self, cfg: MetricsConfig, rt, batch_size: int):
+        """`batch_size`: the images each rank trains on per step."""
+        self.rt, self.log_every, self.batch_size = rt, cfg.log_every, batch_size
         self.file = None
-        if rt.is_main and metrics_file:
-            self.file = open_for_append(Path(metrics_file), "--metrics-file")
+        if rt.is_main and cfg.file:
+            self.file = open_for_append(Path(cfg.file), "--metrics-file")
         self._window()
         self.epoch_start(0)
 

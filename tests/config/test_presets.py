@@ -6,6 +6,7 @@ import pytest
 
 from config import ConfigError
 from config.kubernetes import JOB_NAME_PATTERN
+from config.models import MODELS
 from config.presets import CLUSTER_CHECKPOINT_ROOT, PRESETS, RENDEZVOUS_BACKENDS, get_preset
 
 
@@ -25,11 +26,15 @@ def test_command_runs_the_preset_module_under_torchrun():
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
-def test_every_preset_has_a_valid_topology(name):
+def test_every_preset_has_a_valid_topology_and_a_rendezvous_backend_torchrun_knows(name):
+    from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
+    import torch.distributed.elastic.rendezvous.registry  # noqa: F401  (registers torch's backends)
+
     preset = PRESETS[name]
     assert 1 <= preset.nodes_min <= preset.nodes_max
     assert preset.rendezvous in RENDEZVOUS_BACKENDS
     assert preset.image_variant in ("cpu", "gpu")
+    assert preset.torch_rdzv_backend in rendezvous_handler_registry._registry
 
 
 def test_each_rendezvous_choice_is_a_backend_torchrun_knows():
@@ -53,36 +58,38 @@ def test_unknown_preset_names_the_known_ones():
     )
 
 
-@pytest.mark.parametrize("name", sorted(n for n, p in PRESETS.items() if p.module == "trainer.llm"))
-def test_every_llm_preset_parses_with_the_trainers_own_parser_into_its_typed_values(name, monkeypatch):
+def _parse(preset, monkeypatch):
+    """The preset's arguments parsed by its trainer's own parser, resolved as the trainer does."""
+    if preset.module == "trainer.llm":
+        import trainer.llm_job as llm_job
+        from trainer.hf_config import to_hf_config
+
+        if preset.workload.init_from_hf:
+            # The Hugging Face directory is read at parse time: stand in the table's model for it.
+            from config.checkpoint_time import preset_model
+            _, cfg = preset_model(preset)
+            monkeypatch.setattr(llm_job, "read_config", lambda directory: to_hf_config(cfg, "bfloat16"))
+        return llm_job.parse_job(preset.workload_args("/ck"))
+    from trainer.ddp import parse_job as ddp_job
+    from trainer.vision import parse_job as vision_job
+    return {"trainer.vision": vision_job, "trainer.ddp": ddp_job}[preset.module](preset.workload_args("/ck"))
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_parses_with_its_trainers_own_parser_into_the_values_it_gives(name, monkeypatch):
+    from config.options import leaf
+
     preset = PRESETS[name]
-    w = preset.workload
-    import trainer.job_config as job_config
-    from config.models import MODELS
-    from trainer.hf_config import to_hf_config
-
-    if w.init_from_hf:
-        # The Hugging Face directory is read at parse time: stand in the table's model for it.
-        from config.checkpoint_time import preset_model
-        _, cfg = preset_model(preset)
-        monkeypatch.setattr(job_config, "read_config", lambda directory: to_hf_config(cfg, "bfloat16"))
-    job = job_config.parse_job(preset.workload_args("/ck"))
-    assert job.steps == w.steps and job.data.batch_size == w.batch_size and job.data.seq_len == w.seq_len
-    assert job.data.global_batch_size == w.global_batch_size
-    assert job.checkpoint.directory == f"/ck/{name}" and job.metrics.metrics_file == f"/ck/{name}/metrics.jsonl"
-    assert job.model.activation_checkpointing == w.activation_checkpointing and job.model.compile == w.compile
-    if w.model:
-        assert job.model.config == MODELS[w.model]
-    if w.lr:
-        assert job.optim.lr == w.lr
-    if w.data:
-        assert job.data.source == w.data
-
-
-def test_the_ddp_preset_parses_with_its_trainers_parser():
-    from trainer.ddp import parse_args
-    args = parse_args(get_preset("cpu-ddp").workload_args("/ck"))
-    assert (args.epochs, args.save_every, args.batch_size, args.snapshot_path) == (20, 2, 64, "/ck/cpu-ddp/snapshot.pt")
+    job = _parse(preset, monkeypatch)
+    given = {**preset.workload.values, **preset.workload.config.job_outputs(f"/ck/{name}")}
+    for dest, value in given.items():
+        if isinstance(value, str):
+            value = value.replace("{checkpoint_root}", "/ck")
+        option = leaf(type(job), dest)
+        assert option.value(job) == option.typed(value), (dest, value)
+    if preset.module == "trainer.llm":
+        assert job.model.shape == MODELS[preset.workload.model]  # every LLM preset names the table's model
+        assert job.checkpoint.directory == f"/ck/{name}" and job.metrics.file == f"/ck/{name}/metrics.jsonl"
 
 
 def test_the_fine_tuning_preset_starts_from_fsx_weights():
@@ -102,17 +109,6 @@ def test_every_model_the_reference_lists_has_a_preset():
 def test_preset_names_are_job_names_kubernetes_accepts(name):
     # The PyTorchJob is named after the preset: a DNS label, so no dots (llama31, not llama3.1).
     assert JOB_NAME_PATTERN.match(name)
-
-
-@pytest.mark.parametrize("name", sorted(n for n, p in PRESETS.items() if p.module == "trainer.vision"))
-def test_every_vision_preset_parses_with_the_trainers_own_parser(name):
-    from trainer.vision import parse_config
-    w = get_preset(name).workload
-    cfg = parse_config(get_preset(name).workload_args("/ck"))
-    assert (cfg.model.name, cfg.optim.epochs, cfg.data.batch_size, cfg.data.source) == (w.model, w.epochs,
-                                                                                        w.batch_size, w.data)
-    assert cfg.data.global_batch_size == w.global_batch_size
-    assert cfg.checkpoint.directory == f"/ck/{name}" and cfg.metrics_file == f"/ck/{name}/metrics.jsonl"
 
 
 def test_the_imagenet_presets_are_elastic_on_p4d_reading_fsx_and_vision_tiny_runs_on_cpu():

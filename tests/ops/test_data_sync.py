@@ -16,7 +16,7 @@ import pytest
 from ops_fakes import REPO_ROOT, isolated_aws_env
 from trainer import s3sync
 from trainer.cli import UsageError
-from trainer.imagenet_tiny import write_tiny_ilsvrc
+from ilsvrc_tiny import write_tiny_ilsvrc
 
 BUCKET = "datasets-example"
 PREFIX = "imagenet/raw/"

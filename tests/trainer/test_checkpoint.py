@@ -12,15 +12,18 @@ from trainer_procs import REPO, job_env
 SCRIPT = r"""
 import sys, torch
 import torch.distributed.checkpoint as dcp
+from config.models import MODELS
+from config.workloads.common import CheckpointConfig
+from config.workloads.llm import FsdpConfig
 from trainer import dist as tdist
-from trainer.checkpoint import CheckpointConfig, CheckpointManager, ModelAndOptimizer
-from trainer.parallel import ParallelConfig, build_model
-from trainer.model import MODEL_PRESETS, loss_fn
+from trainer.checkpoint import CheckpointManager, ModelAndOptimizer
+from trainer.model import loss_fn
+from trainer.parallel import build_decoder
 
 directory = sys.argv[1]
 rt = tdist.init(checkpoint_group=True)
-cfg = MODEL_PRESETS["tiny"]
-model = build_model(cfg, rt, parallel=ParallelConfig(fsdp="always"))
+cfg = MODELS["tiny"]
+model = build_decoder(cfg, rt, fsdp=FsdpConfig(mode="always"))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
 ckpt = CheckpointManager(CheckpointConfig(directory, every=1, keep=2), rt, {"app": ModelAndOptimizer(model, opt)},
                          last_step=4)
@@ -39,7 +42,7 @@ for _ in range(3):
     step()  # the weights change while the save is in flight
 ckpt.save(4)
 ckpt.close()
-fresh = build_model(cfg, rt, parallel=ParallelConfig(fsdp="always"))
+fresh = build_decoder(cfg, rt, fsdp=FsdpConfig(mode="always"))
 dcp.load({"app": ModelAndOptimizer(fresh, torch.optim.AdamW(fresh.parameters(), lr=1e-2))},
          checkpoint_id=f"{directory}/step-00000001")
 changed = [k for k, v in fresh.state_dict().items() if not torch.equal(v.full_tensor(), at_save[k])]
@@ -103,7 +106,8 @@ BUFFERS_SCRIPT = r"""
 import sys, threading, torch
 import torch.distributed.checkpoint as dcp
 from trainer import dist as tdist
-from trainer.checkpoint import CheckpointConfig, CheckpointManager, ModelAndOptimizer
+from config.workloads.common import CheckpointConfig
+from trainer.checkpoint import CheckpointManager, ModelAndOptimizer
 
 directory = sys.argv[1]
 rt = tdist.init(checkpoint_group=True)

@@ -7,8 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from config.models import MODELS
 from trainer.chunked_loss import linear_cross_entropy
-from trainer.model import MODEL_PRESETS, Transformer, loss_fn
+from trainer.model import Transformer, loss_fn
 
 
 def reference(hidden, weight, labels):
@@ -77,7 +78,7 @@ def test_plain_loss_ignores_labels_as_torch_does():
 @pytest.mark.parametrize("tied", [False, True])
 def test_model_forward_with_labels_equals_logits_then_loss(tied):
     torch.manual_seed(0)
-    model = Transformer(replace(MODEL_PRESETS["tiny"], tie_embeddings=tied))
+    model = Transformer(replace(MODELS["tiny"], tie_embeddings=tied))
     model.init_weights()
     tokens = torch.randint(0, model.cfg.vocab_size, (2, 32))
     labels = tokens[:, 1:].clone()

@@ -8,8 +8,9 @@ import json
 import pytest
 import torch
 
+from config.workloads.llm import SequenceBatchConfig, TokenDataConfig
 from trainer.cli import UsageError
-from trainer.data import DataConfig, RankBatches
+from trainer.data import RankBatches
 
 SEQ = 7  # windows of 8 tokens
 
@@ -26,7 +27,8 @@ def shards(tmp_path):
 
 
 def _batches(source="synthetic", *, world=1, rank=0, micro=2, global_batch=8, seed=0) -> RankBatches:
-    return RankBatches(DataConfig(source, batch_size=micro, seq_len=SEQ, seed=seed), rank, world, 1024, global_batch)
+    return RankBatches(TokenDataConfig(source), SequenceBatchConfig(batch_size=micro, seq_len=SEQ), seed=seed,
+                       rank=rank, world_size=world, vocab_size=1024, global_batch=global_batch)
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])

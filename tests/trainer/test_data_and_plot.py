@@ -9,7 +9,8 @@ import sys
 import pytest
 import torch
 
-from trainer.data import DataConfig, RankBatches
+from config.workloads.llm import SequenceBatchConfig, TokenDataConfig
+from trainer.data import RankBatches
 from trainer_procs import REPO, job_env
 
 CORPUS = [
@@ -56,8 +57,9 @@ def test_prepare_writes_shards_with_a_progress_bar_and_an_index(shards):
 
 def test_shard_windows_are_disjoint_across_ranks_and_hold_the_corpus_tokens(shards):
     root, _ = shards
-    cfg = DataConfig(source=str(root / "tokens"), batch_size=2, seq_len=32)
-    r0, r1 = RankBatches(cfg, 0, 2, 1024, 4), RankBatches(cfg, 1, 2, 1024, 4)
+    data, batch = TokenDataConfig(str(root / "tokens")), SequenceBatchConfig(batch_size=2, seq_len=32)
+    r0, r1 = (RankBatches(data, batch, seed=0, rank=rank, world_size=2, vocab_size=1024, global_batch=4)
+              for rank in (0, 1))
     [(x0, y0)] = r0.next_step()
     [(x1, _)] = r1.next_step()
     assert not torch.equal(x0, x1) and torch.equal(x0[:, 1:], y0[:, :-1])

@@ -20,7 +20,7 @@ from safetensors.torch import load_file  # noqa: E402
 from trainer.cli import UsageError  # noqa: E402
 from trainer.hf import export, load_hf_weights  # noqa: E402
 from trainer.hf_config import from_hf_config, read_config  # noqa: E402
-from trainer.job_config import parse_job  # noqa: E402
+from trainer.llm_job import parse_job  # noqa: E402
 from trainer.model import Transformer  # noqa: E402
 from trainer_procs import REPO, job_env, run, torchrun_args  # noqa: E402
 
@@ -132,7 +132,7 @@ def test_a_conflicting_model_is_an_error_naming_the_field(tmp_path):
         parse_job(["--init-from-hf", str(tmp_path), "--model", "tiny"])
     assert str(err.value).startswith("--model: tiny has vocab_size 1024 but") and "gives 128" in str(err.value)
     job = parse_job(["--init-from-hf", str(tmp_path), "--seq-len", "32"])
-    assert job.model.config.ffn_dim == 96 and job.model.init_from_hf == str(tmp_path)
+    assert job.model.shape.ffn_dim == 96 and job.model.init_from_hf == str(tmp_path)
 
 
 SCRIPT = r"""
@@ -140,12 +140,12 @@ import sys, torch
 from trainer import dist as tdist
 from trainer.hf import load_hf_weights
 from trainer.hf_config import from_hf_config, read_config
-from trainer.parallel import build_model
+from trainer.parallel import build_decoder
 from pathlib import Path
 rt = tdist.init()
 tokens = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(3))
 for directory in sys.argv[2:]:
-    model = build_model(from_hf_config(read_config(Path(directory))), rt)
+    model = build_decoder(from_hf_config(read_config(Path(directory))), rt)
     load_hf_weights(model, directory, rt)
     with torch.no_grad():
         logits = model(tokens)

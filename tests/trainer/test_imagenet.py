@@ -15,7 +15,7 @@ import pytest
 from trainer import imagenet
 from trainer.cli import UsageError
 from trainer.data import main as data_main
-from trainer.imagenet_tiny import wnid, write_tiny_ilsvrc
+from ilsvrc_tiny import wnid, write_tiny_ilsvrc
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -24,12 +24,12 @@ SCRIPT = r"""
 import hashlib, json, sys
 from config.models import ModelConfig
 from trainer import dist as tdist
-from trainer.parallel import build_model
+from trainer.parallel import build_decoder
 
 rt = tdist.init()
 digests = {}
 for name, cfg in json.loads(sys.argv[2]).items():
-    model = build_model(ModelConfig.from_dict(cfg), rt, seed=int(sys.argv[1]))
+    model = build_decoder(ModelConfig.from_dict(cfg), rt, seed=int(sys.argv[1]))
     for key, value in model.state_dict().items():
         full = value.full_tensor()
         digests[f"{name}/{key}"] = hashlib.sha256(full.numpy().tobytes()).hexdigest()

@@ -9,14 +9,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.optim import OptimConfig, warmup_cosine
+from config.models import MODELS
 from trainer.metrics import peak_flops
-from trainer.model import MODEL_PRESETS, Attention, Transformer, apply_rope, loss_fn, rope_frequencies
+from trainer.model import Attention, Transformer, apply_rope, loss_fn, rope_frequencies
 
 
 def _tiny_initialised() -> Transformer:
     with torch.device("meta"):
-        model = Transformer(MODEL_PRESETS["tiny"])
+        model = Transformer(MODELS["tiny"])
     model.to_empty(device="cpu")
     torch.manual_seed(0)
     model.init_weights(torch.device("cpu"))
@@ -42,24 +42,24 @@ def test_weights_built_on_meta_are_initialised_explicitly_no_nan_and_a_sane_std(
                                             ("llama3.2-1b", 1.24), ("llama3.2-3b", 3.21),
                                             ("mistral-7b", 7.25), ("mathstral-7b", 7.25), ("mixtral-8x7b", 46.7)])
 def test_presets_have_the_published_parameter_counts(name, billions):
-    assert MODEL_PRESETS[name].num_params() / 1e9 == pytest.approx(billions, rel=0.01)
+    assert MODELS[name].num_params() / 1e9 == pytest.approx(billions, rel=0.01)
 
 
 def test_flops_per_token_is_six_n_plus_attention():
-    cfg = MODEL_PRESETS["llama3.1-8b"]
+    cfg = MODELS["llama3.1-8b"]
     n = cfg.num_params(embedding=False)
     assert cfg.flops_per_token(8192) == 6 * n + 12 * 32 * 32 * 128 * 8192
 
 
 def test_a_mixture_of_experts_counts_only_the_routed_experts_towards_flops():
-    cfg = MODEL_PRESETS["mixtral-8x7b"]
+    cfg = MODELS["mixtral-8x7b"]
     # Mixtral's paper: 47B parameters, 13B used per token.
     assert cfg.num_params(active=True) / 1e9 == pytest.approx(12.9, rel=0.01)
     assert cfg.flops_per_token(4096) == 6 * cfg.num_params(embedding=False, active=True) + 12 * 32 * 32 * 128 * 4096
 
 
 def test_grouped_query_attention_matches_repeated_key_value_heads():
-    cfg = MODEL_PRESETS["tiny"]
+    cfg = MODELS["tiny"]
     attn = Attention(cfg)
     x = torch.randn(2, 10, cfg.dim)
     freqs = rope_frequencies(cfg, torch.device("cpu"))
@@ -74,7 +74,7 @@ def test_grouped_query_attention_matches_repeated_key_value_heads():
 
 
 def test_rope_preserves_norms_and_is_relative():
-    cfg = MODEL_PRESETS["tiny"]
+    cfg = MODELS["tiny"]
     freqs = rope_frequencies(cfg, torch.device("cpu"))
     q, k = torch.randn(1, 1, 1, cfg.head_dim), torch.randn(1, 1, 1, cfg.head_dim)
     at = lambda x, pos: apply_rope(x.expand(1, pos + 1, 1, -1).contiguous(), freqs)[0, pos, 0]  # noqa: E731
@@ -84,18 +84,11 @@ def test_rope_preserves_norms_and_is_relative():
 
 
 def test_llama3_rope_scaling_slows_only_the_low_frequencies():
-    cfg = replace(MODEL_PRESETS["llama3.1-8b"], max_seq_len=8192)
+    cfg = replace(MODELS["llama3.1-8b"], max_seq_len=8192)
     plain = rope_frequencies(replace(cfg, rope_scaling=None), torch.device("cpu"))
     scaled = rope_frequencies(cfg, torch.device("cpu"))
     torch.testing.assert_close(scaled[:, 0], plain[:, 0])  # highest frequency untouched
     assert not torch.allclose(scaled[:, -1], plain[:, -1])
-
-
-def test_warmup_then_cosine_to_the_floor():
-    f = warmup_cosine(OptimConfig(warmup_steps=10, total_steps=110, min_lr_ratio=0.1))
-    assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0)
-    assert f(60) == pytest.approx(0.55) and f(110) == pytest.approx(0.1) and f(500) == pytest.approx(0.1)
-    assert all(f(s) >= f(s + 1) for s in range(10, 110))
 
 
 def test_mfu_has_no_peak_on_cpu():
@@ -111,8 +104,8 @@ def test_gpu_peak_comes_from_the_instance_table():
 def test_tied_embeddings_stay_tied_when_one_process_skips_fsdp():
     from types import SimpleNamespace
 
-    from trainer.parallel import build_model
-    cfg = replace(MODEL_PRESETS["tiny"], tie_embeddings=True)
-    model = build_model(cfg, SimpleNamespace(world_size=1, device=torch.device("cpu")), rope_length=16)
+    from trainer.parallel import build_decoder
+    cfg = replace(MODELS["tiny"], tie_embeddings=True)
+    model = build_decoder(cfg, SimpleNamespace(world_size=1, device=torch.device("cpu")), rope_length=16)
     assert model.output.weight is model.tok_embeddings.weight
     assert "output.weight" not in dict(model.named_parameters())

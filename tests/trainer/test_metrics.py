@@ -10,7 +10,8 @@ import torch
 from config.kubernetes import EXIT_NONFINITE
 from trainer.batching import NonFiniteLoss, NonFiniteSteps
 from trainer.dist import Runtime
-from trainer.metrics import MetricsConfig, MetricsLogger
+from config.workloads.common import MetricsConfig
+from trainer.metrics import MetricsLogger
 
 CPU_RANK = Runtime(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend="gloo")
 

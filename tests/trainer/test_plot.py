@@ -1,15 +1,20 @@
-"""trainer.plot with hostile input: a metrics file that is binary, a folder or of the wrong shape,
-and an output that is a folder, below a file or of an unknown format, are one line and exit 2;
-an image appears whole under the name given or not at all."""
+"""trainer.plot: a vision run's curves and the scaling table of runs at two sizes. Hostile input:
+a metrics file that is binary, a folder or of the wrong shape, and an output that is a folder,
+below a file or of an unknown format, are one line and exit 2; an image appears whole under the
+name given or not at all."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
+from trainer import plot as tplot
 from trainer.cli import run_main
 from trainer.plot import main
+from trainer_procs import REPO, job_env
 
 
 def run_plot(argv, capsys) -> tuple[int, str]:
@@ -70,3 +75,44 @@ def test_a_scaling_run_whose_epoch_lines_lack_numbers_is_one_line(tmp_path, caps
     code, err = run_plot(["scaling", str(run), "-o", str(tmp_path / "s.png")], capsys)
     assert code == 2 and err == (f"error: RUN: {run}: epoch 1 lacks a numeric world_size, images_per_sec or "
                                  "epoch_time_s\n")
+
+
+# --- a vision run's curves and the scaling table ------------------------------------------------
+
+def _metrics_file(path, world_size, rates):
+    lines = [{"kind": "step", "step": 5, "epoch": 0, "loss": 2.0, "lr": 0.1, "images_per_sec": rates[0],
+              "data_wait_ms": 3.0, "world_size": world_size}]
+    for epoch, rate in enumerate(rates):
+        lines.append({"kind": "epoch", "step": 10 * (epoch + 1), "epoch": epoch, "loss": 1.0, "epoch_time_s": 100 / rate,
+                      "images_per_sec": rate, "world_size": world_size, "top1": 0.5, "top5": 0.9})
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return path
+
+
+def test_the_scaling_table_measures_efficiency_against_linear_from_the_smallest_run(tmp_path):
+    one = _metrics_file(tmp_path / "one.jsonl", 1, [50.0, 100.0, 100.0])  # the first epoch is warm-up
+    two = _metrics_file(tmp_path / "two.jsonl", 2, [90.0, 150.0, 150.0])
+    table = tplot.scaling_table([tplot.run_point(two), tplot.run_point(one)])
+    assert [(r["devices"], r["images_per_sec"]) for r in table] == [(1, 100.0), (2, 150.0)]
+    assert table[1]["ideal_images_per_sec"] == 200.0 and table[1]["efficiency"] == pytest.approx(0.75)
+    out = tmp_path / "scaling.png"
+    p = subprocess.run([sys.executable, "-m", "trainer.plot", "scaling", str(one), str(two), "-o", str(out)],
+                       cwd=REPO, env=job_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "  2 devices |     150.0 images/s" in p.stdout and "efficiency 75%" in p.stdout
+    assert out.stat().st_size > 10_000
+
+
+def test_scaling_refuses_runs_without_epoch_lines_in_one_line(tmp_path):
+    bad = tmp_path / "llm.jsonl"
+    bad.write_text(json.dumps({"step": 1, "loss": 2.0}) + "\n")
+    p = subprocess.run([sys.executable, "-m", "trainer.plot", "scaling", str(bad)], cwd=REPO, env=job_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "RUN" in p.stderr, p.stderr
+
+
+def test_the_curves_of_a_vision_run_include_accuracy(tmp_path):
+    records = tplot.read_metrics(_metrics_file(tmp_path / "m.jsonl", 2, [90.0, 150.0]))
+    assert [r.get("kind") for r in records] == ["step", "epoch", "epoch"]
+    tplot.plot(records, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").stat().st_size > 10_000

@@ -13,16 +13,17 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict
 
+from config.models import MODELS
 from crafted import CreatesMarker
 from trainer import safe_load
-from trainer.model import MODEL_PRESETS, Transformer
+from trainer.model import Transformer
 
 warnings.filterwarnings("ignore", message="torch.distributed is disabled")
 
 
 def trained_state():
     torch.manual_seed(0)
-    model = Transformer(MODEL_PRESETS["tiny"])
+    model = Transformer(MODELS["tiny"])
     model.init_weights()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95))
     tokens = torch.randint(0, model.cfg.vocab_size, (2, 9))

@@ -1,4 +1,4 @@
-"""A tiny dataset in the ILSVRC2012 release's layout, for tests and dry runs of the data Job.
+"""A tiny dataset in the ILSVRC2012 release's layout, for the tests of `trainer.data imagenet` and the data Job.
 
 `write_tiny_ilsvrc(root, classes=3, train_per_class=2, val_per_class=2)` writes
 LOC_synset_mapping.txt, LOC_val_solution.csv and ILSVRC/Data/CLS-LOC/{train/<wnid>/,val/} with

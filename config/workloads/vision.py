@@ -1,0 +1,78 @@
+"""trainer.vision's job configuration: image classification (torchvision's ResNet and
+EfficientNet) under elastic DDP, on synthetic images or an ImageFolder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from config.options import (fraction_below_one, non_negative_float, non_negative_int, option, positive_float,
+                            positive_int, section)
+from config.workloads.common import (CheckpointConfig, DistConfig, GlobalBatchConfig, MetricsConfig,
+                                     checkpoints_and_metrics_in, seed)
+from config.workloads.workload import Workload
+
+CLASSIFIERS = ("resnet18", "resnet50", "efficientnet_b7")
+
+
+@dataclass(frozen=True)
+class ClassifierConfig:
+    """The model: a torchvision classifier, with random weights or a state_dict file's."""
+    name: str = option("resnet18", "torchvision model", flag="--model", choices=CLASSIFIERS)
+    init_from: str | None = option(None, "start from this state_dict file (no download)", metavar="FILE")
+
+
+@dataclass(frozen=True)
+class ImageBatchConfig(GlobalBatchConfig):
+    """The batch: a micro-batch of images per rank, and the global batch each step trains on."""
+    unit: ClassVar[str] = "images"
+
+
+@dataclass(frozen=True)
+class ImageDataConfig:
+    """The images: synthetic, or an ImageFolder root with train/ and val/."""
+    source: str = option("synthetic", "'synthetic' or a folder with train/ and val/ (ImageFolder)", flag="--data")
+    image_size: int = option(224, "training crop, in pixels", parse=positive_int)
+    workers: int = option(4, "data-loader processes per rank", parse=non_negative_int)
+
+
+@dataclass(frozen=True)
+class SgdConfig:
+    """SGD with momentum, the rate scaled by the global batch, warm-up then cosine decay."""
+    lr: float = option(0.1, "learning rate per 256 images of global batch", parse=positive_float)
+    warmup_epochs: float = option(1.0, "epochs of linear warm-up", parse=non_negative_float)
+    momentum: float = option(0.9, "SGD momentum", parse=non_negative_float)
+    weight_decay: float = option(1e-4, "weight decay (none on norms and biases)", parse=non_negative_float)
+    label_smoothing: float = option(0.1, "label smoothing of the cross-entropy", parse=fraction_below_one)
+
+
+@dataclass(frozen=True)
+class SyntheticImagesConfig:
+    """Synthetic data only: an ImageFolder has as many classes as folders, and its own images."""
+    classes: int = option(10, "synthetic data: number of classes", parse=positive_int)
+    train_samples: int = option(5000, "synthetic data: training images", parse=positive_int)
+    val_samples: int = option(1000, "synthetic data: validation images", parse=positive_int)
+
+
+@dataclass(frozen=True)
+class VisionJobConfig:
+    """Image classification under DDP (ResNet, EfficientNet from torchvision), elastic and resumable."""
+    module: ClassVar[str] = "trainer.vision"
+    model: ClassifierConfig = section(ClassifierConfig())
+    epochs: int = option(90, "total epochs, counting resumed ones", parse=positive_int)
+    batch: ImageBatchConfig = section(ImageBatchConfig(batch_size=32))
+    data: ImageDataConfig = section(ImageDataConfig())
+    optimizer: SgdConfig = section(SgdConfig())
+    synthetic: SyntheticImagesConfig = section(SyntheticImagesConfig())
+    # One save in flight at a time keeps memory bounded; the end-of-epoch save waits for it.
+    checkpoint: CheckpointConfig = section(CheckpointConfig(every=500))
+    metrics: MetricsConfig = section(MetricsConfig())
+    seed: int = seed()
+    dist: DistConfig = section(DistConfig())
+
+    job_outputs = staticmethod(checkpoints_and_metrics_in)
+
+
+class VisionWorkload(Workload):
+    """A preset's arguments of `python -m trainer.vision`."""
+    config = VisionJobConfig

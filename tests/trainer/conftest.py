@@ -1,0 +1,23 @@
+"""Fixtures the trainer's test modules share."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module")
+def image_folder(tmp_path_factory):
+    """A small ImageFolder root: train/ and val/ with two classes of 30x40 PNG images."""
+    from PIL import Image
+    root = tmp_path_factory.mktemp("imagefolder")
+    g = torch.Generator().manual_seed(0)
+    for split, count in (("train", 24), ("val", 8)):
+        for label, name in enumerate(("cat", "dog")):
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for i in range(count):
+                base = torch.full((30, 40, 3), 60 + 130 * label, dtype=torch.float32)
+                pixels = (base + 30 * torch.randn(30, 40, 3, generator=g)).clamp(0, 255).to(torch.uint8)
+                Image.fromarray(pixels.numpy()).save(folder / f"{i}.png")
+    return root

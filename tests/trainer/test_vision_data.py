@@ -1,0 +1,116 @@
+"""trainer.vision_data: the global data position (a resume on another world size covers the rest
+of the epoch once), the synthetic images and ImageFolder data, the micro-batches every world size
+cuts alike, and augmentations seeded by the image and epoch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("torchvision", reason="torchvision is a pinned dependency")
+
+from config.workloads.vision import ImageDataConfig, SyntheticImagesConfig  # noqa: E402
+from trainer import vision_data  # noqa: E402
+from trainer.vision_data import ElasticSampler, SyntheticImages, build_datasets  # noqa: E402
+
+
+def _consumed(n: int, world: int, batch: int, epoch: int, start: int, steps: int | None = None) -> list[list[int]]:
+    """Per rank, the sample indices of the first `steps` steps (all when None)."""
+    data = list(range(n))
+    out = []
+    for rank in range(world):
+        s = ElasticSampler(data, num_replicas=world, rank=rank, global_batch=batch * world, seed=7)
+        s.set_position(epoch, start)
+        indices = [index for key_epoch, index in s if key_epoch == epoch]
+        out.append(indices if steps is None else indices[:steps * batch])
+    return out
+
+
+def test_an_epoch_resumed_on_another_world_size_covers_the_rest_exactly_once():
+    n, batch = 200, 4
+    # 5 steps on 2 ranks consume the first 5*4*2 = 40 positions of the epoch's order ...
+    before = _consumed(n, 2, batch, epoch=3, start=0, steps=5)
+    # ... and 3 ranks take it from global image 40, whatever the first run's world size was.
+    after = _consumed(n, 3, batch, epoch=3, start=40)
+    seen = [i for rank in before + after for i in rank]
+    assert len(seen) == len(set(seen)), "no image twice in one epoch"
+    full_steps = (n - 40) // (batch * 3)
+    assert all(len(rank) == full_steps * batch for rank in after)  # equal steps on every rank
+    assert len(set(seen)) == 40 + full_steps * batch * 3  # only the tail that fills no step is dropped
+    # The order is the epoch's own, whatever the world size: one rank with the same global batch
+    # consumes the same 40 images in its first 5 steps.
+    assert sorted(before[0] + before[1]) == sorted(_consumed(n, 1, batch * 2, epoch=3, start=0, steps=5)[0])
+
+
+def test_each_epoch_is_a_new_shuffle_the_same_on_every_rank():
+    a, b = _consumed(64, 2, 4, epoch=0, start=0), _consumed(64, 2, 4, epoch=1, start=0)
+    assert a != b and sorted(a[0] + a[1]) == sorted(b[0] + b[1]) == list(range(64))
+    assert _consumed(64, 2, 4, epoch=1, start=0) == b
+
+
+def test_synthetic_images_are_deterministic_and_spread_over_the_classes():
+    data = SyntheticImages(400, 10, 16, seed=3)
+    x0, y0 = data[5]
+    x1, y1 = SyntheticImages(400, 10, 16, seed=3)[5]
+    assert torch.equal(x0, x1) and y0 == y1 and x0.shape == (3, 16, 16)
+    counts = torch.bincount(torch.tensor([data[i][1] for i in range(400)]), minlength=10)
+    assert (counts > 20).all()
+    # Learnable: the class pattern explains most of an image (nearest pattern finds the class).
+    val = SyntheticImages(200, 10, 16, seed=3, split_offset=10**9, flip=False)
+    hits = sum(int(((val.patterns - val[i][0]) ** 2).flatten(1).sum(1).argmin()) == val[i][1] for i in range(200))
+    assert hits > 150
+
+
+def test_an_image_folder_gives_its_classes_and_the_standard_transforms(image_folder):
+    data = ImageDataConfig(source=str(image_folder), image_size=24)
+    train, val, classes = build_datasets(data, SyntheticImagesConfig(), seed=0)
+    assert classes == 2 and train.classes == ["cat", "dog"]
+    image, label = train[0]
+    assert image.shape == (3, 24, 24) and label in (0, 1)
+    assert val[0][0].shape == (3, 24, 24)
+
+
+def test_every_world_size_cuts_the_same_micro_batches_from_a_global_batch():
+    def micro_batches(world: int, micro: int = 4) -> list[tuple[int, ...]]:
+        out = []
+        for rank in range(world):
+            s = ElasticSampler(list(range(64)), num_replicas=world, rank=rank, global_batch=16, seed=3)
+            s.set_position(2, 16)
+            indices = [index for _, index in s]
+            out += [tuple(indices[i:i + micro]) for i in range(0, len(indices), micro)]
+        return sorted(out)
+    assert micro_batches(1) == micro_batches(2) == micro_batches(4) and len(micro_batches(1)) == 12
+
+
+class _Draws(torch.utils.data.Dataset):
+    """An 'augmentation' that is nothing but the worker's random draws, and the image index."""
+
+    def __len__(self) -> int:
+        return 32
+
+    def __getitem__(self, index: int):
+        return torch.rand(3), index
+
+
+def _draws(world: int, rank: int, epoch: int, workers: int) -> dict[int, torch.Tensor]:
+    sampler = ElasticSampler(_Draws(), num_replicas=world, rank=rank, global_batch=16, seed=5)
+    sampler.set_position(epoch, 0)
+    torch.manual_seed(5)  # as every rank of trainer.vision does before it builds its loaders
+    out = {}
+    for draws, indices in vision_data.train_loader(_Draws(), sampler, ImageDataConfig(workers=workers), batch_size=4,
+                                                           seed=5, rank=rank, pin=False):
+        out.update(zip(indices.tolist(), draws))
+    return out
+
+
+def test_random_augmentations_differ_between_ranks_and_follow_the_image_and_epoch_not_the_rank():
+    rank0, rank1 = _draws(2, 0, epoch=0, workers=1), _draws(2, 1, epoch=0, workers=1)
+    # Each rank's n-th image is augmented differently (before, each rank's workers drew the same).
+    assert all(not torch.equal(a, b) for a, b in zip(rank0.values(), rank1.values()))
+    # An image's augmentation depends on the seed, the epoch and the image: not on the world size,
+    # the rank that reads it or the number of loader workers, so a resume anywhere repeats it.
+    one_rank = _draws(1, 0, epoch=0, workers=0)
+    assert one_rank.keys() == rank0.keys() | rank1.keys()
+    assert all(torch.equal(one_rank[i], {**rank0, **rank1}[i]) for i in one_rank)
+    next_epoch = _draws(1, 0, epoch=1, workers=0)
+    assert all(not torch.equal(one_rank[i], next_epoch[i]) for i in one_rank)

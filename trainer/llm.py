@@ -90,7 +90,7 @@ def train(job: JobConfig, rt: tdist.Runtime, global_batch: int) -> int:
     preemption = Preemption(rt)
     batches = RankBatches(job.data, rt.rank, rt.world_size, mcfg.vocab_size, global_batch)
     model = setup_model(job, rt)
-    optimizer, scheduler = build_optimizer(model, job.optim, rt.device)
+    optimizer, scheduler = build_optimizer(model, job.optim)
     ckpt = CheckpointManager(job.checkpoint, rt, {"app": ModelAndOptimizer(model, optimizer),
                                                   "train": TrainState(scheduler), "data": batches},
                              last_step=job.steps,

@@ -41,8 +41,8 @@ def test_every_pod_waits_for_its_workers_save_and_torchruns_exit(environments):
 
 def test_the_70b_preset_on_prod_fsx_gets_minutes_not_the_default_30_seconds(prod):
     budget = stop_budget(get_preset("llama31-70b-fsdp"), prod.nodegroup("p5").instance_type, prod.fsx)
-    # 1128.9 GB at 2344 MB/s = 482 s a write; two writes and two ~10 s steps.
-    assert round(budget.estimate.write_s) == 482 and budget.grace_s == 1014
+    # 1128.9 GB at 2344 MB/s = 482 s a write; two writes and three ~10 s steps.
+    assert round(budget.estimate.write_s) == 482 and budget.grace_s == 1024
 
 
 def test_plan_prints_the_grace_period_the_pods_get(prod):

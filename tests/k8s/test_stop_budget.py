@@ -12,20 +12,12 @@ import torch
 
 from config.checkpoint_time import AGENT_EXIT_S, MIN_WORKER_STOP_S, STEPS_AFTER_SIGNAL, stop_budget
 from config.presets import CLUSTER_CHECKPOINT_ROOT, get_preset
-from k8s.jobs import FLIGHT_RECORDER_DIR, presets_for, render_pytorchjob
+from k8s.jobs import FLIGHT_RECORDER_DIR
+from preset_pods import rendered
 from ops import plan
 
-IMAGE = "111111111111.dkr.ecr.us-west-2.amazonaws.com/trainer:abc123"
 FLIGHT_RECORDER = ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_NCCL_ENABLE_MONITORING",
                    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
-
-
-def rendered(environments):
-    for env in environments.values():
-        for preset in presets_for(env):
-            pod = render_pytorchjob(env, preset.name, image=IMAGE)["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
-            env_vars = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
-            yield env, preset, pod["spec"], env_vars
 
 
 def test_every_pod_waits_for_its_workers_save_and_torchruns_exit(environments):

@@ -5,9 +5,9 @@ terminationGracePeriodSeconds and torchrun's shutdown timeout from stop_budget()
 
 On SIGTERM torchrun forwards the signal to its workers and SIGKILLs those still running after its
 shutdown timeout: 30 s unless TORCH_ELASTIC_SHUTDOWN_TIMEOUT says otherwise (torch 2.13,
-torch/distributed/launcher/api.py LaunchConfig.__post_init__; tests/k8s/test_stop_budget.py
-checks the installed torch reads it). A worker stops after the step in flight and the one its
-stop is agreed in (trainer/preemption.py), then waits for an asynchronous save still in flight
+torch/distributed/launcher/api.py LaunchConfig.__post_init__; tests/k8s/pods/test_stop_budget.py
+checks the installed torch reads it). A worker stops STEPS_AFTER_SIGNAL steps after the signal
+(trainer/preemption.py), then waits for an asynchronous save still in flight
 and writes its blocking one: at worst two full writes. The kubelet SIGKILLs the container at the
 end of the grace period, so the grace period covers torchrun's timeout and torchrun's own exit.
 """
@@ -28,9 +28,10 @@ BYTES_PER_PARAM = 16
 # A GPU at this MFU processes peak*MFU/(FLOPs per token) tokens/s (config.models: 6 x active
 # parameters plus attention).
 ASSUMED_MFU = 0.40
-# Steps a worker may run after SIGTERM reaches it: the one in flight, and the one whose end reads
-# the agreement to stop (it is read one step late, so the host never waits for the device).
-STEPS_AFTER_SIGNAL = 2
+# Steps a worker may run after SIGTERM reaches it: the one in flight, and the two more until the
+# agreement to stop is read (trainer/late_read.py LAG_STEPS: it is read two steps late, so the host
+# never waits for the device).
+STEPS_AFTER_SIGNAL = 3
 # The least a worker gets: presets without an estimate (the vision models, the CPU smoke jobs)
 # need seconds to save, but also finish a validation pass or a DataLoader's teardown.
 MIN_WORKER_STOP_S = 120

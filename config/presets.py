@@ -22,6 +22,10 @@ CLUSTER_CHECKPOINT_ROOT = "/fsx/checkpoints"
 # Where Hugging Face model directories live on FSx (the model-download Job writes them there).
 CLUSTER_MODELS_ROOT = "/fsx/models"
 CLUSTER_DATA_ROOT = "/fsx/data"
+# torch.compile's caches (Inductor's FX graphs and kernels, Triton's binaries) on FSx, kept per
+# preset and image (k8s/pods/pytorchjob.py compile_cache_env), so a restarted or rescheduled pod loads its
+# kernels instead of compiling them again.
+CLUSTER_COMPILE_CACHE_ROOT = "/fsx/compile-cache"
 RENDEZVOUS_BACKENDS = ("etcd", "c10d")
 
 

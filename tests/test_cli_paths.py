@@ -39,6 +39,7 @@ NOT_SWEPT = {
     "bench.recovery": "benchmark: no path arguments",
     "bench.preemption": "benchmark: no path arguments",
     "bench.step_overhead": "benchmark: no path arguments",
+    "bench.launch_to_first_step": "benchmark: no path arguments (its folders are temporary ones of its own)",
     # Their main() reads sys.argv and starts minutes of work; each checks its path before starting.
     "bench.dcp_async": "benchmark run by a developer: --dir is checked with config.paths.output_dir first",
     "bench.scaling": "benchmark run by a developer: --output is checked with config.paths.output_file first",

@@ -25,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 from config.kubernetes import EXIT_NONFINITE
 from config.workloads.common import GlobalBatchConfig
 from trainer.cli import UsageError, WorkerExit
+from trainer.late_read import LateRead
 
 GLOBAL_BATCH = "global_batch_size"  # its key in the run's record (DIR/model.json)
 
@@ -70,29 +71,51 @@ class NonFiniteLoss(WorkerExit):
 
 
 class NonFiniteSteps:
-    """Decides, the same on every rank, whether a step's loss or gradient norm is not finite; the
-    caller then skips the optimizer step. After `limit` such steps in a row the run stops: the
-    model is not learning, and more steps only burn the allocation."""
+    """Decides, on the device and the same on every rank, whether a step's loss or gradient norm is
+    not finite, and has the optimizer skip that step there: fused AdamW takes the decision as its
+    `found_inf` (as GradScaler hands it) and leaves the parameters, its moments and its step count
+    as they were. The host never reads the decision before the optimizer step. The learning-rate
+    schedule still advances on a skipped step: a skipped step is a step of the run, whose data
+    was consumed and whose number passed, so the rate stays a function of the step number.
 
-    def __init__(self, rt, limit: int):
-        self.rt, self.limit = rt, limit
-        self.in_a_row, self.total = 0, 0
+    After `limit` skipped steps in a row the run stops: the model is not learning, and more steps
+    only burn the allocation. The count is kept on the device and read LAG_STEPS steps late
+    (trainer/late_read.py), so the run stops LAG_STEPS steps after the limit was reached, every
+    rank at the same step; those steps are skipped too while the loss stays non-finite."""
 
-    def check(self, *values: torch.Tensor) -> bool:
-        """True when any of `values` is not finite on any rank (one scalar all-reduce, one host
-        read: the optimizer must know before it steps)."""
+    def __init__(self, rt, limit: int, optimizer: torch.optim.Optimizer):
+        if not getattr(optimizer, "_step_supports_amp_scaling", False):
+            raise ValueError("skipping non-finite steps on the device needs an optimizer that takes found_inf "
+                             "(fused AdamW)")
+        self.rt, self.limit, self.optimizer = rt, limit, optimizer
+        self.in_a_row = torch.zeros((), device=rt.device)
+        self.skipped = torch.zeros((), device=rt.device)  # in this run; read once, at its end
+        self.late = LateRead(rt.device)
+
+    def check(self, step: int, *values: torch.Tensor) -> torch.Tensor:
+        """1.0 (a float tensor on the device) when any of `values` is not finite on any rank, else
+        0.0; the optimizer's next step() applies nothing when it is 1.0."""
         bad = torch.stack([(~torch.isfinite(v.detach())).any() for v in values]).any().to(torch.float32)
-        if self.rt.world_size > 1:
+        if dist.is_initialized():
             dist.all_reduce(bad, op=dist.ReduceOp.MAX)
-        skipped = bool(bad.item())
-        self.in_a_row = self.in_a_row + 1 if skipped else 0
-        self.total += skipped
-        return skipped
+        self.optimizer.found_inf = bad
+        self.in_a_row = (self.in_a_row + 1) * bad
+        self.skipped += bad
+        self.late.push(self.in_a_row, tag=step)
+        return bad
 
-    def stop_at_limit(self, step: int) -> None:
-        """After the step's metrics: NonFiniteLoss once `limit` steps in a row were skipped."""
-        if self.in_a_row >= self.limit:
-            raise NonFiniteLoss(f"steps {step - self.in_a_row + 1} to {step}: {self.in_a_row} steps in a row "
-                                "had a non-finite loss or gradient norm and were skipped (--max-nonfinite-steps "
-                                f"{self.limit}); stopping. Lower --lr or check the data; the checkpoints hold the "
-                                "last good weights")
+    @property
+    def total(self) -> int:
+        """Steps skipped in this run (waits for the device: for the run's summary)."""
+        return int(self.skipped.item())
+
+    def stop_at_limit(self, step: int, *, now: bool = False) -> None:
+        """After step `step`'s metrics: NonFiniteLoss when a count read now (LAG_STEPS steps late;
+        with `now`, the last step's too, waiting for the device) reached `limit`."""
+        for counted, (in_a_row,) in (self.late.drain() if now else self.late.due()):
+            if in_a_row >= self.limit:
+                n = int(in_a_row)
+                raise NonFiniteLoss(f"steps {counted - n + 1} to {counted}: {n} steps in a row had a non-finite loss "
+                                    f"or gradient norm and were skipped (--max-nonfinite-steps {self.limit}); stopped "
+                                    f"after step {step}. Lower --lr or check the data; the checkpoints hold the last "
+                                    "good weights")

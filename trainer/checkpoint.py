@@ -2,12 +2,12 @@
 
 Layout: DIR/step-00000040/ holds DCP's files; DIR/step-00000040/COMPLETE is written by rank 0
 after every rank's files and the metadata are on disk. A save killed half way leaves a folder
-without the marker, which resume ignores and removes. Resume walks the complete checkpoints
+without the marker, which resume ignores and deletes. Resume walks the complete checkpoints
 newest first and falls back, with a warning, past one that is damaged itself; a refused one (it
 asks to run code: trainer/safe_load.py) and any other load error stop the run with nothing
 changed (trainer/checkpoint_load.py). No complete checkpoint is
 ever renamed or deleted except by retention, which deletes only checkpoints older than a newer
-complete save.
+complete save. Deletions run on a background thread of rank 0 (trainer/retention.py).
 
 DIR/model.json records the model the checkpoints belong to (its configuration, and the Hugging
 Face directory it started from, whose tokenizer an export copies). A run of another shape is
@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from trainer.cli import UsageError, WorkerExit, checked_path, create_folder
 from trainer.dist import Runtime
 from trainer.lease import Lease, LeaseHeld, Owner
 from trainer.log import log, warn
+from trainer.retention import BackgroundRemover
 
 MARKER = "COMPLETE"
 MODEL_FILE = "model.json"
@@ -146,6 +146,10 @@ class CheckpointManager:
         self.last_saved = 0
         self.stager = None
         self.lease: Lease | None = None  # rank 0's, taken by resume()
+        self.remover = None  # rank 0 deletes old and incomplete checkpoint folders in the background
+        if self.enabled and rt.is_main:
+            self.remover = BackgroundRemover(self.directory,
+                                             allowed=lambda: self.lease is None or self.lease.lost_to is None)
         if self.enabled and not cfg.synchronous and _async_staging_supported():
             # Staging (the copy of the state into host memory) also runs in the background; the
             # loop only waits for it before the next optimizer step changes the tensors. One
@@ -190,7 +194,7 @@ class CheckpointManager:
         candidates = [None]
         if self.rt.is_main:
             self.directory.mkdir(parents=True, exist_ok=True)
-            self._remove_incomplete(below=None)
+            self._remove_incomplete()
             candidates = [list_steps(self.directory)]
         # Every rank must try the same checkpoints in the same order: take rank 0's listing.
         dist.broadcast_object_list(candidates, src=0, group=group)
@@ -323,12 +327,17 @@ class CheckpointManager:
             self.staging = None
 
     def close(self, *, finished: bool = False) -> None:
-        """Wait for the save in flight; a run that `finished` gives the directory's lease back,
-        one that stops early keeps it for its restart (trainer/lease.py)."""
+        """Wait for the save in flight; a run that `finished` also waits for the deletions under
+        way and gives the directory's lease back, one that stops early leaves them (the next run
+        finishes them) and keeps the lease for its restart (trainer/lease.py)."""
         self.wait()
         if self.stager is not None:
             self.stager.close()
             self.stager = None
+        if self.remover is not None:
+            if finished and self.remover.busy:
+                log("Waiting for the deletion of old checkpoints before giving the lease back")
+            self.remover.close(wait=finished)
         if self.lease is not None:
             if finished:
                 self.lease.release()
@@ -361,19 +370,27 @@ class CheckpointManager:
             os.fsync(f.fileno())
         os.replace(tmp, path / MARKER)
         log(f"Checkpoint saved: {path}")
-        # Retention counts this save and older ones only: a newer checkpoint here is a damaged
-        # one resume passed over, left in place until a save of its step replaces it, and must
-        # not push the checkpoints this run can resume from out of the kept ones.
-        older = [s for s in list_steps(self.directory) if s <= step]
-        for old in older[:-self.cfg.keep]:
-            shutil.rmtree(step_dir(self.directory, old), ignore_errors=True)
-        self._remove_incomplete(below=step)
+        self.remover.run(lambda: self._retire(step))
 
-    def _remove_incomplete(self, below: int | None) -> None:
-        """Delete folders of saves that never completed (a worker killed mid-write)."""
+    def _retire(self, step: int) -> None:
+        """On the background thread: delete the complete checkpoints older than the newest `keep`
+        of those up to `step`, and the folders of saves below it that never completed. Retention
+        counts this save and older ones only: a newer checkpoint here is a damaged one resume
+        passed over, left in place until a save of its step replaces it, and must not push the
+        checkpoints this run can resume from out of the kept ones. No save below `step` is in
+        flight (saves are finalised in order), and a save in flight above it is never touched."""
+        older = [s for s in list_steps(self.directory) if s <= step]
+        for old in older[:-self.cfg.keep] + [s for s in list_steps(self.directory, complete=False) if s < step]:
+            self.remover.discard(step_dir(self.directory, old))
+        self.remover.empty_trash()
+
+    def _remove_incomplete(self) -> None:
+        """At resume: the folders of saves that never completed (a worker killed mid-write) are
+        renamed away now, so that this run may save their steps again, and deleted in the
+        background with whatever an earlier run left to delete."""
         for step in list_steps(self.directory, complete=False):
-            if below is None or step < below:
-                shutil.rmtree(step_dir(self.directory, step), ignore_errors=True)
+            self.remover.discard(step_dir(self.directory, step))
+        self.remover.run(self.remover.empty_trash)
 
 
 def _async_staging_supported() -> bool:

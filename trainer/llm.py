@@ -78,7 +78,7 @@ def train(job: LlmJobConfig, rt: tdist.Runtime, global_batch: int) -> int:
                           vocab_size=shape.vocab_size, global_batch=global_batch)
     model = build_decoder(shape, rt, efficiency=job.efficiency, fsdp=job.fsdp, rope_length=job.batch.seq_len,
                           seed=job.seed)
-    optimizer, scheduler = build_adamw(model, job.optimizer, rt.device, total_steps=job.steps)
+    optimizer, scheduler = build_adamw(model, job.optimizer, total_steps=job.steps)
     ckpt = CheckpointManager(job.checkpoint, rt, {"app": ModelAndOptimizer(model, optimizer),
                                                   "train": TrainState(scheduler), "data": batches},
                              last_step=job.steps,
@@ -93,8 +93,10 @@ def train(job: LlmJobConfig, rt: tdist.Runtime, global_batch: int) -> int:
         log_start(job, rt, batches, start)
     metrics = MetricsLogger(job.metrics, rt, tokens_per_step_per_device=tokens_per_step // rt.world_size,
                             flops_per_token=shape.flops_per_token(job.batch.seq_len), last_step=job.steps)
-    nonfinite = NonFiniteSteps(rt, job.optimizer.max_nonfinite_steps)
+    nonfinite = NonFiniteSteps(rt, job.optimizer.max_nonfinite_steps, optimizer)
 
+    # Nothing in a step waits for the device: values the host needs are read a few steps late
+    # (trainer/late_read.py), or once per metrics line; only checkpoint saves synchronise.
     t0, step = time.perf_counter(), start
     try:
         for step in range(start + 1, job.steps + 1):
@@ -102,15 +104,14 @@ def train(job: LlmJobConfig, rt: tdist.Runtime, global_batch: int) -> int:
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), job.optimizer.max_grad_norm)
             if isinstance(grad_norm, DTensor):
                 grad_norm = grad_norm.full_tensor()
-            skipped = nonfinite.check(grad_norm, lm)  # the same answer on every rank
+            skipped = nonfinite.check(step, grad_norm, lm)  # decided on the device, the same on every rank
             lr = scheduler.get_last_lr()[0]  # the rate this step uses; step() moves it to the next one
             ckpt.wait_staging()  # an asynchronous save's copy of the weights must finish first
-            if not skipped:
-                optimizer.step()
-            scheduler.step()
+            optimizer.step()  # applies nothing when `skipped`
+            scheduler.step()  # a skipped step still advances the schedule (NonFiniteSteps)
             optimizer.zero_grad(set_to_none=True)
             metrics.step_done(step, lm, aux, grad_norm, lr, skipped=skipped)
-            nonfinite.stop_at_limit(step)
+            nonfinite.stop_at_limit(step, now=step == job.steps)
             ckpt.step_done(step)
             if step == start + 1:
                 tdist.end_startup(rt)  # start-up, the first step's compile warm-up included, is over

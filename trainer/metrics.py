@@ -71,9 +71,11 @@ class MetricsLogger:
         self.file = None
         if self.is_main and cfg.file:
             self.file = open_for_append(Path(cfg.file), "--metrics-file")
-        # Over the finite steps of the window: loss share, aux loss share, gradient norm.
-        self.sums = torch.zeros(3, dtype=torch.float64 if rt.device.type == "cpu" else torch.float32, device=rt.device)
-        self.finite_steps, self.skipped, self.skipped_total = 0, 0, 0
+        # Over the window: the sums of the finite steps' loss share, aux loss share and gradient
+        # norm, the number of finite steps and of skipped ones. Which steps were skipped is decided
+        # on the device (trainer/batching.py NonFiniteSteps) and counted there too.
+        self.sums = torch.zeros(5, dtype=torch.float64 if rt.device.type == "cpu" else torch.float32, device=rt.device)
+        self.skipped_total = 0
         self.has_aux = False
         self.last_loss: float | None = None
         self.warm = False
@@ -84,17 +86,19 @@ class MetricsLogger:
         self.window_start, self.window_steps = time.perf_counter(), 0
 
     def step_done(self, step: int, loss: torch.Tensor, aux: torch.Tensor | None, grad_norm: torch.Tensor, lr: float,
-                  *, skipped: bool) -> None:
+                  *, skipped: torch.Tensor | bool) -> None:
         """`loss` and `aux` are this rank's shares of the global-batch means; `lr` the rate this
-        step was taken with; `skipped`: the step was not applied (a non-finite loss or gradient)."""
-        if skipped:
-            self.skipped += 1
-            self.skipped_total += 1
-        else:
-            self.finite_steps += 1
-            self.sums += torch.stack([loss.detach(), aux.detach() if aux is not None else torch.zeros_like(loss),
-                                      grad_norm.detach()]).to(self.sums.dtype)
-            self.has_aux = self.has_aux or aux is not None
+        step was taken with; `skipped` (1.0 on the device, or True): the step was not applied (a
+        non-finite loss or gradient), and its values stay out of the means. Nothing is read to
+        the host here."""
+        if not isinstance(skipped, torch.Tensor):
+            skipped = torch.full((), float(skipped), device=self.device)
+        skipped = skipped.to(self.sums.dtype)
+        values = torch.stack([loss.detach(), aux.detach() if aux is not None else torch.zeros_like(loss),
+                              grad_norm.detach()]).to(self.sums.dtype)
+        self.sums += torch.cat([torch.where(skipped > 0, torch.zeros_like(values), values),
+                                torch.stack([1 - skipped, skipped])])
+        self.has_aux = self.has_aux or aux is not None
         if not self.warm:
             self._synchronize()
             self.warm = True
@@ -112,9 +116,12 @@ class MetricsLogger:
         sums = self.sums.clone()
         if self.world_size > 1:
             dist.all_reduce(sums)  # the loss shares add up to the global mean; the norm is the same on every rank
-        loss_sum, aux_sum, norm_sum = sums.tolist()  # one host read, which also waits for the device
-        norm_sum /= self.world_size
-        n = self.finite_steps
+        # One host read, which also waits for the device. The gradient norm and the step counts are
+        # the same on every rank: their sums over ranks are world_size times them.
+        loss_sum, aux_sum, norm_sum, finite, skipped = sums.tolist()
+        norm_sum, n, skipped = norm_sum / self.world_size, round(finite / self.world_size), \
+            round(skipped / self.world_size)
+        self.skipped_total += skipped
         loss = loss_sum / n if n else None
         self.last_loss = loss if loss is not None else self.last_loss
         elapsed = time.perf_counter() - self.window_start
@@ -123,7 +130,7 @@ class MetricsLogger:
         record = {
             "step": step, "loss": round(loss, 5) if loss is not None else None, "lr": lr,
             "grad_norm": round(norm_sum / n, 5) if n else None,
-            "nonfinite_steps": self.skipped, "nonfinite_steps_total": self.skipped_total,
+            "nonfinite_steps": skipped, "nonfinite_steps_total": self.skipped_total,
             "tokens_per_sec": round(per_device * self.world_size, 1) if per_device else None,
             "tokens_per_sec_per_device": round(per_device, 1) if per_device else None,
             "mfu": round(mfu, 4) if mfu is not None else None,
@@ -142,7 +149,6 @@ class MetricsLogger:
             if self.file:
                 self.file.write(json.dumps(record) + "\n")
         self.sums.zero_()
-        self.finite_steps = self.skipped = 0
         self.reset()
         return record
 

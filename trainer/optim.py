@@ -33,11 +33,16 @@ def warmup_cosine(cfg: AdamWConfig, total_steps: int):
     return factor
 
 
-def build_adamw(model: torch.nn.Module, cfg: AdamWConfig, device: torch.device, total_steps: int):
-    """AdamW at cfg.lr (resolved: trainer/llm_job.py) and its LambdaLR schedule."""
-    # The fused kernel updates all parameters in one pass over memory on GPU; CPUs use foreach.
+def build_adamw(model: torch.nn.Module, cfg: AdamWConfig, total_steps: int):
+    """Fused AdamW at cfg.lr (resolved: trainer/llm_job.py) on every device, and its LambdaLR
+    schedule. The fused kernel updates all parameters in one kernel per device and dtype, and it
+    takes a `found_inf` tensor (trainer/batching.py NonFiniteSteps sets it) with which the skip of
+    a non-finite step is decided on the device, so the host never waits to know it. torch 2.13 has
+    fused kernels for CPU and CUDA; left to itself it picks foreach only on CUDA, XPU and MTIA and,
+    on a CPU, a loop over the parameters that was 3.5-5x slower than fused here (13 tensors, 44M
+    parameters)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay,
-                                  fused=device.type == "cuda")
+                                  fused=True)
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(cfg, total_steps))
 
 

@@ -15,34 +15,36 @@ import torch
 
 from config.kubernetes import EXIT_PREEMPTED
 from trainer import dist as tdist
+from trainer.late_read import LateRead
 from trainer.log import log
 
 
 class Preemption:
-    """The signal can reach ranks at different steps, so they agree through an all-reduce. Its
-    result is read one step later: reading it at once would make the host wait for the device
-    every step and leave the GPU idle while the next step is queued.
+    """The signal can reach ranks at different steps, so they agree through an all-reduce of a flag
+    each step. The host reads the agreed flag LAG_STEPS steps later (trainer/late_read.py), never at
+    once: reading it at once would make the host wait for the device every step and leave the GPU
+    idle while the next step is queued. Every rank therefore stops at the same step, LAG_STEPS steps
+    after the one the first signal arrived in (config/checkpoint_time.py counts them).
     """
 
     def __init__(self, rt: tdist.Runtime):
-        self.rt, self.requested, self.inflight = rt, False, None
+        self.rt, self.requested = rt, False
+        self.late = LateRead(rt.device)
         signal.signal(signal.SIGTERM, self._handle)
 
     def _handle(self, signum, frame):
         self.requested = True
 
     def agreed(self, *, now: bool = False) -> bool:
-        """True once any rank has been asked to stop (as of the previous step, or now)."""
-        if self.rt.world_size == 1:
-            return self.requested
+        """True once any rank has been asked to stop: as of LAG_STEPS calls ago or, with `now` (the
+        last step of a run or an epoch, which then waits for the device), as of this call."""
         # fill_ launches a kernel with the value as an argument; building the tensor from a host
         # list would copy from pageable memory, which synchronises the stream every step.
         flag = torch.empty(1, device=self.rt.device).fill_(1.0 if self.requested else 0.0)
-        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-        previous, self.inflight = self.inflight, flag
-        if now:
-            return bool(flag.item() > 0)
-        return previous is not None and bool(previous.item() > 0)
+        if torch.distributed.is_initialized():  # on one rank too: one GPU then runs the cluster's path
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        self.late.push(flag)
+        return any(value[0] > 0 for _, value in (self.late.drain() if now else self.late.due()))
 
     def stopped_at(self, where: str) -> None:
         """Say, on every rank (each pod's log shows it), that the loop stops early, its checkpoint

@@ -19,7 +19,9 @@ from config.kubernetes import (
 )
 from config.overrides import OVERRIDES
 from config.checkpoint_time import stop_budget
-from config.presets import CLUSTER_CHECKPOINT_ROOT, RENDEZVOUS_BACKENDS, JobPreset, get_preset
+from config.presets import (
+    CLUSTER_CHECKPOINT_ROOT, CLUSTER_COMPILE_CACHE_ROOT, RENDEZVOUS_BACKENDS, JobPreset, get_preset,
+)
 from k8s.pods.names import C10D_PORT, ETCD_CLIENT_LABEL, ETCD_CLIENT_PORT, ETCD_SERVICE, PYTORCH_CONTAINER, short_digest
 from k8s.pods.network_env import network_env
 from k8s.pods.podspec import validate_pod_templates
@@ -164,6 +166,7 @@ def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
         # the pod's grace period adds torchrun's own exit (config/checkpoint_time.py).
         {"name": "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "value": str(stop.shutdown_timeout_s)},
         *(flight_recorder_env(preset.job_dir(CLUSTER_CHECKPOINT_ROOT)) if instance.is_gpu else ()),
+        *(compile_cache_env(spec.preset, spec.image) if instance.is_gpu else ()),
         # No HF_TOKEN: a run reads models from FSx (--init-from-hf is a directory there), never the
         # hub; only the model-download Job (k8s/pods/model_download.py) gets the token.
         *network_env(instance),
@@ -259,6 +262,26 @@ def flight_recorder_env(job_dir: str) -> list[dict]:
         {"name": "TORCH_NCCL_DUMP_ON_TIMEOUT", "value": "1"},
         {"name": "TORCH_NCCL_ENABLE_MONITORING", "value": "1"},  # DUMP_ON_TIMEOUT needs the monitor
         {"name": "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "value": f"{job_dir}/{FLIGHT_RECORDER_DIR}/rank-"},
+    ]
+
+
+def compile_cache_env(preset: str, image: str) -> list[dict]:
+    """torch.compile's caches on FSx instead of the container's /tmp, which a new pod starts
+    without: a restarted pod (preemption, a failed node, an elastic rescale) then loads the FX
+    graphs and Triton kernels of its predecessors instead of compiling again (76 s cold for a tiny
+    model here, minutes for an 8B one), and every rank of a job after the first compiles nothing.
+    One folder per preset and image: a new trainer image (a new torch, Triton or CUDA, new model
+    code) starts a cache of its own rather than sorting through an old one's entries, and removing
+    an image's folder removes exactly its kernels. Both caches write each entry to a temporary file
+    and rename it, so ranks and pods share them safely."""
+    root = f"{CLUSTER_COMPILE_CACHE_ROOT}/{preset}/{short_digest(image, 12)}"
+    return [
+        # Inductor's FX-graph and AOTAutograd caches and its generated code (torch 2.13
+        # torch/_inductor/runtime/cache_dir_utils.py cache_dir).
+        {"name": "TORCHINDUCTOR_CACHE_DIR", "value": f"{root}/inductor"},
+        # Triton's compiled kernels; without it Inductor puts them under its own folder per device
+        # index (triton_cache_dir), one copy per GPU of a node for the same kernel.
+        {"name": "TRITON_CACHE_DIR", "value": f"{root}/triton"},
     ]
 
 

@@ -13,7 +13,9 @@ import time
 
 import pytest
 
+from config.workloads.llm import AdamWConfig
 from trainer.checkpoint import step_dir
+from trainer.optim import warmup_cosine
 from trainer_procs import REPO, job_env, lone_rank_env, run, torchrun_args
 
 pytestmark = pytest.mark.slow
@@ -117,7 +119,7 @@ def test_the_global_batch_is_kept_on_resume_and_changes_only_with_the_flag(tmp_p
     assert "starting at sample 16" in kept.stdout
 
 
-def test_non_finite_steps_are_skipped_on_every_rank_counted_and_stop_the_run_after_n_in_a_row(tmp_path):
+def test_non_finite_steps_are_skipped_on_every_rank_counted_and_stop_the_run_lag_steps_after_n_in_a_row(tmp_path):
     # A rate of 1e12 is a real divergence: step 1's update overflows the weights and every later
     # loss is NaN.
     rc, out = run(torchrun_args("trainer.llm", ["--model", "tiny", "--steps", "20", "--batch-size", "2",
@@ -125,14 +127,20 @@ def test_non_finite_steps_are_skipped_on_every_rank_counted_and_stop_the_run_aft
                                                 "--max-nonfinite-steps", "3", "--log-every", "1",
                                                 "--metrics-file", str(tmp_path / "m.jsonl")], nproc=2), timeout=300)
     assert rc != 0 and "exitcode: 3" in out, out
+    # The count is read LAG_STEPS (2) steps late (trainer/late_read.py): the limit reached at step 4
+    # stops every rank after step 6.
     line = ("error: steps 2 to 4: 3 steps in a row had a non-finite loss or gradient norm and were skipped "
-            "(--max-nonfinite-steps 3); stopping. Lower --lr or check the data; the checkpoints hold the last good "
-            "weights")
+            "(--max-nonfinite-steps 3); stopped after step 6. Lower --lr or check the data; the checkpoints hold "
+            "the last good weights")
     assert out.count(line) == 1, out  # both ranks stop at the same step; the pod's local rank 0 says why
     assert "SUMMARY" not in out and "]: Traceback" not in out  # no worker traceback ([rankN]: prefixed)
     logged = metrics(tmp_path / "m.jsonl")
-    assert sorted(logged) == [1, 2, 3, 4]
+    assert sorted(logged) == [1, 2, 3, 4, 5, 6]
     assert logged[1]["loss"] > 0 and logged[1]["nonfinite_steps"] == 0
-    for step in (2, 3, 4):
+    for step in (2, 3, 4, 5, 6):
         assert logged[step]["loss"] is None and logged[step]["nonfinite_steps"] == 1
-    assert logged[4]["nonfinite_steps_total"] == 3
+    assert logged[6]["nonfinite_steps_total"] == 5
+    # A skipped step still advances the schedule: each line's rate is the cosine's at its step.
+    schedule = AdamWConfig(lr=1e12, warmup_steps=0)
+    for step, record in logged.items():
+        assert record["lr"] == pytest.approx(1e12 * warmup_cosine(schedule, 20)(step - 1), rel=1e-9)

@@ -11,6 +11,7 @@ from config.kubernetes import EXIT_NONFINITE
 from trainer.batching import NonFiniteLoss, NonFiniteSteps
 from trainer.dist import Runtime
 from config.workloads.common import MetricsConfig
+from trainer.late_read import LAG_STEPS
 from trainer.metrics import MetricsLogger
 
 CPU_RANK = Runtime(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend="gloo")
@@ -51,7 +52,7 @@ def test_skipped_steps_are_counted_and_kept_out_of_the_means(tmp_path):
     m = _logger(tmp_path)
     m.step_done(1, t(2.0), None, t(1.0), 1e-3, skipped=False)
     m.step_done(2, t(float("nan")), None, t(float("inf")), 1e-3, skipped=True)
-    m.step_done(3, t(float("nan")), None, t(float("nan")), 1e-3, skipped=True)
+    m.step_done(3, t(float("nan")), None, t(float("nan")), 1e-3, skipped=t(1.0))  # as NonFiniteSteps decides it
     m.step_done(4, t(float("nan")), None, t(float("nan")), 1e-3, skipped=True)
     first, second = _lines(tmp_path)
     assert (first["loss"], first["grad_norm"], first["nonfinite_steps"]) == (2.0, 1.0, 1)
@@ -61,13 +62,50 @@ def test_skipped_steps_are_counted_and_kept_out_of_the_means(tmp_path):
     assert "NaN" not in (tmp_path / "m.jsonl").read_text()  # strict JSON
 
 
-def test_the_guard_counts_non_finite_steps_in_a_row_and_stops_at_the_limit():
-    guard = NonFiniteSteps(CPU_RANK, limit=2)
-    assert guard.check(t(1.0), t(float("nan"))) is True
-    assert guard.check(t(1.0), t(2.0)) is False and guard.in_a_row == 0  # a finite step ends the run of them
-    assert guard.check(t(float("inf")), t(2.0)) is True
-    guard.stop_at_limit(5)
-    assert guard.check(t(1.0), t(float("-inf"))) is True
-    with pytest.raises(NonFiniteLoss, match=r"^steps 6 to 7: 2 steps in a row .*--max-nonfinite-steps 2") as e:
-        guard.stop_at_limit(7)
-    assert e.value.code == EXIT_NONFINITE and guard.total == 3
+class GuardedStep:
+    """One parameter under fused AdamW and the non-finite guard, stepped as trainer.llm steps."""
+
+    def __init__(self, limit: int):
+        self.w = torch.nn.Parameter(torch.ones(3))
+        self.optimizer = torch.optim.AdamW([self.w], lr=0.1, fused=True)
+        self.guard = NonFiniteSteps(CPU_RANK, limit, self.optimizer)
+
+    def __call__(self, step: int, loss: float, *, last: bool = False) -> tuple[bool, bool]:
+        """(skipped, whether the parameter changed)"""
+        self.w.grad = torch.ones(3)
+        before = self.w.detach().clone()
+        skipped = self.guard.check(step, t(1.0), t(loss))
+        self.optimizer.step()
+        self.guard.stop_at_limit(step, now=last)
+        return bool(skipped), not torch.equal(before, self.w.detach())
+
+
+def test_a_non_finite_step_is_skipped_by_the_optimizer_itself_leaving_weights_moments_and_step_count():
+    step = GuardedStep(limit=5)
+    assert step(1, float("nan")) == (True, False)
+    assert step(2, 2.0) == (False, True)
+    moments = {k: v.clone() for k, v in step.optimizer.state[step.w].items()}
+    assert step(3, float("inf")) == (True, False)
+    assert all(torch.equal(moments[k], v) for k, v in step.optimizer.state[step.w].items())
+    assert step(4, 1.0) == (False, True)
+    assert step.optimizer.state[step.w]["step"].item() == 2  # AdamW's bias correction counts applied steps only
+    assert step.guard.total == 2
+
+
+def test_the_run_stops_lag_steps_after_n_non_finite_steps_in_a_row_on_every_rank_alike():
+    step = GuardedStep(limit=2)
+    for n, loss in enumerate([float("nan"), 1.0, float("inf"), float("-inf")], start=1):
+        step(n, loss)  # steps 3 and 4 are 2 in a row; the count is read LAG_STEPS steps later
+    assert LAG_STEPS == 2
+    step(5, 1.0)
+    with pytest.raises(NonFiniteLoss, match=r"^steps 3 to 4: 2 steps in a row .*--max-nonfinite-steps 2\); "
+                                            r"stopped after step 6\.") as e:
+        step(6, 1.0)
+    assert e.value.code == EXIT_NONFINITE and step.guard.total == 3
+
+
+def test_the_last_step_reads_its_own_count_at_once():
+    step = GuardedStep(limit=1)
+    step(1, 1.0)
+    with pytest.raises(NonFiniteLoss, match=r"^steps 2 to 2: 1 steps in a row .*stopped after step 2\."):
+        step(2, float("nan"), last=True)

@@ -1,0 +1,106 @@
+"""Old and unfinished checkpoint folders are deleted off the training thread: the save that
+retires a checkpoint returns while its deletion waits; a folder leaves its name at once (renamed
+into DIR/.deleting/), so a half-done deletion never looks like a checkpoint; nothing is deleted
+once the lease is lost; what a run left half-deleted, the next one deletes."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from config.workloads.common import CheckpointConfig
+from trainer import dist as tdist
+from trainer.checkpoint import MARKER, CheckpointManager, list_steps, step_dir
+from trainer.retention import TRASH, BackgroundRemover
+
+
+class Weights:
+    """A small Stateful: a checkpoint of a few KiB."""
+
+    def __init__(self):
+        self.w = torch.arange(1024, dtype=torch.float32)
+
+    def state_dict(self):
+        return {"w": self.w}
+
+    def load_state_dict(self, state):
+        self.w.copy_(state["w"])
+
+
+@pytest.fixture(scope="module")
+def rt():
+    runtime = tdist.init(checkpoint_group=True)
+    yield runtime
+    tdist.shutdown()
+
+
+def manager(rt, directory, keep=1) -> CheckpointManager:
+    directory.mkdir(exist_ok=True)
+    return CheckpointManager(CheckpointConfig(str(directory), every=1, keep=keep, synchronous=True), rt,
+                             {"app": Weights()})
+
+
+def test_the_save_that_retires_a_checkpoint_returns_while_its_deletion_waits(rt, tmp_path):
+    ckpt = manager(rt, tmp_path)
+    assert ckpt.resume() == 0
+    gate = threading.Event()
+    ckpt.remover.run(gate.wait)  # the background thread is busy: deletions queue behind this
+    ckpt.save(1)
+    ckpt.save(2)  # retires step 1
+    assert list_steps(tmp_path) == [1, 2]  # the training thread deleted nothing
+    gate.set()
+    ckpt.close(finished=True)  # a finished run waits for its deletions before giving the lease back
+    assert list_steps(tmp_path) == [2] and not (tmp_path / TRASH).exists()
+
+
+def test_resume_frees_an_unfinished_save_s_name_at_once_and_deletes_what_a_run_left(rt, tmp_path):
+    first = manager(rt, tmp_path, keep=2)
+    first.resume()
+    first.save(3)
+    first.close(finished=True)
+    unfinished = step_dir(tmp_path, 6)
+    unfinished.mkdir()
+    (unfinished / "__0_0.distcp").write_bytes(b"half")
+    leftover = tmp_path / TRASH / "step-00000002.0badc0de"  # a deletion cut short by a pod's end
+    leftover.mkdir(parents=True)
+    (leftover / MARKER).write_text("2\n")
+
+    ckpt = manager(rt, tmp_path, keep=2)
+    gate = threading.Event()
+    ckpt.remover.run(gate.wait)
+    assert ckpt.resume() == 3
+    assert not unfinished.exists() and list_steps(tmp_path, complete=False) == []  # renamed away, not yet deleted
+    ckpt.save(6)  # the same step saves again while the old folder still waits for deletion
+    gate.set()
+    ckpt.close(finished=True)
+    assert list_steps(tmp_path) == [3, 6] and not (tmp_path / TRASH).exists()
+
+
+def test_nothing_is_deleted_once_the_lease_is_lost(tmp_path):
+    allowed = [True]
+    remover = BackgroundRemover(tmp_path, allowed=lambda: allowed[0])
+    kept = tmp_path / "step-00000001"
+    kept.mkdir()
+    allowed[0] = False
+    assert remover.discard(kept) is False and kept.exists()
+    allowed[0] = True
+    assert remover.discard(kept) is True and not kept.exists()
+    allowed[0] = False
+    remover.run(remover.empty_trash)
+    remover.close(wait=True)
+    assert [p.name.split(".")[0] for p in (tmp_path / TRASH).iterdir()] == ["step-00000001"]
+
+
+def test_a_failing_deletion_is_logged_and_never_raised_into_training(tmp_path, capsys):
+    remover = BackgroundRemover(tmp_path)
+
+    def fails():
+        raise PermissionError(13, "Permission denied", str(tmp_path / "step-00000001"))
+    remover.run(fails)
+    remover.run(lambda: print("next task ran"))
+    remover.close(wait=True)
+    out = capsys.readouterr()
+    assert "WARNING: deleting old checkpoint folders failed: PermissionError" in out.err
+    assert "next task ran" in out.out

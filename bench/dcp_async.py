@@ -44,7 +44,7 @@ def main() -> int:
     rt = tdist.init(checkpoint_group=True)
     cfg = ModelConfig(dim=args.dim, n_layers=args.layers, n_heads=args.dim // 64, n_kv_heads=max(1, args.dim // 256),
                       vocab_size=32000, ffn_dim=int(args.dim * 8 / 3) // 64 * 64, max_seq_len=args.seq_len)
-    model = build_model(cfg, rt, compile=False, activation_checkpointing=False)
+    model = build_model(cfg, rt)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     n_params = sum(p.numel() for p in model.parameters())
 

@@ -11,9 +11,13 @@ Per rank, with N parameters sharded over S ranks (FSDP2), c bytes per element of
 - activations saved for backward, per token and layer: 8·dim + 2·kv_dim + 4·ffn elements
   (norm inputs and outputs, q, k, v, attention output, residual, the SwiGLU's four ffn-wide
   tensors), for a mixture of experts the routed copies (2·top_k·dim) and top_k·4·ffn instead of
-  4·ffn, plus the RMSNorms' fp32 copies (2·dim·4 bytes) under mixed precision. Counted against
-  the tensors autograd actually saves in tests/trainer/test_memory_estimate.py. With activation
-  checkpointing only each block's input is kept, plus one block's activations being recomputed;
+  4·ffn, plus the RMSNorms' fp32 copies (2·dim·4 bytes) under mixed precision. With selective
+  activation checkpointing the matmul and attention outputs only: 5·dim + 2·kv_dim + 2·ffn
+  elements (block input, q, k, v, attention output, o, the up and down projections; for a
+  mixture of experts the router logits and top_k·(2·ffn + dim) routed rows instead of the
+  feed-forward's 2·ffn + dim) plus the attention's fp32 log-sum-exp (4 bytes per head). With full checkpointing only each block's
+  input. Both then hold one block's recomputed activations on top, in backward. Counted against
+  what a forward really leaves alive for backward in tests/trainer/test_memory_estimate.py;
 - the output layer: logits in compute precision, their fp32 log-softmax and its gradient
   (c + 8 bytes per token and vocabulary entry), or one chunk of them with --loss-chunk-tokens.
 The peak is parameters + optimizer + working copies + the larger of the gradients and the
@@ -30,9 +34,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from config.instance_types import InstanceType
 from config.models import ModelConfig
 
 GIB = 2**30
+# Activation checkpointing of each decoder block, cheapest in compute first (trainer/activation_checkpointing.py).
+CHECKPOINTING_MODES = ("none", "selective", "full")
 HEADROOM = 0.10  # of device memory, for the CUDA context, NCCL buffers and allocator fragmentation
 
 
@@ -55,10 +62,26 @@ class MemoryEstimate:
         return f"{self.total / GIB:.2f} GiB ({parts})"
 
 
-def activation_bytes_per_token_layer(cfg: ModelConfig, compute_bytes: int) -> float:
+def activation_bytes_per_token_layer(cfg: ModelConfig, compute_bytes: int, checkpointing: str = "none") -> float:
+    """Bytes one token leaves for backward in one decoder block under `checkpointing`."""
     kv = cfg.n_kv_heads * cfg.head_dim
+    k = cfg.experts_per_token
+    if checkpointing == "full":
+        return cfg.dim * compute_bytes
+    if checkpointing == "selective":
+        # Block input, q, k, v, attention output, o; the feed-forward's matmul outputs: the two up
+        # projections and the down projection (for a mixture of experts: the router logits, the
+        # routed rows' three, and the top-k weights (fp32) and indices (int64)).
+        attention = 4 * cfg.dim + 2 * kv
+        if cfg.is_moe:
+            ffn, extra = cfg.n_experts + k * (2 * cfg.ffn_dim + cfg.dim), k * (4 + 8)
+        else:
+            ffn, extra = 2 * cfg.ffn_dim + cfg.dim, 0
+        return (attention + ffn) * compute_bytes + 4 * cfg.n_heads + extra
+    if checkpointing != "none":
+        raise ValueError(f"checkpointing must be one of {', '.join(CHECKPOINTING_MODES)}, got {checkpointing!r}")
     if cfg.is_moe:
-        ffn = 2 * cfg.experts_per_token * cfg.dim + 4 * cfg.experts_per_token * cfg.ffn_dim + cfg.n_experts
+        ffn = 2 * k * cfg.dim + 4 * k * cfg.ffn_dim + cfg.n_experts
     else:
         ffn = 4 * cfg.ffn_dim
     elements = 8 * cfg.dim + 2 * kv + ffn
@@ -67,7 +90,7 @@ def activation_bytes_per_token_layer(cfg: ModelConfig, compute_bytes: int) -> fl
 
 
 def estimate_memory(cfg: ModelConfig, *, shards: int, batch_size: int, seq_len: int,
-                    activation_checkpointing: bool, mixed_precision: bool, loss_chunk_tokens: int = 0) -> MemoryEstimate:
+                    activation_checkpointing: str, mixed_precision: bool, loss_chunk_tokens: int = 0) -> MemoryEstimate:
     """Peak bytes one rank holds while training `cfg` sharded over `shards` ranks (1: unsharded)."""
     c = 2 if mixed_precision else 4
     n = cfg.num_params()
@@ -78,13 +101,29 @@ def estimate_memory(cfg: ModelConfig, *, shards: int, batch_size: int, seq_len: 
         working = c * n if mixed_precision else 0
     tokens = batch_size * seq_len
     per_layer = tokens * activation_bytes_per_token_layer(cfg, c)
-    if activation_checkpointing:
-        activations = cfg.n_layers * tokens * cfg.dim * c + per_layer
-    else:
-        activations = cfg.n_layers * per_layer
+    kept = tokens * activation_bytes_per_token_layer(cfg, c, activation_checkpointing)
+    # Backward recomputes one block at a time: what it dropped exists again for that block.
+    activations = cfg.n_layers * kept + (per_layer - kept)
     if loss_chunk_tokens:
         logits = min(loss_chunk_tokens, tokens) * cfg.vocab_size * (c + 8) + tokens * cfg.dim * c
     else:
         logits = tokens * cfg.vocab_size * (c + 8)
     return MemoryEstimate(parameters=4 * n / shards, gradients=4 * n / shards, optimizer=8 * n / shards,
                           working=working, activations=activations, logits=logits)
+
+
+def usable_device_bytes(it: InstanceType, ranks_per_node: int) -> float:
+    """What one rank may plan to use: its GPU's memory, or a CPU node's memory shared by its ranks,
+    less HEADROOM."""
+    device_gib = it.gpu_memory_gib if it.is_gpu else it.memory_gib / ranks_per_node
+    return device_gib * GIB * (1 - HEADROOM)
+
+
+def cheapest_checkpointing(cfg: ModelConfig, *, usable_bytes: float, **shape) -> str | None:
+    """The first of CHECKPOINTING_MODES (the least recompute first) whose estimate fits
+    `usable_bytes`; None when not even full checkpointing fits. `shape`: estimate_memory's other
+    arguments."""
+    for mode in CHECKPOINTING_MODES:
+        if estimate_memory(cfg, activation_checkpointing=mode, **shape).total <= usable_bytes:
+            return mode
+    return None

@@ -14,6 +14,9 @@ from dataclasses import dataclass, fields
 from typing import ClassVar
 
 from config.errors import ConfigError
+from config.instance_types import INSTANCE_TYPES
+from config.memory import cheapest_checkpointing, usable_device_bytes
+from config.models import model_config
 
 # Where checkpoints live: the FSx claim on the cluster, a local folder on a laptop.
 CLUSTER_CHECKPOINT_ROOT = "/fsx/checkpoints"
@@ -21,6 +24,9 @@ CLUSTER_CHECKPOINT_ROOT = "/fsx/checkpoints"
 CLUSTER_MODELS_ROOT = "/fsx/models"
 CLUSTER_DATA_ROOT = "/fsx/data"
 RENDEZVOUS_BACKENDS = ("etcd", "c10d")
+# The instance type a GPU preset is sized for, by the node group name it targets (its description
+# names the same type). `ops plan` checks a preset against the environment's actual group.
+SIZED_FOR = {"p4d": "p4d.24xlarge", "p5": "p5.48xlarge"}
 
 
 def _flags(workload) -> list[str]:
@@ -58,7 +64,7 @@ class LlmWorkload:
     warmup_steps: int | None = None
     checkpoint_every: int | None = None
     log_every: int | None = None
-    activation_checkpointing: bool = False
+    activation_checkpointing: str | None = None  # none, selective or full; GPU presets take fitting_checkpointing's
     compile: bool = False
     loss_chunk_tokens: int | None = None
 
@@ -149,14 +155,30 @@ class JobPreset:
         return ["torchrun", "--module", self.module, *self.workload_args(checkpoint_root)]
 
 
+def fitting_checkpointing(model: str, nodegroup: str, nodes: int, *, batch_size: int, seq_len: int,
+                          loss_chunk_tokens: int | None = None) -> str:
+    """The cheapest activation checkpointing (none, then selective, then full) that the memory
+    estimate says fits `nodes` nodes of the type SIZED_FOR `nodegroup`, one rank per GPU."""
+    it = INSTANCE_TYPES[SIZED_FOR[nodegroup]]
+    mode = cheapest_checkpointing(model_config(model), usable_bytes=usable_device_bytes(it, it.gpus),
+                                  shards=nodes * it.gpus, batch_size=batch_size, seq_len=seq_len,
+                                  mixed_precision=True, loss_chunk_tokens=loss_chunk_tokens or 0)
+    if mode is None:
+        raise ValueError(f"{model} at batch {batch_size} x {seq_len} does not fit {nodes} {it.name} even with full "
+                         "activation checkpointing (config/memory.py)")
+    return mode
+
+
 def _llm(name: str, model: str, description: str, nodegroup: str, nodes: int, *, seq_len: int, global_batch_size: int,
          batch_size: int = 1, steps: int = 1000, checkpoint_every: int = 200, **extra) -> JobPreset:
-    """A GPU pre-training preset: FSDP2 in bf16 with activation checkpointing, on tokens under
-    /fsx/data/tokens, deployed suspended."""
+    """A GPU pre-training preset: FSDP2 in bf16 with the cheapest activation checkpointing that
+    fits, on tokens under /fsx/data/tokens, deployed suspended."""
+    checkpointing = fitting_checkpointing(model, nodegroup, nodes, batch_size=batch_size, seq_len=seq_len,
+                                          loss_chunk_tokens=extra.get("loss_chunk_tokens"))
     workload = LlmWorkload(model=model, steps=steps, batch_size=batch_size, global_batch_size=global_batch_size,
                            seq_len=seq_len,
                            data=f"{CLUSTER_DATA_ROOT}/tokens", checkpoint_every=checkpoint_every, log_every=10,
-                           activation_checkpointing=True, **extra)
+                           activation_checkpointing=checkpointing, **extra)
     return JobPreset(name=name, description=description, workload=workload, nodegroup=nodegroup, image_variant="gpu",
                      nodes_min=nodes, nodes_max=nodes, nproc_per_node=None)
 
@@ -235,7 +257,8 @@ PRESETS: dict[str, JobPreset] = {
             workload=LlmWorkload(model="llama2-7b", init_from_hf=f"{CLUSTER_MODELS_ROOT}/Llama-2-7b-hf", steps=1000,
                                  batch_size=1, global_batch_size=16, seq_len=4096, data=f"{CLUSTER_DATA_ROOT}/tokens",
                                  lr=2e-5, warmup_steps=50, checkpoint_every=200, log_every=10,
-                                 activation_checkpointing=True),
+                                 activation_checkpointing=fitting_checkpointing("llama2-7b", "p4d", 2, batch_size=1,
+                                                                                seq_len=4096)),
             nodegroup="p4d", image_variant="gpu", nodes_min=2, nodes_max=2, nproc_per_node=None,
         ),
         JobPreset(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from config import ConfigError, Environment, Nodegroup
-from config.memory import GIB, HEADROOM, estimate_memory
+from config.memory import GIB, HEADROOM, estimate_memory, usable_device_bytes
 from config.checkpoint_time import (
     ASSUMED_MFU, BYTES_PER_PARAM, STEPS_AFTER_SIGNAL, preset_model, save_estimate, stop_budget,
 )
@@ -138,10 +138,9 @@ def memory_fit(preset: JobPreset, group: Nodegroup, nodes: int):
     w, it = preset.workload, group.instance_type
     ranks = ranks_per_node(preset, group)
     estimate = estimate_memory(cfg, shards=nodes * ranks, batch_size=w.batch_size, seq_len=w.seq_len,
-                               activation_checkpointing=w.activation_checkpointing, mixed_precision=it.is_gpu,
-                               loss_chunk_tokens=w.loss_chunk_tokens or 0)
-    device = it.gpu_memory_gib if it.is_gpu else it.memory_gib / ranks
-    return estimate, device * GIB * (1 - HEADROOM)
+                               activation_checkpointing=w.activation_checkpointing or "none",
+                               mixed_precision=it.is_gpu, loss_chunk_tokens=w.loss_chunk_tokens or 0)
+    return estimate, usable_device_bytes(it, ranks)
 
 
 def _memory(plan: Plan) -> None:
@@ -164,7 +163,7 @@ def _memory(plan: Plan) -> None:
         f"Memory per rank: {name}, {cfg.num_params() / 1e9:.2f}e9 parameters "
         f"({cfg.num_params(active=True) / 1e9:.2f}e9 active), sharded over {nodes} x "
         f"{ranks_per_node(preset, group)} ranks, batch {w.batch_size} x {w.seq_len}"
-        + (", activation checkpointing" if w.activation_checkpointing else ""), [
+        + f", activation checkpointing {w.activation_checkpointing or 'none'}", [
             f"estimate {estimate.summary()}",
             f"usable {usable / GIB:.1f} GiB ({device}, less {HEADROOM:.0%} for the CUDA context, NCCL and "
             f"fragmentation)",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from config.memory import CHECKPOINTING_MODES
 from config.models import MODELS, ModelConfig, model_config
 from trainer.batching import add_global_batch_arguments
 from trainer.checkpoint import CheckpointConfig
@@ -31,7 +32,7 @@ class ModelSpec:
     config: ModelConfig
     init_from_hf: str | None = None  # start from these weights when no checkpoint of ours exists
     compile: bool = False  # torch.compile each decoder block and the loss
-    activation_checkpointing: bool = False  # recompute block activations in backward
+    activation_checkpointing: str = "none"  # none, selective or full (trainer/activation_checkpointing.py)
     loss_chunk_tokens: int = 0  # chunked output layer + loss; 0 = off
 
 
@@ -82,7 +83,9 @@ def parser() -> Parser:
     p.add_argument("--log-every", type=positive_int, default=10, help="steps between metrics lines")
     p.add_argument("--metrics-file", default=None, help="append metrics as JSON lines here (rank 0)")
     p.add_argument("--compile", action="store_true", help="torch.compile each decoder block")
-    p.add_argument("--activation-checkpointing", action="store_true", help="recompute block activations in backward")
+    p.add_argument("--activation-checkpointing", nargs="?", const="full", default="none", choices=CHECKPOINTING_MODES,
+                   help="recompute block activations in backward: selective keeps the matmul and attention outputs "
+                        "and recomputes the cheap ops, full keeps only each block's input; the flag alone means full")
     p.add_argument("--seed", type=non_negative_int, default=0,
                    help="seed of the initial weights, the order of the data and the synthetic tokens")
     p.add_argument("--fsdp", choices=FSDP_MODES, default="auto",

@@ -108,7 +108,8 @@ def train(job: JobConfig, rt: tdist.Runtime, global_batch: int) -> int:
                                  mixed_precision=rt.device.type == "cuda",
                                  loss_chunk_tokens=job.model.loss_chunk_tokens)
         log(f"Model {job.model.name}: {mcfg.num_params() / 1e6:,.1f}M parameters "
-            f"({mcfg.num_params(active=True) / 1e6:,.1f}M active per token) on {rt.world_size} rank(s); "
+            f"({mcfg.num_params(active=True) / 1e6:,.1f}M active per token) on {rt.world_size} rank(s), "
+            f"activation checkpointing {job.model.activation_checkpointing}; "
             f"estimated memory per rank {memory.summary()}")
         log(f"Global batch {global_batch} sequences ({tokens_per_step:,} tokens) per step: {batches.accumulation} "
             f"micro-batch(es) of {job.data.batch_size} per rank; starting at sample {batches.position:,}")

@@ -69,7 +69,7 @@ def fsdp_units(model: Transformer) -> list[FsdpUnit]:
     return [FsdpUnit(("tok_embeddings",), True), *blocks, FsdpUnit(("norm", "output"), False)]
 
 
-def build_model(cfg: ModelConfig, rt: tdist.Runtime, *, compile: bool = False, activation_checkpointing: bool = False,
+def build_model(cfg: ModelConfig, rt: tdist.Runtime, *, compile: bool = False, activation_checkpointing: str = "none",
                 rope_length: int | None = None, parallel: ParallelConfig = ParallelConfig(), seed: int = 0) -> Transformer:
     # The meta device records shapes without memory: a 70B model is built in a second and
     # each rank only ever allocates its own shard.

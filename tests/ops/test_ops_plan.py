@@ -137,7 +137,7 @@ def test_the_plan_says_whether_a_preset_fits_its_node_group_and_by_how_much():
     lines = section(p, "Memory per rank")
     # The trainer logs the same function's summary at start-up.
     expected = estimate_memory(MODELS["llama3.1-70b"], shards=4 * 8, batch_size=1, seq_len=8192,
-                               activation_checkpointing=True, mixed_precision=True, loss_chunk_tokens=2048)
+                               activation_checkpointing="full", mixed_precision=True, loss_chunk_tokens=2048)
     assert lines[0] == f"estimate {expected.summary()}"
     assert lines[1].startswith("usable 72.0 GiB (H100 80 GiB")
     assert lines[2].startswith("fits llama31-70b-fsdp's node group p5: ") and "GiB to spare" in lines[2]

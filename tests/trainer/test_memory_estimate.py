@@ -1,5 +1,5 @@
-"""The memory estimate `ops plan` prints and the trainer logs (config/memory.py), held against the
-tensors autograd really saves for backward in our model (float32 on CPU)."""
+"""The memory estimate `ops plan` prints and the trainer logs (config/memory.py), held against what
+a forward of our model really leaves alive for backward (float32 on CPU)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from activations import bytes_held_for_backward
 from config.memory import activation_bytes_per_token_layer, estimate_memory
 from config.models import MODELS
 from trainer.model import Transformer
@@ -15,30 +16,17 @@ from trainer.model import Transformer
 TOKENS = (2, 128)
 
 
-def saved_activation_bytes(cfg, activation_checkpointing: bool) -> int:
-    """Bytes of the distinct storages autograd saves in one forward, parameters excluded."""
+def saved_activation_bytes(cfg, checkpointing: str) -> int:
     torch.manual_seed(0)
     model = Transformer(cfg)
     model.init_weights()
     for block in model.layers.values():
-        block.activation_checkpointing = activation_checkpointing
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen = {}
-
-    def pack(t):
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in params:
-            seen[storage.data_ptr()] = storage.nbytes()
-        return t
-
-    tokens = torch.randint(cfg.vocab_size, TOKENS)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(tokens, tokens)
-    return sum(seen.values())
+        block.activation_checkpointing = checkpointing
+    return bytes_held_for_backward(model, torch.randint(cfg.vocab_size, TOKENS))
 
 
-def per_layer_per_token(cfg, activation_checkpointing=False) -> float:
-    two, four = (saved_activation_bytes(replace(cfg, n_layers=n), activation_checkpointing) for n in (2, 4))
+def per_layer_per_token(cfg, checkpointing="none") -> float:
+    two, four = (saved_activation_bytes(replace(cfg, n_layers=n), checkpointing) for n in (2, 4))
     return (four - two) / 2 / (TOKENS[0] * TOKENS[1])
 
 
@@ -48,9 +36,21 @@ def test_dense_activation_count_matches_what_autograd_saves(dim, ffn):
     assert per_layer_per_token(cfg) == pytest.approx(activation_bytes_per_token_layer(cfg, 4), rel=0.03)
 
 
-def test_activation_checkpointing_keeps_only_each_blocks_input():
+def test_full_activation_checkpointing_keeps_only_each_blocks_input():
     cfg = replace(MODELS["tiny"], vocab_size=256)
-    assert per_layer_per_token(cfg, activation_checkpointing=True) == cfg.dim * 4
+    assert per_layer_per_token(cfg, "full") == cfg.dim * 4 == activation_bytes_per_token_layer(cfg, 4, "full")
+
+
+@pytest.mark.parametrize("dim, ffn", [(64, 192), (128, 192), (64, 384)])
+def test_selective_activation_checkpointing_keeps_the_matmul_and_attention_outputs_as_counted(dim, ffn):
+    cfg = replace(MODELS["tiny"], dim=dim, ffn_dim=ffn, vocab_size=256)
+    assert per_layer_per_token(cfg, "selective") == activation_bytes_per_token_layer(cfg, 4, "selective")
+
+
+def test_selective_moe_count_is_the_grouped_path_and_cpu_padding_adds_at_most_a_tenth():
+    cfg = replace(MODELS["tiny-moe"], vocab_size=256)
+    estimate = activation_bytes_per_token_layer(cfg, 4, "selective")
+    assert estimate <= per_layer_per_token(cfg, "selective") <= 1.1 * estimate
 
 
 def test_moe_activation_count_is_the_grouped_path_and_cpu_padding_adds_at_most_a_third():
@@ -63,12 +63,12 @@ def test_moe_activation_count_is_the_grouped_path_and_cpu_padding_adds_at_most_a
 
 def test_state_is_sixteen_bytes_per_parameter_split_over_the_shards():
     cfg = MODELS["llama3.1-8b"]
-    one = estimate_memory(cfg, shards=16, batch_size=1, seq_len=8192, activation_checkpointing=True,
+    one = estimate_memory(cfg, shards=16, batch_size=1, seq_len=8192, activation_checkpointing="full",
                           mixed_precision=True)
     assert one.parameters + one.gradients + one.optimizer == pytest.approx(16 * cfg.num_params() / 16)
-    without = estimate_memory(cfg, shards=16, batch_size=1, seq_len=8192, activation_checkpointing=False,
+    without = estimate_memory(cfg, shards=16, batch_size=1, seq_len=8192, activation_checkpointing="none",
                               mixed_precision=True)
     assert without.activations > 10 * one.activations
-    chunked = estimate_memory(cfg, shards=16, batch_size=1, seq_len=8192, activation_checkpointing=True,
+    chunked = estimate_memory(cfg, shards=16, batch_size=1, seq_len=8192, activation_checkpointing="full",
                               mixed_precision=True, loss_chunk_tokens=1024)
     assert chunked.logits < one.logits / 4

@@ -1,6 +1,7 @@
 """FSDP2 units as torchtitan draws them (trainer/parallel.py), on two real CPU ranks: exactly the
 expected groups with the expected resharding, tied embeddings in one unit, and the same losses
-and gradient norms as one unsharded process from the same seed."""
+and gradient norms as one unsharded process from the same seed, with and without the chunked
+loss and activation checkpointing."""
 
 from __future__ import annotations
 
@@ -16,13 +17,17 @@ from trainer import dist as tdist
 from trainer.parallel import build_model
 from trainer_procs import run, torchrun_args
 
+# (model, loss chunk tokens, activation checkpointing)
 CONFIGS = {
-    "tiny": (MODELS["tiny"], 0),
-    "tied": (replace(MODELS["tiny"], tie_embeddings=True), 0),
+    "tiny": (MODELS["tiny"], 0, "none"),
+    "tied": (replace(MODELS["tiny"], tie_embeddings=True), 0, "none"),
     # The chunked loss reads the output weight without calling the output layer.
-    "tied-chunked": (replace(MODELS["tiny"], tie_embeddings=True), 16),
-    "chunked": (MODELS["tiny"], 16),
-    "moe": (MODELS["tiny-moe"], 0),
+    "tied-chunked": (replace(MODELS["tiny"], tie_embeddings=True), 16, "none"),
+    "chunked": (MODELS["tiny"], 16, "none"),
+    "moe": (MODELS["tiny-moe"], 0, "none"),
+    # Recomputation in backward runs inside FSDP2's gathered blocks.
+    "selective": (MODELS["tiny"], 0, "selective"),
+    "moe-full": (MODELS["tiny-moe"], 0, "full"),
 }
 STEPS, BATCH, SEQ, SEED = 3, 4, 32, 5
 # Losses of the same runs under the layout before (embedding, norm and output in the root group;
@@ -32,6 +37,7 @@ BEFORE = {"tiny": [7.408662796020508, 6.666241645812988, 5.7918219566345215],
           "tied-chunked": [6.960033416748047, 6.340147018432617, 6.054520606994629],
           "chunked": [7.408663749694824, 6.6662421226501465, 5.79182243347168],
           "moe": [7.448457717895508, 6.722378253936768, 5.876880645751953]}
+BEFORE["selective"], BEFORE["moe-full"] = BEFORE["tiny"], BEFORE["moe"]
 
 SCRIPT = r"""
 import json, sys
@@ -45,8 +51,8 @@ from test_parallel import train  # the very loop the one-process reference runs
 
 rt = tdist.init()
 report = {}
-for name, (cfg, chunk) in json.loads(sys.argv[1]).items():
-    model = build_model(ModelConfig.from_dict(cfg), rt, seed=int(sys.argv[2]))
+for name, (cfg, chunk, mode) in json.loads(sys.argv[1]).items():
+    model = build_model(ModelConfig.from_dict(cfg), rt, seed=int(sys.argv[2]), activation_checkpointing=mode)
     groups = {}
     for module_name, module in model.named_modules():
         if isinstance(module, FSDPModule):
@@ -111,7 +117,7 @@ def two_ranks(tmp_path_factory):
     script = folder / "units.py"
     script.write_text(SCRIPT)
     argv = torchrun_args("trainer.llm", [], nproc=2)
-    configs = json.dumps({name: [cfg.to_dict(), chunk] for name, (cfg, chunk) in CONFIGS.items()})
+    configs = json.dumps({name: [cfg.to_dict(), chunk, mode] for name, (cfg, chunk, mode) in CONFIGS.items()})
     argv = argv[:argv.index("-m", 3)] + [str(script), configs, "7", str(Path(__file__).parent)]
     rc, out = run(argv, timeout=300)
     assert rc == 0, out
@@ -120,15 +126,15 @@ def two_ranks(tmp_path_factory):
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_each_unit_is_an_embedding_a_block_or_the_norm_with_the_output(two_ranks, name):
-    cfg, _ = CONFIGS[name]
+    cfg, _, _ = CONFIGS[name]
     assert two_ranks[name]["units"] == expected_units(cfg)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_two_sharded_ranks_train_as_one_unsharded_process_and_as_before(two_ranks, name):
-    cfg, chunk = CONFIGS[name]
+    cfg, chunk, _ = CONFIGS[name]
     rt = tdist.Runtime(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend="gloo")
-    losses, norm = train(build_model(cfg, rt, seed=7), chunk, 0, 1)
+    losses, norm = train(build_model(cfg, rt, seed=7), chunk, 0, 1)  # no checkpointing: it changes no number
     # Another order of float sums; routing turns a last-bit difference into a different expert
     # now and then, so a mixture of experts agrees less closely after the first step.
     rel = 2e-3 if cfg.is_moe else 1e-5

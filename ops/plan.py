@@ -143,6 +143,12 @@ def memory_fit(preset: JobPreset, group: Nodegroup, nodes: int):
     return estimate, usable_device_bytes(it, ranks)
 
 
+def needed_per_rank(estimate, it) -> float:
+    """Bytes a rank needs of what usable_device_bytes gives it: on a CPU node the checkpoint
+    stager's host copy comes out of the same memory as the training."""
+    return estimate.total + (0.0 if it.is_gpu else estimate.host_staging)
+
+
 def _memory(plan: Plan) -> None:
     preset, group, it = plan.preset, plan.group, plan.group.instance_type
     nodes = preset.nodes_min  # the fewest nodes the job runs on shard the least
@@ -154,11 +160,23 @@ def _memory(plan: Plan) -> None:
     name, cfg = preset_model(preset)
     w = preset.workload
     device = f"{it.gpu_model} {it.gpu_memory_gib} GiB" if it.is_gpu else f"{it.memory_gib} GiB / {ranks_per_node(preset, group)} ranks"
-    margin = usable - estimate.total
+    margin = usable - needed_per_rank(estimate, it)
     if margin < 0:
         plan.problems.append(f"memory per rank ({-margin / GIB:.1f} GiB short on {nodes} nodes)")
     verdict = (f"fits {preset.name}'s node group {group.name}: {margin / GIB:.1f} GiB to spare" if margin >= 0 else
                f"does NOT fit node group {group.name}: {-margin / GIB:.1f} GiB short")
+    ranks = ranks_per_node(preset, group)
+    host = ranks * estimate.host_staging
+    if it.is_gpu:
+        host_usable = it.memory_gib * GIB * (1 - HEADROOM)
+        if host > host_usable:
+            plan.problems.append(f"host memory for checkpoint staging ({host / GIB:.1f} of {host_usable / GIB:.1f} GiB)")
+        staging = (f"host memory: checkpoint staging {ranks} ranks x {estimate.host_staging / GIB:.2f} GiB = "
+                   f"{host / GIB:.1f} GiB of the node's {it.memory_gib} GiB less {HEADROOM:.0%}"
+                   + ("  OVER" if host > host_usable else ""))
+    else:
+        staging = (f"host memory: checkpoint staging {estimate.host_staging / GIB:.2f} GiB per rank, counted in the "
+                   "rank's share above (the node's memory is the device here)")
     plan.sections.append((
         f"Memory per rank: {name}, {cfg.num_params() / 1e9:.2f}e9 parameters "
         f"({cfg.num_params(active=True) / 1e9:.2f}e9 active), sharded over {nodes} x "
@@ -168,6 +186,7 @@ def _memory(plan: Plan) -> None:
             f"usable {usable / GIB:.1f} GiB ({device}, less {HEADROOM:.0%} for the CUDA context, NCCL and "
             f"fragmentation)",
             verdict,
+            staging,
         ]))
 
 

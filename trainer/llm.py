@@ -106,7 +106,8 @@ def train(job: JobConfig, rt: tdist.Runtime, global_batch: int) -> int:
                                  batch_size=job.data.batch_size, seq_len=job.data.seq_len,
                                  activation_checkpointing=job.model.activation_checkpointing,
                                  mixed_precision=rt.device.type == "cuda",
-                                 loss_chunk_tokens=job.model.loss_chunk_tokens)
+                                 loss_chunk_tokens=job.model.loss_chunk_tokens,
+                                 async_checkpoints=job.checkpoint.directory is not None and job.checkpoint.async_save)
         log(f"Model {job.model.name}: {mcfg.num_params() / 1e6:,.1f}M parameters "
             f"({mcfg.num_params(active=True) / 1e6:,.1f}M active per token) on {rt.world_size} rank(s), "
             f"activation checkpointing {job.model.activation_checkpointing}; "

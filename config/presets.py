@@ -67,6 +67,7 @@ class LlmWorkload:
     activation_checkpointing: str | None = None  # none, selective or full; GPU presets take fitting_checkpointing's
     compile: bool = False
     loss_chunk_tokens: int | None = None
+    float8: bool = False  # H100/H200 only (trainer/float8.py)
 
     def argv(self, job_dir: str) -> list[str]:
         return _flags_with_job_dir(self, job_dir)

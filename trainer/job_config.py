@@ -34,6 +34,7 @@ class ModelSpec:
     compile: bool = False  # torch.compile each decoder block and the loss
     activation_checkpointing: str = "none"  # none, selective or full (trainer/activation_checkpointing.py)
     loss_chunk_tokens: int = 0  # chunked output layer + loss; 0 = off
+    float8: bool = False  # float8 linears through torchao (trainer/float8.py)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,9 @@ def parser() -> Parser:
     p.add_argument("--activation-checkpointing", nargs="?", const="full", default="none", choices=CHECKPOINTING_MODES,
                    help="recompute block activations in backward: selective keeps the matmul and attention outputs "
                         "and recomputes the cheap ops, full keeps only each block's input; the flag alone means full")
+    p.add_argument("--float8", action="store_true",
+                   help="train the decoder's linear layers in float8 through torchao (and all-gather their weights "
+                        "in float8 under FSDP2); needs compute capability 8.9 or newer: H100, H200")
     p.add_argument("--seed", type=non_negative_int, default=0,
                    help="seed of the initial weights, the order of the data and the synthetic tokens")
     p.add_argument("--fsdp", choices=FSDP_MODES, default="auto",
@@ -121,7 +125,7 @@ def parse_job(argv=None) -> JobConfig:
         raise UsageError("--seq-len", f"{args.seq_len} is longer than {name}'s context of {mcfg.max_seq_len}")
     return JobConfig(
         model=ModelSpec(name, mcfg, args.init_from_hf, args.compile, args.activation_checkpointing,
-                        args.loss_chunk_tokens),
+                        args.loss_chunk_tokens, args.float8),
         data=DataConfig(args.data, args.batch_size, args.seq_len, args.seed, args.global_batch_size,
                         args.allow_global_batch_change),
         optim=OptimConfig(lr=args.lr or DEFAULT_LR.get(name, OptimConfig.lr),

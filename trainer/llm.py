@@ -25,6 +25,7 @@ from trainer.batching import GLOBAL_BATCH, NonFiniteLoss, NonFiniteSteps, resolv
 from trainer.checkpoint import CheckpointManager, ModelAndOptimizer, check_directory
 from trainer.cli import run_main
 from trainer.data import RankBatches
+from trainer.float8 import check_supported, precompute_scales_after_each_step
 from trainer.job_config import JobConfig, parse_job
 from trainer.log import log
 from trainer.metrics import MetricsLogger
@@ -43,6 +44,8 @@ def to_device(batch: tuple[torch.Tensor, ...], device: torch.device) -> tuple[to
 
 def main(argv=None) -> int:
     job = parse_job(argv)
+    if job.model.float8:
+        check_supported()  # one line on a GPU without float8 matmuls (or none), before the group forms
     record = check_directory(job.checkpoint, job.model.config)
     # Before the process group: a global batch that does not divide is one line on every rank.
     global_batch = resolve_global_batch(job.data.global_batch_size, (record or {}).get(GLOBAL_BATCH),
@@ -60,7 +63,7 @@ def main(argv=None) -> int:
 def setup_model(job: JobConfig, rt: tdist.Runtime):
     spec = job.model
     model = build_model(spec.config, rt, compile=spec.compile, activation_checkpointing=spec.activation_checkpointing,
-                        rope_length=job.data.seq_len, parallel=job.parallel, seed=job.data.seed)
+                        rope_length=job.data.seq_len, parallel=job.parallel, seed=job.data.seed, float8=spec.float8)
     model.loss_chunk_tokens = spec.loss_chunk_tokens
     if spec.compile:
         model.compute_loss = torch.compile(model.compute_loss)  # fuses the fp32 cast into the softmax
@@ -91,6 +94,8 @@ def train(job: JobConfig, rt: tdist.Runtime, global_batch: int) -> int:
     batches = RankBatches(job.data, rt.rank, rt.world_size, mcfg.vocab_size, global_batch)
     model = setup_model(job, rt)
     optimizer, scheduler = build_optimizer(model, job.optim, rt.device)
+    if job.model.float8:
+        precompute_scales_after_each_step(optimizer, model)
     ckpt = CheckpointManager(job.checkpoint, rt, {"app": ModelAndOptimizer(model, optimizer),
                                                   "train": TrainState(scheduler), "data": batches},
                              last_step=job.steps,

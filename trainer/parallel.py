@@ -16,6 +16,7 @@ from torch.distributed.tensor import Shard
 
 from config.models import ModelConfig
 from trainer import dist as tdist
+from trainer.float8 import convert_to_float8
 from trainer.model import Transformer
 from trainer.moe import MoEFeedForward
 
@@ -70,13 +71,17 @@ def fsdp_units(model: Transformer) -> list[FsdpUnit]:
 
 
 def build_model(cfg: ModelConfig, rt: tdist.Runtime, *, compile: bool = False, activation_checkpointing: str = "none",
-                rope_length: int | None = None, parallel: ParallelConfig = ParallelConfig(), seed: int = 0) -> Transformer:
+                rope_length: int | None = None, parallel: ParallelConfig = ParallelConfig(), seed: int = 0,
+                float8: bool = False) -> Transformer:
     # The meta device records shapes without memory: a 70B model is built in a second and
     # each rank only ever allocates its own shard.
     with torch.device("meta"):
         model = Transformer(cfg, rope_length=rope_length)
     on_gpu = rt.device.type == "cuda"
     sharded = parallel.shards(rt.world_size)
+    if float8:
+        # Before sharding: FSDP2 then all-gathers the converted weights in float8 (trainer/float8.py).
+        convert_to_float8(model, all_gather_in_float8=sharded)
     for block in model.layers.values():
         block.activation_checkpointing = activation_checkpointing
         if compile:

@@ -58,7 +58,7 @@ def test_every_llm_preset_parses_with_the_trainers_own_parser_into_its_typed_val
     assert job.data.global_batch_size == w.global_batch_size
     assert job.checkpoint.directory == f"/ck/{name}" and job.metrics.metrics_file == f"/ck/{name}/metrics.jsonl"
     assert job.model.activation_checkpointing == (w.activation_checkpointing or "none")
-    assert job.model.compile == w.compile
+    assert job.model.compile == w.compile and job.model.float8 == w.float8
     if w.model:
         assert job.model.config == MODELS[w.model]
     if w.lr:

@@ -14,6 +14,7 @@ import torch
 
 from config.models import MODELS
 from trainer import dist as tdist
+from trainer.float8 import precompute_scales_after_each_step
 from trainer.parallel import build_model
 from trainer_procs import run, torchrun_args
 
@@ -28,6 +29,9 @@ CONFIGS = {
     # Recomputation in backward runs inside FSDP2's gathered blocks.
     "selective": (MODELS["tiny"], 0, "selective"),
     "moe-full": (MODELS["tiny-moe"], 0, "full"),
+    # Float8 linears (trainer/float8.py), their weights all-gathered in float8: CPUs run float8
+    # matmuls too, though the trainer refuses --float8 there (no speed to gain).
+    "float8": (MODELS["tiny"], 0, "float8"),
 }
 STEPS, BATCH, SEQ, SEED = 3, 4, 32, 5
 # Losses of the same runs under the layout before (embedding, norm and output in the root group;
@@ -38,6 +42,7 @@ BEFORE = {"tiny": [7.408662796020508, 6.666241645812988, 5.7918219566345215],
           "chunked": [7.408663749694824, 6.6662421226501465, 5.79182243347168],
           "moe": [7.448457717895508, 6.722378253936768, 5.876880645751953]}
 BEFORE["selective"], BEFORE["moe-full"] = BEFORE["tiny"], BEFORE["moe"]
+BEFORE["float8"] = BEFORE["tiny"]
 
 SCRIPT = r"""
 import json, sys
@@ -52,7 +57,9 @@ from test_parallel import train  # the very loop the one-process reference runs
 rt = tdist.init()
 report = {}
 for name, (cfg, chunk, mode) in json.loads(sys.argv[1]).items():
-    model = build_model(ModelConfig.from_dict(cfg), rt, seed=int(sys.argv[2]), activation_checkpointing=mode)
+    float8 = mode == "float8"
+    model = build_model(ModelConfig.from_dict(cfg), rt, seed=int(sys.argv[2]), float8=float8,
+                        activation_checkpointing="none" if float8 else mode)
     groups = {}
     for module_name, module in model.named_modules():
         if isinstance(module, FSDPModule):
@@ -64,21 +71,24 @@ for name, (cfg, chunk, mode) in json.loads(sys.argv[1]).items():
         owned = {id(p.sharded_param) for p in group.fsdp_params} if group else set()
         params = sorted(n for n, p in model.named_parameters() if id(p) in owned)
         units.append([sorted(modules), params, bool(group and group.post_forward_mesh_info is not None)])
-    losses, norm = train(model, chunk, rt.rank, rt.world_size)
-    report[name] = {"units": sorted(units), "losses": losses, "grad_norm": norm}
+    in_float8 = sorted(n for n, p in model.named_parameters() if type(p.to_local()).__name__ != "Tensor")
+    losses, norm = train(model, chunk, rt.rank, rt.world_size, float8=float8)
+    report[name] = {"units": sorted(units), "losses": losses, "grad_norm": norm, "gathered_in_float8": in_float8}
 if rt.is_main:
     print("REPORT " + json.dumps(report))
 tdist.shutdown()
 """
 
 
-def train(model, chunk: int, rank: int, world: int) -> tuple[list[float], float]:
+def train(model, chunk: int, rank: int, world: int, float8: bool = False) -> tuple[list[float], float]:
     """STEPS AdamW steps on a fixed global batch; this rank trains on its rows. Returns the global
     mean loss of each step and the first step's gradient norm."""
     model.loss_chunk_tokens = chunk
     tokens = torch.randint(model.cfg.vocab_size, (BATCH, SEQ + 1), generator=torch.Generator().manual_seed(SEED))
     rows = tokens[rank * BATCH // world:(rank + 1) * BATCH // world]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
+    if float8:
+        precompute_scales_after_each_step(optimizer, model)
     losses, norm = [], None
     for _ in range(STEPS):
         loss = model(rows[:, :-1], rows[:, 1:])
@@ -132,13 +142,23 @@ def test_each_unit_is_an_embedding_a_block_or_the_norm_with_the_output(two_ranks
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_two_sharded_ranks_train_as_one_unsharded_process_and_as_before(two_ranks, name):
-    cfg, chunk, _ = CONFIGS[name]
+    cfg, chunk, mode = CONFIGS[name]
     rt = tdist.Runtime(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend="gloo")
     losses, norm = train(build_model(cfg, rt, seed=7), chunk, 0, 1)  # no checkpointing: it changes no number
     # Another order of float sums; routing turns a last-bit difference into a different expert
-    # now and then, so a mixture of experts agrees less closely after the first step.
-    rel = 2e-3 if cfg.is_moe else 1e-5
+    # now and then, so a mixture of experts agrees less closely after the first step. Float8
+    # matmuls round each operand to 3 mantissa bits, with a scale per tensor (1e-4 seen here).
+    rel = 2e-3 if cfg.is_moe else 1e-3 if mode == "float8" else 1e-5
     assert two_ranks[name]["losses"] == pytest.approx(losses, rel=rel)
-    assert two_ranks[name]["grad_norm"] == pytest.approx(norm, rel=1e-5)
-    assert losses[-1] < losses[0]
-    assert two_ranks[name]["losses"] == pytest.approx(BEFORE[name], rel=1e-5)
+    assert two_ranks[name]["grad_norm"] == pytest.approx(norm, rel=1e-3 if mode == "float8" else 1e-5)
+    assert two_ranks[name]["losses"][-1] < two_ranks[name]["losses"][0]
+    assert two_ranks[name]["losses"] == pytest.approx(BEFORE[name], rel=rel)
+
+
+def test_float8_weights_are_all_gathered_in_float8_and_the_rest_is_not(two_ranks):
+    assert not any(report["gathered_in_float8"] for name, report in two_ranks.items() if name != "float8")
+    cfg = CONFIGS["float8"][0]
+    assert two_ranks["float8"]["gathered_in_float8"] == sorted(
+        f"layers.{i}.{m}.weight" for i in range(cfg.n_layers)
+        for m in ("attention.wq", "attention.wk", "attention.wv", "attention.wo", "feed_forward.w1",
+                  "feed_forward.w2", "feed_forward.w3"))

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from config.models import MODELS
 from config.presets import PRESETS, SIZED_FOR
@@ -85,3 +86,34 @@ def test_no_preset_asks_for_float8_on_a_gpu_without_it():
         if getattr(preset.workload, "float8", False):
             from config.instance_types import INSTANCE_TYPES
             assert INSTANCE_TYPES[SIZED_FOR[preset.nodegroup]].gpu_model in ("H100", "H200"), preset.name
+
+
+def test_selective_checkpointing_of_float8_blocks_gives_the_same_gradients_and_recomputes_no_matmul():
+    # CPUs run float8 matmuls (torch._scaled_mm), so the checkpointing policy's float8 entries
+    # (the scaled matmul and the amax of each scale) can be run here.
+    class Matmuls(TorchDispatchMode):
+        """mm calls; a float8 one reaches torch._scaled_mm inside torchao's tensor subclass."""
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.count += func in (torch.ops.aten.mm.default, torch.ops.aten._scaled_mm.default)
+            return func(*args, **(kwargs or {}))
+
+    tokens = torch.randint(1024, (2, 32), generator=torch.Generator().manual_seed(0))
+    grads, matmuls = {}, {}
+    for mode in ("none", "selective", "full"):
+        model = Transformer(MODELS["tiny"])
+        model.init_weights(seed=1)
+        convert_to_float8(model, all_gather_in_float8=False)
+        for block in model.layers.values():
+            block.activation_checkpointing = mode
+        loss = model(tokens, tokens)
+        with Matmuls() as counter:
+            loss.backward()
+        grads[mode], matmuls[mode] = {n: p.grad for n, p in model.named_parameters()}, counter.count
+    for mode in ("selective", "full"):
+        for name, grad in grads["none"].items():
+            torch.testing.assert_close(grads[mode][name], grad, rtol=1e-5, atol=1e-6, msg=f"{mode}: {name}")
+    # Backward of each linear is two matmuls; full recomputes the forward's one too. The 14 float8
+    # linears are the two blocks' projections (the output layer's matmuls are outside the blocks).
+    assert matmuls["full"] - matmuls["none"] == 14 and matmuls["selective"] == matmuls["none"]

@@ -55,6 +55,7 @@ NOT_PATHS = {
     "trainer.ddp --dist-timeout": "seconds", "trainer.s3sync --src": "an s3:// URI",
     "trainer.llm --max-nonfinite-steps": "a count", "trainer.llm --startup-timeout": "seconds",
     "trainer.vision --startup-timeout": "seconds", "trainer.ddp --startup-timeout": "seconds",
+    "trainer.llm --activation-checkpointing": "none|selective|full",
 }
 
 

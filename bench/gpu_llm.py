@@ -51,6 +51,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from config import paths  # noqa: E402
 from config.memory import GIB, estimate_memory  # noqa: E402
 from config.models import MODELS, model_config  # noqa: E402
 from ops import proc  # noqa: E402
@@ -213,6 +214,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("layers", "batch", "seq_len", "window", "timed_windows"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.out:
+        try:  # before minutes of GPU time, not after them
+            paths.output_file(args.out)
+        except paths.PathProblem as problem:
+            p.error(f"--out: {problem}")
     return args
 
 

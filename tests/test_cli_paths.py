@@ -42,6 +42,8 @@ NOT_SWEPT = {
     # Their main() reads sys.argv and starts minutes of work; each checks its path before starting.
     "bench.dcp_async": "benchmark run by a developer: --dir is checked with config.paths.output_dir first",
     "bench.scaling": "benchmark run by a developer: --output is checked with config.paths.output_file first",
+    "bench.gpu_llm": "benchmark run by a developer: --out is checked with config.paths.output_file first",
+    "bench.activation_checkpointing": "benchmark: no path arguments",
 }
 # Arguments whose names look like paths but are not.
 NOT_PATHS = {

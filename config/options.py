@@ -72,12 +72,14 @@ class Option:
     choices: tuple[str, ...] | None = None
     metavar: str | None = None
     switch: bool = False  # a flag without a value: True when given
+    bare: Any = None  # the value the flag alone means, for an option whose value may be left out
 
 
 def option(default: Any, help: str, *, flag: str | None = None, parse: Callable[[str], Any] | None = None,
-           choices: Iterable[str] | None = None, metavar: str | None = None) -> Any:
-    """A field that is a command-line option taking one value."""
-    meta = Option(help, flag, parse, tuple(choices) if choices is not None else None, metavar)
+           choices: Iterable[str] | None = None, metavar: str | None = None, bare: Any = None) -> Any:
+    """A field that is a command-line option taking one value; with `bare`, the value may be left
+    out and the flag alone means `bare` (a former switch that grew choices keeps its old meaning)."""
+    meta = Option(help, flag, parse, tuple(choices) if choices is not None else None, metavar, bare=bare)
     return field(default=default, metadata={_OPTION: meta})
 
 
@@ -198,8 +200,9 @@ def add_to_parser(parser: argparse.ArgumentParser, cls: type) -> None:
         if opt.switch:
             target.add_argument(item.flag, dest=item.dest, action="store_true", help=item.help)
         else:
+            optional = {} if opt.bare is None else {"nargs": "?", "const": opt.bare}
             target.add_argument(item.flag, dest=item.dest, default=item.default, type=opt.parse, choices=opt.choices,
-                                metavar=opt.metavar, help=item.help)
+                                metavar=opt.metavar, help=item.help, **optional)
 
 
 def _known(cls: type, values: Mapping[str, Any]) -> None:

@@ -13,6 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from config.errors import ConfigError
+from config.instance_types import INSTANCE_TYPES
+from config.memory import cheapest_checkpointing, usable_device_bytes
+from config.models import model_config
 from config.workloads.ddp import DdpWorkload
 from config.workloads.llm import LlmWorkload
 from config.workloads.vision import VisionWorkload
@@ -27,6 +30,9 @@ CLUSTER_DATA_ROOT = "/fsx/data"
 # kernels instead of compiling them again.
 CLUSTER_COMPILE_CACHE_ROOT = "/fsx/compile-cache"
 RENDEZVOUS_BACKENDS = ("etcd", "c10d")
+# The instance type a GPU preset is sized for, by the node group name it targets (its description
+# names the same type). `ops plan` checks a preset against the environment's actual group.
+SIZED_FOR = {"p4d": "p4d.24xlarge", "p5": "p5.48xlarge"}
 
 
 @dataclass(frozen=True)
@@ -78,14 +84,30 @@ class JobPreset:
         return ["torchrun", "--module", self.module, *self.workload_args(checkpoint_root)]
 
 
+def fitting_checkpointing(model: str, nodegroup: str, nodes: int, *, batch_size: int, seq_len: int,
+                          loss_chunk_tokens: int | None = None) -> str:
+    """The cheapest activation checkpointing (none, then selective, then full) that the memory
+    estimate says fits `nodes` nodes of the type SIZED_FOR `nodegroup`, one rank per GPU."""
+    it = INSTANCE_TYPES[SIZED_FOR[nodegroup]]
+    mode = cheapest_checkpointing(model_config(model), usable_bytes=usable_device_bytes(it, it.gpus),
+                                  shards=nodes * it.gpus, batch_size=batch_size, seq_len=seq_len,
+                                  mixed_precision=True, loss_chunk_tokens=loss_chunk_tokens or 0)
+    if mode is None:
+        raise ValueError(f"{model} at batch {batch_size} x {seq_len} does not fit {nodes} {it.name} even with full "
+                         "activation checkpointing (config/memory.py)")
+    return mode
+
+
 def _llm(name: str, model: str, description: str, nodegroup: str, nodes: int, *, seq_len: int, global_batch_size: int,
          batch_size: int = 1, steps: int = 1000, checkpoint_every: int = 200, **extra) -> JobPreset:
-    """A GPU pre-training preset: FSDP2 in bf16 with activation checkpointing, on tokens under
-    /fsx/data/tokens, deployed suspended."""
+    """A GPU pre-training preset: FSDP2 in bf16 with the cheapest activation checkpointing that
+    fits, on tokens under /fsx/data/tokens, deployed suspended."""
+    checkpointing = fitting_checkpointing(model, nodegroup, nodes, batch_size=batch_size, seq_len=seq_len,
+                                          loss_chunk_tokens=extra.get("loss_chunk_tokens"))
     workload = LlmWorkload(model=model, steps=steps, batch_size=batch_size, global_batch_size=global_batch_size,
                            seq_len=seq_len,
                            data=f"{CLUSTER_DATA_ROOT}/tokens", checkpoint_every=checkpoint_every, log_every=10,
-                           activation_checkpointing=True, **extra)
+                           activation_checkpointing=checkpointing, **extra)
     return JobPreset(name=name, description=description, workload=workload, nodegroup=nodegroup, image_variant="gpu",
                      nodes_min=nodes, nodes_max=nodes, nproc_per_node=None)
 
@@ -139,12 +161,14 @@ PRESETS: dict[str, JobPreset] = {
                        ("trainer.hf", "verify", "{job_dir}/hf-export"))),
             cluster=False,
         ),
+        # The chunked loss holds 2.5 GiB of logits instead of 19.6 at 2 x 8192 tokens of a 128k vocabulary,
+        # which lets these two recompute less (selective for 8B, none for 1B; full before).
         _llm("llama3-8b-fsdp", "llama3.1-8b", "Llama 3.1 8B under FSDP2, bf16, on p5.48xlarge", "p5", 2,
-             seq_len=8192, batch_size=2, global_batch_size=32, compile=True),
+             seq_len=8192, batch_size=2, global_batch_size=32, compile=True, loss_chunk_tokens=2048),
         _llm("llama31-70b-fsdp", "llama3.1-70b", "Llama 3.1 70B under FSDP2, bf16, on 4 p5.48xlarge", "p5", 4,
              seq_len=8192, global_batch_size=32, loss_chunk_tokens=2048),
         _llm("llama32-1b-fsdp", "llama3.2-1b", "Llama 3.2 1B under FSDP2, bf16, on one p4d.24xlarge", "p4d", 1,
-             seq_len=8192, batch_size=2, global_batch_size=16),
+             seq_len=8192, batch_size=2, global_batch_size=16, loss_chunk_tokens=2048),
         _llm("llama32-3b-fsdp", "llama3.2-3b", "Llama 3.2 3B under FSDP2, bf16, on one p4d.24xlarge", "p4d", 1,
              seq_len=8192, global_batch_size=8),
         _llm("llama2-7b-fsdp", "llama2-7b", "Llama 2 7B under FSDP2, bf16, on p4d.24xlarge", "p4d", 2, seq_len=4096,
@@ -164,7 +188,8 @@ PRESETS: dict[str, JobPreset] = {
             workload=LlmWorkload(model="llama2-7b", init_from_hf=f"{CLUSTER_MODELS_ROOT}/Llama-2-7b-hf", steps=1000,
                                  batch_size=1, global_batch_size=16, seq_len=4096, data=f"{CLUSTER_DATA_ROOT}/tokens",
                                  lr=2e-5, warmup_steps=50, checkpoint_every=200, log_every=10,
-                                 activation_checkpointing=True),
+                                 activation_checkpointing=fitting_checkpointing("llama2-7b", "p4d", 2, batch_size=1,
+                                                                                seq_len=4096)),
             nodegroup="p4d", image_variant="gpu", nodes_min=2, nodes_max=2, nproc_per_node=None,
         ),
         JobPreset(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from config import ConfigError, Environment, Nodegroup
-from config.memory import GIB, HEADROOM, estimate_memory
+from config.memory import GIB, HEADROOM, estimate_memory, usable_device_bytes
 from config.checkpoint_time import (
     ASSUMED_MFU, BYTES_PER_PARAM, STEPS_AFTER_SIGNAL, preset_model, save_estimate, stop_budget,
 )
@@ -138,10 +138,15 @@ def memory_fit(preset: JobPreset, group: Nodegroup, nodes: int):
     w, it = preset.workload, group.instance_type
     ranks = ranks_per_node(preset, group)
     estimate = estimate_memory(cfg, shards=nodes * ranks, batch_size=w.batch_size, seq_len=w.seq_len,
-                               activation_checkpointing=w.activation_checkpointing, mixed_precision=it.is_gpu,
-                               loss_chunk_tokens=w.loss_chunk_tokens or 0)
-    device = it.gpu_memory_gib if it.is_gpu else it.memory_gib / ranks
-    return estimate, device * GIB * (1 - HEADROOM)
+                               activation_checkpointing=w.activation_checkpointing or "none",
+                               mixed_precision=it.is_gpu, loss_chunk_tokens=w.loss_chunk_tokens or 0)
+    return estimate, usable_device_bytes(it, ranks)
+
+
+def needed_per_rank(estimate, it) -> float:
+    """Bytes a rank needs of what usable_device_bytes gives it: on a CPU node the checkpoint
+    stager's host copy comes out of the same memory as the training."""
+    return estimate.total + (0.0 if it.is_gpu else estimate.host_staging)
 
 
 def _memory(plan: Plan) -> None:
@@ -155,20 +160,33 @@ def _memory(plan: Plan) -> None:
     name, cfg = preset_model(preset)
     w = preset.workload
     device = f"{it.gpu_model} {it.gpu_memory_gib} GiB" if it.is_gpu else f"{it.memory_gib} GiB / {ranks_per_node(preset, group)} ranks"
-    margin = usable - estimate.total
+    margin = usable - needed_per_rank(estimate, it)
     if margin < 0:
         plan.problems.append(f"memory per rank ({-margin / GIB:.1f} GiB short on {nodes} nodes)")
     verdict = (f"fits {preset.name}'s node group {group.name}: {margin / GIB:.1f} GiB to spare" if margin >= 0 else
                f"does NOT fit node group {group.name}: {-margin / GIB:.1f} GiB short")
+    ranks = ranks_per_node(preset, group)
+    host = ranks * estimate.host_staging
+    if it.is_gpu:
+        host_usable = it.memory_gib * GIB * (1 - HEADROOM)
+        if host > host_usable:
+            plan.problems.append(f"host memory for checkpoint staging ({host / GIB:.1f} of {host_usable / GIB:.1f} GiB)")
+        staging = (f"host memory: checkpoint staging {ranks} ranks x {estimate.host_staging / GIB:.2f} GiB = "
+                   f"{host / GIB:.1f} GiB of the node's {it.memory_gib} GiB less {HEADROOM:.0%}"
+                   + ("  OVER" if host > host_usable else ""))
+    else:
+        staging = (f"host memory: checkpoint staging {estimate.host_staging / GIB:.2f} GiB per rank, counted in the "
+                   "rank's share above (the node's memory is the device here)")
     plan.sections.append((
         f"Memory per rank: {name}, {cfg.num_params() / 1e9:.2f}e9 parameters "
         f"({cfg.num_params(active=True) / 1e9:.2f}e9 active), sharded over {nodes} x "
         f"{ranks_per_node(preset, group)} ranks, batch {w.batch_size} x {w.seq_len}"
-        + (", activation checkpointing" if w.activation_checkpointing else ""), [
+        + f", activation checkpointing {w.activation_checkpointing or 'none'}", [
             f"estimate {estimate.summary()}",
             f"usable {usable / GIB:.1f} GiB ({device}, less {HEADROOM:.0%} for the CUDA context, NCCL and "
             f"fragmentation)",
             verdict,
+            staging,
         ]))
 
 

@@ -43,6 +43,8 @@ NOT_SWEPT = {
     # Their main() reads sys.argv and starts minutes of work; each checks its path before starting.
     "bench.dcp_async": "benchmark run by a developer: --dir is checked with config.paths.output_dir first",
     "bench.scaling": "benchmark run by a developer: --output is checked with config.paths.output_file first",
+    "bench.gpu_llm": "benchmark run by a developer: --out is checked with config.paths.output_file first",
+    "bench.activation_checkpointing": "benchmark: no path arguments",
 }
 # Arguments whose names look like paths but are not.
 NOT_PATHS = {
@@ -56,6 +58,7 @@ NOT_PATHS = {
     "trainer.ddp --dist-timeout": "seconds", "trainer.s3sync --src": "an s3:// URI",
     "trainer.llm --max-nonfinite-steps": "a count", "trainer.llm --startup-timeout": "seconds",
     "trainer.vision --startup-timeout": "seconds", "trainer.ddp --startup-timeout": "seconds",
+    "trainer.llm --activation-checkpointing": "none|selective|full",
 }
 
 

@@ -91,11 +91,11 @@ def test_an_import_across_the_layers_is_found_wherever_it_stands(tmp_path):
     (package / "__init__.py").write_text("")
     (package / "sample.py").write_text(
         "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from k8s.common import IMAGES\n"
+        "if TYPE_CHECKING:\n    from k8s.charts import ChartEntry\n"
         "def f():\n    import trainer.cli\n"
         "from . import reader\n")
     modules = {module for _, module in imported_modules(package / "sample.py", tmp_path)}
-    assert {"k8s.common", "trainer.cli", "config.reader"} <= modules
+    assert {"k8s.charts", "trainer.cli", "config.reader"} <= modules
     assert {layer_of(m) for m in modules} >= {"k8s", "trainer", "config"}
 
 

@@ -25,6 +25,7 @@ from trainer.batching import GLOBAL_BATCH, NonFiniteLoss, NonFiniteSteps, resolv
 from trainer.checkpoint import CheckpointManager, ModelAndOptimizer, check_directory
 from trainer.cli import run_main
 from trainer.data import RankBatches
+from trainer.float8 import check_supported, precompute_scales_after_each_step
 from trainer.llm_job import parse_job
 from trainer.log import log
 from trainer.metrics import MetricsLogger
@@ -43,6 +44,8 @@ def to_device(batch: tuple[torch.Tensor, ...], device: torch.device) -> tuple[to
 
 def main(argv=None) -> int:
     job = parse_job(argv)
+    if job.efficiency.float8:
+        check_supported()  # one line on a GPU without float8 matmuls (or none), before the group forms
     record = check_directory(job.checkpoint, job.model.shape)
     # Before the process group: a global batch that does not divide is one line on every rank.
     global_batch = resolve_global_batch(job.batch, (record or {}).get(GLOBAL_BATCH), world_size_from_env())
@@ -79,6 +82,8 @@ def train(job: LlmJobConfig, rt: tdist.Runtime, global_batch: int) -> int:
     model = build_decoder(shape, rt, efficiency=job.efficiency, fsdp=job.fsdp, rope_length=job.batch.seq_len,
                           seed=job.seed)
     optimizer, scheduler = build_adamw(model, job.optimizer, total_steps=job.steps)
+    if job.efficiency.float8:
+        precompute_scales_after_each_step(optimizer, model)
     ckpt = CheckpointManager(job.checkpoint, rt, {"app": ModelAndOptimizer(model, optimizer),
                                                   "train": TrainState(scheduler), "data": batches},
                              last_step=job.steps,
@@ -144,9 +149,11 @@ def log_start(job: LlmJobConfig, rt: tdist.Runtime, batches: RankBatches, start:
                              batch_size=micro, seq_len=seq_len,
                              activation_checkpointing=job.efficiency.activation_checkpointing,
                              mixed_precision=rt.device.type == "cuda",
-                             loss_chunk_tokens=job.efficiency.loss_chunk_tokens)
+                             loss_chunk_tokens=job.efficiency.loss_chunk_tokens,
+                             async_checkpoints=job.checkpoint.directory is not None and not job.checkpoint.synchronous)
     log(f"Model {job.model.name}: {shape.num_params() / 1e6:,.1f}M parameters "
-        f"({shape.num_params(active=True) / 1e6:,.1f}M active per token) on {rt.world_size} rank(s); "
+        f"({shape.num_params(active=True) / 1e6:,.1f}M active per token) on {rt.world_size} rank(s), "
+        f"activation checkpointing {job.efficiency.activation_checkpointing}; "
         f"estimated memory per rank {memory.summary()}")
     log(f"Global batch {batches.global_batch} sequences ({batches.global_batch * seq_len:,} tokens) per step: "
         f"{batches.accumulation} micro-batch(es) of {micro} per rank; starting at sample {batches.position:,}")

@@ -17,9 +17,9 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from config.models import ModelConfig, RopeScaling
+from trainer.activation_checkpointing import run_checkpointed
 from trainer.chunked_loss import cross_entropy, linear_cross_entropy
 from trainer.initialise import Init, init_parameters, normal, ones, truncated_normal
 from trainer.moe import MoEFeedForward, load_balancing_loss
@@ -132,14 +132,11 @@ class Block(nn.Module):
         # Output projections get a depth-scaled std so the residual stream's variance does not
         # grow with the number of layers (GPT-2 / torchtitan's scheme).
         self.out_std = 0.02 / math.sqrt(2 * (layer_id + 1))
-        self.activation_checkpointing = False
+        self.activation_checkpointing = "none"  # or "selective", "full" (trainer/activation_checkpointing.py)
 
     def forward(self, x: torch.Tensor, freqs: torch.Tensor):
-        if self.activation_checkpointing and torch.is_grad_enabled():
-            # Keep only the block's input; recompute the rest in backward. Done inside the block
-            # (not by a wrapper module) so checkpoint keys are the same with and without it.
-            return checkpoint(self._forward, x, freqs, use_reentrant=False)
-        return self._forward(x, freqs)
+        # Inside the block, not a wrapper module: checkpoint keys are the same in every mode.
+        return run_checkpointed(self._forward, self.activation_checkpointing, x, freqs)
 
     def _forward(self, x: torch.Tensor, freqs: torch.Tensor):
         h = x + self.attention(self.attention_norm(x), freqs)

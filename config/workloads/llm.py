@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from config.memory import CHECKPOINTING_MODES
 from config.models import MODELS, ModelConfig
 from config.options import non_negative_int, option, positive_float, positive_int, section, switch
 from config.workloads.common import (CheckpointConfig, DistConfig, GlobalBatchConfig, MetricsConfig,
@@ -55,12 +56,17 @@ class AdamWConfig:
 
 @dataclass(frozen=True)
 class EfficiencyConfig:
-    """How a step is computed, trading memory for time; none changes what it computes."""
-    activation_checkpointing: bool = switch("recompute block activations in backward")
+    """How a step is computed, trading memory for time (only float8 changes what it computes)."""
+    activation_checkpointing: str = option("none", "recompute block activations in backward: selective keeps the "
+                                                   "matmul and attention outputs and recomputes the cheap ops, full "
+                                                   "keeps only each block's input; the flag alone means full",
+                                           choices=CHECKPOINTING_MODES, bare="full")
     compile: bool = switch("torch.compile each decoder block")
     loss_chunk_tokens: int = option(0, "compute the output layer and loss this many tokens at a time, never holding "
                                        "all logits (saves ~10 GiB at seq 8192 with a 128k vocabulary); 0 = off",
                                     parse=non_negative_int)
+    float8: bool = switch("train the decoder's linear layers in float8 through torchao (and all-gather their weights "
+                          "in float8 under FSDP2); needs compute capability 8.9 or newer: H100, H200")
 
 
 @dataclass(frozen=True)

@@ -76,3 +76,23 @@ def test_a_flag_declared_twice_is_refused_when_the_class_is_read():
 
     with pytest.raises(TypeError, match="declares flag --quiet, --save-dir, --save-every more than once"):
         leaves(Twice)
+
+
+def test_an_option_with_a_bare_value_takes_it_from_the_flag_alone_and_is_rendered_with_its_value():
+    @dataclass(frozen=True)
+    class Modes:
+        mode: str = option("none", "how", choices=("none", "some", "all"), bare="all")
+        steps: int = option(5, "steps to run", parse=positive_int)
+
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_to_parser(parser, Modes)
+
+    def parsed(argv):
+        return build(Modes, vars(parser.parse_args(argv)))
+
+    assert parsed([]).mode == "none" and parsed(["--mode"]).mode == "all"
+    assert parsed(["--mode", "--steps", "3"]) == Modes(mode="all", steps=3)
+    assert parsed(["--mode", "some"]).mode == "some" and parsed(["--mode=none"]).mode == "none"
+    with pytest.raises(argparse.ArgumentError, match="invalid choice: 'most'"):
+        parsed(["--mode", "most"])
+    assert render(Modes, {"mode": "all"}) == ["--mode", "all"]  # never the bare flag: the argv says what it asks

@@ -151,3 +151,35 @@ def test_every_preset_global_batch_divides_over_every_node_count_it_runs_on_and_
     worlds = [nodes * per_node for nodes in range(preset.nodes_min, preset.nodes_max + 1)] + [preset.local_nproc]
     for world in worlds:
         assert w.global_batch_size % (world * w.batch_size) == 0, (name, world, w.batch_size, w.global_batch_size)
+
+
+GPU_LLM_PRESETS = sorted(n for n, p in PRESETS.items() if p.module == "trainer.llm" and p.image_variant == "gpu")
+
+
+@pytest.mark.parametrize("name", GPU_LLM_PRESETS)
+def test_every_gpu_llm_preset_recomputes_as_little_as_its_gpus_memory_allows(name):
+    """The memory estimate fits the preset's mode on its GPUs, and no cheaper mode: none before
+    selective before full."""
+    from config.instance_types import INSTANCE_TYPES
+    from config.memory import CHECKPOINTING_MODES, estimate_memory, usable_device_bytes
+    from config.presets import SIZED_FOR
+
+    preset = PRESETS[name]
+    w, it = preset.workload, INSTANCE_TYPES[SIZED_FOR[preset.nodegroup]]
+    assert it.name in preset.description  # the description names the type it is sized for
+
+    def fits(mode):
+        estimate = estimate_memory(MODELS[w.model], shards=preset.nodes_min * it.gpus, batch_size=w.batch_size,
+                                   seq_len=w.seq_len, activation_checkpointing=mode, mixed_precision=True,
+                                   loss_chunk_tokens=w.loss_chunk_tokens or 0)
+        return estimate.total <= usable_device_bytes(it, it.gpus)
+
+    chosen = CHECKPOINTING_MODES.index(w.activation_checkpointing)
+    assert fits(w.activation_checkpointing)
+    assert not any(fits(cheaper) for cheaper in CHECKPOINTING_MODES[:chosen])
+
+
+def test_a_preset_that_fits_no_mode_is_refused_when_defined():
+    from config.presets import fitting_checkpointing
+    with pytest.raises(ValueError, match="does not fit 1 p4d.24xlarge even with full activation checkpointing"):
+        fitting_checkpointing("llama2-70b", "p4d", 1, batch_size=1, seq_len=4096)

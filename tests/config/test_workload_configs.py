@@ -26,12 +26,12 @@ def test_an_unknown_option_or_a_value_the_trainer_refuses_is_a_config_error_nami
 
 
 def test_a_workload_reads_its_values_and_the_trainers_defaults_for_the_rest():
-    w = LlmWorkload(steps=30, model="tiny", lr=1e-3, activation_checkpointing=True)
-    assert (w.steps, w.model, w.lr, w.activation_checkpointing) == (30, "tiny", 1e-3, True)
+    w = LlmWorkload(steps=30, model="tiny", lr=1e-3, activation_checkpointing="selective")
+    assert (w.steps, w.model, w.lr, w.activation_checkpointing) == (30, "tiny", 1e-3, "selective")
     assert (w.seq_len, w.loss_chunk_tokens, w.init_from_hf, w.compile) == (128, 0, None, False)
     assert getattr(VisionWorkload(), "init_from_hf", None) is None  # not an option of trainer.vision
     assert w.trainer_config.optimizer.lr == 1e-3 and w.trainer_config.batch.seq_len == 128
-    assert w == LlmWorkload(steps=30, model="tiny", lr=1e-3, activation_checkpointing=True) and hash(w)
+    assert w == LlmWorkload(steps=30, model="tiny", lr=1e-3, activation_checkpointing="selective") and hash(w)
 
 
 def test_argv_follows_the_trainers_order_then_the_job_folder():

@@ -137,10 +137,31 @@ def test_the_plan_says_whether_a_preset_fits_its_node_group_and_by_how_much():
     lines = section(p, "Memory per rank")
     # The trainer logs the same function's summary at start-up.
     expected = estimate_memory(MODELS["llama3.1-70b"], shards=4 * 8, batch_size=1, seq_len=8192,
-                               activation_checkpointing=True, mixed_precision=True, loss_chunk_tokens=2048)
+                               activation_checkpointing="full", mixed_precision=True, loss_chunk_tokens=2048)
     assert lines[0] == f"estimate {expected.summary()}"
     assert lines[1].startswith("usable 72.0 GiB (H100 80 GiB")
     assert lines[2].startswith("fits llama31-70b-fsdp's node group p5: ") and "GiB to spare" in lines[2]
+
+
+def test_the_plan_shows_the_chunked_loss_accumulator_and_the_checkpoint_stagers_host_copy(monkeypatch):
+    from dataclasses import replace
+    from config.models import MODELS
+    lines = section(plan.build(load("prod"), "llama3-8b-fsdp"), "Memory per rank")
+    cfg = MODELS["llama3.1-8b"]
+    assert "activation checkpointing selective" in section_head(plan.build(load("prod"), "llama3-8b-fsdp"))
+    assert f"loss accumulator {6 * cfg.vocab_size * cfg.dim / 2**30:.2f}" in lines[0]  # fp32 sum + a bf16 chunk
+    per_rank = 12 * cfg.num_params() / 16 / 2**30  # fp32 weights and two AdamW moments of 1/16 of the model
+    assert lines[3] == (f"host memory: checkpoint staging 8 ranks x {per_rank:.2f} GiB = {8 * per_rank:.1f} GiB of "
+                        "the node's 2048 GiB less 10%")
+    # A node with too little host memory for the copies is over.
+    monkeypatch.setitem(INSTANCE_TYPES, "p5.48xlarge", replace(INSTANCE_TYPES["p5.48xlarge"], memory_gib=40))
+    p = plan.build(load("prod"), "llama3-8b-fsdp")
+    assert section(p, "Memory per rank")[3].endswith("  OVER")
+    assert p.exceeded[0].startswith("host memory for checkpoint staging (44.9 of 36.0 GiB)")
+
+
+def section_head(p: plan.Plan) -> str:
+    return next(head for head, _ in p.sections if head.startswith("Memory per rank"))
 
 
 def test_a_preset_on_too_few_nodes_is_reported_short():
@@ -159,7 +180,8 @@ def test_every_llm_preset_fits_its_node_group_wherever_it_is_rendered(env_name):
         fit = plan.memory_fit(preset, env.nodegroup(preset.nodegroup), preset.nodes_min)
         if fit is not None:
             estimate, usable = fit
-            assert estimate.total <= usable, (preset.name, estimate.summary(), usable / 2**30)
+            needed = plan.needed_per_rank(estimate, env.nodegroup(preset.nodegroup).instance_type)
+            assert needed <= usable, (preset.name, estimate.summary(), usable / 2**30)
 
 
 def test_plan_has_no_parameter_table_of_its_own():

@@ -47,6 +47,18 @@ def preset_model(preset: JobPreset) -> tuple[str, ModelConfig] | None:
     return w.model, MODELS[w.model]
 
 
+def ranks_per_node(preset: JobPreset, instance: InstanceType) -> int:
+    """torchrun's processes on each node: the preset's number, else one per GPU (one on a CPU type)."""
+    return preset.nproc_per_node or (instance.gpus if instance.is_gpu else 1)
+
+
+def global_batch(preset: JobPreset, ranks: int) -> int:
+    """Sequences per optimizer step over all ranks: the preset's --global-batch-size, else what the
+    trainer then takes (trainer/batching.py): ranks x --batch-size."""
+    w = preset.workload
+    return w.global_batch_size or ranks * w.batch_size
+
+
 @dataclass(frozen=True)
 class SaveEstimate:
     model: str
@@ -54,7 +66,10 @@ class SaveEstimate:
     bytes: float
     write_s: float  # at the file system's full aggregate throughput: sharded, so no faster with more nodes
     tokens_per_s: float | None  # per GPU at ASSUMED_MFU; None without a peak FLOPs figure
-    step_s: float | None  # one optimizer step at that rate
+    step_s: float | None  # one optimizer step at that rate, on the preset's fewest ranks
+    ranks: int  # the preset's fewest: nodes_min x ranks per node; an elastic job's longest step
+    global_batch: int  # sequences per optimizer step over all ranks, whatever their number
+    tokens_per_step: int  # global batch x sequence length
 
 
 def save_estimate(preset: JobPreset, instance: InstanceType, fsx: Fsx) -> SaveEstimate | None:
@@ -65,10 +80,15 @@ def save_estimate(preset: JobPreset, instance: InstanceType, fsx: Fsx) -> SaveEs
     params = cfg.num_params()
     size = params * BYTES_PER_PARAM
     w = preset.workload
+    ranks = preset.nodes_min * ranks_per_node(preset, instance)
+    sequences = global_batch(preset, ranks)
+    tokens = sequences * w.seq_len
     peak = instance.peak_bf16_flops
     rate = ASSUMED_MFU * peak / cfg.flops_per_token(w.seq_len) if peak else None
-    step = w.batch_size * w.seq_len / rate if rate else None
-    return SaveEstimate(name, params, size, size / (fsx.throughput_mbps * 1e6), rate, step)
+    # Each rank trains its share of the global batch every step, in global / (ranks x micro-batch)
+    # micro-batches: the step takes that share's tokens at the per-GPU rate.
+    step = tokens / ranks / rate if rate else None
+    return SaveEstimate(name, params, size, size / (fsx.throughput_mbps * 1e6), rate, step, ranks, sequences, tokens)
 
 
 @dataclass(frozen=True)

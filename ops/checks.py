@@ -25,3 +25,16 @@ def render(rows: list[Check]) -> str:
     counts = {s: sum(r.status == s for r in rows) for s in (PASS, WARN, FAIL)}
     lines.append(f"{counts[PASS]} passed, {counts[WARN]} warned, {counts[FAIL]} failed")
     return "\n".join(lines)
+
+
+def report(rows: list[Check], *, as_json: bool, about: dict, title: str) -> int:
+    """The table as text under `title`, or one JSON document with `about`; exit 1 when a row failed."""
+    from ops.errors import EXIT_PROBLEM
+    from ops.output import to_json
+
+    if as_json:
+        print(to_json({**about, "checks": rows, "failed": failed(rows)}))
+    else:
+        print(title)
+        print(render(rows))
+    return EXIT_PROBLEM if failed(rows) else 0

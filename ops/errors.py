@@ -9,6 +9,8 @@ import time
 import traceback
 from pathlib import Path
 
+EXIT_PROBLEM = 1  # the command ran and a check failed, or a crash (ops/cli.py's docstring)
+
 
 class OpsError(Exception):
     """A bad argument or an unmet precondition; the CLI prints it as one line and exits 2."""

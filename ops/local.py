@@ -11,7 +11,6 @@ its last-call timeout, about 36 s here, before starting (NOTES.md).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -32,7 +31,6 @@ from config.kubernetes import EXIT_INTERRUPTED
 from config.presets import PRESETS, JobPreset
 from ops import proc
 from ops.errors import OpsError
-from ops.validate import positive_seconds
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CHECKPOINT_ROOT = ".local/checkpoints"
@@ -203,27 +201,11 @@ def local_preset(name: str) -> JobPreset:
     return preset
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--job", default="cpu-ddp", help=f"job preset (default cpu-ddp): {', '.join(PRESETS)}")
-    p.add_argument("--checkpoint-root", default=DEFAULT_CHECKPOINT_ROOT,
-                   help=f"local stand-in for /fsx/checkpoints (default {DEFAULT_CHECKPOINT_ROOT})")
-    p.add_argument("--resume", action="store_true", help="keep earlier checkpoints of this job and resume from them")
-    p.add_argument("--etcd", default=None, help="etcd binary (default: etcd on PATH)")
-    p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S,
-                   help=f"seconds the job may run before it is stopped like Ctrl-C (default {DEFAULT_TIMEOUT_S:g})")
-    p.add_argument("--check", action="store_true",
-                   help="only check --job and exit (make local runs it before the synth)")
-
-
-def run(args: argparse.Namespace) -> int:
+def run_locally(preset: JobPreset, *, checkpoint_root: str, resume: bool, etcd: str | None, timeout_s: float) -> int:
     """0 when the job succeeded, 1 when it ran and failed; a run that cannot start raises
     ConfigError or LocalRunError (the CLI prints one line and exits 2)."""
-    preset = local_preset(args.job)
-    if args.check:
-        return 0
-    binary = find_etcd(args.etcd)
-    root = str((REPO / args.checkpoint_root).resolve()) if not Path(args.checkpoint_root).is_absolute() \
-        else args.checkpoint_root
+    binary = find_etcd(etcd)
+    root = str((REPO / checkpoint_root).resolve()) if not Path(checkpoint_root).is_absolute() else checkpoint_root
     try:
         paths.output_dir(root)
     except paths.PathProblem as problem:
@@ -231,13 +213,13 @@ def run(args: argparse.Namespace) -> int:
     job_dir = Path(preset.job_dir(root))
     try:
         # etcd first: a --etcd that does not start must not have removed the last run's checkpoints.
-        with etcd_server(binary) as etcd:
-            print(f"etcd ready at {etcd.endpoint} in {etcd.startup_s:.2f} s", flush=True)
-            if not args.resume and job_dir.exists():
+        with etcd_server(binary) as server:
+            print(f"etcd ready at {server.endpoint} in {server.startup_s:.2f} s", flush=True)
+            if not resume and job_dir.exists():
                 shutil.rmtree(job_dir)  # a fresh run each time; --resume keeps what was there
             run_local_steps(preset.local.before, job_dir)
-            rc, summary, wall = run_job(preset, etcd.endpoint, root, args.timeout)
-        print(format_summary(preset, summary, etcd, wall, rc), flush=True)
+            rc, summary, wall = run_job(preset, server.endpoint, root, timeout_s)
+        print(format_summary(preset, summary, server, wall, rc), flush=True)
         if rc == 0:
             run_local_steps(preset.local.after, job_dir)
         return 0 if rc == 0 else 1

@@ -9,7 +9,6 @@ status and logs: like `ops status` and `ops logs` for the training jobs.
 
 from __future__ import annotations
 
-import argparse
 import os
 from typing import Any, Callable
 
@@ -154,70 +153,3 @@ def _job(model: str) -> str:
     from k8s.pods.model_download import JOB_PREFIX, job_name
 
     return model if model.startswith(JOB_PREFIX) else job_name(model)
-
-
-# --- command line --------------------------------------------------------------------------------
-
-def add_parser(sub: Any, with_env: Callable, with_kube: Callable) -> None:
-    p = sub.add_parser("model", help="Hugging Face models onto FSx: the token Secret and the download Job")
-    msub = p.add_subparsers(dest="model_command", required=True, parser_class=type(p))
-    t = msub.add_parser("token", help=f"create or replace the {HF_TOKEN_SECRET} Secret (the token is never shown)")
-    with_env(t)
-    source = t.add_mutually_exclusive_group()
-    source.add_argument("--from-env", default="HF_TOKEN", metavar="VAR", help="environment variable (default HF_TOKEN)")
-    source.add_argument("--from-file", metavar="PATH", help="file holding the token")
-    with_kube(t)
-    d = msub.add_parser("download", help="create the Job fetching a repository to /fsx/models/NAME")
-    with_env(d)
-    d.add_argument("--repo", required=True, help="Hugging Face repository id, e.g. meta-llama/Llama-2-7b-hf")
-    d.add_argument("--name", help="directory under /fsx/models (default: the repository's name)")
-    d.add_argument("--revision", default="main", help="branch, tag or commit (default main)")
-    d.add_argument("--image", help="trainer image URI (default: the CPU image the environment's Registry "
-                                   "stack published)")
-    d.add_argument("--dry-run", action="store_true", help="print the Job, create nothing")
-    with_kube(d)
-    s = msub.add_parser("status", help="phase of one model-download Job, or of all")
-    s.add_argument("name", nargs="?", help="the model's directory name (or the Job's name)")
-    with_kube(s)
-    lg = msub.add_parser("logs", help="the download's progress log")
-    lg.add_argument("name")
-    lg.add_argument("-f", "--follow", action="store_true")
-    with_kube(lg)
-
-
-def run(args: argparse.Namespace, load_env: Callable[[], Any]) -> int:
-    from kubernetes import client
-
-    command = args.model_command
-    if command in ("token", "download"):
-        env = load_env()
-    if command == "token":
-        token, source = read_token(args.from_env, args.from_file)
-        core = client.CoreV1Api(api_client(args.kubeconfig, args.context))
-        done = put_token(core, args.namespace, token)
-        print(f"{done} Secret {args.namespace}/{HF_TOKEN_SECRET} from {source} for {env.name}")
-        return 0
-    if command == "download":
-        from k8s.pods.model_download import ModelDownload, model_download_manifest
-
-        download = ModelDownload.of(args.repo, args.name, args.revision)
-        from ops.images import published_image
-
-        image = args.image or published_image(env, "cpu")
-        api = None if args.dry_run else api_client(args.kubeconfig, args.context)
-        manifest = model_download_manifest(env, download, image=image)
-        if args.dry_run:
-            import yaml
-
-            print(yaml.safe_dump(manifest, sort_keys=False), end="")
-            return 0
-        print(start(client.BatchV1Api(api), manifest))
-        print(f"follow it with `python -m ops model logs {download.name} -f`")
-        return 0
-    api = api_client(args.kubeconfig, args.context)
-    if command == "status":
-        print(render_status(status(client.BatchV1Api(api), args.namespace, args.name)))
-    else:
-        logs(client.CoreV1Api(api), args.namespace, args.name, follow=args.follow)
-    return 0
-

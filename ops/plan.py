@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from config import ConfigError, Environment, Nodegroup
 from config.memory import GIB, HEADROOM, estimate_memory, usable_device_bytes
 from config.checkpoint_time import (
-    ASSUMED_MFU, BYTES_PER_PARAM, STEPS_AFTER_SIGNAL, preset_model, save_estimate, stop_budget,
+    ASSUMED_MFU, BYTES_PER_PARAM, STEPS_AFTER_SIGNAL, preset_model, ranks_per_node, save_estimate, stop_budget,
 )
 from config.presets import PRESETS, JobPreset, get_preset
 from ops import cost, prices
@@ -123,11 +123,6 @@ def _addresses(plan: Plan) -> None:
         ]))
 
 
-def ranks_per_node(preset: JobPreset, group: Nodegroup) -> int:
-    it = group.instance_type
-    return preset.nproc_per_node or (it.gpus if it.is_gpu else 1)
-
-
 def memory_fit(preset: JobPreset, group: Nodegroup, nodes: int):
     """(estimate, usable bytes per rank) for `preset` on `nodes` nodes of `group`; None when the
     preset trains no model of the table."""
@@ -136,7 +131,7 @@ def memory_fit(preset: JobPreset, group: Nodegroup, nodes: int):
         return None
     _, cfg = found
     w, it = preset.workload, group.instance_type
-    ranks = ranks_per_node(preset, group)
+    ranks = ranks_per_node(preset, it)
     estimate = estimate_memory(cfg, shards=nodes * ranks, batch_size=w.batch_size, seq_len=w.seq_len,
                                activation_checkpointing=w.activation_checkpointing or "none",
                                mixed_precision=it.is_gpu, loss_chunk_tokens=w.loss_chunk_tokens or 0)
@@ -159,13 +154,13 @@ def _memory(plan: Plan) -> None:
     estimate, usable = fit
     name, cfg = preset_model(preset)
     w = preset.workload
-    device = f"{it.gpu_model} {it.gpu_memory_gib} GiB" if it.is_gpu else f"{it.memory_gib} GiB / {ranks_per_node(preset, group)} ranks"
+    ranks = ranks_per_node(preset, it)
+    device = f"{it.gpu_model} {it.gpu_memory_gib} GiB" if it.is_gpu else f"{it.memory_gib} GiB / {ranks} ranks"
     margin = usable - needed_per_rank(estimate, it)
     if margin < 0:
         plan.problems.append(f"memory per rank ({-margin / GIB:.1f} GiB short on {nodes} nodes)")
     verdict = (f"fits {preset.name}'s node group {group.name}: {margin / GIB:.1f} GiB to spare" if margin >= 0 else
                f"does NOT fit node group {group.name}: {-margin / GIB:.1f} GiB short")
-    ranks = ranks_per_node(preset, group)
     host = ranks * estimate.host_staging
     if it.is_gpu:
         host_usable = it.memory_gib * GIB * (1 - HEADROOM)
@@ -180,7 +175,7 @@ def _memory(plan: Plan) -> None:
     plan.sections.append((
         f"Memory per rank: {name}, {cfg.num_params() / 1e9:.2f}e9 parameters "
         f"({cfg.num_params(active=True) / 1e9:.2f}e9 active), sharded over {nodes} x "
-        f"{ranks_per_node(preset, group)} ranks, batch {w.batch_size} x {w.seq_len}"
+        f"{ranks} ranks, micro-batch {w.batch_size} x {w.seq_len}"
         + f", activation checkpointing {w.activation_checkpointing or 'none'}", [
             f"estimate {estimate.summary()}",
             f"usable {usable / GIB:.1f} GiB ({device}, less {HEADROOM:.0%} for the CUDA context, NCCL and "
@@ -209,8 +204,10 @@ def _checkpoint(plan: Plan) -> None:
     every = plan.preset.workload.checkpoint_every
     if est.step_s and every:
         interval = int(every) * est.step_s
-        lines.append(f"every {every} steps of ~{est.step_s:.1f} s (at {ASSUMED_MFU:.0%} MFU) = {interval:.0f} s of "
-                     f"training: a synchronous save stalls {est.write_s / (interval + est.write_s):.0%} of wall time")
+        lines.append(f"every {every} steps of ~{est.step_s:.1f} s ({est.tokens_per_step:,} tokens: global batch "
+                     f"{est.global_batch} x {plan.preset.workload.seq_len}, on {est.ranks} ranks at {ASSUMED_MFU:.0%} MFU) "
+                     f"= {interval:.0f} s of training: a synchronous save stalls "
+                     f"{est.write_s / (interval + est.write_s):.0%} of wall time")
     lines.append(f"{stop}: {STEPS_AFTER_SIGNAL} steps after the signal and, at worst, an asynchronous save in "
                  f"flight and the blocking one ({budget.worker_s:.0f} s)")
     plan.sections.append((head, lines))
@@ -314,4 +311,15 @@ def as_data(plan: Plan) -> dict:
             "sections": [{"title": head, "lines": lines} for head, lines in plan.sections],
             "limits": [{"name": lim.name, "max_nodes": lim.max_nodes, "detail": lim.detail,
                         "exceeded": lim.max_nodes is not None and plan.nodes > lim.max_nodes} for lim in plan.limits],
-            "binding": plan.binding.name if plan.binding else None, "exceeded": plan.exceeded}
+            "binding": plan.binding.name if plan.binding else None, "exceeded": plan.exceeded,
+            "step": _step_data(plan)}
+
+
+def _step_data(plan: Plan) -> dict | None:
+    """One optimizer step of the preset on its fewest ranks, as the checkpoint section prints it."""
+    est = save_estimate(plan.preset, plan.group.instance_type, plan.env.fsx)
+    if est is None:
+        return None
+    return {"global_batch": est.global_batch,
+            "seq_len": plan.preset.workload.seq_len, "tokens_per_step": est.tokens_per_step, "ranks": est.ranks,
+            "step_s": est.step_s}

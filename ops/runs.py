@@ -132,3 +132,24 @@ def stop(client: Any, target: str, namespace: str) -> list[str]:
     if not active:
         raise OpsError(f"no active run of preset {target} in {namespace}; `python -m ops status` lists the runs")
     return [kube.set_suspended(client, r.name, suspend=True, namespace=namespace) for r in active]
+
+
+def run_manifest(env: Any, preset: str, *, name: str | None, image: str | None, overrides: dict | None) -> dict:
+    """The run `start` or `submit` would create: the preset's, for the image the environment's
+    Registry stack published (or `image`), with the --set overrides."""
+    if not image:
+        from ops import images
+
+        kube.render(env, preset, image="-", job_name=name, overrides=overrides)  # a bad --set before any AWS call
+        image = images.published_image(env, get_preset(preset).image_variant)
+    return kube.render(env, preset, image=image, job_name=name, overrides=overrides)
+
+
+def dry_run_text(run: dict) -> str:
+    """What `--dry-run` prints, in the order kube.submit creates it: no pod of the run starts before
+    its peers may reach it."""
+    import yaml
+
+    from k8s.pods.network_policy import job_peers_policy
+
+    return yaml.safe_dump_all([job_peers_policy(run), run], sort_keys=False)

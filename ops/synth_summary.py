@@ -8,7 +8,6 @@ are read back from the synthesized templates, so the summary shows what will be 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -233,23 +232,15 @@ def make_outdir(outdir: Path) -> None:
         raise OpsError(f"--outdir: {problem}") from None
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env", default="dev", help="environment name from cdk.json (default dev)")
-    parser.add_argument("--outdir", type=Path, default=REPO_ROOT / "cdk.out", help="cloud assembly directory")
-
-
-def run(args: argparse.Namespace) -> int:
+def synth_and_summarize(env_name: str, outdir: Path, *, as_json: bool) -> int:
     """0 with the summary; 1 when `cdk synth` fails (its checks, cdk-nag among them, stop it).
     A bad environment is a ConfigError before any synth (the CLI prints one line, exit 2)."""
-    config = envconfig.load(args.env)
-    make_outdir(args.outdir)
-    result = cdk_synth(args.env, args.outdir)
+    config = envconfig.load(env_name)
+    make_outdir(outdir)
+    result = cdk_synth(env_name, outdir)
     if result.returncode != 0:
         print(f"error: cdk synth failed (exit {result.returncode}):", file=sys.stderr)
         print(result.stderr.strip()[-4000:], file=sys.stderr)
         return 1
-    if getattr(args, "output", "table") == "json":
-        print(to_json(summary_data(config, args.outdir)))
-    else:
-        print(summarize(config, args.outdir))
+    print(to_json(summary_data(config, outdir)) if as_json else summarize(config, outdir))
     return 0

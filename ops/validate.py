@@ -17,7 +17,6 @@ Needs kubectl configured for the cluster (the pipeline does update-kubeconfig fi
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -243,25 +242,11 @@ def run_nccl_sweep(check: Check, nodes: list[str], timeout_s: float) -> bool:
     return sweep.ok
 
 
-def positive_seconds(text: str) -> float:
+def run_checks(dist: Path, timeout_s: float) -> int:
+    """Every check of dist/<env>/validation/ that has nodes to run on: 0 when all passed, 1 when one
+    failed; OpsError (one line, exit 2) when there are none or kubectl cannot do what a check needs."""
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dist", type=Path, required=True, help="dist/<env> folder written by make synth")
-    parser.add_argument("--timeout", type=positive_seconds, default=1800,
-                        help="seconds each check may take (default 1800)")
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        checks = checks_from_objects(load_validation_objects(args.dist))
+        checks = checks_from_objects(load_validation_objects(dist))
     except ValueError as err:
         raise OpsError(f"--dist: {err}") from None
     try:
@@ -270,8 +255,8 @@ def run(args: argparse.Namespace) -> int:
         for reason in skipped:
             print(f"skipped: {reason}")
         failures = [c.name for c in runnable
-                    if not (run_nccl_sweep(c, ready[c.nodegroup], args.timeout) if c.kind == "MPIJob"
-                            else run_check(c, args.timeout))]
+                    if not (run_nccl_sweep(c, ready[c.nodegroup], timeout_s) if c.kind == "MPIJob"
+                            else run_check(c, timeout_s))]
     except RuntimeError as err:  # kubectl could not do what a check needs: the cluster, not a check
         raise OpsError(str(err)) from None
     except ValueError as err:

@@ -77,13 +77,13 @@ def test_submit_help_lists_every_set_key_with_its_values(offline):
 def test_every_documented_set_example_renders():
     from config.overrides import OVERRIDES
     from ops import kube
-    from ops.cli import _override, _overrides
+    from ops.arguments import override, overrides
     from ops.envconfig import load
 
     for key, rule in OVERRIDES.items():
         text = f"env.{rule.example}" if rule.type is dict else f"{key}={rule.example}"
         manifest = kube.render(load("dev"), "llama3-8b-fsdp", image="img:1", job_name="smoke",
-                               overrides=_overrides([_override(text)]))
+                               overrides=overrides([override(text)]))
         assert manifest["kind"] == "PyTorchJob", key
 
 

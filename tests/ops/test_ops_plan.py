@@ -221,3 +221,52 @@ def test_a_model_that_does_not_fit_its_ranks_is_over(monkeypatch):
     p = plan.build(load("prod"), short.name, nodes=1)
     [problem] = p.exceeded
     assert problem.startswith("memory per rank (") and "GiB short on 1 nodes)" in problem
+
+
+def _with_workload(monkeypatch, name: str, **changes):
+    """The preset `name` with its workload changed, under a name of its own that `ops plan` finds."""
+    from dataclasses import replace
+    from config.presets import PRESETS
+    base = PRESETS[name]
+    changed = replace(base, name=f"{name}-probe", workload=type(base.workload)(**{**base.workload.values, **changes}))
+    monkeypatch.setitem(PRESETS, changed.name, changed)
+    return changed
+
+
+def step(p: plan.Plan) -> dict:
+    return plan.as_data(p)["step"]
+
+
+def test_doubling_the_global_batch_doubles_the_step_time_and_its_tokens(monkeypatch):
+    """Issue 19: a step trains the global batch over all ranks (each accumulating micro-batches),
+    so its time follows the global batch, not the per-rank micro-batch."""
+    prod = load("prod")
+    base = plan.build(prod, "llama3-8b-fsdp")
+    doubled = _with_workload(monkeypatch, "llama3-8b-fsdp", global_batch_size=64)
+    twice = plan.build(prod, doubled.name)
+    assert step(twice)["tokens_per_step"] == 2 * step(base)["tokens_per_step"]
+    assert step(twice)["step_s"] == pytest.approx(2 * step(base)["step_s"])
+    assert "every 200 steps of ~4.8 s (524,288 tokens: global batch 64 x 8192, on 16 ranks" in \
+        section(twice, "Checkpoint")[2]
+
+
+def test_the_micro_batch_alone_does_not_change_the_step_time(monkeypatch):
+    prod = load("prod")
+    smaller = _with_workload(monkeypatch, "llama3-8b-fsdp", batch_size=1)  # 2 micro-batches of 1 a step
+    assert step(plan.build(prod, smaller.name)) == step(plan.build(prod, "llama3-8b-fsdp"))
+
+
+@pytest.mark.parametrize("env_name", ["dev", "prod"])
+def test_every_llm_presets_tokens_per_step_is_its_global_batch_times_its_sequence_length(env_name):
+    from k8s.pods.pytorchjob import presets_for
+    env = load(env_name)
+    checked = 0
+    for preset in presets_for(env):
+        data = step(plan.build(env, preset.name))
+        if data is None:
+            continue
+        w = preset.workload
+        assert (data["global_batch"], data["tokens_per_step"]) == (w.global_batch_size,
+                                                                  w.global_batch_size * w.seq_len), preset.name
+        checked += 1
+    assert checked or env_name == "dev"

@@ -1,0 +1,179 @@
+"""What several ops commands share at the command line: flag groups with the typed options they
+become, the value parsers, and the one step from an argparse Namespace to a command's options.
+
+A flag group is a frozen dataclass whose `add_to(parser)` declares its flags; a command's Options
+dataclass inherits the groups it uses, and ops/cli.py builds it from the parsed Namespace with
+`typed()`, so no Namespace reaches a command's run() or the modules that do the work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Sequence, TypeVar
+
+from config.kubernetes import TRAINING_NAMESPACE
+
+T = TypeVar("T")
+
+
+def typed(options: type[T], namespace: argparse.Namespace) -> T:
+    """`options` (a dataclass) from the Namespace's values of the same names; the other values stay
+    behind (the command's name, a subcommand's defaults for flags of its siblings)."""
+    names = {f.name for f in dataclasses.fields(options) if f.init}  # type: ignore[arg-type]
+    return options(**{k: v for k, v in vars(namespace).items() if k in names})
+
+
+# --- value parsers -------------------------------------------------------------------------------
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def override(text: str) -> tuple[str, Any]:
+    """One `--set KEY=VALUE`."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    if key.startswith("env."):  # environment variables stay strings
+        return key, value
+    # Numbers stay numbers so node counts and restarts reach the renderer as ints.
+    return key, int(value) if value.lstrip("-").isdigit() else value
+
+
+def overrides(pairs: list[tuple[str, Any]] | tuple[tuple[str, Any], ...]) -> dict | None:
+    """`--set` pairs as the renderer's overrides: env.NAME=VALUE pairs gather into `env`."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key.startswith("env."):
+            out.setdefault("env", {})[key[len("env."):]] = value
+        else:
+            out[key] = value
+    return out or None
+
+
+# --- flag groups ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class EnvOptions:
+    """--env and --context-file: the environment a command works on."""
+    env: str
+    context_file: str | None = None
+
+    @staticmethod
+    def add_to(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--env", required=True, help="environment name in cdk.json context `environments`")
+        parser.add_argument("--context-file", help="read environments from this file instead of cdk.json")
+
+    def environment(self):
+        """The typed Environment; ConfigError (one line) when it is unknown or invalid."""
+        from ops.envconfig import load
+
+        return load(self.env, self.context_file)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterOptions:
+    """--kubeconfig and --context: how a command reaches the cluster."""
+    kubeconfig: str | None = None
+    context: str | None = None
+
+    @staticmethod
+    def add_to(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG or ~/.kube/config)")
+        parser.add_argument("--context", help="kubeconfig context (default: current-context)")
+
+    def api_client(self) -> Any:
+        """A kubernetes ApiClient for the core, apps and batch APIs (ops/kube.py: one-line errors)."""
+        from ops import kube
+
+        return kube.api_client(self.kubeconfig, self.context)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KubeOptions(ClusterOptions):
+    """The cluster, and --namespace: where a command's jobs live."""
+    namespace: str = TRAINING_NAMESPACE
+
+    @staticmethod
+    def add_to(parser: argparse.ArgumentParser) -> None:
+        ClusterOptions.add_to(parser)
+        parser.add_argument("--namespace", default=TRAINING_NAMESPACE, help=f"default {TRAINING_NAMESPACE}")
+
+    def training_client(self) -> Any:
+        """The Kubeflow SDK's client for the namespace (ops/kube.py: bounded, one-line errors)."""
+        from ops import kube
+
+        return kube.training_client(self.kubeconfig, self.context, self.namespace)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputOptions:
+    """-o table|json (ops/output.py)."""
+    output: str = "table"
+
+    @staticmethod
+    def add_to(parser: argparse.ArgumentParser) -> None:
+        from ops.output import add_output_flag
+
+        add_output_flag(parser)
+
+    @property
+    def json(self) -> bool:
+        return self.output == "json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions(EnvOptions, KubeOptions):
+    """What `start` and `submit` share: the environment, the image, --set overrides and --dry-run."""
+    image: str | None = None
+    overrides: Sequence[tuple[str, Any]] = ()
+    dry_run: bool = False
+
+    @staticmethod
+    def add_to(parser: argparse.ArgumentParser) -> None:
+        EnvOptions.add_to(parser)
+        parser.add_argument("--image", help="trainer image URI (default: the image the environment's Registry stack "
+                                            "published for the preset, from its CloudFormation outputs)")
+        parser.add_argument("--set", dest="overrides", action="append", type=override, default=[],
+                            metavar="KEY=VALUE", help="override a preset field, repeatable (keys below)")
+        parser.add_argument("--dry-run", action="store_true",
+                            help="print what it would create, create nothing: the run's peers NetworkPolicy, then "
+                                 "the run")
+        KubeOptions.add_to(parser)
+
+    @staticmethod
+    def epilog() -> str:
+        from config.overrides import help_lines
+
+        return "--set keys (checked against the environment when the run is rendered):\n" + "\n".join(help_lines())
+
+    def launch(self, preset: str, *, name: str | None, resume: bool) -> int:
+        """Print the run (--dry-run), or create it (resume=False) or resume or create it (resume=True)."""
+        from ops import runs
+
+        manifest = runs.run_manifest(self.environment(), preset, name=name, image=self.image,
+                                 overrides=overrides(self.overrides))
+        if self.dry_run:
+            print(runs.dry_run_text(manifest), end="")
+            return 0
+        for line in runs.start(self.training_client(), manifest, resume=resume):
+            print(line)
+        return 0

@@ -1,0 +1,50 @@
+"""`ops capacity-block schedule|scale-to-zero --env ENV`: capacity-block node groups up at the
+block's start, or down to 0 before an update (ops/capacity_blocks.py)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from ops.arguments import EnvOptions
+from ops.errors import EXIT_PROBLEM, OpsError
+
+HELP = "bring capacity-block groups up at the block's start, or to 0 before an update"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options(EnvOptions):
+    action: str
+    group: str | None = None
+    cluster_name: str | None = None
+    if_any: bool = False
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["schedule", "scale-to-zero"])
+    EnvOptions.add_to(parser)
+    parser.add_argument("--group", help="one capacity-block group (required for scale-to-zero)")
+    parser.add_argument("--cluster-name", help="skip the lookup by CloudFormation stack tag")
+    parser.add_argument("--if-any", action="store_true",
+                        help="do nothing when the environment has no capacity-block groups (make deploy uses it)")
+
+
+def run(options: Options) -> int:
+    from ops import aws, capacity_blocks
+
+    env = options.environment()
+    if options.action == "scale-to-zero" and not options.group:
+        raise OpsError("scale-to-zero needs --group: the capacity-block group to take to 0")
+    if options.if_any and not options.group and not any(g.capacity.type == "capacityBlock"
+                                                        for g in env.gpu_nodegroups):
+        return 0
+    capacity_blocks.block_groups(env, options.group)  # a bad group is one line before any AWS call
+    clients = aws.clients(env.region)
+    aws.caller_account(clients.sts)
+    if options.action == "scale-to-zero":
+        print(capacity_blocks.scale_to_zero(env, clients, group=options.group, cluster_name=options.cluster_name))
+        return 0
+    results = capacity_blocks.schedule(env, clients, group=options.group, cluster_name=options.cluster_name)
+    for result in results:
+        print(f"{result.group}: {result.message}")
+    return 0 if all(r.ok for r in results) else EXIT_PROBLEM

@@ -1,0 +1,29 @@
+"""`ops logs NAME [-f]`: worker 0's log, where rank 0 writes the metrics."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from ops.arguments import KubeOptions
+
+HELP = "worker 0's log (rank 0 logs the metrics)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options(KubeOptions):
+    name: str
+    follow: bool = False
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name")
+    parser.add_argument("-f", "--follow", action="store_true")
+    KubeOptions.add_to(parser)
+
+
+def run(options: Options) -> int:
+    from ops import kube
+
+    kube.logs(options.training_client(), options.name, options.namespace, follow=options.follow)
+    return 0

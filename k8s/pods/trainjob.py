@@ -33,7 +33,7 @@ import copy
 from dataclasses import replace
 
 from config.environment import Environment
-from config.kubernetes import LABEL_PREFIX, TRAINING_NAMESPACE
+from config.kubernetes import LABEL_PREFIX, RUN_ID_ENV, TRAINING_NAMESPACE
 from config.presets import CLUSTER_CHECKPOINT_ROOT, get_preset
 from k8s.pods.names import C10D_PORT, ETCD_CLIENT_PORT, ETCD_SERVICE, short_digest
 from k8s.pods.podspec import validate_pod_templates
@@ -70,14 +70,17 @@ def rendezvous_endpoint(spec: JobSpec) -> str:
 
 def node_template(config: Environment, spec: JobSpec) -> dict:
     """The v1 worker pod, as Trainer's `node` container, never restarted in place, plus the
-    rendezvous variables the v1 operator derived from elasticPolicy. PET_RDZV_ID is filled in by
-    runtime_manifest; `$(JOBSET_RESTART_ATTEMPT)` gives each JobSet attempt a fresh etcd round
-    instead of the dead attempt's state."""
+    rendezvous variables the v1 operator derived from elasticPolicy. The ids are filled in by
+    runtime_manifest: PET_RDZV_ID is the run's id and `$(JOBSET_RESTART_ATTEMPT)`, a fresh etcd
+    round for each JobSet attempt instead of the dead attempt's state."""
     template = worker_template(config, spec, container_name=NODE)
     template["spec"]["restartPolicy"] = "Never"  # podFailurePolicy requires it
     # config's rule for torchrun's backend name, applied to the (possibly overridden) choice.
     backend = replace(get_preset(spec.preset), rendezvous=spec.rendezvous).torch_rdzv_backend
     template["spec"]["containers"][0]["env"] += [
+        # The run, the same on every attempt: the trainer's lease on the checkpoint folder takes
+        # it over at once on a restart, instead of refusing "another run" (trainer/lease.py).
+        {"name": RUN_ID_ENV, "value": ""},
         {"name": RESTART_ATTEMPT_ENV,
          "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{RESTART_ATTEMPT_LABEL}']"}}},
         *({"name": k, "value": v} for k, v in rendezvous_env(
@@ -131,8 +134,9 @@ def runtime_manifest(config: Environment, spec: JobSpec) -> dict:
     image, container["image"] = container["image"], ""
     digest = short_digest(manifest, 10)
     container["image"] = image
-    run_id = next(e for e in container["env"] if e["name"] == "PET_RDZV_ID")
-    run_id["value"] = f"{spec.name}-{digest}-$({RESTART_ATTEMPT_ENV})"
+    values = {e["name"]: e for e in container["env"]}
+    values[RUN_ID_ENV]["value"] = f"{spec.name}-{digest}"
+    values["PET_RDZV_ID"]["value"] = f"$({RUN_ID_ENV})-$({RESTART_ATTEMPT_ENV})"
     validate_pod_templates(manifest, config.kubernetes_version)
     return manifest
 

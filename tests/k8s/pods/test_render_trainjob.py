@@ -38,6 +38,8 @@ DECLARED = {
     "spec.restartPolicy": "v1 restarts containers in place (OnFailure, from the replica spec); v2 never does "
                           "(podFailurePolicy requires Never): a failed pod restarts the whole JobSet",
     f"spec.containers[0].env[{RESTART_ATTEMPT_ENV}]": "the JobSet attempt, so each attempt gets its own rendezvous id",
+    "spec.containers[0].env[TRAINER_RUN_ID]": "the run's id for the checkpoint lease, the same on every attempt "
+                                              "(v1's rendezvous id already is)",
     **{f"spec.containers[0].env[{name}]": "v1's operator derives the rendezvous from elasticPolicy at pod creation; "
                                          "v2 has no elasticPolicy, so the runtime states it" for name in RENDEZVOUS},
 }
@@ -167,8 +169,9 @@ def test_each_jobset_attempt_rendezvouses_under_its_own_id(runs):
         value = {e["name"]: e.get("value") for e in env_list}
         # The kubelet expands $(VAR) only from variables defined earlier in the list.
         assert names.index(RESTART_ATTEMPT_ENV) < names.index("PET_RDZV_ID")
-        assert value["PET_RDZV_ID"].endswith(f"-$({RESTART_ATTEMPT_ENV})")
-        assert value["PET_RDZV_ID"].startswith(runtime["metadata"]["name"] + "-")
+        assert names.index("TRAINER_RUN_ID") < names.index("PET_RDZV_ID")
+        assert value["PET_RDZV_ID"] == f"$(TRAINER_RUN_ID)-$({RESTART_ATTEMPT_ENV})"
+        assert value["TRAINER_RUN_ID"].startswith(runtime["metadata"]["name"] + "-")
         elastic = job["spec"]["elasticPolicy"]
         assert value["PET_RDZV_BACKEND"] == elastic["rdzvBackend"]
         assert value["PET_RDZV_ENDPOINT"] == f"{elastic['rdzvHost']}:{elastic['rdzvPort']}"
@@ -265,3 +268,24 @@ def test_our_resources_reach_the_pod_whole_and_an_override_would_lose_the_efa_cl
            "limits": {"nvidia.com/gpu": "8", "hugepages-2Mi": "5120Mi"}, "claims": [{"name": "efa"}]}
     merged = merge_v2_3_0(dra, {"requests": {"cpu": "100"}})
     assert "claims" not in merged and merged["requests"]["hugepages-2Mi"] == "5120Mi"
+
+
+def test_every_jobset_attempt_is_the_same_run_to_the_checkpoint_lease(dev):
+    """Each attempt rendezvouses under its own id, but the trainer's lease on the checkpoint folder
+    must see one run: an attempt refused as "another run" would exit 2 and spend a restart."""
+    from trainer.lease import Owner
+
+    runtime, _ = render_trainjob_run(dev, "cpu-ddp", image=IMAGE)
+    env_list = node_pod_template(runtime)["spec"]["containers"][0]["env"]
+
+    def pod_env(attempt: str) -> dict:
+        values = {e["name"]: e.get("value", "") for e in env_list}
+        values[RESTART_ATTEMPT_ENV] = attempt
+        values = {k: v.replace(f"$({RESTART_ATTEMPT_ENV})", attempt).replace("$(TRAINER_RUN_ID)", values["TRAINER_RUN_ID"])
+                  for k, v in values.items()}
+        # torchrun hands its workers the rendezvous id as TORCHELASTIC_RUN_ID.
+        return {**values, "TORCHELASTIC_RUN_ID": values["PET_RDZV_ID"]}
+
+    first, second = pod_env("0"), pod_env("1")
+    assert first["PET_RDZV_ID"] != second["PET_RDZV_ID"]
+    assert Owner.of_this_process(first).run == Owner.of_this_process(second).run

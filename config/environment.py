@@ -19,6 +19,10 @@ CAPACITY_TYPES = ("onDemand", "reserved", "capacityBlock")
 REMOVAL_POLICIES = ("destroy", "retain")
 ENDPOINT_ACCESS_TYPES = ("private", "public")
 FSX_THROUGHPUTS = (125, 250, 500, 1000)
+# Which Kubeflow training API runs the presets: v1 is Training Operator 1.9.4 (PyTorchJob), v2 is
+# Kubeflow Trainer 2.3.0 (TrainJob on JobSet). README "Training API: v1 or v2" says how to choose.
+TRAINING_APIS = ("v1", "v2")
+DEPLOYABLE_TRAINING_APIS = ("v1",)  # v2 joins once its add-ons exist (issue 23)
 RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
 
 # Addresses AWS keeps in every subnet.
@@ -104,6 +108,7 @@ class Environment:
     data_sources: tuple[DataSource, ...] = ()
     # The identity that runs `cdk deploy`, made a cluster admin too (IAM role or user ARN).
     deployer_principal_arn: str | None = None
+    training_api: str = "v1"
 
     @property
     def admin_principal_arns(self) -> tuple[str, ...]:

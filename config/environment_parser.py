@@ -18,7 +18,9 @@ from config.eks_versions import (
     BY_VERSION as EKS_VERSIONS, CALENDAR_AS_OF, DEFAULT_KUBERNETES_VERSION, SUPPORTED_KUBERNETES_VERSIONS,
     UPGRADE_POLICIES,
 )
-from config.environment import FSX_THROUGHPUTS, REMOVAL_POLICIES, Environment, Fsx
+from config.environment import (
+    DEPLOYABLE_TRAINING_APIS, FSX_THROUGHPUTS, REMOVAL_POLICIES, TRAINING_APIS, Environment, Fsx,
+)
 from config.errors import ConfigError
 from config.network_parser import parse_availability_zones, parse_endpoint, parse_vpc_cidr
 from config.nodegroup_parser import check_unique_names, parse_nodegroup, parse_system_nodegroup
@@ -99,6 +101,12 @@ def parse_environment(name: str, raw: Any) -> Environment:
     removal = one_of(r.required("removalPolicy", str), REMOVAL_POLICIES, r.at("removalPolicy"))
     data_sources = parse_data_sources(r.optional("dataSources", dict, {}), r.at("dataSources"), fsx=fsx,
                                       cpu_groups=cpu_groups)
+    training_api = one_of(r.optional("trainingApi", str, "v1"), TRAINING_APIS, r.at("trainingApi"))
+    if training_api not in DEPLOYABLE_TRAINING_APIS:
+        # Its runs render (k8s/pods/trainjob.py), but no add-on installs its controllers yet: taking
+        # the value would deploy v1 while the config says v2.
+        raise ConfigError(r.at("trainingApi"), f"{training_api} is not deployable yet (the Trainer and JobSet "
+                                               f"add-ons are not built); use {', '.join(DEPLOYABLE_TRAINING_APIS)}")
     r.finish()
 
     env = Environment(
@@ -107,7 +115,7 @@ def parse_environment(name: str, raw: Any) -> Environment:
         admin_role_arns=admin_roles, endpoint_access=endpoint, system_nodegroup=system,
         gpu_nodegroups=gpu_groups, cpu_nodegroups=cpu_groups, fsx=fsx, removal_policy=removal,
         upgrade_policy=upgrade_policy, addon_versions=addon_versions, deployer_principal_arn=deployer,
-        data_sources=data_sources,
+        data_sources=data_sources, training_api=training_api,
     )
     needed, available = env.training_subnet_ips_at_max(), env.private_subnet_capacity
     if needed > available:

@@ -80,6 +80,10 @@ EXIT_CHECKPOINT_READ_FAILED = 75  # sysexits.h EX_TEMPFAIL: a load failed for a 
 EXIT_NOT_ON_EFA = 78  # sysexits.h EX_CONFIG: NCCL is not on the EFA network the job was promised
 EXIT_PREEMPTED = 143  # 128 + SIGTERM: stopped before the last step, after a checkpoint; resume it
 
+# The run's own id, for the trainer's lease on its checkpoint folder (trainer/lease.py), where the
+# rendezvous id changes between attempts of one run: a TrainJob's (k8s/pods/trainjob.py).
+RUN_ID_ENV = "TRAINER_RUN_ID"
+
 # Every command line of ours, stopped by Ctrl-C: 128 + SIGINT, as a shell reports it.
 EXIT_INTERRUPTED = 130
 

@@ -3,9 +3,11 @@
 A real etcd (v2 API, as the in-cluster etcd Service speaks it) starts on loopback with a
 throw-away data folder, torchrun joins it with the etcd-v2 rendezvous, and the workload gets
 the very arguments the PyTorchJob renders from the same preset; only the checkpoint root
-differs. etcd is stopped afterwards, on failure and on Ctrl-C too.
+differs. torchrun gets no topology flags: it reads the PET_* variables a TrainJob's pod gets
+(k8s/pods/torchrun_env.py), with one machine's values. etcd is stopped afterwards, on failure and
+on Ctrl-C too.
 
-The node count is fixed (--nnodes=1, not a range): with min < max the etcd rendezvous waits out
+The node count is fixed (PET_NNODES=1, not a range): with min < max the etcd rendezvous waits out
 its last-call timeout, about 36 s here, before starting (NOTES.md).
 """
 
@@ -29,6 +31,7 @@ from pathlib import Path
 from config import paths
 from config.kubernetes import EXIT_INTERRUPTED
 from config.presets import PRESETS, JobPreset
+from k8s.pods.torchrun_env import local_env
 from ops import proc
 from ops.errors import OpsError
 
@@ -106,12 +109,16 @@ def etcd_server(binary: str, timeout_s: float = 30.0):
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def torchrun_command(preset: JobPreset, endpoint: str, checkpoint_root: str, run_id: str) -> list[str]:
-    """The preset's container command with the launcher topology filled in for one machine."""
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={preset.local_nproc}",
-            f"--rdzv-backend={preset.torch_rdzv_backend}", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}",
-            f"--max-restarts={preset.max_restarts}", "--module", preset.module,
+def torchrun_command(preset: JobPreset, checkpoint_root: str) -> list[str]:
+    """The preset's container command, run by this Python; the topology comes from torchrun_env."""
+    return [sys.executable, "-m", "torch.distributed.run", "--module", preset.module,
             *preset.workload_args(checkpoint_root=checkpoint_root)]
+
+
+def torchrun_env(preset: JobPreset, endpoint: str, run_id: str) -> dict[str, str]:
+    """The PET_* variables of a TrainJob's pod, for one machine."""
+    return local_env(nproc_per_node=preset.local_nproc, master_port=_free_port(), backend=preset.torch_rdzv_backend,
+                     endpoint=endpoint, run_id=run_id, max_restarts=preset.max_restarts)
 
 
 def child_env() -> dict:
@@ -122,9 +129,11 @@ def child_env() -> dict:
 
 def run_job(preset: JobPreset, endpoint: str, checkpoint_root: str,
             timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[int, dict | None, float]:
-    argv = torchrun_command(preset, endpoint, checkpoint_root, f"local-{preset.name}-{uuid.uuid4().hex[:8]}")
-    print("$ " + " ".join(argv[2:]), flush=True)  # argv is [python, -m, torch.distributed.run, ...]
-    env = child_env()
+    argv = torchrun_command(preset, checkpoint_root)
+    topology = torchrun_env(preset, endpoint, f"local-{preset.name}-{uuid.uuid4().hex[:8]}")
+    # argv is [python, -m, torch.distributed.run, ...]
+    print("$ " + " ".join([*(f"{k}={v}" for k, v in topology.items()), *argv[2:]]), flush=True)
+    env = {**child_env(), **topology}
     summary, t0 = None, time.monotonic()
     job = proc.start(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     # Past the deadline the job stops as on Ctrl-C: SIGTERM (workers save a checkpoint), then SIGKILL.

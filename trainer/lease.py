@@ -7,7 +7,8 @@ and renews it every RENEW_S seconds from a background thread while the run lives
 - "The same run" is torchrun's run id (TORCHELASTIC_RUN_ID, the --rdzv-id): on the cluster the
   PyTorchJob's rdzvId, the job's name and a digest of its spec, the same for every pod and every
   restart of that job and new for a resubmitted one; under `torchrun --standalone` a fresh id per
-  invocation. Without torchrun it is host:pid. A lease of the same run is taken over at once:
+  invocation. Without torchrun it is host:pid. TRAINER_RUN_ID, where set, wins: a TrainJob
+  (trainingApi v2) rendezvouses under a new id on every JobSet attempt, and names the run in it. A lease of the same run is taken over at once:
   torchrun restarting its workers, or a pod restarted on another node, is the same run.
 - A lease of another run is refused while it is live, with one line naming its owner.
 - It is stale, and taken over with a log line, when it was not renewed for TTL_S seconds, or at
@@ -35,6 +36,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from config.kubernetes import RUN_ID_ENV
+
 from trainer.log import log, warn
 
 LEASE_FILE = "LEASE"
@@ -56,7 +59,7 @@ class Owner:
     @classmethod
     def of_this_process(cls, env=os.environ) -> "Owner":
         host, pid = socket.gethostname(), os.getpid()
-        return cls(env.get("TORCHELASTIC_RUN_ID") or f"{host}:{pid}", host, pid)
+        return cls(env.get(RUN_ID_ENV) or env.get("TORCHELASTIC_RUN_ID") or f"{host}:{pid}", host, pid)
 
     def __str__(self) -> str:
         return f"run {self.run} (host {self.host}, pid {self.pid})"

@@ -19,6 +19,7 @@ from config.errors import ConfigError
 
 _WORKLOADS = ("Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job")
 _REPLICA_SPECS = {"PyTorchJob": "pytorchReplicaSpecs", "MPIJob": "mpiReplicaSpecs"}
+_RUNTIMES = ("TrainingRuntime", "ClusterTrainingRuntime")  # Kubeflow Trainer v2: a JobSet template
 
 
 def pod_templates(manifest: dict) -> Iterator[tuple[str, dict]]:
@@ -33,6 +34,9 @@ def pod_templates(manifest: dict) -> Iterator[tuple[str, dict]]:
     elif kind in _REPLICA_SPECS:
         for role, replica in spec.get(_REPLICA_SPECS[kind], {}).items():
             yield f"{name} {role}", replica["template"]
+    elif kind in _RUNTIMES:
+        for job in spec["template"]["spec"].get("replicatedJobs", []):
+            yield f"{name} {job['name']}", job["template"]["spec"]["template"]
 
 
 def validate_pod_templates(manifest: dict, kubernetes_version: str) -> int:

@@ -145,15 +145,14 @@ def rendezvous_host(spec: JobSpec) -> str:
     return f"{spec.name}-worker-0"
 
 
-def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
-    """The PyTorchJob for `spec`; rdzvId is the job name plus a digest of everything else, so a
-    resubmitted job (new name or new content) never joins a stale rendezvous round in etcd."""
+def worker_template(config: Environment, spec: JobSpec, *, container_name: str = PYTORCH_CONTAINER) -> dict:
+    """The pod template of every worker of `spec`: the one pod both training APIs run (a PyTorchJob's
+    Worker here, a TrainingRuntime's `node` job in k8s/pods/trainjob.py), named as each API requires."""
     instance = config.nodegroup(spec.nodegroup).instance_type
     preset = get_preset(spec.preset)
     cpu, memory = node_share(instance)
     stop = stop_budget(preset, instance, config.fsx)
-    labels = {JOB_LABEL: spec.name, PRESET_LABEL: spec.preset}
-    pod_labels = dict(labels)
+    pod_labels = {JOB_LABEL: spec.name, PRESET_LABEL: spec.preset}
     if spec.rendezvous == "etcd":
         pod_labels[ETCD_CLIENT_LABEL] = "true"
 
@@ -173,7 +172,7 @@ def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
         *({"name": k, "value": v} for k, v in spec.env),
     ]
     container = {
-        "name": PYTORCH_CONTAINER,
+        "name": container_name,
         "image": spec.image,
         # Images are pinned by tag or digest; Always would only add a registry round-trip per pod.
         "imagePullPolicy": "IfNotPresent",
@@ -203,6 +202,16 @@ def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
     }
     if instance.is_gpu:
         pod_spec["tolerations"] = [gpu_toleration()]
+    return {"metadata": {"labels": pod_labels}, "spec": pod_spec}
+
+
+def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
+    """The PyTorchJob for `spec`; rdzvId is the job name plus a digest of everything else, so a
+    resubmitted job (new name or new content) never joins a stale rendezvous round in etcd."""
+    preset = get_preset(spec.preset)
+    labels = {JOB_LABEL: spec.name, PRESET_LABEL: spec.preset}
+    template = worker_template(config, spec)
+    container = template["spec"]["containers"][0]
 
     elastic = {
         # config's rule for torchrun's backend name, applied to the (possibly overridden) choice.
@@ -237,7 +246,7 @@ def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
                 "Worker": {
                     "replicas": spec.nodes_max,
                     "restartPolicy": "OnFailure",
-                    "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
+                    "template": template,
                 },
             },
         },

@@ -75,6 +75,12 @@ def test_kubernetes_version_and_upgrade_policy_default_to_1_35_and_standard():
     assert env.addon_version("vpc-cni") is None
 
 
+def test_training_api_defaults_to_v1():
+    assert load_environment(CONTEXT["environments"], "dev").training_api == "v1"
+    assert load_environment(CONTEXT["environments"], "prod").training_api == "v1"
+    assert load_environment({"dev": dict(dev(), trainingApi="v1")}, "dev").training_api == "v1"
+
+
 def test_a_deployer_principal_becomes_one_more_admin_and_the_kubeconfig_command_names_the_cluster():
     raw = dict(dev(), deployerPrincipalArn="arn:aws:iam::111111111111:role/ci/Deployer")
     env = load_environment({"dev": raw}, "dev")
@@ -119,7 +125,7 @@ CASES = [
     ("unknown key", [("acount", "111111111111")],
      "acount: unknown key; allowed keys are account, addonVersions, adminRoleArns, availabilityZones, cpuNodegroups, "
      "dataSources, deployerPrincipalArn, endpointAccess, fsx, gpuNodegroups, kubernetesVersion, region, removalPolicy, systemNodegroup, "
-     "trainingAvailabilityZone, upgradePolicy, vpcCidr"),
+     "trainingApi, trainingAvailabilityZone, upgradePolicy, vpcCidr"),
     ("required key missing", [("account", DELETE)], "account: is required (a string)"),
     ("wrong type", [("account", 111111111111)], "account: must be a string, got 111111111111"),
     ("boolean is not a count", [("cpuNodegroups[0].maxSize", True)],
@@ -140,6 +146,10 @@ CASES = [
     ("kubernetes version out of standard support", [("kubernetesVersion", "1.33")],
      "kubernetesVersion: 1.33 left EKS standard support on 2026-07-29 (a new cluster would pay extended-support "
      "rates); use one of 1.34, 1.35, 1.36"),
+    ("training API unknown", [("trainingApi", "v3")], "trainingApi: must be one of v1, v2, got 'v3'"),
+    ("training API not a string", [("trainingApi", 2)], "trainingApi: must be a string, got 2"),
+    ("training API without its add-ons", [("trainingApi", "v2")],
+     "trainingApi: v2 is not deployable yet (the Trainer and JobSet add-ons are not built); use v1"),
     ("upgrade policy unknown", [("upgradePolicy", "lts")],
      "upgradePolicy: must be one of standard, extended, got 'lts'"),
     ("add-on version for an add-on the cluster does not run", [("addonVersions", {"aws-ebs-csi-driver": "v1.40.0-eksbuild.1"})],

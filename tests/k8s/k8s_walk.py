@@ -113,3 +113,17 @@ def one(docs: list[dict], kind: str) -> dict:
 def pod(doc: dict) -> dict:
     """A workload's pod spec."""
     return doc["spec"]["template"]["spec"]
+
+
+def closed(schema):
+    """The schema as the API server's strict field validation applies it: every object schema that
+    lists properties and does not preserve unknown fields rejects unknown ones."""
+    if isinstance(schema, list):
+        return [closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: closed(v) for k, v in schema.items()}
+    if ("properties" in out and not out.get("x-kubernetes-preserve-unknown-fields")
+            and "additionalProperties" not in out):
+        out["additionalProperties"] = False
+    return out

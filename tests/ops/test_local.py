@@ -30,15 +30,19 @@ def _port_open(endpoint: str) -> bool:
         return s.connect_ex((host, int(port))) == 0
 
 
-def test_the_local_command_is_the_preset_command_with_a_one_machine_topology():
+def test_the_local_command_is_the_preset_command_and_the_topology_the_pet_variables_of_a_trainjob():
+    from k8s.pods.torchrun_env import RENDEZVOUS, TRAINER_INJECTED
+
     preset = PRESETS["cpu-ddp"]
-    argv = local.torchrun_command(preset, "127.0.0.1:2379", "/tmp/ck", "run-1")
-    assert argv[-len(preset.workload_args("/tmp/ck")):] == preset.workload_args("/tmp/ck")
-    assert preset.command("/tmp/ck")[1:] == argv[argv.index("--module"):]  # the PyTorchJob's command, same args
-    assert "--nnodes=1" in argv  # fixed: a node range makes the etcd rendezvous wait ~36 s
-    assert f"--nproc-per-node={preset.local_nproc}" in argv
-    assert "--rdzv-backend=etcd-v2" in argv and "--rdzv-endpoint=127.0.0.1:2379" in argv
-    assert f"--max-restarts={preset.max_restarts}" in argv
+    argv = local.torchrun_command(preset, "/tmp/ck")
+    assert argv[2:] == ["torch.distributed.run", *preset.command("/tmp/ck")[1:]]  # the pods' command, unchanged
+    env = local.torchrun_env(preset, "127.0.0.1:2379", "run-1")
+    # Every variable a TrainJob's pod gets (Trainer's five, our runtime's four), nothing else.
+    assert set(env) == set(TRAINER_INJECTED) | set(RENDEZVOUS)
+    assert env["PET_NNODES"] == "1"  # fixed: a node range makes the etcd rendezvous wait ~36 s
+    assert (env["PET_NPROC_PER_NODE"], env["PET_NODE_RANK"]) == (str(preset.local_nproc), "0")
+    assert (env["PET_RDZV_BACKEND"], env["PET_RDZV_ENDPOINT"], env["PET_RDZV_ID"]) == ("etcd-v2", "127.0.0.1:2379", "run-1")
+    assert env["PET_MAX_RESTARTS"] == str(preset.max_restarts)
 
 
 needs_etcd = pytest.mark.skipif(not (Path("/usr/bin/etcd").exists() or local.shutil.which("etcd")),
@@ -52,7 +56,7 @@ def test_cpu_ddp_runs_on_a_real_etcd_ends_with_a_summary_and_stops_etcd(tmp_path
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     endpoint = re.search(r"etcd ready at (\S+) in ([\d.]+) s", p.stdout)
     assert endpoint, p.stdout
-    assert "--rdzv-backend=etcd-v2" in p.stdout
+    assert "PET_RDZV_BACKEND=etcd-v2" in p.stdout
     summary = p.stdout[p.stdout.index("== local run of cpu-ddp: ok"):]
     for field in ("epochs         20", "samples/s", "final loss", "snapshot", "etcd start-up"):
         assert field in summary, summary

@@ -99,6 +99,8 @@ def test_a_finished_run_gives_the_lease_back_and_only_its_own(tmp_path):
 
 def test_the_run_id_is_torchruns_rendezvous_id_else_host_and_pid():
     assert Owner.of_this_process(env={"TORCHELASTIC_RUN_ID": "llama-abc"}).run == "llama-abc"
+    # A TrainJob's attempts rendezvous under new ids and name their run in TRAINER_RUN_ID.
+    assert Owner.of_this_process(env={"TORCHELASTIC_RUN_ID": "llama-abc-1", "TRAINER_RUN_ID": "llama-abc"}).run == "llama-abc"
     me = Owner.of_this_process(env={})
     assert me.run == f"{me.host}:{os.getpid()}"
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from k8s.addons.training_operator_crds import ADDON, mpijob_crd, pytorchjob_crd
-from k8s_walk import ENV_NAMES, embedded_size, ops_objects
+from k8s_walk import ENV_NAMES, closed, embedded_size, ops_objects
 
 from tests.conftest import CONTRACTS_DIR
 
@@ -21,20 +21,6 @@ UPSTREAM_FILES = {"PyTorchJob": "kubeflow.org_pytorchjobs.yaml", "MPIJob": "kube
 # The kubectl provider's Lambda receives the manifest in its event: 256 KB at most. Stay far below.
 LAMBDA_EVENT_LIMIT = 256 * 1024
 CRD_BUDGET = 16 * 1024
-
-
-def closed(schema):
-    """The schema as the API server's strict field validation applies it: every object schema that
-    lists properties and does not preserve unknown fields rejects unknown ones."""
-    if isinstance(schema, list):
-        return [closed(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: closed(v) for k, v in schema.items()}
-    if ("properties" in out and not out.get("x-kubernetes-preserve-unknown-fields")
-            and "additionalProperties" not in out):
-        out["additionalProperties"] = False
-    return out
 
 
 def _schema(crd: dict) -> dict:

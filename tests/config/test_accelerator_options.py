@@ -64,23 +64,36 @@ def test_dra_needs_kubernetes_1_34_and_the_error_cites_the_eks_page():
         check_dra_kubernetes_version(env.gpu_nodegroups, "1.4", "environments.dev.gpuNodegroups")
 
 
+def queued(env):
+    from dataclasses import replace
+
+    return replace(env, queueing="kueue")
+
+
+def test_kueue_is_refused_until_this_project_installs_it():
+    assert error_line(("queueing", "kueue")) == (f"{P}queueing: kueue cannot be deployed by this version yet (its "
+                                                 "controller and CRDs are not installed; issue 23); use none")
+
+
 def test_kueue_with_training_operator_v1_is_accepted_while_the_pinned_kueue_integrates_pytorchjobs():
     assert PYTORCHJOB_FRAMEWORK in KUEUE_INTEGRATIONS[KUEUE_VERSION]
-    assert parsed(("queueing", "kueue")).queueing == "kueue"
+    check_queueing(queued(parsed()), "environments.dev.queueing", installable=True)
 
 
 def test_kueue_with_v1_is_refused_by_a_kueue_pin_without_the_pytorchjob_integration():
-    env = parsed(("queueing", "kueue"))
+    env = queued(parsed())
     without = {"v0.20.0": ("trainer.kubeflow.org/trainjob",)}
     with pytest.raises(ConfigError) as err:
-        check_queueing(env, "environments.dev.queueing", integrations=without, version="v0.20.0")
+        check_queueing(env, "environments.dev.queueing", integrations=without, version="v0.20.0", installable=True)
     assert err.value.line() == (f"{P}queueing: kueue needs trainingApi v2: Kueue v0.20.0 has no kubeflow.org/pytorchjob "
                                 "integration (removed upstream; see kueue#12620)")
-    check_queueing(env, "environments.dev.queueing", training_api="v2", integrations=without, version="v0.20.0")
+    check_queueing(env, "environments.dev.queueing", training_api="v2", integrations=without, version="v0.20.0",
+                   installable=True)
 
 
 def test_kueue_without_training_node_groups_is_refused():
+    env = queued(parsed(("gpuNodegroups", []), ("cpuNodegroups", []), ("dataSources", {})))
     with pytest.raises(ConfigError) as err:
-        parsed(("queueing", "kueue"), ("gpuNodegroups", []), ("cpuNodegroups", []), ("dataSources", {}))
+        check_queueing(env, "environments.dev.queueing", installable=True)
     assert err.value.line() == (f"{P}queueing: kueue needs at least one gpuNodegroups or cpuNodegroups entry: its "
                                 "ClusterQueue has a ResourceFlavor per training node group")

@@ -21,11 +21,10 @@ from constructs import Construct
 
 from cdk_constructs.node_launch_template import NetworkInterfaceSpec, NodeLaunchTemplate
 from cdk_constructs.node_user_data import node_user_data
-from config.environment import CAPACITY_TYPES, RESERVATION_ID
+from config.environment import CAPACITY_TYPES, EFA_ALLOCATIONS, RESERVATION_ID
 from config.instance_types import InstanceType
 from config.kubernetes import (
-    EFA_LABEL, GPU_LABEL, GPU_TAINT_EFFECT, GPU_TAINT_KEY, GPU_TAINT_VALUE, NODEGROUP_LABEL, ROLE_LABEL,
-    SYSTEM_ROLE, TRAINING_ROLE,
+    EFA_DRA, GPU_TAINT_EFFECT, GPU_TAINT_KEY, GPU_TAINT_VALUE, SYSTEM_ROLE, TRAINING_ROLE, nodegroup_labels,
 )
 
 # The root volume holds the OS; with NVMe instance storage, nodeadm moves kubelet, containerd
@@ -72,6 +71,8 @@ class NodegroupOptions:
     node_role: iam.IRole | None = None
     root_volume_gib: int | None = None
     auto_repair: bool = True
+    # "dra" labels an EFA group's nodes for the EFA DRA driver (config/kubernetes.py EFA_ALLOCATION_LABEL).
+    efa_allocation: str = "devicePlugin"
 
 
 class ManagedNodegroup(Construct):
@@ -105,11 +106,8 @@ class ManagedNodegroup(Construct):
             user_data=node_user_data(instance_type),
         )
 
-        self.labels: dict[str, str] = {
-            NODEGROUP_LABEL: name, ROLE_LABEL: role,
-            **({GPU_LABEL: "true"} if gpu else {}),
-            **({EFA_LABEL: "true"} if instance_type.supports_efa else {}),
-        }
+        self.labels: dict[str, str] = nodegroup_labels(name, role, gpu=gpu, efa=instance_type.supports_efa,
+                                                       efa_allocation=options.efa_allocation)
         self.nodegroup = eks.Nodegroup(
             self, "Nodegroup",
             cluster=cluster,
@@ -151,6 +149,10 @@ class ManagedNodegroup(Construct):
             fail(f"sizes must be >= 0 with max_size >= 1, got min {min_size}, desired {desired_size}, max {max_size}")
         if not min_size <= desired_size <= max_size:
             fail(f"need min_size <= desired_size <= max_size, got {min_size} <= {desired_size} <= {max_size}")
+        if options.efa_allocation not in EFA_ALLOCATIONS:
+            fail(f"efa_allocation must be one of {', '.join(EFA_ALLOCATIONS)}, got {options.efa_allocation!r}")
+        if options.efa_allocation == EFA_DRA and not options.instance_type.supports_efa:
+            fail(f"efa_allocation dra needs an EFA instance type; {options.instance_type.name} has none")
         if capacity_type not in CAPACITY_TYPES:
             fail(f"capacity_type must be one of {', '.join(CAPACITY_TYPES)}, got {capacity_type!r}")
         if capacity_type == "onDemand" and reservation_id is not None:

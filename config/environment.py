@@ -16,6 +16,11 @@ from config.data_sources import DataSource
 from config.instance_types import INSTANCE_TYPES, InstanceType
 
 CAPACITY_TYPES = ("onDemand", "reserved", "capacityBlock")
+# How an EFA node group's pods get their EFA interfaces: the EFA device plugin (an extended
+# resource) or the EFA DRA driver (aws-dranet: a ResourceClaim). Never both on one node.
+EFA_ALLOCATIONS = ("devicePlugin", "dra")
+# Whether runs wait in a Kueue queue for quota before their pods are created.
+QUEUEING = ("none", "kueue")
 REMOVAL_POLICIES = ("destroy", "retain")
 ENDPOINT_ACCESS_TYPES = ("private", "public")
 FSX_THROUGHPUTS = (125, 250, 500, 1000)
@@ -51,10 +56,16 @@ class Nodegroup:
     capacity: Capacity = Capacity()
     # EKS node auto repair replaces nodes whose health conditions fail (node-health.html).
     auto_repair: bool = True
+    efa_allocation: str = "devicePlugin"  # one of EFA_ALLOCATIONS; "dra" only on EFA types
 
     @property
     def instance_type(self) -> InstanceType:
         return INSTANCE_TYPES[self.instance_type_name]
+
+    @property
+    def efa_path(self) -> str | None:
+        """How this group's pods get EFA interfaces, or None where the type has none."""
+        return self.efa_allocation if self.instance_type.supports_efa else None
 
 
 @dataclass(frozen=True)
@@ -109,6 +120,11 @@ class Environment:
     # The identity that runs `cdk deploy`, made a cluster admin too (IAM role or user ARN).
     deployer_principal_arn: str | None = None
     training_api: str = "v1"
+    queueing: str = "none"  # one of QUEUEING
+
+    def efa_groups(self, path: str) -> tuple[Nodegroup, ...]:
+        """The GPU groups whose pods get EFA through `path` ("devicePlugin" or "dra")."""
+        return tuple(g for g in self.gpu_nodegroups if g.efa_path == path)
 
     @property
     def admin_principal_arns(self) -> tuple[str, ...]:

@@ -19,11 +19,14 @@ from config.eks_versions import (
     UPGRADE_POLICIES,
 )
 from config.environment import (
-    DEPLOYABLE_TRAINING_APIS, FSX_THROUGHPUTS, REMOVAL_POLICIES, TRAINING_APIS, Environment, Fsx,
+    DEPLOYABLE_TRAINING_APIS, FSX_THROUGHPUTS, QUEUEING, REMOVAL_POLICIES, TRAINING_APIS, Environment, Fsx,
 )
 from config.errors import ConfigError
 from config.network_parser import parse_availability_zones, parse_endpoint, parse_vpc_cidr
-from config.nodegroup_parser import check_unique_names, parse_nodegroup, parse_system_nodegroup
+from config.nodegroup_parser import (
+    check_dra_kubernetes_version, check_unique_names, parse_nodegroup, parse_system_nodegroup,
+)
+from config.queueing import check_queueing
 from config.reader import ObjectReader, check_type, one_of, string_list
 
 _ACCOUNT = re.compile(r"^\d{12}$")
@@ -97,6 +100,8 @@ def parse_environment(name: str, raw: Any) -> Environment:
         for i, g in enumerate(r.optional("cpuNodegroups", list, []))
     )
     check_unique_names(gpu_groups, cpu_groups, path)
+    check_dra_kubernetes_version(gpu_groups, k8s_version, r.at("gpuNodegroups"))
+    queueing = one_of(r.optional("queueing", str, "none"), QUEUEING, r.at("queueing"))
     fsx = parse_fsx(r.required("fsx", dict), r.at("fsx"))
     removal = one_of(r.required("removalPolicy", str), REMOVAL_POLICIES, r.at("removalPolicy"))
     data_sources = parse_data_sources(r.optional("dataSources", dict, {}), r.at("dataSources"), fsx=fsx,
@@ -115,8 +120,9 @@ def parse_environment(name: str, raw: Any) -> Environment:
         admin_role_arns=admin_roles, endpoint_access=endpoint, system_nodegroup=system,
         gpu_nodegroups=gpu_groups, cpu_nodegroups=cpu_groups, fsx=fsx, removal_policy=removal,
         upgrade_policy=upgrade_policy, addon_versions=addon_versions, deployer_principal_arn=deployer,
-        data_sources=data_sources, training_api=training_api,
+        data_sources=data_sources, training_api=training_api, queueing=queueing,
     )
+    check_queueing(env, r.at("queueing"), training_api=training_api)
     needed, available = env.training_subnet_ips_at_max(), env.private_subnet_capacity
     if needed > available:
         raise ConfigError(

@@ -15,6 +15,23 @@ TRAINING_ROLE = "training"
 GPU_LABEL = f"{LABEL_PREFIX}/gpu"  # "true" on GPU node groups
 EFA_LABEL = f"{LABEL_PREFIX}/efa"  # "true" on node groups with EFA interfaces
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"  # set by the kubelet
+# Only on EFA groups with efaAllocation "dra", value "dra": the EFA DRA driver selects these nodes
+# and the EFA device plugin avoids them, so no node runs both ("The two mechanisms cannot coexist on
+# the same node", https://docs.aws.amazon.com/eks/latest/userguide/device-management-efa.html).
+# Absent elsewhere, so environments without DRA groups label their nodes as before.
+EFA_ALLOCATION_LABEL = f"{LABEL_PREFIX}/efa-allocation"
+EFA_DRA = "dra"
+
+
+def nodegroup_labels(name: str, role: str, *, gpu: bool, efa: bool, efa_allocation: str = "devicePlugin") -> dict:
+    """The labels a node group gives its nodes (cdk_constructs/managed_nodegroup.py sets them; the
+    add-ons' selectors are tested against them)."""
+    return {
+        NODEGROUP_LABEL: name, ROLE_LABEL: role,
+        **({GPU_LABEL: "true"} if gpu else {}),
+        **({EFA_LABEL: "true"} if efa else {}),
+        **({EFA_ALLOCATION_LABEL: EFA_DRA} if efa and efa_allocation == EFA_DRA else {}),
+    }
 # The NCCL sweep (ops/nccl.py): each pair's MPIJob and launcher pod carry the node group's name, the
 # launcher pod the pair of node names, and the template the instance type whose floor applies.
 NCCL_GROUP_LABEL = f"{LABEL_PREFIX}/nccl-group"
@@ -116,6 +133,22 @@ EFA_NODE_HUGEPAGES = EFA_POD_HUGEPAGES_MIB // HUGEPAGE_MIB * EFA_PODS_PER_NODE  
 NVIDIA_DEVICE_PLUGIN = "nvidia-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
 EFA_DEVICE_PLUGIN = "aws-efa-k8s-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
 TRAINING_OPERATOR = "training-operator"  # Deployment, KUBEFLOW_NAMESPACE
+# The EFA DRA driver (aws/eks-charts stable/aws-dranet 1.0.0, release name aws-dranet): its DaemonSet
+# in KUBE_SYSTEM_NAMESPACE, the driver name its ResourceSlices carry, the DeviceClass of EFA devices.
+AWS_DRANET = "aws-dranet"
+DRANET_DRIVER = "dra.net"
+EFA_DEVICE_CLASS = "efa.networking.k8s.aws"
+# resource.k8s.io/v1 (DeviceClass, ResourceClaimTemplate) is served from Kubernetes 1.34, and EKS
+# supports the EFA DRA driver from 1.34 ("Minimum Kubernetes version 1.34",
+# https://docs.aws.amazon.com/eks/latest/userguide/device-management-efa.html).
+DRA_MIN_KUBERNETES = "1.34"
+# A DRA group's pods claim their EFA interfaces from this template in TRAINING_NAMESPACE, under
+# this claim name in the pod and its container.
+EFA_CLAIM = "efa"
+
+
+def efa_claim_template_name(nodegroup: str) -> str:
+    return f"efa-{nodegroup.lower().replace('_', '-')}"
 # The Lease its replicas elect a leader with: v1.9.4's --leader-election-id default
 # (cmd/training-operator.v1/main.go), in the operator's namespace.
 TRAINING_OPERATOR_LEASE = "1ca428e5.training-operator.kubeflow.org"

@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from config.environment import CAPACITY_TYPES, RESERVATION_ID, Capacity, Nodegroup, SystemNodegroup
+from config.environment import CAPACITY_TYPES, EFA_ALLOCATIONS, RESERVATION_ID, Capacity, Nodegroup, SystemNodegroup
 from config.errors import ConfigError
 from config.instance_types import CPU_TYPES, GPU_TYPES, INSTANCE_TYPES, InstanceType
-from config.kubernetes import RESERVED_NODEGROUP_NAMES
+from config.kubernetes import DRA_MIN_KUBERNETES, RESERVED_NODEGROUP_NAMES
 from config.reader import ObjectReader, one_of
 
 _NODEGROUP_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_-]{0,62}$")
@@ -61,14 +61,37 @@ def parse_nodegroup(raw: Any, path: str, *, gpu: bool) -> Nodegroup:
     instance_type = _instance_type(r, GPU_TYPES if gpu else CPU_TYPES, "GPU" if gpu else "CPU")
     min_size, max_size, desired = _sizes(r, with_desired=True)
     capacity = Capacity()
+    efa_allocation = "devicePlugin"
     if gpu:
         capacity = _parse_capacity(r.optional("capacity", dict, {"type": "onDemand"}), r.at("capacity"),
                                    INSTANCE_TYPES[instance_type])
+        efa_allocation = _parse_efa_allocation(r, INSTANCE_TYPES[instance_type])
     auto_repair = r.optional("nodeAutoRepair", bool, True)
     r.finish()
     if capacity.type == "capacityBlock":
         _check_capacity_block_sizes(r, min_size, desired)
-    return Nodegroup(name, instance_type, min_size, max_size, desired, capacity, auto_repair)
+    return Nodegroup(name, instance_type, min_size, max_size, desired, capacity, auto_repair, efa_allocation)
+
+
+def _parse_efa_allocation(r: ObjectReader, instance_type: InstanceType) -> str:
+    allocation = one_of(r.optional("efaAllocation", str, "devicePlugin"), EFA_ALLOCATIONS, r.at("efaAllocation"))
+    if allocation == "dra" and not instance_type.supports_efa:
+        raise ConfigError(r.at("efaAllocation"), f"dra needs an EFA instance type; {instance_type.name} has no "
+                                                 "EFA interfaces")
+    return allocation
+
+
+def check_dra_kubernetes_version(groups: tuple[Nodegroup, ...], kubernetes_version: str, path: str) -> None:
+    """The EFA DRA driver needs resource.k8s.io/v1, served from Kubernetes 1.34 (EKS: "Minimum
+    Kubernetes version 1.34", https://docs.aws.amazon.com/eks/latest/userguide/device-management-efa.html)."""
+    def minor(version: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in version.split("."))
+
+    for i, group in enumerate(groups):
+        if group.efa_allocation == "dra" and minor(kubernetes_version) < minor(DRA_MIN_KUBERNETES):
+            raise ConfigError(f"{path}[{i}].efaAllocation",
+                              f"dra needs kubernetesVersion {DRA_MIN_KUBERNETES} or later, got {kubernetes_version} "
+                              "(https://docs.aws.amazon.com/eks/latest/userguide/device-management-efa.html)")
 
 
 def _check_capacity_block_sizes(r: ObjectReader, min_size: int, desired: int) -> None:

@@ -12,6 +12,8 @@
 
 `schedule` does the first for every capacity-block group (or one), `scale-to-zero` the second.
 The template keeps such groups at 0 (config/nodegroup_parser.py), so a deploy never fights either.
+Given a Kubernetes client, `schedule` also creates each group's stop CronJob, which suspends the
+group's runs with a checkpoint before EKS drains it (k8s/pods/capacity_block_stop.py).
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from config import Environment, Nodegroup
-from config.kubernetes import NODEGROUP_LABEL
+from config.kubernetes import KUBEFLOW_NAMESPACE, NODEGROUP_LABEL, TRAINING_NAMESPACE, TRAINING_OPERATOR
+from k8s.pods.capacity_block_stop import stop_cronjob
 from ops.errors import OpsError
+from ops.kube import api_error_line
 from ops.kubeconfig import find_cluster
 
 ACTION_PREFIX = "eks-distributed-training"
@@ -69,10 +73,11 @@ def describe_block(reservations: Any, reservation_id: str) -> dict:
 
 
 def schedule(env: Environment, aws: Any, *, group: str | None = None, cluster_name: str | None = None,
-             now: datetime | None = None) -> list[Result]:
+             now: datetime | None = None, kube_client: Any = None) -> list[Result]:
     """Bring each group's nodes up when its block starts: a scheduled action on the group's Auto
     Scaling group for a block that has not started, the node group's desired size now for one that
-    has. The size is the group's maxSize, capped at what the block holds."""
+    has. The size is the group's maxSize, capped at what the block holds. With `kube_client`, also
+    create (or replace) the group's stop CronJob for the block's end."""
     groups = block_groups(env, group)
     now = now or datetime.now(timezone.utc)
     cluster = find_cluster(aws.eks, env, cluster_name)["name"]
@@ -97,8 +102,47 @@ def schedule(env: Environment, aws: Any, *, group: str | None = None, cluster_na
             _set_desired(aws.eks, cluster, nodegroup, size)
             message = f"{window}: active, desired size {size} now"
         scaledown = utc(end - EKS_SCALEDOWN_BEFORE_END)
+        if kube_client is not None:
+            stop = put_stop_cronjob(env, kube_client, g, end=end, now=now)
+            message += f"; its runs are suspended with a checkpoint at {stop}"
         results.append(Result(g.name, True, f"{message}; EKS scales it to 0 at {scaledown}"))
     return results
+
+
+KUBECTL_IMAGE_ARG = "--mpi-kubectl-delivery-image="
+
+
+def kubectl_image(kube_client: Any) -> str:
+    """The environment's kubectl-delivery image, as the deployed Training Operator names it."""
+    from kubernetes.client import AppsV1Api
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        operator = AppsV1Api(kube_client).read_namespaced_deployment(TRAINING_OPERATOR, KUBEFLOW_NAMESPACE)
+    except ApiException as err:
+        raise OpsError(f"cannot read deployment {KUBEFLOW_NAMESPACE}/{TRAINING_OPERATOR} for the kubectl image "
+                       f"({api_error_line(err)}); deploy first") from None
+    for arg in operator.spec.template.spec.containers[0].args or []:
+        if arg.startswith(KUBECTL_IMAGE_ARG):
+            return arg[len(KUBECTL_IMAGE_ARG):]
+    raise OpsError(f"deployment {KUBEFLOW_NAMESPACE}/{TRAINING_OPERATOR} names no {KUBECTL_IMAGE_ARG[:-1]}")
+
+
+def put_stop_cronjob(env: Environment, kube_client: Any, group: Nodegroup, *, end: datetime, now: datetime) -> str:
+    """Create or replace `group`'s stop CronJob; returns when it stops the runs, as text."""
+    from kubernetes.client import BatchV1Api
+    from kubernetes.client.exceptions import ApiException
+
+    body = stop_cronjob(env, group.name, reservation_id=group.capacity.reservation_id, end=end,
+                        image=kubectl_image(kube_client), now=now)
+    batch, name = BatchV1Api(kube_client), body["metadata"]["name"]
+    try:
+        batch.delete_namespaced_cron_job(name, TRAINING_NAMESPACE)
+    except ApiException as err:
+        if err.status != 404:
+            raise OpsError(f"cannot replace cronjob {TRAINING_NAMESPACE}/{name}: {api_error_line(err)}") from None
+    batch.create_namespaced_cron_job(TRAINING_NAMESPACE, body)
+    return body["metadata"]["annotations"]["eks-distributed-training.io/stop-at"].replace("T", " ").replace("Z", " UTC")
 
 
 def scale_to_zero(env: Environment, aws: Any, *, group: str, cluster_name: str | None = None) -> str:

@@ -2,11 +2,14 @@
 
 Read-only checks against the live API server, one row each (ops/checks.py):
 - nodes <group>: every node of the group Ready, at least minSize of them;
+- efa <group>: which path the group's pods take EFA interfaces by (`efaAllocation`: the EFA device
+  plugin, or the EFA DRA driver and the group's ResourceClaimTemplate);
 - allocatable <node>: on GPU nodes, nvidia.com/gpu and vpc.amazonaws.com/efa equal the
-  instance-type table's GPUs and EFA interfaces, and hugepages-2Mi covers the 2 MiB pages the node's
+  instance-type table's GPUs and EFA interfaces (none of the latter on a DRA group's node: a
+  node advertising it there runs both EFA agents), and hugepages-2Mi covers the 2 MiB pages the node's
   user data reserves for EFA (cdk_constructs/node_user_data.py; it never lowers a larger reservation);
 - node-health <node>: the conditions the EKS node monitoring agent sets (NODE_HEALTH_CONDITIONS);
-- the device-plugin DaemonSets, the Training Operator and etcd Deployments Ready (every replica);
+- the device-plugin DaemonSets (and the EFA DRA driver's, where a group uses it), the Training Operator and etcd Deployments Ready (every replica);
 - leader <operator>: the Training Operator's leader-election Lease held and renewed;
 - the FSx claim Bound;
 - nccl <group>: the last NCCL sweep's verdict (ops/nccl.py, the one `ops validate` printed), read
@@ -24,10 +27,10 @@ from typing import Any, Callable, Mapping
 from config import Environment
 from config.instance_types import InstanceType
 from config.kubernetes import (
-    EFA_DEVICE_PLUGIN, EFA_NODE_HUGEPAGES, EFA_RESOURCE, ETCD_SERVICE, FSX_CLAIM_NAME, GPU_RESOURCE, HUGEPAGE_MIB,
+    AWS_DRANET, EFA_DEVICE_PLUGIN, EFA_DRA, EFA_NODE_HUGEPAGES, EFA_RESOURCE, ETCD_SERVICE, FSX_CLAIM_NAME, GPU_RESOURCE, HUGEPAGE_MIB,
     HUGEPAGES_RESOURCE, INSTANCE_TYPE_LABEL, KUBE_SYSTEM_NAMESPACE, KUBEFLOW_NAMESPACE, NCCL_GROUP_LABEL,
     NODEGROUP_LABEL, NVIDIA_DEVICE_PLUGIN, OPERATOR_REPLICA_TYPE_LABEL, SYSTEM_NODEGROUP, TRAINING_NAMESPACE,
-    TRAINING_OPERATOR, TRAINING_OPERATOR_LEASE, VALIDATION_LABEL,
+    TRAINING_OPERATOR, TRAINING_OPERATOR_LEASE, VALIDATION_LABEL, efa_claim_template_name,
 )
 from k8s.pods.names import nccl_groups
 from ops import nccl
@@ -64,14 +67,15 @@ def run(env: Environment, api_client: Any, *, images: Mapping[str, str] | None =
     by_group: dict[str, list] = {}
     for node in nodes:
         by_group.setdefault((node.metadata.labels or {}).get(NODEGROUP_LABEL), []).append(node)
-    groups = [(SYSTEM_NODEGROUP, env.system_nodegroup.min_size, env.system_nodegroup.instance_type)]
-    groups += [(g.name, g.min_size, g.instance_type) for g in env.training_nodegroups]
+    groups = [(SYSTEM_NODEGROUP, env.system_nodegroup.min_size, env.system_nodegroup.instance_type, None)]
+    groups += [(g.name, g.min_size, g.instance_type, g.efa_path) for g in env.training_nodegroups]
 
-    rows = [nodes_row(name, min_size, by_group.get(name, [])) for name, min_size, _ in groups]
-    for name, _, instance in groups:
+    rows = [nodes_row(name, min_size, by_group.get(name, [])) for name, min_size, _, _ in groups]
+    rows += [efa_path_row(g.name, g.efa_path) for g in env.gpu_nodegroups if g.efa_path]
+    for name, _, instance, efa_path in groups:
         for node in by_group.get(name, []):
             if instance.is_gpu:
-                rows.append(allocatable_row(node, instance))
+                rows.append(allocatable_row(node, instance, efa_path))
             rows.append(node_health_row(node, instance))
     rows += workload_rows(env, apps)
     rows.append(leader_row(api_client, now or datetime.now(timezone.utc)))
@@ -99,11 +103,21 @@ def nodes_row(group: str, min_size: int, nodes: list) -> Check:
     return Check(name, PASS, f"{ready}/{len(nodes)} Ready" if nodes else f"no nodes (minSize {min_size})")
 
 
-def expected_allocatable(instance: InstanceType) -> dict[str, tuple[str, int]]:
-    """resource -> ("==" or ">=", amount) a GPU node of `instance` must report as allocatable."""
+def efa_path_row(group: str, efa_path: str) -> Check:
+    if efa_path == EFA_DRA:
+        how = (f"DRA driver ({AWS_DRANET}): pods claim them from ResourceClaimTemplate "
+               f"{TRAINING_NAMESPACE}/{efa_claim_template_name(group)}")
+    else:
+        how = f"device plugin ({EFA_DEVICE_PLUGIN}): pods request {EFA_RESOURCE}"
+    return Check(f"efa {group}", PASS, how)
+
+
+def expected_allocatable(instance: InstanceType, efa_path: str | None = None) -> dict[str, tuple[str, int]]:
+    """resource -> ("==" or ">=", amount) a GPU node of `instance` must report as allocatable. A DRA
+    group's node advertises no EFA extended resource: only the EFA device plugin would."""
     expected = {GPU_RESOURCE: ("==", instance.gpus)}
     if instance.supports_efa:
-        expected[EFA_RESOURCE] = ("==", instance.efa_interfaces)
+        expected[EFA_RESOURCE] = ("==", 0 if efa_path == EFA_DRA else instance.efa_interfaces)
         expected[HUGEPAGES_RESOURCE] = (">=", EFA_NODE_HUGEPAGES * HUGEPAGE_MIB * 2**20)
     return expected
 
@@ -118,20 +132,21 @@ def _bytes(amount: int) -> str:
     return f"{amount // 2**20}Mi" if amount % 2**20 == 0 else str(amount)
 
 
-def allocatable_row(node: Any, instance: InstanceType) -> Check:
+def allocatable_row(node: Any, instance: InstanceType, efa_path: str | None = None) -> Check:
     name = f"allocatable {node.metadata.name}"
     labelled = (node.metadata.labels or {}).get(INSTANCE_TYPE_LABEL)
     if labelled and labelled != instance.name:
         return Check(name, FAIL, f"node is {labelled}, its node group is configured as {instance.name}")
     have = (node.status.allocatable if node.status else None) or {}
     problems, seen = [], []
-    for resource, (op, want) in expected_allocatable(instance).items():
+    for resource, (op, want) in expected_allocatable(instance, efa_path).items():
         got = _quantity(have.get(resource))
         show = _bytes if resource == HUGEPAGES_RESOURCE else str
         seen.append(f"{resource} {show(got)}")
         if (got != want) if op == "==" else (got < want):
             wanted = show(want) if op == "==" else f"at least {show(want)}"
-            problems.append(f"{resource} {show(got)}, expected {wanted} on {instance.name}")
+            both = " (the EFA device plugin runs on this DRA node too)" if resource == EFA_RESOURCE and not want else ""
+            problems.append(f"{resource} {show(got)}, expected {wanted} on {instance.name}{both}")
     if problems:
         return Check(name, FAIL, "; ".join(problems))
     return Check(name, PASS, ", ".join(seen))
@@ -158,8 +173,10 @@ def workload_rows(env: Environment, apps: Any) -> list[Check]:
     rows = []
     if env.gpu_nodegroups:
         rows.append(_daemonset_row(apps, KUBE_SYSTEM_NAMESPACE, NVIDIA_DEVICE_PLUGIN))
-    if any(g.instance_type.supports_efa for g in env.gpu_nodegroups):
+    if env.efa_groups("devicePlugin"):
         rows.append(_daemonset_row(apps, KUBE_SYSTEM_NAMESPACE, EFA_DEVICE_PLUGIN))
+    if env.efa_groups(EFA_DRA):
+        rows.append(_daemonset_row(apps, KUBE_SYSTEM_NAMESPACE, AWS_DRANET))
     rows.append(_deployment_row(apps, KUBEFLOW_NAMESPACE, TRAINING_OPERATOR))
     rows.append(_deployment_row(apps, TRAINING_NAMESPACE, ETCD_SERVICE))
     return rows

@@ -64,12 +64,26 @@ EKS_ADDON_REGISTRY_ACCOUNTS = {
 }
 
 
-def efa_device_plugin_image(region: str) -> str:
+# The EFA DRA driver as the aws/eks-charts aws-dranet chart 1.0.0 deploys it (its appVersion and
+# values.yaml image.tag; ../shared/contracts/aws-dranet-chart-v1.0.0/), from the same registries.
+DRANET_TAG = "v1.2.0-eksbuild.2"
+
+
+def eks_addon_image(region: str, repository: str, tag: str) -> str:
+    """An image of the EKS add-on registry of `region` (eks/<repository>:<tag>)."""
     if region not in EKS_ADDON_REGISTRY_ACCOUNTS:
         raise KeyError(f"no EKS add-on registry account known for region {region}; add it to "
                        "k8s/pods/images.py EKS_ADDON_REGISTRY_ACCOUNTS")
     account = EKS_ADDON_REGISTRY_ACCOUNTS[region]
-    return f"{account}.dkr.ecr.{region}.amazonaws.com/eks/aws-efa-k8s-device-plugin:{EFA_DEVICE_PLUGIN_TAG}"
+    return f"{account}.dkr.ecr.{region}.amazonaws.com/eks/{repository}:{tag}"
+
+
+def efa_device_plugin_image(region: str) -> str:
+    return eks_addon_image(region, "aws-efa-k8s-device-plugin", EFA_DEVICE_PLUGIN_TAG)
+
+
+def dranet_image(region: str) -> str:
+    return eks_addon_image(region, "dranet", DRANET_TAG)
 
 
 # The images an environment builds itself are known only to its stacks. Where no stack gives them

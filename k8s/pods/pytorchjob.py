@@ -25,7 +25,8 @@ from config.presets import (
 from k8s.pods.names import C10D_PORT, ETCD_CLIENT_LABEL, ETCD_CLIENT_PORT, ETCD_SERVICE, PYTORCH_CONTAINER, short_digest
 from k8s.pods.network_env import network_env
 from k8s.pods.podspec import validate_pod_templates
-from k8s.pods.resources import container_resources, gpu_toleration, node_share, shm_size
+from k8s.pods.devices import device_resources, pod_resource_claims
+from k8s.pods.resources import gpu_toleration, node_share, shm_size
 from k8s.pods.security import TRAINER_UID, container_security_context, pod_security_context
 
 FLIGHT_RECORDER_DIR = "nccl-flight-recorder"
@@ -148,7 +149,8 @@ def rendezvous_host(spec: JobSpec) -> str:
 def worker_template(config: Environment, spec: JobSpec, *, container_name: str = PYTORCH_CONTAINER) -> dict:
     """The pod template of every worker of `spec`: the one pod both training APIs run (a PyTorchJob's
     Worker here, a TrainingRuntime's `node` job in k8s/pods/trainjob.py), named as each API requires."""
-    instance = config.nodegroup(spec.nodegroup).instance_type
+    group = config.nodegroup(spec.nodegroup)
+    instance = group.instance_type
     preset = get_preset(spec.preset)
     cpu, memory = node_share(instance)
     stop = stop_budget(preset, instance, config.fsx)
@@ -178,7 +180,7 @@ def worker_template(config: Environment, spec: JobSpec, *, container_name: str =
         "imagePullPolicy": "IfNotPresent",
         "command": list(spec.command),
         "env": env,
-        "resources": container_resources(instance, cpu=cpu, memory=memory),
+        "resources": device_resources(group, cpu=cpu, memory=memory),
         # The root file system stays writable: torch.compile, Triton and NCCL write caches and logs
         # under $HOME and /tmp.
         "securityContext": container_security_context(),
@@ -199,6 +201,7 @@ def worker_template(config: Environment, spec: JobSpec, *, container_name: str =
             # The container runtime's 64 MiB /dev/shm is too small for NCCL and DataLoader workers.
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(instance)}},
         ],
+        **pod_resource_claims(group),
     }
     if instance.is_gpu:
         pod_spec["tolerations"] = [gpu_toleration()]

@@ -26,7 +26,8 @@ from k8s.pods.names import (
 from k8s.pods.network_env import MPI_TCP_IF_EXCLUDE, network_env
 from k8s.pods.podspec import validate_pod_templates
 from k8s.pods.pytorchjob import presets_for, render_run
-from k8s.pods.resources import container_resources, gpu_toleration, node_share, shm_size
+from k8s.pods.devices import device_resources, pod_resource_claims
+from k8s.pods.resources import gpu_toleration, node_share, shm_size
 from k8s.pods.security import NOBODY_UID, container_security_context, pod_security_context
 from k8s.pods.workload import (
     container, hardened_container_security_context, hardened_pod_security_context, pod_spec, rendered,
@@ -59,7 +60,9 @@ def gpu_check_script(group: Nodegroup) -> str:
         "gpus=$(nvidia-smi --list-gpus | wc -l)",
         f'echo "GPUs: $gpus (expected {instance.gpus} on {instance.name})"',
         f'[ "$gpus" -eq {instance.gpus} ] || {{ echo "FAIL: GPU count" >&2; exit 1; }}',
-        # The EFA device plugin mounts one uverbs device per requested interface.
+        # Either EFA path gives the container one uverbs device per interface: the device plugin per
+        # requested interface, the DRA driver per allocated device (dranet v1.2.0
+        # pkg/driver/dra_hooks.go buildRDMAConfig: the device's RDMA character devices).
         "efa=$(ls -1d /dev/infiniband/uverbs* 2>/dev/null | wc -l)",
         f'echo "EFA devices: $efa (expected {instance.efa_interfaces})"',
         f'[ "$efa" -eq {instance.efa_interfaces} ] || {{ echo "FAIL: EFA device count" >&2; exit 1; }}',
@@ -122,7 +125,7 @@ def nccl_mpijob_manifest(group: Nodegroup, *, image: str, namespace: str) -> dic
         "command": ["/bin/bash", "-c", "sleep infinity"],
         "env": [dict(MPI_HOME), *network_env(instance, nccl_debug="INFO")],
         # What a training pod of this node group asks for.
-        "resources": container_resources(instance, cpu=node_share(instance)[0], memory=node_share(instance)[1]),
+        "resources": device_resources(group, cpu=node_share(instance)[0], memory=node_share(instance)[1]),
         "securityContext": container_security_context(),
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
@@ -152,6 +155,7 @@ def nccl_mpijob_manifest(group: Nodegroup, *, image: str, namespace: str) -> dic
                     "containers": [worker],
                     "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory",
                                                               "sizeLimit": shm_size(instance)}}],
+                    **pod_resource_claims(group),
                 }}},
             },
         },
@@ -182,11 +186,11 @@ def gpu_check_job(group: Nodegroup, *, image: str = IMAGES["cuda-base"], namespa
     instance = group.instance_type
     script = gpu_check_script(group)
     check = container(name="gpu-check", image=image, command=["/bin/sh", "-c", script],
-                      resources=container_resources(instance, cpu="500m", memory="512Mi"),
+                      resources=device_resources(group, cpu="500m", memory="512Mi"),
                       security_context=hardened_container_security_context(NOBODY_UID))
     pod = pod_spec(containers=[check], security_context=hardened_pod_security_context(NOBODY_UID),
                    affinity=required_node_affinity(NODEGROUP_LABEL, [group.name]), tolerations=[gpu_toleration()],
-                   restartPolicy="Never")
+                   restartPolicy="Never", **pod_resource_claims(group))
     return rendered({
         "apiVersion": "batch/v1", "kind": "Job",
         # A Job's pod template is immutable: the name carries a digest of what it checks, so a

@@ -124,8 +124,8 @@ def test_environment_must_be_an_object():
 CASES = [
     ("unknown key", [("acount", "111111111111")],
      "acount: unknown key; allowed keys are account, addonVersions, adminRoleArns, availabilityZones, cpuNodegroups, "
-     "dataSources, deployerPrincipalArn, endpointAccess, fsx, gpuNodegroups, kubernetesVersion, region, removalPolicy, systemNodegroup, "
-     "trainingApi, trainingAvailabilityZone, upgradePolicy, vpcCidr"),
+     "dataSources, deployerPrincipalArn, endpointAccess, fsx, gpuNodegroups, kubernetesVersion, queueing, region, "
+     "removalPolicy, systemNodegroup, trainingApi, trainingAvailabilityZone, upgradePolicy, vpcCidr"),
     ("required key missing", [("account", DELETE)], "account: is required (a string)"),
     ("wrong type", [("account", 111111111111)], "account: must be a string, got 111111111111"),
     ("boolean is not a count", [("cpuNodegroups[0].maxSize", True)],

@@ -1,8 +1,8 @@
 """Render a Helm chart template offline, for the subset of Go-template syntax the upstream charts
 we compare against use: {{ .Values.x }}, $ and ., if/with/range/end, whitespace trimming, and the
-pipeline functions toYaml, nindent, indent, default and quote. `include` resolves the chart's
-standard helpers (name, fullname, labels, selectorLabels) with the logic of the scaffolded
-_helpers.tpl. Anything else raises, so an upstream template that grows a construct this does not
+pipeline functions toYaml, nindent, indent, default, quote, not and fail. `include` resolves the
+chart's standard helpers (name, fullname, labels, selectorLabels, serviceAccountName) with the logic
+of the scaffolded _helpers.tpl; a chart whose selectorLabels differ says so (`selector_labels`). Anything else raises, so an upstream template that grows a construct this does not
 know fails the test loudly instead of rendering something else.
 """
 
@@ -74,7 +74,9 @@ def _truthy(value: Any) -> bool:
 class Chart:
     """One chart: its metadata (Chart.yaml), values and a release name."""
 
-    def __init__(self, chart: dict, values: dict, release: str, namespace: str = "default"):
+    def __init__(self, chart: dict, values: dict, release: str, namespace: str = "default",
+                 selector_labels: str | None = None):
+        self.selector_labels = selector_labels
         self.root = {"Chart": {"Name": chart["name"], "Version": chart["version"],
                                "AppVersion": chart.get("appVersion", "")},
                      "Values": values, "Release": {"Name": release, "Namespace": namespace, "Service": "Helm"}}
@@ -97,12 +99,16 @@ class Chart:
     def _include(self, name: str) -> str:
         suffix = name.rsplit(".", 1)[-1]
         chart = self.root["Chart"]
-        selector = f"app.kubernetes.io/name: {self._name()}\napp.kubernetes.io/instance: {self.root['Release']['Name']}"
+        selector = self.selector_labels or (
+            f"app.kubernetes.io/name: {self._name()}\napp.kubernetes.io/instance: {self.root['Release']['Name']}")
+        account = self.root["Values"].get("serviceAccount") or {}
         helpers = {
             "name": self._name,
             "fullname": self._fullname,
             "chart": lambda: f"{chart['Name']}-{chart['Version']}".replace("+", "_")[:63].rstrip("-"),
             "selectorLabels": lambda: selector,
+            "serviceAccountName": lambda: (account.get("name") or self._fullname()) if account.get("create")
+            else (account.get("name") or "default"),
             "labels": lambda: (f"helm.sh/chart: {helpers['chart']()}\n{selector}\n"
                                + (f"app.kubernetes.io/version: \"{chart['AppVersion']}\"\n" if chart["AppVersion"] else "")
                                + "app.kubernetes.io/managed-by: Helm"),
@@ -159,6 +165,10 @@ class Chart:
             return args[1] if _truthy(args[1]) else args[0]
         if head == "quote":
             return f'"{args[0]}"'
+        if head == "not":
+            return not _truthy(args[0])
+        if head == "fail":
+            raise ValueError(f"chart template failed: {args[0]}")
         raise NotImplementedError(f"template function {head!r} not supported here")
 
     def _arg(self, word: str, dot: Any) -> Any:

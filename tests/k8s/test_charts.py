@@ -24,8 +24,8 @@ def test_every_module_of_k8s_addons_is_one_add_on_named_after_its_file():
     found = addons()
     modules = sorted(p.stem for p in (Path(k8s.__file__).parent / "addons").glob("*.py") if p.stem != "__init__")
     assert sorted(name.replace("-", "_") for name in found) == modules
-    assert sorted(found) == ["data-preparation", "efa-device-plugin", "etcd", "fsx-storage", "namespaces",
-                             "network-policies", "nvidia-device-plugin", "priority-classes", "runner-rbac",
+    assert sorted(found) == ["aws-dranet", "capacity-block-stop", "data-preparation", "efa-device-plugin", "etcd",
+                             "fsx-storage", "namespaces", "network-policies", "nvidia-device-plugin", "priority-classes", "runner-rbac",
                              "training-operator", "training-operator-crds"]
 
 

@@ -163,3 +163,46 @@ def test_scale_to_zero_without_a_group_is_one_line(tmp_path, env):
                      isolated_aws_env(tmp_path))
     assert result.returncode == 2
     assert result.stderr.strip() == "error: scale-to-zero needs --group: the capacity-block group to take to 0"
+
+
+# --- the stop CronJob: runs end suspended, with a checkpoint, before EKS drains the group ---------
+
+OPERATOR = "/apis/apps/v1/namespaces/kubeflow/deployments/training-operator"
+CRONJOBS = "/apis/batch/v1/namespaces/training/cronjobs"
+
+
+def kube_with_operator(image: str = "123.dkr.ecr.us-east-1.amazonaws.com/kubectl:1.35"):
+    from kube_fakes import FakeApiServer, api_client_on
+
+    server = FakeApiServer()
+    server.on("GET", OPERATOR, {"metadata": {"name": "training-operator"}, "spec": {
+        "selector": {}, "template": {"spec": {"containers": [{"name": "training-operator", "image": "op:1", "args": [
+            "--leader-elect", f"--mpi-kubectl-delivery-image={image}"]}]}}}})
+    server.on("POST", CRONJOBS, {"metadata": {"name": "capacity-block-stop-p5"}}, status=201)
+    return api_client_on(server), server
+
+
+def test_schedule_creates_the_groups_stop_cronjob_with_the_clusters_kubectl_image(env, deployed):
+    from k8s.pods.capacity_block_stop import group_grace_s, stop_at
+
+    clients, stub = clients_with(block())
+    kube, server = kube_with_operator()
+    [result] = capacity_blocks.schedule(env, clients, now=NOW, kube_client=kube)
+    stop = stop_at(END, group_grace_s(env, "p5"))
+    assert result.ok and f"its runs are suspended with a checkpoint at {stop:%Y-%m-%d %H:%M} UTC" in result.message
+    # Replaced, not duplicated: the old one (absent here, 404) is deleted first.
+    assert [(c.method, c.path) for c in server.calls if c.path.startswith(CRONJOBS)] == [
+        ("DELETE", f"{CRONJOBS}/capacity-block-stop-p5"), ("POST", CRONJOBS)]
+    [created] = [c.body for c in server.calls if c.method == "POST"]
+    container = created["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "123.dkr.ecr.us-east-1.amazonaws.com/kubectl:1.35"
+    assert stop <= END - timedelta(minutes=45)
+
+
+def test_schedule_without_a_deployed_operator_says_deploy_first(env, deployed):
+    from kube_fakes import FakeApiServer, api_client_on
+
+    clients, _ = clients_with(block())
+    with pytest.raises(OpsError, match="cannot read deployment kubeflow/training-operator for the kubectl image "
+                                       "\\(HTTP 404 .*not found\\); deploy first"):
+        capacity_blocks.schedule(env, clients, now=NOW, kube_client=api_client_on(FakeApiServer()))

@@ -134,6 +134,7 @@ def test_a_healthy_cluster_passes_every_row(prod):
     assert failures(rows) == []
     assert {r.name: r.reason for r in rows} == {
         "nodes system": "2/2 Ready", "nodes p5": "2/2 Ready", "nodes cpu": "1/1 Ready",
+        "efa p5": "device plugin (aws-efa-k8s-device-plugin): pods request vpc.amazonaws.com/efa",
         "allocatable gpu-a": "nvidia.com/gpu 8, vpc.amazonaws.com/efa 32, hugepages-2Mi 5120Mi",
         "allocatable gpu-b": "nvidia.com/gpu 8, vpc.amazonaws.com/efa 32, hugepages-2Mi 5120Mi",
         **{f"node-health {n}": "ContainerRuntimeReady, KernelReady, NetworkingReady, StorageReady True"
@@ -163,6 +164,45 @@ def test_a_healthy_cluster_passes_every_row(prod):
 def test_the_hugepage_floor_is_what_the_efa_node_user_data_reserves():
     """cdk_constructs/node_user_data.py reserves 2560 pages of 2 MiB on EFA nodes."""
     assert doctor.expected_allocatable(P5)["hugepages-2Mi"] == (">=", 2560 * 2 * 2**20)
+
+
+def dra_prod():
+    """prod with its p5 group on the EFA DRA driver."""
+    from dataclasses import replace
+
+    env = load("prod")
+    return replace(env, gpu_nodegroups=tuple(replace(g, efa_allocation="dra") for g in env.gpu_nodegroups))
+
+
+def dra_routes() -> dict:
+    routes = healthy_routes()
+    del routes[("GET", f"{DAEMONSETS}/{EFA_DEVICE_PLUGIN}")]
+    routes[("GET", f"{DAEMONSETS}/aws-dranet")] = daemonset(2, 2)
+    for n in routes[("GET", NODES)]["items"]:
+        n["status"]["allocatable"].pop("vpc.amazonaws.com/efa", None)
+    # Its runs claim EFA instead of requesting it: another spec than prod's.
+    routes[("GET", JOBS)]["items"] = [current_run(dra_prod(), "llama3-8b-fsdp")]
+    return routes
+
+
+def test_a_dra_group_reports_its_path_checks_the_dra_driver_and_expects_no_efa_extended_resource():
+    client, server = api(dra_routes())
+    rows = {r.name: r for r in doctor_run(dra_prod(), client)}
+    assert failures(list(rows.values())) == []
+    assert rows["efa p5"].reason == ("DRA driver (aws-dranet): pods claim them from ResourceClaimTemplate "
+                                     "training/efa-p5")
+    assert rows["daemonset kube-system/aws-dranet"].reason == "2/2 pods Ready"
+    assert f"daemonset kube-system/{EFA_DEVICE_PLUGIN}" not in rows
+    assert rows["allocatable gpu-a"].reason == "nvidia.com/gpu 8, vpc.amazonaws.com/efa 0, hugepages-2Mi 5120Mi"
+
+
+def test_a_dra_node_that_advertises_efa_runs_both_agents_and_fails():
+    routes = dra_routes()
+    routes[("GET", NODES)]["items"][2]["status"]["allocatable"]["vpc.amazonaws.com/efa"] = "32"
+    client, _ = api(routes)
+    assert failures(doctor_run(dra_prod(), client)) == [Check(
+        "allocatable gpu-a", FAIL, "vpc.amazonaws.com/efa 32, expected 0 on p5.48xlarge "
+                                   "(the EFA device plugin runs on this DRA node too)")]
 
 
 def test_a_notready_node_fails_its_group_row(prod):
@@ -393,7 +433,7 @@ def test_cli_prints_the_table_and_exits_1_on_a_failure(monkeypatch, capsys):
     assert out[0] == "doctor prod: cluster prod-training"
     assert out[1].split() == ["CHECK", "STATUS", "REASON"]
     assert any(line.split()[:3] == ["pvc", "training/fsx-pvc", "FAIL"] for line in out)
-    assert out[-1] == "17 passed, 0 warned, 1 failed"
+    assert out[-1] == "18 passed, 0 warned, 1 failed"
 
 
 def test_cli_json_output_and_exit_0_when_healthy(monkeypatch, capsys):

@@ -54,6 +54,7 @@ NOT_PATHS = {
     "trainer.vision --keep-checkpoints": "a count", "trainer.vision --dist-timeout": "seconds",
     "trainer.ddp --dist-timeout": "seconds", "trainer.s3sync --src": "an s3:// URI",
     "trainer.llm --max-nonfinite-steps": "a count", "trainer.llm --startup-timeout": "seconds",
+    "trainer.vision --max-nonfinite-steps": "a count",
     "trainer.vision --startup-timeout": "seconds", "trainer.ddp --startup-timeout": "seconds",
 }
 

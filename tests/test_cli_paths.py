@@ -39,6 +39,8 @@ NOT_SWEPT = {
     "bench.recovery": "benchmark: no path arguments",
     "bench.preemption": "benchmark: no path arguments",
     "bench.step_overhead": "benchmark: no path arguments",
+    "bench.vision_loader": "benchmark: no path arguments",
+    "bench.gpu_vision": "benchmark run by the lead on a GPU: --out is checked with config.paths.output_file first",
     # Their main() reads sys.argv and starts minutes of work; each checks its path before starting.
     "bench.dcp_async": "benchmark run by a developer: --dir is checked with config.paths.output_dir first",
     "bench.scaling": "benchmark run by a developer: --output is checked with config.paths.output_file first",

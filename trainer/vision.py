@@ -158,7 +158,8 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 optimizer.zero_grad(set_to_none=True)
-                loss = accumulate_gradients(ddp, forward, micro_batches, accumulation, job, metrics, to_input, rt.device)
+                loss = accumulate_gradients(ddp, forward, micro_batches, accumulation, job, metrics, to_input,
+                                            rt.device)
                 skipped = nonfinite.check(loss)  # the same answer on every rank
                 ckpt.wait_staging()  # an asynchronous save's copy of the weights must finish first
                 if not skipped:

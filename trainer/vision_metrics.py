@@ -81,7 +81,8 @@ class VisionMetrics:
                   "images_per_sec_per_rank": round(per_rank, 1),
                   "data_wait_ms": round(1000 * wait_mean, 2), "data_wait_ms_max_rank": round(1000 * wait_max, 2),
                   "world_size": self.rt.world_size, "nonfinite_steps": self.w_skipped}
-        self._write(record, f"step {step:>6} | epoch {epoch} | loss {loss_mean if counted else math.nan:.4f} | lr {lr:.3e} | "
+        shown = loss_mean if counted else math.nan
+        self._write(record, f"step {step:>6} | epoch {epoch} | loss {shown:.4f} | lr {lr:.3e} | "
                             f"img/s {record['images_per_sec']:,.0f} ({record['images_per_sec_per_rank']:,.0f}/rank) | "
                             f"data wait {record['data_wait_ms']:.1f} ms/step")
         self._window()

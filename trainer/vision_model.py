@@ -32,7 +32,8 @@ def build_classifier(cfg: ClassifierConfig, classes: int) -> torch.nn.Module:
 
 
 
-def place(model: torch.nn.Module, cfg: VisionEfficiencyConfig, device: torch.device, world_size: int) -> torch.nn.Module:
+def place(model: torch.nn.Module, cfg: VisionEfficiencyConfig, device: torch.device,
+          world_size: int) -> torch.nn.Module:
     """The model on its device, as the GPU runs it fastest: channels_last (cuDNN's NHWC kernels
     under bf16), and with --sync-batchnorm BatchNorm statistics over all ranks. SyncBatchNorm runs
     only on GPUs (torch's SyncBatchNorm refuses CPU tensors) and only means something with more

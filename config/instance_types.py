@@ -38,6 +38,10 @@ class NetworkInterface:
         return (self.network_card_index, self.device_index, self.interface_type)
 
 
+# vCPUs per GPU left to the training process itself (loader_workers_per_gpu).
+LOADER_RESERVED_VCPUS = 2
+
+
 @dataclass(frozen=True)
 class InstanceType:
     name: str
@@ -63,6 +67,14 @@ class InstanceType:
     # Needed for EFA types only: see max_pods.
     card0_max_interfaces: int = 0
     ipv4_per_interface: int = 0
+
+    def loader_workers_per_gpu(self, pod_cpu_share: float, reserved: int = LOADER_RESERVED_VCPUS) -> int:
+        """Data-loader processes per GPU (per rank) that fill a node-filling pod's vCPUs: its share
+        of the node (`pod_cpu_share`, config/kubernetes.py POD_CPU_SHARE) over the GPUs, less
+        `reserved` vCPUs for the rank's own process (the Python step loop, the pin-memory thread,
+        NCCL's proxy threads). At least 1."""
+        per_gpu = int(self.vcpus * pod_cpu_share) // max(1, self.gpus)
+        return max(1, per_gpu - reserved)
 
     @property
     def family(self) -> str:

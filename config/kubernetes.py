@@ -43,6 +43,12 @@ VALIDATION_LABEL = f"{LABEL_PREFIX}/validation"
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_TAINT_VALUE = "true"
 GPU_TAINT_EFFECT = "NoSchedule"
+# A training pod owns its node. Leave room for kubelet's reservation and the DaemonSets
+# (VPC CNI, kube-proxy, device plugins, FSx CSI node): 85% of vCPUs and 80% of memory fit
+# allocatable on every type in the table. k8s/pods/resources.py requests them; the vision
+# presets size their data loaders from the CPU share (config/presets.py).
+NODE_CPU_SHARE = 0.85
+NODE_MEMORY_SHARE = 0.80
 
 # The system node group's name: its NODEGROUP_LABEL value and its key among the cluster's node
 # groups. No training group may take it (config/nodegroup_parser.py refuses it).

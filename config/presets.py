@@ -16,6 +16,7 @@ from config.errors import ConfigError
 from config.instance_types import INSTANCE_TYPES
 from config.memory import cheapest_checkpointing, usable_device_bytes
 from config.models import model_config
+from config.kubernetes import NODE_CPU_SHARE
 from config.workloads.ddp import DdpWorkload
 from config.workloads.llm import LlmWorkload
 from config.workloads.vision import VisionWorkload
@@ -112,14 +113,23 @@ def _llm(name: str, model: str, description: str, nodegroup: str, nodes: int, *,
                      nodes_min=nodes, nodes_max=nodes, nproc_per_node=None)
 
 
+def loader_workers(nodegroup: str) -> int:
+    """Data-loader processes per GPU on the node group's instance type: the training pod's vCPUs
+    over its GPUs, less what each rank's own process needs (InstanceType.loader_workers_per_gpu)."""
+    return INSTANCE_TYPES[SIZED_FOR[nodegroup]].loader_workers_per_gpu(NODE_CPU_SHARE)
+
+
 def _imagenet(name: str, model: str, description: str, *, batch_size: int, global_batch_size: int,
-              image_size: int = 224, epochs: int = 90) -> JobPreset:
+              image_size: int = 224, epochs: int = 90, **extra) -> JobPreset:
     """An ImageNet preset on p4d: DDP over 1 to 3 nodes (elastic, etcd rendezvous, as the reference
-    ran it), 4 data-loader processes per GPU, data under /fsx/data/imagenet, deployed suspended. The
-    global batch divides by 8, 16 and 24 ranks: the recipe does not change when a node is lost."""
+    ran it), data-loader processes per GPU from the node's vCPUs (uint8 out, normalised on the GPU),
+    data under /fsx/data/imagenet, deployed suspended. The global batch divides by 8, 16 and 24
+    ranks: the recipe does not change when a node is lost. The recipe: trainer/optim.py and
+    tests/config/test_vision_recipes.py, against torchvision's classification references."""
     workload = VisionWorkload(model=model, epochs=epochs, batch_size=batch_size, global_batch_size=global_batch_size,
-                              data=f"{CLUSTER_DATA_ROOT}/imagenet",
-                              image_size=image_size, workers=4, warmup_epochs=5, checkpoint_every=1000, log_every=50)
+                              data=f"{CLUSTER_DATA_ROOT}/imagenet", image_size=image_size,
+                              workers=loader_workers("p4d"), warmup_epochs=5, checkpoint_every=1000, log_every=50,
+                              **extra)
     return JobPreset(name=name, description=description, workload=workload, nodegroup="p4d", image_variant="gpu",
                      nodes_min=1, nodes_max=3, nproc_per_node=None)
 
@@ -206,7 +216,7 @@ PRESETS: dict[str, JobPreset] = {
                   batch_size=64, global_batch_size=3072),
         _imagenet("efficientnetb7-imagenet", "efficientnet_b7",
                   "EfficientNet-B7 on ImageNet from FSx, DDP on 1-3 p4d.24xlarge (elastic)", batch_size=8,
-                  global_batch_size=384, image_size=600),
+                  global_batch_size=384, image_size=600, sync_batchnorm=True),
     )
 }
 

@@ -40,6 +40,8 @@ NOT_SWEPT = {
     "bench.preemption": "benchmark: no path arguments",
     "bench.step_overhead": "benchmark: no path arguments",
     "bench.launch_to_first_step": "benchmark: no path arguments (its folders are temporary ones of its own)",
+    "bench.vision_loader": "benchmark: no path arguments",
+    "bench.gpu_vision": "benchmark run by the lead on a GPU: --out is checked with config.paths.output_file first",
     # Their main() reads sys.argv and starts minutes of work; each checks its path before starting.
     "bench.dcp_async": "benchmark run by a developer: --dir is checked with config.paths.output_dir first",
     "bench.scaling": "benchmark run by a developer: --output is checked with config.paths.output_file first",
@@ -57,6 +59,7 @@ NOT_PATHS = {
     "trainer.vision --keep-checkpoints": "a count", "trainer.vision --dist-timeout": "seconds",
     "trainer.ddp --dist-timeout": "seconds", "trainer.s3sync --src": "an s3:// URI",
     "trainer.llm --max-nonfinite-steps": "a count", "trainer.llm --startup-timeout": "seconds",
+    "trainer.vision --max-nonfinite-steps": "a count",
     "trainer.vision --startup-timeout": "seconds", "trainer.ddp --startup-timeout": "seconds",
     "trainer.llm --activation-checkpointing": "none|selective|full",
 }

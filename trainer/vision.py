@@ -30,16 +30,18 @@ from torch.nn.parallel import DistributedDataParallel
 from config.workloads.common import CheckpointConfig
 from config.workloads.vision import VisionJobConfig
 from trainer import dist as tdist
-from trainer.batching import GLOBAL_BATCH, micro_batch_sync, resolve_global_batch, world_size_from_env
+from trainer.batching import (GLOBAL_BATCH, NonFiniteLoss, NonFiniteSteps, micro_batch_sync, resolve_global_batch,
+                              world_size_from_env)
 from trainer.checkpoint import RUN_SETTINGS, CheckpointManager, ModelAndOptimizer, existing_checkpoints
 from trainer.cli import UsageError, parse_config, run_main
 from trainer.log import log
 from trainer.metrics import check_metrics_file
 from trainer.optim import build_sgd, image_learning_rate
 from trainer.preemption import Preemption
-from trainer.vision_data import ElasticSampler, Progress, build_datasets, train_loader, val_loader
+from trainer.vision_data import DeviceImages, ElasticSampler, Progress, build_datasets, train_loader, val_loader
+from trainer.vision_decode import NvjpegImages, check_decode
 from trainer.vision_metrics import VisionMetrics
-from trainer.vision_model import build_classifier, to_device
+from trainer.vision_model import build_classifier, place
 
 
 def parse_job(argv=None) -> VisionJobConfig:
@@ -47,6 +49,7 @@ def parse_job(argv=None) -> VisionJobConfig:
     if job.model.init_from and not Path(job.model.init_from).is_file():
         raise UsageError("--init-from", f"{job.model.init_from} is not a file")
     check_metrics_file(job.metrics)
+    check_decode(job.data.decode, job.data.source)
     return job
 
 
@@ -79,20 +82,21 @@ def main(argv=None) -> int:
         tdist.shutdown()
 
 
-def accumulate_gradients(ddp, micro_batches, accumulation: int, job: VisionJobConfig, metrics: VisionMetrics,
-                         device: torch.device) -> torch.Tensor:
+def accumulate_gradients(ddp, forward, micro_batches, accumulation: int, job: VisionJobConfig,
+                         metrics: VisionMetrics, to_input, device: torch.device) -> torch.Tensor:
     """Forward and backward over this rank's micro-batches of the step; DDP reduces the gradients
-    once, after the last. Returns this rank's mean loss of the step (micro-batches are equal, so
-    the mean over the global batch is the mean of their means; DDP averages over ranks)."""
+    once, after the last. `forward` is `ddp` or its compiled form; `to_input` makes a loader
+    batch the model's input on the device. Returns this rank's mean loss of the step (micro-batches
+    are equal, so the mean over the global batch is the mean of their means; DDP averages over ranks)."""
     loss = torch.zeros((), device=device)
     for k in range(accumulation):
         fetch_start = time.perf_counter()
-        images, labels = next(micro_batches)
+        batch = next(micro_batches)
         metrics.data_wait(time.perf_counter() - fetch_start)
-        images, labels = to_device(images, labels, device)
+        images, labels = to_input(*batch)
         with micro_batch_sync(ddp, last=k == accumulation - 1):
             with autocast(device):
-                micro_loss = F.cross_entropy(ddp(images), labels,
+                micro_loss = F.cross_entropy(forward(images), labels,
                                              label_smoothing=job.optimizer.label_smoothing) / accumulation
             micro_loss.backward()
         loss += micro_loss.detach()
@@ -106,10 +110,10 @@ def autocast(device: torch.device):
 
 def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: int, record: dict) -> int:
     on_gpu = rt.device.type == "cuda"
+    if on_gpu:  # fixed input shapes: let cuDNN time its algorithms once per shape and keep the fastest
+        torch.backends.cudnn.benchmark = True
     torch.manual_seed(job.seed)  # identical initial weights on every rank
-    model = build_classifier(job.model, classes).to(rt.device)
-    if on_gpu:
-        model = model.to(memory_format=torch.channels_last)
+    model = place(build_classifier(job.model, classes), job.efficiency, rt.device, rt.world_size)
     optimizer = build_sgd(model, job.optimizer)
     progress = Progress()
     ckpt = CheckpointManager(job.checkpoint, rt, {"app": ModelAndOptimizer(model, optimizer), "train": progress},
@@ -117,7 +121,12 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
     step = ckpt.resume()
     first_step = step + 1
     start = (progress.epoch, progress.epoch_images_done)
-    ddp = DistributedDataParallel(model, device_ids=[rt.device.index] if on_gpu else None)
+    # Gradients live in DDP's buckets (no second copy to reduce from, and no copy back).
+    ddp = DistributedDataParallel(model, device_ids=[rt.device.index] if on_gpu else None,
+                                  gradient_as_bucket_view=True)
+    forward = torch.compile(ddp) if job.efficiency.compile else ddp
+    to_input = (NvjpegImages(rt.device, job.data.image_size) if job.data.decode == "nvjpeg"
+                else DeviceImages(rt.device))
     global_batch = record[GLOBAL_BATCH]
     micro = job.batch.batch_size
     accumulation = global_batch // (rt.world_size * micro)
@@ -133,44 +142,54 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
             f"{accumulation} micro-batch(es) of {micro} per rank per step")
     preemption = Preemption(rt)
     metrics = VisionMetrics(job.metrics, rt, global_batch // rt.world_size)
+    nonfinite = NonFiniteSteps(rt, job.optimizer.max_nonfinite_steps)
 
     stopped = False
     last = None
-    for epoch in range(progress.epoch, job.epochs):
-        sampler.set_position(epoch, progress.epoch_images_done if epoch == progress.epoch else 0)
-        progress.epoch, progress.epoch_images_done = epoch, sampler.start
-        steps_left = sampler.steps()
-        metrics.epoch_start(epoch)
-        micro_batches = iter(loader)
-        for i in range(steps_left):
-            lr = image_learning_rate(job.optimizer, job.epochs, global_batch, progress.images_seen, epoch_images)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            optimizer.zero_grad(set_to_none=True)
-            loss = accumulate_gradients(ddp, micro_batches, accumulation, job, metrics, rt.device)
-            ckpt.wait_staging()  # an asynchronous save's copy of the weights must finish first
-            optimizer.step()
-            step += 1
-            progress.epoch_images_done += global_batch
-            progress.images_seen += global_batch
-            metrics.step_done(step, epoch, loss, lr)
-            if i + 1 < steps_left:  # the epoch's last step saves after the evaluation, below
-                ckpt.step_done(step)
-            if step == first_step:
-                tdist.end_startup(rt)  # start-up, the first step included, is over
-            if preemption.agreed(now=i + 1 == steps_left):
-                ckpt.save_now(step)
-                preemption.stopped_at(f"step {step} (epoch {epoch})")
-                stopped = True
+    try:
+        for epoch in range(progress.epoch, job.epochs):
+            sampler.set_position(epoch, progress.epoch_images_done if epoch == progress.epoch else 0)
+            progress.epoch, progress.epoch_images_done = epoch, sampler.start
+            steps_left = sampler.steps()
+            metrics.epoch_start(epoch)
+            micro_batches = iter(loader)
+            for i in range(steps_left):
+                lr = image_learning_rate(job.optimizer, job.epochs, global_batch, progress.images_seen, epoch_images)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                optimizer.zero_grad(set_to_none=True)
+                loss = accumulate_gradients(ddp, forward, micro_batches, accumulation, job, metrics, to_input,
+                                            rt.device)
+                skipped = nonfinite.check(loss)  # the same answer on every rank
+                ckpt.wait_staging()  # an asynchronous save's copy of the weights must finish first
+                if not skipped:
+                    optimizer.step()
+                step += 1
+                progress.epoch_images_done += global_batch
+                progress.images_seen += global_batch
+                metrics.step_done(step, epoch, loss, lr, skipped=skipped)
+                nonfinite.stop_at_limit(step)
+                if i + 1 < steps_left:  # the epoch's last step saves after the evaluation, below
+                    ckpt.step_done(step)
+                if step == first_step:
+                    tdist.end_startup(rt)  # start-up, the first step included, is over
+                if preemption.agreed(now=i + 1 == steps_left):
+                    ckpt.save_now(step)
+                    preemption.stopped_at(f"step {step} (epoch {epoch})")
+                    stopped = True
+                    break
+            if stopped:
                 break
-        if stopped:
-            break
-        metrics.train_done()
-        last = metrics.epoch_done(step, epoch, evaluate(model, evaluation, rt))
-        progress.epoch, progress.epoch_images_done = epoch + 1, 0
-        if ckpt.enabled:
-            ckpt.save(step)
-            ckpt.poll()
+            metrics.train_done()
+            last = metrics.epoch_done(step, epoch, evaluate(model, evaluation, to_input, rt))
+            progress.epoch, progress.epoch_images_done = epoch + 1, 0
+            if ckpt.enabled:
+                ckpt.save(step)
+                ckpt.poll()
+    except NonFiniteLoss:
+        ckpt.close()  # a save in flight holds the last good weights: let it complete
+        metrics.close()
+        raise
     ckpt.close(finished=not stopped)
     metrics.close()
     if rt.is_main:
@@ -185,13 +204,13 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
     return preemption.exit_status(finished=not stopped)
 
 
-def evaluate(model, loader, rt: tdist.Runtime) -> dict:
+def evaluate(model, loader, to_input, rt: tdist.Runtime) -> dict:
     """Loss, top-1 and top-5 over the validation set, every image counted once over all ranks."""
     model.eval()
     totals = torch.zeros(4, dtype=torch.float64, device=rt.device)  # loss sum, top-1, top-5, count
     with torch.no_grad(), autocast(rt.device):
-        for images, labels in loader:
-            images, labels = to_device(images, labels, rt.device)
+        for batch in loader:
+            images, labels = to_input(*batch)
             logits = model(images).float()
             top5 = logits.topk(min(5, logits.shape[1]), dim=1).indices
             hits = top5 == labels[:, None]

@@ -57,13 +57,40 @@ class SyntheticImages(Dataset):
 
 
 def transforms(image_size: int):
-    """The standard ImageNet pipelines: random-resized crop and flip for training; resize to
-    image_size/0.875 and a centre crop for evaluation."""
+    """The standard ImageNet pipelines up to uint8: random-resized crop and flip for training;
+    resize to image_size/0.875 and a centre crop for evaluation. The loader processes stop at uint8
+    (a quarter of fp32's bytes to collate, pin and copy); DeviceImages converts and normalises
+    where the batch lands, on the GPU."""
     T = import_torchvision().transforms
-    normalize = T.Normalize(MEAN, STD)
-    train = T.Compose([T.RandomResizedCrop(image_size), T.RandomHorizontalFlip(), T.ToTensor(), normalize])
-    val = T.Compose([T.Resize(math.ceil(image_size / 0.875)), T.CenterCrop(image_size), T.ToTensor(), normalize])
+    to_uint8 = T.PILToTensor()
+    train = T.Compose([T.RandomResizedCrop(image_size), T.RandomHorizontalFlip(), to_uint8])
+    val = T.Compose([T.Resize(math.ceil(image_size / 0.875)), T.CenterCrop(image_size), to_uint8])
     return train, val
+
+
+class DeviceImages:
+    """A batch to the device and into the model's input form there: uint8 images become float
+    normalised by ImageNet's statistics with the very operations ToTensor and Normalize apply
+    (x / 255, minus the mean, over the std), channels_last on GPU like the model. Float batches
+    (synthetic data) are already the model's input and only move."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1)
+        self.std = torch.tensor(STD, device=device).view(1, 3, 1, 1)
+
+    def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.cuda:  # from pinned memory: the copy overlaps the previous step's kernels
+            images, labels = images.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
+            images = images.contiguous(memory_format=torch.channels_last)
+        if images.dtype == torch.uint8:
+            images = self.normalize(images)
+        return images, labels
+
+    def normalize(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 (N, 3, H, W) on this device to the normalised float input; the layout is kept."""
+        return images.float().div_(255).sub_(self.mean).div_(self.std)
 
 
 def build_datasets(cfg: ImageDataConfig, synthetic: SyntheticImagesConfig, seed: int) -> tuple[Dataset, Dataset, int]:
@@ -87,6 +114,10 @@ def build_datasets(cfg: ImageDataConfig, synthetic: SyntheticImagesConfig, seed:
     if train.classes != val.classes:
         raise UsageError("--data", f"{root}/train has {len(train.classes)} class folders and {root}/val "
                                    f"{len(val.classes)}; they must name the same classes")
+    if cfg.decode == "nvjpeg":  # the loaders read bytes and draw crops; the GPU decodes
+        from trainer.vision_decode import EncodedImages
+        train = EncodedImages(train.samples, train.classes, train=True)
+        val = EncodedImages(val.samples, val.classes, train=False)
     return train, val, len(train.classes)
 
 
@@ -142,12 +173,14 @@ class SeededAugmentation(Dataset):
 
 def train_loader(dataset: Dataset, sampler: ElasticSampler, cfg: ImageDataConfig, *, batch_size: int, seed: int,
                  rank: int, pin: bool) -> DataLoader:
-    """Micro-batches of `batch_size` images in the sampler's order, loaded by cfg.workers processes."""
+    """Micro-batches of `batch_size` images in the sampler's order, loaded by cfg.workers processes
+    (uint8 images, or for --decode nvjpeg the files' bytes and crops: the dataset's `collate`)."""
     # Worker processes are seeded from the loader's generator: one per rank, so that anything a
     # transform draws outside SeededAugmentation (Python's random, NumPy) differs between ranks too.
     return DataLoader(SeededAugmentation(dataset, seed), batch_size=batch_size, sampler=sampler,
                       num_workers=cfg.workers, pin_memory=pin, persistent_workers=cfg.workers > 0, drop_last=True,
-                      generator=torch.Generator().manual_seed(seed * 1_000_003 + rank))
+                      generator=torch.Generator().manual_seed(seed * 1_000_003 + rank),
+                      collate_fn=getattr(dataset, "collate", None))
 
 
 def val_loader(dataset: Dataset, cfg: ImageDataConfig, *, batch_size: int, rank: int, world_size: int,
@@ -155,7 +188,8 @@ def val_loader(dataset: Dataset, cfg: ImageDataConfig, *, batch_size: int, rank:
     """Rank r evaluates images r, r+W, ...: every image once, none padded in, so the accuracy
     summed over ranks is exact."""
     return DataLoader(dataset, batch_size=batch_size, sampler=list(range(rank, len(dataset), world_size)),
-                      num_workers=cfg.workers, pin_memory=pin, persistent_workers=cfg.workers > 0)
+                      num_workers=cfg.workers, pin_memory=pin, persistent_workers=cfg.workers > 0,
+                      collate_fn=getattr(dataset, "collate", None))
 
 
 class Progress:

@@ -9,6 +9,7 @@ lines of runs at different world sizes.
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -31,11 +32,12 @@ class VisionMetrics:
         self.epoch_start(0)
 
     def _window(self) -> None:
-        self.w_start, self.w_steps, self.w_wait = time.perf_counter(), 0, 0.0
+        self.w_start, self.w_steps, self.w_wait, self.w_skipped = time.perf_counter(), 0, 0.0, 0
         self.w_loss = torch.zeros((), device=self.rt.device)
 
     def epoch_start(self, epoch: int) -> None:
         self.e_start, self.e_steps, self.e_wait, self.e_loss = time.perf_counter(), 0, 0.0, 0.0
+        self.e_skipped = 0
         self._window()
 
     def data_wait(self, seconds: float) -> None:
@@ -55,23 +57,32 @@ class VisionMetrics:
         n = len(values)
         return [v / self.rt.world_size for v in s[:n].tolist()], t[:n].tolist()
 
-    def step_done(self, step: int, epoch: int, loss: torch.Tensor, lr: float) -> None:
-        self.w_loss += loss.detach().float()
+    def step_done(self, step: int, epoch: int, loss: torch.Tensor, lr: float, *, skipped: bool = False) -> None:
+        """`skipped`: the step's loss was not finite and the optimizer did not step; its loss is
+        left out of the means (it would make them NaN) and counted instead."""
+        if skipped:
+            self.w_skipped += 1
+            self.e_skipped += 1
+        else:
+            self.w_loss += loss.detach().float()
         self.w_steps += 1
         self.e_steps += 1
         if step % self.log_every:
             return
-        window_loss = self.w_loss.item() / self.w_steps
-        self.e_loss += window_loss * self.w_steps
+        window_loss = self.w_loss.item() / max(1, self.w_steps - self.w_skipped)
+        self.e_loss += window_loss * (self.w_steps - self.w_skipped)
         elapsed = time.perf_counter() - self.w_start
         (loss_mean, wait_mean), (_, wait_max) = self._mean_and_max([window_loss, self.w_wait / self.w_steps])
         per_rank = self.w_steps * self.batch_size / elapsed if elapsed > 0 else 0.0
-        record = {"kind": "step", "step": step, "epoch": epoch, "loss": round(loss_mean, 5), "lr": lr,
+        counted = self.w_steps > self.w_skipped  # the same on every rank: skips are agreed
+        record = {"kind": "step", "step": step, "epoch": epoch, "loss": round(loss_mean, 5) if counted else None,
+                  "lr": lr,
                   "images_per_sec": round(per_rank * self.rt.world_size, 1),
                   "images_per_sec_per_rank": round(per_rank, 1),
                   "data_wait_ms": round(1000 * wait_mean, 2), "data_wait_ms_max_rank": round(1000 * wait_max, 2),
-                  "world_size": self.rt.world_size}
-        self._write(record, f"step {step:>6} | epoch {epoch} | loss {loss_mean:.4f} | lr {lr:.3e} | "
+                  "world_size": self.rt.world_size, "nonfinite_steps": self.w_skipped}
+        shown = loss_mean if counted else math.nan
+        self._write(record, f"step {step:>6} | epoch {epoch} | loss {shown:.4f} | lr {lr:.3e} | "
                             f"img/s {record['images_per_sec']:,.0f} ({record['images_per_sec_per_rank']:,.0f}/rank) | "
                             f"data wait {record['data_wait_ms']:.1f} ms/step")
         self._window()
@@ -85,7 +96,7 @@ class VisionMetrics:
     def epoch_done(self, step: int, epoch: int, val: dict) -> dict:
         local_loss = self.e_loss + self.w_loss.item()  # the steps since the last log line too
         (loss_sum, wait, _), (_, _, time_max) = self._mean_and_max([local_loss, self.e_wait, self.e_time])
-        steps = max(self.e_steps, 1)
+        steps = max(self.e_steps - self.e_skipped, 1)
         images = self.e_steps * self.batch_size * self.rt.world_size
         rate = images / time_max if time_max > 0 else None
         record = {"kind": "epoch", "step": step, "epoch": epoch, "loss": round(loss_sum / steps, 5),

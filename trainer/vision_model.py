@@ -7,8 +7,9 @@ import pickle
 
 import torch
 
-from config.workloads.vision import ClassifierConfig
+from config.workloads.vision import ClassifierConfig, VisionEfficiencyConfig
 from trainer.cli import UsageError
+from trainer.log import log
 from trainer.safe_load import weights_only_refusal
 from trainer.torchvision_compat import import_torchvision
 
@@ -30,9 +31,18 @@ def build_classifier(cfg: ClassifierConfig, classes: int) -> torch.nn.Module:
     return model
 
 
-def to_device(images: torch.Tensor, labels: torch.Tensor, device: torch.device):
-    """A batch on the GPU, images channels_last like the model (trainer.vision puts it so there)."""
-    if device.type != "cuda":
-        return images, labels
-    return (images.to(device, non_blocking=True, memory_format=torch.channels_last),
-            labels.to(device, non_blocking=True))
+
+def place(model: torch.nn.Module, cfg: VisionEfficiencyConfig, device: torch.device,
+          world_size: int) -> torch.nn.Module:
+    """The model on its device, as the GPU runs it fastest: channels_last (cuDNN's NHWC kernels
+    under bf16), and with --sync-batchnorm BatchNorm statistics over all ranks. SyncBatchNorm runs
+    only on GPUs (torch's SyncBatchNorm refuses CPU tensors) and only means something with more
+    than one rank; elsewhere the flag is logged and left out, so one preset runs everywhere."""
+    if cfg.sync_batchnorm and device.type == "cuda" and world_size > 1:
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    elif cfg.sync_batchnorm:
+        log(f"--sync-batchnorm: off here ({device.type}, {world_size} rank(s)); it needs GPUs and more than one rank")
+    model = model.to(device)
+    if device.type == "cuda":
+        model = model.to(memory_format=torch.channels_last)
+    return model

@@ -7,12 +7,14 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from config.options import (fraction_below_one, non_negative_float, non_negative_int, option, positive_float,
-                            positive_int, section)
+                            positive_int, section, switch)
 from config.workloads.common import (CheckpointConfig, DistConfig, GlobalBatchConfig, MetricsConfig,
                                      checkpoints_and_metrics_in, seed)
 from config.workloads.workload import Workload
 
 CLASSIFIERS = ("resnet18", "resnet50", "efficientnet_b7")
+# Where JPEGs are decoded: by PIL in the loader processes, or by nvJPEG on the GPU (trainer/vision_decode.py).
+DECODERS = ("cpu", "nvjpeg")
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,8 @@ class ImageDataConfig:
     source: str = option("synthetic", "'synthetic' or a folder with train/ and val/ (ImageFolder)", flag="--data")
     image_size: int = option(224, "training crop, in pixels", parse=positive_int)
     workers: int = option(4, "data-loader processes per rank", parse=non_negative_int)
+    decode: str = option("cpu", "where JPEGs are decoded: cpu (PIL in the loader processes, uint8 out) or nvjpeg "
+                                "(on the GPU, in batches; an ImageFolder of JPEGs on a GPU only)", choices=DECODERS)
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,16 @@ class SgdConfig:
     momentum: float = option(0.9, "SGD momentum", parse=non_negative_float)
     weight_decay: float = option(1e-4, "weight decay (none on norms and biases)", parse=non_negative_float)
     label_smoothing: float = option(0.1, "label smoothing of the cross-entropy", parse=fraction_below_one)
+    max_nonfinite_steps: int = option(10, "stop (exit 3) after this many steps in a row with a non-finite loss; "
+                                          "each such step is skipped, not applied", parse=positive_int)
+
+
+@dataclass(frozen=True)
+class VisionEfficiencyConfig:
+    """How a step is computed on the GPU; none changes the recipe."""
+    compile: bool = switch("torch.compile the model (the first steps compile; restarts recompile without a cache)")
+    # BatchNorm over the micro-batch alone is noisy at EfficientNet-B7's 8 images per GPU.
+    sync_batchnorm: bool = switch("BatchNorm statistics over all ranks' micro-batches (SyncBatchNorm; GPU only)")
 
 
 @dataclass(frozen=True)
@@ -63,6 +77,7 @@ class VisionJobConfig:
     batch: ImageBatchConfig = section(ImageBatchConfig(batch_size=32))
     data: ImageDataConfig = section(ImageDataConfig())
     optimizer: SgdConfig = section(SgdConfig())
+    efficiency: VisionEfficiencyConfig = section(VisionEfficiencyConfig())
     synthetic: SyntheticImagesConfig = section(SyntheticImagesConfig())
     # One save in flight at a time keeps memory bounded; the end-of-epoch save waits for it.
     checkpoint: CheckpointConfig = section(CheckpointConfig(every=500))

@@ -9,14 +9,9 @@ proxy threads and control loops; throttling makes them slow, not safe).
 from __future__ import annotations
 
 from config.instance_types import InstanceType
-from config.kubernetes import (  # noqa: F401  (EFA_HUGEPAGES_2MI re-exported)
-    EFA_HUGEPAGES_2MI, EFA_RESOURCE, GPU_RESOURCE, GPU_TAINT_EFFECT, GPU_TAINT_KEY, GPU_TAINT_VALUE, HUGEPAGES_RESOURCE)
-
-# A training pod owns its node. Leave room for kubelet's reservation and the DaemonSets
-# (VPC CNI, kube-proxy, device plugins, FSx CSI node): 85% of vCPUs and 80% of memory fit
-# allocatable on every type in the table.
-NODE_CPU_SHARE = 0.85
-NODE_MEMORY_SHARE = 0.80
+from config.kubernetes import (  # noqa: F401  (EFA_HUGEPAGES_2MI, NODE_*_SHARE re-exported)
+    EFA_HUGEPAGES_2MI, EFA_RESOURCE, GPU_RESOURCE, GPU_TAINT_EFFECT, GPU_TAINT_KEY, GPU_TAINT_VALUE, HUGEPAGES_RESOURCE,
+    NODE_CPU_SHARE, NODE_MEMORY_SHARE)
 SHM_MAX_GIB = 128
 
 

@@ -117,7 +117,7 @@ def test_the_imagenet_presets_are_elastic_on_p4d_reading_fsx_and_vision_tiny_run
         assert preset.workload.model == model and preset.workload.data == "/fsx/data/imagenet"
         assert (preset.nodegroup, preset.image_variant, preset.nodes_min, preset.nodes_max) == ("p4d", "gpu", 1, 3)
         assert preset.rendezvous == "etcd" and preset.nproc_per_node is None
-        assert preset.workload.workers == 4  # data-loader processes per GPU, as the reference ran
+        assert preset.workload.workers == 8  # per GPU, from p4d's vCPUs (tests/config/test_vision_recipes.py)
         assert preset.job_dir().startswith(CLUSTER_CHECKPOINT_ROOT)
     tiny = get_preset("vision-tiny")
     assert (tiny.nodegroup, tiny.image_variant, tiny.workload.data, tiny.workload.model) == \

@@ -26,3 +26,28 @@ def test_the_rate_scales_with_the_global_batch_warms_up_and_decays_to_zero():
     # The clock is images seen: the same point of the run gives the same shape at another size.
     assert image_learning_rate(cfg, 10, 256, 5 * epoch, epoch) * 2 == pytest.approx(
         image_learning_rate(cfg, 10, 512, 5 * epoch, epoch))
+
+
+def test_sgd_is_fused_on_cpu_and_steps_as_the_per_tensor_loop_does():
+    """torch 2.13 has a fused SGD kernel for CPU and CUDA (trainer/optim.py FUSED_SGD_DEVICES);
+    it must update exactly as the reference loop, weight decay skipped on biases included."""
+    import torch
+
+    from trainer.optim import build_sgd
+
+    def trained(fused: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.BatchNorm1d(5), torch.nn.Linear(5, 3))
+        optimizer = build_sgd(model, SgdConfig(weight_decay=0.01))
+        if not fused:
+            for group in optimizer.param_groups:
+                group["fused"], group["foreach"] = False, False
+        for step in range(3):
+            optimizer.zero_grad(set_to_none=True)
+            model(torch.randn(8, 6, generator=torch.Generator().manual_seed(step))).square().mean().backward()
+            optimizer.step()
+        assert [g["fused"] for g in optimizer.param_groups] == [fused, fused]
+        return [p.detach().clone() for p in model.parameters()]
+
+    for a, b in zip(trained(True), trained(False)):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)

@@ -4,6 +4,9 @@ cuts alike, and augmentations seeded by the image and epoch."""
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -11,6 +14,7 @@ pytest.importorskip("torchvision", reason="torchvision is a pinned dependency")
 
 from config.workloads.vision import ImageDataConfig, SyntheticImagesConfig  # noqa: E402
 from trainer import vision_data  # noqa: E402
+from trainer.torchvision_compat import import_torchvision  # noqa: E402
 from trainer.vision_data import ElasticSampler, SyntheticImages, build_datasets  # noqa: E402
 
 
@@ -114,3 +118,44 @@ def test_random_augmentations_differ_between_ranks_and_follow_the_image_and_epoc
     assert all(torch.equal(one_rank[i], {**rank0, **rank1}[i]) for i in one_rank)
     next_epoch = _draws(1, 0, epoch=1, workers=0)
     assert all(not torch.equal(one_rank[i], next_epoch[i]) for i in one_rank)
+
+
+def _fp32_pipelines(image_size: int):
+    """The loader's transforms before the uint8 path: ToTensor and Normalize in fp32 on the CPU."""
+    T = import_torchvision().transforms
+    normalize = T.Normalize(vision_data.MEAN, vision_data.STD)
+    return (T.Compose([T.RandomResizedCrop(image_size), T.RandomHorizontalFlip(), T.ToTensor(), normalize]),
+            T.Compose([T.Resize(math.ceil(image_size / 0.875)), T.CenterCrop(image_size), T.ToTensor(), normalize]))
+
+
+@pytest.fixture(scope="module")
+def jpeg(tmp_path_factory) -> Path:
+    from PIL import Image
+    g = torch.Generator().manual_seed(1)
+    pixels = (torch.rand(90, 120, 3, generator=g) * 255).to(torch.uint8)
+    path = tmp_path_factory.mktemp("jpeg") / "a.jpg"
+    Image.fromarray(pixels.numpy()).save(path, quality=90)
+    return path
+
+
+def test_the_uint8_path_gives_the_model_the_values_the_fp32_path_gave_for_the_same_image_and_crop(jpeg):
+    from PIL import Image
+    new_train, new_val = vision_data.transforms(32)
+    old_train, old_val = _fp32_pipelines(32)
+    device_images = vision_data.DeviceImages(torch.device("cpu"))
+    with Image.open(jpeg) as f:
+        image = f.convert("RGB")
+    for seed in range(6):  # crops and flips differ by seed; each pair must agree
+        for new, old in ((new_train, old_train), (new_val, old_val)):
+            torch.manual_seed(seed)
+            loaded = new(image)
+            torch.manual_seed(seed)
+            expected = old(image)
+            assert loaded.dtype == torch.uint8 and loaded.shape == (3, 32, 32)  # a quarter of fp32's bytes
+            batch, labels = device_images(loaded[None], torch.tensor([0]))
+            assert batch.dtype == torch.float32 and labels.tolist() == [0]
+            # The same operations in the same order: equal to float rounding, far inside one uint8 level.
+            torch.testing.assert_close(batch[0], expected, atol=1e-6, rtol=0)
+    # Synthetic batches are float already: they pass unchanged.
+    x = torch.randn(2, 3, 8, 8)
+    assert device_images(x, torch.tensor([0, 1]))[0] is x

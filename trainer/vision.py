@@ -142,7 +142,7 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
             f"{accumulation} micro-batch(es) of {micro} per rank per step")
     preemption = Preemption(rt)
     metrics = VisionMetrics(job.metrics, rt, global_batch // rt.world_size)
-    nonfinite = NonFiniteSteps(rt, job.optimizer.max_nonfinite_steps)
+    nonfinite = NonFiniteSteps(rt, job.optimizer.max_nonfinite_steps, optimizer)
 
     stopped = False
     last = None
@@ -160,15 +160,17 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
                 optimizer.zero_grad(set_to_none=True)
                 loss = accumulate_gradients(ddp, forward, micro_batches, accumulation, job, metrics, to_input,
                                             rt.device)
-                skipped = nonfinite.check(loss)  # the same answer on every rank
+                # Decided on the device, the same on every rank; fused SGD skips the step itself when
+                # it is 1.0 (found_inf). The host reads it for the metrics: one synchronisation per
+                # step, which the vision loop still makes (the LLM loop makes none).
+                skipped = bool(nonfinite.check(step + 1, loss))
                 ckpt.wait_staging()  # an asynchronous save's copy of the weights must finish first
-                if not skipped:
-                    optimizer.step()
+                optimizer.step()
                 step += 1
                 progress.epoch_images_done += global_batch
                 progress.images_seen += global_batch
                 metrics.step_done(step, epoch, loss, lr, skipped=skipped)
-                nonfinite.stop_at_limit(step)
+                nonfinite.stop_at_limit(step, now=epoch == job.epochs - 1 and i + 1 == steps_left)
                 if i + 1 < steps_left:  # the epoch's last step saves after the evaluation, below
                     ckpt.step_done(step)
                 if step == first_step:

@@ -46,6 +46,9 @@ def synchronisations(rt, steps: int, fsdp: str) -> int:
 
 @pytest.mark.parametrize("fsdp", ["auto", "always"])  # one process: plain, and FSDP2 as on a cluster
 def test_a_training_step_makes_no_host_device_synchronisation(rt, fsdp):
+    # The first run in a process also pays one-off synchronisations (CUDA and cuBLAS start-up, the
+    # caching allocator's first blocks): on an H200 it made 3 in 6 steps where the next made 2 in 12.
+    synchronisations(rt, 2, fsdp)
     short = synchronisations(rt, STEPS, fsdp)
     long = synchronisations(rt, 2 * STEPS, fsdp)
     assert (long - short) / STEPS == 0, f"{short} synchronisations in {STEPS} steps, {long} in {2 * STEPS}"

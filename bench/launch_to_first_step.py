@@ -19,7 +19,6 @@ import argparse
 import os
 import re
 import selectors
-import signal
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+from ops.proc import run as proc_run, start as proc_start, stop as proc_stop  # noqa: E402
+
 TIMEOUT_S = 600
 FIRST_LINE = re.compile(r"^Model ")
 FIRST_STEP = re.compile(r"^step +1 \|")
@@ -37,8 +40,7 @@ def timed_lines(cmd: list[str], env: dict, patterns: dict[str, re.Pattern]) -> d
     """Seconds from the start of `cmd` to the first output line matching each pattern; the
     command runs to its end (non-zero exit or timeout: SystemExit with its output's tail)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = proc_start(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen: dict[str, float] = {}
     tail: list[str] = []
     selector = selectors.DefaultSelector()
@@ -59,9 +61,7 @@ def timed_lines(cmd: list[str], env: dict, patterns: dict[str, re.Pattern]) -> d
                     seen[name] = time.perf_counter() - start
         rc = proc.wait(timeout=max(1.0, TIMEOUT_S - (time.perf_counter() - start)))
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        proc_stop(proc)  # a no-op once it has ended; else its whole group goes
     if rc != 0 or len(seen) != len(patterns):
         raise SystemExit(f"launch_to_first_step: {' '.join(cmd[:6])} ... exited {rc}, missing "
                          f"{sorted(set(patterns) - set(seen))}:\n" + "".join(tail[-20:]))
@@ -71,7 +71,9 @@ def timed_lines(cmd: list[str], env: dict, patterns: dict[str, re.Pattern]) -> d
 def import_time(module: str, env: dict) -> float:
     """Seconds a fresh interpreter takes to start and import `module`."""
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", f"import {module}"], cwd=REPO, env=env, check=True, timeout=TIMEOUT_S)
+    done = proc_run([sys.executable, "-c", f"import {module}"], cwd=REPO, env=env, timeout=TIMEOUT_S)
+    if done.returncode != 0:
+        raise SystemExit(f"launch_to_first_step: import {module} failed:\n{done.stderr[-2000:]}")
     return time.perf_counter() - start
 
 

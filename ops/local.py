@@ -31,7 +31,6 @@ from pathlib import Path
 from config import paths
 from config.kubernetes import EXIT_INTERRUPTED
 from config.presets import PRESETS, JobPreset
-from k8s.pods.torchrun_env import local_env
 from ops import proc
 from ops.errors import OpsError
 
@@ -117,6 +116,10 @@ def torchrun_command(preset: JobPreset, checkpoint_root: str) -> list[str]:
 
 def torchrun_env(preset: JobPreset, endpoint: str, run_id: str) -> dict[str, str]:
     """The PET_* variables of a TrainJob's pod, for one machine."""
+    # Imported here: every ops command module is imported at start, and the validation runner's
+    # copy of ops (stacks/validation.py RUNNER_SOURCES) carries no k8s package.
+    from k8s.pods.torchrun_env import local_env
+
     return local_env(nproc_per_node=preset.local_nproc, master_port=_free_port(), backend=preset.torch_rdzv_backend,
                      endpoint=endpoint, run_id=run_id, max_restarts=preset.max_restarts)
 

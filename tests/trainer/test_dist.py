@@ -8,7 +8,7 @@ import subprocess
 from trainer_procs import REPO, job_env, torchrun_args
 
 SCRIPT = r"""
-import os, time
+import os, sys, time
 import torch
 import torch.distributed as dist
 from trainer import dist as tdist
@@ -26,9 +26,15 @@ def late_all_reduce():
     except RuntimeError as exc:
         return "timed out" if "Timed out" in str(exc) or "timed out" in str(exc) else f"error {exc}"
 
-print("STARTUP", rt.rank, late_all_reduce(), flush=True)
+def say(line):
+    # One write per line: unbuffered print() writes the text and its newline apart, and the two
+    # ranks' lines interleaved ("STARTUPSTARTUP 0 ok\n 1 ok") in a full-suite run.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+say(f"STARTUP {rt.rank} {late_all_reduce()}")
 tdist.end_startup(rt)
-print("STEADY", rt.rank, late_all_reduce(), flush=True)
+say(f"STEADY {rt.rank} {late_all_reduce()}")
 """
 
 WORKER = r"""

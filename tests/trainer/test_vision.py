@@ -67,7 +67,8 @@ def test_one_process_trains_on_an_image_folder_and_refuses_a_checkpoint_of_anoth
 def test_non_finite_steps_are_skipped_and_counted_and_stop_the_run_after_n_in_a_row(tmp_path):
     """As trainer.llm (trainer/batching.py NonFiniteSteps): a rate of 1e30 overflows the weights
     in step 1's update, every later loss is NaN; those steps are not applied, and the third in a
-    row ends the run with EXIT_NONFINITE and one line."""
+    row ends the run with EXIT_NONFINITE and one line. The count is read LAG_STEPS (2) steps late,
+    as in trainer.llm, so the run stops after step 6, steps 5 and 6 skipped too."""
     metrics = tmp_path / "m.jsonl"
     p = _vision("--image-size", "16", "--batch-size", "16", "--workers", "0", "--train-samples", "256",
                 "--val-samples", "32", "--epochs", "1", "--lr", "1e30", "--warmup-epochs", "0", "--log-every", "1",
@@ -75,9 +76,9 @@ def test_non_finite_steps_are_skipped_and_counted_and_stop_the_run_after_n_in_a_
     assert p.returncode == EXIT_NONFINITE, p.stdout[-2000:] + p.stderr[-2000:]
     assert p.stderr.strip().splitlines()[-1] == (
         "error: steps 2 to 4: 3 steps in a row had a non-finite loss or gradient norm and were skipped "
-        "(--max-nonfinite-steps 3); stopping. Lower --lr or check the data; the checkpoints hold the last good weights")
+        "(--max-nonfinite-steps 3); stopped after step 6. Lower --lr or check the data; the checkpoints hold the last good weights")
     assert "Traceback" not in p.stderr and "SUMMARY" not in p.stdout
     logged = {r["step"]: r for r in map(json.loads, metrics.read_text().splitlines())}
-    assert sorted(logged) == [1, 2, 3, 4]
+    assert sorted(logged) == [1, 2, 3, 4, 5, 6]
     assert logged[1]["loss"] > 0 and logged[1]["nonfinite_steps"] == 0
-    assert all(logged[s]["loss"] is None and logged[s]["nonfinite_steps"] == 1 for s in (2, 3, 4))
+    assert all(logged[s]["loss"] is None and logged[s]["nonfinite_steps"] == 1 for s in (2, 3, 4, 5, 6))

@@ -74,10 +74,10 @@ class DrillRun:
 
     @property
     def container(self) -> str:
-        return _container(self.manifest)["name"]
+        return worker_container(self.manifest)["name"]
 
 
-def _container(manifest: dict) -> dict:
+def worker_container(manifest: dict) -> dict:
     return manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
 
 
@@ -100,7 +100,7 @@ def drill_run(smoke_run: dict, stamp: str) -> DrillRun:
     """The smoke run as the drill runs it: longer, with a snapshot file and a rendezvous of its own
     (a snapshot left by an earlier run would let it resume at its end and prove nothing)."""
     manifest = copy.deepcopy(smoke_run)
-    container = _container(manifest)
+    container = worker_container(manifest)
     command = container.get("command") or []
     smoke_snapshot = flag_value(command, "--snapshot-path")
     if "trainer.ddp" not in command or smoke_snapshot is None:

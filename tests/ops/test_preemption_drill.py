@@ -85,7 +85,7 @@ class Operator:
 
     def pod_log(self, pod: dict) -> str:
         job = self.server.objects.get(JOB_KEY)
-        snapshot = preemption_drill.flag_value(preemption_drill._container(job)["command"], "--snapshot-path") \
+        snapshot = preemption_drill.flag_value(preemption_drill.worker_container(job)["command"], "--snapshot-path") \
             if job else ""
         return self.log_of.get(pod["metadata"].get("uid", ""), "").replace(TRAINER_SNAPSHOT, snapshot)
 
@@ -181,7 +181,7 @@ def test_a_cluster_that_replaces_the_worker_and_resumes_passes_every_row(drill):
     assert all(s == "PASS" for s, _ in rows(out).values()), out
     assert out.strip().splitlines()[-1] == "4 passed, 0 warned, 0 failed"
     [job] = [o for k, o in operator.server.objects.items() if k == JOB_KEY]
-    container = preemption_drill._container(job)
+    container = preemption_drill.worker_container(job)
     snapshot = preemption_drill.flag_value(container["command"], "--snapshot-path")
     # The smoke run, made long enough to preempt, with a snapshot and a rendezvous of its own.
     assert container["image"] == "registry/trainer:cpu-1"

@@ -17,9 +17,7 @@ per assertion (ops/checks.py), exit 1 on a FAIL; every wait ends at --timeout.
 
 from __future__ import annotations
 
-import copy
 import json
-import posixpath
 import re
 import time
 from dataclasses import dataclass
@@ -28,7 +26,10 @@ from config.kubernetes import OPERATOR_JOB_NAME_LABEL
 from k8s.pods.validation import SMOKE_PRESET, SMOKE_RUN
 from ops import checks
 from ops.errors import OpsError
-from ops.validate import Check, kubectl, load_checks, outcome_of, plan, ready_nodes
+from ops.validate import (  # noqa: F401  (worker_container, flag_value, with_flags: the tests read the run through them)
+    Check, flag_value, fresh_run, kubectl, load_checks, outcome_of, plan, ready_nodes, stamp as validation_stamp, with_flags,
+    worker_container,
+)
 
 POLL_SECONDS = 5
 # The smoke run's 20 epochs of 4096 samples end in seconds, before a poll could catch a snapshot
@@ -77,40 +78,14 @@ class DrillRun:
         return worker_container(self.manifest)["name"]
 
 
-def worker_container(manifest: dict) -> dict:
-    return manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
-
-
-def flag_value(command: list[str], flag: str) -> str | None:
-    return command[command.index(flag) + 1] if flag in command[:-1] else None
-
-
-def with_flags(command: list[str], values: dict[str, str]) -> list[str]:
-    """`command` with each flag's value replaced, or the flag appended where it has none."""
-    command = list(command)
-    for flag, value in values.items():
-        if flag in command[:-1]:
-            command[command.index(flag) + 1] = value
-        else:
-            command += [flag, value]
-    return command
-
-
 def drill_run(smoke_run: dict, stamp: str) -> DrillRun:
     """The smoke run as the drill runs it: longer, with a snapshot file and a rendezvous of its own
     (a snapshot left by an earlier run would let it resume at its end and prove nothing)."""
-    manifest = copy.deepcopy(smoke_run)
-    container = worker_container(manifest)
-    command = container.get("command") or []
-    smoke_snapshot = flag_value(command, "--snapshot-path")
-    if "trainer.ddp" not in command or smoke_snapshot is None:
-        raise OpsError(f"--drill preemption: PyTorchJob {SMOKE_RUN} does not run `trainer.ddp --snapshot-path ...` "
-                       "(rerun make synth with this checkout)")
-    folder = posixpath.dirname(smoke_snapshot)
-    snapshot = posixpath.join(folder, f"drill-{stamp}", "snapshot.pt")
-    container["command"] = with_flags(command, {"--epochs": str(DRILL_EPOCHS), "--samples": str(DRILL_SAMPLES),
-                                                "--snapshot-path": snapshot})
-    manifest["spec"]["elasticPolicy"]["rdzvId"] = f"{SMOKE_RUN}-drill-{stamp}"
+    try:
+        manifest, snapshot = fresh_run(smoke_run, f"drill-{stamp}",
+                                       {"--epochs": str(DRILL_EPOCHS), "--samples": str(DRILL_SAMPLES)})
+    except ValueError as err:
+        raise OpsError(f"--drill preemption: {err}") from None
     return DrillRun(manifest, snapshot, DRILL_EPOCHS)
 
 
@@ -167,7 +142,7 @@ def run_drill(dist, timeout_s: float) -> int:
     dist holds no smoke run, the cluster cannot run it, or kubectl cannot reach the cluster."""
     try:
         check = smoke_run_check(dist)
-        rows = preempt(drill_run(check.manifest, time.strftime("%Y%m%dt%H%M%S", time.gmtime())), timeout_s)
+        rows = preempt(drill_run(check.manifest, validation_stamp()), timeout_s)
     except RuntimeError as err:  # kubectl could not do what the drill needs: the cluster, not a verdict
         raise OpsError(str(err)) from None
     return checks.report(rows, as_json=False, about={}, title=f"preemption drill on PyTorchJob {SMOKE_RUN}")

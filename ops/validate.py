@@ -17,8 +17,10 @@ Needs kubectl configured for the cluster (the pipeline does update-kubeconfig fi
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import posixpath
 import re
 import subprocess
 import time
@@ -147,7 +149,21 @@ def load_validation_objects(dist: Path) -> list[dict]:
     return objects
 
 
-def _kubectl(*args: str, stdin: str | None = None) -> str:
+def load_checks(dist: Path) -> list[Check]:
+    """The checks of dist/<env>/validation/; OpsError naming --dist when there are none or one is malformed."""
+    try:
+        return checks_from_objects(load_validation_objects(dist))
+    except ValueError as err:
+        raise OpsError(f"--dist: {err}") from None
+
+
+def ready_nodes() -> dict[str, list[str]]:
+    return ready_nodes_by_group(json.loads(kubectl("get", "nodes", "-l", NODEGROUP_LABEL, "-o", "json")))
+
+
+def kubectl(*args: str, stdin: str | None = None) -> str:
+    """kubectl ARGS (stdin optional): its stdout; RuntimeError (one line) when it fails or gives no
+    answer in time, OpsError when there is no kubectl."""
     try:
         done = proc.run(["kubectl", *args], input=stdin, timeout=KUBECTL_TIMEOUT_S)
     except FileNotFoundError:
@@ -159,9 +175,8 @@ def _kubectl(*args: str, stdin: str | None = None) -> str:
     return done.stdout
 
 
-def _outcome(kind: str, name: str, namespace: str) -> str | None:
-    """'passed', 'failed' or None while running, from the object's status conditions."""
-    status = json.loads(_kubectl("get", kind.lower(), name, "-n", namespace, "-o", "json")).get("status", {})
+def outcome_of(status: dict) -> str | None:
+    """'passed', 'failed' or None while running, from a job's status conditions."""
     for cond in status.get("conditions") or []:
         if cond.get("status") != "True":
             continue
@@ -170,6 +185,10 @@ def _outcome(kind: str, name: str, namespace: str) -> str | None:
         if cond["type"] == "Failed":
             return "failed"
     return None
+
+
+def _outcome(kind: str, name: str, namespace: str) -> str | None:
+    return outcome_of(json.loads(kubectl("get", kind.lower(), name, "-n", namespace, "-o", "json")).get("status", {}))
 
 
 def _await(kind: str, names: list[str], namespace: str, timeout_s: float) -> list[str]:
@@ -185,14 +204,58 @@ def _await(kind: str, names: list[str], namespace: str, timeout_s: float) -> lis
         time.sleep(POLL_SECONDS)
 
 
+def worker_container(manifest: dict) -> dict:
+    return manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+
+
+def flag_value(command: list[str], flag: str) -> str | None:
+    return command[command.index(flag) + 1] if flag in command[:-1] else None
+
+
+def with_flags(command: list[str], values: dict[str, str]) -> list[str]:
+    """`command` with each flag's value replaced, or the flag appended where it has none."""
+    command = list(command)
+    for flag, value in values.items():
+        if flag in command[:-1]:
+            command[command.index(flag) + 1] = value
+        else:
+            command += [flag, value]
+    return command
+
+
+def stamp() -> str:
+    """This validation's name among earlier ones: UTC to the second."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+
+
+def fresh_run(smoke_run: dict, label: str, flags: dict[str, str] | None = None) -> tuple[dict, str]:
+    """The smoke run with a snapshot file and a rendezvous of its own (under `label`), and that
+    snapshot's path. dist/ names one fixed snapshot: a run that found an earlier validation's would
+    resume at its last epoch and exit 0 without training a step, and proves nothing."""
+    manifest = copy.deepcopy(smoke_run)
+    container = worker_container(manifest)
+    command = container.get("command") or []
+    smoke_snapshot = flag_value(command, "--snapshot-path")
+    if "trainer.ddp" not in command or smoke_snapshot is None:
+        raise ValueError(f"PyTorchJob {manifest['metadata']['name']} does not run `trainer.ddp --snapshot-path ...` "
+                         "(rerun make synth with this checkout)")
+    snapshot = posixpath.join(posixpath.dirname(smoke_snapshot), label, "snapshot.pt")
+    container["command"] = with_flags(command, {**(flags or {}), "--snapshot-path": snapshot})
+    manifest["spec"]["elasticPolicy"]["rdzvId"] = f"{manifest['metadata']['name']}-{label}"
+    return manifest, snapshot
+
+
 def run_check(check: Check, timeout_s: float) -> bool:
     # Delete first: a Job that passed on an earlier deploy must run again to prove this one.
-    _kubectl("delete", check.kind.lower(), check.name, "-n", check.namespace, "--ignore-not-found", "--wait=true")
-    _kubectl("create", "-f", "-", stdin=json.dumps(check.manifest))
+    kubectl("delete", check.kind.lower(), check.name, "-n", check.namespace, "--ignore-not-found", "--wait=true")
+    manifest = check.manifest
+    if check.kind == "PyTorchJob":
+        manifest, _ = fresh_run(manifest, f"run-{stamp()}")
+    kubectl("create", "-f", "-", stdin=json.dumps(manifest))
     [outcome] = _await(check.kind, [check.name], check.namespace, timeout_s)
     selector = f"job-name={check.name}" if check.kind == "Job" else f"{OPERATOR_JOB_NAME_LABEL}={check.name}"
     try:
-        print(_kubectl("logs", "-n", check.namespace, "-l", selector, "--tail=50", "--all-containers"))
+        print(kubectl("logs", "-n", check.namespace, "-l", selector, "--tail=50", "--all-containers"))
     except RuntimeError as err:
         print(f"(no logs: {err})")
     print(f"{check.kind} {check.name} on {check.nodegroup}: {outcome}")
@@ -203,7 +266,7 @@ def _launcher_log(name: str, namespace: str) -> str:
     # A label selector makes kubectl logs default to the last 10 lines; the table needs them all.
     selector = f"{OPERATOR_JOB_NAME_LABEL}={name},{OPERATOR_REPLICA_TYPE_LABEL}=launcher"
     try:
-        return _kubectl("logs", "-n", namespace, "-l", selector, "--tail=-1")
+        return kubectl("logs", "-n", namespace, "-l", selector, "--tail=-1")
     except RuntimeError as err:
         return f"(no launcher log: {err})"
 
@@ -219,16 +282,16 @@ def run_nccl_sweep(check: Check, nodes: list[str], timeout_s: float) -> bool:
     floor = INSTANCE_TYPES[instance].nccl_busbw_floor_gbps
     group, namespace = check.nodegroup, check.namespace
     # A sweep replaces the last one: its pairs, and the single test earlier releases ran.
-    _kubectl("delete", "mpijob", "-n", namespace, "-l", f"{NCCL_GROUP_LABEL}={group}", "--ignore-not-found",
+    kubectl("delete", "mpijob", "-n", namespace, "-l", f"{NCCL_GROUP_LABEL}={group}", "--ignore-not-found",
              "--wait=true")
-    _kubectl("delete", "mpijob", check.name, "-n", namespace, "--ignore-not-found", "--wait=true")
+    kubectl("delete", "mpijob", check.name, "-n", namespace, "--ignore-not-found", "--wait=true")
     results, index = [], 0
     for pairs in nccl.pairs_in_rounds(nodes):
         jobs = []
         for pair in pairs:
             job = nccl.pinned(check.manifest, pair, index, group)
             index += 1
-            _kubectl("create", "-f", "-", stdin=json.dumps(job))
+            kubectl("create", "-f", "-", stdin=json.dumps(job))
             jobs.append((pair, job["metadata"]["name"]))
         outcomes = _await("MPIJob", [name for _, name in jobs], namespace, timeout_s)
         for (pair, name), outcome in zip(jobs, outcomes):
@@ -245,12 +308,9 @@ def run_nccl_sweep(check: Check, nodes: list[str], timeout_s: float) -> bool:
 def run_checks(dist: Path, timeout_s: float) -> int:
     """Every check of dist/<env>/validation/ that has nodes to run on: 0 when all passed, 1 when one
     failed; OpsError (one line, exit 2) when there are none or kubectl cannot do what a check needs."""
+    checks = load_checks(dist)
     try:
-        checks = checks_from_objects(load_validation_objects(dist))
-    except ValueError as err:
-        raise OpsError(f"--dist: {err}") from None
-    try:
-        ready = ready_nodes_by_group(json.loads(_kubectl("get", "nodes", "-l", NODEGROUP_LABEL, "-o", "json")))
+        ready = ready_nodes()
         runnable, skipped = plan(checks, ready)
         for reason in skipped:
             print(f"skipped: {reason}")

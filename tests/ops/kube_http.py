@@ -93,8 +93,12 @@ class RecordingApiServer:
     makes a created job's pods."""
 
     def __init__(self, *, status_for=None, logs: str | Callable[[dict], str] = "PASS\n", linger: bool = False,
-                 pods_for: Callable[[str, dict], list[dict]] | None = None):
+                 pods_for: Callable[[str, dict], list[dict]] | None = None,
+                 before: Callable[[Request], None] | None = None):
         self.requests: list[Request] = []
+        # before(request): called with each request before it is answered, so a test can move the
+        # cluster along as a client polls it (a job's status, a replaced pod).
+        self.before = before
         # linger: a deleted object is still there for one more read (finalizers, graceful
         # deletion), as on a real cluster, so clients that wait for it to go take their wait path.
         self.linger = linger
@@ -157,6 +161,8 @@ class _Handler(BaseHTTPRequestHandler):
         query = dict(parse_qsl(parts.query))
         with self.api._lock:
             self.api.requests.append(Request(method, parts.path, query))
+            if self.api.before is not None:
+                self.api.before(self.api.requests[-1])
         body = None
         if method in ("POST", "PUT", "PATCH"):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")

@@ -224,3 +224,27 @@ def test_prods_smoke_run_is_neither_deployed_nor_left_pending_on_its_empty_cpu_g
     runnable, skipped = plan(checks, ready, {"TRAINER_IMAGE_CPU": "img:1"})
     assert not runnable
     assert "PyTorchJob validation-cpu-ddp: node group cpu has 0 Ready node(s), needs 2" in skipped
+
+
+def test_each_validation_gives_the_smoke_run_a_snapshot_and_rendezvous_of_its_own(checks, monkeypatch):
+    """dist/ names one fixed snapshot file: a smoke run that found the last validation's snapshot
+    resumed at its final epoch and exited 0 without training a step, so it proved nothing."""
+    from ops import validate
+    from ops.validate import flag_value, worker_container
+
+    smoke = checks["PyTorchJob", "cpu"]
+    dist_snapshot = flag_value(worker_container(smoke.manifest)["command"], "--snapshot-path")
+    created = []
+    monkeypatch.setattr(validate, "kubectl", lambda *args, stdin=None: created.append(json.loads(stdin)) if stdin else "")
+    monkeypatch.setattr(validate, "_await", lambda kind, names, namespace, timeout_s: ["passed"])
+    stamps = iter(["20261126-010000", "20261126-020000"])
+    monkeypatch.setattr(validate, "stamp", lambda: next(stamps))
+    assert validate.run_check(smoke, 60) and validate.run_check(smoke, 60)
+    snapshots = [flag_value(worker_container(job)["command"], "--snapshot-path") for job in created]
+    assert snapshots == [dist_snapshot.replace("snapshot.pt", "run-20261126-010000/snapshot.pt"),
+                         dist_snapshot.replace("snapshot.pt", "run-20261126-020000/snapshot.pt")]
+    assert len({job["spec"]["elasticPolicy"]["rdzvId"] for job in created}) == 2
+    # Nothing else of the run changes, and dist's object is left as it was.
+    strip = lambda job: [a for a in worker_container(job)["command"] if "snapshot.pt" not in a]  # noqa: E731
+    assert strip(created[0]) == strip(created[1]) == strip(smoke.manifest)
+    assert flag_value(worker_container(smoke.manifest)["command"], "--snapshot-path") == dist_snapshot

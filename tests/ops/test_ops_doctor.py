@@ -166,45 +166,6 @@ def test_the_hugepage_floor_is_what_the_efa_node_user_data_reserves():
     assert doctor.expected_allocatable(P5)["hugepages-2Mi"] == (">=", 2560 * 2 * 2**20)
 
 
-def dra_prod():
-    """prod with its p5 group on the EFA DRA driver."""
-    from dataclasses import replace
-
-    env = load("prod")
-    return replace(env, gpu_nodegroups=tuple(replace(g, efa_allocation="dra") for g in env.gpu_nodegroups))
-
-
-def dra_routes() -> dict:
-    routes = healthy_routes()
-    del routes[("GET", f"{DAEMONSETS}/{EFA_DEVICE_PLUGIN}")]
-    routes[("GET", f"{DAEMONSETS}/aws-dranet")] = daemonset(2, 2)
-    for n in routes[("GET", NODES)]["items"]:
-        n["status"]["allocatable"].pop("vpc.amazonaws.com/efa", None)
-    # Its runs claim EFA instead of requesting it: another spec than prod's.
-    routes[("GET", JOBS)]["items"] = [current_run(dra_prod(), "llama3-8b-fsdp")]
-    return routes
-
-
-def test_a_dra_group_reports_its_path_checks_the_dra_driver_and_expects_no_efa_extended_resource():
-    client, server = api(dra_routes())
-    rows = {r.name: r for r in doctor_run(dra_prod(), client)}
-    assert failures(list(rows.values())) == []
-    assert rows["efa p5"].reason == ("DRA driver (aws-dranet): pods claim them from ResourceClaimTemplate "
-                                     "training/efa-p5")
-    assert rows["daemonset kube-system/aws-dranet"].reason == "2/2 pods Ready"
-    assert f"daemonset kube-system/{EFA_DEVICE_PLUGIN}" not in rows
-    assert rows["allocatable gpu-a"].reason == "nvidia.com/gpu 8, vpc.amazonaws.com/efa 0, hugepages-2Mi 5120Mi"
-
-
-def test_a_dra_node_that_advertises_efa_runs_both_agents_and_fails():
-    routes = dra_routes()
-    routes[("GET", NODES)]["items"][2]["status"]["allocatable"]["vpc.amazonaws.com/efa"] = "32"
-    client, _ = api(routes)
-    assert failures(doctor_run(dra_prod(), client)) == [Check(
-        "allocatable gpu-a", FAIL, "vpc.amazonaws.com/efa 32, expected 0 on p5.48xlarge "
-                                   "(the EFA device plugin runs on this DRA node too)")]
-
-
 def test_a_notready_node_fails_its_group_row(prod):
     def change(routes):
         ready = routes[("GET", NODES)]["items"][3]["status"]["conditions"][0]

@@ -14,7 +14,14 @@ import torch.distributed as dist
 from trainer import dist as tdist
 
 rt = tdist.init(tdist.DistConfig(timeout_s=2, startup_timeout_s=60), checkpoint_group=True)
-print("FLIGHT RECORDER FOLDER", os.path.isdir(os.path.dirname(os.environ["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"])))
+
+def say(line):
+    # One write per line: unbuffered print() writes the text and its newline apart, and the two
+    # ranks' lines interleaved ("STARTUPSTARTUP 0 ok\n 1 ok") in a full-suite run.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+say(f"FLIGHT RECORDER FOLDER {os.path.isdir(os.path.dirname(os.environ['TORCH_NCCL_DEBUG_INFO_TEMP_FILE']))}")
 
 def late_all_reduce():
     # Rank 1 arrives 6 s late: within the start-up bound, past the steady-state one.
@@ -25,12 +32,6 @@ def late_all_reduce():
         return "ok"
     except RuntimeError as exc:
         return "timed out" if "Timed out" in str(exc) or "timed out" in str(exc) else f"error {exc}"
-
-def say(line):
-    # One write per line: unbuffered print() writes the text and its newline apart, and the two
-    # ranks' lines interleaved ("STARTUPSTARTUP 0 ok\n 1 ok") in a full-suite run.
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
 
 say(f"STARTUP {rt.rank} {late_all_reduce()}")
 tdist.end_startup(rt)

@@ -39,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(options: Options) -> int:
     from ops import aws, capacity_blocks
 
+    stops = options.action == "schedule" and not options.no_stop
+    # A kubeconfig named on the command line is checked first, like every path argument; without
+    # one, the cluster is reached only when there is a block to schedule (make deploy's --if-any).
+    kube_client = options.api_client() if stops and options.kubeconfig else None
     env = options.environment()
     if options.action == "scale-to-zero" and not options.group:
         raise OpsError("scale-to-zero needs --group: the capacity-block group to take to 0")
@@ -53,7 +57,8 @@ def run(options: Options) -> int:
         return 0
     # The cluster is reached before anything is scheduled: a missing kubeconfig is one line, and no
     # scale-up is left without the stop that ends its runs cleanly.
-    kube_client = None if options.no_stop else options.api_client()
+    if stops and kube_client is None:
+        kube_client = options.api_client()
     if kube_client is not None:
         capacity_blocks.kubectl_image(kube_client)  # the deployed operator names it; else "deploy first"
     results = capacity_blocks.schedule(env, clients, group=options.group, cluster_name=options.cluster_name,

@@ -206,3 +206,44 @@ def test_schedule_without_a_deployed_operator_says_deploy_first(env, deployed):
     with pytest.raises(OpsError, match="cannot read deployment kubeflow/training-operator for the kubectl image "
                                        "\\(HTTP 404 .*not found\\); deploy first"):
         capacity_blocks.schedule(env, clients, now=NOW, kube_client=api_client_on(FakeApiServer()))
+
+
+# --- the command: schedule reaches the cluster first, so no scale-up goes without its stop -------
+
+def schedule_command(monkeypatch, tmp_path, kube, *flags: str):
+    """`ops capacity-block schedule` on the capacity-block prod, its AWS calls answered by moto
+    and the block stub, the cluster by `kube`; returns the Auto Scaling group's scheduled actions."""
+    from ops import arguments
+    from ops.commands import capacity_block
+
+    clients, _ = clients_with(block())
+    monkeypatch.setattr(ops_aws, "clients", lambda region: clients)
+    monkeypatch.setattr(capacity_blocks, "datetime", type("FixedNow", (datetime,), {"now": staticmethod(lambda tz=None: NOW)}))
+    monkeypatch.setattr(arguments.ClusterOptions, "api_client", lambda self: kube)
+    options = capacity_block.Options(action="schedule", env="prod",
+                                     context_file=str(write_context(tmp_path, "prod", gpuNodegroups=GROUPS)),
+                                     no_stop="--no-stop" in flags)
+    return capacity_block.run(options), clients
+
+
+def test_schedule_creates_the_stop_cronjob_by_default(monkeypatch, tmp_path, deployed, capsys):
+    kube, server = kube_with_operator()
+    rc, _ = schedule_command(monkeypatch, tmp_path, kube)
+    assert rc == 0 and "its runs are suspended with a checkpoint at" in capsys.readouterr().out
+    assert ("POST", CRONJOBS) in [(c.method, c.path) for c in server.calls]
+
+
+def test_schedule_refuses_before_scheduling_anything_when_the_cluster_has_no_operator(monkeypatch, tmp_path, deployed):
+    from kube_fakes import FakeApiServer, api_client_on
+
+    with pytest.raises(OpsError, match="deploy first"):
+        schedule_command(monkeypatch, tmp_path, api_client_on(FakeApiServer()))
+    actions = boto3.client("autoscaling", region_name="us-east-1").describe_scheduled_actions(
+        AutoScalingGroupName=deployed["asg"])["ScheduledUpdateGroupActions"]
+    assert actions == [], "a scale-up without its stop would end its runs uncleanly"
+
+
+def test_no_stop_schedules_the_scale_up_alone(monkeypatch, tmp_path, deployed, capsys):
+    rc, _ = schedule_command(monkeypatch, tmp_path, None, "--no-stop")
+    out = capsys.readouterr().out
+    assert rc == 0 and "scales to" in out and "suspended" not in out

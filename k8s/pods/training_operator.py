@@ -14,7 +14,6 @@ pod's restart, eviction or node loss. The replicas prefer different nodes.
 
 from __future__ import annotations
 
-from config.kubernetes import ROLE_LABEL, SYSTEM_ROLE
 from k8s.pods.images import IMAGES, KUBECTL_DELIVERY_IMAGE, placeholder
 from k8s.pods.names import (
     CONTROL_PRIORITY_CLASS, KUBEFLOW_NAMESPACE, NAME_LABEL, TRAINING_OPERATOR, TRAINING_OPERATOR_WEBHOOK_PORT,
@@ -22,8 +21,8 @@ from k8s.pods.names import (
 from k8s.pods.resources import fixed_resources
 from k8s.pods.security import NONROOT_UID
 from k8s.pods.workload import (
-    container, deployment, hardened_container_security_context, hardened_pod_security_context, http_probe, own_pods,
-    pod_spec,
+    container, control_plane_affinity, deployment, hardened_container_security_context, hardened_pod_security_context,
+    http_probe, own_pods, pod_spec,
 )
 
 NAME = TRAINING_OPERATOR
@@ -83,15 +82,7 @@ def operator_deployment(*, image: str = IMAGES["training-operator"],
         # The operator is an API client.
         automount_token=True, serviceAccountName=NAME, terminationGracePeriodSeconds=10,
         volumes=[{"name": "cert", "secret": {"secretName": WEBHOOK_SECRET, "defaultMode": 0o644}}],
-        # Keep the control plane off the GPU nodes: prefer the system node group, and a node
-        # without the other replica. Preferred, not required: a rolling update adds a third pod,
-        # and the system group may have only two nodes.
-        affinity={
-            "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": {
-                "matchExpressions": [{"key": ROLE_LABEL, "operator": "In", "values": [SYSTEM_ROLE]}]}}]},
-            "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
-                "labelSelector": {"matchLabels": {NAME_LABEL: NAME}}, "topologyKey": "kubernetes.io/hostname"}}]},
-        },
+        affinity=control_plane_affinity(NAME),
         priorityClassName=CONTROL_PRIORITY_CLASS,
     )
     return deployment(name=NAME, namespace=namespace, replicas=REPLICAS, pod_labels=POD_LABELS, pod=pod,

@@ -51,7 +51,7 @@ _REPLICATED_JOB = _object({
     "template": _OPEN_OBJECT,
 }, required=["name", "template"])
 
-_SPEC = _object({
+JOBSET_SPEC = _object({
     "coordinator": _object({"jobIndex": {"type": "integer"}, "podIndex": {"type": "integer"},
                             "replicatedJob": _string()}, required=["replicatedJob"]),
     "failurePolicy": _object({
@@ -100,7 +100,7 @@ def jobset_crd() -> dict:
                 "name": VERSION, "served": True, "storage": True,
                 "schema": {"openAPIV3Schema": _object({
                     "apiVersion": _string(), "kind": _string(), "metadata": {"type": "object"},
-                    "spec": _SPEC,
+                    "spec": JOBSET_SPEC,
                     # Written only by the controller, through the status subresource.
                     "status": _OPEN_OBJECT,
                 })},

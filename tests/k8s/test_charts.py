@@ -26,7 +26,7 @@ def test_every_module_of_k8s_addons_is_one_add_on_named_after_its_file():
     assert sorted(name.replace("-", "_") for name in found) == modules
     assert sorted(found) == ["aws-dranet", "capacity-block-stop", "data-preparation", "efa-device-plugin", "etcd",
                              "fsx-storage", "jobset", "jobset-crd", "namespaces", "network-policies", "nvidia-device-plugin", "priority-classes", "runner-rbac",
-                             "training-operator", "training-operator-crds"]
+                             "trainer-v2-crds", "training-operator", "training-operator-crds"]
 
 
 def test_apply_order_is_layered_by_the_declared_dependencies(dev):

@@ -13,17 +13,12 @@ import jsonschema
 import pytest
 
 from conformance import contract, yaml_docs
+from crd_schema import narrower_than_upstream, pruned
 from k8s.addons.jobset import jobset_controller
 from k8s.addons.jobset_crd import ADDON, GROUP, VERSION, jobset_crd
 
 # The kubectl Lambda's event limit (aws-cdk issues 19165, 17362): every object must fit in one.
 EVENT_LIMIT = 256 * 1024
-PRESERVE = "x-kubernetes-preserve-unknown-fields"
-# What a field's schema says beyond its children, compared with upstream's wherever we declare it.
-FACETS = ("type", "enum", "default", "format", "minimum", "maximum", "maxItems", "required",
-          "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-validations")
-
-
 def upstream_schema() -> dict:
     [crd] = yaml_docs(contract("jobset-v0.12.0", "components-crd-bases-jobset.x-k8s.io_jobsets.yaml"))
     [version] = crd["spec"]["versions"]
@@ -34,33 +29,6 @@ def upstream_schema() -> dict:
 def our_schema() -> dict:
     [version] = jobset_crd()["spec"]["versions"]
     return version["schema"]["openAPIV3Schema"]
-
-
-def narrower_than_upstream(ours: dict, upstream: dict, path: str = "") -> list[str]:
-    """Where our schema declares a field differently from upstream, or declares one upstream lacks.
-    Below a node that keeps unknown fields, ours declares nothing and so restricts nothing."""
-    problems = [f"{path or '/'}: {facet} ours {ours.get(facet)!r}, upstream {upstream.get(facet)!r}"
-                for facet in FACETS if facet in ours and ours.get(facet) != upstream.get(facet)]
-    if ours.get(PRESERVE):
-        return problems
-    if "properties" in ours:
-        mine, theirs = set(ours["properties"]), set(upstream.get("properties", {}))
-        problems += [f"{path}/{name}: not an upstream field" for name in sorted(mine - theirs)]
-        problems += [f"{path}/{name}: upstream field missing (it would be pruned)" for name in sorted(theirs - mine)]
-        for name in sorted(mine & theirs):
-            problems += narrower_than_upstream(ours["properties"][name], upstream["properties"][name], f"{path}/{name}")
-    if "items" in ours:
-        problems += narrower_than_upstream(ours["items"], upstream["items"], f"{path}[]")
-    return problems
-
-
-def pruned(schema: dict, value):
-    """`value` as a structural schema stores it: unknown fields of declared objects dropped."""
-    if isinstance(value, dict) and not schema.get(PRESERVE) and "properties" in schema:
-        return {k: pruned(schema["properties"][k], v) for k, v in value.items() if k in schema["properties"]}
-    if isinstance(value, list) and "items" in schema:
-        return [pruned(schema["items"], v) for v in value]
-    return value
 
 
 @pytest.fixture(scope="module")

@@ -142,6 +142,7 @@ EFA_NODE_HUGEPAGES = EFA_POD_HUGEPAGES_MIB // HUGEPAGE_MIB * EFA_PODS_PER_NODE  
 NVIDIA_DEVICE_PLUGIN = "nvidia-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
 EFA_DEVICE_PLUGIN = "aws-efa-k8s-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
 TRAINING_OPERATOR = "training-operator"  # Deployment, KUBEFLOW_NAMESPACE
+TRAINER_CONTROLLER = "kubeflow-trainer-controller-manager"  # Deployment, KUBEFLOW_SYSTEM_NAMESPACE (trainingApi v2)
 JOBSET_CONTROLLER = "jobset-controller-manager"  # Deployment, KUBEFLOW_SYSTEM_NAMESPACE (trainingApi v2)
 # The EFA DRA driver (aws/eks-charts stable/aws-dranet 1.0.0, release name aws-dranet): its DaemonSet
 # in KUBE_SYSTEM_NAMESPACE, the driver name its ResourceSlices carry, the DeviceClass of EFA devices.

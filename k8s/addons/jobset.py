@@ -57,33 +57,39 @@ PROXY_RULES = (
 )
 
 
-def _rules(rules) -> list[dict]:
+def rbac_rules(rules) -> list[dict]:
     return [{"apiGroups": [group], "resources": list(resources), "verbs": list(verbs)}
             for group, resources, verbs in rules]
 
 
-def _bound(kind: str, name: str, binding: str, rules: list[dict]) -> list[dict]:
-    """A (Cluster)Role and its (Cluster)RoleBinding to the controller's ServiceAccount."""
-    namespaced = {"namespace": NAMESPACE} if kind == "Role" else {}
+def bound_role(kind: str, name: str, binding: str, rules: list[dict], *, account: str = NAME,
+               namespace: str = NAMESPACE, subjects: list[dict] | None = None) -> list[dict]:
+    """A (Cluster)Role and its (Cluster)RoleBinding, to the controller's ServiceAccount unless
+    `subjects` says otherwise."""
+    namespaced = {"namespace": namespace} if kind == "Role" else {}
     return [
         {"apiVersion": RBAC, "kind": kind, "metadata": {"name": name, **namespaced}, "rules": rules},
         {"apiVersion": RBAC, "kind": f"{kind}Binding", "metadata": {"name": binding, **namespaced},
          "roleRef": {"apiGroup": RBAC_GROUP, "kind": kind, "name": name},
-         "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]},
+         "subjects": subjects or [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]},
     ]
 
 
-def _hook(name: str, path: str, group: str, version: str, resource: str, operations: list[str],
-          *, jobset_pods_only: bool = False) -> dict:
+def webhook(name: str, path: str, group: str, version: str, resource: str, operations: list[str], *,
+            service: str = WEBHOOK_SERVICE, object_selector: dict | None = None) -> dict:
+    """One hook, failing closed, served by `service` in kubeflow-system."""
     hook = {
         "name": name, "admissionReviewVersions": ["v1"], "failurePolicy": "Fail", "sideEffects": "None",
-        "clientConfig": {"service": {"name": WEBHOOK_SERVICE, "namespace": NAMESPACE, "path": path}},
+        "clientConfig": {"service": {"name": service, "namespace": NAMESPACE, "path": path}},
         "rules": [{"apiGroups": [group], "apiVersions": [version], "operations": operations, "resources": [resource]}],
     }
-    if jobset_pods_only:
-        # Only the pods of JobSets: every other pod of the cluster is admitted without this webhook.
-        hook["objectSelector"] = {"matchExpressions": [{"key": JOBSET_NAME_LABEL, "operator": "Exists"}]}
+    if object_selector:
+        hook["objectSelector"] = object_selector
     return hook
+
+
+# Only the pods of JobSets: every other pod of the cluster is admitted without the pod hooks.
+JOBSET_PODS = {"matchExpressions": [{"key": JOBSET_NAME_LABEL, "operator": "Exists"}]}
 
 
 def webhook_configurations() -> list[dict]:
@@ -92,20 +98,20 @@ def webhook_configurations() -> list[dict]:
     return [
         {"apiVersion": admission, "kind": "MutatingWebhookConfiguration",
          "metadata": {"name": MUTATING_CONFIGURATION}, "webhooks": [
-             _hook("mjobset.kb.io", "/mutate-jobset-x-k8s-io-v1alpha2-jobset", "jobset.x-k8s.io", "v1alpha2",
+             webhook("mjobset.kb.io", "/mutate-jobset-x-k8s-io-v1alpha2-jobset", "jobset.x-k8s.io", "v1alpha2",
                    "jobsets", ["CREATE"]),
-             _hook("mpod.kb.io", "/mutate--v1-pod", "", "v1", "pods", ["CREATE"], jobset_pods_only=True)]},
+             webhook("mpod.kb.io", "/mutate--v1-pod", "", "v1", "pods", ["CREATE"], object_selector=JOBSET_PODS)]},
         {"apiVersion": admission, "kind": "ValidatingWebhookConfiguration",
          "metadata": {"name": VALIDATING_CONFIGURATION}, "webhooks": [
-             _hook("vjobset.kb.io", "/validate-jobset-x-k8s-io-v1alpha2-jobset", "jobset.x-k8s.io", "v1alpha2",
+             webhook("vjobset.kb.io", "/validate-jobset-x-k8s-io-v1alpha2-jobset", "jobset.x-k8s.io", "v1alpha2",
                    "jobsets", ["CREATE", "UPDATE"]),
-             _hook("vpod.kb.io", "/validate--v1-pod", "", "v1", "pods", ["CREATE"], jobset_pods_only=True)]},
+             webhook("vpod.kb.io", "/validate--v1-pod", "", "v1", "pods", ["CREATE"], object_selector=JOBSET_PODS)]},
     ]
 
 
-def _service(name: str, ports: list[dict]) -> dict:
+def service(name: str, ports: list[dict], selector: dict = POD_LABELS) -> dict:
     return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": {"type": "ClusterIP", "selector": dict(POD_LABELS), "ports": ports}}
+            "spec": {"type": "ClusterIP", "selector": dict(selector), "ports": ports}}
 
 
 def jobset_controller() -> list[dict]:
@@ -113,20 +119,20 @@ def jobset_controller() -> list[dict]:
     deployment = jobset_deployment()
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": NAME, "namespace": NAMESPACE}},
-        *_bound("ClusterRole", "jobset-manager-role", "jobset-manager-rolebinding", _rules(MANAGER_RULES)),
-        *_bound("Role", "jobset-leader-election-role", "jobset-leader-election-rolebinding",
-                _rules(LEADER_ELECTION_RULES)),
-        *_bound("Role", "jobset-manager-secrets-role", "jobset-manager-secrets-rolebinding", _rules(SECRETS_RULES)),
-        *_bound("ClusterRole", "jobset-proxy-role", "jobset-proxy-rolebinding", _rules(PROXY_RULES)),
-        *_bound("ClusterRole", "jobset-metrics-reader", "jobset-metrics-reader-rolebinding",
+        *bound_role("ClusterRole", "jobset-manager-role", "jobset-manager-rolebinding", rbac_rules(MANAGER_RULES)),
+        *bound_role("Role", "jobset-leader-election-role", "jobset-leader-election-rolebinding",
+                rbac_rules(LEADER_ELECTION_RULES)),
+        *bound_role("Role", "jobset-manager-secrets-role", "jobset-manager-secrets-rolebinding", rbac_rules(SECRETS_RULES)),
+        *bound_role("ClusterRole", "jobset-proxy-role", "jobset-proxy-rolebinding", rbac_rules(PROXY_RULES)),
+        *bound_role("ClusterRole", "jobset-metrics-reader", "jobset-metrics-reader-rolebinding",
                 [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]),
         manager_config_map(),
         # Created empty (components/internalcert/secret.yaml); the manager writes its certificate into it.
         {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": WEBHOOK_SECRET, "namespace": NAMESPACE},
          "type": "Opaque"},
         deployment,
-        _service(WEBHOOK_SERVICE, [{"port": 443, "protocol": "TCP", "targetPort": WEBHOOK_PORT}]),
-        _service(METRICS_SERVICE, [{"name": "https", "port": METRICS_PORT, "protocol": "TCP",
+        service(WEBHOOK_SERVICE, [{"port": 443, "protocol": "TCP", "targetPort": WEBHOOK_PORT}]),
+        service(METRICS_SERVICE, [{"name": "https", "port": METRICS_PORT, "protocol": "TCP",
                                     "targetPort": METRICS_PORT}]),
         *webhook_configurations(),
         # Node drains and node group updates evict one replica at a time.

@@ -90,7 +90,7 @@ def exec_probe(command: list[str], *, period_s: int, timeout_s: int, initial_del
     return probe
 
 
-def http_probe(path: str, port: int, *, initial_delay_s: int, period_s: int, timeout_s: int) -> dict:
+def http_probe(path: str, port: int | str, *, initial_delay_s: int, period_s: int, timeout_s: int) -> dict:
     return {"httpGet": {"path": path, "port": port, "scheme": "HTTP"}, "failureThreshold": 3,
             "initialDelaySeconds": initial_delay_s, "periodSeconds": period_s, "timeoutSeconds": timeout_s}
 

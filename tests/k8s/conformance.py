@@ -267,17 +267,19 @@ def declared_problems(found: dict[str, tuple[Any, Any]], table: Iterable[Deviati
 
 
 def apply_json_patch(doc: dict, ops: list[dict]) -> dict:
-    """The `replace` operations kustomize patches apply (RFC 6902), on a copy."""
+    """The `replace` and `add` operations kustomize patches apply (RFC 6902), on a copy."""
     doc = copy.deepcopy(doc)
     for op in ops:
-        assert op["op"] == "replace", op
+        assert op["op"] in ("replace", "add"), op
         *parents, last = [p for p in op["path"].split("/") if p]
         target: Any = doc
         for part in parents:
             target = target[int(part)] if isinstance(target, list) else target[part]
-        if isinstance(target, list):
+        if isinstance(target, list) and op["op"] == "add":
+            target.insert(len(target) if last == "-" else int(last), op["value"])
+        elif isinstance(target, list):
             target[int(last)] = op["value"]
         else:
-            assert last in target, op
+            assert (last in target) == (op["op"] == "replace"), op
             target[last] = op["value"]
     return doc

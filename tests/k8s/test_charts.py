@@ -26,7 +26,7 @@ def test_every_module_of_k8s_addons_is_one_add_on_named_after_its_file():
     assert sorted(name.replace("-", "_") for name in found) == modules
     assert sorted(found) == ["aws-dranet", "capacity-block-stop", "data-preparation", "efa-device-plugin", "etcd",
                              "fsx-storage", "jobset", "jobset-crd", "namespaces", "network-policies", "nvidia-device-plugin", "priority-classes", "runner-rbac",
-                             "trainer-v2-crds", "training-operator", "training-operator-crds"]
+                             "trainer-v2", "trainer-v2-crds", "training-operator", "training-operator-crds"]
 
 
 def test_apply_order_is_layered_by_the_declared_dependencies(dev):
@@ -39,11 +39,15 @@ def test_apply_order_is_layered_by_the_declared_dependencies(dev):
         "data-preparation"]
 
 
-def test_only_trainer_v2_environments_get_jobset_after_its_crd_namespace_and_priority_class(dev):
-    assert not {"jobset", "jobset-crd"} & {addon.name for addon, _ in apply_order(dev)}
+def test_only_trainer_v2_environments_get_trainer_and_jobset_each_after_what_it_needs(dev):
+    v2_only = {"jobset", "jobset-crd", "trainer-v2", "trainer-v2-crds"}
+    assert not v2_only & {addon.name for addon, _ in apply_order(dev)}
     order = [addon.name for addon, _ in apply_order(replace(dev, training_api="v2"))]
+    assert v2_only <= set(order)
     for needed in ("jobset-crd", "namespaces", "priority-classes"):
         assert order.index(needed) < order.index("jobset")
+    for needed in ("trainer-v2-crds", "jobset", "namespaces", "priority-classes"):
+        assert order.index(needed) < order.index("trainer-v2")
 
 
 def test_adding_an_add_on_is_adding_one_that_declares_what_it_needs(dev):

@@ -104,10 +104,11 @@ def hooks_view(configurations: list[dict]) -> dict:
 
 
 def rules_view(kind: str, name: str, rules: list[dict]) -> dict:
-    """'KIND NAME group/resource' (or the URL) -> verbs."""
+    """'KIND NAME group/resource' (or the URL; '@names' when the rule is limited to some) -> verbs."""
     granted: dict[str, set] = {}
     for rule in rules:
-        targets = [f"{g or 'core'}/{r}" for g in rule.get("apiGroups", []) for r in rule.get("resources", [])]
+        only = "@" + ",".join(rule["resourceNames"]) if rule.get("resourceNames") else ""
+        targets = [f"{g or 'core'}/{r}{only}" for g in rule.get("apiGroups", []) for r in rule.get("resources", [])]
         for target in targets + list(rule.get("nonResourceURLs", [])):
             granted.setdefault(f"rbac {kind} {name} {target}", set()).update(rule["verbs"])
     return {k: tuple(sorted(v)) for k, v in granted.items()}

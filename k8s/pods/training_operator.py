@@ -41,6 +41,13 @@ POD_ADDRESS = "training-operator-Deployment-c8aa6462"
 POD_LABELS = own_pods(NAME, POD_ADDRESS)
 
 
+def environment_schemes(config) -> tuple[str, ...]:
+    """The job kinds the operator runs for `config`. Under trainingApi v2, runs are TrainJobs and the
+    operator stays for the NCCL validation's MPIJob only (k8s/pods/validation.py); no PyTorchJob CRD
+    or webhook then exists, so nobody can create a v1 run beside the v2 ones."""
+    return ("mpijob",) if config.training_api == "v2" else SCHEMES
+
+
 def operator_deployment(*, image: str = IMAGES["training-operator"],
                         mpi_kubectl_delivery_image: str = placeholder(KUBECTL_DELIVERY_IMAGE),
                         schemes: tuple[str, ...] = SCHEMES, namespace: str = KUBEFLOW_NAMESPACE) -> dict:

@@ -15,27 +15,17 @@ import pytest
 import yaml
 
 from conformance import (
-    ABSENT, PRESENT, Deviation, apply_json_patch, contract, declared_problems, differences, one, pod_view,
-    service_view, webhook_view, yaml_docs,
+    ABSENT, CONTROLLER_DEVIATIONS, Deviation, apply_json_patch, contract, controller_view, declared_problems,
+    differences, one, our_controller_view, pod_view, yaml_docs,
 )
 
 JOBSET = "jobset-v0.12.0"
 PREFIX = "jobset-"
-SECURITY = "the restricted Pod Security profile of kubeflow-system: the manager is a static binary that needs no root"
-
 DEVIATIONS = (
     Deviation("deployment.replicas", 2, 1,
               "the pod webhooks fail closed for every JobSet pod and a JobSet restart recreates all of a run's pods: "
               "with one replica a manager restart blocks the run's restart"),
-    Deviation("pdb.minAvailable", 1, ABSENT, "node drains and node group updates evict one replica at a time"),
-    Deviation("pod.priorityClassName", "eks-distributed-training-control", ABSENT,
-              "admission and the controllers must not wait behind training pods (k8s/addons/priority_classes.py)"),
-    Deviation("pod.placement", PRESENT, ABSENT,
-              "preferred, not required: keep the control plane on the system node group, off GPU nodes, "
-              "and the two replicas on different nodes"),
-    Deviation("security.runAsUser", 65532, ABSENT, "restated so the restricted profile admits the pod; "
-              "distroless's nonroot uid"),
-    Deviation("security.runAsGroup", 65532, ABSENT, SECURITY),
+    *CONTROLLER_DEVIATIONS,
 )
 
 
@@ -93,27 +83,6 @@ def upstream_webhooks() -> list[dict]:
     return out
 
 
-def hooks_view(configurations: list[dict]) -> dict:
-    view = {}
-    for configuration in configurations:
-        kind = configuration["kind"].removesuffix("WebhookConfiguration").lower()
-        view.update({f"{kind} {k}": v for k, v in webhook_view(configuration).items()})
-        for hook in configuration["webhooks"]:
-            view[f"{kind} selector {hook['name']}"] = hook.get("objectSelector", ABSENT)
-    return view
-
-
-def rules_view(kind: str, name: str, rules: list[dict]) -> dict:
-    """'KIND NAME group/resource' (or the URL; '@names' when the rule is limited to some) -> verbs."""
-    granted: dict[str, set] = {}
-    for rule in rules:
-        only = "@" + ",".join(rule["resourceNames"]) if rule.get("resourceNames") else ""
-        targets = [f"{g or 'core'}/{r}{only}" for g in rule.get("apiGroups", []) for r in rule.get("resources", [])]
-        for target in targets + list(rule.get("nonResourceURLs", [])):
-            granted.setdefault(f"rbac {kind} {name} {target}", set()).update(rule["verbs"])
-    return {k: tuple(sorted(v)) for k, v in granted.items()}
-
-
 def upstream_rbac() -> list[dict]:
     [kustomization] = _docs("components-rbac-kustomization.yaml")
     return [_named(d) for f in kustomization["resources"] for d in _docs(f"components-rbac-{f}")]
@@ -131,24 +100,12 @@ def upstream_objects() -> list[dict]:
     return named
 
 
-def view(pod: dict, services: list[dict], webhooks: list[dict], rbac: list[dict], replicas: int, pdb) -> dict:
-    out = pod_view(pod)
-    for service in services:
-        out.update({f"{service['metadata']['name']} {k}": v for k, v in service_view(service).items()})
-    out.update(hooks_view(webhooks))
-    for doc in rbac:
-        if doc["kind"] in ("Role", "ClusterRole"):
-            out.update(rules_view(doc["kind"], doc["metadata"]["name"], doc["rules"]))
-    out["deployment.replicas"] = replicas
-    out["pdb.minAvailable"] = pdb
-    return out
-
-
 def upstream_view() -> dict:
     services = [_named(one(_docs(f), "Service"))
                 for f in ("components-webhook-service.yaml", "default-manager_metrics_service.yaml")]
     deployment = one(_docs("components-manager-manager.yaml"), "Deployment")
-    return view(upstream_pod(), services, upstream_webhooks(), upstream_rbac(), deployment["spec"]["replicas"], ABSENT)
+    return controller_view(upstream_pod(), services, upstream_webhooks(), upstream_rbac(),
+                           deployment["spec"]["replicas"], ABSENT)
 
 
 @pytest.fixture(scope="module")
@@ -158,20 +115,8 @@ def ours() -> list[dict]:
     return jobset_controller()
 
 
-def our_view(docs: list[dict]) -> dict:
-    deployment = one(docs, "Deployment")
-    pdb = one(docs, "PodDisruptionBudget")
-    assert pdb["spec"]["selector"]["matchLabels"].items() <= \
-        deployment["spec"]["template"]["metadata"]["labels"].items(), "the budget covers the manager's pods"
-    services = [d for d in docs if d["kind"] == "Service"]
-    webhooks = [d for d in docs if d["kind"].endswith("WebhookConfiguration")]
-    rbac = [d for d in docs if d["kind"] in ("Role", "ClusterRole")]
-    return view(deployment["spec"]["template"]["spec"], services, webhooks, rbac, deployment["spec"]["replicas"],
-                pdb["spec"]["minAvailable"])
-
-
 def test_jobset_matches_upstream_v0_12_0_except_the_declared_deviations(ours):
-    problems = declared_problems(differences(our_view(ours), upstream_view()), DEVIATIONS)
+    problems = declared_problems(differences(our_controller_view(ours), upstream_view()), DEVIATIONS)
     assert not problems, "\n".join(problems)
 
 
@@ -229,7 +174,7 @@ def test_the_image_is_the_one_trainer_v2_3_0_installs():
 
 
 def test_the_gate_fails_on_an_undeclared_difference_and_on_a_stale_row(ours):
-    mine = our_view(ours)
+    mine = our_controller_view(ours)
     broken = dict(mine, **{"validating selector vpod.kb.io": ABSENT})
     assert any("undeclared" in p for p in declared_problems(differences(broken, upstream_view()), DEVIATIONS))
     stale = (*DEVIATIONS, Deviation("pod.hostNetwork", False, False, "no longer differs"))

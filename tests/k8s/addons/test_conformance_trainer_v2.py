@@ -14,27 +14,16 @@ import pytest
 import yaml
 
 from conformance import (
-    ABSENT, PRESENT, Deviation, apply_json_patch, contract, declared_problems, differences, one, pod_view,
-    yaml_docs,
+    ABSENT, CONTROLLER_DEVIATIONS, Deviation, apply_json_patch, contract, controller_view, declared_problems,
+    differences, one, our_controller_view, pod_view, yaml_docs,
 )
-from test_conformance_jobset import hooks_view, rules_view
 
 TRAINER = "kubeflow-trainer-v2.3.0"
-SECURITY = "the restricted Pod Security profile of kubeflow-system: the manager needs no root"
-
 DEVIATIONS = (
     Deviation("deployment.replicas", 2, 1,
               "the webhooks fail closed: with one replica no run can be created while that pod restarts; "
               "every v2.3.0 replica serves them (pkg/util/cert/cert.go: RequireLeaderElection false)"),
-    Deviation("pdb.minAvailable", 1, ABSENT, "node drains and node group updates evict one replica at a time"),
-    Deviation("pod.priorityClassName", "eks-distributed-training-control", ABSENT,
-              "admission and the controllers must not wait behind training pods (k8s/addons/priority_classes.py)"),
-    Deviation("pod.placement", PRESENT, ABSENT,
-              "preferred, not required: keep the control plane on the system node group, off GPU nodes, "
-              "and the two replicas on different nodes"),
-    Deviation("security.runAsUser", 65532, ABSENT, "restated so the restricted profile admits the pod; "
-              "distroless's nonroot uid"),
-    Deviation("security.runAsGroup", 65532, ABSENT, SECURITY),
+    *CONTROLLER_DEVIATIONS,
     Deviation("resources", {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}}, ABSENT,
               "upstream sets none: requests keep both replicas schedulable beside the other controllers on the "
               "system nodes, and the limit bounds a leak there"),
@@ -85,30 +74,10 @@ def upstream_rbac() -> list[dict]:
     return [d for f in kustomization["resources"] for d in _docs(f"base-rbac-{f}")]
 
 
-def services_view(services: list[dict]) -> dict:
-    """Service name -> its ports, named targets included (the pod's port names must match)."""
-    return {f"service {s['metadata']['name']}": sorted(
-        (p["name"], p["port"], p.get("targetPort", p["port"]), p.get("protocol", "TCP")) for p in s["spec"]["ports"])
-        for s in services}
-
-
-def view(pod: dict, services: list[dict], webhooks: list[dict], rbac: list[dict], replicas: int, pdb) -> dict:
-    out = pod_view(pod)
-    out["resources"] = pod["containers"][0].get("resources") or ABSENT
-    out.update(services_view(services))
-    out.update(hooks_view(webhooks))
-    for doc in rbac:
-        if doc["kind"] in ("Role", "ClusterRole"):
-            out.update(rules_view(doc["kind"], doc["metadata"]["name"], doc["rules"]))
-    out["deployment.replicas"] = replicas
-    out["pdb.minAvailable"] = pdb
-    return out
-
-
 def upstream_view() -> dict:
     deployment = one(_docs("base-manager-manager.yaml"), "Deployment")
-    return view(upstream_pod(), [one(_docs("base-manager-manager.yaml"), "Service")], upstream_webhooks(),
-                upstream_rbac(), deployment["spec"].get("replicas", 1), ABSENT)
+    return controller_view(upstream_pod(), [one(_docs("base-manager-manager.yaml"), "Service")],
+                           upstream_webhooks(), upstream_rbac(), deployment["spec"].get("replicas", 1), ABSENT)
 
 
 @pytest.fixture(scope="module")
@@ -118,19 +87,8 @@ def ours() -> list[dict]:
     return trainer_controller()
 
 
-def our_view(docs: list[dict]) -> dict:
-    deployment = one(docs, "Deployment")
-    pdb = one(docs, "PodDisruptionBudget")
-    assert pdb["spec"]["selector"]["matchLabels"].items() <= \
-        deployment["spec"]["template"]["metadata"]["labels"].items(), "the budget covers the manager's pods"
-    return view(deployment["spec"]["template"]["spec"], [d for d in docs if d["kind"] == "Service"],
-                [d for d in docs if d["kind"].endswith("WebhookConfiguration")],
-                [d for d in docs if d["kind"] in ("Role", "ClusterRole")], deployment["spec"]["replicas"],
-                pdb["spec"]["minAvailable"])
-
-
 def test_trainer_matches_upstream_v2_3_0_except_the_declared_deviations(ours):
-    problems = declared_problems(differences(our_view(ours), upstream_view()), DEVIATIONS)
+    problems = declared_problems(differences(our_controller_view(ours), upstream_view()), DEVIATIONS)
     assert not problems, "\n".join(problems)
 
 
@@ -196,7 +154,7 @@ def test_the_manager_pod_meets_restricted(ours):
 
 
 def test_the_gate_fails_on_an_undeclared_difference_and_on_a_stale_row(ours):
-    mine = our_view(ours)
+    mine = our_controller_view(ours)
     broken = dict(mine, **{"validating selector validator.trainingruntime.trainer.kubeflow.org": ABSENT})
     assert any("undeclared" in p for p in declared_problems(differences(broken, upstream_view()), DEVIATIONS))
     stale = (*DEVIATIONS, Deviation("pod.hostNetwork", False, False, "no longer differs"))

@@ -11,7 +11,7 @@ import pytest
 from aws_cdk.assertions import Template
 
 from synth_helpers import environment, synth
-from test_workloads import MANIFEST_BUDGET, OBJECT_VALUE_TYPE, objects
+from test_workloads import MANIFEST_BUDGET, OBJECT_VALUE_TYPE, chart_manifests, objects
 
 V2_CHARTS = ("jobset-crd", "jobset", "trainer-v2-crds", "trainer-v2")
 
@@ -28,9 +28,7 @@ def template(v2):
 
 @pytest.fixture(scope="module")
 def manifests(v2, template):
-    stack = v2.stage.workloads
-    return {name: [template["Resources"][stack.get_logical_id(m.node.default_child)] for m in ms]
-            for name, ms in stack.manifests.items()}
+    return chart_manifests(v2, template)
 
 
 def test_the_v2_charts_are_one_manifest_each_within_the_budget(manifests):

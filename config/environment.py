@@ -27,7 +27,6 @@ FSX_THROUGHPUTS = (125, 250, 500, 1000)
 # Which Kubeflow training API runs the presets: v1 is Training Operator 1.9.4 (PyTorchJob), v2 is
 # Kubeflow Trainer 2.3.0 (TrainJob on JobSet). README "Training API: v1 or v2" says how to choose.
 TRAINING_APIS = ("v1", "v2")
-DEPLOYABLE_TRAINING_APIS = ("v1",)  # v2 joins once its add-ons exist (issue 23)
 RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
 
 # Addresses AWS keeps in every subnet.

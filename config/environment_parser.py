@@ -18,9 +18,7 @@ from config.eks_versions import (
     BY_VERSION as EKS_VERSIONS, CALENDAR_AS_OF, DEFAULT_KUBERNETES_VERSION, SUPPORTED_KUBERNETES_VERSIONS,
     UPGRADE_POLICIES,
 )
-from config.environment import (
-    DEPLOYABLE_TRAINING_APIS, FSX_THROUGHPUTS, QUEUEING, REMOVAL_POLICIES, TRAINING_APIS, Environment, Fsx,
-)
+from config.environment import FSX_THROUGHPUTS, QUEUEING, REMOVAL_POLICIES, TRAINING_APIS, Environment, Fsx
 from config.errors import ConfigError
 from config.network_parser import parse_availability_zones, parse_endpoint, parse_vpc_cidr
 from config.nodegroup_parser import (
@@ -107,11 +105,6 @@ def parse_environment(name: str, raw: Any) -> Environment:
     data_sources = parse_data_sources(r.optional("dataSources", dict, {}), r.at("dataSources"), fsx=fsx,
                                       cpu_groups=cpu_groups)
     training_api = one_of(r.optional("trainingApi", str, "v1"), TRAINING_APIS, r.at("trainingApi"))
-    if training_api not in DEPLOYABLE_TRAINING_APIS:
-        # Its runs render (k8s/pods/trainjob.py), but no add-on installs its controllers yet: taking
-        # the value would deploy v1 while the config says v2.
-        raise ConfigError(r.at("trainingApi"), f"{training_api} is not deployable yet (the Trainer and JobSet "
-                                               f"add-ons are not built); use {', '.join(DEPLOYABLE_TRAINING_APIS)}")
     r.finish()
 
     env = Environment(

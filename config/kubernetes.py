@@ -57,6 +57,9 @@ RESERVED_NODEGROUP_NAMES = (SYSTEM_NODEGROUP,)
 
 TRAINING_NAMESPACE = "training"
 KUBEFLOW_NAMESPACE = "kubeflow"
+# trainingApi v2: Kubeflow Trainer and the JobSet controller it drives, where Trainer's release
+# puts both (kubeflow/trainer v2.3.0 manifests/overlays/manager/kustomization.yaml namespace).
+KUBEFLOW_SYSTEM_NAMESPACE = "kubeflow-system"
 # Cluster add-ons (the EKS add-ons, the device plugins) live beside the other node agents.
 KUBE_SYSTEM_NAMESPACE = "kube-system"
 # The Secret (and its key) holding the Hugging Face token: `ops model token` writes it, the
@@ -139,6 +142,8 @@ EFA_NODE_HUGEPAGES = EFA_POD_HUGEPAGES_MIB // HUGEPAGE_MIB * EFA_PODS_PER_NODE  
 NVIDIA_DEVICE_PLUGIN = "nvidia-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
 EFA_DEVICE_PLUGIN = "aws-efa-k8s-device-plugin"  # DaemonSet, KUBE_SYSTEM_NAMESPACE
 TRAINING_OPERATOR = "training-operator"  # Deployment, KUBEFLOW_NAMESPACE
+TRAINER_CONTROLLER = "kubeflow-trainer-controller-manager"  # Deployment, KUBEFLOW_SYSTEM_NAMESPACE (trainingApi v2)
+JOBSET_CONTROLLER = "jobset-controller-manager"  # Deployment, KUBEFLOW_SYSTEM_NAMESPACE (trainingApi v2)
 # The EFA DRA driver (aws/eks-charts stable/aws-dranet 1.0.0, release name aws-dranet): its DaemonSet
 # in KUBE_SYSTEM_NAMESPACE, the driver name its ResourceSlices carry, the DeviceClass of EFA devices.
 AWS_DRANET = "aws-dranet"

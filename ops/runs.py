@@ -136,7 +136,13 @@ def stop(client: Any, target: str, namespace: str) -> list[str]:
 
 def run_manifest(env: Any, preset: str, *, name: str | None, image: str | None, overrides: dict | None) -> dict:
     """The run `start` or `submit` would create: the preset's, for the image the environment's
-    Registry stack published (or `image`), with the --set overrides."""
+    Registry stack published (or `image`), with the --set overrides. Under trainingApi v2 a run is
+    a TrainingRuntime and its TrainJob (k8s/pods/trainjob.py), which these verbs do not create yet:
+    refused in one line, before any AWS or cluster call, rather than a PyTorchJob the cluster has no
+    CRD for."""
+    if env.training_api != "v1":
+        raise OpsError(f"environments.{env.name}.trainingApi is {env.training_api}: its runs are TrainJobs, which "
+                       "ops start and submit cannot create yet (issue 23); use trainingApi v1 for runs from ops")
     if not image:
         from ops import images
 

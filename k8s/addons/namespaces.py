@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from config.kubernetes import TRAINING_NAMESPACE
+from config.kubernetes import KUBEFLOW_SYSTEM_NAMESPACE, TRAINING_NAMESPACE
 from k8s.addons import AddOn
 from k8s.pods.names import KUBEFLOW_NAMESPACE
 
@@ -44,6 +44,12 @@ POD_SECURITY: Mapping[str, PodSecurity] = {
 }
 
 
+# trainingApi v2's controllers (Kubeflow Trainer, JobSet) meet restricted as the Training Operator does.
+V2_POD_SECURITY: Mapping[str, PodSecurity] = {
+    KUBEFLOW_SYSTEM_NAMESPACE: PodSecurity(enforce="restricted", report="restricted"),
+}
+
+
 def pod_security_labels(levels: PodSecurity, kubernetes_version: str) -> dict[str, str]:
     """The namespace labels for `levels`, each version pinned to `kubernetes_version`'s minor."""
     version = "v" + ".".join(kubernetes_version.split(".")[:2])
@@ -62,4 +68,9 @@ def namespaces(kubernetes_version: str, pod_security: Mapping[str, PodSecurity] 
             for name, levels in pod_security.items()]
 
 
-ADDON = AddOn(name="namespaces", objects=lambda config, values: namespaces(config.kubernetes_version))
+def environment_namespaces(config) -> list[dict]:
+    extra = V2_POD_SECURITY if config.training_api == "v2" else {}
+    return namespaces(config.kubernetes_version, {**POD_SECURITY, **extra})
+
+
+ADDON = AddOn(name="namespaces", objects=lambda config, values: environment_namespaces(config))

@@ -15,7 +15,9 @@ from __future__ import annotations
 from config.environment import Environment
 from k8s.addons import AddOn
 from k8s.pods.names import nccl_groups
-from k8s.pods.network_policy import job_peers_policy, nccl_group_peers_policy, operator_policies, training_policies
+from k8s.pods.network_policy import (
+    job_peers_policy, nccl_group_peers_policy, operator_policies, trainer_v2_policies, training_policies,
+)
 from k8s.pods.pytorchjob import API_VERSION as PYTORCHJOB_API_VERSION, KIND as PYTORCHJOB_KIND, presets_for
 from k8s.pods.validation import SMOKE_RUN, has_smoke_run
 
@@ -28,6 +30,8 @@ def fixed_name_runs(config: Environment) -> list[str]:
 
 def network_policies(config: Environment) -> list[dict]:
     policies = [*operator_policies(config.vpc_cidr), *training_policies(config.vpc_cidr)]
+    if config.training_api == "v2":
+        policies += trainer_v2_policies(config.vpc_cidr)
     policies += [nccl_group_peers_policy(group.name) for group in nccl_groups(config)]
     return policies + [job_peers_policy({"apiVersion": PYTORCHJOB_API_VERSION, "kind": PYTORCHJOB_KIND,
                                          "metadata": {"name": name}}) for name in fixed_name_runs(config)]

@@ -14,7 +14,7 @@ from k8s.addons import AddOn, Readiness
 from k8s.pods.images import KUBECTL_DELIVERY_IMAGE, placeholder
 from k8s.pods.names import KUBEFLOW_NAMESPACE, NAME_LABEL
 from k8s.pods.training_operator import (
-    METRICS_PORT, NAME, POD_ADDRESS, SCHEMES, WEBHOOK_PORT, WEBHOOK_SECRET, operator_deployment,
+    METRICS_PORT, NAME, POD_ADDRESS, SCHEMES, WEBHOOK_PORT, WEBHOOK_SECRET, environment_schemes, operator_deployment,
 )
 from k8s.pods.workload import ADDRESS_LABEL, rendered
 
@@ -149,4 +149,5 @@ ADDON = AddOn(
     ready_when=Readiness(object_type="deployment", name=NAME, namespace=KUBEFLOW_NAMESPACE, json_path=ROLLOUT_COMPLETE,
                          dist_wait=f"kubectl rollout status -n {KUBEFLOW_NAMESPACE} deployment/{NAME} --timeout=10m",
                          timeout_minutes=10),
-    objects=lambda config, values: training_operator(mpi_kubectl_delivery_image=values.kubectl_delivery_image))
+    objects=lambda config, values: training_operator(mpi_kubectl_delivery_image=values.kubectl_delivery_image,
+                                                     schemes=environment_schemes(config)))

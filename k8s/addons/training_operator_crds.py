@@ -15,6 +15,7 @@ repository (k8s/pods/podspec.py, called by the job builders in k8s/pods).
 from __future__ import annotations
 
 from k8s.addons import AddOn
+from k8s.pods.training_operator import environment_schemes
 
 GROUP = "kubeflow.org"
 VERSION = "v1"
@@ -166,5 +167,10 @@ def mpijob_crd() -> dict:
     return crd_manifest("MPIJob", "mpijobs", _MPI_SPEC)
 
 
+def operator_crds(schemes: tuple[str, ...]) -> list[dict]:
+    """The CRDs of the kinds the operator runs (k8s/pods/training_operator.py environment_schemes)."""
+    return [crd() for scheme, crd in (("pytorchjob", pytorchjob_crd), ("mpijob", mpijob_crd)) if scheme in schemes]
+
+
 # The CRDs alone: applied (and Established) before the operator and any job that uses them.
-ADDON = AddOn(name="training-operator-crds", objects=lambda config, values: [pytorchjob_crd(), mpijob_crd()])
+ADDON = AddOn(name="training-operator-crds", objects=lambda config, values: operator_crds(environment_schemes(config)))

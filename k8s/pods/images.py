@@ -13,6 +13,13 @@ TRAINING_OPERATOR_RELEASE_TAG = "v1-93c5489"
 IMAGES = {
     # ../shared/contracts/nvidia-device-plugin-v0.19.3/nvidia-device-plugin.yml (NVIDIA/k8s-device-plugin v0.19.3).
     "nvidia-device-plugin": "nvcr.io/nvidia/k8s-device-plugin:v0.19.3",
+    # The JobSet release Kubeflow Trainer v2.3.0 installs, retagged from the staging registry to the
+    # release one: ../shared/contracts/kubeflow-trainer-v2.3.0/third-party-jobset-kustomization.yaml.
+    "jobset": "registry.k8s.io/jobset/jobset:v0.12.0",
+    # Kubeflow Trainer v2.3.0: the repository from
+    # ../shared/contracts/kubeflow-trainer-v2.3.0/base-manager-manager.yaml, the tag from
+    # overlays-manager-kustomization.yaml beside it.
+    "trainer-controller-manager": "ghcr.io/kubeflow/trainer/trainer-controller-manager:v2.3.0",
     "training-operator": f"ghcr.io/kubeflow/training-v1/training-operator:{TRAINING_OPERATOR_RELEASE_TAG}",
     # etcd 3.5, the last minor with the v2 API torch's etcd rendezvous speaks (3.6 removed it).
     # 3.5.33 (2026-07-23) is the newest 3.5 patch, and its v2 API works for us: etcd-io/etcd#21249

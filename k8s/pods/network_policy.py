@@ -36,11 +36,16 @@ address of the service range, which EKS takes from 10.100.0.0/16 or 172.20.0.0/1
 
 from __future__ import annotations
 
-from config.kubernetes import NCCL_GROUP_LABEL, OPERATOR_JOB_NAME_LABEL, TRAINING_NAMESPACE
+from config.kubernetes import (
+    JOBSET_CONTROLLER, KUBEFLOW_SYSTEM_NAMESPACE, NCCL_GROUP_LABEL, OPERATOR_JOB_NAME_LABEL, TRAINER_CONTROLLER,
+    TRAINING_NAMESPACE,
+)
+from k8s.pods.jobset import WEBHOOK_PORT as JOBSET_WEBHOOK_PORT
 from k8s.pods.names import (
     API_CLIENT_LABEL, ETCD_CLIENT_LABEL, ETCD_CLIENT_PORT, ETCD_SERVICE, HTTPS_EGRESS_LABEL, KUBE_SYSTEM_NAMESPACE,
     KUBEFLOW_NAMESPACE, NAME_LABEL, POD_IDENTITY_LABEL, TRAINING_OPERATOR, TRAINING_OPERATOR_WEBHOOK_PORT,
 )
+from k8s.pods.trainer_v2 import PORTS as TRAINER_PORTS
 
 API_VERSION = "networking.k8s.io/v1"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every namespace
@@ -113,18 +118,33 @@ def training_policies(vpc_cidr: str, namespace: str = TRAINING_NAMESPACE) -> lis
     ]
 
 
+def webhook_controller_policy(name: str, namespace: str, vpc_cidr: str, webhook_port: int, description: str) -> dict:
+    """A controller that serves admission webhooks: the API server reaches the webhook from its ENIs
+    in the cluster's subnets, which pods share, so the rule is the VPC's range on the webhook port
+    only (that port serves TLS admission reviews); the controller calls the API server."""
+    return network_policy(
+        name, namespace, match_labels(**{NAME_LABEL: name}),
+        ingress=[{"from": [{"ipBlock": {"cidr": vpc_cidr}}], "ports": tcp_ports(webhook_port)}],
+        egress=[{"to": api_server_peers(vpc_cidr), "ports": tcp_ports(HTTPS_PORT)}], description=description)
+
+
 def operator_policies(vpc_cidr: str, namespace: str = KUBEFLOW_NAMESPACE) -> list[dict]:
-    """The operator's namespace: its webhook from the API server, its calls to the API server.
-    The API server reaches the webhook from its ENIs in the cluster's subnets, which pods share, so
-    the rule is the VPC's range on the webhook port only; that port serves TLS admission reviews."""
+    """The operator's namespace: its webhook from the API server, its calls to the API server."""
     return [
         default_deny(namespace),
-        network_policy(
-            TRAINING_OPERATOR, namespace, match_labels(**{NAME_LABEL: TRAINING_OPERATOR}),
-            ingress=[{"from": [{"ipBlock": {"cidr": vpc_cidr}}], "ports": tcp_ports(TRAINING_OPERATOR_WEBHOOK_PORT)}],
-            egress=[{"to": api_server_peers(vpc_cidr), "ports": tcp_ports(HTTPS_PORT)}],
-            description="the API server calls the validating webhook; the operator calls the API server"),
+        webhook_controller_policy(TRAINING_OPERATOR, namespace, vpc_cidr, TRAINING_OPERATOR_WEBHOOK_PORT,
+                                  "the API server calls the validating webhook; the operator calls the API server"),
     ]
+
+
+def trainer_v2_policies(vpc_cidr: str, namespace: str = KUBEFLOW_SYSTEM_NAMESPACE) -> list[dict]:
+    """kubeflow-system under trainingApi v2: Kubeflow Trainer's and JobSet's webhooks from the API
+    server, their calls to the API server; nothing else reaches them (no metrics scraper is deployed)."""
+    webhooks = {TRAINER_CONTROLLER: TRAINER_PORTS["webhook"], JOBSET_CONTROLLER: JOBSET_WEBHOOK_PORT}
+    return [default_deny(namespace), *(
+        webhook_controller_policy(name, namespace, vpc_cidr, port,
+                                  "the API server calls the admission webhooks; the controller calls the API server")
+        for name, port in webhooks.items())]
 
 
 def _peers_policy(name: str, namespace: str, selector: dict, description: str) -> dict:

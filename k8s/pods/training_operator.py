@@ -14,7 +14,6 @@ pod's restart, eviction or node loss. The replicas prefer different nodes.
 
 from __future__ import annotations
 
-from config.kubernetes import ROLE_LABEL, SYSTEM_ROLE
 from k8s.pods.images import IMAGES, KUBECTL_DELIVERY_IMAGE, placeholder
 from k8s.pods.names import (
     CONTROL_PRIORITY_CLASS, KUBEFLOW_NAMESPACE, NAME_LABEL, TRAINING_OPERATOR, TRAINING_OPERATOR_WEBHOOK_PORT,
@@ -22,8 +21,8 @@ from k8s.pods.names import (
 from k8s.pods.resources import fixed_resources
 from k8s.pods.security import NONROOT_UID
 from k8s.pods.workload import (
-    container, deployment, hardened_container_security_context, hardened_pod_security_context, http_probe, own_pods,
-    pod_spec,
+    container, control_plane_affinity, deployment, hardened_container_security_context, hardened_pod_security_context,
+    http_probe, own_pods, pod_spec,
 )
 
 NAME = TRAINING_OPERATOR
@@ -40,6 +39,13 @@ REPLICAS = 2
 # (k8s/addons/training_operator.py) still selects them by it.
 POD_ADDRESS = "training-operator-Deployment-c8aa6462"
 POD_LABELS = own_pods(NAME, POD_ADDRESS)
+
+
+def environment_schemes(config) -> tuple[str, ...]:
+    """The job kinds the operator runs for `config`. Under trainingApi v2, runs are TrainJobs and the
+    operator stays for the NCCL validation's MPIJob only (k8s/pods/validation.py); no PyTorchJob CRD
+    or webhook then exists, so nobody can create a v1 run beside the v2 ones."""
+    return ("mpijob",) if config.training_api == "v2" else SCHEMES
 
 
 def operator_deployment(*, image: str = IMAGES["training-operator"],
@@ -83,15 +89,7 @@ def operator_deployment(*, image: str = IMAGES["training-operator"],
         # The operator is an API client.
         automount_token=True, serviceAccountName=NAME, terminationGracePeriodSeconds=10,
         volumes=[{"name": "cert", "secret": {"secretName": WEBHOOK_SECRET, "defaultMode": 0o644}}],
-        # Keep the control plane off the GPU nodes: prefer the system node group, and a node
-        # without the other replica. Preferred, not required: a rolling update adds a third pod,
-        # and the system group may have only two nodes.
-        affinity={
-            "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": {
-                "matchExpressions": [{"key": ROLE_LABEL, "operator": "In", "values": [SYSTEM_ROLE]}]}}]},
-            "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
-                "labelSelector": {"matchLabels": {NAME_LABEL: NAME}}, "topologyKey": "kubernetes.io/hostname"}}]},
-        },
+        affinity=control_plane_affinity(NAME),
         priorityClassName=CONTROL_PRIORITY_CLASS,
     )
     return deployment(name=NAME, namespace=namespace, replicas=REPLICAS, pod_labels=POD_LABELS, pod=pod,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from config.kubernetes import ROLE_LABEL, SYSTEM_ROLE
 from k8s.pods.names import NAME_LABEL
 from k8s.pods.security import container_security_context, pod_security_context
 
@@ -65,6 +66,18 @@ def required_node_affinity(key: str, values: list[str]) -> dict:
         {"matchExpressions": [{"key": key, "operator": "In", "values": list(values)}]}]}}}
 
 
+def control_plane_affinity(name: str) -> dict:
+    """Keep a controller off the GPU nodes: prefer the system node group, and a node without another
+    replica of `name`. Preferred, not required: a rolling update adds a third pod, and the system
+    group may have only two nodes."""
+    return {
+        "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": {
+            "matchExpressions": [{"key": ROLE_LABEL, "operator": "In", "values": [SYSTEM_ROLE]}]}}]},
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
+            "labelSelector": {"matchLabels": {NAME_LABEL: name}}, "topologyKey": "kubernetes.io/hostname"}}]},
+    }
+
+
 def host_path_volume(name: str, path: str, type: str = "") -> dict:
     return {"name": name, "hostPath": {"path": path, "type": type}}
 
@@ -77,7 +90,7 @@ def exec_probe(command: list[str], *, period_s: int, timeout_s: int, initial_del
     return probe
 
 
-def http_probe(path: str, port: int, *, initial_delay_s: int, period_s: int, timeout_s: int) -> dict:
+def http_probe(path: str, port: int | str, *, initial_delay_s: int, period_s: int, timeout_s: int) -> dict:
     return {"httpGet": {"path": path, "port": port, "scheme": "HTTP"}, "failureThreshold": 3,
             "initialDelaySeconds": initial_delay_s, "periodSeconds": period_s, "timeoutSeconds": timeout_s}
 

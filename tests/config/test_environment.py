@@ -81,6 +81,10 @@ def test_training_api_defaults_to_v1():
     assert load_environment({"dev": dict(dev(), trainingApi="v1")}, "dev").training_api == "v1"
 
 
+def test_training_api_v2_is_accepted_now_that_its_add_ons_exist():
+    assert load_environment({"dev": dict(dev(), trainingApi="v2")}, "dev").training_api == "v2"
+
+
 def test_a_deployer_principal_becomes_one_more_admin_and_the_kubeconfig_command_names_the_cluster():
     raw = dict(dev(), deployerPrincipalArn="arn:aws:iam::111111111111:role/ci/Deployer")
     env = load_environment({"dev": raw}, "dev")
@@ -148,8 +152,6 @@ CASES = [
      "rates); use one of 1.34, 1.35, 1.36"),
     ("training API unknown", [("trainingApi", "v3")], "trainingApi: must be one of v1, v2, got 'v3'"),
     ("training API not a string", [("trainingApi", 2)], "trainingApi: must be a string, got 2"),
-    ("training API without its add-ons", [("trainingApi", "v2")],
-     "trainingApi: v2 is not deployable yet (the Trainer and JobSet add-ons are not built); use v1"),
     ("upgrade policy unknown", [("upgradePolicy", "lts")],
      "upgradePolicy: must be one of standard, extended, got 'lts'"),
     ("add-on version for an add-on the cluster does not run", [("addonVersions", {"aws-ebs-csi-driver": "v1.40.0-eksbuild.1"})],

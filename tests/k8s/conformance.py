@@ -231,6 +231,80 @@ def webhook_view(configuration: dict) -> dict[str, Any]:
     return view
 
 
+# --- the Kubernetes controllers we run as two replicas (JobSet, Kubeflow Trainer) ------------
+
+SYSTEM_SECURITY = "the restricted Pod Security profile of kubeflow-system: the manager needs no root"
+# What every such controller of ours adds to its upstream Deployment, and why.
+CONTROLLER_DEVIATIONS = (
+    Deviation("pdb.minAvailable", 1, ABSENT, "node drains and node group updates evict one replica at a time"),
+    Deviation("pod.priorityClassName", "eks-distributed-training-control", ABSENT,
+              "admission and the controllers must not wait behind training pods (k8s/addons/priority_classes.py)"),
+    Deviation("pod.placement", PRESENT, ABSENT,
+              "preferred, not required: keep the control plane on the system node group, off GPU nodes, "
+              "and the two replicas on different nodes"),
+    Deviation("security.runAsUser", 65532, ABSENT, "restated so the restricted profile admits the pod; "
+              "distroless's nonroot uid"),
+    Deviation("security.runAsGroup", 65532, ABSENT, SYSTEM_SECURITY),
+)
+
+
+def services_view(services: list[dict]) -> dict[str, Any]:
+    """Service name -> its ports, named targets included (the pod's port names must match)."""
+    return {f"service {s['metadata']['name']}": sorted(
+        (p.get("name", ""), p["port"], p.get("targetPort", p["port"]), p.get("protocol", "TCP"))
+        for p in s["spec"]["ports"]) for s in services}
+
+
+def hooks_view(configurations: list[dict]) -> dict[str, Any]:
+    view = {}
+    for configuration in configurations:
+        kind = configuration["kind"].removesuffix("WebhookConfiguration").lower()
+        view.update({f"{kind} {k}": v for k, v in webhook_view(configuration).items()})
+        for hook in configuration["webhooks"]:
+            view[f"{kind} selector {hook['name']}"] = hook.get("objectSelector", ABSENT)
+    return view
+
+
+def rules_view(kind: str, name: str, rules: list[dict]) -> dict[str, Any]:
+    """'KIND NAME group/resource' (or the URL; '@names' when the rule is limited to some) -> verbs."""
+    granted: dict[str, set] = {}
+    for rule in rules:
+        only = "@" + ",".join(rule["resourceNames"]) if rule.get("resourceNames") else ""
+        targets = [f"{g or 'core'}/{r}{only}" for g in rule.get("apiGroups", []) for r in rule.get("resources", [])]
+        for target in targets + list(rule.get("nonResourceURLs", [])):
+            granted.setdefault(f"rbac {kind} {name} {target}", set()).update(rule["verbs"])
+    return {k: tuple(sorted(v)) for k, v in granted.items()}
+
+
+def controller_view(pod: dict, services: list[dict], webhooks: list[dict], rbac: list[dict], replicas: int,
+                    pdb: Any) -> dict[str, Any]:
+    """A controller's pod, its resources, Services, webhook configurations, (Cluster)Role rules,
+    replica count and disruption budget."""
+    out = pod_view(pod)
+    out["resources"] = container_of(pod).get("resources") or ABSENT
+    out.update(services_view(services))
+    out.update(hooks_view(webhooks))
+    for doc in rbac:
+        if doc["kind"] in ("Role", "ClusterRole"):
+            out.update(rules_view(doc["kind"], doc["metadata"]["name"], doc["rules"]))
+    out["deployment.replicas"] = replicas
+    out["pdb.minAvailable"] = pdb
+    return out
+
+
+def our_controller_view(docs: list[dict]) -> dict[str, Any]:
+    """controller_view of our rendering; its budget must cover the manager's pods."""
+    deployment = one(docs, "Deployment")
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= \
+        deployment["spec"]["template"]["metadata"]["labels"].items(), "the budget covers the manager's pods"
+    services = [d for d in docs if d["kind"] == "Service"]
+    webhooks = [d for d in docs if d["kind"].endswith("WebhookConfiguration")]
+    rbac = [d for d in docs if d["kind"] in ("Role", "ClusterRole")]
+    return controller_view(deployment["spec"]["template"]["spec"], services, webhooks, rbac,
+                           deployment["spec"]["replicas"], pdb["spec"]["minAvailable"])
+
+
 # --- the check ------------------------------------------------------------------------------
 
 def differences(ours: dict[str, Any], upstream: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -267,17 +341,19 @@ def declared_problems(found: dict[str, tuple[Any, Any]], table: Iterable[Deviati
 
 
 def apply_json_patch(doc: dict, ops: list[dict]) -> dict:
-    """The `replace` operations kustomize patches apply (RFC 6902), on a copy."""
+    """The `replace` and `add` operations kustomize patches apply (RFC 6902), on a copy."""
     doc = copy.deepcopy(doc)
     for op in ops:
-        assert op["op"] == "replace", op
+        assert op["op"] in ("replace", "add"), op
         *parents, last = [p for p in op["path"].split("/") if p]
         target: Any = doc
         for part in parents:
             target = target[int(part)] if isinstance(target, list) else target[part]
-        if isinstance(target, list):
+        if isinstance(target, list) and op["op"] == "add":
+            target.insert(len(target) if last == "-" else int(last), op["value"])
+        elif isinstance(target, list):
             target[int(last)] = op["value"]
         else:
-            assert last in target, op
+            assert (last in target) == (op["op"] == "replace"), op
             target[last] = op["value"]
     return doc

@@ -25,8 +25,8 @@ def test_every_module_of_k8s_addons_is_one_add_on_named_after_its_file():
     modules = sorted(p.stem for p in (Path(k8s.__file__).parent / "addons").glob("*.py") if p.stem != "__init__")
     assert sorted(name.replace("-", "_") for name in found) == modules
     assert sorted(found) == ["aws-dranet", "capacity-block-stop", "data-preparation", "efa-device-plugin", "etcd",
-                             "fsx-storage", "namespaces", "network-policies", "nvidia-device-plugin", "priority-classes", "runner-rbac",
-                             "training-operator", "training-operator-crds"]
+                             "fsx-storage", "jobset", "jobset-crd", "namespaces", "network-policies", "nvidia-device-plugin", "priority-classes", "runner-rbac",
+                             "trainer-v2", "trainer-v2-crds", "training-operator", "training-operator-crds"]
 
 
 def test_apply_order_is_layered_by_the_declared_dependencies(dev):
@@ -37,6 +37,17 @@ def test_apply_order_is_layered_by_the_declared_dependencies(dev):
         "etcd", "fsx-storage", "network-policies", "runner-rbac", "training-operator",
         # layer 2: the data Jobs' ServiceAccounts
         "data-preparation"]
+
+
+def test_only_trainer_v2_environments_get_trainer_and_jobset_each_after_what_it_needs(dev):
+    v2_only = {"jobset", "jobset-crd", "trainer-v2", "trainer-v2-crds"}
+    assert not v2_only & {addon.name for addon, _ in apply_order(dev)}
+    order = [addon.name for addon, _ in apply_order(replace(dev, training_api="v2"))]
+    assert v2_only <= set(order)
+    for needed in ("jobset-crd", "namespaces", "priority-classes"):
+        assert order.index(needed) < order.index("jobset")
+    for needed in ("trainer-v2-crds", "jobset", "namespaces", "priority-classes"):
+        assert order.index(needed) < order.index("trainer-v2")
 
 
 def test_adding_an_add_on_is_adding_one_that_declares_what_it_needs(dev):

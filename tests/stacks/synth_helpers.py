@@ -81,12 +81,20 @@ def _linked() -> dict[str, Any]:
     return raw
 
 
+def _trainer_v2() -> dict[str, Any]:
+    """dev running its presets on Kubeflow Trainer v2 (TrainJob on JobSet) instead of PyTorchJob."""
+    raw = raw_environment("dev")
+    raw["trainingApi"] = "v2"
+    return raw
+
+
 VARIANTS = {
     "dev": lambda: raw_environment("dev"),
     "prod": lambda: raw_environment("prod"),
     "blocks": _blocks,
     "split": _split,
     "linked": _linked,
+    "trainerv2": _trainer_v2,
 }
 
 

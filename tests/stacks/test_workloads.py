@@ -27,12 +27,16 @@ def template(dev):
     return Template.from_stack(dev.stage.workloads).to_json()
 
 
-@pytest.fixture(scope="module")
-def manifests(dev, template):
+def chart_manifests(synthesized, template) -> dict[str, list[dict]]:
     """chart name -> CloudFormation resources of its KubernetesManifests, in object order."""
-    stack = dev.stage.workloads
+    stack = synthesized.stage.workloads
     return {name: [template["Resources"][stack.get_logical_id(m.node.default_child)] for m in ms]
             for name, ms in stack.manifests.items()}
+
+
+@pytest.fixture(scope="module")
+def manifests(dev, template):
+    return chart_manifests(dev, template)
 
 
 def objects(resources: list[dict]) -> list[dict]:

@@ -249,3 +249,26 @@ def test_the_gate_fails_on_an_undeclared_difference_and_on_a_stale_row(ours):
     assert any("undeclared" in p for p in declared_problems(differences(broken, upstream_view()), DEVIATIONS))
     stale = (*DEVIATIONS, Deviation("pod.hostNetwork", False, False, "no longer differs"))
     assert any("no longer differs" in p for p in declared_problems(differences(view, upstream_view()), stale))
+
+
+def test_under_trainer_v2_the_operator_runs_mpijob_only_with_no_pytorchjob_crd_rule_or_webhook(dev):
+    """trainingApi v2 keeps the operator for the NCCL validation's MPIJob (issue 23's note §1.1.4): the
+    one flag, RBAC and CRD differ from the v1 rendering, each only by the PyTorchJob kind."""
+    import dataclasses
+
+    from k8s.addons import ClusterValues
+    from k8s.addons.training_operator import ADDON
+    from k8s.addons.training_operator_crds import ADDON as CRDS
+
+    v2 = dataclasses.replace(dev, training_api="v2")
+    docs = ADDON.objects(v2, ClusterValues.placeholders())
+    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert effective_flags(args)["flag.enable-scheme"] == ("mpijob",)
+    assert one(docs, "ValidatingWebhookConfiguration")["webhooks"] == []
+    v1_view, v2_view = our_view(ADDON.objects(dev, ClusterValues.placeholders())), our_view(docs)
+    changed = {k for k in set(v1_view) | set(v2_view) if v1_view.get(k) != v2_view.get(k)}
+    assert changed == {"flag.enable-scheme", "webhook pytorchjobs", "rbac kubeflow.org/pytorchjobs",
+                       "rbac kubeflow.org/pytorchjobs/status", "rbac kubeflow.org/pytorchjobs/finalizers"}, changed
+    assert [c["spec"]["names"]["kind"] for c in CRDS.objects(v2, ClusterValues.placeholders())] == ["MPIJob"]
+    assert [c["spec"]["names"]["kind"] for c in CRDS.objects(dev, ClusterValues.placeholders())] == \
+        ["PyTorchJob", "MPIJob"]

@@ -248,3 +248,58 @@ def test_the_evaluator_follows_the_api_semantics():
     cluster = Cluster([block], {"ns": {}, "other": {}}, pods=[a, b, c])
     assert cluster.allowed(a, b, 5) and not cluster.allowed(a, b, 6) and not cluster.allowed(a, c, 3)
     assert selects({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["a"]}]}, {"app": "b"})
+
+
+V2_TABLE = [
+    ("addr:api-eni", "kubeflow-trainer-controller-manager", 9443, True, "the API server calls Trainer's webhooks"),
+    ("addr:api-eni", "jobset-controller-manager", 9443, True, "the API server calls JobSet's webhooks"),
+    ("addr:s3", "jobset-controller-manager", 9443, False, "the webhooks only from the VPC"),
+    ("addr:api-eni", "kubeflow-trainer-controller-manager", 10443, False, "the status server: no run of ours calls it"),
+    ("addr:api-eni", "jobset-controller-manager", 8443, False, "metrics: nothing scrapes them"),
+    ("kubeflow-trainer-controller-manager", "addr:api-service", 443, True, "Trainer reconciles TrainJobs"),
+    ("jobset-controller-manager", "addr:api-eni", 443, True, "JobSet reconciles JobSets"),
+    ("jobset-controller-manager", "addr:hub", 443, False, "no internet"),
+    ("kubeflow-trainer-controller-manager", "jobset-controller-manager", 9443, False,
+     "Trainer creates JobSets through the API server, never directly"),
+]
+
+
+@pytest.fixture(scope="module")
+def v2_world(dev):
+    """kubeflow-system of a trainingApi v2 environment: its policies, the two controllers' pods."""
+    import dataclasses
+
+    from k8s.addons.jobset import jobset_controller
+    from k8s.addons.network_policies import network_policies
+    from k8s.addons.trainer_v2 import trainer_controller
+
+    v2 = dataclasses.replace(dev, training_api="v2")
+    policies = network_policies(v2)
+    hosts = ipaddress.ip_network(v2.vpc_cidr).hosts()
+    found = {}
+    for obj in jobset_controller() + trainer_controller():
+        if obj["kind"] == "Deployment":
+            labels = obj["spec"]["template"]["metadata"]["labels"]
+            found[obj["metadata"]["name"]] = Pod(obj["metadata"]["name"], obj["metadata"]["namespace"],
+                                                 str(next(hosts)), labels)
+    addresses = {"api-service": Address("the kubernetes Service", "172.20.0.1"),
+                 "api-eni": Address("the API server's ENI", str(next(hosts))),
+                 "s3": Address("S3", "52.92.16.10"), "hub": Address("the Hugging Face hub", "18.160.10.20")}
+    cluster = Cluster(policies, {"kubeflow-system": {}, KUBEFLOW_NAMESPACE: {}, TRAINING_NAMESPACE: {}}, [],
+                      list(found.values()))
+    return cluster, {**found, **{f"addr:{k}": v for k, v in addresses.items()}}
+
+
+@pytest.mark.parametrize("src,dst,port,expected,why", V2_TABLE, ids=[f"{s}->{d}:{p}" for s, d, p, _, _ in V2_TABLE])
+def test_kubeflow_system_connection_under_trainer_v2(v2_world, src, dst, port, expected, why):
+    cluster, endpoints = v2_world
+    assert cluster.allowed(endpoints[src], endpoints[dst], port, "TCP") is expected, why
+
+
+def test_kubeflow_system_denies_everything_by_default_under_trainer_v2_and_only_there(dev, v2_world):
+    from k8s.addons.network_policies import network_policies
+
+    deny = [p for p in v2_world[0].policies if p["metadata"]["namespace"] == "kubeflow-system"
+            and p["spec"]["podSelector"] == {} and not p["spec"].get("ingress") and not p["spec"].get("egress")]
+    assert len(deny) == 1
+    assert not [p for p in network_policies(dev) if p["metadata"]["namespace"] == "kubeflow-system"]

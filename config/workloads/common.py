@@ -58,6 +58,13 @@ class DistConfig:
                                       flag="--startup-timeout", parse=positive_float)
 
 
+def max_nonfinite_steps(what: str) -> Any:
+    """The limit of skipped non-finite steps in a row (trainer/batching.py NonFiniteSteps), one field
+    per trainer; `what` names what is checked for being finite."""
+    return option(10, f"stop (exit 3) after this many steps in a row with a non-finite {what}; each such step is "
+                      "skipped, not applied", parse=positive_int)
+
+
 def seed() -> Any:
     """The run's seed, one field per workload: the same initial weights, data order and
     synthetic data on any number of ranks."""

@@ -10,7 +10,7 @@ from config.memory import CHECKPOINTING_MODES
 from config.models import MODELS, ModelConfig
 from config.options import non_negative_int, option, positive_float, positive_int, section, switch
 from config.workloads.common import (CheckpointConfig, DistConfig, GlobalBatchConfig, MetricsConfig,
-                                     checkpoints_and_metrics_in, seed)
+                                     checkpoints_and_metrics_in, max_nonfinite_steps, seed)
 from config.workloads.workload import Workload
 
 
@@ -47,8 +47,7 @@ class AdamWConfig:
     lr: float | None = option(None, "peak learning rate (default: 3e-3 for tiny, else 3e-4)", parse=positive_float)
     warmup_steps: int = option(10, "steps of linear warm-up (at most half the run)", parse=non_negative_int)
     max_grad_norm: float = option(1.0, "clip the gradient's norm to this", parse=positive_float)
-    max_nonfinite_steps: int = option(10, "stop (exit 3) after this many steps in a row with a non-finite loss or "
-                                          "gradient norm; each such step is skipped, not applied", parse=positive_int)
+    max_nonfinite_steps: int = max_nonfinite_steps("loss or gradient norm")
     min_lr_ratio: ClassVar[float] = 0.1  # the cosine decays to this fraction of the peak rate
     weight_decay: ClassVar[float] = 0.1
     betas: ClassVar[tuple[float, float]] = (0.9, 0.95)

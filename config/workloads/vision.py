@@ -9,7 +9,7 @@ from typing import ClassVar
 from config.options import (fraction_below_one, non_negative_float, non_negative_int, option, positive_float,
                             positive_int, section, switch)
 from config.workloads.common import (CheckpointConfig, DistConfig, GlobalBatchConfig, MetricsConfig,
-                                     checkpoints_and_metrics_in, seed)
+                                     checkpoints_and_metrics_in, max_nonfinite_steps, seed)
 from config.workloads.workload import Workload
 
 CLASSIFIERS = ("resnet18", "resnet50", "efficientnet_b7")
@@ -48,8 +48,7 @@ class SgdConfig:
     momentum: float = option(0.9, "SGD momentum", parse=non_negative_float)
     weight_decay: float = option(1e-4, "weight decay (none on norms and biases)", parse=non_negative_float)
     label_smoothing: float = option(0.1, "label smoothing of the cross-entropy", parse=fraction_below_one)
-    max_nonfinite_steps: int = option(10, "stop (exit 3) after this many steps in a row with a non-finite loss; "
-                                          "each such step is skipped, not applied", parse=positive_int)
+    max_nonfinite_steps: int = max_nonfinite_steps("loss")
 
 
 @dataclass(frozen=True)

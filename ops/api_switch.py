@@ -3,8 +3,9 @@
 A deploy renders the run CRD of the configured API only: under v1 PyTorchJob (kubeflow.org), under v2
 TrainJob (trainer.kubeflow.org; k8s/addons/training_operator_crds.py, trainer_v2_crds.py). Switching
 therefore deletes the other API's CRD, and the API server deletes every object of a deleted CRD
-(Kubernetes docs, "Delete a CustomResourceDefinition": "the server will uninstall the RESTful API
-endpoint and delete all custom objects stored in it"). Every run of the old kind would go, with its
+("When you delete a CustomResourceDefinition, the server will uninstall the RESTful API endpoint and
+delete all custom objects stored in it": https://kubernetes.io/docs/tasks/extend-kubernetes/custom-resources/
+custom-resource-definitions/#delete-a-customresourcedefinition). Every run of the old kind would go, with its
 status and history; its checkpoints on FSx stay. So before a deploy, the cluster's current API is
 read from the run CRDs it serves, and a switch with runs of the old kind left is a failing row.
 

@@ -24,10 +24,9 @@ from k8s.pods import pytorchjob, trainjob
 from ops.aws import api_failure_types, explain
 from ops.checks import FAIL, PASS, WARN, Check
 from ops.errors import OpsError
+from ops.kube_reads import READ_TIMEOUT_S, list_objects, read
 
 ROW = "trainingApi"
-# Seconds for each read: preflight is answered in bounded time even by a wedged API server.
-READ_TIMEOUT_S = 30
 RUNS_NAMED = 5
 
 
@@ -122,36 +121,18 @@ def _serves(api_client: Any, kind: RunKind) -> bool:
     from kubernetes.client import ApiextensionsV1Api
 
     # Only whether it exists: the answer is not decoded into the client's model.
-    return _read(lambda: ApiextensionsV1Api(api_client).read_custom_resource_definition(
+    return read(lambda: ApiextensionsV1Api(api_client).read_custom_resource_definition(
         kind.crd, _preload_content=False, _request_timeout=READ_TIMEOUT_S), f"read CRD {kind.crd}") is not None
 
 
 def _runs(api_client: Any, kind: RunKind) -> list[str]:
     """Every object of the kind in every namespace (the CRD's deletion takes them all), as
     `name` in the training namespace and `namespace/name` elsewhere."""
-    from kubernetes.client import CustomObjectsApi
-
     from config.kubernetes import TRAINING_NAMESPACE
 
-    found = _read(lambda: CustomObjectsApi(api_client).list_cluster_custom_object(
-        kind.group, kind.version, kind.plural, _request_timeout=READ_TIMEOUT_S), f"list the {kind.kind}s") or {}
     names = []
-    for item in found.get("items") or []:
+    for item in list_objects(api_client, kind.group, kind.version, kind.plural, f"list the {kind.kind}s"):
         meta = item.get("metadata") or {}
-        namespace = meta.get("namespace")
-        names.append(meta.get("name", "?") if namespace == TRAINING_NAMESPACE else f"{namespace}/{meta.get('name', '?')}")
+        namespace, name = meta.get("namespace"), meta.get("name", "?")
+        names.append(name if namespace == TRAINING_NAMESPACE else f"{namespace}/{name}")
     return sorted(names)
-
-
-def _read(fn: Callable[[], Any], what: str) -> Any:
-    """The answer, None on 404; any other API failure is OpsError naming what was read."""
-    from kubernetes.client.exceptions import ApiException
-
-    from ops.kube import api_error_line
-
-    try:
-        return fn()
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise OpsError(f"{what}: {api_error_line(err)}") from None

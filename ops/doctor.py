@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from types import SimpleNamespace
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from config import Environment
 from config.instance_types import InstanceType
@@ -179,26 +179,13 @@ def node_health_row(node: Any, instance: InstanceType) -> Check:
 def workload_rows(env: Environment, apps: Any) -> list[Check]:
     rows = []
     if env.gpu_nodegroups:
-        rows.append(_daemonset_row(apps, KUBE_SYSTEM_NAMESPACE, NVIDIA_DEVICE_PLUGIN))
+        rows.append(doctor_controllers.workload_row(apps, "DaemonSet", KUBE_SYSTEM_NAMESPACE, NVIDIA_DEVICE_PLUGIN))
     if env.efa_groups("devicePlugin"):
-        rows.append(_daemonset_row(apps, KUBE_SYSTEM_NAMESPACE, EFA_DEVICE_PLUGIN))
+        rows.append(doctor_controllers.workload_row(apps, "DaemonSet", KUBE_SYSTEM_NAMESPACE, EFA_DEVICE_PLUGIN))
     if env.efa_groups(EFA_DRA):
-        rows.append(_daemonset_row(apps, KUBE_SYSTEM_NAMESPACE, AWS_DRANET))
-    rows.append(doctor_controllers.deployment_row(apps, TRAINING_NAMESPACE, ETCD_SERVICE))
+        rows.append(doctor_controllers.workload_row(apps, "DaemonSet", KUBE_SYSTEM_NAMESPACE, AWS_DRANET))
+    rows.append(doctor_controllers.workload_row(apps, "Deployment", TRAINING_NAMESPACE, ETCD_SERVICE))
     return rows
-
-
-def _daemonset_row(apps: Any, namespace: str, name: str) -> Check:
-    row = f"daemonset {namespace}/{name}"
-    ds = read(lambda: apps.read_namespaced_daemon_set(name, namespace, _request_timeout=READ_TIMEOUT_S),
-              f"read DaemonSet {namespace}/{name}")
-    if ds is None:
-        return Check(row, FAIL, "not found")
-    st = ds.status
-    desired, ready = st.desired_number_scheduled or 0, st.number_ready or 0
-    if ready < desired:
-        return Check(row, FAIL, f"{ready}/{desired} pods Ready")
-    return Check(row, PASS, f"{ready}/{desired} pods Ready" + (" (no matching nodes now)" if not desired else ""))
 
 
 def claim_row(core: Any) -> Check:

@@ -1,6 +1,7 @@
 """`ops doctor`'s rows for the controllers that run the training APIs: each one's Deployment Ready,
 its leader-election Lease held and renewed, and, where its webhooks fail closed, a ready endpoint
-behind the Service the API server calls them through.
+behind the Service the API server calls them through; and the Ready row of every Deployment and
+DaemonSet doctor checks (workload_row).
 
 Which controllers: the Training Operator always (under trainingApi v2 it stays for the NCCL
 validation's MPIJob: k8s/pods/training_operator.py environment_schemes); under v2 also Kubeflow
@@ -65,16 +66,22 @@ def controllers(env: Environment) -> tuple[Controller, ...]:
     return (TRAINING_OPERATOR_CONTROLLER,) + ((TRAINER, JOBSET) if env.training_api == "v2" else ())
 
 
-def deployment_row(apps: Any, namespace: str, name: str) -> Check:
-    row = f"deployment {namespace}/{name}"
-    dep = read(lambda: apps.read_namespaced_deployment(name, namespace, _request_timeout=READ_TIMEOUT_S),
-               f"read Deployment {namespace}/{name}")
-    if dep is None:
+def workload_row(apps: Any, kind: str, namespace: str, name: str) -> Check:
+    """A Deployment with every replica Ready, or a DaemonSet with a Ready pod on every node it selects."""
+    row = f"{kind.lower()} {namespace}/{name}"
+    reader = apps.read_namespaced_deployment if kind == "Deployment" else apps.read_namespaced_daemon_set
+    obj = read(lambda: reader(name, namespace, _request_timeout=READ_TIMEOUT_S), f"read {kind} {namespace}/{name}")
+    if obj is None:
         return Check(row, FAIL, "not found")
-    wanted, ready = dep.spec.replicas if dep.spec.replicas is not None else 1, dep.status.ready_replicas or 0
-    if wanted < 1 or ready < wanted:
-        return Check(row, FAIL, f"{ready}/{wanted} replicas Ready")
-    return Check(row, PASS, f"{ready}/{wanted} replicas Ready")
+    if kind == "Deployment":
+        wanted = obj.spec.replicas if obj.spec.replicas is not None else 1
+        ready, unit, ok = obj.status.ready_replicas or 0, "replicas", wanted >= 1
+    else:
+        wanted, ready, unit, ok = obj.status.desired_number_scheduled or 0, obj.status.number_ready or 0, "pods", True
+    reason = f"{ready}/{wanted} {unit} Ready"
+    if not ok or ready < wanted:
+        return Check(row, FAIL, reason)
+    return Check(row, PASS, reason + (" (no matching nodes now)" if not wanted else ""))
 
 
 def leader_row(api_client: Any, controller: Controller, now: datetime) -> Check:
@@ -118,6 +125,6 @@ def webhook_row(api_client: Any, controller: Controller) -> Check:
 def rows(env: Environment, api_client: Any, apps: Any, now: datetime) -> list[Check]:
     """Per controller: its Deployment, its leader, its webhook endpoints."""
     found = controllers(env)
-    return ([deployment_row(apps, c.namespace, c.deployment) for c in found]
+    return ([workload_row(apps, "Deployment", c.namespace, c.deployment) for c in found]
             + [leader_row(api_client, c, now) for c in found]
             + [webhook_row(api_client, c) for c in found if c.webhook_service])

@@ -31,8 +31,8 @@ EFA_PCI_DEVICE = "Elastic Fabric Adapter (EFA)"
 def driver_slices(api_client: Any) -> dict[str, list[dict]]:
     """node name -> the ResourceSlices the DRA driver published for it; {} where the cluster serves
     no resource.k8s.io/v1 (Kubernetes before 1.34)."""
-    found = list_objects(api_client, "resource.k8s.io", "v1", "resourceslices", f"list the ResourceSlices of {DRANET_DRIVER}",
-                         field_selector=f"spec.driver={DRANET_DRIVER}")
+    found = list_objects(api_client, "resource.k8s.io", "v1", "resourceslices",
+                         f"list the ResourceSlices of {DRANET_DRIVER}", field_selector=f"spec.driver={DRANET_DRIVER}")
     by_node: dict[str, list[dict]] = {}
     for item in found:
         spec = item.get("spec") or {}
@@ -79,10 +79,10 @@ def rows(env: Environment, nodes_by_group: dict[str, list], api_client: Any) -> 
         for node in nodes_by_group.get(group.name, []):
             name = node.metadata.name
             if name in slices:
-                out.append(Check(f"dra {name}", FAIL, f"the DRA driver ({DRANET_DRIVER}) publishes {efa_devices(slices[name])} "
-                                                      f"EFA device(s) on this node of device-plugin group {group.name}: "
-                                                      f"both EFA agents run here and may hand out the same interfaces; "
-                                                      f"keep the DRA driver to efaAllocation: dra groups"))
+                out.append(Check(f"dra {name}", FAIL, (
+                    f"the DRA driver ({DRANET_DRIVER}) publishes {efa_devices(slices[name])} EFA device(s) on this "
+                    f"node of device-plugin group {group.name}: both EFA agents run here and may hand out the same "
+                    "interfaces; keep the DRA driver to efaAllocation: dra groups")))
     return out
 
 

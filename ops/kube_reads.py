@@ -46,9 +46,10 @@ def list_objects(api_client: Any, group: str, version: str, plural: str, what: s
     from kubernetes.client import CustomObjectsApi
 
     api = CustomObjectsApi(api_client)
-    if namespace is None:
-        fn = lambda: api.list_cluster_custom_object(group, version, plural, _request_timeout=READ_TIMEOUT_S, **query)  # noqa: E731
-    else:
-        fn = lambda: api.list_namespaced_custom_object(  # noqa: E731
-            group, version, namespace, plural, _request_timeout=READ_TIMEOUT_S, **query)
+    query["_request_timeout"] = READ_TIMEOUT_S
+
+    def fn() -> Any:
+        if namespace is None:
+            return api.list_cluster_custom_object(group, version, plural, **query)
+        return api.list_namespaced_custom_object(group, version, namespace, plural, **query)
     return (read(fn, what) or {}).get("items") or []

@@ -37,8 +37,8 @@ def published(node: str, efa: int = 32) -> list[dict]:
     """`efa` EFA devices split over two slices of one pool, beside an ENA interface the filter would drop."""
     half = efa // 2
     return [resource_slice(node, [efa_device(i) for i in range(half)], index=0, count=2),
-            resource_slice(node, [efa_device(i) for i in range(half, efa)] + [efa_device(99, "Elastic Network Adapter (ENA)")],
-                           index=1, count=2)]
+            resource_slice(node, [efa_device(i) for i in range(half, efa)]
+                           + [efa_device(99, "Elastic Network Adapter (ENA)")], index=1, count=2)]
 
 
 def dra_prod():

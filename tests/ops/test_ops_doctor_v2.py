@@ -13,7 +13,7 @@ import yaml
 from config.kubernetes import JOBSET_CONTROLLER, TRAINER_CONTROLLER, TRAINING_OPERATOR
 from k8s.pods import jobset, trainer_v2
 from ops import doctor_controllers
-from ops.checks import FAIL, PASS, WARN, Check
+from ops.checks import FAIL, WARN, Check
 from ops.envconfig import load
 from tests.conftest import CONTRACTS_DIR
 from test_ops_doctor import IMAGES, JOBS, NOW, api, deployment, doctor_run, failures, healthy_routes
@@ -127,7 +127,8 @@ LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{SYSTEM}/leases"
     (lambda r: r.pop(("GET", f"/apis/apps/v1/namespaces/{SYSTEM}/deployments/{JOBSET_CONTROLLER}")),
      f"deployment {SYSTEM}/{JOBSET_CONTROLLER}", "not found"),
     (lambda r: r.pop(("GET", f"{LEASES}/6d4f6a47.jobset.x-k8s.io")),
-     f"leader {SYSTEM}/{JOBSET_CONTROLLER}", "no replica holds Lease 6d4f6a47.jobset.x-k8s.io: no controller reconciles JobSets"),
+     f"leader {SYSTEM}/{JOBSET_CONTROLLER}",
+     "no replica holds Lease 6d4f6a47.jobset.x-k8s.io: no controller reconciles JobSets"),
     (lambda r: r.update({("GET", f"{LEASES}/trainer.kubeflow.org"): lease("kubeflow-trainer-controller-manager-x", 60)}),
      f"leader {SYSTEM}/{TRAINER_CONTROLLER}", "not renewed for 60 s (duration 15 s): its leader is gone"),
     (lambda r: r["slices"].update({JOBSET_WEBHOOK: endpoint_slice(JOBSET_WEBHOOK)}),  # a slice with no endpoints
@@ -175,7 +176,8 @@ def test_the_leases_doctor_reads_are_the_ones_the_releases_elect_with():
         (CONTRACTS_DIR / "jobset-v0.12.0" / "components-manager-controller_manager_config.yaml").read_text())
     assert "resourceName" not in jobset_config["leaderElection"]
     assert "resourceName" not in jobset.MANAGER_CONFIG["leaderElection"]
-    assert doctor_controllers.JOBSET.lease == "6d4f6a47.jobset.x-k8s.io" and doctor_controllers.JOBSET.namespace == jobset.NAMESPACE
+    assert doctor_controllers.JOBSET.lease == "6d4f6a47.jobset.x-k8s.io"
+    assert doctor_controllers.JOBSET.namespace == jobset.NAMESPACE
 
 
 def test_the_webhook_services_doctor_reads_are_the_ones_the_webhook_configurations_call():

@@ -9,34 +9,39 @@ Read-only checks against the live API server, one row each (ops/checks.py):
   node advertising it there runs both EFA agents), and hugepages-2Mi covers the 2 MiB pages the node's
   user data reserves for EFA (cdk_constructs/node_user_data.py; it never lowers a larger reservation);
 - node-health <node>: the conditions the EKS node monitoring agent sets (NODE_HEALTH_CONDITIONS);
-- the device-plugin DaemonSets (and the EFA DRA driver's, where a group uses it), the Training Operator and etcd Deployments Ready (every replica);
-- leader <operator>: the Training Operator's leader-election Lease held and renewed;
+- dra <node>: on a DRA group's node, the EFA devices the DRA driver published as ResourceSlices,
+  as many as the instance type's EFA interfaces; on a device-plugin node, none (ops/doctor_dra.py);
+- the device-plugin DaemonSets (and the EFA DRA driver's, where a group uses it) and etcd Ready;
+- per training controller (the Training Operator; under trainingApi v2 also Kubeflow Trainer and
+  JobSet): its Deployment Ready (every replica), its leader-election Lease held and renewed, and a
+  ready endpoint behind its fail-closed webhooks' Service (ops/doctor_controllers.py);
 - the FSx claim Bound;
 - nccl <group>: the last NCCL sweep's verdict (ops/nccl.py, the one `ops validate` printed), read
   back from its pairs' launcher logs;
-- run <name>: each run that is not finished, and whether its spec digest is the one `ops start`
-  would create now (when the Registry stack's image is known): a run of older code is a warning.
+- run <name>: each run (PyTorchJob under v1, TrainJob under v2) that is not finished, and whether
+  its spec digest is the one `ops start` would create now (when the Registry stack's image is
+  known): a run of older code is a warning.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 from types import SimpleNamespace
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from config import Environment
 from config.instance_types import InstanceType
 from config.kubernetes import (
     AWS_DRANET, EFA_DEVICE_PLUGIN, EFA_DRA, EFA_NODE_HUGEPAGES, EFA_RESOURCE, ETCD_SERVICE, FSX_CLAIM_NAME, GPU_RESOURCE, HUGEPAGE_MIB,
-    HUGEPAGES_RESOURCE, INSTANCE_TYPE_LABEL, KUBE_SYSTEM_NAMESPACE, KUBEFLOW_NAMESPACE, NCCL_GROUP_LABEL,
+    HUGEPAGES_RESOURCE, INSTANCE_TYPE_LABEL, KUBE_SYSTEM_NAMESPACE, NCCL_GROUP_LABEL,
     NODEGROUP_LABEL, NVIDIA_DEVICE_PLUGIN, OPERATOR_REPLICA_TYPE_LABEL, SYSTEM_NODEGROUP, TRAINING_NAMESPACE,
-    TRAINING_OPERATOR, TRAINING_OPERATOR_LEASE, VALIDATION_LABEL, efa_claim_template_name,
+    VALIDATION_LABEL, efa_claim_template_name,
 )
 from k8s.pods.names import nccl_groups
-from ops import nccl
+from ops import doctor_controllers, doctor_dra, nccl
 from ops.checks import FAIL, PASS, WARN, Check
-from ops.errors import OpsError
-from ops.kube import api_error_line, phase_of
+from ops.kube import phase_of
+from ops.kube_reads import READ_TIMEOUT_S, call, list_objects, read
 
 # "Detect node health issues and enable automatic node repair", Amazon EKS User Guide
 # (https://docs.aws.amazon.com/eks/latest/userguide/node-health.html): the node monitoring agent (an
@@ -63,7 +68,8 @@ def run(env: Environment, api_client: Any, *, images: Mapping[str, str] | None =
 
     core, apps = CoreV1Api(api_client), AppsV1Api(api_client)
     host = api_client.configuration.host
-    nodes = _call(lambda: core.list_node(label_selector=NODEGROUP_LABEL), f"list nodes at {host}").items
+    nodes = call(lambda: core.list_node(label_selector=NODEGROUP_LABEL, _request_timeout=READ_TIMEOUT_S),
+                 f"list nodes at {host}").items
     by_group: dict[str, list] = {}
     for node in nodes:
         by_group.setdefault((node.metadata.labels or {}).get(NODEGROUP_LABEL), []).append(node)
@@ -77,8 +83,9 @@ def run(env: Environment, api_client: Any, *, images: Mapping[str, str] | None =
             if instance.is_gpu:
                 rows.append(allocatable_row(node, instance, efa_path))
             rows.append(node_health_row(node, instance))
+    rows += doctor_dra.rows(env, by_group, api_client)
     rows += workload_rows(env, apps)
-    rows.append(leader_row(api_client, now or datetime.now(timezone.utc)))
+    rows += doctor_controllers.rows(env, api_client, apps, now or datetime.now(timezone.utc))
     rows.append(claim_row(core))
     rows += [nccl_row(g.name, g.instance_type, core) for g in nccl_groups(env)]
     rows += run_rows(env, api_client, images, images_unknown)
@@ -172,42 +179,20 @@ def node_health_row(node: Any, instance: InstanceType) -> Check:
 def workload_rows(env: Environment, apps: Any) -> list[Check]:
     rows = []
     if env.gpu_nodegroups:
-        rows.append(_daemonset_row(apps, KUBE_SYSTEM_NAMESPACE, NVIDIA_DEVICE_PLUGIN))
+        rows.append(doctor_controllers.workload_row(apps, "DaemonSet", KUBE_SYSTEM_NAMESPACE, NVIDIA_DEVICE_PLUGIN))
     if env.efa_groups("devicePlugin"):
-        rows.append(_daemonset_row(apps, KUBE_SYSTEM_NAMESPACE, EFA_DEVICE_PLUGIN))
+        rows.append(doctor_controllers.workload_row(apps, "DaemonSet", KUBE_SYSTEM_NAMESPACE, EFA_DEVICE_PLUGIN))
     if env.efa_groups(EFA_DRA):
-        rows.append(_daemonset_row(apps, KUBE_SYSTEM_NAMESPACE, AWS_DRANET))
-    rows.append(_deployment_row(apps, KUBEFLOW_NAMESPACE, TRAINING_OPERATOR))
-    rows.append(_deployment_row(apps, TRAINING_NAMESPACE, ETCD_SERVICE))
+        rows.append(doctor_controllers.workload_row(apps, "DaemonSet", KUBE_SYSTEM_NAMESPACE, AWS_DRANET))
+    rows.append(doctor_controllers.workload_row(apps, "Deployment", TRAINING_NAMESPACE, ETCD_SERVICE))
     return rows
-
-
-def _daemonset_row(apps: Any, namespace: str, name: str) -> Check:
-    row = f"daemonset {namespace}/{name}"
-    ds = _read(lambda: apps.read_namespaced_daemon_set(name, namespace))
-    if ds is None:
-        return Check(row, FAIL, "not found")
-    st = ds.status
-    desired, ready = st.desired_number_scheduled or 0, st.number_ready or 0
-    if ready < desired:
-        return Check(row, FAIL, f"{ready}/{desired} pods Ready")
-    return Check(row, PASS, f"{ready}/{desired} pods Ready" + (" (no matching nodes now)" if not desired else ""))
-
-
-def _deployment_row(apps: Any, namespace: str, name: str) -> Check:
-    row = f"deployment {namespace}/{name}"
-    dep = _read(lambda: apps.read_namespaced_deployment(name, namespace))
-    if dep is None:
-        return Check(row, FAIL, "not found")
-    wanted, ready = dep.spec.replicas if dep.spec.replicas is not None else 1, dep.status.ready_replicas or 0
-    if wanted < 1 or ready < wanted:
-        return Check(row, FAIL, f"{ready}/{wanted} replicas Ready")
-    return Check(row, PASS, f"{ready}/{wanted} replicas Ready")
 
 
 def claim_row(core: Any) -> Check:
     row = f"pvc {TRAINING_NAMESPACE}/{FSX_CLAIM_NAME}"
-    claim = _read(lambda: core.read_namespaced_persistent_volume_claim(FSX_CLAIM_NAME, TRAINING_NAMESPACE))
+    claim = read(lambda: core.read_namespaced_persistent_volume_claim(FSX_CLAIM_NAME, TRAINING_NAMESPACE,
+                                                                      _request_timeout=READ_TIMEOUT_S),
+                 f"read PersistentVolumeClaim {TRAINING_NAMESPACE}/{FSX_CLAIM_NAME}")
     if claim is None:
         return Check(row, FAIL, "not found")
     phase = claim.status.phase if claim.status else None
@@ -219,8 +204,9 @@ def claim_row(core: Any) -> Check:
 def nccl_row(group: str, instance: InstanceType, core: Any) -> Check:
     """The last sweep's verdict, from its pairs' launcher logs (ops/nccl.py, as `ops validate` judged them)."""
     row = f"nccl {group}"
-    pods = _call(lambda: core.list_namespaced_pod(TRAINING_NAMESPACE, label_selector=LAUNCHER_SELECTOR.format(group=group)),
-                 f"list the NCCL launcher pods of node group {group}").items
+    pods = call(lambda: core.list_namespaced_pod(TRAINING_NAMESPACE, label_selector=LAUNCHER_SELECTOR.format(group=group),
+                                                 _request_timeout=READ_TIMEOUT_S),
+                f"list the NCCL launcher pods of node group {group}").items
     pairs = [(pair, pod) for pod in pods for pair in [nccl.pair_of(pod.metadata.annotations)] if pair]
     if not pairs:
         return Check(row, WARN, f"no NCCL sweep has run on node group {group}; "
@@ -231,9 +217,9 @@ def nccl_row(group: str, instance: InstanceType, core: Any) -> Check:
         return Check(row, WARN, f"an NCCL sweep is running ({', '.join(sorted(running))}, started {when})")
     results = []
     for pair, pod in pairs:
-        text = _call(lambda: core.read_namespaced_pod_log(pod.metadata.name, TRAINING_NAMESPACE,
-                                                          tail_lines=LOG_TAIL_LINES),
-                     f"read the log of {pod.metadata.name}")
+        text = call(lambda: core.read_namespaced_pod_log(pod.metadata.name, TRAINING_NAMESPACE,
+                                                         tail_lines=LOG_TAIL_LINES, _request_timeout=READ_TIMEOUT_S),
+                    f"read the log of {pod.metadata.name}")
         verdict = nccl.judge(text or "", instance.nccl_busbw_floor_gbps)
         phase = pod.status.phase if pod.status else "unknown"
         if phase != "Succeeded":
@@ -243,53 +229,33 @@ def nccl_row(group: str, instance: InstanceType, core: Any) -> Check:
     return Check(row, PASS if sweep.ok else FAIL, f"{sweep.line} ({instance.name}, sweep of {when})")
 
 
-def leader_row(api_client: Any, now: datetime) -> Check:
-    """The operator's replicas elect a leader through a Lease (controller-runtime leader election,
-    --leader-elect; k8s/pods/training_operator.py): held by someone and renewed within its duration."""
-    from kubernetes.client import CoordinationV1Api
-
-    row = f"leader {KUBEFLOW_NAMESPACE}/{TRAINING_OPERATOR}"
-    lease = _read(lambda: CoordinationV1Api(api_client).read_namespaced_lease(TRAINING_OPERATOR_LEASE, KUBEFLOW_NAMESPACE))
-    if lease is None or not lease.spec or not lease.spec.holder_identity:
-        return Check(row, FAIL, f"no replica holds Lease {TRAINING_OPERATOR_LEASE}: no controller reconciles jobs")
-    spec = lease.spec
-    renewed = spec.renew_time
-    duration = spec.lease_duration_seconds or 15
-    age = (now - renewed).total_seconds() if renewed else None
-    if age is None or age > duration:
-        return Check(row, FAIL, f"Lease held by {spec.holder_identity} but not renewed for "
-                                f"{'ever' if age is None else f'{age:.0f} s'} (duration {duration} s): its leader is gone")
-    return Check(row, PASS, f"held by {spec.holder_identity.split('_', 1)[0]}, renewed {age:.0f} s ago")
-
-
 def run_rows(env: Environment, api_client: Any, images: Mapping[str, str] | None, images_unknown: str) -> list[Check]:
-    """One row per run that is not finished: its phase, and whether it runs the spec `ops start`
-    would create now (the Registry stack's image, the preset without --set)."""
-    from kubernetes.client import CustomObjectsApi
+    """One row per run that is not finished (a PyTorchJob under trainingApi v1, a TrainJob under v2):
+    its phase, and whether it runs the spec `ops start` would create now (the Registry stack's
+    image, the preset without --set)."""
+    from config.presets import get_preset
+    from k8s.pods.pytorchjob import PRESET_LABEL, SPEC_DIGEST_LABEL
+    from ops.api_switch import RUN_KINDS
 
-    from k8s.pods.pytorchjob import PRESET_LABEL, SPEC_DIGEST_LABEL, render_run
-
-    jobs = _call(lambda: CustomObjectsApi(api_client).list_namespaced_custom_object(
-        "kubeflow.org", "v1", TRAINING_NAMESPACE, "pytorchjobs"), "list the PyTorchJobs").get("items", [])
+    kind = next(k for k in RUN_KINDS if k.api == env.training_api)
+    jobs = list_objects(api_client, kind.group, kind.version, kind.plural, f"list the {kind.kind}s",
+                        namespace=TRAINING_NAMESPACE)
     rows, current = [], {}
     for job in sorted(jobs, key=lambda j: j["metadata"]["name"]):
         labels = job["metadata"].get("labels") or {}
         preset, name = labels.get(PRESET_LABEL), job["metadata"]["name"]
         if labels.get(VALIDATION_LABEL) or not preset:
             continue
-        phase, _ = phase_of(_as_model(job))
+        phase, suspended = _trainjob_phase(job) if kind.api == "v2" else _pytorchjob_phase(job)
         if phase in ("Succeeded", "Failed"):
             continue
-        suspended = bool((job["spec"].get("runPolicy") or {}).get("suspend"))
         state = f"{phase}{', suspended' if suspended and phase != 'Suspended' else ''}"
         if images is None:
             rows.append(Check(f"run {name}", WARN, f"{state}; cannot compare with what `ops start {preset}` would "
                                                    f"create now: {images_unknown}"))
             continue
         if preset not in current:
-            from config.presets import get_preset
-
-            current[preset] = render_run(env, preset, image=images[get_preset(preset).image_variant])["metadata"]["name"]
+            current[preset] = _current_run_name(env, preset, images[get_preset(preset).image_variant])
         if labels.get(SPEC_DIGEST_LABEL) and name == current[preset]:
             rows.append(Check(f"run {name}", PASS, f"{state}; the spec `ops start {preset}` creates now"))
         else:
@@ -298,31 +264,35 @@ def run_rows(env: Environment, api_client: Any, images: Mapping[str, str] | None
     return rows
 
 
-def _as_model(job: dict) -> Any:
-    """Enough of the SDK's PyTorchJob shape for ops.kube.phase_of."""
+def _current_run_name(env: Environment, preset: str, image: str) -> str:
+    if env.training_api == "v2":
+        from k8s.pods.trainjob import render_trainjob_run
+
+        return render_trainjob_run(env, preset, image=image)[1]["metadata"]["name"]
+    from k8s.pods.pytorchjob import render_run
+
+    return render_run(env, preset, image=image)["metadata"]["name"]
+
+
+def _pytorchjob_phase(job: dict) -> tuple[str, bool]:
+    """(phase as ops.kube.phase_of names it, whether runPolicy.suspend is set)."""
     conditions = [SimpleNamespace(type=c.get("type"), status=c.get("status"), message=c.get("message"))
                   for c in (job.get("status") or {}).get("conditions") or []]
-    return SimpleNamespace(status=SimpleNamespace(conditions=conditions))
+    phase, _ = phase_of(SimpleNamespace(status=SimpleNamespace(conditions=conditions)))
+    return phase, bool((job["spec"].get("runPolicy") or {}).get("suspend"))
 
 
-def _read(fn: Callable[[], Any]) -> Any:
-    """The object, or None when the API says 404."""
-    try:
-        return _call(fn, "read")
-    except _NotFound:
-        return None
+# A TrainJob's conditions (kubeflow/trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go:
+# Complete, Failed, Suspended) mapped to the phases a PyTorchJob run shows.
+_TRAINJOB_PHASES = (("Complete", "Succeeded"), ("Failed", "Failed"), ("Suspended", "Suspended"))
 
 
-class _NotFound(Exception):
-    pass
-
-
-def _call(fn: Callable[[], Any], what: str) -> Any:
-    """An API failure is one line naming what was being done; a 404 is _NotFound for _read."""
-    from kubernetes.client.exceptions import ApiException
-    try:
-        return fn()
-    except ApiException as err:
-        if err.status == 404:
-            raise _NotFound() from None
-        raise OpsError(f"{what}: {api_error_line(err)}") from None
+def _trainjob_phase(job: dict) -> tuple[str, bool]:
+    """(Succeeded, Failed, Suspended, Running or Pending; whether spec.suspend is set). Running
+    while a Job of its JobSet has active pods (status.jobsStatus[].active)."""
+    status = job.get("status") or {}
+    true = {c.get("type") for c in status.get("conditions") or [] if c.get("status") == "True"}
+    phase = next((p for condition, p in _TRAINJOB_PHASES if condition in true), None)
+    if phase is None:
+        phase = "Running" if any((j.get("active") or 0) > 0 for j in status.get("jobsStatus") or []) else "Pending"
+    return phase, bool((job.get("spec") or {}).get("suspend"))

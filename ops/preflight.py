@@ -72,15 +72,19 @@ def guarded(steps: list[tuple[str, Callable[[], Iterable[Check]]]]) -> list[Chec
 
 
 def run_for_deploy(env: Environment, aws: AwsClients, *, checkip_url: str | None = None, path: str | None = None,
-                   now: datetime | None = None) -> list[Check]:
+                   now: datetime | None = None, connect: Callable[[], Any] | None = None) -> list[Check]:
     """What `make deploy` runs: the account checks above, then who can reach and administer the
-    cluster (ops/access.py), then the bootstrap and this machine's tools (ops/machine.py)."""
-    from ops import access, machine
+    cluster (ops/access.py), whether the deploy would switch a live cluster's training API under
+    its runs (ops/api_switch.py; `connect` builds the kubernetes ApiClient, None: not checked),
+    then the bootstrap and this machine's tools (ops/machine.py)."""
+    from ops import access, api_switch, machine
 
     rows = run(env, aws, now)
     account = caller_account(aws.sts)
+    switch = [("training API", lambda: api_switch.rows(env, aws.eks, connect))] if connect else []
     return rows + guarded([
         ("cluster access", lambda: access.checks(env, aws, checkip_url)),
+        *switch,
         ("CDK bootstrap", lambda: [machine.bootstrap_row(env, aws, account)]),
     ]) + machine.tool_rows(path)
 

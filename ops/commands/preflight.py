@@ -1,22 +1,24 @@
-"""`ops preflight --env ENV`: the account's readiness for a deploy, as a pass/warn/fail table."""
+"""`ops preflight --env ENV`: the account's readiness for a deploy, as a pass/warn/fail table.
+--kubeconfig/--context reach a live cluster, to refuse a trainingApi switch that would delete its runs."""
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
 
-from ops.arguments import EnvOptions, OutputOptions
+from ops.arguments import ClusterOptions, EnvOptions, OutputOptions
 
 HELP = "check the account before a deploy"
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options(EnvOptions, OutputOptions):
+class Options(EnvOptions, ClusterOptions, OutputOptions):
     pass
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     EnvOptions.add_to(parser)
+    ClusterOptions.add_to(parser)
     OutputOptions.add_to(parser)
 
 
@@ -24,7 +26,13 @@ def run(options: Options) -> int:
     from ops import aws, checks, preflight
 
     env = options.environment()
-    rows = preflight.run_for_deploy(env, aws.clients(env.region))
+    connect = options.api_client
+    if options.kubeconfig or options.context:
+        # Named on the command line: one that cannot be used is a usage error now, not a warning row
+        # after a minute of AWS calls. The default kubeconfig may well be absent before a first deploy.
+        client = options.api_client()
+        connect = lambda: client  # noqa: E731
+    rows = preflight.run_for_deploy(env, aws.clients(env.region), connect=connect)
     return checks.report(rows, as_json=options.json,
                          about={"environment": env.name, "account": env.account, "region": env.region},
                          title=f"preflight {env.name}: account {env.account}, {env.region}, "

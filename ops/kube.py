@@ -354,13 +354,18 @@ def logs(client: Any, name: str, namespace: str | None = None, follow: bool = Fa
     found, _ = _call(lambda: client.get_job_logs(name, namespace=namespace, is_master=False, follow=follow,
                                                  **leader))
     if not follow:
-        lines = [f"[{pod}] {line}" for pod, text in found.items() for line in text.splitlines()]
-        # The trainer's EFA verdict (trainer/nccl_net.py) comes first: it explains whatever follows.
-        for line in lines:
-            if EFA_CHECK_FAILED in line or EFA_CHECK_PASSED in line:
-                echo(f"==> {line}")
-        for line in lines:
-            echo(line)
+        echo_logs(found, echo)
+
+
+def echo_logs(found: dict[str, str], echo: Callable[[str], None]) -> None:
+    """Each pod's log lines, prefixed with the pod's name. The trainer's EFA verdict
+    (trainer/nccl_net.py) comes first: it explains whatever follows."""
+    lines = [f"[{pod}] {line}" for pod, text in found.items() for line in text.splitlines()]
+    for line in lines:
+        if EFA_CHECK_FAILED in line or EFA_CHECK_PASSED in line:
+            echo(f"==> {line}")
+    for line in lines:
+        echo(line)
 
 
 def delete(client: Any, name: str, namespace: str | None = None) -> None:

@@ -333,12 +333,22 @@ def status(client: Any, name: str | None = None, namespace: str | None = None) -
 
 
 def render_status(rows: list[JobStatus]) -> str:
+    return render_table(rows, (("phase", 10), ("created", 25), ("message", 0)), "no PyTorchJobs")
+
+
+def render_table(rows: list, columns: tuple[tuple[str, int], ...], empty: str) -> str:
+    """`ops status`'s table: NAME as wide as the longest name, then each (attribute, width) column,
+    the last one unpadded; `empty` when there is no row."""
     if not rows:
-        return "no PyTorchJobs"
+        return empty
     width = max(4, *(len(r.name) for r in rows))
-    lines = [f"{'NAME':<{width}}  {'PHASE':<10}  {'CREATED':<25}  MESSAGE"]
-    lines += [f"{r.name:<{width}}  {r.phase:<10}  {r.created:<25}  {r.message}" for r in rows]
-    return "\n".join(lines)
+
+    def line(name: str, values: list[str]) -> str:
+        cells = [f"{v:<{w}}" for v, (_, w) in zip(values[:-1], columns[:-1])]
+        return "  ".join([f"{name:<{width}}", *cells, values[-1]])
+
+    return "\n".join([line("NAME", [c.upper() for c, _ in columns]),
+                      *(line(r.name, [str(getattr(r, c)) for c, _ in columns]) for r in rows)])
 
 
 def logs(client: Any, name: str, namespace: str | None = None, follow: bool = False,

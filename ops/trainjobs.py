@@ -396,9 +396,6 @@ def _message(condition: dict) -> str:
 
 
 def render_status(rows: list[TrainJobStatus]) -> str:
-    if not rows:
-        return "no TrainJobs"
-    width = max(4, *(len(r.name) for r in rows))
-    lines = [f"{'NAME':<{width}}  {'PHASE':<10}  {'RESTARTS':<8}  {'CREATED':<25}  MESSAGE"]
-    lines += [f"{r.name:<{width}}  {r.phase:<10}  {r.restarts:<8}  {r.created:<25}  {r.message}" for r in rows]
-    return "\n".join(lines)
+    from ops.kube import render_table
+
+    return render_table(rows, (("phase", 10), ("restarts", 8), ("created", 25), ("message", 0)), "no TrainJobs")

@@ -91,19 +91,28 @@ RUNS = "\n".join([
 
 
 def run_script(tmp_path: Path, now: int, stop: int, end: int) -> list[list[str]]:
+    return run_stop_script(tmp_path, stop_script(), {"pytorchjobs": RUNS + "\n"}, now=now, stop=stop, end=end)
+
+
+def run_stop_script(tmp_path: Path, script: str, lists: dict[str, str], *, now: int, stop: int = 900,
+                    end: int = 5000) -> list[list[str]]:
+    """`script` in a real shell with a fake `date` (now) and `kubectl`, which logs its arguments and
+    answers `get RESOURCE` with lists[RESOURCE]; returns the kubectl calls, split into words."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "kubectl.log"
+    for resource, text in lists.items():
+        (tmp_path / f"{resource}.out").write_text(text)
     (bin_dir / "date").write_text(f"#!/bin/sh\necho {now}\n")
     (bin_dir / "kubectl").write_text(
         "#!/bin/sh\n"
         f'printf "%s\\n" "$*" >> {log}\n'
-        f'if [ "$1" = get ]; then printf "{RUNS.replace(chr(9), chr(92) + "t").replace(chr(10), chr(92) + "n")}"; fi\n')
+        f'if [ "$1" = get ]; then cat {tmp_path}/$2.out; fi\n')
     for tool in ("date", "kubectl"):
         (bin_dir / tool).chmod(0o755)
     environ = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "GROUP": "p5", "CRONJOB": "capacity-block-stop-p5",
                "RESERVATION": BLOCK, "STOP_AT": str(stop), "BLOCK_END": str(end)}
-    done = subprocess.run(["/bin/sh", "-c", stop_script()], env=environ, capture_output=True, text=True, timeout=30)
+    done = subprocess.run(["/bin/sh", "-c", script], env=environ, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     return [line.split(" ") for line in log.read_text().splitlines()] if log.exists() else []
 
@@ -169,24 +178,8 @@ V2_LISTS = {
 
 
 def run_v2_script(tmp_path: Path, *, kueue: bool, now: int = 1000) -> list[list[str]]:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    log = tmp_path / "kubectl.log"
-    for resource, lines in V2_LISTS.items():
-        (tmp_path / f"{resource}.out").write_text("".join(line.replace("\\t", "\t") + "\n" for line in lines))
-    (bin_dir / "date").write_text(f"#!/bin/sh\necho {now}\n")
-    (bin_dir / "kubectl").write_text(
-        "#!/bin/sh\n"
-        f'printf "%s\\n" "$*" >> {log}\n'
-        f'if [ "$1" = get ]; then cat {tmp_path}/$2.out; fi\n')
-    for tool in ("date", "kubectl"):
-        (bin_dir / tool).chmod(0o755)
-    environ = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "GROUP": "p5", "CRONJOB": "capacity-block-stop-p5",
-               "RESERVATION": BLOCK, "STOP_AT": "900", "BLOCK_END": "5000"}
-    script = stop_script("v2", "kueue" if kueue else "none")
-    done = subprocess.run(["/bin/sh", "-c", script], env=environ, capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0, done.stderr
-    return [line.split(" ") for line in log.read_text().splitlines()] if log.exists() else []
+    lists = {resource: "".join(f"{line}\n" for line in lines) for resource, lines in V2_LISTS.items()}
+    return run_stop_script(tmp_path, stop_script("v2", "kueue" if kueue else "none"), lists, now=now)
 
 
 def test_under_v2_the_script_suspends_the_groups_unfinished_trainjobs(tmp_path):

@@ -194,6 +194,11 @@ def api_call(fn: Callable[[], Any]) -> Any:
         raise OpsError(f"Kubernetes API: {api_error_line(err)}") from None
 
 
+# A list of PyTorchJobs answered 404: the cluster has no such CRD, as under trainingApi v2.
+NO_PYTORCHJOBS = ("this cluster has no PyTorchJob API: on a trainingApi v2 environment runs are TrainJobs, "
+                  "which the run verbs find with --env NAME")
+
+
 # The Job controller labels each pod with its Job's name (Kubernetes 1.27+).
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
@@ -323,7 +328,7 @@ def phase_of(job: Any) -> tuple[str, str]:
 
 def status(client: Any, name: str | None = None, namespace: str | None = None) -> list[JobStatus]:
     jobs = [_call(lambda: client.get_job(name, namespace=namespace))] if name else \
-        _call(lambda: client.list_jobs(namespace=namespace))
+        _call(lambda: client.list_jobs(namespace=namespace), {404: NO_PYTORCHJOBS})
     rows = []
     for job in jobs:
         phase, message = phase_of(job)

@@ -79,7 +79,7 @@ class PyTorchJobs:
 
     def runs(self, namespace: str) -> list[Run]:
         """Every PyTorchJob of `namespace`, oldest first."""
-        jobs = kube._call(lambda: self.client.list_jobs(namespace=namespace))
+        jobs = kube._call(lambda: self.client.list_jobs(namespace=namespace), {404: kube.NO_PYTORCHJOBS})
         return [run_of(j) for j in sorted(jobs, key=lambda j: str(j.metadata.creation_timestamp or ""))]
 
     def create(self, manifest: dict) -> str:

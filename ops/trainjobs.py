@@ -198,7 +198,7 @@ class TrainJobs:
         jobsets = {j["metadata"]["name"]: j for j in self._list(JOBSET_GROUP, JOBSET_VERSION, JOBSETS, namespace)}
         workloads = self.workloads(namespace)
         return [Observed(t, images.get(t["spec"].get("runtimeRef", {}).get("name", ""), ""),
-                         jobsets.get(t["metadata"]["name"]), workloads.get(t["metadata"]["name"]))
+                         jobsets.get(t["metadata"]["name"]), workloads.get(t["metadata"]["name"]), self.kueue)
                 for t in trainjobs]
 
     def runs(self, namespace: str) -> list:
@@ -351,6 +351,7 @@ class Observed:
     image: str
     jobset: dict | None
     workload: dict | None
+    kueue: bool = False
 
     def phase(self) -> tuple[str, str]:
         """Trainer v2.3.0's condition types (trainjob_types.go: Suspended, Complete, Failed) as ops'
@@ -361,6 +362,8 @@ class Observed:
         for kind, phase in (("Complete", "Succeeded"), ("Failed", "Failed")):
             if kind in true:
                 return phase, _message(true[kind])
+        if self.kueue and self.workload is None:
+            return "Queued", "Kueue has not created its Workload yet"
         if self.workload is not None:
             wl_true = {c["type"]: c for c in (self.workload.get("status") or {}).get("conditions") or []
                        if c.get("status") == "True"}

@@ -319,6 +319,16 @@ def test_status_under_kueue_shows_a_queued_runs_position_in_the_cluster_queue(cl
     assert row.split()[:2] == ["cpu-ddp-a", "Queued"] and row.endswith("queued, position 3 in training")
 
 
+def test_status_under_kueue_shows_a_trainjob_kueue_has_not_seen_yet_as_queued(cluster, capsys):
+    cluster.queue_with_kueue()
+    cluster.put(TRAINJOBS, trainjob("cpu-ddp-a", suspend=True, queue=True))
+    cluster.server.on("GET", PENDING, {"kind": "PendingWorkloadsSummary", "items": []})
+    assert ops("status") == 0
+    [row] = capsys.readouterr().out.splitlines()[1:]
+    assert row.split()[:2] == ["cpu-ddp-a", "Queued"]
+    assert row.endswith("queued (position unknown); Kueue has not created its Workload yet")
+
+
 def test_status_without_kueues_visibility_api_prints_the_table_and_one_line(cluster, capsys):
     cluster.queue_with_kueue()
     cluster.put(TRAINJOBS, trainjob("cpu-ddp-a", suspend=True, queue=True))
@@ -395,3 +405,12 @@ def test_deleting_a_trainjob_that_is_not_there_is_one_line(cluster, capsys):
     assert ops("delete", "nope") == 2
     [line] = capsys.readouterr().err.splitlines()
     assert "HTTP 404" in line and "`python -m ops status --env ENV` lists the runs in training" in line
+
+
+@pytest.mark.parametrize("verb", [["status"], ["stop", "cpu-ddp"]])
+def test_the_pytorchjob_verbs_on_a_cluster_without_that_api_say_to_pass_env(cluster, capsys, verb):
+    """Without --env the verbs read PyTorchJobs; a v2 cluster has no such CRD (the list answers 404)."""
+    assert cli.main(verb) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert "HTTP 404" in line and line.endswith("on a trainingApi v2 environment runs are TrainJobs, which the "
+                                                "run verbs find with --env NAME")

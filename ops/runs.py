@@ -140,7 +140,8 @@ def start(client: Any, manifest: Manifest, *, resume: bool = True) -> list[str]:
         if other.active and other.name != name:
             raise OpsError(f"preset {preset} already runs as {api.kind} {namespace}/{other.describe()}; this code "
                            f"and these settings are run {name} (image {image}). Keep it, or "
-                           f"`python -m ops stop {other.name}{api.flags}` and start again: the new run resumes from {folder}")
+                           f"`python -m ops stop {other.name}{api.flags}` and start again: the new run resumes "
+                           f"from {folder}")
     created = api.create(manifest)
     lines = [f"created {api.kind} {created} (image {image}); it checkpoints to {folder}"]
     older = [r for r in runs if r.name != name]
@@ -151,12 +152,13 @@ def start(client: Any, manifest: Manifest, *, resume: bool = True) -> list[str]:
 
 
 def _resume(api: Runs, run: Run, namespace: str, preset: str) -> str:
+    folder, delete = get_preset(preset).job_dir(), f"`python -m ops delete {run.name}{api.flags}`"
     if run.phase == "Succeeded":
         return (f"{api.kind} {namespace}/{run.name} has finished (Succeeded): nothing to start. To run it again, "
-                f"`python -m ops delete {run.name}{api.flags}`, then start: it resumes from {get_preset(preset).job_dir()}")
+                f"{delete}, then start: it resumes from {folder}")
     if run.phase == "Failed":
-        raise OpsError(f"{api.kind} {namespace}/{run.name} failed (`python -m ops logs {run.name}{api.flags}` says why); "
-                       f"`python -m ops delete {run.name}{api.flags}` and start again to resume from {get_preset(preset).job_dir()}")
+        raise OpsError(f"{api.kind} {namespace}/{run.name} failed (`python -m ops logs {run.name}{api.flags}` says "
+                       f"why); {delete} and start again to resume from {folder}")
     return api.set_suspended(run.name, False, namespace)
 
 
@@ -173,7 +175,8 @@ def stop(client: Any, target: str, namespace: str) -> list[str]:
                        f"`python -m ops status{api.flags}` lists the runs")
     active = [r for r in runs_of(api, target, namespace) if r.active]
     if not active:
-        raise OpsError(f"no active run of preset {target} in {namespace}; `python -m ops status{api.flags}` lists the runs")
+        raise OpsError(f"no active run of preset {target} in {namespace}; `python -m ops status{api.flags}` lists "
+                       "the runs")
     return [api.set_suspended(r.name, True, namespace) for r in active]
 
 

@@ -143,11 +143,17 @@ class TrainJobs:
             except OpsError as err:  # unreachable, 401/403 (ops.kube._Reach)
                 raise OpsError(self._undo(created, namespace, str(err))) from None
             created.append((kind, body["metadata"]["name"], remove))
-        uid = _call(lambda: self.custom.get_namespaced_custom_object(
-            GROUP, VERSION, namespace, TRAINJOBS, name))["metadata"]["uid"]
-        owner = {"metadata": {"ownerReferences": [{"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid}]}}
-        _call(lambda: self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, RUNTIMES, name, owner))
-        _call(lambda: self.networking.patch_namespaced_network_policy(policy["metadata"]["name"], namespace, owner))
+        try:
+            uid = _call(lambda: self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, TRAINJOBS, name))["metadata"]["uid"]
+            owner = {"metadata": {"ownerReferences": [
+                {"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid}]}}
+            _call(lambda: self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, RUNTIMES, name, owner))
+            _call(lambda: self.networking.patch_namespaced_network_policy(policy["metadata"]["name"], namespace, owner))
+        except OpsError as err:
+            raise OpsError(f"created TrainJob {namespace}/{name}, but could not make it the owner of its runtime and "
+                           f"peers policy ({err}): the run goes on; `python -m ops delete {name} --env ENV` removes "
+                           "all three") from None
         return f"{namespace}/{name}"
 
     @staticmethod
@@ -213,7 +219,8 @@ class TrainJobs:
         phase, _ = run.phase()
         if phase in ("Succeeded", "Failed"):
             raise OpsError(f"TrainJob {namespace}/{name} has finished ({phase}); a finished run does not run "
-                           f"again: `python -m ops delete {name} --env ENV`, then `python -m ops start PRESET --env ENV`")
+                           f"again: `python -m ops delete {name} --env ENV`, then "
+                           "`python -m ops start PRESET --env ENV`")
         if self.kueue:
             return self._set_active(run, not suspend, namespace, phase)
         if bool(run.trainjob["spec"].get("suspend")) == suspend:
@@ -324,9 +331,10 @@ class TrainJobs:
                 remove()
             except ApiException as err:
                 if err.status != 404:
+                    runtime = _delete_command(RUNTIME_KIND, name, namespace)
+                    policy = _delete_command("NetworkPolicy", f"{name}-peers", namespace)
                     raise OpsError(f"deleted TrainJob {namespace}/{name}, but not all it owned: Kubernetes API: "
-                                   f"{_error(err)}; they go with their owner, or `{_delete_command(RUNTIME_KIND, name, namespace)}`"
-                                   f" and `{_delete_command('NetworkPolicy', f'{name}-peers', namespace)}`") from None
+                                   f"{_error(err)}; they go with their owner, or `{runtime}` and `{policy}`") from None
         return f"deleted TrainJob {namespace}/{name}, its TrainingRuntime and its peers NetworkPolicy"
 
 

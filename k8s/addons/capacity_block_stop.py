@@ -32,7 +32,8 @@ def stop_rules(config: Environment) -> list[dict]:
             {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["get", "list", "patch"]},
         ]
         if config.queueing == "kueue":
-            runs.append({"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "patch"]})
+            runs.append({"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"],
+                         "verbs": ["get", "list", "patch"]})
     return [
         *runs,
         # Its own CronJob only.

@@ -212,6 +212,18 @@ def test_what_a_failed_create_cannot_delete_is_named_with_the_command_that_remov
     assert list(cluster.objects[RUNTIMES]) == [name] and not cluster.objects[POLICIES]
 
 
+def test_a_run_whose_owner_cannot_be_set_stays_and_the_line_says_how_to_remove_it(cluster, capsys, dev):
+    from ops import runs
+
+    name = runs.run_manifest(dev, "cpu-ddp", name=None, image=IMAGE, overrides=None).name
+    cluster.fail[("PATCH", f"{RUNTIMES}/{name}")] = 500
+    assert submit() == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: created TrainJob training/{name}, but could not make it the owner")
+    assert line.endswith(f"the run goes on; `python -m ops delete {name} --env ENV` removes all three")
+    assert [list(cluster.objects[c]) for c in (TRAINJOBS, RUNTIMES)] == [[name], [name]]
+
+
 def test_submitting_a_run_that_exists_deletes_nothing_it_did_not_create(cluster, capsys):
     assert submit() == 0
     before = copy.deepcopy(cluster.objects)

@@ -125,6 +125,36 @@ class KubeOptions(ClusterOptions):
 
 
 @dataclass(frozen=True, kw_only=True)
+class RunsOptions(KubeOptions):
+    """The cluster and namespace of `stop`, `status`, `logs` and `delete`, and --env: the runs of a
+    trainingApi v2 environment are TrainJobs (queued by Kueue where it says so); without --env, or
+    for a v1 environment, PyTorchJobs through the Kubeflow SDK."""
+    env: str | None = None
+    context_file: str | None = None
+
+    @staticmethod
+    def add_to(parser: argparse.ArgumentParser) -> None:
+        KubeOptions.add_to(parser)
+        parser.add_argument("--env", help="environment name in cdk.json context `environments`: needed for a "
+                                          "trainingApi v2 environment's TrainJobs (default: PyTorchJobs)")
+        parser.add_argument("--context-file", help="read environments from this file instead of cdk.json")
+
+    def trainjobs(self) -> Any:
+        """ops.trainjobs.TrainJobs on the cluster when --env names a trainingApi v2 environment, else
+        None (the PyTorchJob verbs)."""
+        if not self.env:
+            return None
+        from ops.envconfig import load
+
+        environment = load(self.env, self.context_file)
+        if environment.training_api == "v1":
+            return None
+        from ops.trainjobs import TrainJobs
+
+        return TrainJobs(self.api_client(), kueue=environment.queueing == "kueue")
+
+
+@dataclass(frozen=True, kw_only=True)
 class OutputOptions:
     """-o table|json (ops/output.py)."""
     output: str = "table"
@@ -156,7 +186,7 @@ class RunOptions(EnvOptions, KubeOptions):
                             metavar="KEY=VALUE", help="override a preset field, repeatable (keys below)")
         parser.add_argument("--dry-run", action="store_true",
                             help="print what it would create, create nothing: the run's peers NetworkPolicy, then "
-                                 "the run")
+                                 "the run (under trainingApi v2 its TrainingRuntime, then its TrainJob)")
         KubeOptions.add_to(parser)
 
     @staticmethod

@@ -194,6 +194,11 @@ def api_call(fn: Callable[[], Any]) -> Any:
         raise OpsError(f"Kubernetes API: {api_error_line(err)}") from None
 
 
+# A list of PyTorchJobs answered 404: the cluster has no such CRD, as under trainingApi v2.
+NO_PYTORCHJOBS = ("this cluster has no PyTorchJob API: on a trainingApi v2 environment runs are TrainJobs, "
+                  "which the run verbs find with --env NAME")
+
+
 # The Job controller labels each pod with its Job's name (Kubernetes 1.27+).
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
@@ -323,7 +328,7 @@ def phase_of(job: Any) -> tuple[str, str]:
 
 def status(client: Any, name: str | None = None, namespace: str | None = None) -> list[JobStatus]:
     jobs = [_call(lambda: client.get_job(name, namespace=namespace))] if name else \
-        _call(lambda: client.list_jobs(namespace=namespace))
+        _call(lambda: client.list_jobs(namespace=namespace), {404: NO_PYTORCHJOBS})
     rows = []
     for job in jobs:
         phase, message = phase_of(job)
@@ -333,12 +338,22 @@ def status(client: Any, name: str | None = None, namespace: str | None = None) -
 
 
 def render_status(rows: list[JobStatus]) -> str:
+    return render_table(rows, (("phase", 10), ("created", 25), ("message", 0)), "no PyTorchJobs")
+
+
+def render_table(rows: list, columns: tuple[tuple[str, int], ...], empty: str) -> str:
+    """`ops status`'s table: NAME as wide as the longest name, then each (attribute, width) column,
+    the last one unpadded; `empty` when there is no row."""
     if not rows:
-        return "no PyTorchJobs"
+        return empty
     width = max(4, *(len(r.name) for r in rows))
-    lines = [f"{'NAME':<{width}}  {'PHASE':<10}  {'CREATED':<25}  MESSAGE"]
-    lines += [f"{r.name:<{width}}  {r.phase:<10}  {r.created:<25}  {r.message}" for r in rows]
-    return "\n".join(lines)
+
+    def line(name: str, values: list[str]) -> str:
+        cells = [f"{v:<{w}}" for v, (_, w) in zip(values[:-1], columns[:-1])]
+        return "  ".join([f"{name:<{width}}", *cells, values[-1]])
+
+    return "\n".join([line("NAME", [c.upper() for c, _ in columns]),
+                      *(line(r.name, [str(getattr(r, c)) for c, _ in columns]) for r in rows)])
 
 
 def logs(client: Any, name: str, namespace: str | None = None, follow: bool = False,
@@ -354,13 +369,18 @@ def logs(client: Any, name: str, namespace: str | None = None, follow: bool = Fa
     found, _ = _call(lambda: client.get_job_logs(name, namespace=namespace, is_master=False, follow=follow,
                                                  **leader))
     if not follow:
-        lines = [f"[{pod}] {line}" for pod, text in found.items() for line in text.splitlines()]
-        # The trainer's EFA verdict (trainer/nccl_net.py) comes first: it explains whatever follows.
-        for line in lines:
-            if EFA_CHECK_FAILED in line or EFA_CHECK_PASSED in line:
-                echo(f"==> {line}")
-        for line in lines:
-            echo(line)
+        echo_logs(found, echo)
+
+
+def echo_logs(found: dict[str, str], echo: Callable[[str], None]) -> None:
+    """Each pod's log lines, prefixed with the pod's name. The trainer's EFA verdict
+    (trainer/nccl_net.py) comes first: it explains whatever follows."""
+    lines = [f"[{pod}] {line}" for pod, text in found.items() for line in text.splitlines()]
+    for line in lines:
+        if EFA_CHECK_FAILED in line or EFA_CHECK_PASSED in line:
+            echo(f"==> {line}")
+    for line in lines:
+        echo(line)
 
 
 def delete(client: Any, name: str, namespace: str | None = None) -> None:

@@ -1,9 +1,12 @@
-"""Runs: the PyTorchJobs of a preset, as `ops start`, `ops stop` and `ops submit` handle them.
+"""Runs: the PyTorchJobs (or, under trainingApi v2, TrainJobs) of a preset, as `ops start`, `ops stop`
+and `ops submit` handle them.
 
-A deploy creates no run. A run is the PyTorchJob k8s/pods/pytorchjob.py `render_run` makes: named
+A deploy creates no run. A run is the PyTorchJob k8s/pods/pytorchjob.py `render_run` makes (under
+v2 the TrainingRuntime and TrainJob k8s/pods/trainjob.py renders, ops/trainjobs.py): named
 PRESET-<digest of its spec, image included> and labelled with its preset and that digest, so the
 same code and settings always name the same run and new code names a new one. A run is never
-changed after it is created, only suspended or resumed (`runPolicy.suspend`): it keeps its image
+changed after it is created, only suspended or resumed (`runPolicy.suspend`; a TrainJob's
+`spec.suspend`, or under Kueue its Workload's `spec.active`): it keeps its image
 while newer code deploys. Every run of a preset writes the preset's one checkpoint folder, so
 `ops` never lets two of them be active at once (H1's trainer-side lease guards the same folder):
 
@@ -18,7 +21,7 @@ while newer code deploys. Every run of a preset writes the preset's one checkpoi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 from config.presets import CLUSTER_CHECKPOINT_ROOT, get_preset
 from ops import kube
@@ -35,6 +38,7 @@ class Run:
     phase: str
     suspended: bool
     image: str
+    validation: bool = False  # validation's smoke run: it checkpoints to a folder of its own
 
     @property
     def active(self) -> bool:
@@ -42,12 +46,13 @@ class Run:
         return not self.suspended and self.phase not in FINISHED
 
     def describe(self) -> str:
-        state = "Suspended" if self.suspended and self.phase not in FINISHED else self.phase
+        state = "Suspended" if self.suspended and self.phase not in (*FINISHED, "Stopped") else self.phase
         return f"{self.name} ({state}, image {self.image or 'unknown'})"
 
 
 def run_of(job: Any) -> Run:
     """A Run from the SDK's PyTorchJob model."""
+    from config.kubernetes import VALIDATION_LABEL
     from k8s.pods.pytorchjob import PRESET_LABEL, SPEC_DIGEST_LABEL
 
     labels = (job.metadata.labels if job.metadata else None) or {}
@@ -59,103 +64,152 @@ def run_of(job: Any) -> Run:
         containers = replica.template.spec.containers if replica.template and replica.template.spec else []
         image = image or (containers[0].image if containers else "")
     return Run(job.metadata.name, labels.get(PRESET_LABEL), labels.get(SPEC_DIGEST_LABEL), phase,
-               bool(run_policy and run_policy.suspend), image)
+               bool(run_policy and run_policy.suspend), image, validation=bool(labels.get(VALIDATION_LABEL)))
+
+
+class PyTorchJobs:
+    """The runs of a trainingApi v1 environment, through the Kubeflow SDK (ops/kube.py). The v2
+    counterpart, with the same methods, is ops/trainjobs.py TrainJobs."""
+
+    kind = "PyTorchJob"
+    flags = ""  # what the hints' ops commands need beside the run's name
+
+    def __init__(self, client: Any):
+        self.client = client
+
+    def runs(self, namespace: str) -> list[Run]:
+        """Every PyTorchJob of `namespace`, oldest first."""
+        jobs = kube._call(lambda: self.client.list_jobs(namespace=namespace), {404: kube.NO_PYTORCHJOBS})
+        return [run_of(j) for j in sorted(jobs, key=lambda j: str(j.metadata.creation_timestamp or ""))]
+
+    def create(self, manifest: dict) -> str:
+        return kube.submit(self.client, manifest)
+
+    def set_suspended(self, name: str, suspend: bool, namespace: str) -> str:
+        return kube.set_suspended(self.client, name, suspend=suspend, namespace=namespace)
+
+
+Runs = Any  # PyTorchJobs or ops.trainjobs.TrainJobs
+Manifest = Union[dict, Any]  # a PyTorchJob, or an ops.trainjobs.TrainJobRun
+
+
+def runs_api(client: Any, manifest: Manifest | None = None) -> Runs:
+    """The runs API for `client`: itself when it is one; TrainJobs for a v2 run's manifest; else
+    the PyTorchJobs of a TrainingClient."""
+    from ops.trainjobs import TrainJobRun, TrainJobs
+
+    if isinstance(client, (PyTorchJobs, TrainJobs)):
+        return client
+    if isinstance(manifest, TrainJobRun):
+        return TrainJobs(client.custom_api.api_client if hasattr(client, "custom_api") else client,
+                         kueue=manifest.kueue)
+    return PyTorchJobs(client)
 
 
 def runs_of(client: Any, preset: str, namespace: str) -> list[Run]:
     """Every run of `preset` in `namespace`, oldest first (validation's smoke run is none: it
     checkpoints to a folder of its own)."""
-    from config.kubernetes import VALIDATION_LABEL
-
-    jobs = kube._call(lambda: client.list_jobs(namespace=namespace))
-    jobs = sorted(jobs, key=lambda j: str(j.metadata.creation_timestamp or ""))
-    jobs = [j for j in jobs if not ((j.metadata.labels or {}).get(VALIDATION_LABEL))]
-    return [run for run in map(run_of, jobs) if run.preset == preset]
+    return [r for r in runs_api(client).runs(namespace) if r.preset == preset and not r.validation]
 
 
-def _get(client: Any, name: str, namespace: str) -> Run | None:
-    jobs = kube._call(lambda: client.list_jobs(namespace=namespace))
-    return next((run_of(j) for j in jobs if j.metadata.name == name), None)
+def _identity(manifest: Manifest) -> tuple[str, str, str, str]:
+    """(name, namespace, preset, image) of a rendered run."""
+    from k8s.pods.pytorchjob import PRESET_LABEL
+
+    if isinstance(manifest, dict):
+        metadata = manifest["metadata"]
+        return metadata["name"], metadata["namespace"], metadata["labels"][PRESET_LABEL], _image(manifest)
+    return manifest.name, manifest.namespace, manifest.trainjob["metadata"]["labels"][PRESET_LABEL], manifest.image
 
 
 def _image(manifest: dict) -> str:
     return manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"]
 
 
-def start(client: Any, manifest: dict, *, resume: bool = True) -> list[str]:
+def start(client: Any, manifest: Manifest, *, resume: bool = True) -> list[str]:
     """Create the run `manifest` describes, or (resume) resume or report the one of its spec.
     Returns what happened, one line each; refusals are OpsError (one line)."""
-    from k8s.pods.pytorchjob import PRESET_LABEL
-
-    name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
-    preset = manifest["metadata"]["labels"][PRESET_LABEL]
-    runs = runs_of(client, preset, namespace)
+    api = runs_api(client, manifest)
+    name, namespace, preset, image = _identity(manifest)
+    runs = [r for r in api.runs(namespace) if r.preset == preset and not r.validation]
     same = next((r for r in runs if r.name == name), None)
     if same is not None and resume:
-        return [_resume(client, same, namespace, preset)]
+        return [_resume(api, same, namespace, preset)]
     folder = get_preset(preset).job_dir(CLUSTER_CHECKPOINT_ROOT)
     for other in runs:
         if other.active and other.name != name:
-            raise OpsError(f"preset {preset} already runs as PyTorchJob {namespace}/{other.describe()}; this code "
-                           f"and these settings are run {name} (image {_image(manifest)}). Keep it, or "
-                           f"`python -m ops stop {other.name}` and start again: the new run resumes from {folder}")
-    created = kube.submit(client, manifest)
-    lines = [f"created PyTorchJob {created} (image {_image(manifest)}); it checkpoints to {folder}"]
+            raise OpsError(f"preset {preset} already runs as {api.kind} {namespace}/{other.describe()}; this code "
+                           f"and these settings are run {name} (image {image}). Keep it, or "
+                           f"`python -m ops stop {other.name}{api.flags}` and start again: the new run resumes "
+                           f"from {folder}")
+    created = api.create(manifest)
+    lines = [f"created {api.kind} {created} (image {image}); it checkpoints to {folder}"]
     older = [r for r in runs if r.name != name]
     if older:
         lines.append(f"older runs of {preset}, left as they are: {', '.join(r.describe() for r in older)}; "
-                     "`python -m ops delete NAME` removes one")
+                     f"`python -m ops delete NAME{api.flags}` removes one")
     return lines
 
 
-def _resume(client: Any, run: Run, namespace: str, preset: str) -> str:
+def _resume(api: Runs, run: Run, namespace: str, preset: str) -> str:
+    folder, delete = get_preset(preset).job_dir(), f"`python -m ops delete {run.name}{api.flags}`"
     if run.phase == "Succeeded":
-        return (f"PyTorchJob {namespace}/{run.name} has finished (Succeeded): nothing to start. To run it again, "
-                f"`python -m ops delete {run.name}`, then start: it resumes from {get_preset(preset).job_dir()}")
+        return (f"{api.kind} {namespace}/{run.name} has finished (Succeeded): nothing to start. To run it again, "
+                f"{delete}, then start: it resumes from {folder}")
     if run.phase == "Failed":
-        raise OpsError(f"PyTorchJob {namespace}/{run.name} failed (`python -m ops logs {run.name}` says why); "
-                       f"`python -m ops delete {run.name}` and start again to resume from {get_preset(preset).job_dir()}")
-    return kube.set_suspended(client, run.name, suspend=False, namespace=namespace)
+        raise OpsError(f"{api.kind} {namespace}/{run.name} failed (`python -m ops logs {run.name}{api.flags}` says "
+                       f"why); {delete} and start again to resume from {folder}")
+    return api.set_suspended(run.name, False, namespace)
 
 
 def stop(client: Any, target: str, namespace: str) -> list[str]:
     """Suspend the run named `target`, or every active run of the preset `target`."""
     from config.presets import PRESETS
 
-    run = _get(client, target, namespace)
+    api = runs_api(client)
+    run = next((r for r in api.runs(namespace) if r.name == target), None)
     if run is not None:
-        return [kube.set_suspended(client, run.name, suspend=True, namespace=namespace)]
+        return [api.set_suspended(run.name, True, namespace)]
     if target not in PRESETS:
-        raise OpsError(f"no PyTorchJob {namespace}/{target}, and no preset of that name; "
-                       "`python -m ops status` lists the runs")
-    active = [r for r in runs_of(client, target, namespace) if r.active]
+        raise OpsError(f"no {api.kind} {namespace}/{target}, and no preset of that name; "
+                       f"`python -m ops status{api.flags}` lists the runs")
+    active = [r for r in runs_of(api, target, namespace) if r.active]
     if not active:
-        raise OpsError(f"no active run of preset {target} in {namespace}; `python -m ops status` lists the runs")
-    return [kube.set_suspended(client, r.name, suspend=True, namespace=namespace) for r in active]
+        raise OpsError(f"no active run of preset {target} in {namespace}; `python -m ops status{api.flags}` lists "
+                       "the runs")
+    return [api.set_suspended(r.name, True, namespace) for r in active]
 
 
-def run_manifest(env: Any, preset: str, *, name: str | None, image: str | None, overrides: dict | None) -> dict:
+def run_manifest(env: Any, preset: str, *, name: str | None, image: str | None, overrides: dict | None) -> Manifest:
     """The run `start` or `submit` would create: the preset's, for the image the environment's
-    Registry stack published (or `image`), with the --set overrides. Under trainingApi v2 a run is
-    a TrainingRuntime and its TrainJob (k8s/pods/trainjob.py), which these verbs do not create yet:
-    refused in one line, before any AWS or cluster call, rather than a PyTorchJob the cluster has no
-    CRD for."""
-    if env.training_api != "v1":
-        raise OpsError(f"environments.{env.name}.trainingApi is {env.training_api}: its runs are TrainJobs, which "
-                       "ops start and submit cannot create yet (issue 23); use trainingApi v1 for runs from ops")
+    Registry stack published (or `image`), with the --set overrides. Under trainingApi v2 a
+    TrainJobRun: the TrainingRuntime and TrainJob of k8s/pods/trainjob.py, the TrainJob queued in
+    Kueue's LocalQueue when the environment queues with Kueue."""
     if not image:
         from ops import images
 
-        kube.render(env, preset, image="-", job_name=name, overrides=overrides)  # a bad --set before any AWS call
+        _render(env, preset, image="-", name=name, overrides=overrides)  # a bad --set before any AWS call
         image = images.published_image(env, get_preset(preset).image_variant)
-    return kube.render(env, preset, image=image, job_name=name, overrides=overrides)
+    return _render(env, preset, image=image, name=name, overrides=overrides)
 
 
-def dry_run_text(run: dict) -> str:
-    """What `--dry-run` prints, in the order kube.submit creates it: no pod of the run starts before
-    its peers may reach it."""
+def _render(env: Any, preset: str, *, image: str, name: str | None, overrides: dict | None) -> Manifest:
+    if env.training_api == "v1":
+        return kube.render(env, preset, image=image, job_name=name, overrides=overrides)
+    from k8s.pods.trainjob import render_trainjob_run
+    from ops.trainjobs import TrainJobRun, queued
+
+    kueue = env.queueing == "kueue"
+    runtime, trainjob = render_trainjob_run(env, preset, image=image, job_name=name, overrides=overrides)
+    return TrainJobRun(runtime, queued(trainjob, kueue), kueue)
+
+
+def dry_run_text(run: Manifest) -> str:
+    """What `--dry-run` prints, in the order the run is created: no pod of the run starts before
+    its peers may reach it (and, under v2, the TrainJob's runtime exists before it)."""
     import yaml
 
     from k8s.pods.network_policy import job_peers_policy
 
-    return yaml.safe_dump_all([job_peers_policy(run), run], sort_keys=False)
+    objects = [job_peers_policy(run), run] if isinstance(run, dict) else run.objects()
+    return yaml.safe_dump_all(objects, sort_keys=False)

@@ -4,9 +4,11 @@
 end", and EC2 shuts the instances down from 30 minutes before the end (Amazon EKS User Guide,
 https://docs.aws.amazon.com/eks/latest/userguide/capacity-blocks-mng.html). A drain at T-40 reads to
 the Training Operator as pods that failed, and a save longer than ten minutes is cut by EC2. So each
-run on the group is suspended earlier (runPolicy.suspend): the operator deletes its pods, every rank
-gets SIGTERM and its grace period to save, the trainer exits 143 (preempted), and the run is left
-Suspended, resumable with `ops start`, never Succeeded.
+run on the group is suspended earlier, as `ops stop` suspends it: a PyTorchJob's runPolicy.suspend, a
+TrainJob's spec.suspend (trainingApi v2), or under Kueue the TrainJob's Workload deactivated
+(spec.active: false; Kueue owns the TrainJob's suspend then, ops/trainjobs.py). Its pods are deleted,
+every rank gets SIGTERM and its grace period to save, the trainer exits 143 (preempted), and the run
+is left Suspended, resumable with `ops start`, never Succeeded.
 
 When: STOP_LATEST before the end at the latest, earlier by the group's longest save (the grace period
 of its presets, config/checkpoint_time.py) so that the save ends before EKS drains at T-40.
@@ -48,10 +50,22 @@ STOPPED_BY_ANNOTATION = f"{LABEL_PREFIX}/stopped-by"
 KUBECTL_UID = NONROOT_UID
 # The annotation, the suspend patch and the jsonpath the script uses on PyTorchJobs.
 SUSPEND_PATCH = '{"spec":{"runPolicy":{"suspend":true}}}'
+_GROUP_KEY = NODEGROUP_LABEL.replace(".", "\\.")
 RUNS_JSONPATH = ("{range .items[*]}{.metadata.name}{\"\\t\"}"
-                 "{.spec.pytorchReplicaSpecs.Worker.template.spec.nodeSelector."
-                 + NODEGROUP_LABEL.replace(".", "\\.") + "}{\"\\t\"}"
+                 "{.spec.pytorchReplicaSpecs.Worker.template.spec.nodeSelector." + _GROUP_KEY + "}{\"\\t\"}"
                  "{.status.conditions[-1:].type}{\"\\n\"}{end}")
+# trainingApi v2: a TrainJob's node group is its runtime's (k8s/pods/trainjob.py: one `node` job);
+# its true condition types say whether it finished (Trainer v2.3.0: Complete, Failed).
+TRAINJOB_SUSPEND_PATCH = '{"spec":{"suspend":true}}'
+WORKLOAD_DEACTIVATE_PATCH = '{"spec":{"active":false}}'
+RUNTIMES_JSONPATH = ("{range .items[*]}{.metadata.name}{\"\\t\"}"
+                     "{.spec.template.spec.replicatedJobs[0].template.spec.template.spec.nodeSelector."
+                     + _GROUP_KEY + "}{\"\\n\"}{end}")
+TRAINJOBS_JSONPATH = ("{range .items[*]}{.metadata.name}{\"\\t\"}{.spec.runtimeRef.name}{\"\\t\"}"
+                      "{.status.conditions[?(@.status==\"True\")].type}{\"\\n\"}{end}")
+# Kueue names a Workload after its job; its controller owner reference names the TrainJob.
+WORKLOADS_JSONPATH = ("{range .items[*]}{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}"
+                      "{\"\\t\"}{.metadata.name}{\"\\n\"}{end}")
 
 
 def cronjob_name(group: str) -> str:
@@ -74,18 +88,25 @@ def stop_at(end: datetime, grace_s: int) -> datetime:
     return when.astimezone(timezone.utc).replace(second=0, microsecond=0)
 
 
-def stop_script() -> str:
-    """The CronJob's shell script; env GROUP, CRONJOB (its own name), RESERVATION, STOP_AT and
-    BLOCK_END (epoch seconds)."""
-    return "\n".join([
+def stop_script(training_api: str = "v1", queueing: str = "none") -> str:
+    """The CronJob's shell script for the environment's run API and queueing; env GROUP, CRONJOB (its
+    own name), RESERVATION, STOP_AT and BLOCK_END (epoch seconds)."""
+    window = [
         "set -eu",
         'now=$(date -u +%s)',
         'if [ "$now" -lt "$STOP_AT" ] || [ "$now" -ge "$BLOCK_END" ]; then',
         '  echo "outside the stop window of $RESERVATION ($STOP_AT to $BLOCK_END, now $now): nothing to do"',
         "  exit 0",
         "fi",
-        f"runs=$(kubectl get pytorchjobs -n {TRAINING_NAMESPACE} -o jsonpath='{RUNS_JSONPATH}')",
         "tab=$(printf '\\t')",
+    ]
+    # Done: the cron line would fire again next year.
+    done = [f'kubectl delete cronjob "$CRONJOB" -n {TRAINING_NAMESPACE} --ignore-not-found']
+    if training_api == "v2":
+        return "\n".join([*window, *_trainjob_stops(queueing == "kueue"), *done])
+    return "\n".join([
+        *window,
+        f"runs=$(kubectl get pytorchjobs -n {TRAINING_NAMESPACE} -o jsonpath='{RUNS_JSONPATH}')",
         'printf "%s\\n" "$runs" | while IFS="$tab" read -r name group last; do',
         '  [ -n "$name" ] && [ "$group" = "$GROUP" ] || continue',
         '  case "$last" in Succeeded|Failed) continue ;; esac',
@@ -95,9 +116,41 @@ def stop_script() -> str:
         f"  kubectl patch pytorchjob \"$name\" -n {TRAINING_NAMESPACE} --type=merge -p '{SUSPEND_PATCH}'",
         '  echo "suspended $name: its pods save a checkpoint and stop; resume it with ops start"',
         "done",
-        # Done: the cron line would fire again next year.
-        f'kubectl delete cronjob "$CRONJOB" -n {TRAINING_NAMESPACE} --ignore-not-found',
+        *done,
     ])
+
+
+def _trainjob_stops(kueue: bool) -> list[str]:
+    """Each unfinished TrainJob whose runtime places it on $GROUP: annotated, then suspended, or under
+    Kueue its Workload deactivated (never its spec.suspend, which Kueue owns)."""
+    ns = TRAINING_NAMESPACE
+    lines = [
+        f"runtimes=$(kubectl get trainingruntimes -n {ns} -o jsonpath='{RUNTIMES_JSONPATH}')",
+        f"runs=$(kubectl get trainjobs -n {ns} -o jsonpath='{TRAINJOBS_JSONPATH}')",
+        *([f"workloads=$(kubectl get workloads -n {ns} -o jsonpath='{WORKLOADS_JSONPATH}')"] if kueue else []),
+        # `set -e`: each lookup loop ends in a command that succeeds.
+        'lookup() { printf "%s\\n" "$1" | while IFS="$tab" read -r key value; do '
+        'if [ "$key" = "$2" ]; then echo "$value"; fi; done; }',
+        'printf "%s\\n" "$runs" | while IFS="$tab" read -r name runtime states; do',
+        '  [ -n "$name" ] || continue',
+        '  [ "$(lookup "$runtimes" "$runtime")" = "$GROUP" ] || continue',
+        '  case " $states " in *" Complete "*|*" Failed "*) continue ;; esac',
+    ]
+    if kueue:
+        lines += [
+            '  workload=$(lookup "$workloads" "TrainJob/$name")',
+            '  if [ -z "$workload" ]; then echo "TrainJob $name has no Kueue Workload yet: left alone"; continue; fi',
+        ]
+    lines.append(f'  kubectl annotate trainjob "$name" -n {ns} --overwrite '
+                 f'"{STOPPED_BY_ANNOTATION}=capacity-block $RESERVATION ends $BLOCK_END"')
+    if kueue:
+        lines += [f"  kubectl patch workload \"$workload\" -n {ns} --type=merge -p '{WORKLOAD_DEACTIVATE_PATCH}'",
+                  '  echo "deactivated the Workload of $name: Kueue suspends it, its pods save a checkpoint and stop; '
+                  'resume it with ops start"']
+    else:
+        lines += [f"  kubectl patch trainjob \"$name\" -n {ns} --type=merge -p '{TRAINJOB_SUSPEND_PATCH}'",
+                  '  echo "suspended $name: its pods save a checkpoint and stop; resume it with ops start"']
+    return [*lines, "done"]
 
 
 def stop_cronjob(config: Environment, group: str, *, reservation_id: str, end: datetime, image: str,
@@ -108,7 +161,8 @@ def stop_cronjob(config: Environment, group: str, *, reservation_id: str, end: d
     deadline = max(60, math.floor((give_up - stop).total_seconds()))
     env = {"GROUP": group, "CRONJOB": cronjob_name(group), "RESERVATION": reservation_id,
            "STOP_AT": str(int(stop.timestamp())), "BLOCK_END": str(int(end.timestamp()))}
-    stopper = container(name=NAME, image=image, command=["/bin/sh", "-c", stop_script()],
+    stopper = container(name=NAME, image=image,
+                        command=["/bin/sh", "-c", stop_script(config.training_api, config.queueing)],
                         env=[{"name": k, "value": v} for k, v in env.items()],
                         resources=fixed_resources(50, 64),
                         security_context=hardened_container_security_context(KUBECTL_UID))

@@ -4,7 +4,8 @@ The network-policies add-on (k8s/addons/network_policies.py) deploys the namespa
 the peers policies of the jobs whose names are fixed (validation's smoke run, the runs earlier
 releases deployed under their preset's name) or that it selects by label (the NCCL sweep's pairs,
 `nccl_group_peers_policy`); `ops start` and `ops submit` create each run's peers policy
-(`job_peers_policy`) beside the run, from the same function.
+(`job_peers_policy`, or `trainjob_peers_policy` under trainingApi v2) beside the run, from the same
+functions.
 
 Both namespaces deny everything by default, in and out. Then, exactly:
 
@@ -46,6 +47,7 @@ from k8s.pods.names import (
     KUBEFLOW_NAMESPACE, NAME_LABEL, POD_IDENTITY_LABEL, TRAINING_OPERATOR, TRAINING_OPERATOR_WEBHOOK_PORT,
 )
 from k8s.pods.trainer_v2 import PORTS as TRAINER_PORTS
+from k8s.pods.trainjob import JOBSET_NAME_LABEL
 
 API_VERSION = "networking.k8s.io/v1"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every namespace
@@ -164,11 +166,30 @@ def job_peers_policy(job: dict) -> dict:
     policy = _peers_policy(f"{name}-peers", namespace, match_labels(**{OPERATOR_JOB_NAME_LABEL: name}),
                            f"the pods of {job['kind']} {name} talk to each other")
     policy["metadata"]["labels"] = {OPERATOR_JOB_NAME_LABEL: name}
-    uid = job["metadata"].get("uid")
-    if uid:
-        policy["metadata"]["ownerReferences"] = [{"apiVersion": job["apiVersion"], "kind": job["kind"],
-                                                  "name": name, "uid": uid}]
+    _owned_by(policy, job)
     return policy
+
+
+def trainjob_peers_policy(trainjob: dict) -> dict:
+    """The pods of one TrainJob talk to each other, and to no other run's. Trainer v2.3.0 builds a
+    JobSet of the TrainJob's name, and JobSet v0.12.0 labels each of its pods with that name
+    (JOBSET_NAME_LABEL: its pod webhooks select on the key, ../shared/contracts/jobset-v0.12.0/
+    components-webhook-patches-mutating-patch.yaml:15). Named `<run>-peers` as job_peers_policy names
+    a PyTorchJob's, so one name is one run's whatever its API; owned by the TrainJob where the
+    manifest has its `uid`."""
+    name, namespace = trainjob["metadata"]["name"], trainjob["metadata"].get("namespace", TRAINING_NAMESPACE)
+    policy = _peers_policy(f"{name}-peers", namespace, match_labels(**{JOBSET_NAME_LABEL: name}),
+                           f"the pods of {trainjob['kind']} {name} talk to each other")
+    policy["metadata"]["labels"] = {JOBSET_NAME_LABEL: name}
+    _owned_by(policy, trainjob)
+    return policy
+
+
+def _owned_by(policy: dict, run: dict) -> None:
+    uid = run["metadata"].get("uid")
+    if uid:
+        policy["metadata"]["ownerReferences"] = [{"apiVersion": run["apiVersion"], "kind": run["kind"],
+                                                  "name": run["metadata"]["name"], "uid": uid}]
 
 
 def nccl_group_peers_policy(nodegroup: str, namespace: str = TRAINING_NAMESPACE) -> dict:

@@ -1,7 +1,8 @@
 """`ops capacity-block schedule|scale-to-zero --env ENV`: capacity-block node groups up at the
 block's start, or down to 0 before an update (ops/capacity_blocks.py). `schedule` also creates each
 group's stop CronJob in the cluster, which suspends the group's runs with a checkpoint before EKS
-scales the group to zero (k8s/pods/capacity_block_stop.py); --no-stop leaves it out."""
+scales the group to zero (k8s/pods/capacity_block_stop.py: PyTorchJobs, or under trainingApi v2
+TrainJobs, through their Kueue Workloads where Kueue queues them); --no-stop leaves it out."""
 
 from __future__ import annotations
 

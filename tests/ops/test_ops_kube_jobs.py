@@ -355,18 +355,3 @@ def test_expired_aws_credentials_behind_the_kubeconfig_are_one_line(tmp_path):
                            "An error occurred (ExpiredToken)")
     assert line.endswith("the AWS credentials have expired or are missing; refresh them (`aws sso login`, "
                          "or new keys) and retry")
-
-
-@pytest.mark.parametrize("verb", ["start", "submit"])
-def test_a_v2_environment_s_runs_are_refused_in_one_line_before_any_call(tmp_path, verb):
-    """Under trainingApi v2 the cluster has no PyTorchJob CRD: ops says so instead of creating one."""
-    from ops_fakes import isolated_aws_env, run_ops, write_context
-
-    context = write_context(tmp_path, "dev", trainingApi="v2")
-    preset = ["cpu-ddp"] if verb == "start" else ["--preset", "cpu-ddp"]
-    result = run_ops([verb, "--env", "dev", "--context-file", str(context), "--image", "repo/trainer:1", "--dry-run",
-                      *preset], isolated_aws_env(tmp_path))
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
-    assert result.stderr.strip() == ("error: environments.dev.trainingApi is v2: its runs are TrainJobs, which ops "
-                                     "start and submit cannot create yet (issue 23); use trainingApi v1 for runs "
-                                     "from ops")

@@ -303,3 +303,56 @@ def test_kubeflow_system_denies_everything_by_default_under_trainer_v2_and_only_
             and p["spec"]["podSelector"] == {} and not p["spec"].get("ingress") and not p["spec"].get("egress")]
     assert len(deny) == 1
     assert not [p for p in network_policies(dev) if p["metadata"]["namespace"] == "kubeflow-system"]
+
+
+# --- trainingApi v2: a TrainJob's peers policy (ops/trainjobs.py creates it with the run) ------------
+
+def test_the_trainjob_peers_policy_selects_the_label_jobset_puts_on_every_pod_of_the_run():
+    """JobSet v0.12.0 labels each pod with its JobSet's name, which Trainer v2.3.0 gives the TrainJob's
+    name; the contract's pod webhooks select exactly the pods carrying that key."""
+    import yaml
+
+    from k8s.pods.network_policy import trainjob_peers_policy
+    from k8s.pods.trainjob import JOBSET_NAME_LABEL
+    from tests.conftest import CONTRACTS_DIR
+
+    for patch in ("mutating", "validating"):
+        [op] = yaml.safe_load((CONTRACTS_DIR / "jobset-v0.12.0" /
+                               f"components-webhook-patches-{patch}-patch.yaml").read_text())
+        assert op["value"]["rules"][0]["resources"] == ["pods"]
+        assert op["value"]["objectSelector"]["matchExpressions"][0]["key"] == JOBSET_NAME_LABEL
+    policy = trainjob_peers_policy({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                                    "metadata": {"name": "run-a", "namespace": TRAINING_NAMESPACE, "uid": "u-1"}})
+    assert policy["spec"]["podSelector"] == {"matchLabels": {JOBSET_NAME_LABEL: "run-a"}}
+    assert policy["metadata"]["ownerReferences"] == [
+        {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "run-a", "uid": "u-1"}]
+
+
+def test_the_pods_of_a_trainjob_reach_each_other_and_etcd_and_no_other_runs(dev):
+    import dataclasses
+
+    from k8s.addons.network_policies import network_policies
+    from k8s.pods.network_policy import trainjob_peers_policy
+    from k8s.pods.trainjob import JOBSET_NAME_LABEL, node_pod_template, render_trainjob_run
+
+    v2 = dataclasses.replace(dev, training_api="v2")
+    hosts = ipaddress.ip_network(v2.vpc_cidr).hosts()
+    from k8s.addons.etcd import POD_LABELS, clients_only_policy
+
+    policies = [p for p in network_policies(v2) if p["metadata"]["namespace"] == TRAINING_NAMESPACE]
+    policies.append(clients_only_policy())
+    found = {}
+    for name in ("run-a", "run-b"):
+        runtime, trainjob = render_trainjob_run(v2, "llm-tiny", image="i", job_name=name,
+                                                overrides={"rendezvous": "etcd"})
+        policies.append(trainjob_peers_policy(trainjob))
+        labels = {**node_pod_template(runtime)["metadata"]["labels"], JOBSET_NAME_LABEL: name}
+        for index in (0, 1):
+            found[f"{name}/{index}"] = Pod(f"{name}/{index}", TRAINING_NAMESPACE, str(next(hosts)), labels)
+    etcd = Pod("etcd", TRAINING_NAMESPACE, str(next(hosts)), dict(POD_LABELS))
+    cluster = Cluster(policies, {TRAINING_NAMESPACE: {}}, [], [*found.values(), etcd])
+    assert cluster.allowed(found["run-a/0"], found["run-a/1"], 29500, "TCP")
+    assert cluster.allowed(found["run-a/1"], found["run-a/0"], 41234, "TCP")
+    assert not cluster.allowed(found["run-a/0"], found["run-b/0"], 29500, "TCP")
+    assert not cluster.allowed(found["run-b/1"], found["run-a/1"], 41234, "TCP")
+    assert cluster.allowed(found["run-a/0"], etcd, 2379, "TCP")

@@ -282,17 +282,11 @@ def _pytorchjob_phase(job: dict) -> tuple[str, bool]:
     return phase, bool((job["spec"].get("runPolicy") or {}).get("suspend"))
 
 
-# A TrainJob's conditions (kubeflow/trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go:
-# Complete, Failed, Suspended) mapped to the phases a PyTorchJob run shows.
-_TRAINJOB_PHASES = (("Complete", "Succeeded"), ("Failed", "Failed"), ("Suspended", "Suspended"))
-
-
 def _trainjob_phase(job: dict) -> tuple[str, bool]:
-    """(Succeeded, Failed, Suspended, Running or Pending; whether spec.suspend is set). Running
-    while a Job of its JobSet has active pods (status.jobsStatus[].active)."""
-    status = job.get("status") or {}
-    true = {c.get("type") for c in status.get("conditions") or [] if c.get("status") == "True"}
-    phase = next((p for condition, p in _TRAINJOB_PHASES if condition in true), None)
-    if phase is None:
-        phase = "Running" if any((j.get("active") or 0) > 0 for j in status.get("jobsStatus") or []) else "Pending"
+    """(the phase of the TrainJob's own conditions, whether spec.suspend is set): one reading of
+    Trainer's conditions, ops/trainjobs.py's. Doctor reads no Kueue Workload: a run Kueue holds back
+    shows as Suspended here, and `ops status` says whether it is queued or stopped."""
+    from ops.trainjobs import Observed
+
+    phase, _ = Observed(job, "", None, None).phase()
     return phase, bool((job.get("spec") or {}).get("suspend"))

@@ -29,7 +29,9 @@ class VisionMetrics:
     step s + LAG_STEPS was queued. Its time window runs between the host's hand-over of the
     window's first and last step: the host queues at most LAG_STEPS steps ahead of the device, so
     over a window of log_every steps that is the device's pace. An epoch's end and close() read
-    what is still pending (waiting for the device), so every step gets its line."""
+    what is still pending (waiting for the device), so every step gets its line. With more than one
+    rank a line's means over ranks take a collective whose result the host reads: one wait for
+    the device per log_every steps, as trainer.metrics' lines make."""
 
     def __init__(self, cfg: MetricsConfig, rt, batch_size: int):
         """`batch_size`: the images each rank trains on per step."""

@@ -1,14 +1,18 @@
-"""trainer.vision's CPU input path: images/s per loader worker, fp32 (before) against uint8 (now).
+"""trainer.vision's CPU input path: images/s per loader worker, in two cases, each measured in one run.
 
-    python bench/vision_loader.py [--images 256] [--rounds 3] [--workers 1]
+    python bench/vision_loader.py [--case dtype|reduced|both] [--images 256] [--rounds 3] [--workers 1]
 
-Writes JPEGs of ImageNet's typical size (500x375, quality 90) into a temporary folder (nothing is
-downloaded), then reads them through an ImageFolder and a DataLoader with `--workers` processes:
+`dtype`: JPEGs of one size (500x375, quality 90), fp32 (before) against uint8:
 - fp32: PIL decode, RandomResizedCrop(224), flip, ToTensor and Normalize in the worker (the old path);
-- uint8: PIL decode, RandomResizedCrop(224), flip, PILToTensor in the worker (trainer/vision_data.py);
-  the conversion and normalisation then run where the batch lands (here on the CPU, timed in).
-Both run in this one process, alternating within each round; the ratio is the median over rounds
-of that round's uint8/fp32 ratio, so a slow round on a shared machine slows both sides.
+- uint8: PIL decode, RandomResizedCrop(224), flip, PILToTensor in the worker (trainer/vision_data.py,
+  full decode); the conversion and normalisation then run where the batch lands (here on the CPU,
+  timed in).
+`reduced`: JPEGs whose sizes follow ImageNet's (IMAGENET_SIZES), uint8 with full decode against
+uint8 with the reduced-size decode trainer.vision now makes where the crop allows
+(trainer/vision_jpeg.py); also each size group on its own, since the gain comes from the large images.
+Both sides of a case run in this one process, alternating within each round; a ratio is the median
+over rounds of that round's ratio, so a slow round on a shared machine slows both sides.
+Nothing is downloaded: the JPEGs are generated into a temporary folder.
 `loader_rate` and `write_jpegs` serve bench/gpu_vision.py as well.
 """
 
@@ -18,6 +22,7 @@ import argparse
 import json
 import math
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -32,38 +37,76 @@ from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
 from trainer.torchvision_compat import import_torchvision  # noqa: E402
 from trainer.vision_data import MEAN, STD, DeviceImages, transforms  # noqa: E402
+from trainer.vision_jpeg import open_image  # noqa: E402
 
 WIDTH, HEIGHT = 500, 375  # the most common ImageNet training image size
 
+# ImageNet's training JPEGs, as the `reduced` case draws them: (group, share, long sides, short/long
+# ratios). Source for the shape of it: M. Ehrlich, "Compression in the ImageNet Dataset" (read
+# through its copy at terryalanunlimited.com/compression-in-the-imagenet-dataset/): the most common
+# size is around 500 on a side, with outliers far larger (2592x3888 among them), and most images are
+# quality 96 without chroma subsampling. The shares and the ranges below are an ASSUMPTION (no
+# histogram with numbers was found): most images 500 on the long side at the usual aspect ratios,
+# some smaller, 3 in 100 a camera-sized photograph. One in three is portrait.
+IMAGENET_SIZES = (
+    ("500", 0.80, (500, 500), (0.75, 0.666, 1.0, 0.5625)),
+    ("small", 0.17, (200, 499), (0.75, 0.666, 1.0)),
+    ("large", 0.03, (800, 2600), (0.75, 0.666)),
+)
+# Decode time follows the bits to entropy-decode, so the generated images' noise is chosen for
+# ImageNet's bytes per image: its training tar is 147.8 GB (3 x 41.9 + 22.1 GB, the split listing
+# at huggingface.co/datasets/presencesw/ILSVRC2012) for 1,281,167 images, 115 KB an image. Noise
+# sigma 3 at quality 96, 4:4:4 gives about 0.58 bytes per pixel, so the mix above averages close
+# to that (the bench prints its own mean).
+IMAGENET_BYTES_PER_IMAGE = 147.8e9 / 1_281_167
+IMAGENET_ENCODING = (96, 0, 3)  # quality, subsampling 0 (4:4:4, none: Ehrlich, above), noise sigma
 
-def _write_one(args: tuple[Path, int, int, int]) -> None:
+
+def _write_one(args: tuple) -> None:
     """One JPEG, made with NumPy and PIL only: no torch in a forked pool (its thread pools may
     not survive the fork)."""
     import numpy as np
     from PIL import Image
-    path, seed, width, height = args
+    path, seed, width, height, *encoding = args
+    quality, subsampling, noise = encoding or (90, -1, 12)  # -1: PIL's default (4:2:0)
     rng = np.random.default_rng(seed)
     # Smooth colour fields plus noise: compresses like a photograph, not like white noise.
     low = Image.fromarray((rng.random((6, 8, 3)) * 200 + 25).astype(np.uint8)).resize((width, height), Image.BILINEAR)
-    pixels = np.asarray(low, dtype=np.float32) + 12 * rng.standard_normal((height, width, 3), dtype=np.float32)
-    Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(path, quality=90)
+    pixels = np.asarray(low, dtype=np.float32) + noise * rng.standard_normal((height, width, 3), dtype=np.float32)
+    Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(path, quality=quality, subsampling=subsampling)
 
 
 def write_jpegs(root: Path, count: int, *, width: int = WIDTH, height: int = HEIGHT, classes: int = 4,
-                processes: int = 1) -> Path:
-    """An ImageFolder under root/train with `count` JPEGs over `classes` folders."""
+                processes: int = 1, sizes: list[tuple[int, int]] | None = None, encoding: tuple = (90, -1, 12),
+                split: str = "train") -> Path:
+    """An ImageFolder under root/`split` with `count` JPEGs over `classes` folders, each
+    width x height or the i-th of `sizes`; `encoding`: (quality, PIL subsampling, noise sigma)."""
     jobs = []
     for i in range(count):
-        folder = root / "train" / f"c{i % classes}"
+        folder = root / split / f"c{i % classes}"
         folder.mkdir(parents=True, exist_ok=True)
-        jobs.append((folder / f"{i}.jpg", i, width, height))
+        w, h = sizes[i] if sizes else (width, height)
+        jobs.append((folder / f"{i}.jpg", i, w, h, *encoding))
     if processes > 1:
         with ProcessPoolExecutor(processes) as pool:
             list(pool.map(_write_one, jobs, chunksize=16))
     else:
         for job in jobs:
             _write_one(job)
-    return root / "train"
+    return root / split
+
+
+def imagenet_sizes(count: int, seed: int = 0, group: str | None = None) -> list[tuple[int, int]]:
+    """`count` (width, height) drawn from IMAGENET_SIZES (only `group`'s where given)."""
+    rng = random.Random(seed)
+    rows = [row for row in IMAGENET_SIZES if group in (None, row[0])]
+    out = []
+    for _ in range(count):
+        _, _, (lo, hi), ratios = rng.choices(rows, weights=[row[1] for row in rows])[0]
+        long = rng.randint(lo, hi)
+        short = round(long * rng.choice(ratios))
+        out.append((short, long) if rng.random() < 1 / 3 else (long, short))
+    return out
 
 
 class Repeated(Dataset):
@@ -88,10 +131,15 @@ def fp32_transform(image_size: int):
 def loader_rate(train_dir: Path, *, path: str, workers: int, images: int, image_size: int = 224,
                 batch_size: int = 32, device: torch.device = torch.device("cpu")) -> float:
     """Images/s through a DataLoader of `workers` processes, the first batch (worker start-up)
-    left out; for uint8, the device-side conversion is included (DeviceImages)."""
+    left out; for uint8, the device-side conversion is included (DeviceImages). `path`: fp32,
+    uint8 (full decode) or uint8-reduced (trainer.vision's loader: JPEGs opened lazily and decoded
+    at reduced size where the crop allows)."""
     tv = import_torchvision()
-    transform = fp32_transform(image_size) if path == "fp32" else transforms(image_size)[0]
-    folder = tv.datasets.ImageFolder(train_dir, transform)
+    if path == "fp32":
+        folder = tv.datasets.ImageFolder(train_dir, fp32_transform(image_size))
+    else:
+        folder = tv.datasets.ImageFolder(train_dir, transforms(image_size, reduce=path == "uint8-reduced")[0],
+                                         loader=open_image)
     loader = DataLoader(Repeated(folder, images + batch_size), batch_size=batch_size, num_workers=workers,
                         pin_memory=device.type == "cuda", drop_last=True, prefetch_factor=4 if workers else None)
     to_input = DeviceImages(device)
@@ -106,28 +154,65 @@ def loader_rate(train_dir: Path, *, path: str, workers: int, images: int, image_
     return seen / (time.perf_counter() - start)
 
 
+def _rounds(train: Path, a: str, b: str, args) -> dict:
+    """Median images/s per worker of paths a and b over args.rounds alternating rounds, and of b / a."""
+    rounds = []
+    for _ in range(args.rounds):
+        ra = loader_rate(train, path=a, workers=args.workers, images=args.images)
+        rb = loader_rate(train, path=b, workers=args.workers, images=args.images)
+        rounds.append((ra, rb, rb / ra))
+        print(f"round ({train.name}): {a} {ra:.0f} img/s, {b} {rb:.0f} img/s, {b}/{a} {rb / ra:.3f}", flush=True)
+    return {f"{a}_images_per_s_per_worker": round(statistics.median(r[0] for r in rounds) / args.workers, 1),
+            f"{b}_images_per_s_per_worker": round(statistics.median(r[1] for r in rounds) / args.workers, 1),
+            f"{b}_over_{a}": round(statistics.median(r[2] for r in rounds), 3)}
+
+
+def dtype_case(root: Path, args) -> dict:
+    train = write_jpegs(root, 64, processes=min(2, os.cpu_count() or 1))
+    return {"jpeg": f"{WIDTH}x{HEIGHT} q90", **_rounds(train, "fp32", "uint8", args),
+            "bytes_per_image_fp32_over_uint8": 4}
+
+
+def reduced_case(root: Path, args) -> dict:
+    """The ImageNet-like mix, then each size group alone (same images per measurement)."""
+    out = {"jpeg": "IMAGENET_SIZES, q96 4:4:4"}
+    for group in (None, *(row[0] for row in IMAGENET_SIZES)):
+        name = group or "mix"
+        train = write_jpegs(root, 64, sizes=imagenet_sizes(64, group=group), processes=min(2, os.cpu_count() or 1),
+                            encoding=IMAGENET_ENCODING, split=name)
+        files = list(train.rglob("*.jpg"))
+        out[name] = {"mean_kb": round(sum(f.stat().st_size for f in files) / len(files) / 1e3, 1),
+                     **_rounds(train, "uint8", "uint8-reduced", args)}
+    out["imagenet_mean_kb"] = round(IMAGENET_BYTES_PER_IMAGE / 1e3, 1)
+    # The mix again from the groups' rates weighted by their shares (64 images hold only about two
+    # of the 3% large ones, so the drawn mix depends on which two).
+    for path in ("uint8", "uint8-reduced"):
+        seconds = sum(share / out[group][f"{path}_images_per_s_per_worker"] for group, share, *_ in IMAGENET_SIZES)
+        out[f"by_shares_{path}_images_per_s_per_worker"] = round(1 / seconds, 1)
+    out["by_shares_uint8-reduced_over_uint8"] = round(out["by_shares_uint8-reduced_images_per_s_per_worker"]
+                                                      / out["by_shares_uint8_images_per_s_per_worker"], 3)
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--case", choices=("dtype", "reduced", "both"), default="both")
     p.add_argument("--images", type=int, default=256, help="images read per measurement")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--workers", type=int, default=1, help="loader processes (1: images/s per worker core)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
+    result = {"workers": args.workers, "images": args.images, "crop": 224, "cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="vision-loader-") as tmp:
-        train = write_jpegs(Path(tmp), 64, processes=min(2, os.cpu_count() or 1))
-        rounds = []
-        for _ in range(args.rounds):
-            fp32 = loader_rate(train, path="fp32", workers=args.workers, images=args.images)
-            uint8 = loader_rate(train, path="uint8", workers=args.workers, images=args.images)
-            rounds.append({"fp32": fp32, "uint8": uint8, "ratio": uint8 / fp32})
-            print(f"round: fp32 {fp32:.0f} img/s, uint8 {uint8:.0f} img/s, uint8/fp32 {uint8 / fp32:.3f}", flush=True)
-    result = {"workers": args.workers, "images": args.images, "jpeg": f"{WIDTH}x{HEIGHT} q90", "crop": 224,
-              "fp32_images_per_s_per_worker": round(statistics.median(r["fp32"] for r in rounds) / args.workers, 1),
-              "uint8_images_per_s_per_worker": round(statistics.median(r["uint8"] for r in rounds) / args.workers, 1),
-              "uint8_over_fp32": round(statistics.median(r["ratio"] for r in rounds), 3),
-              "bytes_per_image_fp32_over_uint8": 4, "cpus": os.cpu_count()}
+        if args.case in ("dtype", "both"):
+            result["dtype"] = dtype_case(Path(tmp), args)
+        if args.case in ("reduced", "both"):
+            result["reduced"] = reduced_case(Path(tmp), args)
     print(json.dumps(result))
-    return 0 if all(math.isfinite(r["ratio"]) for r in rounds) else 1
+    ratios = [v for case in result.values() if isinstance(case, dict)
+              for v in [*case.values(), *(x for sub in case.values() if isinstance(sub, dict) for x in sub.values())]
+              if isinstance(v, float)]
+    return 0 if ratios and all(math.isfinite(r) and r > 0 for r in ratios) else 1
 
 
 if __name__ == "__main__":

@@ -38,7 +38,12 @@ class NetworkInterface:
         return (self.network_card_index, self.device_index, self.interface_type)
 
 
-# vCPUs per GPU left to the training process itself (loader_workers_per_gpu).
+# vCPUs per GPU left to the rank's own process, not to loader workers (loader_workers_per_gpu):
+# its Python step loop and CUDA launches, DataLoader's pin-memory thread, and NCCL's proxy thread,
+# which polls the EFA completion queues during each all-reduce. What was measured (bench/RESULTS.md,
+# one H200 with 16 cores, 2026-11-26): beside 15 workers, a one-GPU ResNet-50 process left them
+# 219-251 images/s each, against 236 at 8 workers, so without communication it takes about one
+# vCPU. That run had no NCCL: the second vCPU is the proxy thread's, not measured, so it stays.
 LOADER_RESERVED_VCPUS = 2
 
 
@@ -72,7 +77,9 @@ class InstanceType:
         """Data-loader processes per GPU (per rank) that fill a node-filling pod's vCPUs: its share
         of the node (`pod_cpu_share`, config/kubernetes.py POD_CPU_SHARE) over the GPUs, less
         `reserved` vCPUs for the rank's own process (the Python step loop, the pin-memory thread,
-        NCCL's proxy threads). At least 1."""
+        NCCL's proxy threads). At least 1. Sized on the pod's CPU request, which has no limit
+        (k8s/pods/resources.py): workers may also run on the vCPUs the request leaves to kubelet and
+        the DaemonSets while those idle, but the request is what the pod keeps under contention."""
         per_gpu = int(self.vcpus * pod_cpu_share) // max(1, self.gpus)
         return max(1, per_gpu - reserved)
 

@@ -161,9 +161,9 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
                 loss = accumulate_gradients(ddp, forward, micro_batches, accumulation, job, metrics, to_input,
                                             rt.device)
                 # Decided on the device, the same on every rank; fused SGD skips the step itself when
-                # it is 1.0 (found_inf). The host reads it for the metrics: one synchronisation per
-                # step, which the vision loop still makes (the LLM loop makes none).
-                skipped = bool(nonfinite.check(step + 1, loss))
+                # it is 1.0 (found_inf). Nothing in a step waits for the device: the metrics and the
+                # non-finite limit read their values LAG_STEPS steps late (trainer/late_read.py).
+                skipped = nonfinite.check(step + 1, loss)
                 ckpt.wait_staging()  # an asynchronous save's copy of the weights must finish first
                 optimizer.step()
                 step += 1

@@ -16,7 +16,6 @@ its loader workers alike, and all ranks drew the same sequence of crops.)
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import torch
@@ -25,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from config.workloads.vision import ImageDataConfig, SyntheticImagesConfig
 from trainer.cli import UsageError
 from trainer.torchvision_compat import import_torchvision
+from trainer.vision_jpeg import ReducedRandomResizedCrop, ReducedResizeCenterCrop, open_image
 
 # ImageNet's channel statistics, as torchvision's reference recipes use them.
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -56,15 +56,17 @@ class SyntheticImages(Dataset):
         return image, label
 
 
-def transforms(image_size: int):
+def transforms(image_size: int, *, reduce: bool = True):
     """The standard ImageNet pipelines up to uint8: random-resized crop and flip for training;
     resize to image_size/0.875 and a centre crop for evaluation. The loader processes stop at uint8
     (a quarter of fp32's bytes to collate, pin and copy); DeviceImages converts and normalises
-    where the batch lands, on the GPU."""
+    where the batch lands, on the GPU. A JPEG opened by vision_jpeg.open_image is decoded at
+    reduced size where that changes no output pixel's source (trainer/vision_jpeg.py; `reduce`
+    False: always in full, for the benchmark's comparison)."""
     T = import_torchvision().transforms
     to_uint8 = T.PILToTensor()
-    train = T.Compose([T.RandomResizedCrop(image_size), T.RandomHorizontalFlip(), to_uint8])
-    val = T.Compose([T.Resize(math.ceil(image_size / 0.875)), T.CenterCrop(image_size), to_uint8])
+    train = T.Compose([ReducedRandomResizedCrop(image_size, reduce=reduce), T.RandomHorizontalFlip(), to_uint8])
+    val = T.Compose([ReducedResizeCenterCrop(image_size, reduce=reduce), to_uint8])
     return train, val
 
 
@@ -108,7 +110,8 @@ def build_datasets(cfg: ImageDataConfig, synthetic: SyntheticImagesConfig, seed:
     datasets = import_torchvision().datasets
     train_tf, val_tf = transforms(cfg.image_size)
     try:
-        train, val = datasets.ImageFolder(root / "train", train_tf), datasets.ImageFolder(root / "val", val_tf)
+        train = datasets.ImageFolder(root / "train", train_tf, loader=open_image)
+        val = datasets.ImageFolder(root / "val", val_tf, loader=open_image)
     except (FileNotFoundError, OSError) as exc:
         raise UsageError("--data", f"{root} is not an ImageFolder dataset ({exc})") from None
     if train.classes != val.classes:

@@ -25,6 +25,7 @@ from config.queueing import KUEUE_VERSION
 from k8s.addons import AddOn
 from k8s.addons.jobset_crd import _array, _strings
 from k8s.addons.training_operator_crds import _OPEN_OBJECT, _int32, _object, _string
+from k8s.pods.kueue import NAMESPACE, WEBHOOK_SERVICE
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
@@ -194,6 +195,20 @@ _TOPOLOGY_SPEC = _object({"levels": _array(_object({"nodeLabel": _string(maxLeng
 _COHORT_SPEC = _object({"fairSharing": _FAIR_SHARING, "parentName": _DNS_NAME, "resourceGroups": _RESOURCE_GROUPS})
 
 
+# The CRDs Kueue's certificate rotator injects its CA into as conversion webhooks
+# (pkg/util/cert/cert.go; the manager's ClusterRole may get and update exactly these). The rotator
+# reports ready only once every injection succeeded, and one into a CRD without
+# spec.conversion.webhook.clientConfig fails (open-policy-agent/cert-controller v0.16.0
+# injectCertToConversionWebhook), so Kueue would never serve admission. With one served version the
+# API server never calls the webhook; the stanza is there for the rotator.
+CONVERTED = ("clusterqueues", "cohorts", "localqueues", "multikueueclusters", "workloads")
+
+
+def conversion() -> dict:
+    return {"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": {
+        "service": {"name": WEBHOOK_SERVICE, "namespace": NAMESPACE, "path": "/convert"}}}}
+
+
 def _crd(kind: str, plural: str, short_names: list[str], properties: dict, *, scope: str = "Cluster",
          status: bool = False, required: list[str] | None = None) -> dict:
     root = {"apiVersion": _string(), "kind": _string(), "metadata": {"type": "object"}, **properties}
@@ -203,13 +218,13 @@ def _crd(kind: str, plural: str, short_names: list[str], properties: dict, *, sc
                "schema": {"openAPIV3Schema": _object(root, **({"required": required} if required else {}))}}
     if status:
         version["subresources"] = {"status": {}}
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{GROUP}", "labels": {"app.kubernetes.io/version": KUEUE_VERSION}},
-        "spec": {"group": GROUP, "scope": scope, "versions": [version], "names": {
-            "kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower(),
-            "shortNames": short_names}},
-    }
+    spec = {"group": GROUP, "scope": scope, "versions": [version], "names": {
+        "kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower(), "shortNames": short_names}}
+    if plural in CONVERTED:
+        spec["conversion"] = conversion()
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{GROUP}", "labels": {"app.kubernetes.io/version": KUEUE_VERSION}},
+            "spec": spec}
 
 
 def kueue_crds() -> list[dict]:

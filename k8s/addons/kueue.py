@@ -22,7 +22,10 @@ from config.environment import Environment
 from config.kubernetes import KUBE_SYSTEM_NAMESPACE, TRAINING_NAMESPACE
 from config.queueing import PYTORCHJOB_FRAMEWORK, TRAINJOB_FRAMEWORK, queued_frameworks
 from k8s.addons import AddOn, Readiness
-from k8s.addons.jobset import FULL, bound_role, rbac_rules
+# The kubebuilder scaffold's roles, the same in Kueue's release as in JobSet's: leader election and
+# the manager's Secrets (namespaced), and the token and access reviews its metrics endpoint and
+# visibility API make (metrics_auth_role.yaml).
+from k8s.addons.jobset import FULL, LEADER_ELECTION_RULES, PROXY_RULES, SECRETS_RULES, bound_role, rbac_rules
 from k8s.addons.kueue_crds import CONVERTED
 from k8s.addons.namespaces import PodSecurity, namespaces
 from k8s.addons.training_operator import ROLLOUT_COMPLETE
@@ -100,20 +103,6 @@ INTEGRATION_RULES = {
         ("kubeflow.org", ("pytorchjobs/status",), STATUS, ()),
     ),
 }
-# leader_election_role.yaml and manager_secrets_role.yaml: only in kueue-system.
-LEADER_ELECTION_RULES = (
-    ("", ("configmaps",), ("create", "delete", "get", "list", "patch", "update", "watch")),
-    ("coordination.k8s.io", ("leases",), ("create", "delete", "get", "list", "patch", "update", "watch")),
-    ("", ("events",), ("create", "patch")),
-)
-SECRETS_RULES = (("", ("secrets",), ("get", "list", "update", "watch")),)
-# metrics_auth_role.yaml: the metrics endpoint and the visibility API authenticate and authorize callers.
-AUTH_RULES = (
-    ("authentication.k8s.io", ("tokenreviews",), ("create",)),
-    ("authorization.k8s.io", ("subjectaccessreviews",), ("create",)),
-)
-
-
 def manager_rules(config: Environment) -> list[dict]:
     rules = list(CORE_RULES)
     for framework in queued_frameworks(config.training_api):
@@ -228,7 +217,7 @@ def kueue_controller(config: Environment) -> list[dict]:
                     rbac_rules(LEADER_ELECTION_RULES), account=NAME, namespace=NAMESPACE),
         *bound_role("Role", "kueue-manager-secrets-role", "kueue-manager-secrets-rolebinding", rbac_rules(SECRETS_RULES),
                     account=NAME, namespace=NAMESPACE),
-        *bound_role("ClusterRole", "kueue-metrics-auth-role", "kueue-metrics-auth-rolebinding", rbac_rules(AUTH_RULES),
+        *bound_role("ClusterRole", "kueue-metrics-auth-role", "kueue-metrics-auth-rolebinding", rbac_rules(PROXY_RULES),
                     account=NAME, namespace=NAMESPACE),
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "kueue-metrics-reader"},
          "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]},

@@ -18,21 +18,15 @@ KUEUE_CHARTS = ("kueue-crds", "kueue", "kueue-queues")
 
 
 @pytest.fixture(scope="module")
-def queued():
-    return synth("kueue")
+def stack():
+    """(the synthesized stage, the Workloads stack's template, chart name -> its manifests)."""
+    queued = synth("kueue")
+    template = Template.from_stack(queued.stage.workloads).to_json()
+    return queued, template, chart_manifests(queued, template)
 
 
-@pytest.fixture(scope="module")
-def template(queued):
-    return Template.from_stack(queued.stage.workloads).to_json()
-
-
-@pytest.fixture(scope="module")
-def manifests(queued, template):
-    return chart_manifests(queued, template)
-
-
-def test_the_kueue_charts_are_one_manifest_each_within_the_budget(manifests, template):
+def test_the_kueue_charts_are_one_manifest_each_within_the_budget(stack):
+    _, template, manifests = stack
     for name in KUEUE_CHARTS:
         [resource] = manifests[name]
         assert len(json.dumps(resource["Properties"]["Manifest"])) <= MANIFEST_BUDGET, name
@@ -44,7 +38,8 @@ def _ids(stack, queued, chart):
     return {stack.get_logical_id(m.node.default_child) for m in queued.stage.workloads.manifests[chart]}
 
 
-def test_crds_then_controller_then_queues_and_every_deploy_waits_for_the_rollout(queued, template, manifests):
+def test_crds_then_controller_then_queues_and_every_deploy_waits_for_the_rollout(stack):
+    queued, template, manifests = stack
     stack = queued.stage.workloads
     waiters = {r["Properties"]["ObjectName"]: (k, r) for k, r in template["Resources"].items()
                if r["Type"] == OBJECT_VALUE_TYPE}
@@ -57,9 +52,10 @@ def test_crds_then_controller_then_queues_and_every_deploy_waits_for_the_rollout
     assert waiter in queues["DependsOn"] and _ids(stack, queued, "kueue") <= set(queues["DependsOn"])
 
 
-def test_the_queued_runs_framework_and_the_efa_claim_mapping_reach_the_cluster(manifests):
+def test_the_queued_runs_framework_and_the_efa_claim_mapping_reach_the_cluster(stack):
     import yaml
 
+    manifests = stack[2]
     [config_map] = [o for o in objects(manifests["kueue"]) if o["kind"] == "ConfigMap"]
     settings = yaml.safe_load(config_map["data"]["controller_manager_config.yaml"])
     assert settings["integrations"]["frameworks"] == ["trainer.kubeflow.org/trainjob"]

@@ -22,7 +22,8 @@ import pytest
 import yaml
 
 from conformance import (
-    ABSENT, CONTROLLER_DEVIATIONS, PRESENT, Deviation, contract, declared_problems, differences, one, pod_view,
+    ABSENT, CONTROLLER_DEVIATIONS, PRESENT, Deviation, contract, declared_problems, differences, merge_manager_patches,
+    one, pod_view,
     rules_view, services_view, yaml_docs,
 )
 from config.queueing import KUEUE_VERSION, PYTORCHJOB_FRAMEWORK, TRAINJOB_FRAMEWORK, queued_frameworks
@@ -86,16 +87,10 @@ def upstream_pod() -> dict:
     """manager.yaml with default/'s config, webhook, visibility and metrics patches (strategic
     merge: args replaced; ports, mounts and volumes merged)."""
     pod = one(_docs("components-manager-manager.yaml"), "Deployment")["spec"]["template"]["spec"]
+    merge_manager_patches(pod, [one(_docs(patch), "Deployment") for patch in (
+        "default-manager_config_patch.yaml", "default-manager_webhook_patch.yaml",
+        "default-manager_visibility_patch.yaml", "default-manager_metrics_patch.yaml")])
     [manager] = pod["containers"]
-    for patch in ("default-manager_config_patch.yaml", "default-manager_webhook_patch.yaml",
-                  "default-manager_visibility_patch.yaml", "default-manager_metrics_patch.yaml"):
-        patched = one(_docs(patch), "Deployment")["spec"]["template"]["spec"]
-        [container] = patched["containers"]
-        if "args" in container:
-            manager["args"] = container["args"]
-        manager["ports"] = manager.get("ports", []) + container.get("ports", [])
-        manager["volumeMounts"] = manager.get("volumeMounts", []) + container.get("volumeMounts", [])
-        pod["volumes"] = pod.get("volumes", []) + patched.get("volumes", [])
     manager["image"] = upstream_image()
     for volume in pod["volumes"]:
         if "configMap" in volume:

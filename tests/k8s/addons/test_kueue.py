@@ -19,6 +19,7 @@ import yaml
 from config import load_environment
 from config.kubernetes import EFA_RESOURCE, GPU_RESOURCE, HUGEPAGES_RESOURCE, TRAINING_NAMESPACE
 from config.queueing import RUN_FRAMEWORK
+from k8s.pods.kueue_queues import COVERED
 from k8s_walk import build, closed, objects, raw_environments
 
 APIS, QUEUEING = ("v1", "v2"), ("none", "kueue")
@@ -72,7 +73,12 @@ def _run_pod_requests(config, group) -> dict:
 
     preset = {"cpu": "cpu-ddp", "p5": "llama3-8b-fsdp", "p4d": "llama2-7b-fsdp"}[group.name]
     job = render_run(config, preset, image="registry.example/trainer:1")
-    [container] = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    pod = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    # Kueue refuses a workload requesting a resource its ClusterQueue does not cover (BlockUndeclared).
+    for container in pod["containers"] + pod.get("initContainers", []):
+        for side in ("requests", "limits"):
+            assert set(container["resources"].get(side, {})) <= set(COVERED), (group.name, container["name"])
+    [container] = pod["containers"]
     requests = dict(container["resources"]["requests"])
     if group.efa_path == "dra":
         [request] = efa_claim_template(group)["spec"]["spec"]["devices"]["requests"]

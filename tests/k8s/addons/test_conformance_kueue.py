@@ -300,11 +300,14 @@ def test_the_manager_config_is_the_releases_with_only_what_we_queue(queued, api)
     assert release["leaderElection"]["leaderElect"] is True, "two replicas rely on leader election"
 
 
-def test_every_framework_we_enable_is_one_the_release_names(api):
-    """On or commented out, as the release's config lists it (the names Kueue knows)."""
+def test_every_framework_of_the_pins_integration_row_is_one_the_release_names(api):
+    """On or commented out, as the release's config lists it (the names Kueue knows): the table
+    config/queueing.py refuses kueue with v1 from."""
+    from config.queueing import KUEUE_INTEGRATIONS
+
     text = contract(KUEUE, "components-manager-controller_manager_config.yaml").read_text()
     names = {line.strip().lstrip("#").strip().lstrip("-").strip().strip('"') for line in text.splitlines()}
-    assert set(queued_frameworks(api)) <= names
+    assert set(queued_frameworks(api)) <= set(KUEUE_INTEGRATIONS[KUEUE_VERSION]) <= names
 
 
 def test_dra_groups_map_their_efa_claims_to_the_quota_resource(dev):

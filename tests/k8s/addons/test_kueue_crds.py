@@ -181,3 +181,34 @@ def test_a_mistyped_queue_field_is_rejected_by_ours(queued):
     broken["spec"]["queueingStrategy"] = "FIFO"
     with pytest.raises(jsonschema.ValidationError, match="FIFO"):
         jsonschema.validate(broken, closed(schema(ours("clusterqueues"))))
+
+
+def _map_key_problems(schema: dict, path: str = "") -> list[str]:
+    """A list of type map needs each key field required or defaulted in its items, or the API server
+    refuses the CRD; walked wherever our schema declares fields."""
+    problems = []
+    if schema.get("x-kubernetes-list-type") == "map":
+        items = schema["items"]
+        for key in schema["x-kubernetes-list-map-keys"]:
+            field = items.get("properties", {}).get(key, {})
+            if key not in items.get("required", []) and "default" not in field:
+                problems.append(f"{path}: map key {key} neither required nor defaulted")
+    for name, child in schema.get("properties", {}).items():
+        problems += _map_key_problems(child, f"{path}.{name}")
+    if "items" in schema:
+        problems += _map_key_problems(schema["items"], f"{path}[]")
+    return problems
+
+
+@pytest.mark.parametrize("plural", KINDS)
+def test_our_crds_are_structural_and_their_map_lists_have_keys(plural):
+    from tests.k8s.addons.test_kubeflow_crds import _structural_problems
+
+    assert _structural_problems(schema(ours(plural))) == []
+    assert _map_key_problems(schema(ours(plural))) == []
+
+
+def test_the_map_key_check_can_fail():
+    broken = copy.deepcopy(schema(ours("workloads")))
+    del broken["properties"]["spec"]["properties"]["podSets"]["items"]["properties"]["name"]["default"]
+    assert _map_key_problems(broken) == [".spec.podSets: map key name neither required nor defaulted"]

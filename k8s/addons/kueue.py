@@ -30,8 +30,8 @@ from k8s.addons.kueue_crds import CONVERTED
 from k8s.addons.namespaces import PodSecurity, namespaces
 from k8s.addons.training_operator import ROLLOUT_COMPLETE
 from k8s.pods.kueue import (
-    METRICS_PORT, METRICS_SERVICE, NAME, NAMESPACE, POD_LABELS, VISIBILITY_PORT, VISIBILITY_SERVICE, WEBHOOK_PORT,
-    WEBHOOK_SECRET, WEBHOOK_SERVICE, kueue_deployment, manager_config_map,
+    METRICS_PORT, METRICS_SERVICE, NAME, NAMESPACE, POD_LABELS, VISIBILITY_GROUP, VISIBILITY_PORT, VISIBILITY_SERVICE,
+    VISIBILITY_VERSION, WEBHOOK_PORT, WEBHOOK_SECRET, WEBHOOK_SERVICE, kueue_deployment, manager_config_map,
 )
 from k8s.pods.names import NAME_LABEL
 from k8s.pods.network_policy import (
@@ -43,7 +43,7 @@ GROUP = "kueue.x-k8s.io"
 # Service's name less "-webhook-service", then "-{mutating,validating}-webhook-configuration").
 MUTATING_CONFIGURATION = "kueue-mutating-webhook-configuration"
 VALIDATING_CONFIGURATION = "kueue-validating-webhook-configuration"
-VISIBILITY_API = "v1beta2.visibility.kueue.x-k8s.io"
+VISIBILITY_API = f"{VISIBILITY_VERSION}.{VISIBILITY_GROUP}"
 READ = ("get", "list", "watch")
 STATUS = ("get", "patch", "update")
 # CRDs whose conversion webhook the rotator injects its CA into.
@@ -183,7 +183,7 @@ def visibility_api() -> list[dict]:
                      "name": "extension-apiserver-authentication-reader"},
          "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]},
         {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": VISIBILITY_API},
-         "spec": {"group": "visibility.kueue.x-k8s.io", "version": "v1beta2", "groupPriorityMinimum": 100,
+         "spec": {"group": VISIBILITY_GROUP, "version": VISIBILITY_VERSION, "groupPriorityMinimum": 100,
                   "versionPriority": 100, "insecureSkipTLSVerify": True,
                   "service": {"name": VISIBILITY_SERVICE, "namespace": NAMESPACE}}},
     ]

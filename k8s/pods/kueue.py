@@ -52,6 +52,10 @@ VISIBILITY_PORT = 8082  # DefaultVisibilityBindPort
 METRICS_PORT = 8443
 PROBE_PORT = 8081
 LEASE = "c1f6bfd2.kueue.x-k8s.io"  # DefaultLeaderElectionID; `ops doctor` reads this Lease
+# The aggregated API `ops status` reads pending runs and their queue positions from
+# (GET /apis/<group>/<version>/namespaces/training/localqueues/default/pendingworkloads).
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+VISIBILITY_VERSION = "v1beta2"
 REPLICAS = 2
 POD_LABELS = own_pods(NAME)
 

@@ -298,6 +298,9 @@ def test_the_manager_config_is_the_releases_with_only_what_we_queue(queued, api)
     assert ours["waitForPodsReady"]["blockAdmission"] is False
     assert "backoffLimitCount" not in ours["waitForPodsReady"]["requeuingStrategy"], "requeued until stopped"
     assert release["leaderElection"]["leaderElect"] is True, "two replicas rely on leader election"
+    from k8s.pods.kueue import LEASE
+
+    assert release["leaderElection"]["resourceName"] == LEASE, "the Lease ops doctor reads"
 
 
 def test_every_framework_of_the_pins_integration_row_is_one_the_release_names(api):

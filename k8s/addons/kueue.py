@@ -52,8 +52,8 @@ CONVERSION_CRDS = tuple(f"{plural}.{GROUP}" for plural in CONVERTED)
 # components/rbac/role.yaml: (group, resources, verbs, resourceNames), the rules every Kueue needs.
 CORE_RULES = (
     ("", ("limitranges", "namespaces", "nodes"), READ, ()),
-    # Topology-aware scheduling (beta, on) and the DRA integration read pods; the pod integration
-    # is off, but Kueue's pod indexers are not.
+    # With the pod integration off Kueue still watches pods: topology-aware scheduling (beta, on:
+    # pkg/controller/tas topology_ungater.go, node_controller.go) and the core indexer.
     ("", ("pods",), ("delete", "get", "list", "patch", "update", "watch"), ()),
     ("", ("pods/finalizers",), ("get", "update"), ()),
     ("", ("pods/status",), ("get", "patch"), ()),

@@ -15,7 +15,8 @@ The kinds we write (ResourceFlavor, ClusterQueue, LocalQueue) are declared field
 upstream's types, enums, defaults and CEL rules, so the API server defaults and checks what Kueue
 relies on; the other kinds declare their spec's fields with their defaults and rules down to where
 their detail is Kueue's own business (a pod set's template, admission-check parameters); every status
-keeps its unknown fields. tests/k8s/addons/test_kueue_crds.py checks each declared field against
+keeps its unknown fields, and declares only its keyed lists, so Kueue's server-side applies merge
+them entry by entry as upstream's schema makes them. tests/k8s/addons/test_kueue_crds.py checks each declared field against
 upstream's and that no default of upstream's is lost.
 """
 
@@ -192,7 +193,39 @@ _TOPOLOGY_SPEC = _object({"levels": _array(_object({"nodeLabel": _string(maxLeng
      "rule": "size(self.filter(i, i.nodeLabel == 'kubernetes.io/hostname')) == 0 || "
              "self[size(self) - 1].nodeLabel == 'kubernetes.io/hostname'"}]})}, required=["levels"])
 
-_COHORT_SPEC = _object({"fairSharing": _FAIR_SHARING, "parentName": _DNS_NAME, "resourceGroups": _RESOURCE_GROUPS})
+
+
+def _keyed(keys: list[str], max_items: int, *, defaults: dict | None = None, **nested) -> dict:
+    """A status list Kueue writes with server-side apply, merged entry by entry under `keys` as
+    upstream declares it (x-kubernetes-list-type map); the entries keep their other fields. Left
+    open, the list would merge as one atomic value, and one field manager's apply would replace
+    entries another owns."""
+    defaults = defaults or {}
+    properties = {key: _string(**({"default": defaults[key]} if key in defaults else {})) for key in keys}
+    items = {**_OPEN_OBJECT, "properties": {**properties, **nested}}
+    if [k for k in keys if k not in defaults]:
+        items["required"] = [k for k in keys if k not in defaults]
+    return _array(items, maxItems=max_items, **{"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": keys})
+
+
+def _status(**lists) -> dict:
+    return {**_OPEN_OBJECT, "properties": lists}
+
+
+_CONDITIONS = _keyed(["type"], 16)
+_QUEUE_STATUS = _status(conditions=_CONDITIONS,
+                        **{usage: _keyed(["name"], 64, resources=_keyed(["name"], 64))
+                           for usage in ("flavorsReservation", "flavorsUsage")})
+_WORKLOAD_STATUS = _status(
+    admission={**_OPEN_OBJECT, "properties": {"podSetAssignments": _keyed(["name"], 18, defaults={"name": "main"})}},
+    admissionChecks=_keyed(["name"], 8), conditions=_CONDITIONS, preemptionGates=_keyed(["name"], 8),
+    reclaimablePods=_keyed(["name"], 18), resourceRequests=_keyed(["name"], 18),
+    schedulingStats={**_OPEN_OBJECT, "properties": {"evictions": _keyed(["reason", "underlyingCause"], 256)}},
+    unhealthyNodes=_keyed(["name"], 8))
+
+# We create no Cohort: its quota groups are Kueue's to validate (its Cohort webhook, vcohort.kb.io).
+_COHORT_SPEC = _object({"fairSharing": _FAIR_SHARING, "parentName": _DNS_NAME,
+                        "resourceGroups": _open_array(maxItems=16, **_ATOMIC)})
 
 
 # The CRDs Kueue's certificate rotator injects its CA into as conversion webhooks
@@ -210,10 +243,11 @@ def conversion() -> dict:
 
 
 def _crd(kind: str, plural: str, short_names: list[str], properties: dict, *, scope: str = "Cluster",
-         status: bool = False, required: list[str] | None = None) -> dict:
+         status: dict | None = None, required: list[str] | None = None) -> dict:
+    """`status`: its schema, written only by Kueue through the status subresource."""
     root = {"apiVersion": _string(), "kind": _string(), "metadata": {"type": "object"}, **properties}
     if status:
-        root["status"] = _OPEN_OBJECT  # written only by Kueue, through the status subresource
+        root["status"] = status
     version = {"name": VERSION, "served": True, "storage": True,
                "schema": {"openAPIV3Schema": _object(root, **({"required": required} if required else {}))}}
     if status:
@@ -229,12 +263,14 @@ def _crd(kind: str, plural: str, short_names: list[str], properties: dict, *, sc
 
 def kueue_crds() -> list[dict]:
     return [
-        _crd("AdmissionCheck", "admissionchecks", ["ac"], {"spec": _ADMISSION_CHECK_SPEC}, status=True),
-        _crd("ClusterQueue", "clusterqueues", ["cq"], {"spec": _CLUSTER_QUEUE_SPEC}, status=True),
-        _crd("Cohort", "cohorts", ["co"], {"spec": _COHORT_SPEC}, status=True),
+        _crd("AdmissionCheck", "admissionchecks", ["ac"], {"spec": _ADMISSION_CHECK_SPEC},
+             status=_status(conditions=_CONDITIONS)),
+        _crd("ClusterQueue", "clusterqueues", ["cq"], {"spec": _CLUSTER_QUEUE_SPEC}, status=_QUEUE_STATUS),
+        _crd("Cohort", "cohorts", ["co"], {"spec": _COHORT_SPEC}, status=_status()),
         _crd("LocalQueue", "localqueues", ["queue", "queues", "lq"], {"spec": _LOCAL_QUEUE_SPEC}, scope="Namespaced",
-             status=True),
-        _crd("MultiKueueCluster", "multikueueclusters", ["mkc"], {"spec": _MULTIKUEUE_CLUSTER_SPEC}, status=True),
+             status=_QUEUE_STATUS),
+        _crd("MultiKueueCluster", "multikueueclusters", ["mkc"], {"spec": _MULTIKUEUE_CLUSTER_SPEC},
+             status=_status(conditions=_CONDITIONS)),
         _crd("MultiKueueConfig", "multikueueconfigs", ["mkconf"], {"spec": _MULTIKUEUE_CONFIG_SPEC}),
         _crd("ProvisioningRequestConfig", "provisioningrequestconfigs", ["prc"],
              {"spec": _PROVISIONING_REQUEST_CONFIG_SPEC}),
@@ -242,7 +278,8 @@ def kueue_crds() -> list[dict]:
         _crd("Topology", "topologies", ["topo"], {"spec": _TOPOLOGY_SPEC}),
         _crd("WorkloadPriorityClass", "workloadpriorityclasses", ["wpc"],
              {"description": _string(maxLength=2048), "value": _int32()}, required=["value"]),
-        _crd("Workload", "workloads", ["kwl", "kueueworkload", "kueueworkloads"], {"spec": _WORKLOAD_SPEC}, scope="Namespaced", status=True),
+        _crd("Workload", "workloads", ["kwl", "kueueworkload", "kueueworkloads"], {"spec": _WORKLOAD_SPEC},
+             scope="Namespaced", status=_WORKLOAD_STATUS),
     ]
 
 

@@ -212,3 +212,34 @@ def test_the_map_key_check_can_fail():
     broken = copy.deepcopy(schema(ours("workloads")))
     del broken["properties"]["spec"]["properties"]["podSets"]["items"]["properties"]["name"]["default"]
     assert _map_key_problems(broken) == [".spec.podSets: map key name neither required nor defaulted"]
+
+
+def _keyed_lists(node: dict, path: str = ""):
+    if not isinstance(node, dict):
+        return
+    if node.get("x-kubernetes-list-type") == "map":
+        yield path, node
+    for name, child in node.get("properties", {}).items():
+        yield from _keyed_lists(child, f"{path}/{name}")
+    if "items" in node:
+        yield from _keyed_lists(node["items"], f"{path}[]")
+
+
+@pytest.mark.parametrize("plural", KINDS)
+def test_every_keyed_list_merges_as_upstreams_so_server_side_applies_keep_each_others_entries(plural):
+    """Kueue writes status with server-side apply from several field managers; a list our schema
+    left open would merge as one atomic value. Spec lists we declare are held to upstream's list type
+    by the field-by-field check; those below an open spec field belong to objects we never create."""
+    mine = schema(ours(plural))
+    checked = 0
+    for path, node in _keyed_lists(schema(upstream_crd(plural))):
+        if not path.startswith("/status"):
+            continue
+        declared = _declared(mine, path)
+        assert declared is not None, f"{path}: left open, so merged atomically"
+        assert (declared.get("x-kubernetes-list-type"), declared.get("x-kubernetes-list-map-keys")) == \
+            ("map", node["x-kubernetes-list-map-keys"]), path
+        key_defaults = {k: node["items"]["properties"][k].get("default") for k in node["x-kubernetes-list-map-keys"]}
+        assert {k: declared["items"]["properties"][k].get("default") for k in key_defaults} == key_defaults, path
+        checked += 1
+    assert checked or plural not in ("clusterqueues", "localqueues", "workloads", "admissionchecks")

@@ -243,3 +243,12 @@ def test_every_keyed_list_merges_as_upstreams_so_server_side_applies_keep_each_o
         assert {k: declared["items"]["properties"][k].get("default") for k in key_defaults} == key_defaults, path
         checked += 1
     assert checked or plural not in ("clusterqueues", "localqueues", "workloads", "admissionchecks")
+
+
+def test_every_kueue_kind_the_managers_role_watches_has_a_crd():
+    """A controller-runtime manager whose informer finds no CRD never becomes ready: every
+    kueue.x-k8s.io kind the release's manager role may list and watch is installed."""
+    [role] = [d for d in yaml_docs(contract(KUEUE, "components-rbac-role.yaml")) if d["kind"] == "ClusterRole"]
+    watched = {resource for rule in role["rules"] if "kueue.x-k8s.io" in rule["apiGroups"] and "watch" in rule["verbs"]
+               for resource in rule["resources"] if "/" not in resource}
+    assert watched == set(KINDS) == {c["spec"]["names"]["plural"] for c in kueue_crds()}

@@ -22,9 +22,6 @@ TRAINJOB_FRAMEWORK = "trainer.kubeflow.org/trainjob"
 KUEUE_INTEGRATIONS: Mapping[str, tuple[str, ...]] = {
     "v0.19.2": (TRAINJOB_FRAMEWORK, PYTORCHJOB_FRAMEWORK),
 }
-# Whether this project can install Kueue yet (its controller, webhooks and CRDs: issue 23). Until it
-# can, "kueue" is refused rather than accepted and ignored; k8s/pods/kueue_queues.py has the queues.
-KUEUE_INSTALLABLE = False
 # The run kind of each training API: PyTorchJob (Training Operator v1) or TrainJob (Trainer v2).
 RUN_FRAMEWORK = {"v1": PYTORCHJOB_FRAMEWORK, "v2": TRAINJOB_FRAMEWORK}
 
@@ -37,14 +34,13 @@ def queued_frameworks(training_api: str) -> tuple[str, ...]:
 
 def check_queueing(env, path: str, *, training_api: str = "v1",
                    integrations: Mapping[str, tuple[str, ...]] = KUEUE_INTEGRATIONS,
-                   version: str = KUEUE_VERSION, installable: bool = KUEUE_INSTALLABLE) -> None:
+                   version: str = KUEUE_VERSION) -> None:
     """One ConfigError line for a queueing choice that cannot work. `env` is the parsed
-    Environment; `training_api` is the environment's run API ("v1": PyTorchJob)."""
+    Environment; `training_api` is the environment's run API ("v1": PyTorchJob). Kueue with v1 is
+    accepted while the pinned Kueue integrates PyTorchJobs (it is deprecated there: the README says
+    so); the rule refuses it by itself once the pin's row lacks the framework."""
     if env.queueing != "kueue":
         return
-    if not installable:
-        raise ConfigError(path, "kueue cannot be deployed by this version yet (its controller and CRDs are not "
-                                "installed; issue 23); use none")
     framework = RUN_FRAMEWORK[training_api]
     if framework not in integrations.get(version, ()):
         raise ConfigError(path, f"kueue needs trainingApi v2: Kueue {version} has no {framework} integration "

@@ -16,6 +16,11 @@ IMAGES = {
     # The JobSet release Kubeflow Trainer v2.3.0 installs, retagged from the staging registry to the
     # release one: ../shared/contracts/kubeflow-trainer-v2.3.0/third-party-jobset-kustomization.yaml.
     "jobset": "registry.k8s.io/jobset/jobset:v0.12.0",
+    # Kueue v0.19.2 (config/queueing.py KUEUE_VERSION). The release manifests name only the staging
+    # image (../shared/contracts/kueue-v0.19.2/components-manager-kustomization.yaml); releases are
+    # promoted to registry.k8s.io/kueue as <registry>/kueue:<tag> (kubernetes-sigs/kueue v0.19.2
+    # Makefile IMAGE_REPO/IMAGE_TAG, hack/releasing/wait_for_images.sh --prod).
+    "kueue": "registry.k8s.io/kueue/kueue:v0.19.2",
     # Kubeflow Trainer v2.3.0: the repository from
     # ../shared/contracts/kubeflow-trainer-v2.3.0/base-manager-manager.yaml, the tag from
     # overlays-manager-kustomization.yaml beside it.

@@ -26,6 +26,12 @@ QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 COVERED = ("cpu", "memory", GPU_RESOURCE, EFA_RESOURCE, HUGEPAGES_RESOURCE)
 
 
+def queue_labels(config: Environment) -> dict[str, str]:
+    """The labels that put a run in the LocalQueue: on every TrainJob and PyTorchJob of a queued
+    environment, none elsewhere (so an unqueued environment renders its runs unchanged)."""
+    return {QUEUE_NAME_LABEL: LOCAL_QUEUE} if config.queueing == "kueue" else {}
+
+
 def resource_flavor(group: Nodegroup) -> dict:
     spec: dict = {"nodeLabels": {NODEGROUP_LABEL: group.name}}
     if group.instance_type.is_gpu:

@@ -26,6 +26,7 @@ from k8s.pods.names import C10D_PORT, ETCD_CLIENT_LABEL, ETCD_CLIENT_PORT, ETCD_
 from k8s.pods.network_env import network_env
 from k8s.pods.podspec import validate_pod_templates
 from k8s.pods.devices import device_resources, pod_resource_claims
+from k8s.pods.kueue_queues import queue_labels
 from k8s.pods.resources import gpu_toleration, node_share, shm_size
 from k8s.pods.security import TRAINER_UID, container_security_context, pod_security_context
 
@@ -212,7 +213,7 @@ def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
     """The PyTorchJob for `spec`; rdzvId is the job name plus a digest of everything else, so a
     resubmitted job (new name or new content) never joins a stale rendezvous round in etcd."""
     preset = get_preset(spec.preset)
-    labels = {JOB_LABEL: spec.name, PRESET_LABEL: spec.preset}
+    labels = {JOB_LABEL: spec.name, PRESET_LABEL: spec.preset, **queue_labels(config)}
     template = worker_template(config, spec)
     container = template["spec"]["containers"][0]
 

@@ -35,6 +35,7 @@ from dataclasses import replace
 from config.environment import Environment
 from config.kubernetes import LABEL_PREFIX, RUN_ID_ENV, TRAINING_NAMESPACE
 from config.presets import CLUSTER_CHECKPOINT_ROOT, get_preset
+from k8s.pods.kueue_queues import queue_labels
 from k8s.pods.names import C10D_PORT, ETCD_CLIENT_PORT, ETCD_SERVICE, short_digest
 from k8s.pods.podspec import validate_pod_templates
 from k8s.pods.pytorchjob import (
@@ -148,7 +149,7 @@ def trainjob_manifest(config: Environment, spec: JobSpec) -> dict:
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {"name": spec.name, "namespace": TRAINING_NAMESPACE,
-                     "labels": {JOB_LABEL: spec.name, PRESET_LABEL: spec.preset},
+                     "labels": {JOB_LABEL: spec.name, PRESET_LABEL: spec.preset, **queue_labels(config)},
                      "annotations": {f"{LABEL_PREFIX}/description": get_preset(spec.preset).description}},
         "spec": {
             "runtimeRef": {"apiGroup": GROUP, "kind": RUNTIME_KIND, "name": spec.name},

@@ -8,7 +8,10 @@ import pytest
 
 from config import ConfigError, load_environment
 from config.nodegroup_parser import check_dra_kubernetes_version
-from config.queueing import KUEUE_INTEGRATIONS, KUEUE_VERSION, PYTORCHJOB_FRAMEWORK, check_queueing
+from config.queueing import (
+    KUEUE_INTEGRATIONS, KUEUE_VERSION, PYTORCHJOB_FRAMEWORK, RUN_FRAMEWORK, TRAINJOB_FRAMEWORK, check_queueing,
+    queued_frameworks,
+)
 from tests.config.test_environment import CONTEXT, GPU0, P, dev, error_line, put
 
 EKS_EFA_PAGE = "https://docs.aws.amazon.com/eks/latest/userguide/device-management-efa.html"
@@ -70,30 +73,46 @@ def queued(env):
     return replace(env, queueing="kueue")
 
 
-def test_kueue_is_refused_until_this_project_installs_it():
-    assert error_line(("queueing", "kueue")) == (f"{P}queueing: kueue cannot be deployed by this version yet (its "
-                                                 "controller and CRDs are not installed; issue 23); use none")
+def test_kueue_is_accepted_with_either_training_api_while_the_pinned_kueue_integrates_both():
+    assert set(KUEUE_INTEGRATIONS[KUEUE_VERSION]) == {PYTORCHJOB_FRAMEWORK, TRAINJOB_FRAMEWORK}
+    for api in ("v1", "v2"):
+        env = parsed(("queueing", "kueue"), ("trainingApi", api))
+        assert (env.queueing, env.training_api) == ("kueue", api)
 
 
-def test_kueue_with_training_operator_v1_is_accepted_while_the_pinned_kueue_integrates_pytorchjobs():
-    assert PYTORCHJOB_FRAMEWORK in KUEUE_INTEGRATIONS[KUEUE_VERSION]
-    check_queueing(queued(parsed()), "environments.dev.queueing", installable=True)
+# (training API, the pinned release's integrations, refused?): the rule reads the table, so a pin
+# whose row lacks a run kind refuses that API without a code change.
+INTEGRATION_CASES = [
+    ("v1", (TRAINJOB_FRAMEWORK, PYTORCHJOB_FRAMEWORK), False),
+    ("v2", (TRAINJOB_FRAMEWORK, PYTORCHJOB_FRAMEWORK), False),
+    ("v1", (TRAINJOB_FRAMEWORK,), True),
+    ("v2", (TRAINJOB_FRAMEWORK,), False),
+    ("v2", (PYTORCHJOB_FRAMEWORK,), True),
+    ("v1", (), True),
+]
 
 
-def test_kueue_with_v1_is_refused_by_a_kueue_pin_without_the_pytorchjob_integration():
+@pytest.mark.parametrize("api, row, refused", INTEGRATION_CASES)
+def test_kueue_is_refused_exactly_when_the_pinned_release_lacks_the_run_kinds_integration(api, row, refused):
     env = queued(parsed())
-    without = {"v0.20.0": ("trainer.kubeflow.org/trainjob",)}
+    kind = RUN_FRAMEWORK[api]
+    if not refused:
+        check_queueing(env, "environments.dev.queueing", training_api=api, integrations={"v9.9.9": row},
+                       version="v9.9.9")
+        return
     with pytest.raises(ConfigError) as err:
-        check_queueing(env, "environments.dev.queueing", integrations=without, version="v0.20.0", installable=True)
-    assert err.value.line() == (f"{P}queueing: kueue needs trainingApi v2: Kueue v0.20.0 has no kubeflow.org/pytorchjob "
+        check_queueing(env, "environments.dev.queueing", training_api=api, integrations={"v9.9.9": row},
+                       version="v9.9.9")
+    assert err.value.line() == (f"{P}queueing: kueue needs trainingApi v2: Kueue v9.9.9 has no {kind} "
                                 "integration (removed upstream; see kueue#12620)")
-    check_queueing(env, "environments.dev.queueing", training_api="v2", integrations=without, version="v0.20.0",
-                   installable=True)
 
 
-def test_kueue_without_training_node_groups_is_refused():
-    env = queued(parsed(("gpuNodegroups", []), ("cpuNodegroups", []), ("dataSources", {})))
-    with pytest.raises(ConfigError) as err:
-        check_queueing(env, "environments.dev.queueing", installable=True)
-    assert err.value.line() == (f"{P}queueing: kueue needs at least one gpuNodegroups or cpuNodegroups entry: its "
-                                "ClusterQueue has a ResourceFlavor per training node group")
+def test_kueue_without_training_node_groups_is_refused_in_one_line():
+    assert error_line(("queueing", "kueue"), ("gpuNodegroups", []), ("cpuNodegroups", []), ("dataSources", {})) == (
+        f"{P}queueing: kueue needs at least one gpuNodegroups or cpuNodegroups entry: its ClusterQueue has a "
+        "ResourceFlavor per training node group")
+
+
+def test_the_queued_frameworks_are_only_the_run_kind_of_the_training_api():
+    assert queued_frameworks("v1") == (PYTORCHJOB_FRAMEWORK,)
+    assert queued_frameworks("v2") == (TRAINJOB_FRAMEWORK,)

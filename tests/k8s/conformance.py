@@ -149,6 +149,23 @@ def container_of(pod_spec: dict, name: str | None = None) -> dict:
     return next(c for c in containers if c["name"] == name)
 
 
+def merge_manager_patches(pod_spec: dict, patches: Iterable[dict]) -> dict:
+    """A kubebuilder manager's pod with config/default's Deployment patches applied as kustomize's
+    strategic merge does: the patched container's args replace the base's; ports, mounts and volumes
+    are added (they merge by their keys, which the patches never repeat). Changes `pod_spec`."""
+    [manager] = pod_spec["containers"]
+    for patch in patches:
+        patched = patch["spec"]["template"]["spec"]
+        [container] = patched["containers"]
+        assert container["name"] == manager["name"]
+        if "args" in container:
+            manager["args"] = container["args"]
+        manager["ports"] = manager.get("ports", []) + container.get("ports", [])
+        manager["volumeMounts"] = manager.get("volumeMounts", []) + container.get("volumeMounts", [])
+        pod_spec["volumes"] = pod_spec.get("volumes", []) + patched.get("volumes", [])
+    return pod_spec
+
+
 def pod_view(pod_spec: dict, container_name: str | None = None) -> dict[str, Any]:
     """The facts of one pod template (and its main container) that decide whether it runs."""
     container = container_of(pod_spec, container_name)

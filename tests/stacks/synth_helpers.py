@@ -88,6 +88,16 @@ def _trainer_v2() -> dict[str, Any]:
     return raw
 
 
+def _kueue() -> dict[str, Any]:
+    """trainerv2 with its runs queued by Kueue, and p5 on the EFA DRA driver (the claim mapping)."""
+    raw = _trainer_v2()
+    raw["queueing"] = "kueue"
+    for group in raw["gpuNodegroups"]:
+        if group["name"] == "p5":
+            group["efaAllocation"] = "dra"
+    return raw
+
+
 VARIANTS = {
     "dev": lambda: raw_environment("dev"),
     "prod": lambda: raw_environment("prod"),
@@ -95,6 +105,7 @@ VARIANTS = {
     "split": _split,
     "linked": _linked,
     "trainerv2": _trainer_v2,
+    "kueue": _kueue,
 }
 
 

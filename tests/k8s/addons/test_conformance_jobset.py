@@ -16,7 +16,7 @@ import yaml
 
 from conformance import (
     ABSENT, CONTROLLER_DEVIATIONS, Deviation, apply_json_patch, contract, controller_view, declared_problems,
-    differences, one, our_controller_view, pod_view, yaml_docs,
+    differences, merge_manager_patches, one, our_controller_view, pod_view, yaml_docs,
 )
 
 JOBSET = "jobset-v0.12.0"
@@ -49,17 +49,9 @@ def upstream_pod() -> dict:
     """manager.yaml with default/'s config, webhook and metrics patches (strategic merge: the
     container's args are replaced; ports, mounts and volumes merge by their keys)."""
     pod = one(_docs("components-manager-manager.yaml"), "Deployment")["spec"]["template"]["spec"]
-    manager = pod["containers"][0]
-    for patch in ("default-manager_config_patch.yaml", "default-manager_webhook_patch.yaml",
-                  "default-manager_metrics_patch.yaml"):
-        patched = one(_docs(patch), "Deployment")["spec"]["template"]["spec"]
-        [container] = patched["containers"]
-        assert container["name"] == manager["name"]
-        if "args" in container:
-            manager["args"] = container["args"]
-        manager["ports"] = manager.get("ports", []) + container.get("ports", [])
-        manager["volumeMounts"] = manager.get("volumeMounts", []) + container.get("volumeMounts", [])
-        pod["volumes"] = pod.get("volumes", []) + patched.get("volumes", [])
+    merge_manager_patches(pod, [one(_docs(patch), "Deployment") for patch in (
+        "default-manager_config_patch.yaml", "default-manager_webhook_patch.yaml", "default-manager_metrics_patch.yaml")])
+    [manager] = pod["containers"]
     manager["image"] = upstream_image()
     for volume in pod["volumes"]:
         source = volume.get("secret") or volume.get("configMap")

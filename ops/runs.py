@@ -197,11 +197,11 @@ def _render(env: Any, preset: str, *, image: str, name: str | None, overrides: d
     if env.training_api == "v1":
         return kube.render(env, preset, image=image, job_name=name, overrides=overrides)
     from k8s.pods.trainjob import render_trainjob_run
-    from ops.trainjobs import TrainJobRun, queued
+    from ops.trainjobs import TrainJobRun
 
     kueue = env.queueing == "kueue"
     runtime, trainjob = render_trainjob_run(env, preset, image=image, job_name=name, overrides=overrides)
-    return TrainJobRun(runtime, queued(trainjob, kueue), kueue)
+    return TrainJobRun(runtime, trainjob, kueue)
 
 
 def dry_run_text(run: Manifest) -> str:

@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from k8s.pods.kueue_queues import CLUSTER_QUEUE, LOCAL_QUEUE, QUEUE_NAME_LABEL
+from k8s.pods.kueue import VISIBILITY_GROUP, VISIBILITY_VERSION
+from k8s.pods.kueue_queues import CLUSTER_QUEUE, LOCAL_QUEUE
 from k8s.pods.network_policy import trainjob_peers_policy
 from k8s.pods.trainjob import API_VERSION, GROUP, JOBSET_NAME_LABEL, KIND, NODE, RUNTIME_KIND, node_pod_template
 from ops.errors import OpsError
@@ -35,7 +36,7 @@ JOBSET_GROUP, JOBSET_VERSION, JOBSETS = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 # v1beta2.visibility.kueue.x-k8s.io) and apis/visibility/v1beta2/types.go (PendingWorkload:
 # positionInClusterQueue, counted from 0), kubernetes-sigs/kueue at v0.19.2.
 KUEUE_GROUP, KUEUE_VERSION, WORKLOADS = "kueue.x-k8s.io", "v1beta2", "workloads"
-VISIBILITY_API = "visibility.kueue.x-k8s.io/v1beta2"
+VISIBILITY_API = f"{VISIBILITY_GROUP}/{VISIBILITY_VERSION}"
 PENDING_PATH = f"/apis/{VISIBILITY_API}/namespaces/{{namespace}}/localqueues/{{queue}}/pendingworkloads"
 # The Job controller's annotation of an Indexed Job's pod: index 0 is rank 0's node.
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
@@ -63,16 +64,6 @@ class TrainJobRun:
 
     def objects(self) -> list[dict]:
         return [trainjob_peers_policy(self.trainjob), self.runtime, self.trainjob]
-
-
-def queued(trainjob: dict, kueue: bool) -> dict:
-    """Under Kueue the TrainJob names the LocalQueue and leaves `suspend` to Kueue's webhook, which
-    suspends it until the Workload is admitted."""
-    if not kueue:
-        return trainjob
-    metadata = {**trainjob["metadata"], "labels": {**trainjob["metadata"]["labels"], QUEUE_NAME_LABEL: LOCAL_QUEUE}}
-    spec = {k: v for k, v in trainjob["spec"].items() if k != "suspend"}
-    return {**trainjob, "metadata": metadata, "spec": spec}
 
 
 def _error(err: Any) -> str:

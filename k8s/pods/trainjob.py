@@ -154,7 +154,8 @@ def trainjob_manifest(config: Environment, spec: JobSpec) -> dict:
         "spec": {
             "runtimeRef": {"apiGroup": GROUP, "kind": RUNTIME_KIND, "name": spec.name},
             "trainer": {"numNodes": spec.nodes_max, "numProcPerNode": spec.nproc_per_node},
-            "suspend": False,
+            # Under Kueue its webhook owns spec.suspend (suspended until the Workload is admitted).
+            **({} if config.queueing == "kueue" else {"suspend": False}),
         },
     }
 

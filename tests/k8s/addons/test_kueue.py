@@ -150,8 +150,9 @@ def test_runs_carry_the_local_queue_label_exactly_when_queued(dev, api, queueing
 
 @pytest.mark.parametrize("api", APIS)
 def test_an_unqueued_run_renders_as_if_kueue_did_not_exist(dev, api):
-    """Queueing adds the label and nothing else: with it removed, a queued run is the unqueued one
-    (its name and digest aside, which cover the label)."""
+    """Queueing adds the label and, on a TrainJob, leaves spec.suspend to Kueue's webhook (which
+    suspends it until admitted), nothing else: a queued run is the unqueued one (its name and digest
+    aside, which cover the label)."""
     from k8s.pods.pytorchjob import render_run
     from k8s.pods.trainjob import render_trainjob_run
 
@@ -167,6 +168,8 @@ def test_an_unqueued_run_renders_as_if_kueue_did_not_exist(dev, api):
     if api == "v1":  # the rendezvous id hashes the whole job, label included
         for job in (queued, plain):
             job["spec"]["elasticPolicy"].pop("rdzvId")
+    else:
+        assert "suspend" not in queued["spec"] and plain["spec"].pop("suspend") is False
     assert queued == plain
 
 

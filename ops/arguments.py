@@ -143,6 +143,10 @@ class RunsOptions(KubeOptions):
         """ops.trainjobs.TrainJobs on the cluster when --env names a trainingApi v2 environment, else
         None (the PyTorchJob verbs)."""
         if not self.env:
+            if self.context_file is not None:
+                from ops.errors import OpsError
+
+                raise OpsError("--context-file is read only with --env NAME (the environment whose runs these are)")
             return None
         from ops.envconfig import load
 

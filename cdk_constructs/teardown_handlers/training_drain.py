@@ -5,8 +5,8 @@ CloudFormation does not know them, and while one exists the claim's pvc-protecti
 keeps the claim: the kubectl handler's `kubectl delete` of the volume waits on it until its Lambda
 times out and the destroy fails (aws-cdk issue 9970). This handler runs when its resource is
 deleted, which CloudFormation does before it deletes any manifest of the Workloads stack: it
-deletes every PyTorchJob, MPIJob and Job of the namespace (their pods go with them), then every
-pod still mounting the claim, and waits until none is left. If one is still there at its deadline
+deletes every run of the namespace (their pods go with them), then every pod still mounting the
+claim, and waits until none is left. If one is still there at its deadline
 it fails, naming the pods: the destroy stops there, and deleting the stack again waits again.
 
 It talks to the Kubernetes API itself (the standard library, and boto3 to sign the token): the
@@ -31,8 +31,21 @@ import boto3
 POLL_SECONDS = 10
 REPLY_SECONDS = 60
 TOKEN_PREFIX = "k8s-aws-v1."
-# (API path prefix, resource): what is deleted, in this order. Deleting a job deletes its pods.
-RUNS = (("/apis/kubeflow.org/v1", "pytorchjobs"), ("/apis/kubeflow.org/v1", "mpijobs"), ("/apis/batch/v1", "jobs"))
+# (API path prefix, resource): what is deleted, in this order; deleting a run deletes its pods. A
+# cluster serves the kinds of its trainingApi only, and a kind it does not serve answers 404.
+# Owners go before what they own, because each owner recreates what is missing while it exists:
+# Kubeflow Trainer v2.3.0 re-applies a TrainJob's JobSet on every reconcile (TrainJobs carry no
+# finalizer, pkg/controller/trainjob_controller.go), and JobSet v0.12.0 creates every Job of its
+# replicated jobs that does not exist (pkg/controllers/jobset_controller.go reconcileReplicatedJobs).
+# Deleting Jobs alone under v2 would only start new pods. JobSets come after TrainJobs as a
+# backstop: one the garbage collector has not removed yet, or one made by hand.
+RUNS = (
+    ("/apis/trainer.kubeflow.org/v1alpha1", "trainjobs"),
+    ("/apis/jobset.x-k8s.io/v1alpha2", "jobsets"),
+    ("/apis/kubeflow.org/v1", "pytorchjobs"),
+    ("/apis/kubeflow.org/v1", "mpijobs"),
+    ("/apis/batch/v1", "jobs"),
+)
 # Background: the API server deletes the jobs now and the garbage collector their pods after.
 DELETE_OPTIONS = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
 
@@ -85,11 +98,11 @@ def _checked(status: int, answer: dict, what: str) -> dict:
 
 
 def delete_runs(api: Api, namespace: str) -> list[str]:
-    """Delete every run of the namespace; returns what was asked for ("pytorchjobs", ...)."""
+    """Delete every run of the namespace; returns the kinds the cluster serves ("trainjobs", ...)."""
     deleted = []
     for prefix, resource in RUNS:
         status, answer = api.call("DELETE", f"{prefix}/namespaces/{namespace}/{resource}", DELETE_OPTIONS)
-        if status == 404:  # that kind is not installed: nothing of it to delete
+        if status == 404:  # the cluster does not serve that kind: nothing of it to delete
             continue
         _checked(status, answer, f"delete {resource} in {namespace}")
         deleted.append(resource)

@@ -19,31 +19,82 @@ from cfn_events import Context, event
 NAMESPACE, CLAIM = "training", "fsx-pvc"
 
 
-class FakeKubernetes:
-    """The part of the API server the drain uses, with state: deleting a job lets its pods go after
-    they were listed `grace_lists` more times (their termination grace period, in polls); a pod
-    with a finalizer never goes. Records every request with its bearer token."""
+V1_KINDS = frozenset({"pytorchjobs", "mpijobs", "jobs"})
+# Under trainingApi v2 the operator stays for the NCCL validation's MPIJob only (no PyTorchJob CRD).
+V2_KINDS = frozenset({"trainjobs", "jobsets", "mpijobs", "jobs"})
 
-    def __init__(self, *, kubeflow_installed: bool = True, grace_lists: int = 1):
-        self.kubeflow_installed, self.grace_lists = kubeflow_installed, grace_lists
-        self.runs = {"pytorchjobs": set(), "mpijobs": set(), "jobs": set()}
-        self.pods: dict[str, dict] = {}  # name -> {"owner": run name or None, "claim": bool, "stuck": bool, "left": int|None}
+
+class FakeKubernetes:
+    """The part of the API server the drain uses, with state and the controllers that matter.
+
+    Runs own what they create, as ownerReferences do: a TrainJob its JobSet, a JobSet its Job, a
+    run its pods. Before each request the fake acts as the cluster between two requests: the
+    garbage collector removes objects whose owner is gone and starts terminating such pods; then
+    Trainer re-applies the JobSet of every TrainJob, JobSet creates the missing Job of every
+    JobSet, and the Job controller starts a pod for each missing one of a JobSet Job's `nodes`. A
+    terminating pod goes after it was listed `grace_lists` more times (its grace period, in polls);
+    a pod with a finalizer never goes. A kind outside `served` answers 404, as a kind without its
+    CRD does. Records every request with its bearer token."""
+
+    def __init__(self, *, served=V1_KINDS, grace_lists: int = 1):
+        self.served, self.grace_lists = set(served), grace_lists
+        self.objects: dict[tuple[str, str], tuple[str, str] | None] = {}  # (resource, name) -> owner
+        self.nodes: dict[str, int] = {}  # JobSet Job -> pods it keeps running
+        self.pods: dict[str, dict] = {}  # name -> {"owner": (resource, name)|None, "claim", "stuck", "left"}
+        self.created = 0  # pods the Job controller started
         self.requests: list[tuple[str, str, str]] = []
 
     def add_run(self, resource: str, name: str, pods: int) -> None:
-        self.runs[resource].add(name)
+        self.objects[(resource, name)] = None
         for i in range(pods):
-            self.add_pod(f"{name}-worker-{i}", owner=name)
+            self.add_pod(f"{name}-worker-{i}", owner=(resource, name))
 
-    def add_pod(self, name: str, *, owner: str | None = None, claim: bool = True, stuck: bool = False) -> None:
+    def add_trainjob(self, name: str, nodes: int) -> None:
+        """A TrainJob whose JobSet of one Job of `nodes` pods the controllers create."""
+        self.objects[("trainjobs", name)] = None
+        self.nodes[f"{name}-node-0"] = nodes
+        self._reconcile()
+
+    def add_jobset(self, name: str, nodes: int) -> None:
+        """A JobSet nobody owns (made by hand)."""
+        self.objects[("jobsets", name)] = None
+        self.nodes[f"{name}-node-0"] = nodes
+        self._reconcile()
+
+    def add_pod(self, name: str, *, owner: tuple[str, str] | None = None, claim: bool = True,
+                stuck: bool = False) -> None:
         self.pods[name] = {"owner": owner, "claim": claim, "stuck": stuck, "left": None}
+
+    def kinds_left(self) -> set[str]:
+        return {resource for resource, _ in self.objects}
 
     def _terminate(self, name: str) -> None:
         if self.pods[name]["left"] is None:
             self.pods[name]["left"] = self.grace_lists
 
+    def _reconcile(self) -> None:
+        while orphans := [key for key, owner in self.objects.items() if owner and owner not in self.objects]:
+            for key in orphans:
+                del self.objects[key]
+        for name, pod in self.pods.items():
+            if pod["owner"] and pod["owner"] not in self.objects:
+                self._terminate(name)
+        for resource, name in list(self.objects):
+            if resource == "trainjobs":
+                self.objects.setdefault(("jobsets", name), ("trainjobs", name))
+        for resource, name in list(self.objects):
+            if resource == "jobsets":
+                self.objects.setdefault(("jobs", f"{name}-node-0"), ("jobsets", name))
+        for resource, name in list(self.objects):
+            if resource == "jobs" and name in self.nodes:
+                running = [p for p in self.pods.values() if p["owner"] == ("jobs", name) and p["left"] is None]
+                for _ in range(self.nodes[name] - len(running)):
+                    self.created += 1
+                    self.add_pod(f"{name}-{self.created}", owner=("jobs", name))
+
     def answer(self, method: str, path: str, token: str) -> tuple[int, dict]:
         self.requests.append((method, path, token))
+        self._reconcile()
         parts = path.strip("/").split("/")
         if method == "GET" and path == f"/api/v1/namespaces/{NAMESPACE}/pods":
             for name, pod in list(self.pods.items()):
@@ -62,16 +113,16 @@ class FakeKubernetes:
                 return 404, {"kind": "Status", "message": "not found"}
             self._terminate(parts[-1])
             return 200, {"kind": "Pod"}
-        if method == "DELETE" and parts[-1] in self.runs:
-            if parts[1] == "kubeflow.org" and not self.kubeflow_installed:
-                return 404, {"kind": "Status", "message": "the server could not find the requested resource"}
-            for run in self.runs[parts[-1]]:
-                for name, pod in self.pods.items():
-                    if pod["owner"] == run:
-                        self._terminate(name)
-            self.runs[parts[-1]] = set()
+        if method == "DELETE" and parts[-1] in self.served and f"/{'/'.join(parts[:-3])}" == PREFIXES[parts[-1]]:
+            for key in [k for k in self.objects if k[0] == parts[-1]]:
+                del self.objects[key]  # background propagation: owners now, what they own at the next request
             return 200, {"kind": "Status", "status": "Success"}
-        return 404, {"kind": "Status", "message": f"{method} {path} not served"}
+        return 404, {"kind": "Status", "message": "the server could not find the requested resource"}
+
+
+# Where each kind is served: its group and version (k8s/pods/trainjob.py, the contracts' CRDs).
+PREFIXES = {"trainjobs": "/apis/trainer.kubeflow.org/v1alpha1", "jobsets": "/apis/jobset.x-k8s.io/v1alpha2",
+            "pytorchjobs": "/apis/kubeflow.org/v1", "mpijobs": "/apis/kubeflow.org/v1", "jobs": "/apis/batch/v1"}
 
 
 @pytest.fixture
@@ -130,15 +181,74 @@ def test_drain_deletes_every_run_then_waits_until_no_pod_mounts_the_claim(kubern
     assert sleeps == [10, 10]
     assert list(cluster.pods) == ["etcd-5f7c"]
     deletes = [p for m, p, _ in cluster.requests if m == "DELETE"]
-    assert deletes[:3] == [f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/pytorchjobs",
-                           f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/mpijobs",
-                           f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs"]
+    # The v2 kinds are asked for too; this v1 cluster answers 404 for them.
+    assert deletes[:5] == [f"{PREFIXES[kind]}/namespaces/{NAMESPACE}/{kind}"
+                           for kind in ("trainjobs", "jobsets", "pytorchjobs", "mpijobs", "jobs")]
     assert {t for _, _, t in cluster.requests} == {"k8s-aws-v1.t"}
+
+
+def _clock():
+    """(sleep, clock): a clock that moves only when the drain sleeps."""
+    now = [0.0]
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    return sleep, lambda: now[0]
+
+
+def test_under_trainer_v2_the_drain_deletes_trainjobs_and_jobsets_so_nothing_recreates_their_pods(kubernetes):
+    url, cluster = kubernetes
+    cluster.served = set(V2_KINDS)
+    cluster.add_trainjob("llama3-8b-fsdp-abc123", nodes=2)
+    cluster.add_jobset("by-hand", nodes=1)                  # a JobSet without a TrainJob
+    cluster.add_run("mpijobs", "nccl-p5-0", pods=1)         # the NCCL validation stays on the v1 operator
+    cluster.add_pod("model-download", claim=True)
+    assert len(cluster.pods) == 5
+    sleep, clock = _clock()
+    summary = training_drain.drain(training_drain.Api(url, "t"), NAMESPACE, CLAIM, 600.0, poll_seconds=10,
+                                   sleep=sleep, clock=clock)
+    assert summary == f"deleted trainjobs, jobsets, mpijobs, jobs in {NAMESPACE}; no pod mounts {CLAIM} (1 pod(s) deleted by name)"
+    assert cluster.pods == {} and cluster.kinds_left() == set()
+    assert cluster.created == 3  # the pods the controllers started for the two JobSets; none after the drain began
+    assert clock() == 20.0
+
+
+def test_under_trainer_v2_deleting_jobs_alone_never_frees_the_claim(kubernetes, monkeypatch):
+    """What the drain did before it knew TrainJobs: JobSet recreates each deleted Job and the Job
+    its pods, so the claim stays held until the deadline (and the volume's delete after it)."""
+    url, cluster = kubernetes
+    cluster.served = set(V2_KINDS)
+    cluster.add_trainjob("llama3-8b-fsdp-abc123", nodes=2)
+    monkeypatch.setattr(training_drain, "RUNS", tuple(r for r in training_drain.RUNS if r[1] in V1_KINDS))
+    sleep, clock = _clock()
+    with pytest.raises(training_drain.Incomplete, match="llama3-8b-fsdp-abc123-node-0-"):
+        training_drain.drain(training_drain.Api(url, "t"), NAMESPACE, CLAIM, 100.0, poll_seconds=10,
+                             sleep=sleep, clock=clock)
+    assert cluster.created > 2 and ("trainjobs", "llama3-8b-fsdp-abc123") in cluster.objects
+
+
+def test_the_drain_asks_for_each_kind_at_the_version_its_pinned_crd_serves():
+    """The CRDs are the contracts' (Kubeflow Trainer v2.3.0, JobSet v0.12.0) and ours for the v1 kinds."""
+    import yaml
+
+    from k8s.addons.training_operator_crds import mpijob_crd, pytorchjob_crd
+    from k8s.pods import trainjob
+    from tests.conftest import CONTRACTS_DIR
+
+    crds = [yaml.safe_load((CONTRACTS_DIR / path).read_text()) for path in (
+        "kubeflow-trainer-v2.3.0/base-crds-trainer.kubeflow.org_trainjobs.yaml",
+        "jobset-v0.12.0/components-crd-bases-jobset.x-k8s.io_jobsets.yaml")] + [pytorchjob_crd(), mpijob_crd()]
+    served = {crd["spec"]["names"]["plural"]: {f"/apis/{crd['spec']['group']}/{v['name']}"
+                                               for v in crd["spec"]["versions"] if v["served"]} for crd in crds}
+    served["jobs"] = {"/apis/batch/v1"}
+    assert {resource: {prefix} for prefix, resource in training_drain.RUNS} == served
+    assert f"/apis/{trainjob.API_VERSION}" in served["trainjobs"]
 
 
 def test_drain_without_the_kubeflow_crds_still_deletes_jobs_and_pods(kubernetes):
     url, cluster = kubernetes
-    cluster.kubeflow_installed = False
+    cluster.served = {"jobs"}
     cluster.add_run("jobs", "data-c4", pods=1)
     summary = training_drain.drain(training_drain.Api(url, "t"), NAMESPACE, CLAIM, time.monotonic() + 60,
                                    poll_seconds=10, sleep=lambda s: None)

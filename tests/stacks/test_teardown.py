@@ -304,7 +304,9 @@ def test_the_drain_may_delete_runs_and_pods_in_the_training_namespace_and_nothin
     assert (role["kind"], role["metadata"]["namespace"]) == ("Role", "training")
     verbs = {(group, resource): rule["verbs"] for rule in role["rules"]
              for group in rule["apiGroups"] for resource in rule["resources"]}
-    assert verbs == {("kubeflow.org", "pytorchjobs"): ["deletecollection"], ("kubeflow.org", "mpijobs"): ["deletecollection"],
+    assert verbs == {("trainer.kubeflow.org", "trainjobs"): ["deletecollection"],
+                     ("jobset.x-k8s.io", "jobsets"): ["deletecollection"],
+                     ("kubeflow.org", "pytorchjobs"): ["deletecollection"], ("kubeflow.org", "mpijobs"): ["deletecollection"],
                      ("batch", "jobs"): ["deletecollection"], ("", "pods"): ["list", "delete"]}
     assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": DRAIN_GROUP}]
     [function] = [r for r in resources.values() if r["Type"] == "AWS::Lambda::Function"

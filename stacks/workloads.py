@@ -130,7 +130,8 @@ def _training_drain(stack: cdk.Stack, config: Environment, cluster: eks.ICluster
         return None
     holds = [m for chart in manifests.values() for m in chart] + retired
     drain = TrainingDrain(stack, "TrainingDrain", cluster=cluster, namespace=TRAINING_NAMESPACE, claim=FSX_CLAIM_NAME,
-                          holds=holds, after=manifests["namespaces"], log_key=log_key)
+                          holds=holds, after=manifests["namespaces"], log_key=log_key,
+                          training_api=config.training_api)
     cdk.RemovalPolicies.of(drain).apply(removal_policy(config))  # its log group goes with the environment
     return drain
 

@@ -41,6 +41,7 @@ class FakeKubernetes:
         self.objects: dict[tuple[str, str], tuple[str, str] | None] = {}  # (resource, name) -> owner
         self.nodes: dict[str, int] = {}  # JobSet Job -> pods it keeps running
         self.pods: dict[str, dict] = {}  # name -> {"owner": (resource, name)|None, "claim", "stuck", "left"}
+        self.elsewhere: set[tuple[str, str, str]] = set()  # (resource, namespace, name) outside NAMESPACE
         self.created = 0  # pods the Job controller started
         self.requests: list[tuple[str, str, str]] = []
 
@@ -92,10 +93,17 @@ class FakeKubernetes:
                     self.created += 1
                     self.add_pod(f"{name}-{self.created}", owner=("jobs", name))
 
-    def answer(self, method: str, path: str, token: str) -> tuple[int, dict]:
+    def answer(self, method: str, target: str, token: str) -> tuple[int, dict]:
+        path, query = urlsplit(target).path, parse_qs(urlsplit(target).query)
         self.requests.append((method, path, token))
         self._reconcile()
         parts = path.strip("/").split("/")
+        if method == "GET" and parts[-1] in self.served and path == f"{PREFIXES[parts[-1]]}/{parts[-1]}":
+            names = sorted([(NAMESPACE, n) for r, n in self.objects if r == parts[-1]]
+                           + [(ns, n) for r, ns, n in self.elsewhere if r == parts[-1]])
+            limit = int(query["limit"][0])
+            return 200, {"kind": "List", "metadata": {"continue": "next"} if len(names) > limit else {},
+                         "items": [{"metadata": {"namespace": ns, "name": n}} for ns, n in names[:limit]]}
         if method == "GET" and path == f"/api/v1/namespaces/{NAMESPACE}/pods":
             for name, pod in list(self.pods.items()):
                 if pod["left"] is not None and not pod["stuck"]:
@@ -135,7 +143,7 @@ def kubernetes():
             token = self.headers.get("Authorization", "").removeprefix("Bearer ")
             if self.headers.get("Content-Length"):
                 self.rfile.read(int(self.headers["Content-Length"]))
-            status, body = cluster.answer(self.command, urlsplit(self.path).path, token)
+            status, body = cluster.answer(self.command, self.path, token)
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -296,22 +304,167 @@ def test_drain_handler_replies_success_once_the_claim_is_free(endpoint, kubernet
     assert cluster.pods == {}
 
 
-def test_the_drains_role_allows_exactly_the_requests_it_makes(kubernetes):
-    """The RBAC Role bound to the drain's group (cdk_constructs/training_drain.py RULES) and the
-    handler's requests, mapped to (API group, resource, verb) as the API server authorizes them."""
-    from cdk_constructs.training_drain import RULES
+def test_the_drains_roles_allow_exactly_the_requests_it_makes(kubernetes):
+    """The Role and ClusterRole bound to the drain's group (cdk_constructs/training_drain.py RULES,
+    CLUSTER_RULES) and the handler's requests on Delete and on an Update in either direction, mapped
+    to (API group, resource, verb, scope) as the API server authorizes them."""
+    from cdk_constructs.training_drain import CLUSTER_RULES, RULES
 
     url, cluster = kubernetes
     cluster.add_run("jobs", "data-c4", pods=1)
     cluster.add_pod("model-download", claim=True)
-    training_drain.drain(training_drain.Api(url, "t"), NAMESPACE, CLAIM, time.monotonic() + 60,
-                         poll_seconds=1, sleep=lambda s: None)
+    api = training_drain.Api(url, "t")
+    training_drain.drain(api, NAMESPACE, CLAIM, time.monotonic() + 60, poll_seconds=1, sleep=lambda s: None)
+    training_drain.check_switch(api, NAMESPACE, "v1", "v2")
+    training_drain.check_switch(api, NAMESPACE, "v2", "v1")
     made = set()
     for method, path, _ in cluster.requests:
         parts = path.strip("/").split("/")
         group = "" if parts[0] == "api" else parts[1]
+        scope = "namespace" if "namespaces" in parts else "cluster"
         resource, named = (parts[-2], True) if parts[-2] == "pods" else (parts[-1], False)
         verb = {"GET": "list", "DELETE": "delete" if named else "deletecollection"}[method]
-        made.add((group, resource, verb))
-    allowed = {(g, r, v) for rule in RULES for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+        made.add((group, resource, verb, scope))
+    allowed = {(g, r, v, scope) for rules, scope in ((RULES, "namespace"), (CLUSTER_RULES, "cluster"))
+               for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
     assert made == allowed
+
+
+# The Update path: a switch of trainingApi while runs of the old API exist.
+
+def update(url: str, reply_url: str, new: str | None, old: str | None) -> dict:
+    """An Update event whose TrainingApi goes from `old` to `new` (None: the property is absent)."""
+    def props(api):
+        return {"ClusterName": "dev-training", "Endpoint": url, "Namespace": NAMESPACE, "ClaimName": CLAIM,
+                **({"TrainingApi": api} if api else {})}
+    return {**event(reply_url, "Update", **props(new)), "OldResourceProperties": props(old)}
+
+
+@pytest.mark.parametrize("new, old", [(None, None), ("v2", "v2")])
+def test_an_update_that_keeps_the_training_api_succeeds_without_asking_the_cluster(
+        endpoint, kubernetes, cloudformation, new, old):
+    url, cluster = kubernetes
+    cluster.add_run("pytorchjobs", "llama3-8b-fsdp-abc123", pods=2)
+    reply_url, replies = cloudformation
+    training_drain.handler(update(url, reply_url, new, old), Context())
+    [reply] = replies
+    assert reply["Status"] == "SUCCESS" and cluster.requests == []
+
+
+def test_a_first_deploy_succeeds_without_asking_the_cluster(endpoint, kubernetes, cloudformation):
+    url, cluster = kubernetes
+    reply_url, replies = cloudformation
+    training_drain.handler(event(reply_url, "Create", ClusterName="dev-training", Endpoint=url, Namespace=NAMESPACE,
+                                 ClaimName=CLAIM, TrainingApi="v2"), Context())
+    [reply] = replies
+    assert reply["Status"] == "SUCCESS" and cluster.requests == []
+
+
+def test_a_switch_to_v1_while_trainjobs_exist_fails_naming_them_and_deletes_nothing(endpoint, kubernetes, cloudformation):
+    url, cluster = kubernetes
+    cluster.served = set(V2_KINDS)
+    cluster.add_trainjob("llama3-8b-fsdp-abc123", nodes=2)
+    cluster.elsewhere.add(("trainjobs", "research", "sweep-7"))
+    pods = dict(cluster.pods)
+    reply_url, replies = cloudformation
+    training_drain.handler(update(url, reply_url, None, "v2"), Context())  # v1 renders no TrainingApi
+    [reply] = replies
+    assert reply["Status"] == "FAILED"
+    assert reply["Reason"].startswith("SwitchRefused: trainingApi changes from v2 to v1 while 2 TrainJob(s) exist "
+                                      "(llama3-8b-fsdp-abc123, research/sweep-7): the deploy deletes the TrainJob CRD")
+    assert "`python -m ops stop RUN`" in reply["Reason"] and "keep trainingApi v2" in reply["Reason"]
+    assert [m for m, _, _ in cluster.requests] == ["GET"] and cluster.pods == pods
+
+
+def test_a_switch_to_v2_while_pytorchjobs_exist_fails_naming_them(endpoint, kubernetes, cloudformation):
+    url, cluster = kubernetes
+    for i in range(7):
+        cluster.add_run("pytorchjobs", f"run-{i}", pods=0)
+    reply_url, replies = cloudformation
+    training_drain.handler(update(url, reply_url, "v2", None), Context())
+    [reply] = replies
+    assert reply["Status"] == "FAILED"
+    assert ("7 PyTorchJob(s) exist (run-0, run-1, run-2, run-3, run-4 and 2 more): the deploy takes PyTorchJob from "
+            "the Training Operator") in reply["Reason"]
+
+
+def test_a_list_cut_at_its_limit_says_there_are_more(kubernetes, monkeypatch):
+    url, cluster = kubernetes
+    for i in range(3):
+        cluster.add_run("pytorchjobs", f"run-{i}", pods=0)
+    monkeypatch.setattr(training_drain, "LIST_LIMIT", 2)
+    with pytest.raises(training_drain.SwitchRefused, match=r"while 2\+ PyTorchJob\(s\) exist \(run-0, run-1 and more\)"):
+        training_drain.check_switch(training_drain.Api(url, "t"), NAMESPACE, "v1", "v2")
+
+
+@pytest.mark.parametrize("served", [V1_KINDS, V2_KINDS], ids=["no-pytorchjob", "no-pytorchjob-crd"])
+def test_a_switch_with_no_run_of_the_old_kind_succeeds(endpoint, kubernetes, cloudformation, served):
+    """Other runs (a data Job) do not stop it, and neither does a cluster that never served the old
+    kind: a v2 environment deployed before the property existed reads as v1 -> v2 once."""
+    url, cluster = kubernetes
+    cluster.served = set(served)
+    cluster.add_run("jobs", "data-c4", pods=1)
+    reply_url, replies = cloudformation
+    training_drain.handler(update(url, reply_url, "v2", None), Context())
+    [reply] = replies
+    assert reply["Status"] == "SUCCESS" and reply["Reason"] == "trainingApi v1 -> v2: no PyTorchJob exists, nothing to lose"
+    assert ("jobs", "data-c4") in cluster.objects
+
+
+def test_a_cluster_that_cannot_be_read_fails_the_switch(endpoint, cloudformation):
+    """Unchecked is not safe: the switch may delete runs, so a read that fails fails the update."""
+    reply_url, replies = cloudformation
+    training_drain.handler(update("http://127.0.0.1:9", reply_url, "v2", None), Context())
+    [reply] = replies
+    assert reply["Status"] == "FAILED" and reply["Reason"].startswith("URLError")
+
+
+def test_the_handlers_run_kinds_are_the_ones_preflight_checks():
+    from ops.api_switch import RUN_KINDS
+
+    assert {k.api: (f"/apis/{k.group}/{k.version}", k.plural, k.kind) for k in RUN_KINDS} == \
+        {api: (k.prefix, k.resource, k.kind) for api, k in training_drain.RUN_KINDS.items()}
+
+
+def stack_in(status: str | None):
+    """A CloudFormation client whose DescribeStacks answers `status` (None: the stack is unknown).
+    botocore's Stubber: moto cannot put a stack in UPDATE_ROLLBACK_IN_PROGRESS."""
+    import datetime
+
+    import boto3
+    from botocore.stub import Stubber
+
+    client = boto3.client("cloudformation", region_name="us-west-2")
+    stubber = Stubber(client)
+    if status is None:
+        stubber.add_client_error("describe_stacks", "ValidationError", "Stack with id arn:stack does not exist")
+    else:
+        stubber.add_response("describe_stacks", {"Stacks": [{
+            "StackName": "dev-Workloads", "CreationTime": datetime.datetime(2026, 11, 1), "StackStatus": status}]},
+            {"StackName": "arn:stack"})
+    stubber.activate()
+    return client
+
+
+@pytest.mark.parametrize("status, rolling", [("UPDATE_ROLLBACK_IN_PROGRESS", True), ("UPDATE_IN_PROGRESS", False),
+                                             (None, False)])
+def test_only_a_stack_rolling_back_counts_as_a_rollback(endpoint, status, rolling):
+    assert training_drain.rolling_back("arn:stack", "us-west-2", stack_in(status)) is rolling
+
+
+def test_the_update_a_rollback_sends_back_is_not_checked(endpoint, kubernetes, cloudformation, monkeypatch):
+    """A refused v1 -> v2 switch rolls back by updating the drain from v2 to v1. The TrainJob CRD
+    the failed update created may hold runs by then; refusing would leave the stack
+    UPDATE_ROLLBACK_FAILED, so the rollback's Update succeeds without asking the cluster."""
+    import functools
+
+    url, cluster = kubernetes
+    cluster.served = set(V2_KINDS)
+    cluster.add_trainjob("early-bird", nodes=1)
+    monkeypatch.setattr(training_drain, "rolling_back", functools.partial(
+        training_drain.rolling_back, cloudformation=stack_in("UPDATE_ROLLBACK_IN_PROGRESS")))
+    reply_url, replies = cloudformation
+    training_drain.handler(update(url, reply_url, None, "v2"), Context())
+    [reply] = replies
+    assert reply["Status"] == "SUCCESS" and reply["Reason"].startswith("rollback to trainingApi v1")
+    assert cluster.requests == []

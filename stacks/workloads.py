@@ -19,9 +19,9 @@ webhook fails closed, and `ops` creates jobs right after a deploy), and the char
 it wait for that value, not only for the apply.
 
 Destroy is the one time this stack touches runs: where the FSx claim goes with the stack, a
-TrainingDrain (cdk_constructs/training_drain.py) deletes every PyTorchJob, MPIJob and Job in the
-training namespace (whoever created them: ops start/submit/validate/data, or an earlier release's
-deploy) and waits for their pods before any manifest is deleted.
+TrainingDrain (cdk_constructs/training_drain.py) deletes every run (TrainJob, JobSet, PyTorchJob,
+MPIJob, Job) in the training namespace (whoever created them: ops start/submit/validate/data, or an
+earlier release's deploy) and waits for their pods before any manifest is deleted.
 """
 
 from __future__ import annotations
@@ -130,7 +130,8 @@ def _training_drain(stack: cdk.Stack, config: Environment, cluster: eks.ICluster
         return None
     holds = [m for chart in manifests.values() for m in chart] + retired
     drain = TrainingDrain(stack, "TrainingDrain", cluster=cluster, namespace=TRAINING_NAMESPACE, claim=FSX_CLAIM_NAME,
-                          holds=holds, after=manifests["namespaces"], log_key=log_key)
+                          holds=holds, after=manifests["namespaces"], log_key=log_key,
+                          training_api=config.training_api)
     cdk.RemovalPolicies.of(drain).apply(removal_policy(config))  # its log group goes with the environment
     return drain
 

@@ -25,18 +25,21 @@ def send(event: dict, status: str, reason: str, physical_id: str, data: dict | N
         response.read()
 
 
-def run(event: dict, context, on_delete, *, failure_fails_delete: bool = False) -> None:
-    """Reply SUCCESS to Create/Update at once; on Delete run `on_delete(event)` and reply with what
-    it found. By default SUCCESS whatever happened: a clean-up helper must never be the reason a
+def run(event: dict, context, on_delete, *, failure_fails_delete: bool = False, on_update=None) -> None:
+    """Reply SUCCESS to Create at once; on Delete run `on_delete(event)` and reply with what it
+    found. By default SUCCESS whatever happened: a clean-up helper must never be the reason a
     stack fails to delete. With `failure_fails_delete` (a step that protects data), a failure
-    replies FAILED with its reason, which stops the delete."""
+    replies FAILED with its reason, which stops the delete. Update replies SUCCESS at once unless
+    `on_update` is given: then it runs, and its failure replies FAILED (CloudFormation rolls the
+    update back), since a guard that let a refused update through would guard nothing."""
     physical_id = event.get("PhysicalResourceId") or event["LogicalResourceId"]
     status, reason = "SUCCESS", "nothing to do"
-    if event["RequestType"] == "Delete":
+    step = {"Delete": on_delete, "Update": on_update}.get(event["RequestType"])
+    if step is not None:
         try:
-            reason = on_delete(event)
+            reason = step(event)
         except Exception as err:  # noqa: BLE001 - reported to CloudFormation, never raised
-            if failure_fails_delete:
+            if failure_fails_delete or event["RequestType"] == "Update":
                 status, reason = "FAILED", f"{type(err).__name__}: {err}"
             else:
                 reason = f"teardown step failed, continuing: {type(err).__name__}: {err}"

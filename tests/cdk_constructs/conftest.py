@@ -56,3 +56,12 @@ def cloudformation():
     thread.start()
     yield f"http://127.0.0.1:{server.server_port}/reply", replies
     server.shutdown()
+
+
+@pytest.fixture
+def kubernetes():
+    """(url, FakeKubernetes): the fake Kubernetes API server of fake_kubernetes.py on loopback."""
+    from fake_kubernetes import serving
+
+    with serving() as served:
+        yield served

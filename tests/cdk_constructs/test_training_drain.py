@@ -1,106 +1,18 @@
-"""The training drain's Lambda (cdk_constructs/teardown_handlers/training_drain.py) against a
-stateful fake Kubernetes API server on loopback, replying to a real HTTP endpoint standing in for
-CloudFormation's pre-signed response URL (fixtures: conftest.py)."""
+"""The training drain's Lambda (cdk_constructs/teardown_handlers/training_drain.py) on Delete:
+against a stateful fake Kubernetes API server on loopback (fake_kubernetes.py), replying to a
+real HTTP endpoint standing in for CloudFormation's pre-signed response URL (fixtures: conftest.py)."""
 
 from __future__ import annotations
 
 import base64
-import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 import training_drain
 from cfn_events import Context, event
-
-NAMESPACE, CLAIM = "training", "fsx-pvc"
-
-
-class FakeKubernetes:
-    """The part of the API server the drain uses, with state: deleting a job lets its pods go after
-    they were listed `grace_lists` more times (their termination grace period, in polls); a pod
-    with a finalizer never goes. Records every request with its bearer token."""
-
-    def __init__(self, *, kubeflow_installed: bool = True, grace_lists: int = 1):
-        self.kubeflow_installed, self.grace_lists = kubeflow_installed, grace_lists
-        self.runs = {"pytorchjobs": set(), "mpijobs": set(), "jobs": set()}
-        self.pods: dict[str, dict] = {}  # name -> {"owner": run name or None, "claim": bool, "stuck": bool, "left": int|None}
-        self.requests: list[tuple[str, str, str]] = []
-
-    def add_run(self, resource: str, name: str, pods: int) -> None:
-        self.runs[resource].add(name)
-        for i in range(pods):
-            self.add_pod(f"{name}-worker-{i}", owner=name)
-
-    def add_pod(self, name: str, *, owner: str | None = None, claim: bool = True, stuck: bool = False) -> None:
-        self.pods[name] = {"owner": owner, "claim": claim, "stuck": stuck, "left": None}
-
-    def _terminate(self, name: str) -> None:
-        if self.pods[name]["left"] is None:
-            self.pods[name]["left"] = self.grace_lists
-
-    def answer(self, method: str, path: str, token: str) -> tuple[int, dict]:
-        self.requests.append((method, path, token))
-        parts = path.strip("/").split("/")
-        if method == "GET" and path == f"/api/v1/namespaces/{NAMESPACE}/pods":
-            for name, pod in list(self.pods.items()):
-                if pod["left"] is not None and not pod["stuck"]:
-                    if pod["left"] == 0:
-                        del self.pods[name]
-                    else:
-                        pod["left"] -= 1
-            volumes = [{"name": "fsx", "persistentVolumeClaim": {"claimName": CLAIM}}]
-            return 200, {"kind": "PodList", "items": [
-                {"metadata": {"name": n, **({"deletionTimestamp": "2026-11-25T22:00:00Z"} if p["left"] is not None else {})},
-                 "spec": {"volumes": volumes if p["claim"] else [{"name": "tmp", "emptyDir": {}}]}}
-                for n, p in self.pods.items()]}
-        if method == "DELETE" and parts[-2:-1] == ["pods"]:
-            if parts[-1] not in self.pods:
-                return 404, {"kind": "Status", "message": "not found"}
-            self._terminate(parts[-1])
-            return 200, {"kind": "Pod"}
-        if method == "DELETE" and parts[-1] in self.runs:
-            if parts[1] == "kubeflow.org" and not self.kubeflow_installed:
-                return 404, {"kind": "Status", "message": "the server could not find the requested resource"}
-            for run in self.runs[parts[-1]]:
-                for name, pod in self.pods.items():
-                    if pod["owner"] == run:
-                        self._terminate(name)
-            self.runs[parts[-1]] = set()
-            return 200, {"kind": "Status", "status": "Success"}
-        return 404, {"kind": "Status", "message": f"{method} {path} not served"}
-
-
-@pytest.fixture
-def kubernetes():
-    """(url, FakeKubernetes) on a loopback HTTP server."""
-    cluster = FakeKubernetes()
-
-    class Handler(BaseHTTPRequestHandler):
-        def _serve(self):
-            token = self.headers.get("Authorization", "").removeprefix("Bearer ")
-            if self.headers.get("Content-Length"):
-                self.rfile.read(int(self.headers["Content-Length"]))
-            status, body = cluster.answer(self.command, urlsplit(self.path).path, token)
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_DELETE = _serve  # noqa: N815 - http.server's naming
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}", cluster
-    server.shutdown()
+from fake_kubernetes import CLAIM, NAMESPACE, PREFIXES, V1_KINDS, V2_KINDS
 
 
 def test_an_eks_token_is_a_presigned_get_caller_identity_that_names_the_cluster(endpoint):
@@ -130,15 +42,74 @@ def test_drain_deletes_every_run_then_waits_until_no_pod_mounts_the_claim(kubern
     assert sleeps == [10, 10]
     assert list(cluster.pods) == ["etcd-5f7c"]
     deletes = [p for m, p, _ in cluster.requests if m == "DELETE"]
-    assert deletes[:3] == [f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/pytorchjobs",
-                           f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/mpijobs",
-                           f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs"]
+    # The v2 kinds are asked for too; this v1 cluster answers 404 for them.
+    assert deletes[:5] == [f"{PREFIXES[kind]}/namespaces/{NAMESPACE}/{kind}"
+                           for kind in ("trainjobs", "jobsets", "pytorchjobs", "mpijobs", "jobs")]
     assert {t for _, _, t in cluster.requests} == {"k8s-aws-v1.t"}
+
+
+def _clock():
+    """(sleep, clock): a clock that moves only when the drain sleeps."""
+    now = [0.0]
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    return sleep, lambda: now[0]
+
+
+def test_under_trainer_v2_the_drain_deletes_trainjobs_and_jobsets_so_nothing_recreates_their_pods(kubernetes):
+    url, cluster = kubernetes
+    cluster.served = set(V2_KINDS)
+    cluster.add_trainjob("llama3-8b-fsdp-abc123", nodes=2)
+    cluster.add_jobset("by-hand", nodes=1)                  # a JobSet without a TrainJob
+    cluster.add_run("mpijobs", "nccl-p5-0", pods=1)         # the NCCL validation stays on the v1 operator
+    cluster.add_pod("model-download", claim=True)
+    assert len(cluster.pods) == 5
+    sleep, clock = _clock()
+    summary = training_drain.drain(training_drain.Api(url, "t"), NAMESPACE, CLAIM, 600.0, poll_seconds=10,
+                                   sleep=sleep, clock=clock)
+    assert summary == f"deleted trainjobs, jobsets, mpijobs, jobs in {NAMESPACE}; no pod mounts {CLAIM} (1 pod(s) deleted by name)"
+    assert cluster.pods == {} and cluster.kinds_left() == set()
+    assert cluster.created == 3  # the pods the controllers started for the two JobSets; none after the drain began
+    assert clock() == 20.0
+
+
+def test_under_trainer_v2_deleting_jobs_alone_never_frees_the_claim(kubernetes, monkeypatch):
+    """What the drain did before it knew TrainJobs: JobSet recreates each deleted Job and the Job
+    its pods, so the claim stays held until the deadline (and the volume's delete after it)."""
+    url, cluster = kubernetes
+    cluster.served = set(V2_KINDS)
+    cluster.add_trainjob("llama3-8b-fsdp-abc123", nodes=2)
+    monkeypatch.setattr(training_drain, "RUNS", tuple(r for r in training_drain.RUNS if r[1] in V1_KINDS))
+    sleep, clock = _clock()
+    with pytest.raises(training_drain.Incomplete, match="llama3-8b-fsdp-abc123-node-0-"):
+        training_drain.drain(training_drain.Api(url, "t"), NAMESPACE, CLAIM, 100.0, poll_seconds=10,
+                             sleep=sleep, clock=clock)
+    assert cluster.created > 2 and ("trainjobs", "llama3-8b-fsdp-abc123") in cluster.objects
+
+
+def test_the_drain_asks_for_each_kind_at_the_version_its_pinned_crd_serves():
+    """The CRDs are the contracts' (Kubeflow Trainer v2.3.0, JobSet v0.12.0) and ours for the v1 kinds."""
+    import yaml
+
+    from k8s.addons.training_operator_crds import mpijob_crd, pytorchjob_crd
+    from k8s.pods import trainjob
+    from tests.conftest import CONTRACTS_DIR
+
+    crds = [yaml.safe_load((CONTRACTS_DIR / path).read_text()) for path in (
+        "kubeflow-trainer-v2.3.0/base-crds-trainer.kubeflow.org_trainjobs.yaml",
+        "jobset-v0.12.0/components-crd-bases-jobset.x-k8s.io_jobsets.yaml")] + [pytorchjob_crd(), mpijob_crd()]
+    served = {crd["spec"]["names"]["plural"]: {f"/apis/{crd['spec']['group']}/{v['name']}"
+                                               for v in crd["spec"]["versions"] if v["served"]} for crd in crds}
+    served["jobs"] = {"/apis/batch/v1"}
+    assert {resource: {prefix} for prefix, resource in training_drain.RUNS} == served
+    assert f"/apis/{trainjob.API_VERSION}" in served["trainjobs"]
 
 
 def test_drain_without_the_kubeflow_crds_still_deletes_jobs_and_pods(kubernetes):
     url, cluster = kubernetes
-    cluster.kubeflow_installed = False
+    cluster.served = {"jobs"}
     cluster.add_run("jobs", "data-c4", pods=1)
     summary = training_drain.drain(training_drain.Api(url, "t"), NAMESPACE, CLAIM, time.monotonic() + 60,
                                    poll_seconds=10, sleep=lambda s: None)
@@ -186,22 +157,27 @@ def test_drain_handler_replies_success_once_the_claim_is_free(endpoint, kubernet
     assert cluster.pods == {}
 
 
-def test_the_drains_role_allows_exactly_the_requests_it_makes(kubernetes):
-    """The RBAC Role bound to the drain's group (cdk_constructs/training_drain.py RULES) and the
-    handler's requests, mapped to (API group, resource, verb) as the API server authorizes them."""
-    from cdk_constructs.training_drain import RULES
+def test_the_drains_roles_allow_exactly_the_requests_it_makes(kubernetes):
+    """The Role and ClusterRole bound to the drain's group (cdk_constructs/training_drain.py RULES,
+    CLUSTER_RULES) and the handler's requests on Delete and on an Update in either direction, mapped
+    to (API group, resource, verb, scope) as the API server authorizes them."""
+    from cdk_constructs.training_drain import CLUSTER_RULES, RULES
 
     url, cluster = kubernetes
     cluster.add_run("jobs", "data-c4", pods=1)
     cluster.add_pod("model-download", claim=True)
-    training_drain.drain(training_drain.Api(url, "t"), NAMESPACE, CLAIM, time.monotonic() + 60,
-                         poll_seconds=1, sleep=lambda s: None)
+    api = training_drain.Api(url, "t")
+    training_drain.drain(api, NAMESPACE, CLAIM, time.monotonic() + 60, poll_seconds=1, sleep=lambda s: None)
+    training_drain.check_switch(api, NAMESPACE, "v1", "v2")
+    training_drain.check_switch(api, NAMESPACE, "v2", "v1")
     made = set()
     for method, path, _ in cluster.requests:
         parts = path.strip("/").split("/")
         group = "" if parts[0] == "api" else parts[1]
+        scope = "namespace" if "namespaces" in parts else "cluster"
         resource, named = (parts[-2], True) if parts[-2] == "pods" else (parts[-1], False)
         verb = {"GET": "list", "DELETE": "delete" if named else "deletecollection"}[method]
-        made.add((group, resource, verb))
-    allowed = {(g, r, v) for rule in RULES for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+        made.add((group, resource, verb, scope))
+    allowed = {(g, r, v, scope) for rules, scope in ((RULES, "namespace"), (CLUSTER_RULES, "cluster"))
+               for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
     assert made == allowed

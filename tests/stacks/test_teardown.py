@@ -300,11 +300,20 @@ def test_the_drain_may_delete_runs_and_pods_in_the_training_namespace_and_nothin
     [access] = [r for r in resources.values() if r["Type"] == "AWS::EKS::AccessEntry"]
     assert access["Properties"]["KubernetesGroups"] == [DRAIN_GROUP] and "AccessPolicies" not in access["Properties"]
     [rbac] = [r for k, r in resources.items() if r["Type"] == KUBERNETES_RESOURCE and k.startswith("TrainingDrainRbac")]
-    role, binding = json.loads(rbac["Properties"]["Manifest"])
+    role, binding, cluster_role, cluster_binding = json.loads(rbac["Properties"]["Manifest"])
     assert (role["kind"], role["metadata"]["namespace"]) == ("Role", "training")
+    # Cluster-wide only the list a trainingApi switch asks (tests/stacks/test_training_api_switch.py).
+    assert cluster_role["kind"] == "ClusterRole" and cluster_role["rules"] == [
+        {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs"], "verbs": ["list"]},
+        {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["list"]}]
+    assert cluster_binding["subjects"] == binding["subjects"]
+    assert cluster_binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                          "name": cluster_role["metadata"]["name"]}
     verbs = {(group, resource): rule["verbs"] for rule in role["rules"]
              for group in rule["apiGroups"] for resource in rule["resources"]}
-    assert verbs == {("kubeflow.org", "pytorchjobs"): ["deletecollection"], ("kubeflow.org", "mpijobs"): ["deletecollection"],
+    assert verbs == {("trainer.kubeflow.org", "trainjobs"): ["deletecollection"],
+                     ("jobset.x-k8s.io", "jobsets"): ["deletecollection"],
+                     ("kubeflow.org", "pytorchjobs"): ["deletecollection"], ("kubeflow.org", "mpijobs"): ["deletecollection"],
                      ("batch", "jobs"): ["deletecollection"], ("", "pods"): ["list", "delete"]}
     assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": DRAIN_GROUP}]
     [function] = [r for r in resources.values() if r["Type"] == "AWS::Lambda::Function"

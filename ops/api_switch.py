@@ -1,13 +1,19 @@
 """Preflight's guard against switching `trainingApi` on a live cluster while runs of the old API exist.
 
 A deploy renders the run CRD of the configured API only: under v1 PyTorchJob (kubeflow.org), under v2
-TrainJob (trainer.kubeflow.org; k8s/addons/training_operator_crds.py, trainer_v2_crds.py). Switching
-therefore deletes the other API's CRD, and the API server deletes every object of a deleted CRD
-("When you delete a CustomResourceDefinition, the server will uninstall the RESTful API endpoint and
-delete all custom objects stored in it": https://kubernetes.io/docs/tasks/extend-kubernetes/custom-resources/
-custom-resource-definitions/#delete-a-customresourcedefinition). Every run of the old kind would go, with its
-status and history; its checkpoints on FSx stay. So before a deploy, the cluster's current API is
-read from the run CRDs it serves, and a switch with runs of the old kind left is a failing row.
+TrainJob (trainer.kubeflow.org; k8s/addons/training_operator_crds.py, trainer_v2_crds.py). What a switch
+does to the old kind's runs differs by direction:
+- v2 -> v1: the Trainer CRDs' chart leaves the template, CloudFormation deletes it, and the API server
+  deletes every object of a deleted CRD ("When you delete a CustomResourceDefinition, the server will
+  uninstall the RESTful API endpoint and delete all custom objects stored in it":
+  https://kubernetes.io/docs/tasks/extend-kubernetes/custom-resources/custom-resource-definitions/
+  #delete-a-customresourcedefinition). Every TrainJob goes, with its status and history.
+- v1 -> v2: the PyTorchJob CRD leaves a chart that stays (the operator keeps MPIJob), and the kubectl
+  handler's `apply --prune` never prunes CRDs, so the CRD and its runs stay, but the operator no
+  longer runs PyTorchJobs: they are left unmanaged (no restarts, no status) until deleted by hand.
+Checkpoints on FSx stay either way. So before a deploy, the cluster's current API is read from the run
+CRDs it serves, and a switch with runs of the old kind left is a failing row. The same check runs
+inside CloudFormation for the pipeline path (cdk_constructs/training_drain.py).
 
 The cluster is reached through the kubeconfig (--kubeconfig, --context, as `ops doctor`), and only
 after its server is checked to be the environment's cluster endpoint: a current-context left on
@@ -98,17 +104,19 @@ def switch_row(env: Environment, api_client: Any, endpoint: str) -> Check:
         if runs:
             shown = ", ".join(runs[:RUNS_NAMED]) + (f" and {len(runs) - RUNS_NAMED} more" if len(runs) > RUNS_NAMED else "")
             problems.append(f"{len(runs)} {kind.kind}(s) exist ({shown})")
-        removed.append(f"{kind.kind} CRD {kind.crd}")
+        removed.append(f"deletes the {kind.kind} CRD {kind.crd} and with it every one of them" if kind.api == "v2"
+                       else f"leaves the {kind.kind}s unmanaged (the operator stops running them; the CRD "
+                            f"{kind.crd} stays)")
     field = f"environments.{env.name}.trainingApi"
     old = "/".join(k.api for k in leaving)
     if problems:
         return Check(ROW, FAIL, f"{field} is {env.training_api}, the cluster runs {old}, and {'; '.join(problems)}: "
-                                f"the deploy deletes the {', '.join(removed)} and with it every one of them. Stop and "
+                                f"the deploy {'; it '.join(removed)}. Stop and "
                                 f"delete them first (`python -m ops stop RUN`, then `python -m ops delete RUN`) or keep "
                                 f"trainingApi {old}; their checkpoints on FSx are kept, so each preset's new run "
                                 f"resumes from them")
-    return Check(ROW, PASS, f"switching {old} -> {env.training_api}: no run of {old} exists; the deploy removes the "
-                            f"{', '.join(removed)}")
+    return Check(ROW, PASS, f"switching {old} -> {env.training_api}: no run of {old} exists "
+                            f"({', '.join(k.crd for k in leaving)})")
 
 
 def _same_endpoint(host: str, endpoint: str) -> bool:

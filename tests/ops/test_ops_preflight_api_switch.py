@@ -61,7 +61,8 @@ def test_switching_to_v2_with_pytorchjobs_left_fails_naming_the_field_the_runs_a
     assert row.status == FAIL and "\n" not in row.reason, row.reason
     for words in ("environments.dev.trainingApi is v2", "the cluster runs v1", "2 PyTorchJob(s) exist",
                   "llama3-8b-fsdp-84736190", "team-b/cpu-ddp-1", "pytorchjobs.kubeflow.org",
-                  "python -m ops stop RUN", "python -m ops delete RUN", "checkpoints on FSx are kept", "resumes"):
+                  "python -m ops stop RUN", "python -m ops delete RUN", "checkpoints on FSx are kept", "resumes",
+                  "leaves the PyTorchJobs unmanaged", "the CRD pytorchjobs.kubeflow.org stays"):
         assert words in row.reason, row.reason
 
 
@@ -73,6 +74,7 @@ def test_switching_back_to_v1_with_trainjobs_left_fails(aws, moto_eks, tmp_path)
     assert row.status == FAIL
     assert "environments.dev.trainingApi is v1, the cluster runs v2" in row.reason
     assert "1 TrainJob(s) exist (cpu-ddp-0a1b2c3d)" in row.reason and "trainjobs.trainer.kubeflow.org" in row.reason
+    assert "deletes the TrainJob CRD trainjobs.trainer.kubeflow.org and with it every one of them" in row.reason
 
 
 def test_many_runs_are_counted_and_the_first_named(aws, moto_eks, tmp_path):

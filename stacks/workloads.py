@@ -169,7 +169,7 @@ def retired_manifest_ids(config: Environment) -> list[str]:
 
 # Deleting these would cascade: CRDs take every job with them, namespaces everything inside, the
 # volume its binding. Environments that retain their data keep them when the stack goes.
-KEPT_WHEN_RETAINED = ("namespaces", "training-operator-crds", "jobset-crd", "trainer-v2-crds", "fsx-storage")
+KEPT_WHEN_RETAINED = ("namespaces", "training-operator-crds", "jobset-crd", "trainer-v2-crds", "kueue-crds", "fsx-storage")
 
 
 def removal_policy_for(config: Environment, chart_name: str) -> cdk.RemovalPolicy:

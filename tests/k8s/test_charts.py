@@ -123,3 +123,16 @@ def test_repeated_literals_are_named_once_in_k8s_pods():
         text = path.read_text()
         for literal in literals:
             assert not re.search(literal, text), f"{path.name} repeats {literal}; use the constant in k8s/pods"
+
+
+def test_every_chart_that_holds_a_crd_is_kept_by_a_retain_environment(dev):
+    """Deleting a CRD deletes every object of it (runs, Kueue Workloads), so each add-on that renders
+    one, under any option, is on stacks.workloads.KEPT_WHEN_RETAINED."""
+    from stacks.workloads import KEPT_WHEN_RETAINED
+
+    every_option = replace(dev, training_api="v2", queueing="kueue")
+    values = ClusterValues.placeholders()
+    holding = {addon.name for config in (dev, every_option) for addon, _ in apply_order(config)
+               if any(o.get("kind") == "CustomResourceDefinition" for o in addon.objects(config, values))}
+    assert {"training-operator-crds", "trainer-v2-crds", "jobset-crd", "kueue-crds"} <= holding
+    assert holding <= set(KEPT_WHEN_RETAINED), holding - set(KEPT_WHEN_RETAINED)

@@ -269,7 +269,7 @@ def test_a_dist_without_the_smoke_run_is_one_line_and_exit_2(tmp_path):
     (tmp_path / "validation").mkdir()
     objects = [o for o in validation_objects(envconfig.load("dev")) if o["kind"] != "PyTorchJob"]
     (tmp_path / "validation" / "cluster-validation.yaml").write_text(yaml.safe_dump_all(objects))
-    with pytest.raises(OpsError, match=f"--drill preemption: .* holds no smoke run \\(PyTorchJob {SMOKE_RUN}\\)"):
+    with pytest.raises(OpsError, match=f"--drill preemption: .* holds no smoke run \\(PyTorchJob or TrainJob {SMOKE_RUN}\\)"):
         command.run(command.Options(dist=tmp_path, timeout=30, drill="preemption"))
 
 

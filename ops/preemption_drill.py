@@ -30,8 +30,8 @@ from k8s.pods.validation import SMOKE_PRESET, SMOKE_RUN
 from ops import checks
 from ops.errors import OpsError
 from ops.validate import (  # noqa: F401  (worker_container, flag_value, with_flags: the tests read the run through them)
-    POD_LABEL, RUN_KINDS, Check, create_objects, delete_objects, flag_value, fresh_run, kubectl, load_checks, outcome_of,
-    plan, ready_nodes, stamp as validation_stamp, with_flags, worker_container,
+    POD_LABEL, RUN_KINDS, Check, create_objects, delete_objects, flag_value, fresh_run, kubectl, load_checks,
+    outcome_of, plan, ready_nodes, stamp as validation_stamp, with_flags, worker_container,
 )
 
 POLL_SECONDS = 5
@@ -73,10 +73,6 @@ class DrillRun:
     check: Check
     snapshot: str
     epochs: int
-
-    @property
-    def manifest(self) -> dict:
-        return self.check.manifest
 
     @property
     def kind(self) -> str:

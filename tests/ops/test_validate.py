@@ -266,20 +266,27 @@ def test_prods_smoke_run_is_neither_deployed_nor_left_pending_on_its_empty_cpu_g
     assert "PyTorchJob validation-cpu-ddp: node group cpu has 0 Ready node(s), needs 2" in skipped
 
 
-def test_each_validation_gives_the_smoke_run_a_snapshot_and_rendezvous_of_its_own(checks, monkeypatch):
-    """dist/ names one fixed snapshot file: a smoke run that found the last validation's snapshot
-    resumed at its final epoch and exited 0 without training a step, so it proved nothing."""
+def run_twice(smoke, monkeypatch) -> list[dict]:
+    """What two validations in a row, stamped an hour apart, create for `smoke` (the cluster passes it)."""
     from ops import validate
-    from ops.validate import flag_value, worker_container
 
-    smoke = checks["PyTorchJob", "cpu"]
-    dist_snapshot = flag_value(worker_container(smoke.manifest)["command"], "--snapshot-path")
     created = []
     monkeypatch.setattr(validate, "kubectl", lambda *args, stdin=None: created.append(json.loads(stdin)) if stdin else "")
     monkeypatch.setattr(validate, "_await", lambda kind, names, namespace, timeout_s: ["passed"])
     stamps = iter(["20261126-010000", "20261126-020000"])
     monkeypatch.setattr(validate, "stamp", lambda: next(stamps))
     assert validate.run_check(smoke, 60) and validate.run_check(smoke, 60)
+    return created
+
+
+def test_each_validation_gives_the_smoke_run_a_snapshot_and_rendezvous_of_its_own(checks, monkeypatch):
+    """dist/ names one fixed snapshot file: a smoke run that found the last validation's snapshot
+    resumed at its final epoch and exited 0 without training a step, so it proved nothing."""
+    from ops.validate import flag_value, worker_container
+
+    smoke = checks["PyTorchJob", "cpu"]
+    dist_snapshot = flag_value(worker_container(smoke.manifest)["command"], "--snapshot-path")
+    created = run_twice(smoke, monkeypatch)
     snapshots = [flag_value(worker_container(job)["command"], "--snapshot-path") for job in created]
     assert snapshots == [dist_snapshot.replace("snapshot.pt", "run-20261126-010000/snapshot.pt"),
                          dist_snapshot.replace("snapshot.pt", "run-20261126-020000/snapshot.pt")]
@@ -344,16 +351,10 @@ def test_each_v2_validation_gives_the_smoke_run_a_snapshot_and_run_id_of_its_own
     a fresh run id is a fresh rendezvous, and every restart of one validation keeps it (the trainer's
     checkpoint lease takes the folder over for the same run id)."""
     from config.kubernetes import RUN_ID_ENV
-    from ops import validate
     from ops.validate import flag_value, worker_container
 
     [smoke] = [c for c in checks_from_objects(v2_objects) if c.kind == "TrainJob"]
-    created = []
-    monkeypatch.setattr(validate, "kubectl", lambda *args, stdin=None: created.append(json.loads(stdin)) if stdin else "")
-    monkeypatch.setattr(validate, "_await", lambda kind, names, namespace, timeout_s: ["passed"])
-    stamps = iter(["20261126-010000", "20261126-020000"])
-    monkeypatch.setattr(validate, "stamp", lambda: next(stamps))
-    assert validate.run_check(smoke, 60) and validate.run_check(smoke, 60)
+    created = run_twice(smoke, monkeypatch)
     runtimes = [o for o in created if o["kind"] == "TrainingRuntime"]
     assert [o["kind"] for o in created] == ["TrainingRuntime", "TrainJob"] * 2
     snapshots = [flag_value(worker_container(r)["command"], "--snapshot-path") for r in runtimes]

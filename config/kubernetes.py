@@ -171,6 +171,11 @@ ETCD_SERVICE = "etcd"
 # job's pods by the first, `ops validate` and `ops doctor` find an MPIJob's launcher by both.
 OPERATOR_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 OPERATOR_REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+# Labels JobSet v0.12.0 puts on every pod of a JobSet (pkg/constants), whose name Trainer v2 gives the
+# TrainJob's: the run's pods under trainingApi v2, which `ops validate` reads the smoke run's logs of;
+# the restart attempt counts the JobSet's whole-gang restarts.
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 
 # Cluster validation: one NCCL all-reduce MPIJob template per EFA node group that can hold
 # NCCL_TEST_NODES nodes (k8s/pods/validation.py); `ops validate` runs a copy of it per pair of nodes

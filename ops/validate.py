@@ -6,8 +6,9 @@ Reads the validation objects the k8s layer wrote (dist/<env>/validation/, or the
 k8s/pods/validation.py), counts Ready nodes per node group with kubectl, then creates afresh each GPU
 check Job whose group has a node, the NCCL sweep of each EFA group with two Ready nodes or more
 (the group's MPIJob pinned to each pair of its nodes, in rounds of disjoint pairs; ops/nccl.py
-judges every pair's table and names a slow node or link), and the smoke run (a PyTorchJob) where
-its CPU group has its nodes. No deploy applies these
+judges every pair's table and names a slow node or link), and the smoke run where its CPU group has
+its nodes: a PyTorchJob, or under trainingApi v2 a TrainingRuntime and the TrainJob that uses it,
+created in that order and judged by the TrainJob's Complete or Failed condition. No deploy applies these
 objects; this command is what runs them. A group with no nodes yet (desiredSize 0) is reported and
 skipped, not failed, as is a check whose `${NAME}` placeholder (the smoke run's trainer image) is
 not in the environment. Any check that fails or times out fails the command (exit 1); no objects,
@@ -29,7 +30,8 @@ from pathlib import Path
 
 from config import paths
 from config.kubernetes import (
-    NCCL_GROUP_LABEL, NCCL_INSTANCE_TYPE_ANNOTATION, NODEGROUP_LABEL, OPERATOR_JOB_NAME_LABEL, OPERATOR_REPLICA_TYPE_LABEL,
+    JOBSET_NAME_LABEL, NCCL_GROUP_LABEL, NCCL_INSTANCE_TYPE_ANNOTATION, NODEGROUP_LABEL, OPERATOR_JOB_NAME_LABEL,
+    OPERATOR_REPLICA_TYPE_LABEL, RUN_ID_ENV,
 )
 from ops import nccl, proc
 from ops.errors import OpsError
@@ -37,20 +39,35 @@ from ops.errors import OpsError
 POLL_SECONDS = 10
 # One kubectl call; `delete --wait` of an MPIJob waits for its pods' termination grace period.
 KUBECTL_TIMEOUT_S = 300
+# The kinds that run the trainer: the smoke run's, under trainingApi v1 or v2.
+RUN_KINDS = ("PyTorchJob", "TrainJob")
+# The label each kind's controller puts on its pods, by which `kubectl logs -l` finds them: the Job
+# controller's, the Training Operator's, JobSet's (Trainer v2 names the JobSet after the TrainJob).
+POD_LABEL = {"Job": "job-name", "MPIJob": OPERATOR_JOB_NAME_LABEL, "PyTorchJob": OPERATOR_JOB_NAME_LABEL,
+             "TrainJob": JOBSET_NAME_LABEL}
+# The replicated job of a TrainingRuntime that runs the trainer (k8s/pods/trainjob.py NODE; ops
+# reads dist/ without the k8s package, which the runner does not carry).
+TRAINER_NODE = "node"
 
 
 @dataclass(frozen=True)
 class Check:
-    kind: str  # "Job", "MPIJob" or "PyTorchJob"
+    kind: str  # "Job", "MPIJob", "PyTorchJob" or "TrainJob"
     name: str
     namespace: str
     nodegroup: str
     nodes_needed: int
     manifest: dict
+    runtime: dict | None = None  # a TrainJob's TrainingRuntime, created before it
+
+    def objects(self) -> list[dict]:
+        """What this check creates, in order: a TrainJob's runtime first (Trainer's webhook refuses a
+        TrainJob whose runtime does not exist)."""
+        return ([self.runtime] if self.runtime is not None else []) + [self.manifest]
 
     def placeholders(self) -> list[str]:
         """The `${NAME}` values this check needs from the environment."""
-        return sorted(set(PLACEHOLDER.findall(json.dumps(self.manifest))))
+        return sorted(set(PLACEHOLDER.findall(json.dumps(self.objects()))))
 
 
 # The dist placeholders (k8s/pods/images.py): upper-case names in ${...}. The launcher scripts' own
@@ -77,9 +94,21 @@ def _pod_nodegroup(pod_spec: dict) -> str | None:
     return None
 
 
+def runtime_pod_template(runtime: dict) -> dict:
+    """The pod template of a TrainingRuntime's trainer job."""
+    jobs = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    job = next((j for j in jobs if j.get("name") == TRAINER_NODE), None)
+    if job is None:
+        raise ValueError(f"TrainingRuntime {runtime['metadata'].get('name')} has no replicated job {TRAINER_NODE!r}")
+    return job["template"]["spec"]["template"]
+
+
 def checks_from_objects(objects: list[dict]) -> list[Check]:
     checks = []
+    runtimes = {(o.get("metadata", {}).get("namespace", "default"), o.get("metadata", {}).get("name")): o
+                for o in objects if o.get("kind") == "TrainingRuntime"}
     for obj in objects:
+        runtime = None
         kind, meta = obj.get("kind"), obj.get("metadata", {})
         if kind == "Job":
             group = _pod_nodegroup(obj["spec"]["template"]["spec"])
@@ -92,11 +121,19 @@ def checks_from_objects(objects: list[dict]) -> list[Check]:
             worker = obj["spec"]["pytorchReplicaSpecs"]["Worker"]
             group = _pod_nodegroup(worker["template"]["spec"])
             nodes = int((obj["spec"].get("elasticPolicy") or {}).get("minReplicas") or worker.get("replicas", 1))
+        elif kind == "TrainJob":
+            ref = obj["spec"].get("runtimeRef") or {}
+            runtime = runtimes.get((meta.get("namespace", "default"), ref.get("name")))
+            if ref.get("kind") != "TrainingRuntime" or runtime is None:
+                raise ValueError(f"TrainJob {meta.get('name')} uses {ref.get('kind')} {ref.get('name')}, which is "
+                                 "not beside it (rerun make synth with this checkout)")
+            group = _pod_nodegroup(runtime_pod_template(runtime)["spec"])
+            nodes = int((obj["spec"].get("trainer") or {}).get("numNodes") or runtime["spec"]["mlPolicy"]["numNodes"])
         else:
             continue
         if group is None:
             raise ValueError(f"{kind} {meta.get('name')} selects no node group ({NODEGROUP_LABEL})")
-        checks.append(Check(kind, meta["name"], meta.get("namespace", "default"), group, nodes, obj))
+        checks.append(Check(kind, meta["name"], meta.get("namespace", "default"), group, nodes, obj, runtime))
     return checks
 
 
@@ -115,7 +152,8 @@ def plan(checks: list[Check], ready_nodes: dict[str, list[str]],
             skipped.append(f"{check.kind} {check.name}: {', '.join(missing)} not set (the validation runner sets "
                            "it; by hand, export it as dist/<env>/README.md shows)")
         else:
-            runnable.append(replace(check, manifest=filled(check.manifest, environ)))
+            runnable.append(replace(check, manifest=filled(check.manifest, environ),
+                                    runtime=None if check.runtime is None else filled(check.runtime, environ)))
     return runnable, skipped
 
 
@@ -205,6 +243,9 @@ def _await(kind: str, names: list[str], namespace: str, timeout_s: float) -> lis
 
 
 def worker_container(manifest: dict) -> dict:
+    """The trainer's container: a PyTorchJob's worker's, a TrainingRuntime's node's."""
+    if manifest.get("kind") == "TrainingRuntime":
+        return runtime_pod_template(manifest)["spec"]["containers"][0]
     return manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
 
 
@@ -228,32 +269,53 @@ def stamp() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime())
 
 
-def fresh_run(smoke_run: dict, label: str, flags: dict[str, str] | None = None) -> tuple[dict, str]:
+def fresh_run(smoke_run: Check, label: str, flags: dict[str, str] | None = None) -> tuple[Check, str]:
     """The smoke run with a snapshot file and a rendezvous of its own (under `label`), and that
     snapshot's path. dist/ names one fixed snapshot: a run that found an earlier validation's would
     resume at its last epoch and exit 0 without training a step, and proves nothing."""
-    manifest = copy.deepcopy(smoke_run)
+    manifest = copy.deepcopy(smoke_run.runtime if smoke_run.runtime is not None else smoke_run.manifest)
     container = worker_container(manifest)
     command = container.get("command") or []
     smoke_snapshot = flag_value(command, "--snapshot-path")
     if "trainer.ddp" not in command or smoke_snapshot is None:
-        raise ValueError(f"PyTorchJob {manifest['metadata']['name']} does not run `trainer.ddp --snapshot-path ...` "
+        raise ValueError(f"{smoke_run.kind} {smoke_run.name} does not run `trainer.ddp --snapshot-path ...` "
                          "(rerun make synth with this checkout)")
     snapshot = posixpath.join(posixpath.dirname(smoke_snapshot), label, "snapshot.pt")
     container["command"] = with_flags(command, {**(flags or {}), "--snapshot-path": snapshot})
-    manifest["spec"]["elasticPolicy"]["rdzvId"] = f"{manifest['metadata']['name']}-{label}"
-    return manifest, snapshot
+    run_id = f"{smoke_run.name}-{label}"
+    if smoke_run.runtime is None:
+        manifest["spec"]["elasticPolicy"]["rdzvId"] = run_id
+        return replace(smoke_run, manifest=manifest), snapshot
+    # A TrainJob's pods rendezvous under the run's id and JobSet's restart attempt
+    # (k8s/pods/trainjob.py): a new run id is a new rendezvous, kept by every attempt of this one.
+    run_env = next((e for e in container.get("env") or [] if e.get("name") == RUN_ID_ENV), None)
+    if run_env is None:
+        raise ValueError(f"TrainingRuntime {smoke_run.runtime['metadata']['name']} sets no {RUN_ID_ENV} "
+                         "(rerun make synth with this checkout)")
+    run_env["value"] = run_id
+    return replace(smoke_run, runtime=manifest), snapshot
+
+
+def delete_objects(check: Check) -> None:
+    """What `check` creates, deleted and gone: a TrainJob before the runtime it holds."""
+    for obj in reversed(check.objects()):
+        kubectl("delete", obj["kind"].lower(), obj["metadata"]["name"], "-n", check.namespace, "--ignore-not-found",
+                "--wait=true")
+
+
+def create_objects(check: Check) -> None:
+    for obj in check.objects():
+        kubectl("create", "-f", "-", stdin=json.dumps(obj))
 
 
 def run_check(check: Check, timeout_s: float) -> bool:
     # Delete first: a Job that passed on an earlier deploy must run again to prove this one.
-    kubectl("delete", check.kind.lower(), check.name, "-n", check.namespace, "--ignore-not-found", "--wait=true")
-    manifest = check.manifest
-    if check.kind == "PyTorchJob":
-        manifest, _ = fresh_run(manifest, f"run-{stamp()}")
-    kubectl("create", "-f", "-", stdin=json.dumps(manifest))
+    delete_objects(check)
+    if check.kind in RUN_KINDS:
+        check, _ = fresh_run(check, f"run-{stamp()}")
+    create_objects(check)
     [outcome] = _await(check.kind, [check.name], check.namespace, timeout_s)
-    selector = f"job-name={check.name}" if check.kind == "Job" else f"{OPERATOR_JOB_NAME_LABEL}={check.name}"
+    selector = f"{POD_LABEL[check.kind]}={check.name}"
     try:
         print(kubectl("logs", "-n", check.namespace, "-l", selector, "--tail=50", "--all-containers"))
     except RuntimeError as err:

@@ -6,16 +6,19 @@ create was refused ("Review access policy permissions",
 https://docs.aws.amazon.com/eks/latest/userguide/access-policy-permissions.html). It names the
 Kubernetes group VALIDATION_RUNNER_GROUP instead, bound here to a ClusterRole that may only list
 nodes and a Role in the training namespace over the GPU check Jobs, the NCCL sweep's MPIJobs, the
-smoke run's PyTorchJob and their pods' logs. It creates no NetworkPolicy: the network-policies chart
-deploys the sweep's and the smoke run's peers policies (k8s/addons/network_policies.py). Nothing here
-touches a Secret. tests/ops/test_validation_runner_rbac.py records every request
-a real kubectl makes during `ops validate` and holds these rules to exactly that list.
+smoke run (its PyTorchJob, or under trainingApi v2 its TrainingRuntime and TrainJob: such a cluster
+has no PyTorchJob kind, so the role names none) and their pods' logs. It creates no NetworkPolicy:
+the network-policies chart deploys the sweep's and the smoke run's peers policies
+(k8s/addons/network_policies.py). It deletes no pod: the runner runs no drill. Nothing here touches
+a Secret. tests/ops/test_validation_runner_rbac.py records every request a real kubectl makes during
+`ops validate`, under either training API, and holds these rules to exactly that list.
 """
 
 from __future__ import annotations
 
 from config.kubernetes import TRAINING_NAMESPACE, VALIDATION_RUNNER_GROUP
 from k8s.addons import AddOn
+from k8s.pods.trainjob import GROUP as TRAINER_GROUP
 
 NAME = "validation-runner"
 Rule = tuple[str, tuple[str, ...], tuple[str, ...]]  # API group, resources, verbs
@@ -24,10 +27,19 @@ Rule = tuple[str, tuple[str, ...], tuple[str, ...]]  # API group, resources, ver
 CLUSTER_RULES: tuple[Rule, ...] = (("", ("nodes",), ("list",)),)
 # Per check: `kubectl delete --ignore-not-found --wait` (delete, then get, list and watch until it is
 # gone; the NCCL sweep also deletes the last sweep's MPIJobs by label, a list and a delete each),
-# `kubectl create -f -`, `kubectl get` of its status, `kubectl logs -l` of its pods.
+# `kubectl create -f -`, `kubectl get` of its status, `kubectl logs -l` of its pods. Under v2 the
+# smoke run's TrainingRuntime goes the same way as its TrainJob (its status is the TrainJob's).
+JOB_VERBS = ("create", "delete", "get", "list", "watch")
 NAMESPACE_RULES: tuple[Rule, ...] = (
-    ("batch", ("jobs",), ("create", "delete", "get", "list", "watch")),
-    ("kubeflow.org", ("mpijobs", "pytorchjobs"), ("create", "delete", "get", "list", "watch")),
+    ("batch", ("jobs",), JOB_VERBS),
+    ("kubeflow.org", ("mpijobs", "pytorchjobs"), JOB_VERBS),
+    ("", ("pods",), ("list",)),
+    ("", ("pods/log",), ("get",)),
+)
+NAMESPACE_RULES_V2: tuple[Rule, ...] = (
+    ("batch", ("jobs",), JOB_VERBS),
+    ("kubeflow.org", ("mpijobs",), JOB_VERBS),
+    (TRAINER_GROUP, ("trainingruntimes", "trainjobs"), JOB_VERBS),
     ("", ("pods",), ("list",)),
     ("", ("pods/log",), ("get",)),
 )
@@ -38,7 +50,8 @@ def policy_rules(rules: tuple[Rule, ...]) -> list[dict]:
             for group, resources, verbs in rules]
 
 
-def runner_rbac(namespace: str = TRAINING_NAMESPACE, group: str = VALIDATION_RUNNER_GROUP) -> list[dict]:
+def runner_rbac(namespace: str = TRAINING_NAMESPACE, group: str = VALIDATION_RUNNER_GROUP, *,
+                training_api: str = "v1") -> list[dict]:
     subject = [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": group}]
     rbac = "rbac.authorization.k8s.io/v1"
     return [
@@ -47,7 +60,7 @@ def runner_rbac(namespace: str = TRAINING_NAMESPACE, group: str = VALIDATION_RUN
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
          "subjects": subject},
         {"apiVersion": rbac, "kind": "Role", "metadata": {"name": NAME, "namespace": namespace},
-         "rules": policy_rules(NAMESPACE_RULES)},
+         "rules": policy_rules(NAMESPACE_RULES_V2 if training_api == "v2" else NAMESPACE_RULES)},
         {"apiVersion": rbac, "kind": "RoleBinding", "metadata": {"name": NAME, "namespace": namespace},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
          "subjects": subject},
@@ -56,4 +69,4 @@ def runner_rbac(namespace: str = TRAINING_NAMESPACE, group: str = VALIDATION_RUN
 
 # Not "validation-...": ops validate reads every dist file whose name says validation.
 ADDON = AddOn(name="runner-rbac", component="validation-runner", depends_on=("namespaces",),
-              objects=lambda config, values: runner_rbac())
+              objects=lambda config, values: runner_rbac(training_api=config.training_api))

@@ -33,7 +33,8 @@ import copy
 from dataclasses import replace
 
 from config.environment import Environment
-from config.kubernetes import LABEL_PREFIX, RUN_ID_ENV, TRAINING_NAMESPACE
+from config.kubernetes import JOBSET_NAME_LABEL, LABEL_PREFIX, RUN_ID_ENV, TRAINING_NAMESPACE
+from config.kubernetes import JOBSET_RESTART_ATTEMPT_LABEL as RESTART_ATTEMPT_LABEL
 from config.presets import CLUSTER_CHECKPOINT_ROOT, get_preset
 from k8s.pods.kueue_queues import queue_labels
 from k8s.pods.names import C10D_PORT, ETCD_CLIENT_PORT, ETCD_SERVICE, short_digest
@@ -52,10 +53,6 @@ RUNTIME_KIND = "TrainingRuntime"
 NODE = "node"
 ANCESTOR_LABEL = f"{GROUP}/trainjob-ancestor-step"
 FRAMEWORK_LABEL = f"{GROUP}/framework"
-# Labels JobSet v0.12.0 puts on every pod of a JobSet (pkg/constants): the JobSet's name (== the
-# TrainJob's) selects a run's pods; the restart attempt counts JobSet restarts.
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 RESTART_ATTEMPT_ENV = "JOBSET_RESTART_ATTEMPT"
 # The Job failure reason a podFailurePolicy FailJob rule gives (batch/v1 JobFailed reasons).
 POD_FAILURE_POLICY = "PodFailurePolicy"

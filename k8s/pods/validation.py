@@ -4,8 +4,10 @@ Per GPU node group, a GPU check Job runs nvidia-smi and counts the EFA devices t
 hands the pod; per EFA node group that can hold two nodes, an NCCL all-reduce MPIJob across two
 nodes is the template `ops validate` pins to each pair of the group's nodes, and ops/nccl.py
 judges each pair's all_reduce_perf table against the floor in config/instance_types.py.
-Where the environment has the CPU group, the smoke run (the cpu-ddp preset, rendered by
-k8s/pods/pytorchjob.py like every run) proves the operator, etcd rendezvous, FSx and the trainer image.
+Where the environment has the CPU group, the smoke run (the cpu-ddp preset, rendered like every run:
+a PyTorchJob by k8s/pods/pytorchjob.py, or under trainingApi v2 a TrainingRuntime and its TrainJob by
+k8s/pods/trainjob.py) proves the training operator (or Trainer and JobSet), etcd rendezvous, FSx and
+the trainer image.
 
 None of these is deployed: a deploy would re-apply them whenever their spec changed, suspending or
 re-templating one that runs. `python -m ops validate` creates them after a deploy (the pipeline's
@@ -26,6 +28,7 @@ from k8s.pods.names import (
 from k8s.pods.network_env import MPI_TCP_IF_EXCLUDE, network_env
 from k8s.pods.podspec import validate_pod_templates
 from k8s.pods.pytorchjob import presets_for, render_run
+from k8s.pods.trainjob import render_trainjob_run
 from k8s.pods.devices import device_resources, pod_resource_claims
 from k8s.pods.resources import gpu_toleration, node_share, shm_size
 from k8s.pods.security import NOBODY_UID, container_security_context, pod_security_context
@@ -168,14 +171,22 @@ def has_smoke_run(config: Environment) -> bool:
     return SMOKE_PRESET in {p.name for p in presets_for(config)}
 
 
-def smoke_run_manifest(config: Environment, *, image: str = placeholder(image_placeholder("cpu"))) -> dict | None:
-    """The smoke run, or None where the environment has no node group for its preset."""
+def smoke_run_objects(config: Environment, *, image: str = placeholder(image_placeholder("cpu"))) -> list[dict]:
+    """The smoke run, in the order `ops validate` creates it: the PyTorchJob, or under trainingApi
+    v2 its TrainingRuntime, then the TrainJob (Trainer's webhook refuses a TrainJob whose runtime
+    does not exist). Empty where the environment has no node group for its preset."""
     if not has_smoke_run(config):
-        return None
-    run = render_run(config, SMOKE_PRESET, image=image, job_name=SMOKE_RUN, checkpoint_root=SMOKE_CHECKPOINT_ROOT)
+        return []
+    if config.training_api == "v2":
+        objects = list(render_trainjob_run(config, SMOKE_PRESET, image=image, job_name=SMOKE_RUN,
+                                           checkpoint_root=SMOKE_CHECKPOINT_ROOT))
+    else:
+        objects = [render_run(config, SMOKE_PRESET, image=image, job_name=SMOKE_RUN,
+                              checkpoint_root=SMOKE_CHECKPOINT_ROOT)]
     # Not one of the preset's runs for `ops start`/`ops stop`: it has a checkpoint folder of its own.
-    run["metadata"]["labels"][VALIDATION_LABEL] = "true"
-    return run
+    for obj in objects:
+        obj["metadata"]["labels"][VALIDATION_LABEL] = "true"
+    return objects
 
 
 def gpu_check_job(group: Nodegroup, *, image: str = IMAGES["cuda-base"], namespace: str = TRAINING_NAMESPACE) -> dict:
@@ -214,6 +225,5 @@ def nccl_test_mpijobs(config: Environment, *, image: str = IMAGES["nccl-tests"],
 
 def validation_objects(config: Environment) -> list[dict]:
     """Every object `ops validate` creates for `config`: the GPU checks and NCCL tests, then the smoke run."""
-    objects = [gpu_check_job(group) for group in config.gpu_nodegroups] + nccl_test_mpijobs(config)
-    smoke = smoke_run_manifest(config)
-    return objects + ([smoke] if smoke else [])
+    return ([gpu_check_job(group) for group in config.gpu_nodegroups] + nccl_test_mpijobs(config)
+            + smoke_run_objects(config))

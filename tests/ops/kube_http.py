@@ -25,6 +25,13 @@ RESOURCES = {
     "batch/v1": {"jobs": ("Job", True)},
     "kubeflow.org/v1": {"mpijobs": ("MPIJob", True), "pytorchjobs": ("PyTorchJob", True)},
 }
+# A trainingApi v2 cluster: Kubeflow Trainer's kinds, and the Training Operator serving MPIJobs only
+# (k8s/pods/training_operator.py), so there is no PyTorchJob kind to find.
+RESOURCES_V2 = {
+    **{gv: kinds for gv, kinds in RESOURCES.items() if gv != "kubeflow.org/v1"},
+    "kubeflow.org/v1": {"mpijobs": ("MPIJob", True)},
+    "trainer.kubeflow.org/v1alpha1": {"trainingruntimes": ("TrainingRuntime", True), "trainjobs": ("TrainJob", True)},
+}
 VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 
 
@@ -94,8 +101,9 @@ class RecordingApiServer:
 
     def __init__(self, *, status_for=None, logs: str | Callable[[dict], str] = "PASS\n", linger: bool = False,
                  pods_for: Callable[[str, dict], list[dict]] | None = None,
-                 before: Callable[[Request], None] | None = None):
+                 before: Callable[[Request], None] | None = None, resources: dict = RESOURCES):
         self.requests: list[Request] = []
+        self.resources = resources  # what discovery serves: RESOURCES, or RESOURCES_V2
         # before(request): called with each request before it is answered, so a test can move the
         # cluster along as a client polls it (a job's status, a replaced pod).
         self.before = before
@@ -185,18 +193,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, {"kind": "APIVersions", "versions": ["v1"],
                              "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]})
         elif segments == ["apis"]:
-            groups = [gv for gv in RESOURCES if "/" in gv]
+            groups = [gv for gv in self.api.resources if "/" in gv]
             self._send(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
                 {"name": gv.split("/")[0], "versions": [{"groupVersion": gv, "version": gv.split("/")[1]}],
                  "preferredVersion": {"groupVersion": gv, "version": gv.split("/")[1]}} for gv in groups]})
         elif (segments[0] == "api" and len(segments) == 2) or (segments[0] == "apis" and len(segments) == 3):
             gv = "/".join(segments[1:])
-            if gv not in RESOURCES:
+            if gv not in self.api.resources:
                 self._status(404, "NotFound", gv)
                 return True
             self._send(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": [
                 {"name": name, "singularName": "", "namespaced": namespaced, "kind": kind, "verbs": VERBS}
-                for name, (kind, namespaced) in RESOURCES[gv].items()]})
+                for name, (kind, namespaced) in self.api.resources[gv].items()]})
         elif segments[:2] == ["openapi", "v3"]:
             self._openapi("/".join(segments[2:]))
         elif segments[0] in ("openapi", "version"):
@@ -209,7 +217,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Just enough OpenAPI v3 for kubectl to learn that the server validates fields itself
         (a fieldValidation parameter on each kind's operations), so it sends fieldValidation=Strict
         instead of validating against schemas on the client."""
-        documents = {("api/" if "/" not in gv else "apis/") + gv: gv for gv in RESOURCES}
+        documents = {("api/" if "/" not in gv else "apis/") + gv: gv for gv in self.api.resources}
         if not group_version_path:
             return self._send(200, {"paths": {path: {"serverRelativeURL": f"/openapi/v3/{path}?hash=0"}
                                               for path in documents}})
@@ -218,7 +226,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._status(404, "NotFound", group_version_path)
         group, _, version = gv.rpartition("/")
         paths = {}
-        for resource, (kind, namespaced) in RESOURCES[gv].items():
+        for resource, (kind, namespaced) in self.api.resources[gv].items():
             if "/" in resource:
                 continue
             scope = "namespaces/{namespace}/" if namespaced else ""
@@ -234,7 +242,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _resource(self, method: str, gv: str, rest: list[str], namespace: str, query: dict, body) -> None:
         resource, name = rest[0], rest[1] if len(rest) > 1 else ""
         key = (gv, resource, namespace, name)
-        kind = RESOURCES.get(gv, {}).get(resource, ("Unknown", True))[0]
+        if gv not in self.api.resources or resource.split("/")[0] not in self.api.resources[gv]:
+            return self._status(404, "NotFound", f"the server could not find the requested resource ({gv} {resource})")
+        kind = self.api.resources[gv][resource][0]
         if len(rest) > 2 and rest[2] == "log":
             logs = self.api.logs
             text = logs if isinstance(logs, str) else logs(self.api.objects.get(key, {"metadata": {"name": name}}))

@@ -2,12 +2,15 @@
 
 The objects come from k8s/pods/validation.py as dist/ and the runner carry them; the cluster is a
 stand-in `kubectl` on PATH that answers from a JSON state file and records every call (there is no
-cluster here)."""
+cluster here). Under trainingApi v2 the smoke run is a TrainingRuntime and its TrainJob; those tests
+run the runner's copy of the code (ops and config only) with the system python3, as CodeBuild does."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -27,6 +30,13 @@ def dev_objects():
     from k8s.pods.validation import validation_objects
 
     return validation_objects(envconfig.load("dev"))
+
+
+@pytest.fixture(scope="module")
+def v2_objects():
+    from k8s.pods.validation import validation_objects
+
+    return validation_objects(dataclasses.replace(envconfig.load("dev"), training_api="v2"))
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +98,8 @@ FAKE_KUBECTL = textwrap.dedent("""\
         outcome = state["outcomes"].get(name, "Complete")
         print(json.dumps({{"status": {{"conditions": [{{"type": outcome, "status": "True"}}]}}}}))
     elif args[0] == "logs":
-        selector = args[args.index("-l") + 1]
-        job = dict(kv.split("=", 1) for kv in selector.split(",")).get("training.kubeflow.org/job-name", "")
+        selector = dict(kv.split("=", 1) for kv in args[args.index("-l") + 1].split(","))
+        job = selector.get("training.kubeflow.org/job-name") or selector.get("jobset.sigs.k8s.io/jobset-name", "")
         print(state["logs"].get(job, "PASS"))
     elif args[0] == "create":
         state["created"].append(json.loads(sys.stdin.read()))
@@ -98,8 +108,19 @@ FAKE_KUBECTL = textwrap.dedent("""\
 NCCL_LOGS = Path(__file__).parent / "fixtures" / "nccl"
 
 
-@pytest.fixture
-def cluster(tmp_path, dev_objects):
+# The runner's interpreter: CodeBuild's python3 with PyYAML and nothing else of ours installed.
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def _system_python() -> str:
+    has_yaml = os.path.exists(SYSTEM_PYTHON) and subprocess.run(
+        [SYSTEM_PYTHON, "-c", "import yaml"], capture_output=True, timeout=60).returncode == 0
+    return SYSTEM_PYTHON if has_yaml else sys.executable
+
+
+def fake_cluster(tmp_path: Path, objects: list[dict], *, python: str = sys.executable, cwd: Path = REPO_ROOT):
+    """run(nodes, outcomes, environ, logs) -> (`ops validate` done, kubectl calls) against the fake
+    kubectl, with `objects` as dist/<env>/validation/ holds them; `run.created` the objects created."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     kubectl = bin_dir / "kubectl"
@@ -107,7 +128,7 @@ def cluster(tmp_path, dev_objects):
     kubectl.chmod(0o755)
     dist = tmp_path / "dist"
     (dist / "validation").mkdir(parents=True)
-    (dist / "validation" / "cluster-validation.yaml").write_text(yaml.safe_dump_all(dev_objects))
+    (dist / "validation" / "cluster-validation.yaml").write_text(yaml.safe_dump_all(objects))
     state = tmp_path / "cluster.json"
 
     def run(nodes: dict, outcomes: dict | None = None, environ: dict | None = None, logs: dict | None = None):
@@ -116,12 +137,31 @@ def cluster(tmp_path, dev_objects):
         state.write_text(json.dumps({"nodes": nodes, "outcomes": outcomes or {}, "logs": logs,
                                      "calls": [], "created": []}))
         env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_CLUSTER": str(state), **(environ or {})}
-        done = subprocess.run([sys.executable, "-m", "ops", "validate", "--dist", str(dist), "--timeout", "60"],
-                              cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+        if cwd != REPO_ROOT:
+            env.pop("PYTHONPATH", None)
+        done = subprocess.run([python, "-m", "ops", "validate", "--dist", str(dist), "--timeout", "60"],
+                              cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
         recorded = json.loads(state.read_text())
         run.created = recorded["created"]
         return done, recorded["calls"]
     return run
+
+
+@pytest.fixture
+def cluster(tmp_path, dev_objects):
+    return fake_cluster(tmp_path, dev_objects)
+
+
+@pytest.fixture
+def v2_cluster(tmp_path, v2_objects):
+    """A trainingApi v2 environment's validation, run as the runner runs it: from a copy of only the
+    sources the runner carries (stacks/validation.py RUNNER_SOURCES), with the system python3."""
+    from stacks.validation import RUNNER_SOURCES
+
+    source = tmp_path / "runner"
+    for package in RUNNER_SOURCES:
+        shutil.copytree(REPO_ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    return fake_cluster(tmp_path, v2_objects, python=_system_python(), cwd=source)
 
 
 def test_a_stage_without_nodes_passes_with_every_check_skipped(cluster):
@@ -226,20 +266,27 @@ def test_prods_smoke_run_is_neither_deployed_nor_left_pending_on_its_empty_cpu_g
     assert "PyTorchJob validation-cpu-ddp: node group cpu has 0 Ready node(s), needs 2" in skipped
 
 
-def test_each_validation_gives_the_smoke_run_a_snapshot_and_rendezvous_of_its_own(checks, monkeypatch):
-    """dist/ names one fixed snapshot file: a smoke run that found the last validation's snapshot
-    resumed at its final epoch and exited 0 without training a step, so it proved nothing."""
+def run_twice(smoke, monkeypatch) -> list[dict]:
+    """What two validations in a row, stamped an hour apart, create for `smoke` (the cluster passes it)."""
     from ops import validate
-    from ops.validate import flag_value, worker_container
 
-    smoke = checks["PyTorchJob", "cpu"]
-    dist_snapshot = flag_value(worker_container(smoke.manifest)["command"], "--snapshot-path")
     created = []
     monkeypatch.setattr(validate, "kubectl", lambda *args, stdin=None: created.append(json.loads(stdin)) if stdin else "")
     monkeypatch.setattr(validate, "_await", lambda kind, names, namespace, timeout_s: ["passed"])
     stamps = iter(["20261126-010000", "20261126-020000"])
     monkeypatch.setattr(validate, "stamp", lambda: next(stamps))
     assert validate.run_check(smoke, 60) and validate.run_check(smoke, 60)
+    return created
+
+
+def test_each_validation_gives_the_smoke_run_a_snapshot_and_rendezvous_of_its_own(checks, monkeypatch):
+    """dist/ names one fixed snapshot file: a smoke run that found the last validation's snapshot
+    resumed at its final epoch and exited 0 without training a step, so it proved nothing."""
+    from ops.validate import flag_value, worker_container
+
+    smoke = checks["PyTorchJob", "cpu"]
+    dist_snapshot = flag_value(worker_container(smoke.manifest)["command"], "--snapshot-path")
+    created = run_twice(smoke, monkeypatch)
     snapshots = [flag_value(worker_container(job)["command"], "--snapshot-path") for job in created]
     assert snapshots == [dist_snapshot.replace("snapshot.pt", "run-20261126-010000/snapshot.pt"),
                          dist_snapshot.replace("snapshot.pt", "run-20261126-020000/snapshot.pt")]
@@ -248,3 +295,85 @@ def test_each_validation_gives_the_smoke_run_a_snapshot_and_rendezvous_of_its_ow
     strip = lambda job: [a for a in worker_container(job)["command"] if "snapshot.pt" not in a]  # noqa: E731
     assert strip(created[0]) == strip(created[1]) == strip(smoke.manifest)
     assert flag_value(worker_container(smoke.manifest)["command"], "--snapshot-path") == dist_snapshot
+
+
+# --- trainingApi v2: the smoke run is a TrainingRuntime and its TrainJob -----------------------------
+
+def test_a_v2_smoke_run_is_its_runtime_and_trainjob_found_on_the_cpu_group(v2_objects):
+    [smoke] = [c for c in checks_from_objects(v2_objects) if c.kind in ("PyTorchJob", "TrainJob")]
+    assert (smoke.kind, smoke.name, smoke.nodegroup, smoke.nodes_needed) == ("TrainJob", "validation-cpu-ddp", "cpu", 2)
+    assert [o["kind"] for o in smoke.objects()] == ["TrainingRuntime", "TrainJob"]
+    assert smoke.placeholders() == ["TRAINER_IMAGE_CPU"], "the image lives in the runtime"
+    [ready], _ = plan([smoke], {"cpu": ["a", "b"]}, {"TRAINER_IMAGE_CPU": "registry/trainer:cpu-1"})
+    assert "${" not in json.dumps(ready.objects()).replace("$(", "")
+
+
+def test_a_v2_trainjob_whose_runtime_is_not_in_dist_is_one_line_and_exit_2(tmp_path, v2_objects):
+    dist = tmp_path / "validation"
+    dist.mkdir()
+    (dist / "cluster-validation.yaml").write_text(
+        yaml.safe_dump_all([o for o in v2_objects if o["kind"] != "TrainingRuntime"]))
+    done = subprocess.run([sys.executable, "-m", "ops", "validate", "--dist", str(tmp_path)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert "--dist: TrainJob validation-cpu-ddp uses TrainingRuntime validation-cpu-ddp, which is not beside it" in line
+
+
+def test_under_v2_the_runner_creates_the_runtime_then_the_trainjob_and_reads_the_trainjobs_pods(v2_cluster):
+    done, calls = v2_cluster({"p5": 2, "p4d": 2, "cpu": 2}, environ={"TRAINER_IMAGE_CPU": "registry/trainer:cpu-1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1].startswith("validation finished: 5 passed, 0 failed, 0 skipped")
+    assert "TrainJob validation-cpu-ddp on cpu: passed" in done.stdout
+    smoke = [c for c in calls if "validation-cpu-ddp" in c or c == "create -f -"]
+    assert [c for c in calls if "validation-cpu-ddp" in c] == [
+        # The last validation's run goes, the TrainJob first: the runtime is in use until it has gone.
+        "delete trainjob validation-cpu-ddp -n training --ignore-not-found --wait=true",
+        "delete trainingruntime validation-cpu-ddp -n training --ignore-not-found --wait=true",
+        "get trainjob validation-cpu-ddp -n training -o json",
+        "logs -n training -l jobset.sigs.k8s.io/jobset-name=validation-cpu-ddp --tail=50 --all-containers",
+    ], smoke
+    runtime, trainjob = v2_cluster.created[-2:]
+    assert (runtime["kind"], trainjob["kind"]) == ("TrainingRuntime", "TrainJob")
+    assert trainjob["spec"]["runtimeRef"]["name"] == runtime["metadata"]["name"] == "validation-cpu-ddp"
+    assert not [o for o in v2_cluster.created if o["kind"] == "PyTorchJob"]
+    assert not any("pytorchjob" in c for c in calls), "a v2 cluster has no PyTorchJob kind"
+
+
+def test_under_v2_a_failed_trainjob_fails_the_stage(v2_cluster):
+    done, _ = v2_cluster({"cpu": 2}, {"validation-cpu-ddp": "Failed"}, environ={"TRAINER_IMAGE_CPU": "img:1"})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "TrainJob validation-cpu-ddp on cpu: failed" in done.stdout
+
+
+def test_each_v2_validation_gives_the_smoke_run_a_snapshot_and_run_id_of_its_own(v2_objects, monkeypatch):
+    """As under v1. A TrainJob's pods rendezvous under TRAINER_RUN_ID and JobSet's restart attempt, so
+    a fresh run id is a fresh rendezvous, and every restart of one validation keeps it (the trainer's
+    checkpoint lease takes the folder over for the same run id)."""
+    from config.kubernetes import RUN_ID_ENV
+    from ops.validate import flag_value, worker_container
+
+    [smoke] = [c for c in checks_from_objects(v2_objects) if c.kind == "TrainJob"]
+    created = run_twice(smoke, monkeypatch)
+    runtimes = [o for o in created if o["kind"] == "TrainingRuntime"]
+    assert [o["kind"] for o in created] == ["TrainingRuntime", "TrainJob"] * 2
+    snapshots = [flag_value(worker_container(r)["command"], "--snapshot-path") for r in runtimes]
+    assert snapshots == [f"/fsx/checkpoints/.validation/cpu-ddp/run-{s}/snapshot.pt"
+                         for s in ("20261126-010000", "20261126-020000")]
+    env = [{e["name"]: e.get("value") for e in worker_container(r)["env"]} for r in runtimes]
+    assert [e[RUN_ID_ENV] for e in env] == ["validation-cpu-ddp-run-20261126-010000",
+                                            "validation-cpu-ddp-run-20261126-020000"]
+    assert env[0]["PET_RDZV_ID"] == f"$({RUN_ID_ENV})-$(JOBSET_RESTART_ATTEMPT)", "the attempt keeps its own round"
+    # The TrainJob is dist's, and dist's runtime is left as it was.
+    assert created[1] == created[3] == smoke.manifest
+    assert flag_value(worker_container(smoke.runtime)["command"], "--snapshot-path") == \
+        "/fsx/checkpoints/.validation/cpu-ddp/snapshot.pt"
+
+
+def test_the_runner_reads_trainer_names_it_cannot_import():
+    """ops/validate.py runs without the k8s package: its copies of k8s/pods/trainjob.py's names."""
+    from k8s.pods import trainjob
+    from ops import validate
+
+    assert validate.TRAINER_NODE == trainjob.NODE
+    assert validate.POD_LABEL["TrainJob"] == trainjob.JOBSET_NAME_LABEL

@@ -1,17 +1,20 @@
-"""The validation runner's RBAC is exactly what `ops validate` asks of the API server.
+"""The validation runner's RBAC is exactly what `ops validate` asks of the API server, under either
+training API.
 
 `python -m ops validate` runs as the runner runs it, with the real kubectl and the smoke run's image
 in its environment, against a recording API server on loopback (tests/ops/kube_http.py) holding two
 Ready nodes in every group a check needs and last run's checks (the single NCCL MPIJob of earlier
 releases, and a pair of the last sweep), which linger after a delete as objects do on a cluster.
 The server makes each created job's pods as the controllers would, and the NCCL launchers log a
-passing all_reduce_perf table. Every request kubectl makes becomes the (verb, group, resource) the
+passing all_reduce_perf table. Under trainingApi v2 it serves the kinds of such a cluster: Trainer's
+TrainingRuntime and TrainJob, MPIJobs, and no PyTorchJob. Every request kubectl makes becomes the (verb, group, resource) the
 RBAC authorizer judges; the rules the chart binds to the runner's group
 (k8s/validation_runner_rbac.py) must allow each one and grant nothing else, and no Secret.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -20,39 +23,59 @@ import sys
 import pytest
 import yaml
 
-from config.kubernetes import NODEGROUP_LABEL, TRAINING_NAMESPACE, VALIDATION_RUNNER_GROUP
-from kube_http import RbacRequest, RecordingApiServer, rbac_requests
+from config.kubernetes import JOBSET_NAME_LABEL, NODEGROUP_LABEL, TRAINING_NAMESPACE, VALIDATION_RUNNER_GROUP
+from kube_http import RESOURCES, RESOURCES_V2, RbacRequest, RecordingApiServer, rbac_requests
 from ops import envconfig
 from tests.conftest import REPO_ROOT
 
 KUBECTL = shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="needs a kubectl binary on PATH (the runner installs one)")
 RESOURCE_OF = {"Job": ("batch/v1", "jobs"), "MPIJob": ("kubeflow.org/v1", "mpijobs"),
-               "PyTorchJob": ("kubeflow.org/v1", "pytorchjobs")}
+               "PyTorchJob": ("kubeflow.org/v1", "pytorchjobs"),
+               "TrainingRuntime": ("trainer.kubeflow.org/v1alpha1", "trainingruntimes"),
+               "TrainJob": ("trainer.kubeflow.org/v1alpha1", "trainjobs")}
+# The smoke run's kind under each training API.
+SMOKE_RESOURCE = {"v1": "pytorchjobs", "v2": "trainjobs"}
 JOB_NAME = "training.kubeflow.org/job-name"
 REPLICA_TYPE = "training.kubeflow.org/replica-type"
 NCCL_PASS = (REPO_ROOT / "tests" / "ops" / "fixtures" / "nccl" / "p5-pass.log").read_text()
 
 
+@pytest.fixture(scope="module", params=["v1", "v2"])
+def training_api(request) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def validation_objects():
+def config(training_api):
+    return dataclasses.replace(envconfig.load("dev"), training_api=training_api)
+
+
+@pytest.fixture(scope="module")
+def validation_objects(config):
     from k8s.pods.validation import validation_objects
 
-    return validation_objects(envconfig.load("dev"))
+    return validation_objects(config)
 
 
 @pytest.fixture(scope="module")
-def runner_rbac() -> list[dict]:
+def runner_rbac(config) -> list[dict]:
+    """What the chart binds to the runner's group in this environment."""
     from k8s.addons import runner_rbac as addon
 
-    return addon.runner_rbac()
+    return addon.ADDON.objects(config, None)
 
 
 def pods_of(kind: str, job: dict) -> list[dict]:
     """The pod a controller makes first, labelled as it labels them: a Job's, an MPIJob's
-    launcher (with the sweep's annotations), a PyTorchJob's worker 0."""
+    launcher (with the sweep's annotations), a PyTorchJob's worker 0, a TrainJob's node 0 (JobSet's);
+    a TrainingRuntime makes none."""
     name = job["metadata"]["name"]
     spec = {"containers": [{"name": "main", "image": "i"}]}
+    if kind == "TrainingRuntime":
+        return []
+    if kind == "TrainJob":
+        return [{"metadata": {"name": f"{name}-node-0-0-abcde", "labels": {JOBSET_NAME_LABEL: name}}, "spec": spec}]
     if kind == "Job":
         return [{"metadata": {"name": f"{name}-0", "labels": {"job-name": name}}, "spec": spec}]
     if kind == "MPIJob":
@@ -68,7 +91,8 @@ def pod_log(pod: dict) -> str:
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory, validation_objects) -> tuple[subprocess.CompletedProcess, list[RbacRequest]]:
+def recorded(tmp_path_factory, training_api, validation_objects) -> tuple[subprocess.CompletedProcess,
+                                                                          list[RbacRequest]]:
     from ops import nccl
     from ops.validate import checks_from_objects
 
@@ -76,14 +100,15 @@ def recorded(tmp_path_factory, validation_objects) -> tuple[subprocess.Completed
     dist = tmp / "dist" / "validation"
     dist.mkdir(parents=True)
     (dist / "cluster-validation.yaml").write_text(yaml.safe_dump_all(validation_objects))
-    server = RecordingApiServer(linger=True, logs=pod_log, pods_for=pods_of)
+    server = RecordingApiServer(linger=True, logs=pod_log, pods_for=pods_of,
+                                resources=RESOURCES_V2 if training_api == "v2" else RESOURCES)
     try:
         checks = checks_from_objects(validation_objects)
         for group in sorted({c.nodegroup for c in checks}):
             for index in range(2):
                 server.add("v1", "nodes", "", {"metadata": {"name": f"{group}-{index}", "labels": {NODEGROUP_LABEL: group}},
                                                "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
-        last_run = [c.manifest for c in checks]
+        last_run = [obj for c in checks for obj in c.objects()]
         last_run += [nccl.pinned(c.manifest, (f"{c.nodegroup}-0", f"{c.nodegroup}-1"), 0, c.nodegroup)
                      for c in checks if c.kind == "MPIJob"]
         for obj in last_run:
@@ -121,12 +146,12 @@ def _grants(rbac: list[dict]) -> list[tuple[str, dict]]:
     return grants
 
 
-def test_validate_runs_every_check_through_the_real_kubectl(recorded):
+def test_validate_runs_every_check_through_the_real_kubectl(recorded, training_api):
     done, requests = recorded
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().splitlines()[-1] == "validation finished: 5 passed, 0 failed, 0 skipped"
     assert {(r.verb, r.resource) for r in requests} >= {
-        ("create", "mpijobs"), ("create", "jobs"), ("create", "pytorchjobs"), ("get", "pods/log")}
+        ("create", "mpijobs"), ("create", "jobs"), ("create", SMOKE_RESOURCE[training_api]), ("get", "pods/log")}
     # The last sweep's pairs went by their group label before the new sweep's were created.
     assert any(r.verb == "delete" and r.resource == "mpijobs" and r.name.endswith("-0") for r in requests)
 
@@ -148,6 +173,19 @@ def test_the_runner_group_is_granted_nothing_validate_does_not_use(recorded, run
                 for verb in rule["verbs"]:
                     assert any((verb, group, resource) == u[:3] and (not namespace or u[3] == namespace)
                                for u in used), f"{verb} {group or 'core'}/{resource} in {namespace or 'cluster'} is unused"
+
+
+@pytest.mark.parametrize("training_api", ["v2"], indirect=True)
+def test_a_trainer_v2_runner_may_not_touch_pytorchjobs_and_creates_the_runtime_before_its_trainjob(
+        recorded, runner_rbac):
+    """A v2 cluster has no PyTorchJob kind; Trainer's webhook refuses a TrainJob whose runtime is missing."""
+    _, requests = recorded
+    assert not [r for r in requests if r.resource == "pytorchjobs"]
+    assert not [rule for _, rule in _grants(runner_rbac) if "pytorchjobs" in rule["resources"]]
+    creates = [r.resource for r in requests if r.verb == "create" and r.group == "trainer.kubeflow.org"]
+    assert creates == ["trainingruntimes", "trainjobs"]
+    deletes = [r.resource for r in requests if r.verb == "delete" and r.group == "trainer.kubeflow.org"]
+    assert deletes == ["trainjobs", "trainingruntimes"], "the TrainJob goes before the runtime it holds"
 
 
 def test_nothing_bound_to_the_runner_touches_a_secret_or_uses_a_wildcard(runner_rbac):

@@ -356,3 +356,36 @@ def test_the_pods_of_a_trainjob_reach_each_other_and_etcd_and_no_other_runs(dev)
     assert not cluster.allowed(found["run-a/0"], found["run-b/0"], 29500, "TCP")
     assert not cluster.allowed(found["run-b/1"], found["run-a/1"], 41234, "TCP")
     assert cluster.allowed(found["run-a/0"], etcd, 2379, "TCP")
+
+
+def test_under_trainer_v2_the_charts_smoke_run_policy_selects_the_smoke_trainjobs_pods(dev):
+    """`ops validate` creates the smoke run with kubectl and no policy of its own: the chart's
+    fixed-name policy must select what JobSet labels the TrainJob's pods with, not the v1 operator's
+    label, which no v2 pod carries."""
+    import dataclasses
+
+    from k8s.addons.etcd import POD_LABELS, clients_only_policy
+    from k8s.addons.network_policies import network_policies
+    from k8s.pods.trainjob import JOBSET_NAME_LABEL, node_pod_template, render_trainjob_run
+    from k8s.pods.validation import SMOKE_RUN, validation_objects
+
+    v2 = dataclasses.replace(dev, training_api="v2")
+    policies = [p for p in network_policies(v2) if p["metadata"]["namespace"] == TRAINING_NAMESPACE]
+    [smoke_policy] = [p for p in policies if p["metadata"]["name"] == f"{SMOKE_RUN}-peers"]
+    assert smoke_policy["spec"]["podSelector"] == {"matchLabels": {JOBSET_NAME_LABEL: SMOKE_RUN}}
+    policies.append(clients_only_policy())
+    [runtime] = [o for o in validation_objects(v2) if o["kind"] == "TrainingRuntime"]
+    other, _ = render_trainjob_run(v2, "cpu-ddp", image="i", job_name="run-a")
+    hosts = ipaddress.ip_network(v2.vpc_cidr).hosts()
+    found = {}
+    for name, rt in ((SMOKE_RUN, runtime), ("run-a", other)):
+        labels = {**node_pod_template(rt)["metadata"]["labels"], JOBSET_NAME_LABEL: name}
+        for index in (0, 1):
+            found[f"{name}/{index}"] = Pod(f"{name}/{index}", TRAINING_NAMESPACE, str(next(hosts)), labels)
+    etcd = Pod("etcd", TRAINING_NAMESPACE, str(next(hosts)), dict(POD_LABELS))
+    cluster = Cluster(policies, {TRAINING_NAMESPACE: {}}, [], [*found.values(), etcd])
+    assert cluster.allowed(found[f"{SMOKE_RUN}/0"], found[f"{SMOKE_RUN}/1"], 29500, "TCP")
+    assert cluster.allowed(found[f"{SMOKE_RUN}/1"], found[f"{SMOKE_RUN}/0"], 41234, "TCP")
+    assert cluster.allowed(found[f"{SMOKE_RUN}/0"], etcd, 2379, "TCP")
+    assert not cluster.allowed(found[f"{SMOKE_RUN}/0"], found["run-a/0"], 29500, "TCP"), \
+        "run-a has no peers policy here: nothing lets the smoke run reach it"

@@ -61,3 +61,24 @@ def test_the_checks_and_templates_carry_the_project_labels(dev):
 
 def test_an_environment_without_gpus_gets_only_the_smoke_run(dev):
     assert {o["kind"] for o in validation_objects(replace(dev, gpu_nodegroups=()))} == {"PyTorchJob"}
+
+
+def test_under_trainer_v2_the_smoke_run_is_a_runtime_then_its_trainjob_rendered_as_user_runs_are(dev):
+    """A v2 cluster has no PyTorchJob kind. The smoke run is what render_trainjob_run makes of the
+    preset, with validation's checkpoint folder, labelled so `ops start` never counts it a user's run."""
+    from config.kubernetes import VALIDATION_LABEL
+    from k8s.pods.trainjob import node_pod_template, render_trainjob_run
+
+    v2 = replace(dev, training_api="v2")
+    objects = validation_objects(v2)
+    assert not [o for o in objects if o["kind"] == "PyTorchJob"]
+    runtime, trainjob = [o for o in objects if o["kind"] in ("TrainingRuntime", "TrainJob")]
+    assert (runtime["kind"], trainjob["kind"]) == ("TrainingRuntime", "TrainJob"), "the runtime is created first"
+    expected = render_trainjob_run(v2, "cpu-ddp", image="${TRAINER_IMAGE_CPU}", job_name=SMOKE_RUN,
+                                   checkpoint_root=SMOKE_CHECKPOINT_ROOT)
+    for got, want in zip((runtime, trainjob), expected):
+        assert got["metadata"]["labels"].pop(VALIDATION_LABEL) == "true"
+        assert got == want
+    container = node_pod_template(runtime)["spec"]["containers"][0]
+    assert f"{SMOKE_CHECKPOINT_ROOT}/cpu-ddp/snapshot.pt" in container["command"]
+    assert not [o for o in validation_objects(replace(v2, cpu_nodegroups=())) if o["kind"].startswith("Train")]

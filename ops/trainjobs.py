@@ -23,7 +23,9 @@ from typing import Any, Callable
 from k8s.pods.kueue import VISIBILITY_GROUP, VISIBILITY_VERSION
 from k8s.pods.kueue_queues import CLUSTER_QUEUE, LOCAL_QUEUE
 from k8s.pods.network_policy import trainjob_peers_policy
-from k8s.pods.trainjob import API_VERSION, GROUP, JOBSET_NAME_LABEL, KIND, NODE, RUNTIME_KIND, node_pod_template
+from k8s.pods.trainjob import (
+    API_VERSION, GROUP, JOBSET_NAME_LABEL, KIND, NODE, RESTART_ATTEMPT_LABEL, RUNTIME_KIND, node_pod_template,
+)
 from ops.errors import OpsError
 
 VERSION = API_VERSION.split("/")[1]
@@ -40,7 +42,6 @@ VISIBILITY_API = f"{VISIBILITY_GROUP}/{VISIBILITY_VERSION}"
 PENDING_PATH = f"/apis/{VISIBILITY_API}/namespaces/{{namespace}}/localqueues/{{queue}}/pendingworkloads"
 # The Job controller's annotation of an Indexed Job's pod: index 0 is rank 0's node.
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,10 @@ dev's public one admits a few CIDRs. So each environment has its own runner, a C
 in its private subnets. The cluster security group admits it on 443 (Amazon EKS User Guide, "View
 Amazon EKS security group requirements for clusters"), and an access entry maps its role to the
 Kubernetes group VALIDATION_RUNNER_GROUP with no EKS access policy ("Create an access entry using
-Kubernetes groups"): k8s/validation_runner_rbac.py binds to that group exactly the requests `ops
+Kubernetes groups"): k8s/addons/runner_rbac.py binds to that group exactly the requests `ops
 validate` makes (list nodes; create, delete and read the check Jobs, the NCCL MPIJobs and the smoke
-PyTorchJob in the training namespace; list their pods and read their logs), and no Secret.
+run, a PyTorchJob or under trainingApi v2 a TrainingRuntime and TrainJob, in the training namespace;
+list their pods and read their logs), and no Secret.
 
 Its source is an asset: the ops package, the config package it imports, and this environment's
 validation objects (k8s/pods/validation.py), whose `${NAME}` placeholders `ops validate` fills from the

@@ -236,8 +236,9 @@ def add_parser(sub, formatter_class, error) -> None:
     p.add_argument("--jpeg-quality", type=int, default=None, metavar="Q",
                    help=f"--reencode: JPEG quality, {r.QUALITY_RANGE[0]}-{r.QUALITY_RANGE[1]} "
                         f"(default {r.DEFAULT_QUALITY}); chroma subsampled {r.SUBSAMPLING}")
-    p.add_argument("--preset", choices=sorted(presets), default="resnet50-imagenet",
-                   help="--reencode: the job the copy is for; its crop bounds --short-side from below")
+    p.add_argument("--preset", choices=sorted(presets), default=None,
+                   help="--reencode: the job the copy is for; its crop bounds --short-side from below "
+                        "(default resnet50-imagenet)")
     p.add_argument("--workers", type=int, default=None,
                    help=f"--reencode: processes (1-{r.MAX_WORKERS}; default: the CPUs, at most 32)")
 
@@ -246,7 +247,7 @@ def _reencode_settings(args):
     """(settings or None, workers) from the command line; the re-encode flags only with --reencode."""
     from trainer import imagenet_reencode as r
     given = [flag for flag, value in (("--short-side", args.short_side), ("--jpeg-quality", args.jpeg_quality),
-                                      ("--workers", args.workers)) if value is not None]
+                                      ("--workers", args.workers), ("--preset", args.preset)) if value is not None]
     if not args.reencode:
         if given:
             raise UsageError(given[0], "only applies with --reencode")
@@ -254,7 +255,7 @@ def _reencode_settings(args):
     workers = r.default_workers() if args.workers is None else args.workers
     if not 1 <= workers <= r.MAX_WORKERS:
         raise UsageError("--workers", f"must be 1 to {r.MAX_WORKERS}, got {workers}")
-    return r.settings_for(args.short_side, args.jpeg_quality, args.preset), workers
+    return r.settings_for(args.short_side, args.jpeg_quality, args.preset or "resnet50-imagenet"), workers
 
 
 def run(args) -> int:

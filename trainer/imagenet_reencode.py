@@ -108,7 +108,7 @@ def settings_for(short_side: int | None, quality: int | None, preset: str) -> Se
 
 # --- the settings manifest ------------------------------------------------------------------------
 
-def read_manifest(out: Path) -> Settings | None:
+def read_manifest(out: Path, field: str = "--out") -> Settings | None:
     path = out / MANIFEST
     if not path.exists():
         return None
@@ -117,8 +117,20 @@ def read_manifest(out: Path) -> Settings | None:
         return Settings(short_side=int(raw["short_side"]), jpeg_quality=int(raw["jpeg_quality"]),
                         subsampling=str(raw["subsampling"]), format=int(raw["format"]))
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UsageError("--out", f"{path} is not a re-encode manifest ({exc}); remove it only together "
+        raise UsageError(field, f"{path} is not a re-encode manifest ({exc}); remove it only together "
                                   f"with the images it describes") from None
+
+
+def check_serves(root: Path, image_size: int) -> None:
+    """Refuse (--data) a re-encoded copy whose short side is below what `image_size` crops need: the
+    presets share /fsx/data/imagenet, and EfficientNet-B7's 600-px crops from a copy made for
+    ResNet-50 would be enlargements, silently."""
+    settings = read_manifest(root, "--data")
+    floor = min_short_side(image_size)
+    if settings is not None and settings.short_side < floor:
+        raise UsageError("--data", f"{root} is a re-encoded copy with short side {settings.short_side} ({MANIFEST}); "
+                                   f"--image-size {image_size} needs at least {floor} (crop / {EVAL_CROP_FRACTION}): "
+                                   f"re-encode with --short-side {floor} or more, or train on the originals")
 
 
 def _holds_images(out: Path) -> bool:

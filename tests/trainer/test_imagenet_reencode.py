@@ -141,6 +141,7 @@ def test_other_settings_a_plain_run_or_a_plain_copy_are_refused_so_a_copy_never_
     (["--reencode", "--workers", "0"], "error: --workers: must be 1 to 256, got 0"),
     (["--short-side", "320"], "error: --short-side: only applies with --reencode"),
     (["--jpeg-quality", "90"], "error: --jpeg-quality: only applies with --reencode"),
+    (["--preset", "efficientnetb7-imagenet"], "error: --preset: only applies with --reencode"),
     (["--reencode", "--preset", "vision-tiny"], "error: --preset: invalid choice: 'vision-tiny' (choose from "
      "'efficientnetb7-imagenet', 'resnet50-imagenet')"),
 ])
@@ -224,6 +225,13 @@ def test_the_reencoded_copy_trains_a_step_through_the_vision_trainer(tmp_path):
     assert summary["epochs_this_run"] == 1
     [epoch] = [r for r in map(json.loads, (ck / "m.jsonl").read_text().splitlines()) if r["kind"] == "epoch"]
     assert epoch["val_images"] == 4
+    # The presets share one data folder: EfficientNet-B7's 600-px crops are refused on this 256 copy.
+    p = subprocess.run([sys.executable, "-m", "trainer.vision", "--data", str(out), "--image-size", "600"],
+                       cwd=REPO, env=job_env(), capture_output=True, text=True, timeout=120)
+    assert (p.returncode, p.stderr.strip()) == (2, f"error: --data: {out} is a re-encoded copy with short side 256 "
+                                                   "(reencode.json); --image-size 600 needs at least 686 (crop / "
+                                                   "0.875): re-encode with --short-side 686 or more, or train on the "
+                                                   "originals")
 
 
 def test_scaled_size_keeps_the_short_side_at_the_bound_and_never_enlarges():

@@ -178,11 +178,9 @@ def encoded(source: Path, settings: Settings) -> bytes | None:
     with Image.open(source) as image:
         width, height = image.size
         size = scaled_size(width, height, settings.short_side)
-        plain_jpeg = image.format == "JPEG" and image.mode == "RGB"
-        if size == (width, height) and plain_jpeg and JpegImagePlugin.get_sampling(image) == 2:
-            keep_if_small = True  # already 4:2:0: only fewer bytes would make it cheaper
-        else:
-            keep_if_small = False
+        # Within the bound, an RGB JPEG already 4:2:0 is cheaper to decode again only with fewer bytes.
+        bytes_decide = (size == (width, height) and image.format == "JPEG" and image.mode == "RGB"
+                        and JpegImagePlugin.get_sampling(image) == _PIL_SUBSAMPLING["4:2:0"])
         if size != (width, height) and image.format == "JPEG":
             image.draft("RGB", size)  # libjpeg's DCT scaling down to no less than the target: a faster decode
         rgb = image.convert("RGB")
@@ -192,7 +190,7 @@ def encoded(source: Path, settings: Settings) -> bytes | None:
     rgb.save(buffer, format="JPEG", quality=settings.jpeg_quality,
              subsampling=_PIL_SUBSAMPLING[settings.subsampling])
     data = buffer.getvalue()
-    if keep_if_small and len(data) > KEEP_ORIGINAL_ABOVE * source.stat().st_size:
+    if bytes_decide and len(data) > KEEP_ORIGINAL_ABOVE * source.stat().st_size:
         return None
     return data
 
@@ -229,12 +227,10 @@ def reencode_one(job: tuple[Path, Path, Settings]) -> tuple[str, str]:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         if data is None:
-            target.unlink(missing_ok=True)
             report = Report()
-            place(source, target, report)
-            return ("linked" if report.linked else "copied"), ""
-        target.unlink(missing_ok=True)  # an older link would otherwise be written through to the source
-        _write(target, data)
+            place(source, target, report)  # a stale target is replaced; an equal one counts as present
+            return next(k for k in ("linked", "copied", "present") if getattr(report, k)), ""
+        _write(target, data)  # the rename replaces a stale target, link or not, without touching its source
         return "reencoded", ""
     except OSError as exc:
         return "error", f"--out: cannot write {target}: {exc.strerror or exc}"

@@ -239,3 +239,20 @@ def test_scaled_size_keeps_the_short_side_at_the_bound_and_never_enlarges():
     assert imagenet_reencode.scaled_size(375, 500, 320) == (320, 427)
     assert imagenet_reencode.scaled_size(320, 9000, 320) == (320, 9000)
     assert imagenet_reencode.scaled_size(100, 80, 320) == (100, 80)
+
+
+def test_a_source_replaced_since_the_last_run_is_re_encoded_again_the_others_kept(tmp_path):
+    files = release_with(tmp_path / "src", [(200, 150)], classes=1)
+    for i, path in enumerate(files):
+        photo(200, 150, seed=i).save(path, format="JPEG", quality=75, subsampling=2)  # linked, not re-encoded
+    out, settings = tmp_path / "out", Settings(short_side=256, jpeg_quality=90)
+    assert imagenet.rearrange(tmp_path / "src", out, settings, 1).linked == 4
+    replaced = files[0]
+    new = tmp_path / "new.JPEG"
+    photo(640, 480, seed=9).save(new, format="JPEG", quality=96, subsampling=0)
+    os.replace(new, replaced)  # a new file, as a new download is; the old one lives on as the link
+    report = imagenet.rearrange(tmp_path / "src", out, settings, 1)
+    assert (report.reencoded, report.present) == (1, 3)
+    with Image.open(output_of(out, replaced)) as image:
+        assert image.size == (341, 256)
+    assert Image.open(replaced).size == (640, 480)  # the source untouched

@@ -1,6 +1,7 @@
 """trainer.vision's CPU input path: images/s per loader worker, in two cases, each measured in one run.
 
     python bench/vision_loader.py [--case dtype|reduced|both|reencoded] [--images 256] [--rounds 3] [--workers 1]
+        [--short-side N]  (reencoded: the copy's bound; default the tool's)
 
 `dtype`: JPEGs of one size (500x375, quality 90), fp32 (before) against uint8:
 - fp32: PIL decode, RandomResizedCrop(224), flip, ToTensor and Normalize in the worker (the old path);
@@ -202,12 +203,13 @@ def reduced_case(root: Path, args) -> dict:
     return out
 
 
-def _reencoded_copy(train: Path, root: Path):
+def _reencoded_copy(train: Path, root: Path, short_side: int | None = None):
     """`train` (an ImageFolder split) re-encoded under root/train by trainer.imagenet_reencode at
-    the default settings of `trainer.data imagenet --reencode`; (its train folder, the settings)."""
+    the settings of `trainer.data imagenet --reencode [--short-side N]` for resnet50-imagenet;
+    (its train folder, the settings)."""
     from trainer.imagenet import Report
     from trainer.imagenet_reencode import reencode, settings_for
-    settings = settings_for(None, None, "resnet50-imagenet")
+    settings = settings_for(short_side, None, "resnet50-imagenet")
     pairs = [(f, root / "train" / f.parent.name / f.name) for f in sorted(train.rglob("*.jpg"))]
     root.mkdir(parents=True)
     reencode(pairs, root, settings, min(2, os.cpu_count() or 1), Report())
@@ -227,7 +229,7 @@ def reencoded_case(root: Path, args) -> dict:
         name = group or "mix"
         train = write_jpegs(root, 64, sizes=imagenet_sizes(64, group=group), processes=min(2, os.cpu_count() or 1),
                             encoding=IMAGENET_ENCODING, split=name)
-        copy, settings = _reencoded_copy(train, root / f"reencoded-{name}")
+        copy, settings = _reencoded_copy(train, root / f"reencoded-{name}", args.short_side)
         out["settings"] = settings.describe()
         out[name] = {"original_mean_kb": _mean_kb(train), "reencoded_mean_kb": _mean_kb(copy),
                      **_rounds(train, "original", "reencoded", args, paths=("uint8-reduced", "uint8-reduced"),
@@ -248,6 +250,8 @@ def main(argv=None) -> int:
     p.add_argument("--images", type=int, default=256, help="images read per measurement")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--workers", type=int, default=1, help="loader processes (1: images/s per worker core)")
+    p.add_argument("--short-side", type=int, default=None,
+                   help="reencoded: the copy's --short-side (default: trainer.data imagenet --reencode's)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     result = {"workers": args.workers, "images": args.images, "crop": 224, "cpus": os.cpu_count()}

@@ -1,6 +1,7 @@
 """trainer.vision's CPU input path: images/s per loader worker, in two cases, each measured in one run.
 
-    python bench/vision_loader.py [--case dtype|reduced|both] [--images 256] [--rounds 3] [--workers 1]
+    python bench/vision_loader.py [--case dtype|reduced|both|reencoded] [--images 256] [--rounds 3] [--workers 1]
+        [--short-side N]  (reencoded: the copy's bound; default the tool's)
 
 `dtype`: JPEGs of one size (500x375, quality 90), fp32 (before) against uint8:
 - fp32: PIL decode, RandomResizedCrop(224), flip, ToTensor and Normalize in the worker (the old path);
@@ -10,6 +11,10 @@
 `reduced`: JPEGs whose sizes follow ImageNet's (IMAGENET_SIZES), uint8 with full decode against
 uint8 with the reduced-size decode trainer.vision now makes where the crop allows
 (trainer/vision_jpeg.py); also each size group on its own, since the gain comes from the large images.
+`reencoded` (not in `both`): the same ImageNet-like JPEGs, then a copy of them made by
+`trainer.data imagenet --reencode` at its default settings (trainer/imagenet_reencode.py), both read
+by trainer.vision's training loader (uint8, reduced-size decode where the crop allows): images/s per
+worker on the originals against the copy, and bytes per image before and after.
 Both sides of a case run in this one process, alternating within each round; a ratio is the median
 over rounds of that round's ratio, so a slow round on a shared machine slows both sides.
 Nothing is downloaded: the JPEGs are generated into a temporary folder.
@@ -154,12 +159,16 @@ def loader_rate(train_dir: Path, *, path: str, workers: int, images: int, image_
     return seen / (time.perf_counter() - start)
 
 
-def _rounds(train: Path, a: str, b: str, args) -> dict:
-    """Median images/s per worker of paths a and b over args.rounds alternating rounds, and of b / a."""
+def _rounds(train: Path, a: str, b: str, args, *, paths: tuple[str, str] | None = None,
+            b_train: Path | None = None) -> dict:
+    """Median images/s per worker of a and b over args.rounds alternating rounds, and of b / a.
+    a and b name loader paths (fp32, uint8, uint8-reduced), or with `paths` two data sets: a reads
+    `train`, b reads `b_train`, through paths[0] and paths[1]."""
+    path_a, path_b = paths or (a, b)
     rounds = []
     for _ in range(args.rounds):
-        ra = loader_rate(train, path=a, workers=args.workers, images=args.images)
-        rb = loader_rate(train, path=b, workers=args.workers, images=args.images)
+        ra = loader_rate(train, path=path_a, workers=args.workers, images=args.images)
+        rb = loader_rate(b_train or train, path=path_b, workers=args.workers, images=args.images)
         rounds.append((ra, rb, rb / ra))
         print(f"round ({train.name}): {a} {ra:.0f} img/s, {b} {rb:.0f} img/s, {b}/{a} {rb / ra:.3f}", flush=True)
     return {f"{a}_images_per_s_per_worker": round(statistics.median(r[0] for r in rounds) / args.workers, 1),
@@ -194,12 +203,55 @@ def reduced_case(root: Path, args) -> dict:
     return out
 
 
+def _reencoded_copy(train: Path, root: Path, short_side: int | None = None):
+    """`train` (an ImageFolder split) re-encoded under root/train by trainer.imagenet_reencode at
+    the settings of `trainer.data imagenet --reencode [--short-side N]` for resnet50-imagenet;
+    (its train folder, the settings)."""
+    from trainer.imagenet import Report
+    from trainer.imagenet_reencode import reencode, settings_for
+    settings = settings_for(short_side, None, "resnet50-imagenet")
+    pairs = [(f, root / "train" / f.parent.name / f.name) for f in sorted(train.rglob("*.jpg"))]
+    root.mkdir(parents=True)
+    reencode(pairs, root, settings, min(2, os.cpu_count() or 1), Report())
+    return root / "train", settings
+
+
+def _mean_kb(folder: Path) -> float:
+    files = list(folder.rglob("*.jpg"))
+    return round(sum(f.stat().st_size for f in files) / len(files) / 1e3, 1)
+
+
+def reencoded_case(root: Path, args) -> dict:
+    """Originals against the re-encoded copy, the mix then each size group alone, and the mix again
+    from the groups' rates weighted by their shares."""
+    out: dict = {"jpeg": "IMAGENET_SIZES, q96 4:4:4", "loader": "uint8-reduced (trainer.vision's)"}
+    for group in (None, *(row[0] for row in IMAGENET_SIZES)):
+        name = group or "mix"
+        train = write_jpegs(root, 64, sizes=imagenet_sizes(64, group=group), processes=min(2, os.cpu_count() or 1),
+                            encoding=IMAGENET_ENCODING, split=name)
+        copy, settings = _reencoded_copy(train, root / f"reencoded-{name}", args.short_side)
+        out["settings"] = settings.describe()
+        out[name] = {"original_mean_kb": _mean_kb(train), "reencoded_mean_kb": _mean_kb(copy),
+                     **_rounds(train, "original", "reencoded", args, paths=("uint8-reduced", "uint8-reduced"),
+                               b_train=copy)}
+    for side in ("original", "reencoded"):
+        seconds = sum(share / out[group][f"{side}_images_per_s_per_worker"] for group, share, *_ in IMAGENET_SIZES)
+        out[f"by_shares_{side}_images_per_s_per_worker"] = round(1 / seconds, 1)
+        out[f"by_shares_{side}_mean_kb"] = round(sum(share * out[group][f"{side}_mean_kb"]
+                                                     for group, share, *_ in IMAGENET_SIZES), 1)
+    out["by_shares_reencoded_over_original"] = round(out["by_shares_reencoded_images_per_s_per_worker"]
+                                                     / out["by_shares_original_images_per_s_per_worker"], 3)
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--case", choices=("dtype", "reduced", "both"), default="both")
+    p.add_argument("--case", choices=("dtype", "reduced", "both", "reencoded"), default="both")
     p.add_argument("--images", type=int, default=256, help="images read per measurement")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--workers", type=int, default=1, help="loader processes (1: images/s per worker core)")
+    p.add_argument("--short-side", type=int, default=None,
+                   help="reencoded: the copy's --short-side (default: trainer.data imagenet --reencode's)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     result = {"workers": args.workers, "images": args.images, "crop": 224, "cpus": os.cpu_count()}
@@ -208,6 +260,8 @@ def main(argv=None) -> int:
             result["dtype"] = dtype_case(Path(tmp), args)
         if args.case in ("reduced", "both"):
             result["reduced"] = reduced_case(Path(tmp), args)
+        if args.case == "reencoded":
+            result["reencoded"] = reencoded_case(Path(tmp), args)
     print(json.dumps(result))
     ratios = [v for case in result.values() if isinstance(case, dict)
               for v in [*case.values(), *(x for sub in case.values() if isinstance(sub, dict) for x in sub.values())]

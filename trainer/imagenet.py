@@ -12,6 +12,9 @@ are hard links where --src and --out share a file system (no second copy of 150 
 otherwise. Each lands under its final name only when complete (a link is atomic; a copy goes to a
 temporary name and is renamed), so a run that is killed leaves nothing half-written, and the next
 run skips what is already there.
+
+With --reencode the images are instead written at a bounded size and an ordinary JPEG quality,
+cheaper to decode every epoch (trainer/imagenet_reencode.py); without it nothing changes.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class Report:
     linked: int = 0
     copied: int = 0
     present: int = 0
+    reencoded: int = 0
 
     def lines(self, out: Path) -> list[str]:
         lines = [
@@ -56,6 +60,9 @@ class Report:
             f"(expected {EXPECTED_VAL_IMAGES:,}; {self.val_listed:,} listed in {VAL_SOLUTION})",
             f"  {self.linked:,} linked, {self.copied:,} copied, {self.present:,} already in place",
         ]
+        if self.reencoded:
+            lines[1] = f"  {self.reencoded:,} re-encoded,{lines[1][1:]}"
+
         if self.val_missing:
             lines.append(f"  {len(self.val_missing):,} listed validation images are not in val/, "
                          f"e.g. {self.val_missing[0]}")
@@ -186,13 +193,21 @@ def place(source: Path, target: Path, report: Report) -> None:
     report.copied += 1
 
 
-def rearrange(src: Path, out: Path) -> Report:
+def rearrange(src: Path, out: Path, reencode=None, workers: int = 1) -> Report:
+    """The release at `src` into an ImageFolder at `out`: linked or copied, or with `reencode`
+    (trainer.imagenet_reencode.Settings) re-encoded by `workers` processes."""
     from tqdm import tqdm
+
+    from trainer import imagenet_reencode
 
     if not src.is_dir():
         raise UsageError("--src", f"{src} is not a folder")
     pairs, report = plan(src, out)
     create_folder(out, "--out")
+    if reencode is not None:
+        imagenet_reencode.reencode(pairs, out, reencode, workers, report)
+        return report
+    imagenet_reencode.claim(out, None)
     for source, target in tqdm(pairs, desc="imagenet", unit="img", file=sys.stderr, mininterval=5):
         try:
             place(source, target, report)
@@ -209,11 +224,44 @@ def add_parser(sub, formatter_class, error) -> None:
     p.error = error
     p.add_argument("--src", required=True, help="the ILSVRC2012 release (LOC_*.txt/csv and ILSVRC/Data/CLS-LOC/)")
     p.add_argument("--out", required=True, help="ImageFolder root to fill (train/ and val/)")
+    from trainer import imagenet_reencode as r
+    presets = r.imagenet_presets()
+    p.add_argument("--reencode", action="store_true",
+                   help="write each image at a bounded size and ordinary JPEG quality, cheaper to decode every "
+                        "epoch (opt-in; without it images are linked or copied unchanged)")
+    p.add_argument("--short-side", type=int, default=None, metavar="PX",
+                   help="--reencode: larger images are scaled to this short side (default: the preset's "
+                        f"evaluation resize x {r.DEFAULT_MARGIN}: " + ", ".join(
+                            f"{r.default_short_side(size)} for {name}" for name, size in presets.items()) + ")")
+    p.add_argument("--jpeg-quality", type=int, default=None, metavar="Q",
+                   help=f"--reencode: JPEG quality, {r.QUALITY_RANGE[0]}-{r.QUALITY_RANGE[1]} "
+                        f"(default {r.DEFAULT_QUALITY}); chroma subsampled {r.SUBSAMPLING}")
+    p.add_argument("--preset", choices=sorted(presets), default=None,
+                   help="--reencode: the job the copy is for; its crop bounds --short-side from below "
+                        "(default resnet50-imagenet)")
+    p.add_argument("--workers", type=int, default=None,
+                   help=f"--reencode: processes (1-{r.MAX_WORKERS}; default: the CPUs, at most 32)")
+
+
+def _reencode_settings(args):
+    """(settings or None, workers) from the command line; the re-encode flags only with --reencode."""
+    from trainer import imagenet_reencode as r
+    given = [flag for flag, value in (("--short-side", args.short_side), ("--jpeg-quality", args.jpeg_quality),
+                                      ("--workers", args.workers), ("--preset", args.preset)) if value is not None]
+    if not args.reencode:
+        if given:
+            raise UsageError(given[0], "only applies with --reencode")
+        return None, 1
+    workers = r.default_workers() if args.workers is None else args.workers
+    if not 1 <= workers <= r.MAX_WORKERS:
+        raise UsageError("--workers", f"must be 1 to {r.MAX_WORKERS}, got {workers}")
+    return r.settings_for(args.short_side, args.jpeg_quality, args.preset or "resnet50-imagenet"), workers
 
 
 def run(args) -> int:
     src, out = Path(args.src), Path(args.out)
+    settings, workers = _reencode_settings(args)
     checked_path("--out", creatable_dir, out)  # before reading 1.3 million file names from --src
-    report = rearrange(src, out)
+    report = rearrange(src, out, settings, workers)
     print("\n".join(report.lines(out)))
     return 0

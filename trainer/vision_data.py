@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from config.workloads.vision import ImageDataConfig, SyntheticImagesConfig
 from trainer.cli import UsageError
+from trainer.imagenet_reencode import check_serves
 from trainer.torchvision_compat import import_torchvision
 from trainer.vision_jpeg import ReducedRandomResizedCrop, ReducedResizeCenterCrop, open_image
 
@@ -107,6 +108,7 @@ def build_datasets(cfg: ImageDataConfig, synthetic: SyntheticImagesConfig, seed:
         if not (root / split).is_dir():
             raise UsageError("--data", f"expected 'synthetic' or a folder with train/ and val/ class folders; "
                                        f"{root / split} is not a directory")
+    check_serves(root, cfg.image_size)  # a re-encoded copy (trainer.data imagenet --reencode) too small for the crop
     datasets = import_torchvision().datasets
     train_tf, val_tf = transforms(cfg.image_size)
     try:

@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 from PIL import Image, JpegImagePlugin
 
+from ops import proc
+
 from trainer import imagenet, imagenet_reencode
 from trainer.imagenet_reencode import Settings
 from ilsvrc_tiny import write_tiny_ilsvrc
@@ -166,9 +168,9 @@ def test_a_killed_run_leaves_whole_images_its_pool_dies_with_it_and_the_rerun_fi
     blocker.unlink()
     os.mkfifo(blocker)
     out = tmp_path / "out"
-    run = subprocess.Popen([sys.executable, "-m", "trainer.data", "imagenet", "--src", str(tmp_path / "src"),
-                            "--out", str(out), "--reencode", "--workers", "1"], cwd=REPO,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    run = proc.start([sys.executable, "-m", "trainer.data", "imagenet", "--src", str(tmp_path / "src"),
+                      "--out", str(out), "--reencode", "--workers", "1"], cwd=REPO,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # its own process group
     try:
         opened: list[int] = []
         opener = threading.Thread(target=lambda: opened.append(os.open(blocker, os.O_WRONLY)), daemon=True)
@@ -192,7 +194,7 @@ def test_a_killed_run_leaves_whole_images_its_pool_dies_with_it_and_the_rerun_fi
             os.killpg(run.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        run.wait(timeout=60)
+        proc.stop(run)
     done = [f for f in files if list(out.rglob(f.name))]
     assert done == files[:at]
     for source in done:  # whole images under their final names

@@ -4,7 +4,8 @@ The objects of the aws/eks-charts aws-dranet chart 1.0.0 (release name aws-drane
 ../shared/contracts/aws-dranet-chart-v1.0.0/): its ServiceAccount, ClusterRole and binding, the
 DaemonSet (k8s/pods/dranet.py) on the DRA groups' nodes only, and the DeviceClass of EFA devices.
 Plus, in the training namespace, one ResourceClaimTemplate per DRA group that its pods claim their
-EFA interfaces from (k8s/pods/devices.py). The EFA device plugin keeps the other EFA groups
+EFA interfaces from, and on gpuAllocation dra groups their GPUs too, paired by PCIe root
+(k8s/pods/devices.py). The EFA device plugin keeps the other EFA groups
 (k8s/addons/efa_device_plugin.py); a node label separates the two, so no node runs both.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 from config.environment import Environment
 from config.kubernetes import AWS_DRANET, DRANET_DRIVER, EFA_DEVICE_CLASS, EFA_DRA, KUBE_SYSTEM_NAMESPACE
 from k8s.addons import AddOn
-from k8s.pods.devices import efa_claim_template
+from k8s.pods.devices import claim_template
 from k8s.pods.dranet import dranet_daemon_set
 from k8s.pods.images import dranet_image
 
@@ -51,7 +52,7 @@ def dranet_objects(config: Environment) -> list[dict]:
          "subjects": [{"kind": "ServiceAccount", "name": AWS_DRANET, "namespace": KUBE_SYSTEM_NAMESPACE}]},
         efa_device_class(),
         dranet_daemon_set(dranet_image(config.region), instance_types),
-        *(efa_claim_template(group) for group in groups),
+        *(claim_template(group) for group in groups),
     ]
 
 

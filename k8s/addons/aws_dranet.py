@@ -17,8 +17,8 @@ from k8s.addons import AddOn
 from k8s.pods.devices import claim_template
 from k8s.pods.dranet import dranet_daemon_set
 from k8s.pods.images import dranet_image
+from k8s.pods.workload import cluster_identity
 
-RBAC = "rbac.authorization.k8s.io/v1"
 # templates-clusterrole.yaml: read nodes, publish ResourceSlices, read claims and classes, write the
 # status of the claims it prepares, and the driver-scoped node association of its own claims.
 CLUSTER_RULES = [
@@ -44,12 +44,7 @@ def dranet_objects(config: Environment) -> list[dict]:
     groups = config.efa_groups(EFA_DRA)
     instance_types = tuple(sorted({g.instance_type_name for g in groups}))
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": AWS_DRANET, "namespace": KUBE_SYSTEM_NAMESPACE}},
-        {"apiVersion": RBAC, "kind": "ClusterRole", "metadata": {"name": AWS_DRANET}, "rules": CLUSTER_RULES},
-        {"apiVersion": RBAC, "kind": "ClusterRoleBinding", "metadata": {"name": AWS_DRANET},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": AWS_DRANET},
-         "subjects": [{"kind": "ServiceAccount", "name": AWS_DRANET, "namespace": KUBE_SYSTEM_NAMESPACE}]},
+        *cluster_identity(AWS_DRANET, KUBE_SYSTEM_NAMESPACE, CLUSTER_RULES),
         efa_device_class(),
         dranet_daemon_set(dranet_image(config.region), instance_types),
         *(claim_template(group) for group in groups),

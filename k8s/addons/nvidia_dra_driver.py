@@ -17,8 +17,8 @@ from config.kubernetes import GPU_DEVICE_CLASS, GPU_DRA, GPU_RESOURCE, KUBE_SYST
 from k8s.addons import AddOn
 from k8s.pods.images import IMAGES
 from k8s.pods.nvidia_dra import SERVICE_ACCOUNT, gpu_kubelet_plugin_daemon_set
+from k8s.pods.workload import cluster_identity
 
-RBAC = "rbac.authorization.k8s.io/v1"
 CLUSTER_ROLE = f"{NVIDIA_DRA_DRIVER}-clusterrole-kubeletplugin"
 CLUSTER_ROLE_BINDING = f"{NVIDIA_DRA_DRIVER}-clusterrole-binding-kubeletplugin"
 # templates/rbac-kubeletplugin.yaml less its computedomains rule: gpu-kubelet-plugin never reads
@@ -45,12 +45,8 @@ def nvidia_dra_objects(config: Environment) -> list[dict]:
     if not config.gpu_groups(GPU_DRA):
         raise ValueError("NVIDIA's GPU DRA driver needs at least one gpuAllocation dra node group")
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": SERVICE_ACCOUNT, "namespace": KUBE_SYSTEM_NAMESPACE}},
-        {"apiVersion": RBAC, "kind": "ClusterRole", "metadata": {"name": CLUSTER_ROLE}, "rules": CLUSTER_RULES},
-        {"apiVersion": RBAC, "kind": "ClusterRoleBinding", "metadata": {"name": CLUSTER_ROLE_BINDING},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
-         "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": KUBE_SYSTEM_NAMESPACE}]},
+        *cluster_identity(SERVICE_ACCOUNT, KUBE_SYSTEM_NAMESPACE, CLUSTER_RULES, role=CLUSTER_ROLE,
+                          binding=CLUSTER_ROLE_BINDING),
         gpu_device_class(),
         gpu_kubelet_plugin_daemon_set(IMAGES[NVIDIA_DRA_DRIVER]),
     ]

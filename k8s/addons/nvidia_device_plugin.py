@@ -3,7 +3,8 @@
 As NVIDIA's static DaemonSet for v0.19.3 runs it (../shared/contracts/nvidia-device-plugin-v0.19.3/):
 unprivileged, no privilege escalation, every capability dropped, the kubelet's device-plugins
 directory mounted (type Directory). Ours differs only where tests/k8s/addons/test_conformance_nvidia_device_plugin.py
-declares it: our GPU node groups only, no API token, RuntimeDefault seccomp.
+declares it: our GPU node groups only (those with gpuAllocation devicePlugin), no API token,
+RuntimeDefault seccomp.
 """
 
 from __future__ import annotations

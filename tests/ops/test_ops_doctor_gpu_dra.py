@@ -101,3 +101,26 @@ def test_a_cluster_without_gpu_dra_groups_reads_no_gpu_slices_and_has_no_gpu_row
         replace(g, gpu_allocation="devicePlugin") for g in aligned_prod().gpu_nodegroups)), client)
     assert not [r for r in rows if r.name.startswith(("gpu ", "dra gpu "))]
     assert [c.query["fieldSelector"] for c in server.calls if c.path == SLICES] == ["spec.driver=dra.net"]
+
+
+def test_a_device_plugin_gpu_node_where_the_gpu_dra_driver_publishes_too_fails():
+    """A second p5 group left on the device plugin, its node gpu-c reached by NVIDIA's DRA driver too."""
+    from test_ops_doctor import p5_node
+
+    env = aligned_prod()
+    plain = replace(env.gpu_nodegroups[0], name="p5plain", efa_allocation="devicePlugin", gpu_allocation="devicePlugin")
+    env = replace(env, gpu_nodegroups=(*env.gpu_nodegroups, plain))
+    routes = aligned_routes()
+    gpu_c = p5_node("gpu-c")
+    gpu_c["metadata"]["labels"]["eks-distributed-training.io/nodegroup"] = "p5plain"
+    routes[("GET", NODES)]["items"].append(gpu_c)
+    routes[("GET", f"{DAEMONSETS}/{NVIDIA_DEVICE_PLUGIN}")] = daemonset(1, 1)
+    routes[("GET", f"{DAEMONSETS}/aws-efa-k8s-device-plugin")] = daemonset(1, 1)
+    routes[("GET", SLICES)]["items"] += gpu_slices("gpu-c")
+    client, _ = api(routes)
+    rows = {r.name: r for r in doctor_run(env, client)}
+    assert rows["gpu p5plain"].reason == "device plugin (nvidia-device-plugin): pods request nvidia.com/gpu"
+    bad = rows["dra gpu gpu-c"]
+    assert bad.status == FAIL and ("publishes 8 GPU device(s) on this node of device-plugin group p5plain: both GPU "
+                                   "agents run here") in bad.reason
+    assert [r.name for r in failures(list(rows.values())) if r.name != "nodes p5plain"] == ["dra gpu gpu-c"]

@@ -21,7 +21,7 @@ from constructs import Construct
 
 from cdk_constructs.node_launch_template import NetworkInterfaceSpec, NodeLaunchTemplate
 from cdk_constructs.node_user_data import node_user_data
-from config.environment import CAPACITY_TYPES, EFA_ALLOCATIONS, RESERVATION_ID
+from config.environment import CAPACITY_TYPES, EFA_ALLOCATIONS, GPU_ALLOCATIONS, RESERVATION_ID
 from config.instance_types import InstanceType
 from config.kubernetes import (
     EFA_DRA, GPU_TAINT_EFFECT, GPU_TAINT_KEY, GPU_TAINT_VALUE, SYSTEM_ROLE, TRAINING_ROLE, nodegroup_labels,
@@ -73,6 +73,8 @@ class NodegroupOptions:
     auto_repair: bool = True
     # "dra" labels an EFA group's nodes for the EFA DRA driver (config/kubernetes.py EFA_ALLOCATION_LABEL).
     efa_allocation: str = "devicePlugin"
+    # "dra" labels a GPU group's nodes for NVIDIA's GPU DRA driver (config/kubernetes.py GPU_ALLOCATION_LABEL).
+    gpu_allocation: str = "devicePlugin"
 
 
 class ManagedNodegroup(Construct):
@@ -107,7 +109,8 @@ class ManagedNodegroup(Construct):
         )
 
         self.labels: dict[str, str] = nodegroup_labels(name, role, gpu=gpu, efa=instance_type.supports_efa,
-                                                       efa_allocation=options.efa_allocation)
+                                                       efa_allocation=options.efa_allocation,
+                                                       gpu_allocation=options.gpu_allocation)
         self.nodegroup = eks.Nodegroup(
             self, "Nodegroup",
             cluster=cluster,
@@ -153,6 +156,8 @@ class ManagedNodegroup(Construct):
             fail(f"efa_allocation must be one of {', '.join(EFA_ALLOCATIONS)}, got {options.efa_allocation!r}")
         if options.efa_allocation == EFA_DRA and not options.instance_type.supports_efa:
             fail(f"efa_allocation dra needs an EFA instance type; {options.instance_type.name} has none")
+        if options.gpu_allocation not in GPU_ALLOCATIONS:
+            fail(f"gpu_allocation must be one of {', '.join(GPU_ALLOCATIONS)}, got {options.gpu_allocation!r}")
         if capacity_type not in CAPACITY_TYPES:
             fail(f"capacity_type must be one of {', '.join(CAPACITY_TYPES)}, got {capacity_type!r}")
         if capacity_type == "onDemand" and reservation_id is not None:

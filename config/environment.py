@@ -19,6 +19,9 @@ CAPACITY_TYPES = ("onDemand", "reserved", "capacityBlock")
 # How an EFA node group's pods get their EFA interfaces: the EFA device plugin (an extended
 # resource) or the EFA DRA driver (aws-dranet: a ResourceClaim). Never both on one node.
 EFA_ALLOCATIONS = ("devicePlugin", "dra")
+# How a GPU node group's pods get their GPUs: the NVIDIA device plugin (nvidia.com/gpu) or NVIDIA's
+# GPU DRA driver (a ResourceClaim, aligned with the EFA claims by PCIe root). Never both on one node.
+GPU_ALLOCATIONS = ("devicePlugin", "dra")
 # Whether runs wait in a Kueue queue for quota before their pods are created.
 QUEUEING = ("none", "kueue")
 REMOVAL_POLICIES = ("destroy", "retain")
@@ -56,6 +59,8 @@ class Nodegroup:
     # EKS node auto repair replaces nodes whose health conditions fail (node-health.html).
     auto_repair: bool = True
     efa_allocation: str = "devicePlugin"  # one of EFA_ALLOCATIONS; "dra" only on EFA types
+    # One of GPU_ALLOCATIONS; "dra" only with efa_allocation "dra" on a type with a known PCIe layout.
+    gpu_allocation: str = "devicePlugin"
 
     @property
     def instance_type(self) -> InstanceType:
@@ -124,6 +129,10 @@ class Environment:
     def efa_groups(self, path: str) -> tuple[Nodegroup, ...]:
         """The GPU groups whose pods get EFA through `path` ("devicePlugin" or "dra")."""
         return tuple(g for g in self.gpu_nodegroups if g.efa_path == path)
+
+    def gpu_groups(self, path: str) -> tuple[Nodegroup, ...]:
+        """The GPU groups whose pods get GPUs through `path` ("devicePlugin" or "dra")."""
+        return tuple(g for g in self.gpu_nodegroups if g.gpu_allocation == path)
 
     @property
     def admin_principal_arns(self) -> tuple[str, ...]:

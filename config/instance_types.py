@@ -257,3 +257,29 @@ CPU_TYPES = tuple(n for n, t in INSTANCE_TYPES.items() if not t.is_gpu)
 # Peak dense bf16 FLOPs per GPU by the device name torch reports, for the trainer's MFU when
 # it runs outside a node group (a workstation, a lent benchmark machine).
 PEAK_BF16_BY_DEVICE_NAME = {"A100": _A100, "H100": _H100, "H200": _H200, "A10G": _A10G, "L4": _L4}
+
+
+# The EKS User Guide's DRA section on topology-aware EFA allocation ("Manage EFA devices on Amazon
+# EKS", https://docs.aws.amazon.com/eks/latest/userguide/device-management-efa.html): "on
+# p5.48xlarge instances there are four EFA devices that share the same PCIe root with one GPU".
+EKS_EFA_TOPOLOGY = ("https://docs.aws.amazon.com/eks/latest/userguide/device-management-efa.html "
+                    "(\"four EFA devices that share the same PCIe root with one GPU\", p5.48xlarge)")
+
+
+@dataclass(frozen=True)
+class PcieRootLayout:
+    """How many GPUs and EFA devices share one PCIe root of an instance type: what a whole-node
+    ResourceClaim pairs per root (k8s/pods/devices.py). The number of roots is the type's GPUs over
+    gpus_per_root; the type's EFA count must equal roots x efa_per_root (tests/config check it)."""
+
+    gpus_per_root: int
+    efa_per_root: int
+    source: str
+
+
+# Only layouts someone has verified. AWS states p5.48xlarge's ratio; 8 roots is its 8 GPUs at one per
+# root, and 8 x 4 = 32 is its EFA count. p4d/p4de (8 GPUs, 4 EFA), p5e and p5en: no source here says
+# how their GPUs and EFA devices share roots, so gpuAllocation dra refuses them rather than guess.
+PCIE_ROOT_LAYOUTS: dict[str, PcieRootLayout] = {
+    "p5.48xlarge": PcieRootLayout(gpus_per_root=1, efa_per_root=4, source=EKS_EFA_TOPOLOGY),
+}

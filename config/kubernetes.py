@@ -21,9 +21,16 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"  # set by the kubelet
 # Absent elsewhere, so environments without DRA groups label their nodes as before.
 EFA_ALLOCATION_LABEL = f"{LABEL_PREFIX}/efa-allocation"
 EFA_DRA = "dra"
+# Only on GPU groups with gpuAllocation "dra", value "dra": NVIDIA's GPU DRA driver selects these
+# nodes and the NVIDIA device plugin avoids them ("do not deploy it alongside the NVIDIA device
+# plugin on the same node. Doing so can cause silent oversubscription",
+# https://docs.aws.amazon.com/eks/latest/userguide/device-management-nvidia-dra-device-plugin.html).
+GPU_ALLOCATION_LABEL = f"{LABEL_PREFIX}/gpu-allocation"
+GPU_DRA = "dra"
 
 
-def nodegroup_labels(name: str, role: str, *, gpu: bool, efa: bool, efa_allocation: str = "devicePlugin") -> dict:
+def nodegroup_labels(name: str, role: str, *, gpu: bool, efa: bool, efa_allocation: str = "devicePlugin",
+                     gpu_allocation: str = "devicePlugin") -> dict:
     """The labels a node group gives its nodes (cdk_constructs/managed_nodegroup.py sets them; the
     add-ons' selectors are tested against them)."""
     return {
@@ -31,6 +38,7 @@ def nodegroup_labels(name: str, role: str, *, gpu: bool, efa: bool, efa_allocati
         **({GPU_LABEL: "true"} if gpu else {}),
         **({EFA_LABEL: "true"} if efa else {}),
         **({EFA_ALLOCATION_LABEL: EFA_DRA} if efa and efa_allocation == EFA_DRA else {}),
+        **({GPU_ALLOCATION_LABEL: GPU_DRA} if gpu and gpu_allocation == GPU_DRA else {}),
     }
 # The NCCL sweep (ops/nccl.py): each pair's MPIJob and launcher pod carry the node group's name, the
 # launcher pod the pair of node names, and the template the instance type whose floor applies.
@@ -160,6 +168,22 @@ EFA_CLAIM = "efa"
 
 def efa_claim_template_name(nodegroup: str) -> str:
     return f"efa-{nodegroup.lower().replace('_', '-')}"
+
+
+# gpuAllocation dra: NVIDIA's GPU DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu v0.4.1,
+# cmd/gpu-kubelet-plugin/main.go DriverName; templates/deviceclass-gpu.yaml names its DeviceClass).
+NVIDIA_GPU_DRIVER = "gpu.nvidia.com"
+GPU_DEVICE_CLASS = "gpu.nvidia.com"
+NVIDIA_DRA_DRIVER = "dra-driver-nvidia-gpu"  # the chart's name, and so its objects' prefix
+# The standard attribute both DRA drivers publish for every device: the PCIe root complex
+# (https://kubernetes.io/docs/reference/node/dra-standard-device-attributes/).
+PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
+# Such a group's pods take GPUs and EFA devices from one claim (constraints span one claim only).
+DEVICES_CLAIM = "devices"
+
+
+def devices_claim_template_name(nodegroup: str) -> str:
+    return f"devices-{nodegroup.lower().replace('_', '-')}"
 # The Lease its replicas elect a leader with: v1.9.4's --leader-election-id default
 # (cmd/training-operator.v1/main.go), in the operator's namespace.
 TRAINING_OPERATOR_LEASE = "1ca428e5.training-operator.kubeflow.org"

@@ -6,9 +6,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from config.environment import CAPACITY_TYPES, EFA_ALLOCATIONS, RESERVATION_ID, Capacity, Nodegroup, SystemNodegroup
+from config.environment import (
+    CAPACITY_TYPES, EFA_ALLOCATIONS, GPU_ALLOCATIONS, RESERVATION_ID, Capacity, Nodegroup, SystemNodegroup,
+)
 from config.errors import ConfigError
-from config.instance_types import CPU_TYPES, GPU_TYPES, INSTANCE_TYPES, InstanceType
+from config.instance_types import CPU_TYPES, GPU_TYPES, INSTANCE_TYPES, PCIE_ROOT_LAYOUTS, InstanceType
 from config.kubernetes import DRA_MIN_KUBERNETES, RESERVED_NODEGROUP_NAMES
 from config.reader import ObjectReader, one_of
 
@@ -61,16 +63,18 @@ def parse_nodegroup(raw: Any, path: str, *, gpu: bool) -> Nodegroup:
     instance_type = _instance_type(r, GPU_TYPES if gpu else CPU_TYPES, "GPU" if gpu else "CPU")
     min_size, max_size, desired = _sizes(r, with_desired=True)
     capacity = Capacity()
-    efa_allocation = "devicePlugin"
+    efa_allocation = gpu_allocation = "devicePlugin"
     if gpu:
         capacity = _parse_capacity(r.optional("capacity", dict, {"type": "onDemand"}), r.at("capacity"),
                                    INSTANCE_TYPES[instance_type])
         efa_allocation = _parse_efa_allocation(r, INSTANCE_TYPES[instance_type])
+        gpu_allocation = _parse_gpu_allocation(r, INSTANCE_TYPES[instance_type], efa_allocation)
     auto_repair = r.optional("nodeAutoRepair", bool, True)
     r.finish()
     if capacity.type == "capacityBlock":
         _check_capacity_block_sizes(r, min_size, desired)
-    return Nodegroup(name, instance_type, min_size, max_size, desired, capacity, auto_repair, efa_allocation)
+    return Nodegroup(name, instance_type, min_size, max_size, desired, capacity, auto_repair, efa_allocation,
+                     gpu_allocation)
 
 
 def _parse_efa_allocation(r: ObjectReader, instance_type: InstanceType) -> str:
@@ -78,6 +82,25 @@ def _parse_efa_allocation(r: ObjectReader, instance_type: InstanceType) -> str:
     if allocation == "dra" and not instance_type.supports_efa:
         raise ConfigError(r.at("efaAllocation"), f"dra needs an EFA instance type; {instance_type.name} has no "
                                                  "EFA interfaces")
+    return allocation
+
+
+def _parse_gpu_allocation(r: ObjectReader, instance_type: InstanceType, efa_allocation: str) -> str:
+    """GPUs through NVIDIA's DRA driver are worth their cost only aligned with the EFA claims by PCIe
+    root, so "dra" needs the EFA devices through DRA too (a matchAttribute constraint spans one
+    claim; EKS: topology-aware pairing needs "the NVIDIA or Neuron DRA drivers", device-management-efa)
+    and a per-root layout someone verified (config/instance_types.py PCIE_ROOT_LAYOUTS)."""
+    allocation = one_of(r.optional("gpuAllocation", str, "devicePlugin"), GPU_ALLOCATIONS, r.at("gpuAllocation"))
+    if allocation != "dra":
+        return allocation
+    if efa_allocation != "dra":
+        raise ConfigError(r.at("gpuAllocation"), "dra needs efaAllocation dra on the same group (GPUs and EFA "
+                                                 "devices are aligned by PCIe root within one DRA claim)")
+    if instance_type.name not in PCIE_ROOT_LAYOUTS:
+        known = ", ".join(sorted(PCIE_ROOT_LAYOUTS))
+        raise ConfigError(r.at("gpuAllocation"), f"dra needs a verified GPU/EFA-per-PCIe-root layout, known for "
+                                                 f"{known}; nobody here has verified {instance_type.name}'s, so it "
+                                                 "is refused rather than guessed (use devicePlugin)")
     return allocation
 
 
@@ -92,6 +115,12 @@ def check_dra_kubernetes_version(groups: tuple[Nodegroup, ...], kubernetes_versi
             raise ConfigError(f"{path}[{i}].efaAllocation",
                               f"dra needs kubernetesVersion {DRA_MIN_KUBERNETES} or later, got {kubernetes_version} "
                               "(https://docs.aws.amazon.com/eks/latest/userguide/device-management-efa.html)")
+        # "Minimum Kubernetes version 1.34" for the NVIDIA DRA driver too (device-management-nvidia-dra-device-plugin).
+        if group.gpu_allocation == "dra" and minor(kubernetes_version) < minor(DRA_MIN_KUBERNETES):
+            raise ConfigError(f"{path}[{i}].gpuAllocation",
+                              f"dra needs kubernetesVersion {DRA_MIN_KUBERNETES} or later, got {kubernetes_version} "
+                              "(https://docs.aws.amazon.com/eks/latest/userguide/"
+                              "device-management-nvidia-dra-device-plugin.html)")
 
 
 def _check_capacity_block_sizes(r: ObjectReader, min_size: int, desired: int) -> None:

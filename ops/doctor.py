@@ -4,14 +4,17 @@ Read-only checks against the live API server, one row each (ops/checks.py):
 - nodes <group>: every node of the group Ready, at least minSize of them;
 - efa <group>: which path the group's pods take EFA interfaces by (`efaAllocation`: the EFA device
   plugin, or the EFA DRA driver and the group's ResourceClaimTemplate);
+- gpu <group>: where some group has `gpuAllocation: dra`, which path each GPU group's pods take
+  GPUs by (ops/doctor_dra.py);
 - allocatable <node>: on GPU nodes, nvidia.com/gpu and vpc.amazonaws.com/efa equal the
-  instance-type table's GPUs and EFA interfaces (none of the latter on a DRA group's node: a
-  node advertising it there runs both EFA agents), and hugepages-2Mi covers the 2 MiB pages the node's
+  instance-type table's GPUs and EFA interfaces (none of either on a node whose group takes it
+  through DRA: a node advertising it there runs both agents of that device), and hugepages-2Mi covers the 2 MiB pages the node's
   user data reserves for EFA (cdk_constructs/node_user_data.py; it never lowers a larger reservation);
 - node-health <node>: the conditions the EKS node monitoring agent sets (NODE_HEALTH_CONDITIONS);
 - dra <node>: on a DRA group's node, the EFA devices the DRA driver published as ResourceSlices,
   as many as the instance type's EFA interfaces; on a device-plugin node, none (ops/doctor_dra.py);
-- the device-plugin DaemonSets (and the EFA DRA driver's, where a group uses it) and etcd Ready;
+  dra gpu <node>: the same for the GPUs NVIDIA's GPU DRA driver publishes, where a group uses it;
+- the device-plugin DaemonSets (and the DRA drivers', where a group uses them) and etcd Ready;
 - per training controller (the Training Operator; under trainingApi v2 also Kubeflow Trainer and
   JobSet): its Deployment Ready (every replica), its leader-election Lease held and renewed, and a
   ready endpoint behind its fail-closed webhooks' Service (ops/doctor_controllers.py);
@@ -33,11 +36,13 @@ from config import Environment
 from config.instance_types import InstanceType
 from config.kubernetes import (
     AWS_DRANET, EFA_DEVICE_PLUGIN, EFA_DRA, EFA_NODE_HUGEPAGES, EFA_RESOURCE, ETCD_SERVICE, FSX_CLAIM_NAME, GPU_RESOURCE, HUGEPAGE_MIB,
-    HUGEPAGES_RESOURCE, INSTANCE_TYPE_LABEL, KUBE_SYSTEM_NAMESPACE, NCCL_GROUP_LABEL,
+    GPU_DRA, HUGEPAGES_RESOURCE, INSTANCE_TYPE_LABEL, KUBE_SYSTEM_NAMESPACE, NCCL_GROUP_LABEL,
     NODEGROUP_LABEL, NVIDIA_DEVICE_PLUGIN, OPERATOR_REPLICA_TYPE_LABEL, SYSTEM_NODEGROUP, TRAINING_NAMESPACE,
     VALIDATION_LABEL, efa_claim_template_name,
 )
+from k8s.pods.devices import claim_template_name
 from k8s.pods.names import nccl_groups
+from k8s.pods.nvidia_dra import KUBELET_PLUGIN as NVIDIA_KUBELET_PLUGIN
 from ops import doctor_controllers, doctor_dra, nccl
 from ops.checks import FAIL, PASS, WARN, Check
 from ops.kube import phase_of
@@ -73,15 +78,15 @@ def run(env: Environment, api_client: Any, *, images: Mapping[str, str] | None =
     by_group: dict[str, list] = {}
     for node in nodes:
         by_group.setdefault((node.metadata.labels or {}).get(NODEGROUP_LABEL), []).append(node)
-    groups = [(SYSTEM_NODEGROUP, env.system_nodegroup.min_size, env.system_nodegroup.instance_type, None)]
-    groups += [(g.name, g.min_size, g.instance_type, g.efa_path) for g in env.training_nodegroups]
+    groups = [(SYSTEM_NODEGROUP, env.system_nodegroup.min_size, env.system_nodegroup.instance_type, None, None)]
+    groups += [(g.name, g.min_size, g.instance_type, g.efa_path, g.gpu_allocation) for g in env.training_nodegroups]
 
-    rows = [nodes_row(name, min_size, by_group.get(name, [])) for name, min_size, _, _ in groups]
-    rows += [efa_path_row(g.name, g.efa_path) for g in env.gpu_nodegroups if g.efa_path]
-    for name, _, instance, efa_path in groups:
+    rows = [nodes_row(name, min_size, by_group.get(name, [])) for name, min_size, *_ in groups]
+    rows += [efa_path_row(g.name, g.efa_path, claim_template_name(g)) for g in env.gpu_nodegroups if g.efa_path]
+    for name, _, instance, efa_path, gpu_path in groups:
         for node in by_group.get(name, []):
             if instance.is_gpu:
-                rows.append(allocatable_row(node, instance, efa_path))
+                rows.append(allocatable_row(node, instance, efa_path, gpu_path))
             rows.append(node_health_row(node, instance))
     rows += doctor_dra.rows(env, by_group, api_client)
     rows += workload_rows(env, apps)
@@ -110,19 +115,20 @@ def nodes_row(group: str, min_size: int, nodes: list) -> Check:
     return Check(name, PASS, f"{ready}/{len(nodes)} Ready" if nodes else f"no nodes (minSize {min_size})")
 
 
-def efa_path_row(group: str, efa_path: str) -> Check:
+def efa_path_row(group: str, efa_path: str, template: str | None = None) -> Check:
     if efa_path == EFA_DRA:
         how = (f"DRA driver ({AWS_DRANET}): pods claim them from ResourceClaimTemplate "
-               f"{TRAINING_NAMESPACE}/{efa_claim_template_name(group)}")
+               f"{TRAINING_NAMESPACE}/{template or efa_claim_template_name(group)}")
     else:
         how = f"device plugin ({EFA_DEVICE_PLUGIN}): pods request {EFA_RESOURCE}"
     return Check(f"efa {group}", PASS, how)
 
 
-def expected_allocatable(instance: InstanceType, efa_path: str | None = None) -> dict[str, tuple[str, int]]:
+def expected_allocatable(instance: InstanceType, efa_path: str | None = None,
+                         gpu_path: str | None = None) -> dict[str, tuple[str, int]]:
     """resource -> ("==" or ">=", amount) a GPU node of `instance` must report as allocatable. A DRA
-    group's node advertises no EFA extended resource: only the EFA device plugin would."""
-    expected = {GPU_RESOURCE: ("==", instance.gpus)}
+    group's node advertises no extended resource of the devices DRA hands out: only a device plugin would."""
+    expected = {GPU_RESOURCE: ("==", 0 if gpu_path == GPU_DRA else instance.gpus)}
     if instance.supports_efa:
         expected[EFA_RESOURCE] = ("==", 0 if efa_path == EFA_DRA else instance.efa_interfaces)
         expected[HUGEPAGES_RESOURCE] = (">=", EFA_NODE_HUGEPAGES * HUGEPAGE_MIB * 2**20)
@@ -139,20 +145,22 @@ def _bytes(amount: int) -> str:
     return f"{amount // 2**20}Mi" if amount % 2**20 == 0 else str(amount)
 
 
-def allocatable_row(node: Any, instance: InstanceType, efa_path: str | None = None) -> Check:
+def allocatable_row(node: Any, instance: InstanceType, efa_path: str | None = None,
+                    gpu_path: str | None = None) -> Check:
     name = f"allocatable {node.metadata.name}"
     labelled = (node.metadata.labels or {}).get(INSTANCE_TYPE_LABEL)
     if labelled and labelled != instance.name:
         return Check(name, FAIL, f"node is {labelled}, its node group is configured as {instance.name}")
     have = (node.status.allocatable if node.status else None) or {}
     problems, seen = [], []
-    for resource, (op, want) in expected_allocatable(instance, efa_path).items():
+    for resource, (op, want) in expected_allocatable(instance, efa_path, gpu_path).items():
         got = _quantity(have.get(resource))
         show = _bytes if resource == HUGEPAGES_RESOURCE else str
         seen.append(f"{resource} {show(got)}")
         if (got != want) if op == "==" else (got < want):
             wanted = show(want) if op == "==" else f"at least {show(want)}"
-            both = " (the EFA device plugin runs on this DRA node too)" if resource == EFA_RESOURCE and not want else ""
+            plugin = {EFA_RESOURCE: "EFA device plugin", GPU_RESOURCE: "NVIDIA device plugin"}.get(resource)
+            both = f" (the {plugin} runs on this DRA node too)" if plugin and not want else ""
             problems.append(f"{resource} {show(got)}, expected {wanted} on {instance.name}{both}")
     if problems:
         return Check(name, FAIL, "; ".join(problems))
@@ -178,8 +186,10 @@ def node_health_row(node: Any, instance: InstanceType) -> Check:
 
 def workload_rows(env: Environment, apps: Any) -> list[Check]:
     rows = []
-    if env.gpu_nodegroups:
+    if env.gpu_groups("devicePlugin"):
         rows.append(doctor_controllers.workload_row(apps, "DaemonSet", KUBE_SYSTEM_NAMESPACE, NVIDIA_DEVICE_PLUGIN))
+    if env.gpu_groups(GPU_DRA):
+        rows.append(doctor_controllers.workload_row(apps, "DaemonSet", KUBE_SYSTEM_NAMESPACE, NVIDIA_KUBELET_PLUGIN))
     if env.efa_groups("devicePlugin"):
         rows.append(doctor_controllers.workload_row(apps, "DaemonSet", KUBE_SYSTEM_NAMESPACE, EFA_DEVICE_PLUGIN))
     if env.efa_groups(EFA_DRA):

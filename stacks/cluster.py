@@ -177,7 +177,7 @@ class ClusterStack(cdk.Stack):
             name=group.name, instance_type=group.instance_type, min_size=group.min_size, max_size=group.max_size,
             desired_size=group.desired_size, capacity_type=group.capacity.type,
             reservation_id=group.capacity.reservation_id, node_role=self.node_role, auto_repair=group.auto_repair,
-            efa_allocation=group.efa_allocation)
+            efa_allocation=group.efa_allocation, gpu_allocation=group.gpu_allocation)
 
     def _register(self, name: str, nodegroup: eks.Nodegroup) -> None:
         # config/ refuses reserved and repeated names; an Environment built in code must not

@@ -4,7 +4,8 @@ The objects of the aws/eks-charts aws-dranet chart 1.0.0 (release name aws-drane
 ../shared/contracts/aws-dranet-chart-v1.0.0/): its ServiceAccount, ClusterRole and binding, the
 DaemonSet (k8s/pods/dranet.py) on the DRA groups' nodes only, and the DeviceClass of EFA devices.
 Plus, in the training namespace, one ResourceClaimTemplate per DRA group that its pods claim their
-EFA interfaces from (k8s/pods/devices.py). The EFA device plugin keeps the other EFA groups
+EFA interfaces from, and on gpuAllocation dra groups their GPUs too, paired by PCIe root
+(k8s/pods/devices.py). The EFA device plugin keeps the other EFA groups
 (k8s/addons/efa_device_plugin.py); a node label separates the two, so no node runs both.
 """
 
@@ -13,11 +14,11 @@ from __future__ import annotations
 from config.environment import Environment
 from config.kubernetes import AWS_DRANET, DRANET_DRIVER, EFA_DEVICE_CLASS, EFA_DRA, KUBE_SYSTEM_NAMESPACE
 from k8s.addons import AddOn
-from k8s.pods.devices import efa_claim_template
+from k8s.pods.devices import claim_template
 from k8s.pods.dranet import dranet_daemon_set
 from k8s.pods.images import dranet_image
+from k8s.pods.workload import cluster_identity
 
-RBAC = "rbac.authorization.k8s.io/v1"
 # templates-clusterrole.yaml: read nodes, publish ResourceSlices, read claims and classes, write the
 # status of the claims it prepares, and the driver-scoped node association of its own claims.
 CLUSTER_RULES = [
@@ -43,15 +44,10 @@ def dranet_objects(config: Environment) -> list[dict]:
     groups = config.efa_groups(EFA_DRA)
     instance_types = tuple(sorted({g.instance_type_name for g in groups}))
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": AWS_DRANET, "namespace": KUBE_SYSTEM_NAMESPACE}},
-        {"apiVersion": RBAC, "kind": "ClusterRole", "metadata": {"name": AWS_DRANET}, "rules": CLUSTER_RULES},
-        {"apiVersion": RBAC, "kind": "ClusterRoleBinding", "metadata": {"name": AWS_DRANET},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": AWS_DRANET},
-         "subjects": [{"kind": "ServiceAccount", "name": AWS_DRANET, "namespace": KUBE_SYSTEM_NAMESPACE}]},
+        *cluster_identity(AWS_DRANET, KUBE_SYSTEM_NAMESPACE, CLUSTER_RULES),
         efa_device_class(),
         dranet_daemon_set(dranet_image(config.region), instance_types),
-        *(efa_claim_template(group) for group in groups),
+        *(claim_template(group) for group in groups),
     ]
 
 

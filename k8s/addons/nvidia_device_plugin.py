@@ -3,11 +3,13 @@
 As NVIDIA's static DaemonSet for v0.19.3 runs it (../shared/contracts/nvidia-device-plugin-v0.19.3/):
 unprivileged, no privilege escalation, every capability dropped, the kubelet's device-plugins
 directory mounted (type Directory). Ours differs only where tests/k8s/addons/test_conformance_nvidia_device_plugin.py
-declares it: our GPU node groups only, no API token, RuntimeDefault seccomp.
+declares it: our GPU node groups only (those with gpuAllocation devicePlugin), no API token,
+RuntimeDefault seccomp.
 """
 
 from __future__ import annotations
 
+from config.environment import Environment
 from config.kubernetes import GPU_TAINT_KEY, NODEGROUP_LABEL
 from k8s.addons import AddOn
 from k8s.pods.device_plugin import DevicePluginSpec, device_plugin_daemon_set
@@ -33,5 +35,12 @@ def nvidia_device_plugin(gpu_nodegroups: tuple[str, ...], *, image: str = IMAGES
     ))
 
 
-ADDON = AddOn(name="nvidia-device-plugin", applies_to=lambda config: bool(config.gpu_nodegroups),
-              objects=lambda config, values: [nvidia_device_plugin(tuple(g.name for g in config.gpu_nodegroups))])
+# Only the groups whose GPUs the plugin hands out: a gpuAllocation dra group's nodes run NVIDIA's GPU
+# DRA driver instead (k8s/addons/nvidia_dra_driver.py), and never both ("silent oversubscription",
+# https://docs.aws.amazon.com/eks/latest/userguide/device-management-nvidia-dra-device-plugin.html).
+def plugin_groups(config: Environment) -> tuple[str, ...]:
+    return tuple(g.name for g in config.gpu_groups("devicePlugin"))
+
+
+ADDON = AddOn(name="nvidia-device-plugin", applies_to=lambda config: bool(plugin_groups(config)),
+              objects=lambda config, values: [nvidia_device_plugin(plugin_groups(config))])

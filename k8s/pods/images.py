@@ -39,6 +39,11 @@ IMAGES = {
     # quay.io/coreos/etcd:<version> (and gcr.io/etcd-development/etcd).
     "etcd": "quay.io/coreos/etcd:v3.5.33",
     # nvidia-smi comes from the node's container toolkit; the base image only needs a shell.
+    # NVIDIA's GPU DRA driver, chart dra-driver-nvidia-gpu 0.4.1 (the release the EKS guide installs:
+    # device-management-nvidia-dra-device-plugin): values.yaml image.repository, and the tag
+    # "v" + Chart.yaml appVersion 0.4.1 (_helpers.tpl "dra-driver-nvidia-gpu.fullimage"),
+    # kubernetes-sigs/dra-driver-nvidia-gpu v0.4.1 deployments/helm/dra-driver-nvidia-gpu/.
+    "dra-driver-nvidia-gpu": "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1",
     "cuda-base": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
     # all_reduce_perf with libfabric, EFA and the aws-ofi-nccl plugin built in.
     "nccl-tests": "public.ecr.aws/hpc-cloud/nccl-tests:cuda12.8.1-efa1.43.2-ofiv1.16.3-ncclv2.27.7-1-testsv2.16.9",

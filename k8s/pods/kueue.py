@@ -25,7 +25,9 @@ from __future__ import annotations
 import yaml
 
 from config.environment import Environment
-from config.kubernetes import EFA_DEVICE_CLASS, EFA_DRA, EFA_RESOURCE, TRAINING_NAMESPACE
+from config.kubernetes import (
+    EFA_DEVICE_CLASS, EFA_DRA, EFA_RESOURCE, GPU_DEVICE_CLASS, GPU_DRA, GPU_RESOURCE, TRAINING_NAMESPACE,
+)
 from config.queueing import queued_frameworks
 from k8s.pods.images import IMAGES
 from k8s.pods.names import CONTROL_PRIORITY_CLASS
@@ -78,7 +80,8 @@ WAIT_FOR_PODS_READY = {
 def manager_config(config: Environment) -> dict:
     """components/manager/controller_manager_config.yaml as the release ships it, with what we queue:
     only the run kind of the environment's training API, only in the training namespace, and EFA
-    claims of DRA groups counted as the same resource the ClusterQueue's quota names."""
+    claims of DRA groups (EFA, and GPUs on gpuAllocation dra) counted as the resources the
+    ClusterQueue's quota names."""
     settings: dict = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -97,9 +100,15 @@ def manager_config(config: Environment) -> dict:
         "managedJobsNamespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": TRAINING_NAMESPACE}},
         "integrations": {"frameworks": list(queued_frameworks(config.training_api))},
     }
+    mappings = []
+    # GPUs of gpuAllocation dra groups, counted as the nvidia.com/gpu the quota names (their pods
+    # request no nvidia.com/gpu, so without the mapping they would pass the GPU quota unseen).
+    if config.gpu_groups(GPU_DRA):
+        mappings.append({"name": GPU_RESOURCE, "deviceClassNames": [GPU_DEVICE_CLASS]})
     if any(g.efa_path == EFA_DRA for g in config.gpu_nodegroups):
-        settings["resources"] = {"deviceClassMappings": [
-            {"name": EFA_RESOURCE, "deviceClassNames": [EFA_DEVICE_CLASS]}]}
+        mappings.append({"name": EFA_RESOURCE, "deviceClassNames": [EFA_DEVICE_CLASS]})
+    if mappings:
+        settings["resources"] = {"deviceClassMappings": mappings}
     return settings
 
 

@@ -119,3 +119,18 @@ def deployment(*, name: str, namespace: str, replicas: int, pod_labels: dict, po
         "spec": {"minReadySeconds": 0, "progressDeadlineSeconds": 600, "replicas": replicas,
                  "selector": {"matchLabels": {NAME_LABEL: pod_labels[NAME_LABEL]}}, "strategy": strategy,
                  "template": _template(pod_labels, pod, pod_annotations)}})
+
+
+def cluster_identity(account: str, namespace: str, rules: list[dict], *, role: str | None = None,
+                     binding: str | None = None) -> list[dict]:
+    """A node agent's ServiceAccount and the ClusterRole (`rules`) bound to it; role and binding are
+    named after the account unless upstream names them otherwise."""
+    role, binding = role or account, binding or account
+    rbac = "rbac.authorization.k8s.io/v1"
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": namespace}},
+        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": {"name": role}, "rules": rules},
+        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": {"name": binding},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+         "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]},
+    ]

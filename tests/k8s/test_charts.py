@@ -25,7 +25,7 @@ def test_every_module_of_k8s_addons_is_one_add_on_named_after_its_file():
     modules = sorted(p.stem for p in (Path(k8s.__file__).parent / "addons").glob("*.py") if p.stem != "__init__")
     assert sorted(name.replace("-", "_") for name in found) == modules
     assert sorted(found) == ["aws-dranet", "capacity-block-stop", "data-preparation", "efa-device-plugin", "etcd",
-                             "fsx-storage", "jobset", "jobset-crd", "kueue", "kueue-crds", "kueue-queues", "namespaces", "network-policies", "nvidia-device-plugin", "priority-classes", "runner-rbac",
+                             "fsx-storage", "jobset", "jobset-crd", "kueue", "kueue-crds", "kueue-queues", "namespaces", "network-policies", "nvidia-device-plugin", "nvidia-dra-driver", "priority-classes", "runner-rbac",
                              "trainer-v2", "trainer-v2-crds", "training-operator", "training-operator-crds"]
 
 

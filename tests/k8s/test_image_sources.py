@@ -4,7 +4,8 @@ dra add no kind of image source that a v1, device-plugin environment does not al
 Every image a chart renders is one of:
 - an upstream release image from the pinned table k8s/pods/images.py IMAGES, by the release tag its
   conformance test pins against ../shared/contracts/ (the Training Operator, etcd, the NVIDIA
-  device plugin under v1; JobSet and Kubeflow Trainer under v2);
+  device plugin under v1; JobSet and Kubeflow Trainer under v2), or against the upstream facts it
+  restates (NVIDIA's GPU DRA driver on gpuAllocation dra groups);
 - an Amazon EKS add-on image from the region's EKS registry (eks_addon_image: the EFA device
   plugin, and the EFA DRA driver on dra groups), pinned to its chart's appVersion;
 - a placeholder for an image the environment builds itself (the trainer repository's copy, by
@@ -82,6 +83,14 @@ def test_the_dra_driver_comes_from_the_eks_registry_as_the_efa_device_plugin_doe
     assert dra - prod_v1 == {("upstream release", "jobset"), ("upstream release", "trainer-controller-manager"),
                              ("EKS add-on registry", "dranet")}
     assert ("EKS add-on registry", "aws-efa-k8s-device-plugin") not in dra  # no device-plugin group is left
+
+
+def test_gpu_allocation_dra_adds_only_nvidias_pinned_dra_driver(prod_v1):
+    env = variant("prod", "v1", "dra")
+    aligned = replace(env, gpu_nodegroups=tuple(replace(g, gpu_allocation="dra") for g in env.gpu_nodegroups))
+    added = sources(aligned) - prod_v1
+    assert added == {("EKS add-on registry", "dranet"), ("upstream release", "dra-driver-nvidia-gpu")}
+    assert ("upstream release", "nvidia-device-plugin") not in sources(aligned)  # no device-plugin GPU group left
 
 
 @pytest.mark.parametrize("name", ["dev", "prod"])

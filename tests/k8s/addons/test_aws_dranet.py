@@ -56,12 +56,16 @@ def upstream(template: str) -> list[dict]:
     return chart.render(contract(CHART, template).read_text())
 
 
-def environment(layout: dict[str, str], **extra):
-    """dev with its GPU groups' efaAllocation set per group name, and a non-EFA GPU group g5."""
+def environment(layout: dict[str, str | tuple[str, str]], **extra):
+    """dev with its GPU groups' efaAllocation (or (efaAllocation, gpuAllocation)) set per group name,
+    and a non-EFA GPU group g5."""
     raw = copy.deepcopy(raw_environments()["dev"])
     for group in raw["gpuNodegroups"]:
         if group["name"] in layout:
-            group["efaAllocation"] = layout[group["name"]]
+            efa, gpu = (layout[group["name"]], None) if isinstance(layout[group["name"]], str) else layout[group["name"]]
+            group["efaAllocation"] = efa
+            if gpu:
+                group["gpuAllocation"] = gpu
     raw["gpuNodegroups"].append({"name": "g5", "instanceType": "g5.xlarge", "minSize": 0, "maxSize": 1,
                                  "desiredSize": 0})
     raw.update(extra)
@@ -72,6 +76,8 @@ LAYOUTS = {
     "all-plugin": {},
     "mixed": {"p5": "dra"},
     "all-dra": {"p4d": "dra", "p5": "dra"},
+    # p5's GPUs through NVIDIA's GPU DRA driver too (gpuAllocation dra), p4d on both plugins.
+    "aligned": {"p5": ("dra", "dra")},
 }
 
 
@@ -164,7 +170,7 @@ def schedulable(pod_spec: dict, labels: dict, taints: list[dict]) -> bool:
 def node(group) -> tuple[dict, list[dict]]:
     instance = group.instance_type
     labels = nodegroup_labels(group.name, TRAINING_ROLE, gpu=instance.is_gpu, efa=instance.supports_efa,
-                              efa_allocation=group.efa_allocation)
+                              efa_allocation=group.efa_allocation, gpu_allocation=group.gpu_allocation)
     taints = [{"key": GPU_TAINT_KEY, "value": GPU_TAINT_VALUE, "effect": GPU_TAINT_EFFECT}] if instance.is_gpu else []
     return {**labels, INSTANCE_TYPE_LABEL: instance.name}, taints
 
@@ -183,6 +189,24 @@ def test_each_efa_group_runs_exactly_the_agent_of_its_efa_allocation_and_no_othe
         assert running == ({want} if want else set()), (group.name, running)
     # An agent is deployed exactly where some group needs it.
     assert {n for n, ds in agents.items() if ds} == {expected_agent[g.efa_path] for g in env.gpu_nodegroups} - {None}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_each_gpu_group_runs_exactly_the_gpu_agent_of_its_gpu_allocation_and_cpu_groups_none(charts, layout):
+    """No node gets both the NVIDIA device plugin and NVIDIA's GPU DRA driver ("silent
+    oversubscription", EKS device-management-nvidia-dra-device-plugin.html): every DaemonSet's
+    affinity and tolerations evaluated against each group's labels and taints from config."""
+    env = environment(LAYOUTS[layout])
+    agents = {name: _find(charts[layout], "DaemonSet", name)
+              for name in ("nvidia-device-plugin", "dra-driver-nvidia-gpu-kubelet-plugin")}
+    expected_agent = {"devicePlugin": "nvidia-device-plugin", "dra": "dra-driver-nvidia-gpu-kubelet-plugin"}
+    for group in env.training_nodegroups:
+        labels, taints = node(group)
+        running = {name for name, ds in agents.items()
+                   if ds and schedulable(ds["spec"]["template"]["spec"], labels, taints)}
+        assert running == ({expected_agent[group.gpu_allocation]} if group.instance_type.is_gpu else set()), \
+            (group.name, running)
+    assert {n for n, ds in agents.items() if ds} == {expected_agent[g.gpu_allocation] for g in env.gpu_nodegroups}
 
 
 def test_no_node_label_set_admits_both_efa_agents():
@@ -251,6 +275,7 @@ def test_claim_templates_and_device_class_are_strict_valid_and_count_every_efa_i
     env = environment(LAYOUTS["all-dra"])
     templates = [o for o in charts["all-dra"] if o["kind"] == "ResourceClaimTemplate"]
     assert sorted(t["metadata"]["name"] for t in templates) == ["efa-p4d", "efa-p5"]
+    assert [t["metadata"]["name"] for t in charts["aligned"] if t["kind"] == "ResourceClaimTemplate"] == ["devices-p5"]
     for template in templates:
         group = env.nodegroup(template["metadata"]["name"].removeprefix("efa-"))
         [request] = template["spec"]["spec"]["devices"]["requests"]

@@ -1,8 +1,8 @@
 """Every option combination the config accepts, rendered (cdk8s charts, no `cdk synth`):
-trainingApi {v1, v2} x queueing {none, kueue} x efaAllocation {devicePlugin, dra, mixed}. Each gets
-the add-ons it needs and no others; a queued one gets Kueue's quota per flavor as maxSize x what a
-run pod of the group requests, only its run kind's framework, EFA claims mapped where a group is on
-DRA, and runs labelled with the LocalQueue (unqueued runs carry no Kueue label at all). Plus the
+trainingApi {v1, v2} x queueing {none, kueue} x efaAllocation {devicePlugin, dra, mixed} and p5 with
+gpuAllocation dra too (aligned). Each gets the add-ons it needs and no others; a queued one gets
+Kueue's quota per flavor as maxSize x what a run pod of the group requests, only its run kind's
+framework, EFA claims mapped where a group is on DRA and GPU claims where its GPUs are, and runs labelled with the LocalQueue (unqueued runs carry no Kueue label at all). Plus the
 kueue-system NetworkPolicies, connection by connection."""
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from k8s.pods.kueue_queues import COVERED
 from k8s_walk import build, closed, objects, raw_environments
 
 APIS, QUEUEING = ("v1", "v2"), ("none", "kueue")
-LAYOUTS = {"devicePlugin": {}, "dra": {"p4d": "dra", "p5": "dra"}, "mixed": {"p5": "dra"}}
+# group -> efaAllocation, or (efaAllocation, gpuAllocation); "aligned": p5's GPUs and EFA both through DRA.
+LAYOUTS = {"devicePlugin": {}, "dra": {"p4d": "dra", "p5": "dra"}, "mixed": {"p5": "dra"},
+           "aligned": {"p5": ("dra", "dra")}}
 COMBINATIONS = list(itertools.product(APIS, QUEUEING, LAYOUTS))
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # Every environment of dev's shape gets these, whatever its options.
@@ -35,7 +37,11 @@ def environment(api: str, queueing: str, layout: str):
     raw = copy.deepcopy(raw_environments()["dev"])
     for group in raw["gpuNodegroups"]:
         if group["name"] in LAYOUTS[layout]:
-            group["efaAllocation"] = LAYOUTS[layout][group["name"]]
+            efa, gpu = (LAYOUTS[layout][group["name"]], None) if isinstance(LAYOUTS[layout][group["name"]], str) \
+                else LAYOUTS[layout][group["name"]]
+            group["efaAllocation"] = efa
+            if gpu:
+                group["gpuAllocation"] = gpu
     raw.update(trainingApi=api, queueing=queueing)
     return load_environment({"dev": raw}, "dev")
 
@@ -44,6 +50,7 @@ def expected_addons(api: str, queueing: str, layout: str) -> set[str]:
     names = set(ALWAYS)
     names |= {"efa-device-plugin"} if layout != "dra" else set()
     names |= {"aws-dranet"} if layout != "devicePlugin" else set()
+    names |= {"nvidia-dra-driver"} if layout == "aligned" else set()
     names |= {"jobset-crd", "jobset", "trainer-v2-crds", "trainer-v2"} if api == "v2" else set()
     names |= {"kueue-crds", "kueue", "kueue-queues"} if queueing == "kueue" else set()
     return names
@@ -67,8 +74,9 @@ def test_each_combination_gets_the_add_ons_it_needs_and_no_others(rendered, api,
 
 
 def _run_pod_requests(config, group) -> dict:
-    """What one run pod of `group` requests, EFA counted through its claim on a DRA group."""
-    from k8s.pods.devices import efa_claim_template
+    """What one run pod of `group` requests, GPUs and EFA counted through its claim on a DRA group
+    by the device classes Kueue's deviceClassMappings name."""
+    from k8s.pods.devices import claim_template
     from k8s.pods.pytorchjob import render_run
 
     preset = {"cpu": "cpu-ddp", "p5": "llama3-8b-fsdp", "p4d": "llama2-7b-fsdp"}[group.name]
@@ -81,8 +89,14 @@ def _run_pod_requests(config, group) -> dict:
     [container] = pod["containers"]
     requests = dict(container["resources"]["requests"])
     if group.efa_path == "dra":
-        [request] = efa_claim_template(group)["spec"]["spec"]["devices"]["requests"]
-        requests[EFA_RESOURCE] = str(request["exactly"]["count"])
+        by_class = {"efa.networking.k8s.aws": EFA_RESOURCE, "gpu.nvidia.com": GPU_RESOURCE}
+        claimed: dict[str, int] = {}
+        for request in claim_template(group)["spec"]["spec"]["devices"]["requests"]:
+            resource = by_class[request["exactly"]["deviceClassName"]]
+            claimed[resource] = claimed.get(resource, 0) + request["exactly"]["count"]
+        # A device is either claimed or requested, never both (Kueue would count it twice).
+        assert not set(claimed) & set(requests), group.name
+        requests.update({r: str(n) for r, n in claimed.items()})
     return requests
 
 
@@ -125,6 +139,11 @@ def test_kueue_queues_exactly_the_run_kind_of_the_training_api_and_maps_claims_o
     settings = yaml.safe_load(config_map["data"]["controller_manager_config.yaml"])
     assert settings["integrations"]["frameworks"] == [RUN_FRAMEWORK[api]]
     assert ("resources" in settings) is (layout != "devicePlugin")
+    mapped = {m["name"]: m["deviceClassNames"] for m in settings.get("resources", {}).get("deviceClassMappings", [])}
+    expected = {} if layout == "devicePlugin" else {EFA_RESOURCE: ["efa.networking.k8s.aws"]}
+    if layout == "aligned":  # the GPU claims count against the same nvidia.com/gpu quota as plugin GPUs
+        expected[GPU_RESOURCE] = ["gpu.nvidia.com"]
+    assert mapped == expected
     hooks = {h["name"] for o in charts["kueue"] if o["kind"].endswith("WebhookConfiguration") for h in o["webhooks"]}
     run_hooks = {h for h in hooks if h.removeprefix("m").removeprefix("v") in ("trainjob.kb.io", "pytorchjob.kb.io")}
     kind = "trainjob" if api == "v2" else "pytorchjob"

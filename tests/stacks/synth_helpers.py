@@ -89,12 +89,14 @@ def _trainer_v2() -> dict[str, Any]:
 
 
 def _kueue() -> dict[str, Any]:
-    """trainerv2 with its runs queued by Kueue, and p5 on the EFA DRA driver (the claim mapping)."""
+    """trainerv2 with its runs queued by Kueue, and p5's EFA and GPUs from the DRA drivers (the claim
+    mappings, the node labels)."""
     raw = _trainer_v2()
     raw["queueing"] = "kueue"
     for group in raw["gpuNodegroups"]:
         if group["name"] == "p5":
             group["efaAllocation"] = "dra"
+            group["gpuAllocation"] = "dra"
     return raw
 
 

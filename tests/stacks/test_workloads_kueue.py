@@ -52,13 +52,32 @@ def test_crds_then_controller_then_queues_and_every_deploy_waits_for_the_rollout
     assert waiter in queues["DependsOn"] and _ids(stack, queued, "kueue") <= set(queues["DependsOn"])
 
 
-def test_the_queued_runs_framework_and_the_efa_claim_mapping_reach_the_cluster(stack):
+def test_the_queued_runs_framework_and_the_claim_mappings_reach_the_cluster(stack):
     import yaml
 
     manifests = stack[2]
     [config_map] = [o for o in objects(manifests["kueue"]) if o["kind"] == "ConfigMap"]
     settings = yaml.safe_load(config_map["data"]["controller_manager_config.yaml"])
     assert settings["integrations"]["frameworks"] == ["trainer.kubeflow.org/trainjob"]
-    assert settings["resources"]["deviceClassMappings"][0]["deviceClassNames"] == ["efa.networking.k8s.aws"]
+    mapped = {m["name"]: m["deviceClassNames"] for m in settings["resources"]["deviceClassMappings"]}
+    assert mapped == {"vpc.amazonaws.com/efa": ["efa.networking.k8s.aws"], "nvidia.com/gpu": ["gpu.nvidia.com"]}
     kinds = [o["kind"] for o in objects(manifests["kueue-queues"])]
     assert kinds == ["ResourceFlavor"] * 3 + ["ClusterQueue", "LocalQueue"]
+
+
+def test_a_dra_groups_nodes_carry_the_labels_its_drivers_select(stack):
+    """The synthesized node group, not only the label function: the DRA drivers' DaemonSets select
+    these labels, and the device plugins exclude them."""
+    from config.kubernetes import EFA_ALLOCATION_LABEL, GPU_ALLOCATION_LABEL
+
+    queued, _, _ = stack
+    cluster = queued.stage.cluster
+    resources = queued.template_json("cluster")["Resources"]
+    labels = {name: resources[cluster.get_logical_id(group.node.default_child)]["Properties"]["Labels"]
+              for name, group in cluster.nodegroups.items()}
+    assert labels["p5"][EFA_ALLOCATION_LABEL] == "dra" and labels["p5"][GPU_ALLOCATION_LABEL] == "dra"
+    others = [name for name in labels if name != "p5"]
+    assert others
+    for name in others:
+        assert GPU_ALLOCATION_LABEL not in labels[name], name
+        assert labels[name].get(EFA_ALLOCATION_LABEL, "devicePlugin") == "devicePlugin", name

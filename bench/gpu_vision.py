@@ -8,8 +8,9 @@ One script, one run, under 3 minutes on a single H200 with 16 CPU cores:
    channels_last, cudnn.benchmark, fused SGD; batch 256 at 224x224, 5 warm-up steps, then
    `--steps` timed steps ending in a synchronize.
 2. Loader: JPEGs of ImageNet's typical size (500x375, written to a temporary folder, nothing is
-   downloaded) through trainer.vision's uint8 CPU path (PIL decode, RandomResizedCrop, flip,
-   PILToTensor) with `--workers` processes (default: the CPUs less one), pinned, copied to the GPU
+   downloaded) through trainer.vision's uint8 CPU path (PIL decode, reduced in the DCT domain where
+   the crop allows, RandomResizedCrop, flip, PILToTensor; `--loader-path uint8` decodes in full)
+   with `--workers` processes (default: the CPUs less one), pinned, copied to the GPU
    and normalised there.
 Prints both, the loader's images/s per worker, and loader / GPU: below 1 the loader is the
 bottleneck on this machine at this worker count. `--dry-run` runs everything at tiny sizes on the
@@ -77,6 +78,9 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1), help="loader processes")
     p.add_argument("--steps", type=int, default=20, help="timed GPU steps")
     p.add_argument("--loader-images", type=int, default=6000, help="images the loader delivers in its timing")
+    p.add_argument("--loader-path", choices=("uint8-reduced", "uint8"), default="uint8-reduced",
+                   help="uint8-reduced: trainer.vision's loader (reduced-size JPEG decode where the crop allows); "
+                        "uint8: full decode, as the 2026-11-26 H200 figures were measured")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU: checks the script only")
     args = p.parse_args(argv)
     if args.out:
@@ -101,15 +105,15 @@ def main(argv=None) -> int:
         gpu = gpu_rate(device, batch=batch, size=size, steps=steps, warmup=warmup)
         print(f"GPU: ResNet-50 trains at {gpu:,.0f} images/s (batch {batch}, {size}x{size}, bf16, channels_last)",
               flush=True)
-        loader = loader_rate(train, path="uint8", workers=workers, images=loader_images, image_size=size,
+        loader = loader_rate(train, path=args.loader_path, workers=workers, images=loader_images, image_size=size,
                              batch_size=64 if cuda else 4, device=device)
     print(f"Loader: {loader:,.0f} images/s with {workers} workers ({loader / workers:,.0f} per worker), "
-          f"uint8 path, 500x375 JPEGs", flush=True)
+          f"{args.loader_path} path, 500x375 JPEGs", flush=True)
     result = {"device": torch.cuda.get_device_name(device) if cuda else "cpu (dry run)",
               "torch": torch.__version__, "torchvision": import_torchvision().__version__,
               "cpus": os.cpu_count(), "dry_run": args.dry_run,
               "gpu_images_per_s": round(gpu, 1), "batch": batch, "image_size": size, "steps": steps,
-              "loader_images_per_s": round(loader, 1), "loader_workers": workers,
+              "loader_images_per_s": round(loader, 1), "loader_path": args.loader_path, "loader_workers": workers,
               "loader_images_per_s_per_worker": round(loader / workers, 1),
               "loader_over_gpu": round(loader / gpu, 3), "seconds": round(time.perf_counter() - t0, 1)}
     print(json.dumps(result))

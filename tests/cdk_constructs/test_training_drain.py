@@ -95,9 +95,9 @@ def test_the_drain_asks_for_each_kind_at_the_version_its_pinned_crd_serves():
 
     from k8s.addons.training_operator_crds import mpijob_crd, pytorchjob_crd
     from k8s.pods import trainjob
-    from tests.conftest import CONTRACTS_DIR
+    from tests.conftest import contract
 
-    crds = [yaml.safe_load((CONTRACTS_DIR / path).read_text()) for path in (
+    crds = [yaml.safe_load(contract(path).read_text()) for path in (
         "kubeflow-trainer-v2.3.0/base-crds-trainer.kubeflow.org_trainjobs.yaml",
         "jobset-v0.12.0/components-crd-bases-jobset.x-k8s.io_jobsets.yaml")] + [pytorchjob_crd(), mpijob_crd()]
     served = {crd["spec"]["names"]["plural"]: {f"/apis/{crd['spec']['group']}/{v['name']}"

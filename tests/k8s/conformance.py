@@ -21,7 +21,7 @@ from typing import Any, Iterable
 import pytest
 import yaml
 
-from tests.conftest import CONTRACTS_DIR
+from tests.conftest import CONTRACTS_DIR, contract  # noqa: F401 (contract: re-exported)
 
 
 class _Absent:
@@ -55,15 +55,6 @@ class Deviation:
     ours: Any
     upstream: Any
     why: str
-
-
-def contract(*parts: str) -> Path:
-    """The path of an upstream artifact; the test skips, saying which, when it is not there."""
-    path = CONTRACTS_DIR.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"upstream contract {path} not found (../shared/contracts/ is absent): "
-                    "conformance not checked")
-    return path
 
 
 def yaml_docs(path: Path) -> list[dict]:

@@ -9,7 +9,7 @@ import re
 import pytest
 import yaml
 
-from tests.conftest import CONTRACTS_DIR
+from tests.conftest import contract
 from k8s.pods.names import EFA_DEVICE_PLUGIN
 from ops import doctor_dra
 from ops.checks import FAIL, PASS, Check
@@ -17,7 +17,7 @@ from ops.envconfig import load
 from test_ops_doctor import DAEMONSETS, JOBS, NODES, api, current_run, daemonset, doctor_run, failures, healthy_routes
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
-CHART = CONTRACTS_DIR / "aws-dranet-chart-v1.0.0"
+CHART = "aws-dranet-chart-v1.0.0"
 
 
 def efa_device(i: int, kind: str = "Elastic Fabric Adapter (EFA)") -> dict:
@@ -132,14 +132,14 @@ def test_a_cluster_without_the_resource_api_has_no_dra_rows_on_device_plugin_gro
 
 
 def test_the_driver_and_the_efa_device_are_what_the_charts_device_class_selects():
-    template = (CHART / "templates-deviceclass.yaml").read_text()
+    template = contract(CHART, "templates-deviceclass.yaml").read_text()
     [expression] = re.findall(r"expression: \|\n((?:\s+.+\n)+)", template)
     expression = " ".join(expression.split())
     assert f'device.driver == "{doctor_dra.DRANET_DRIVER}"' in expression
     assert (f'device.attributes["{doctor_dra.DRANET_DRIVER}"].{doctor_dra.EFA_PCI_DEVICE_ATTRIBUTE} == '
             f"'{doctor_dra.EFA_PCI_DEVICE}'") in expression
     # The driver's own filter keeps the same devices, under the qualified attribute name.
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    values = yaml.safe_load(contract(CHART, "values.yaml").read_text())
     assert (f'attributes["{doctor_dra.DRANET_DRIVER}/{doctor_dra.EFA_PCI_DEVICE_ATTRIBUTE}"].StringValue == '
             f'"{doctor_dra.EFA_PCI_DEVICE}"') in values["filter"]
 

@@ -15,7 +15,7 @@ from k8s.pods import jobset, trainer_v2
 from ops import doctor_controllers
 from ops.checks import FAIL, WARN, Check
 from ops.envconfig import load
-from tests.conftest import CONTRACTS_DIR
+from tests.conftest import contract
 from test_ops_doctor import IMAGES, JOBS, NOW, api, deployment, doctor_run, failures, healthy_routes
 
 SYSTEM = "kubeflow-system"
@@ -165,7 +165,7 @@ def test_trainjob_runs_show_their_phase_and_finished_ones_are_left_out(status, e
 
 def test_the_leases_doctor_reads_are_the_ones_the_releases_elect_with():
     trainer_config = yaml.safe_load(
-        (CONTRACTS_DIR / "kubeflow-trainer-v2.3.0" / "base-manager-controller_manager_config.yaml").read_text())
+        contract("kubeflow-trainer-v2.3.0", "base-manager-controller_manager_config.yaml").read_text())
     assert doctor_controllers.TRAINER.lease == trainer_config["leaderElection"]["resourceName"] == trainer_v2.LEASE
     # An empty resourceNamespace: the Lease lives in the manager's own namespace.
     assert trainer_config["leaderElection"]["resourceNamespace"] == ""
@@ -173,7 +173,7 @@ def test_the_leases_doctor_reads_are_the_ones_the_releases_elect_with():
     # JobSet's configuration, upstream's and ours, names no Lease: the release's default applies
     # (jobset v0.12.0 api/config/v1alpha1/defaults.go DefaultLeaderElectionID).
     jobset_config = yaml.safe_load(
-        (CONTRACTS_DIR / "jobset-v0.12.0" / "components-manager-controller_manager_config.yaml").read_text())
+        contract("jobset-v0.12.0", "components-manager-controller_manager_config.yaml").read_text())
     assert "resourceName" not in jobset_config["leaderElection"]
     assert "resourceName" not in jobset.MANAGER_CONFIG["leaderElection"]
     assert doctor_controllers.JOBSET.lease == "6d4f6a47.jobset.x-k8s.io"

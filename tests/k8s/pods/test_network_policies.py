@@ -314,11 +314,10 @@ def test_the_trainjob_peers_policy_selects_the_label_jobset_puts_on_every_pod_of
 
     from k8s.pods.network_policy import trainjob_peers_policy
     from k8s.pods.trainjob import JOBSET_NAME_LABEL
-    from tests.conftest import CONTRACTS_DIR
+    from tests.conftest import contract
 
     for patch in ("mutating", "validating"):
-        [op] = yaml.safe_load((CONTRACTS_DIR / "jobset-v0.12.0" /
-                               f"components-webhook-patches-{patch}-patch.yaml").read_text())
+        [op] = yaml.safe_load(contract("jobset-v0.12.0", f"components-webhook-patches-{patch}-patch.yaml").read_text())
         assert op["value"]["rules"][0]["resources"] == ["pods"]
         assert op["value"]["objectSelector"]["matchExpressions"][0]["key"] == JOBSET_NAME_LABEL
     policy = trainjob_peers_policy({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",

@@ -162,12 +162,7 @@ def _peers_policy(name: str, namespace: str, selector: dict, description: str) -
 def job_peers_policy(job: dict) -> dict:
     """The pods of one PyTorchJob or MPIJob talk to each other, and to no other job's. Named
     `<job>-peers`; the job's `uid`, where the manifest has one, makes it go when the job goes."""
-    name, namespace = job["metadata"]["name"], job["metadata"].get("namespace", TRAINING_NAMESPACE)
-    policy = _peers_policy(f"{name}-peers", namespace, match_labels(**{OPERATOR_JOB_NAME_LABEL: name}),
-                           f"the pods of {job['kind']} {name} talk to each other")
-    policy["metadata"]["labels"] = {OPERATOR_JOB_NAME_LABEL: name}
-    _owned_by(policy, job)
-    return policy
+    return _run_peers_policy(job, OPERATOR_JOB_NAME_LABEL)
 
 
 def trainjob_peers_policy(trainjob: dict) -> dict:
@@ -177,11 +172,16 @@ def trainjob_peers_policy(trainjob: dict) -> dict:
     components-webhook-patches-mutating-patch.yaml:15). Named `<run>-peers` as job_peers_policy names
     a PyTorchJob's, so one name is one run's whatever its API; owned by the TrainJob where the
     manifest has its `uid`."""
-    name, namespace = trainjob["metadata"]["name"], trainjob["metadata"].get("namespace", TRAINING_NAMESPACE)
-    policy = _peers_policy(f"{name}-peers", namespace, match_labels(**{JOBSET_NAME_LABEL: name}),
-                           f"the pods of {trainjob['kind']} {name} talk to each other")
-    policy["metadata"]["labels"] = {JOBSET_NAME_LABEL: name}
-    _owned_by(policy, trainjob)
+    return _run_peers_policy(trainjob, JOBSET_NAME_LABEL)
+
+
+def _run_peers_policy(run: dict, pod_label: str) -> dict:
+    """`<run>-peers`: the pods whose `pod_label` is the run's name talk to each other."""
+    name, namespace = run["metadata"]["name"], run["metadata"].get("namespace", TRAINING_NAMESPACE)
+    policy = _peers_policy(f"{name}-peers", namespace, match_labels(**{pod_label: name}),
+                           f"the pods of {run['kind']} {name} talk to each other")
+    policy["metadata"]["labels"] = {pod_label: name}
+    _owned_by(policy, run)
     return policy
 
 

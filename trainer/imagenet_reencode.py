@@ -273,7 +273,10 @@ def reencode(pairs: list[tuple[Path, Path]], out: Path, settings: Settings, work
     claim(out, settings)
     jobs = [(source, target, settings) for source, target in pairs]
     chunk = 16
-    context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    # spawn, not fork: a fork of a process with other threads (a host's logging or I/O threads, a
+    # test runner's) can copy a lock one of them held, and the worker then waits on it forever
+    # (seen under pytest-xdist: the pool's exit joined that worker for good).
+    context = multiprocessing.get_context("spawn")
     with context.Pool(workers, initializer=_die_with_parent, initargs=(os.getpid(),)) as pool, \
             tqdm(total=len(jobs), desc="imagenet re-encode", unit="img", file=sys.stderr, mininterval=5) as bar:
         # Waited for in order: when chunk k is waited for, the chunks before it are done, so each

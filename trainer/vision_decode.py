@@ -25,6 +25,7 @@ library: it would fall back to the CPU unseen).
 
 from __future__ import annotations
 
+import collections
 import io
 import math
 import os
@@ -195,14 +196,20 @@ class CodecImages:
         # Pixels as PIL reads them: no EXIF rotation, sRGB, planar (3, H, W) like a torch image.
         self.params = n.DecodeParams(apply_exif_orientation=False, color_spec=n.SRGB, sample_format=n.P_RGB)
         self.cuda = device.type == "cuda"
+        self.held: tuple = ()
+        self.in_use: collections.deque = collections.deque()
+        # Decode the crop box alone (a region of interest), unless the hardware decoder can only
+        # decode whole images: then whole images, so that the engine still does the work.
+        self.regions = True
         if self.cuda:
             self.stream = torch.cuda.Stream(device)
             backends = [n.Backend(n.HW_GPU_ONLY, load_hint=hw_decoder_load), n.Backend(n.GPU_ONLY),
                         n.Backend(n.HYBRID_CPU_GPU)]
             self.decoder = n.Decoder(device_id=device.index, max_num_cpu_threads=threads, backends=backends)
             self.hardware = self.probe(hw_decoder_load)
+            self.regions = self.hardware != "whole images"
         else:
-            self.stream, self.hardware = None, False
+            self.stream, self.hardware = None, ""
             self.decoder = n.Decoder(device_id=n.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=threads,
                                      backends=[n.Backend(n.CPU_ONLY)])
 
@@ -211,14 +218,16 @@ class CodecImages:
         if not self.cuda:
             return "nvImageCodec decodes on this CPU (no GPU here): a way to try the path, not a fast one"
         if self.hardware:
-            return "nvImageCodec decodes on the GPU: its hardware JPEG decoder, and CUDA for the rest"
+            return (f"nvImageCodec decodes on the GPU: its hardware JPEG decoder ({self.hardware}), and CUDA "
+                    "for the rest")
         return ("nvImageCodec decodes on the GPU with CUDA: this GPU's hardware JPEG decoder did not "
                 "decode a test image (none on this GPU, or --hw-decoder-load 0)")
 
-    def probe(self, hw_decoder_load: float) -> bool:
+    def probe(self, hw_decoder_load: float) -> str:
         """Decode a small JPEG here before training: an error in one line where the decoder would
         not decode on this GPU (nvImageCodec without its nvJPEG library falls back to nothing, or
-        to the CPU, unseen); True where the hardware decoder alone can decode it."""
+        to the CPU, unseen). Then what the hardware decoder alone decodes: "crop boxes", "whole
+        images" (it cannot decode a region), or "" (nothing: no such engine, or load 0)."""
         n = self.n
         data = probe_jpeg()
         image = self.decoder.decode(n.CodeStream(data), params=self.params)
@@ -226,9 +235,12 @@ class CodecImages:
             raise UsageError("--decode", f"nvimgcodec did not decode a test JPEG on GPU {self.device.index} (is the "
                                          "nvidia-nvjpeg package installed?); use --decode nvjpeg or cpu")
         if hw_decoder_load == 0:
-            return False
+            return ""
         hardware = n.Decoder(device_id=self.device.index, backends=[n.Backend(n.HW_GPU_ONLY)])
-        return hardware.decode(n.CodeStream(data), params=self.params) is not None
+        box = n.CodeStream(data).get_sub_code_stream(region=n.Region(8, 16, 40, 48))
+        if hardware.decode(box, params=self.params) is not None:
+            return "crop boxes"
+        return "whole images" if hardware.decode(n.CodeStream(data), params=self.params) is not None else ""
 
     def __call__(self, encoded: list[torch.Tensor], labels: torch.Tensor, crops: torch.Tensor):
         boxes = crops.tolist()
@@ -238,6 +250,14 @@ class CodecImages:
         self.stream.wait_stream(main)  # the batch's memory may be reused from the training stream's
         with torch.cuda.stream(self.stream):
             out = self.augmented(encoded, boxes)
+            done = torch.cuda.Event()
+            done.record(self.stream)
+        # nvImageCodec owns the decoded images' memory, outside torch's stream-aware allocator, and may
+        # still read the files' bytes: both stay referenced until the side stream is past them (asked
+        # with an event query, never waited for).
+        self.in_use.append((done, self.held))
+        while self.in_use and self.in_use[0][0].query():
+            self.in_use.popleft()
         main.wait_stream(self.stream)
         out.record_stream(main)
         return self.images(out, labels)
@@ -247,18 +267,19 @@ class CodecImages:
         streams = []
         for data, (top, left, height, width, _) in zip(encoded, boxes):
             stream = n.CodeStream(data.numpy())
-            if height > 0:  # the training box only; evaluation (NO_CROP) decodes the whole image
+            if height > 0 and self.regions:  # the training box only; evaluation (NO_CROP) decodes it all
                 stream = stream.get_sub_code_stream(region=n.Region(top, left, top + height, left + width))
             streams.append(stream)
         handle = self.stream.cuda_stream if self.cuda else 0
         decoded = self.decoder.decode(streams, params=self.params, cuda_stream=handle)
+        self.held = (encoded, streams, decoded)
         out = []
         for data, box, image in zip(encoded, boxes, decoded):
             if image is None:  # not a format it reads: PIL decodes the whole file, the box applies to it
                 out.append(augment(decoded_by_pil(data).to(self.device, non_blocking=True), box, self.size))
                 continue
             pixels = torch.from_dlpack(image) if self.cuda else torch.from_numpy(np.array(image))
-            relative = box if box[2] < 0 else [0, 0, box[2], box[3], box[4]]  # the box is all that was decoded
+            relative = [0, 0, *box[2:]] if box[2] > 0 and self.regions else box  # the box is all that was decoded
             out.append(augment(pixels, relative, self.size))
         return torch.stack(out)
 

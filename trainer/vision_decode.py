@@ -74,7 +74,7 @@ def check_nvimgcodec(source: str, *, installed: bool) -> None:
     if source == "synthetic":
         raise UsageError("--decode", "nvimgcodec decodes image files; --data synthetic has none (use --decode cpu)")
     if not installed:
-        raise UsageError("--decode", "nvimgcodec needs the nvidia-nvimgcodec-cu13 package, which the trainer "
+        raise UsageError("--decode", "nvimgcodec needs the nvidia-nvimgcodec-cu12 package, which the trainer "
                                      "images install and this Python lacks; use --decode cpu")
 
 
@@ -233,7 +233,7 @@ class CodecImages:
         image = self.decoder.decode(n.CodeStream(data), params=self.params)
         if image is None or image.buffer_kind != n.ImageBufferKind.STRIDED_DEVICE:
             raise UsageError("--decode", f"nvimgcodec did not decode a test JPEG on GPU {self.device.index} (is the "
-                                         "nvidia-nvjpeg package installed?); use --decode nvjpeg or cpu")
+                                         "nvidia-nvjpeg-cu12 package installed?); use --decode nvjpeg or cpu")
         if hw_decoder_load == 0:
             return ""
         hardware = n.Decoder(device_id=self.device.index, backends=[n.Backend(n.HW_GPU_ONLY)])

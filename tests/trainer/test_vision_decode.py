@@ -71,7 +71,7 @@ def _image(path):
 
 @pytest.mark.parametrize("source, installed, says", [
     ("synthetic", True, "--data synthetic has none"),
-    ("/data", False, "nvidia-nvimgcodec-cu13"),
+    ("/data", False, "nvidia-nvimgcodec-cu12"),
 ])
 def test_nvimgcodec_is_refused_in_one_line_where_it_cannot_run(source, installed, says):
     with pytest.raises(UsageError, match="^--decode: nvimgcodec") as e:

@@ -220,8 +220,9 @@ class CodecImages:
         if self.hardware:
             return (f"nvImageCodec decodes on the GPU: its hardware JPEG decoder ({self.hardware}), and CUDA "
                     "for the rest")
-        return ("nvImageCodec decodes on the GPU with CUDA: this GPU's hardware JPEG decoder did not "
-                "decode a test image (none on this GPU, or --hw-decoder-load 0)")
+        return ("nvImageCodec decodes on the GPU with CUDA: the hardware JPEG decoder did not decode a test "
+                "image (none on this GPU, a container without the `video` driver capability in "
+                "NVIDIA_DRIVER_CAPABILITIES, or --hw-decoder-load 0)")
 
     def probe(self, hw_decoder_load: float) -> str:
         """Decode a small JPEG here before training: an error in one line where the decoder would

@@ -206,11 +206,17 @@ def reduced_case(root: Path, args) -> dict:
     out["imagenet_mean_kb"] = round(IMAGENET_BYTES_PER_IMAGE / 1e3, 1)
     # The mix again from the groups' rates weighted by their shares (64 images hold only about two
     # of the 3% large ones, so the drawn mix depends on which two).
-    for path in ("uint8", "uint8-reduced"):
-        seconds = sum(share / out[group][f"{path}_images_per_s_per_worker"] for group, share, *_ in IMAGENET_SIZES)
-        out[f"by_shares_{path}_images_per_s_per_worker"] = round(1 / seconds, 1)
-    out["by_shares_uint8-reduced_over_uint8"] = round(out["by_shares_uint8-reduced_images_per_s_per_worker"]
-                                                      / out["by_shares_uint8_images_per_s_per_worker"], 3)
+    return _by_shares(out, "uint8", "uint8-reduced")
+
+
+def _by_shares(out: dict, a: str, b: str) -> dict:
+    """`out` (a case's per-group results) with each side's images/s per worker over the groups
+    weighted by their IMAGENET_SIZES shares, and b over a."""
+    for side in (a, b):
+        seconds = sum(share / out[group][f"{side}_images_per_s_per_worker"] for group, share, *_ in IMAGENET_SIZES)
+        out[f"by_shares_{side}_images_per_s_per_worker"] = round(1 / seconds, 1)
+    out[f"by_shares_{b}_over_{a}"] = round(out[f"by_shares_{b}_images_per_s_per_worker"]
+                                           / out[f"by_shares_{a}_images_per_s_per_worker"], 3)
     return out
 
 
@@ -223,12 +229,7 @@ def encoded_case(root: Path, args) -> dict:
         train = write_jpegs(root, 64, sizes=imagenet_sizes(64, group=group), processes=min(2, os.cpu_count() or 1),
                             encoding=IMAGENET_ENCODING, split=group)
         out[group] = _rounds(train, "uint8-reduced", "encoded", args)
-    for path in ("uint8-reduced", "encoded"):
-        seconds = sum(share / out[group][f"{path}_images_per_s_per_worker"] for group, share, *_ in IMAGENET_SIZES)
-        out[f"by_shares_{path}_images_per_s_per_worker"] = round(1 / seconds, 1)
-    out["by_shares_encoded_over_uint8-reduced"] = round(out["by_shares_encoded_images_per_s_per_worker"]
-                                                        / out["by_shares_uint8-reduced_images_per_s_per_worker"], 3)
-    return out
+    return _by_shares(out, "uint8-reduced", "encoded")
 
 
 def _reencoded_copy(train: Path, root: Path, short_side: int | None = None):
@@ -263,13 +264,9 @@ def reencoded_case(root: Path, args) -> dict:
                      **_rounds(train, "original", "reencoded", args, paths=("uint8-reduced", "uint8-reduced"),
                                b_train=copy)}
     for side in ("original", "reencoded"):
-        seconds = sum(share / out[group][f"{side}_images_per_s_per_worker"] for group, share, *_ in IMAGENET_SIZES)
-        out[f"by_shares_{side}_images_per_s_per_worker"] = round(1 / seconds, 1)
         out[f"by_shares_{side}_mean_kb"] = round(sum(share * out[group][f"{side}_mean_kb"]
                                                      for group, share, *_ in IMAGENET_SIZES), 1)
-    out["by_shares_reencoded_over_original"] = round(out["by_shares_reencoded_images_per_s_per_worker"]
-                                                     / out["by_shares_original_images_per_s_per_worker"], 3)
-    return out
+    return _by_shares(out, "original", "reencoded")
 
 
 def main(argv=None) -> int:

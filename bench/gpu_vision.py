@@ -205,7 +205,8 @@ def main(argv=None) -> int:
         data = linked_folder(sources, root / "linked", train=epoch_images, val=val_images, classes=classes)
         mean_kb = sum(f.stat().st_size for f in sources) / len(sources) / 1e3
 
-        gpu = gpu_rate(device, batch=batch, size=size, steps=steps, warmup=warmup)
+        # Four digits, the same in every ratio and in the JSON (a dry run's rate is a few images/s).
+        gpu = float(f"{gpu_rate(device, batch=batch, size=size, steps=steps, warmup=warmup):.4g}")
         print(f"GPU: ResNet-50 trains at {gpu:,.0f} images/s (batch {batch}, {size}x{size}, bf16, channels_last)",
               flush=True)
         loader = loader_rate(train, path=args.loader_path, workers=workers, images=loader_images, image_size=size,
@@ -242,7 +243,7 @@ def main(argv=None) -> int:
     result = {"device": torch.cuda.get_device_name(device) if cuda else "cpu (dry run)",
               "torch": torch.__version__, "torchvision": import_torchvision().__version__,
               "cpus": os.cpu_count(), "dry_run": args.dry_run,
-              "gpu_images_per_s": round(gpu, 1), "batch": batch, "image_size": size, "steps": steps,
+              "gpu_images_per_s": gpu, "batch": batch, "image_size": size, "steps": steps,
               "loader_images_per_s": round(loader, 1), "loader_path": args.loader_path, "loader_workers": workers,
               "loader_images_per_s_per_worker": round(loader / workers, 1),
               "loader_over_gpu": round(loader / gpu, 3),
@@ -266,7 +267,6 @@ def decode_only_rates(sources: list[Path], device: torch.device, gpu: float, *, 
     """decode_rate at --hw-decoder-load 0.9 and 0, printed; a decoder that cannot run here is
     reported with the reason (a missing package or library), the rest of the script goes on."""
     from trainer.cli import UsageError
-    from trainer.vision_decode import import_nvimgcodec
 
     samples = [(str(f), 0) for f in sources]
     out = {"batch": batch, "images": images, "image_size": size, "runs": []}
@@ -274,8 +274,9 @@ def decode_only_rates(sources: list[Path], device: torch.device, gpu: float, *, 
           f"no model), {batch}-image batches of ImageNet-like JPEGs ({mean_kb:.0f} KB mean):", flush=True)
     for load in (0.9, 0.0):
         run = {"run": f"nvimgcodec:{load:g}", "hw_decoder_load": load}
-        if import_nvimgcodec() is None:
-            run["why"] = "nvidia-nvimgcodec-cu13 is not installed (see bench/gpu_checks.sh for the wheels)"
+        why = run_unavailable(Run("nvimgcodec", load), "files", device.type == "cuda")
+        if why:
+            run["why"] = f"{why} (bench/gpu_checks.sh names the wheels)"
         else:
             try:
                 run.update(decode_rate(samples, device, load=load, size=size, batch=batch, images=images,

@@ -45,7 +45,7 @@ def test_a_dry_run_measures_the_gpu_the_loader_and_the_decoders_alone(dry_run):
     assert [r["hw_decoder_load"] for r in decode["runs"]] == [0.9, 0.0]
     for r in decode["runs"]:
         assert _positive(r["images_per_s"]) and _positive(r["over_gpu"]), r
-        assert r["over_gpu"] == pytest.approx(r["images_per_s"] / result["gpu_images_per_s"], rel=0.01)
+        assert r["over_gpu"] == pytest.approx(r["images_per_s"] / result["gpu_images_per_s"], rel=0.05)
         assert "on this CPU" in r["decoder_line"]  # no GPU here: nvImageCodec's CPU backend
 
 
@@ -63,7 +63,8 @@ def test_a_dry_run_trains_once_per_decoder_and_skips_nvjpeg_with_the_trainers_re
         assert 0 <= r["data_wait_fraction"] < 1 and r["measured_epochs"] == trainer["epochs"] - 1
         assert [e["epoch"] for e in r["epochs"]] == list(range(trainer["epochs"]))
         assert all(e["steps"] == trainer["epoch_images"] // trainer["batch"] for e in r["epochs"])
-        assert r["over_gpu"] == pytest.approx(r["images_per_s"] / result["gpu_images_per_s"], rel=0.01)
+        # Against the GPU's rate in the JSON (rel: a dry run's images/s, rounded to 0.1, are single digits).
+        assert r["over_gpu"] == pytest.approx(r["images_per_s"] / result["gpu_images_per_s"], rel=0.05)
     assert runs["nvimgcodec:0.9"]["decoder_line"].startswith("nvImageCodec decodes on this CPU")
     assert runs["cpu"]["decoder_line"] is None
     assert runs["nvjpeg"]["status"] == "skipped" and runs["nvjpeg"]["images_per_s"] is None

@@ -24,7 +24,10 @@ One script, one run, about 200 s on a single H200 with 16 CPU cores (--budget-s 
    names (bench/vision_runs.py), once per entry of `--decoders`; images/s and the data-wait
    fraction over the epochs after the first, read from its --metrics-file, and "steady", the median
    metrics window of those epochs less each epoch's first (the loader's refill after an
-   evaluation, which a real epoch of thousands of steps amortises).
+   evaluation, which a real epoch of thousands of steps amortises). The data wait is the time a
+   step waited for the loader processes; a GPU decoder's own time, in the training process, shows
+   in images/s instead. The runs use 8 class folders (the 1,000-way output layer is a rounding
+   error of ResNet-50's FLOPs) and 256 validation images.
 Prints each rate and its ratio to the GPU's rate of step 1: near 1, that input is not the
 bottleneck on this GPU; the loader's images/s per worker and loader / GPU as before. A run that no
 longer fits in --budget-s is skipped, with the reason, before it starts, never killed mid-way
@@ -154,7 +157,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"trainer runs, in this order: trainer.vision --decode values, nvimgcodec:LOAD for its "
                         f"--hw-decoder-load (default {DEFAULT_RUNS})")
     p.add_argument("--epochs", type=int, default=2, help="epochs per trainer run; the first is warm-up")
-    p.add_argument("--epoch-images", type=int, default=16384, help="training images per epoch of a trainer run")
+    p.add_argument("--epoch-images", type=int, default=16384, help="training images per epoch of a trainer run (down to whole metrics windows: 2,048 on a GPU)")
     p.add_argument("--decode-images", type=int, default=4096, help="images per decode-only measurement")
     p.add_argument("--budget-s", type=float, default=200.0, help="wall-clock bound of the whole script")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU: checks the script only")

@@ -157,7 +157,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"trainer runs, in this order: trainer.vision --decode values, nvimgcodec:LOAD for its "
                         f"--hw-decoder-load (default {DEFAULT_RUNS})")
     p.add_argument("--epochs", type=int, default=2, help="epochs per trainer run; the first is warm-up")
-    p.add_argument("--epoch-images", type=int, default=16384, help="training images per epoch of a trainer run (down to whole metrics windows: 2,048 on a GPU)")
+    p.add_argument("--epoch-images", type=int, default=16384,
+                   help="training images per epoch of a trainer run (down to whole metrics windows: 2,048 on a GPU)")
     p.add_argument("--decode-images", type=int, default=4096, help="images per decode-only measurement")
     p.add_argument("--budget-s", type=float, default=200.0, help="wall-clock bound of the whole script")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU: checks the script only")

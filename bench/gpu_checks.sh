@@ -12,11 +12,17 @@
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
 #     --platform manylinux2014_x86_64 -d .whl nvidia-nvimgcodec-cu12==0.9.0.20 nvidia-nvjpeg-cu12==12.3.5.92
 # Without them gpu_vision.py reports its nvimgcodec parts as not measured, with the reason.
-#   bench/gpu_checks.sh OUTDIR
+#   [STEPS="tests llm vision"] bench/gpu_checks.sh OUTDIR
 # Writes gpu.txt, tests.txt, gpu_llm.{txt,json}, gpu_vision.{txt,json} to OUTDIR; each step has its
-# own time limit, so a slow one cannot take the others' time.
+# own time limit, so a slow one cannot take the others' time. STEPS picks the steps (all three by
+# default): a device session too short for all of them runs one, e.g. STEPS=vision (about 4 min).
 set -u
 out=${1:?usage: bench/gpu_checks.sh OUTDIR}
+steps=" ${STEPS:-tests llm vision} "
+for step in $steps; do
+  case "$step" in tests|llm|vision) ;; *) echo "error: STEPS: '$step' is not one of tests, llm, vision" >&2; exit 2;; esac
+done
+wants() { case "$steps" in *" $1 "*) return 0;; esac; return 1; }
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -28,14 +34,18 @@ fi
   python3 -c "import torchao; print('torchao', torchao.__version__)" 2>&1 | tail -1
   python3 -c "from nvidia import nvimgcodec; print('nvimgcodec', nvimgcodec.__version__)" 2>&1 | tail -1
   date -u; } | tee "$out/gpu.txt"
-timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider tests/trainer/test_step_syncs.py \
-  tests/trainer/test_llm_model.py 2>&1 | tail -25 | tee "$out/tests.txt"
-timeout "${LLM_S:-230}" python3 bench/gpu_llm.py --budget-s "$(( ${LLM_S:-230} - 20 ))" --out "$out/gpu_llm.json" 2>&1 \
-  | tail -40 | tee "$out/gpu_llm.txt"
+if wants tests; then
+  timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider tests/trainer/test_step_syncs.py \
+    tests/trainer/test_llm_model.py 2>&1 | tail -25 | tee "$out/tests.txt"
+fi
+if wants llm; then
+  timeout "${LLM_S:-230}" python3 bench/gpu_llm.py --budget-s "$(( ${LLM_S:-230} - 20 ))" --out "$out/gpu_llm.json" \
+    2>&1 | tail -40 | tee "$out/gpu_llm.txt"
+fi
 # The vision step: the GPU's rate, the CPU loader, nvImageCodec's decode alone and four trainer
 # runs (about 200 s on an H200); its --budget-s leaves the interpreter's start and the summary room
 # inside VISION_S, so a run that no longer fits is skipped with the reason instead of killed.
-if [ -f bench/gpu_vision.py ]; then
+if wants vision && [ -f bench/gpu_vision.py ]; then
   timeout "${VISION_S:-240}" python3 bench/gpu_vision.py --budget-s "$(( ${VISION_S:-240} - 30 ))" \
     --out "$out/gpu_vision.json" 2>&1 | tail -40 | tee "$out/gpu_vision.txt"
 fi

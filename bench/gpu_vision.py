@@ -39,6 +39,7 @@ checks the script, measures nothing meaningful.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -221,6 +222,7 @@ def main(argv=None) -> int:
         decode_only = decode_only_rates(sources, device, gpu, size=size, batch=decode_batch, images=decode_images,
                                         threads=workers, mean_kb=mean_kb)
         if cuda:  # the trainer processes get the GPU's memory; this process keeps only its context
+            gc.collect()  # the decoders' device buffers go with their objects
             torch.cuda.empty_cache()
 
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),

@@ -184,7 +184,8 @@ def main(argv=None) -> int:
     if not cuda and not args.dry_run:
         print("error: no CUDA device here; pass --dry-run to check the script on the CPU", file=sys.stderr)
         return 2
-    device = torch.device("cuda" if cuda else "cpu")
+    # With its index: nvImageCodec is told the device by number (trainer.vision passes cuda:LOCAL_RANK).
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
     batch, size, steps, warmup = (256, 224, args.steps, 5) if cuda else (2, 64, 2, 1)
     workers = args.workers if cuda else 1
     loader_images = args.loader_images if cuda else 32

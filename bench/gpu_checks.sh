@@ -28,6 +28,12 @@ export PYTHONUNBUFFERED=1
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site
+  # The nvImageCodec wheels bring a regular package `nvidia` (with __init__.py): first on the path,
+  # it would hide the device's own nvidia.* packages (the CUDA libraries torch finds). Made to
+  # extend its path, it spans both folders.
+  if [ -f /tmp/site/nvidia/__init__.py ]; then
+    echo "__path__ = __import__('pkgutil').extend_path(__path__, __name__)" >/tmp/site/nvidia/__init__.py
+  fi
 fi
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
@@ -36,7 +42,7 @@ fi
   date -u; } | tee "$out/gpu.txt"
 if wants tests; then
   timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider tests/trainer/test_step_syncs.py \
-    tests/trainer/test_llm_model.py 2>&1 | tail -25 | tee "$out/tests.txt"
+    tests/trainer/test_llm_model.py tests/trainer/test_vision_decode_gpu.py 2>&1 | tail -25 | tee "$out/tests.txt"
 fi
 if wants llm; then
   timeout "${LLM_S:-230}" python3 bench/gpu_llm.py --budget-s "$(( ${LLM_S:-230} - 20 ))" --out "$out/gpu_llm.json" \

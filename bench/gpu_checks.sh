@@ -1,26 +1,57 @@
 #!/usr/bin/env bash
 # The GPU checks of one rented device session, in one command (the device's own python3 and torch;
 # nothing is installed from a registry there). Wheels the project needs beyond the device image
-# (torchao for --float8) travel in .whl/ (see bench/gpu_llm.py's docstring for which).
-#   bench/gpu_checks.sh OUTDIR
+# travel in .whl/ and are unpacked to /tmp/site: torchao for --float8 (see bench/gpu_llm.py's
+# docstring), and for bench/gpu_vision.py's --decode nvimgcodec the trainer image's nvImageCodec
+# wheels (CUDA 12 builds, py3-none manylinux: any CPython). Required: nvidia-nvimgcodec-cu12==0.9.0.20
+# (32 MB, sha256 00627d63501ff83a7578683f784f03d07c6b69a1db6017fdabfacb0fc1c4cb8a) and
+# nvidia-nvjpeg-cu12==12.3.5.92 (4.3 MB, 253056503901a68dc00e29508ebf40362c3da04b9b9366ee32ef56909e0fc0d3);
+# nvidia-nvjpeg2k-cu12==0.11.0.51 and nvidia-nvtiff-cu12==0.8.0.82 (9.3 and 4.3 MB) only silence
+# nvImageCodec's "Failed to load" lines for its JPEG 2000 and TIFF extensions: leave them out where
+# the working tree and its carry must stay under 64 MiB. Where there is network:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
+#     --platform manylinux2014_x86_64 -d .whl nvidia-nvimgcodec-cu12==0.9.0.20 nvidia-nvjpeg-cu12==12.3.5.92
+# Without them gpu_vision.py reports its nvimgcodec parts as not measured, with the reason.
+#   [STEPS="tests llm vision"] bench/gpu_checks.sh OUTDIR
 # Writes gpu.txt, tests.txt, gpu_llm.{txt,json}, gpu_vision.{txt,json} to OUTDIR; each step has its
-# own time limit, so a slow one cannot take the others' time.
+# own time limit, so a slow one cannot take the others' time. STEPS picks the steps (all three by
+# default): a device session too short for all of them runs one, e.g. STEPS=vision (about 4 min).
 set -u
 out=${1:?usage: bench/gpu_checks.sh OUTDIR}
+steps=" ${STEPS:-tests llm vision} "
+for step in $steps; do
+  case "$step" in tests|llm|vision) ;; *) echo "error: STEPS: '$step' is not one of tests, llm, vision" >&2; exit 2;; esac
+done
+wants() { case "$steps" in *" $1 "*) return 0;; esac; return 1; }
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site
+  # The nvImageCodec wheels bring a regular package `nvidia` (with __init__.py): first on the path,
+  # it would hide the device's own nvidia.* packages (the CUDA libraries torch finds). Made to
+  # extend its path, it spans both folders.
+  if [ -f /tmp/site/nvidia/__init__.py ]; then
+    echo "__path__ = __import__('pkgutil').extend_path(__path__, __name__)" >/tmp/site/nvidia/__init__.py
+  fi
 fi
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
-  python3 -c "import torchao; print('torchao', torchao.__version__)" 2>&1 | tail -1; date -u; } | tee "$out/gpu.txt"
-timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider tests/trainer/test_step_syncs.py \
-  tests/trainer/test_llm_model.py 2>&1 | tail -25 | tee "$out/tests.txt"
-timeout "${LLM_S:-230}" python3 bench/gpu_llm.py --budget-s "$(( ${LLM_S:-230} - 20 ))" --out "$out/gpu_llm.json" 2>&1 \
-  | tail -40 | tee "$out/gpu_llm.txt"
-if [ -f bench/gpu_vision.py ]; then
-  timeout "${VISION_S:-150}" python3 bench/gpu_vision.py --out "$out/gpu_vision.json" 2>&1 | tail -30 \
-    | tee "$out/gpu_vision.txt"
+  python3 -c "import torchao; print('torchao', torchao.__version__)" 2>&1 | tail -1
+  python3 -c "from nvidia import nvimgcodec; print('nvimgcodec', nvimgcodec.__version__)" 2>&1 | tail -1
+  date -u; } | tee "$out/gpu.txt"
+if wants tests; then
+  timeout "${TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider tests/trainer/test_step_syncs.py \
+    tests/trainer/test_llm_model.py tests/trainer/test_vision_decode_gpu.py 2>&1 | tail -25 | tee "$out/tests.txt"
+fi
+if wants llm; then
+  timeout "${LLM_S:-230}" python3 bench/gpu_llm.py --budget-s "$(( ${LLM_S:-230} - 20 ))" --out "$out/gpu_llm.json" \
+    2>&1 | tail -40 | tee "$out/gpu_llm.txt"
+fi
+# The vision step: the GPU's rate, the CPU loader, nvImageCodec's decode alone and four trainer
+# runs (about 200 s on an H200); its --budget-s leaves the interpreter's start and the summary room
+# inside VISION_S, so a run that no longer fits is skipped with the reason instead of killed.
+if wants vision && [ -f bench/gpu_vision.py ]; then
+  timeout "${VISION_S:-240}" python3 bench/gpu_vision.py --budget-s "$(( ${VISION_S:-240} - 30 ))" \
+    --out "$out/gpu_vision.json" 2>&1 | tail -40 | tee "$out/gpu_vision.txt"
 fi

@@ -1,30 +1,51 @@
-"""ResNet-50 training images/s on one GPU against the images/s the CPU loader gives on this machine.
+"""ResNet-50 training images/s on one GPU against what feeds it: the CPU loader, the GPU JPEG
+decoders alone, and trainer.vision itself with each --decode.
 
-    python bench/gpu_vision.py [--out result.json] [--workers N] [--dry-run]
+    python bench/gpu_vision.py [--out result.json] [--workers N] [--decoders nvimgcodec,cpu,nvimgcodec:0,nvjpeg]
+        [--budget-s 200] [--dry-run]
 
-One script, one run, under 3 minutes on a single H200 with 16 CPU cores:
+One script, one run, about 200 s on a single H200 with 16 CPU cores (--budget-s bounds it):
 1. GPU: ResNet-50 (torchvision, random weights, 1,000 classes) trains on synthetic uint8 batches
    already on the device, normalised there as trainer.vision does (DeviceImages), bf16 autocast,
    channels_last, cudnn.benchmark, fused SGD; batch 256 at 224x224, 5 warm-up steps, then
-   `--steps` timed steps ending in a synchronize.
+   `--steps` timed steps ending in a synchronize: the rate with no input cost at all (`gpu_rate`).
 2. Loader: JPEGs of ImageNet's typical size (500x375, written to a temporary folder, nothing is
    downloaded) through trainer.vision's uint8 CPU path (PIL decode, reduced in the DCT domain where
    the crop allows, RandomResizedCrop, flip, PILToTensor; `--loader-path uint8` decodes in full)
    with `--workers` processes (default: the CPUs less one), pinned, copied to the GPU
    and normalised there.
-Prints both, the loader's images/s per worker, and loader / GPU: below 1 the loader is the
-bottleneck on this machine at this worker count. `--dry-run` runs everything at tiny sizes on the
-CPU (checks the script, measures nothing meaningful).
+3. Decode only: trainer.vision's nvImageCodec input (trainer/vision_decode.py CodecImages: the
+   crop box decoded, resized, flipped, normalised; no model) over ImageNet-like JPEGs
+   (bench/vision_loader.py IMAGENET_SIZES, q96 4:4:4) in micro-batches of 256, at
+   --hw-decoder-load 0.9 (the GPU's hardware JPEG decoder takes most) and 0 (CUDA only): the
+   decoders' own rates, to be scaled to another GPU on paper.
+4. Trainer: `python -m trainer.vision --model resnet50` (a process per run, batch 256 at 224, bf16,
+   `--workers` loader processes) on an ImageFolder of those JPEGs hard-linked to `--epoch-images`
+   names (bench/vision_runs.py), once per entry of `--decoders`; images/s and the data-wait
+   fraction over the epochs after the first, read from its --metrics-file, and "steady", the median
+   metrics window of those epochs less each epoch's first (the loader's refill after an
+   evaluation, which a real epoch of thousands of steps amortises). The data wait is the time a
+   step waited for the loader processes; a GPU decoder's own time, in the training process, shows
+   in images/s instead. The runs use 8 class folders (the 1,000-way output layer is a rounding
+   error of ResNet-50's FLOPs) and 256 validation images.
+Prints each rate and its ratio to the GPU's rate of step 1: near 1, that input is not the
+bottleneck on this GPU; the loader's images/s per worker and loader / GPU as before. A run that no
+longer fits in --budget-s is skipped, with the reason, before it starts, never killed mid-way
+(one that outruns the time left is killed and reported as failed). `--dry-run` runs every part
+tiny on the CPU (nvImageCodec's CPU backend; nvjpeg skipped with trainer.vision's own reason):
+checks the script, measures nothing meaningful.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -32,7 +53,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from bench.vision_loader import loader_rate, write_jpegs  # noqa: E402
+from bench.gpu_llm import write_json  # noqa: E402
+from bench.vision_loader import IMAGENET_ENCODING, imagenet_sizes, loader_rate, write_jpegs  # noqa: E402
+from bench.vision_runs import (DEFAULT_RUNS, REPO, Budget, Run, RunResult, describe, linked_folder,  # noqa: E402
+                               parse_runs, trainer_run)
 from config import paths  # noqa: E402
 from config.workloads.vision import SgdConfig  # noqa: E402
 from trainer.optim import build_sgd  # noqa: E402
@@ -72,7 +96,56 @@ def gpu_rate(device: torch.device, *, batch: int, size: int, steps: int, warmup:
     return steps * batch / (time.perf_counter() - start)
 
 
-def main(argv=None) -> int:
+
+
+def decode_rate(samples: list[tuple[str, int]], device: torch.device, *, load: float, size: int, batch: int,
+                images: int, threads: int) -> dict:
+    """Images/s of CodecImages alone (decode of the crop box, resize, flip, normalise) on `device`
+    over `samples` cycled, in micro-batches of `batch`; the loader's part (file bytes, crop boxes)
+    is done before the clock starts, and one warm-up batch is left out."""
+    from trainer.vision_decode import CodecImages, EncodedImages
+
+    dataset = EncodedImages(samples, [], train=True)
+    items = [dataset[i] for i in range(len(samples))]
+    batches = [EncodedImages.collate([items[(b * batch + j) % len(items)] for j in range(batch)])
+               for b in range(1 + max(1, images // batch))]
+    codec = CodecImages(device, size, hw_decoder_load=load, threads=threads)
+    codec(*batches[0])
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    for encoded, labels, crops in batches[1:]:
+        codec(encoded, labels, crops)
+    sync()
+    rate = batch * (len(batches) - 1) / (time.perf_counter() - start)
+    return {"hw_decoder_load": load, "images_per_s": round(rate, 1), "decoder_line": codec.describe()}
+
+
+def run_unavailable(run: Run, data: str, cuda: bool) -> str | None:
+    """trainer.vision's own refusal of this --decode here (it would exit 2 after its start-up)."""
+    from trainer.cli import UsageError
+    from trainer.torchvision_compat import prepare
+    from trainer.vision_decode import check_nvimgcodec, check_nvjpeg, import_nvimgcodec
+
+    try:
+        if run.decode == "nvjpeg":
+            check_nvjpeg(data, cuda=cuda, native_torchvision=prepare())
+        elif run.decode == "nvimgcodec":
+            check_nvimgcodec(data, installed=import_nvimgcodec() is not None)
+    except UsageError as refusal:
+        return str(refusal)
+    return None
+
+
+def decoders(text: str) -> list[Run]:
+    """--decoders for argparse, which shows an ArgumentTypeError's own words."""
+    try:
+        return parse_runs(text)
+    except ValueError as problem:
+        raise argparse.ArgumentTypeError(str(problem)) from None
+
+
+def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", help="also write the result here as JSON")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1), help="loader processes")
@@ -81,45 +154,152 @@ def main(argv=None) -> int:
     p.add_argument("--loader-path", choices=("uint8-reduced", "uint8"), default="uint8-reduced",
                    help="uint8-reduced: trainer.vision's loader (reduced-size JPEG decode where the crop allows); "
                         "uint8: full decode, as the 2026-11-26 H200 figures were measured")
+    p.add_argument("--decoders", type=decoders, default=parse_runs(DEFAULT_RUNS), metavar="LIST",
+                   help=f"trainer runs, in this order: trainer.vision --decode values, nvimgcodec:LOAD for its "
+                        f"--hw-decoder-load (default {DEFAULT_RUNS})")
+    p.add_argument("--epochs", type=int, default=2, help="epochs per trainer run; the first is warm-up")
+    p.add_argument("--epoch-images", type=int, default=16384,
+                   help="training images per epoch of a trainer run (down to whole metrics windows: 2,048 on a GPU)")
+    p.add_argument("--decode-images", type=int, default=4096, help="images per decode-only measurement")
+    p.add_argument("--budget-s", type=float, default=200.0, help="wall-clock bound of the whole script")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU: checks the script only")
     args = p.parse_args(argv)
+    for name in ("workers", "steps", "loader_images", "epoch_images", "decode_images", "budget_s"):
+        if getattr(args, name) <= 0:
+            p.error(f"--{name.replace('_', '-')} must be above 0, got {getattr(args, name)}")
+    if args.epochs < 2:
+        p.error(f"--epochs must be at least 2 (the first is warm-up), got {args.epochs}")
     if args.out:
-        try:
+        try:  # before minutes of GPU time, not after them
             paths.output_file(args.out)
         except paths.PathProblem as problem:
-            print(f"error: --out: {problem}", file=sys.stderr)
-            return 2
+            p.error(f"--out: {problem}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    budget_start = time.monotonic()
     cuda = torch.cuda.is_available() and not args.dry_run
     if not cuda and not args.dry_run:
         print("error: no CUDA device here; pass --dry-run to check the script on the CPU", file=sys.stderr)
         return 2
-    device = torch.device("cuda" if cuda else "cpu")
+    # With its index: nvImageCodec is told the device by number (trainer.vision passes cuda:LOCAL_RANK).
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
     batch, size, steps, warmup = (256, 224, args.steps, 5) if cuda else (2, 64, 2, 1)
     workers = args.workers if cuda else 1
     loader_images = args.loader_images if cuda else 32
+    # The trainer runs' shape; on the CPU ResNet-18 at 32 pixels, which checks the same code in seconds.
+    model, run_batch, run_size, log_every = ("resnet50", 256, 224, 8) if cuda else ("resnet18", 4, 32, 1)
+    epoch_images, val_images, classes = (args.epoch_images, 256, 8) if cuda else (8, 2, 2)
+    decode_batch, decode_images, unique = (256, args.decode_images, 512) if cuda else (4, 8, 8)
+    epoch_images -= epoch_images % (run_batch * log_every)  # whole metrics windows per epoch
+    if epoch_images == 0:
+        print(f"error: --epoch-images must be at least {run_batch * log_every} (batch {run_batch} x "
+              f"{log_every} steps per metrics window)", file=sys.stderr)
+        return 2
 
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu-vision-") as tmp:
+        root = Path(tmp)
         # The JPEGs first: the pool forks before torch has started any threads.
-        train = write_jpegs(Path(tmp), 512 if cuda else 16, processes=min(16, os.cpu_count() or 1))
-        gpu = gpu_rate(device, batch=batch, size=size, steps=steps, warmup=warmup)
+        processes = min(16, os.cpu_count() or 1)
+        train = write_jpegs(root, 512 if cuda else 16, processes=processes)
+        like = write_jpegs(root, unique, sizes=imagenet_sizes(unique), encoding=IMAGENET_ENCODING, processes=processes,
+                           split="imagenet-like")
+        sources = sorted(like.rglob("*.jpg"))
+        data = linked_folder(sources, root / "linked", train=epoch_images, val=val_images, classes=classes)
+        mean_kb = sum(f.stat().st_size for f in sources) / len(sources) / 1e3
+
+        # Four digits, the same in every ratio and in the JSON (a dry run's rate is a few images/s).
+        gpu = float(f"{gpu_rate(device, batch=batch, size=size, steps=steps, warmup=warmup):.4g}")
         print(f"GPU: ResNet-50 trains at {gpu:,.0f} images/s (batch {batch}, {size}x{size}, bf16, channels_last)",
               flush=True)
         loader = loader_rate(train, path=args.loader_path, workers=workers, images=loader_images, image_size=size,
                              batch_size=64 if cuda else 4, device=device)
-    print(f"Loader: {loader:,.0f} images/s with {workers} workers ({loader / workers:,.0f} per worker), "
-          f"{args.loader_path} path, 500x375 JPEGs", flush=True)
+        print(f"Loader: {loader:,.0f} images/s with {workers} workers ({loader / workers:,.0f} per worker), "
+              f"{args.loader_path} path, 500x375 JPEGs", flush=True)
+
+        decode_only = decode_only_rates(sources, device, gpu, size=size, batch=decode_batch, images=decode_images,
+                                        threads=workers, mean_kb=mean_kb)
+        if cuda:  # the trainer processes get the GPU's memory; this process keeps only its context
+            gc.collect()  # the decoders' device buffers go with their objects
+            torch.cuda.empty_cache()
+
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+                   PYTHONUNBUFFERED="1")
+        if not cuda:
+            env["CUDA_VISIBLE_DEVICES"] = ""  # a dry run stays on the CPU even on a GPU machine
+        budget = Budget(args.budget_s, first_estimate_s=45.0 if cuda else 5.0, start=budget_start)
+        print(f"Trainer: python -m trainer.vision --model {model}, batch {run_batch} at {run_size}, {workers} "
+              f"workers, {args.epochs} epochs of {epoch_images:,} images (hard links to {unique} ImageNet-like "
+              f"JPEGs, {mean_kb:.0f} KB mean), rates over the epochs after the first:", flush=True)
+        runs = []
+        for run in args.decoders:
+            why = run_unavailable(run, str(data), cuda) or budget.why_not()
+            if why:
+                result = RunResult(run.name, run.decode, run.hw_decoder_load, why=why)
+            else:
+                result = trainer_run(run, data, root, model=model, batch=run_batch, size=run_size, workers=workers,
+                                     epochs=args.epochs, log_every=log_every, gpu_rate=gpu, budget=budget, env=env)
+            print(describe(result), flush=True)
+            if result.decoder_line:
+                print(f"  {'':<14} {result.decoder_line}", flush=True)
+            runs.append(result)
+
     result = {"device": torch.cuda.get_device_name(device) if cuda else "cpu (dry run)",
               "torch": torch.__version__, "torchvision": import_torchvision().__version__,
               "cpus": os.cpu_count(), "dry_run": args.dry_run,
-              "gpu_images_per_s": round(gpu, 1), "batch": batch, "image_size": size, "steps": steps,
+              "gpu_images_per_s": gpu, "batch": batch, "image_size": size, "steps": steps,
               "loader_images_per_s": round(loader, 1), "loader_path": args.loader_path, "loader_workers": workers,
               "loader_images_per_s_per_worker": round(loader / workers, 1),
-              "loader_over_gpu": round(loader / gpu, 3), "seconds": round(time.perf_counter() - t0, 1)}
+              "loader_over_gpu": round(loader / gpu, 3),
+              "jpegs": {"unique": unique, "mean_kb": round(mean_kb, 1), "sizes": "IMAGENET_SIZES",
+                        "encoding": "q96 4:4:4 (IMAGENET_ENCODING)"},
+              "decode_only": decode_only,
+              "decoders": [run.name for run in args.decoders],
+              "trainer": {"model": model, "batch": run_batch, "image_size": run_size, "workers": workers,
+                          "epochs": args.epochs, "epoch_images": epoch_images, "val_images": val_images,
+                          "classes": classes, "log_every": log_every, "runs": [asdict(r) for r in runs]},
+              "budget_s": args.budget_s, "seconds": round(time.perf_counter() - t0, 1)}
     print(json.dumps(result))
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    return 0
+        write_json(Path(args.out), result)
+    failed = [r.run for r in runs if r.status == "failed"] + [d["run"] for d in decode_only["runs"] if d.get("failed")]
+    return 1 if failed else 0
+
+
+def decode_only_rates(sources: list[Path], device: torch.device, gpu: float, *, size: int, batch: int, images: int,
+                      threads: int, mean_kb: float) -> dict:
+    """decode_rate at --hw-decoder-load 0.9 and 0, printed; a decoder that cannot run here is
+    reported with the reason (a missing package or library), the rest of the script goes on."""
+    from trainer.cli import UsageError
+
+    samples = [(str(f), 0) for f in sources]
+    out = {"batch": batch, "images": images, "image_size": size, "runs": []}
+    print(f"Decode only: nvImageCodec (CodecImages: the crop box decoded, resized to {size}, flipped, normalised; "
+          f"no model), {batch}-image batches of ImageNet-like JPEGs ({mean_kb:.0f} KB mean):", flush=True)
+    for load in (0.9, 0.0):
+        run = {"run": f"nvimgcodec:{load:g}", "hw_decoder_load": load}
+        why = run_unavailable(Run("nvimgcodec", load), "files", device.type == "cuda")
+        if why:
+            run["why"] = f"{why} (bench/gpu_checks.sh names the wheels)"
+        else:
+            try:
+                run.update(decode_rate(samples, device, load=load, size=size, batch=batch, images=images,
+                                       threads=threads))
+                run["over_gpu"] = round(run["images_per_s"] / gpu, 3)
+            except UsageError as refusal:  # the probe: no nvJPEG library for the GPU
+                run["why"], run["failed"] = str(refusal), True
+            except Exception as err:  # noqa: BLE001 (the trainer runs still tell what they can)
+                run["why"], run["failed"] = f"{type(err).__name__}: {err}"[:300], True
+        if "why" in run:
+            print(f"  hw load {load:g}: not measured: {run['why']}", flush=True)
+        else:
+            print(f"  hw load {load:g}: {run['images_per_s']:,.0f} images/s, x{run['over_gpu']:.3f} of the GPU's "
+                  f"training rate ({run['decoder_line']})", flush=True)
+        out["runs"].append(run)
+    return out
 
 
 if __name__ == "__main__":

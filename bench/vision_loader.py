@@ -1,6 +1,6 @@
 """trainer.vision's CPU input path: images/s per loader worker, in two cases, each measured in one run.
 
-    python bench/vision_loader.py [--case dtype|reduced|both|reencoded] [--images 256] [--rounds 3] [--workers 1]
+    python bench/vision_loader.py [--case dtype|reduced|both|reencoded|encoded] [--images 256] [--rounds 3] [--workers 1]
         [--short-side N]  (reencoded: the copy's bound; default the tool's)
 
 `dtype`: JPEGs of one size (500x375, quality 90), fp32 (before) against uint8:
@@ -18,6 +18,11 @@ worker on the originals against the copy, and bytes per image before and after.
 Both sides of a case run in this one process, alternating within each round; a ratio is the median
 over rounds of that round's ratio, so a slow round on a shared machine slows both sides.
 Nothing is downloaded: the JPEGs are generated into a temporary folder.
+`encoded` (not in `both`): the loader's side of a GPU decoder (`--decode nvimgcodec` or `nvjpeg`):
+the worker reads the file's bytes, opens its header and draws the crop box, no pixel decoded;
+against the CPU path (uint8-reduced) on the ImageNet-like JPEGs, each size group and the mix by
+the groups' shares. What it measures is the CPU each GPU still needs; the decode's own rate on the
+GPU is bench/gpu_vision.py's.
 `loader_rate` and `write_jpegs` serve bench/gpu_vision.py as well.
 """
 
@@ -140,19 +145,25 @@ def loader_rate(train_dir: Path, *, path: str, workers: int, images: int, image_
     uint8 (full decode) or uint8-reduced (trainer.vision's loader: JPEGs opened lazily and decoded
     at reduced size where the crop allows)."""
     tv = import_torchvision()
+    collate = None
     if path == "fp32":
         folder = tv.datasets.ImageFolder(train_dir, fp32_transform(image_size))
+    elif path == "encoded":  # a GPU decoder's loader: bytes and the crop box, decoded elsewhere
+        from trainer.vision_decode import EncodedImages
+        found = tv.datasets.ImageFolder(train_dir, loader=open_image)
+        folder, collate = EncodedImages(found.samples, found.classes, train=True), EncodedImages.collate
     else:
         folder = tv.datasets.ImageFolder(train_dir, transforms(image_size, reduce=path == "uint8-reduced")[0],
                                          loader=open_image)
     loader = DataLoader(Repeated(folder, images + batch_size), batch_size=batch_size, num_workers=workers,
-                        pin_memory=device.type == "cuda", drop_last=True, prefetch_factor=4 if workers else None)
+                        pin_memory=device.type == "cuda", drop_last=True, prefetch_factor=4 if workers else None,
+                        collate_fn=collate)
     to_input = DeviceImages(device)
     it = iter(loader)
     next(it)
     start, seen = time.perf_counter(), 0
     for batch in it:
-        x, _ = to_input(*batch)
+        x = batch[0] if collate else to_input(*batch)[0]
         seen += len(x)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -195,12 +206,30 @@ def reduced_case(root: Path, args) -> dict:
     out["imagenet_mean_kb"] = round(IMAGENET_BYTES_PER_IMAGE / 1e3, 1)
     # The mix again from the groups' rates weighted by their shares (64 images hold only about two
     # of the 3% large ones, so the drawn mix depends on which two).
-    for path in ("uint8", "uint8-reduced"):
-        seconds = sum(share / out[group][f"{path}_images_per_s_per_worker"] for group, share, *_ in IMAGENET_SIZES)
-        out[f"by_shares_{path}_images_per_s_per_worker"] = round(1 / seconds, 1)
-    out["by_shares_uint8-reduced_over_uint8"] = round(out["by_shares_uint8-reduced_images_per_s_per_worker"]
-                                                      / out["by_shares_uint8_images_per_s_per_worker"], 3)
+    return _by_shares(out, "uint8", "uint8-reduced")
+
+
+def _by_shares(out: dict, a: str, b: str) -> dict:
+    """`out` (a case's per-group results) with each side's images/s per worker over the groups
+    weighted by their IMAGENET_SIZES shares, and b over a."""
+    for side in (a, b):
+        seconds = sum(share / out[group][f"{side}_images_per_s_per_worker"] for group, share, *_ in IMAGENET_SIZES)
+        out[f"by_shares_{side}_images_per_s_per_worker"] = round(1 / seconds, 1)
+    out[f"by_shares_{b}_over_{a}"] = round(out[f"by_shares_{b}_images_per_s_per_worker"]
+                                           / out[f"by_shares_{a}_images_per_s_per_worker"], 3)
     return out
+
+
+def encoded_case(root: Path, args) -> dict:
+    """The loader's side of --decode nvimgcodec (and nvjpeg): read the file, open its header, draw
+    the crop box; against trainer.vision's CPU path on the same ImageNet-like files, each size
+    group alone and the mix by the groups' shares."""
+    out: dict = {"jpeg": "IMAGENET_SIZES, q96 4:4:4"}
+    for group in (row[0] for row in IMAGENET_SIZES):
+        train = write_jpegs(root, 64, sizes=imagenet_sizes(64, group=group), processes=min(2, os.cpu_count() or 1),
+                            encoding=IMAGENET_ENCODING, split=group)
+        out[group] = _rounds(train, "uint8-reduced", "encoded", args)
+    return _by_shares(out, "uint8-reduced", "encoded")
 
 
 def _reencoded_copy(train: Path, root: Path, short_side: int | None = None):
@@ -235,18 +264,14 @@ def reencoded_case(root: Path, args) -> dict:
                      **_rounds(train, "original", "reencoded", args, paths=("uint8-reduced", "uint8-reduced"),
                                b_train=copy)}
     for side in ("original", "reencoded"):
-        seconds = sum(share / out[group][f"{side}_images_per_s_per_worker"] for group, share, *_ in IMAGENET_SIZES)
-        out[f"by_shares_{side}_images_per_s_per_worker"] = round(1 / seconds, 1)
         out[f"by_shares_{side}_mean_kb"] = round(sum(share * out[group][f"{side}_mean_kb"]
                                                      for group, share, *_ in IMAGENET_SIZES), 1)
-    out["by_shares_reencoded_over_original"] = round(out["by_shares_reencoded_images_per_s_per_worker"]
-                                                     / out["by_shares_original_images_per_s_per_worker"], 3)
-    return out
+    return _by_shares(out, "original", "reencoded")
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--case", choices=("dtype", "reduced", "both", "reencoded"), default="both")
+    p.add_argument("--case", choices=("dtype", "reduced", "both", "reencoded", "encoded"), default="both")
     p.add_argument("--images", type=int, default=256, help="images read per measurement")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--workers", type=int, default=1, help="loader processes (1: images/s per worker core)")
@@ -262,6 +287,8 @@ def main(argv=None) -> int:
             result["reduced"] = reduced_case(Path(tmp), args)
         if args.case == "reencoded":
             result["reencoded"] = reencoded_case(Path(tmp), args)
+        if args.case == "encoded":
+            result["encoded"] = encoded_case(Path(tmp), args)
     print(json.dumps(result))
     ratios = [v for case in result.values() if isinstance(case, dict)
               for v in [*case.values(), *(x for sub in case.values() if isinstance(sub, dict) for x in sub.values())]

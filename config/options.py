@@ -62,6 +62,13 @@ def fraction_below_one(text: str) -> float:
     return value
 
 
+def fraction(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
 # --- declaring -----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -87,10 +87,11 @@ def parse_lock(text: str) -> dict[str, Locked]:
     return entries
 
 
-def image_lock(compiled: dict[str, Locked]) -> dict[str, Locked]:
+def image_lock(compiled: dict[str, Locked], direct: set[str] = frozenset()) -> dict[str, Locked]:
     """What the images install from PyPI: drop torch and torchvision (PyTorch's index brings them)
-    and the CUDA-build-only packages with whatever only they need."""
-    dropped = {name for name in compiled if CUDA_BUILD_ONLY.match(name)}
+    and the CUDA-build-only packages with whatever only they need. A package trainer/requirements.txt
+    pins itself (`direct`: nvImageCodec's nvidia-* libraries) stays, whatever its name."""
+    dropped = {name for name in compiled if CUDA_BUILD_ONLY.match(name) and name not in direct}
     changed = True
     while changed:
         changed = False
@@ -158,8 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     if not compiled:
         print(f"error: {given}: no `name==version` lines: not pip-compile output", file=sys.stderr)
         return EXIT_USAGE
-    LOCK.write_text(render_lock(image_lock(compiled)))
-    TORCH_REQUIREMENTS.write_text(render_torch(pins(REQUIREMENTS.read_text())))
+    requirements = pins(REQUIREMENTS.read_text())
+    LOCK.write_text(render_lock(image_lock(compiled, set(requirements))))
+    TORCH_REQUIREMENTS.write_text(render_torch(requirements))
     print(f"wrote {LOCK} and {TORCH_REQUIREMENTS}")
     return 0
 

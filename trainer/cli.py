@@ -118,6 +118,17 @@ def run_main(main: Callable[[], int | None], *, finalize: bool = True) -> NoRetu
     raise SystemExit(code)
 
 
+# What a failed run raised, kept until the process ends. Its traceback holds the frames' locals
+# (DistributedDataParallel, its Reducer, the process group); freeing them when the except clause
+# ends runs ProcessGroupGloo's destructor, which waits for its work threads, and one still blocked in
+# a collective with a peer that is gone never finishes: the worker printed its crash and then hung
+# in the destructor, so torchrun never restarted it (py-spy: _run -> pybind11_object_dealloc ->
+# ~Reducer -> ~ProcessGroupGloo -> condition_variable::wait, in test_vision_faults' killed-agent
+# test). Distributed workers end with os._exit (trainer.dist.exit_without_finalization), so what is
+# kept here is never destroyed.
+_FAILED: list[BaseException] = []
+
+
 def _run(main: Callable[[], int | None]) -> int:
     from config.kubernetes import EXIT_CRASH, EXIT_NOT_ON_EFA, EXIT_USAGE
     from trainer.nccl_net import NotOnEfa
@@ -125,17 +136,21 @@ def _run(main: Callable[[], int | None]) -> int:
     try:
         code = main()
     except UsageError as exc:
+        _FAILED.append(exc)
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except NotOnEfa as exc:
+        _FAILED.append(exc)
         print(exc, file=sys.stderr, flush=True)
         return EXIT_NOT_ON_EFA
     except WorkerExit as exc:
+        _FAILED.append(exc)
         # Every rank raises it (they agree before they stop); one line per pod's log is enough.
         if os.environ.get("LOCAL_RANK", "0") == "0":
             print(f"error: {exc}", file=sys.stderr, flush=True)
         return exc.code
     except Exception as exc:  # a crash, not a user error: see report_crash
+        _FAILED.append(exc)
         report_crash(main, exc)
         return EXIT_CRASH
     return code or 0

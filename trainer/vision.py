@@ -38,8 +38,8 @@ from trainer.log import log
 from trainer.metrics import check_metrics_file
 from trainer.optim import build_sgd, image_learning_rate
 from trainer.preemption import Preemption
-from trainer.vision_data import DeviceImages, ElasticSampler, Progress, build_datasets, train_loader, val_loader
-from trainer.vision_decode import NvjpegImages, check_decode
+from trainer.vision_data import ElasticSampler, Progress, build_datasets, train_loader, val_loader
+from trainer.vision_decode import CodecImages, check_decode, device_input
 from trainer.vision_metrics import VisionMetrics
 from trainer.vision_model import build_classifier, place
 
@@ -125,8 +125,9 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
     ddp = DistributedDataParallel(model, device_ids=[rt.device.index] if on_gpu else None,
                                   gradient_as_bucket_view=True)
     forward = torch.compile(ddp) if job.efficiency.compile else ddp
-    to_input = (NvjpegImages(rt.device, job.data.image_size) if job.data.decode == "nvjpeg"
-                else DeviceImages(rt.device))
+    to_input = device_input(job.data, rt.device)
+    if rt.is_main and isinstance(to_input, CodecImages):
+        log(to_input.describe())
     global_batch = record[GLOBAL_BATCH]
     micro = job.batch.batch_size
     accumulation = global_batch // (rt.world_size * micro)

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from config.workloads.vision import ImageDataConfig, SyntheticImagesConfig
+from config.workloads.vision import GPU_DECODERS, ImageDataConfig, SyntheticImagesConfig
 from trainer.cli import UsageError
 from trainer.imagenet_reencode import check_serves
 from trainer.torchvision_compat import import_torchvision
@@ -119,7 +119,7 @@ def build_datasets(cfg: ImageDataConfig, synthetic: SyntheticImagesConfig, seed:
     if train.classes != val.classes:
         raise UsageError("--data", f"{root}/train has {len(train.classes)} class folders and {root}/val "
                                    f"{len(val.classes)}; they must name the same classes")
-    if cfg.decode == "nvjpeg":  # the loaders read bytes and draw crops; the GPU decodes
+    if cfg.decode in GPU_DECODERS:  # the loaders read bytes and draw crops; the GPU decodes
         from trainer.vision_decode import EncodedImages
         train = EncodedImages(train.samples, train.classes, train=True)
         val = EncodedImages(val.samples, val.classes, train=False)
@@ -179,7 +179,7 @@ class SeededAugmentation(Dataset):
 def train_loader(dataset: Dataset, sampler: ElasticSampler, cfg: ImageDataConfig, *, batch_size: int, seed: int,
                  rank: int, pin: bool) -> DataLoader:
     """Micro-batches of `batch_size` images in the sampler's order, loaded by cfg.workers processes
-    (uint8 images, or for --decode nvjpeg the files' bytes and crops: the dataset's `collate`)."""
+    (uint8 images, or for a GPU decoder the files' bytes and crops: the dataset's `collate`)."""
     # Worker processes are seeded from the loader's generator: one per rank, so that anything a
     # transform draws outside SeededAugmentation (Python's random, NumPy) differs between ranks too.
     return DataLoader(SeededAugmentation(dataset, seed), batch_size=batch_size, sampler=sampler,

@@ -1,4 +1,12 @@
-"""`--decode nvjpeg`: JPEGs decoded on the GPU, in batches, by nvJPEG through torchvision.io.
+"""`--decode nvjpeg` and `--decode nvimgcodec`: JPEGs decoded on the GPU, in batches.
+
+`nvjpeg` is nvJPEG's CUDA decoder through torchvision.io: it runs on the SMs, on the training
+stream, so its time is taken from training (on an H200, 0.11 ms of GPU per image against 0.21 ms
+of ResNet-50 training; bench/RESULTS.md). `nvimgcodec` is NVIDIA's nvImageCodec, which hands
+--hw-decoder-load of each batch to the GPU's hardware JPEG decoder where it has one (A100, H100:
+an engine beside the SMs) and the rest to CUDA, decodes only the crop box (a region of interest),
+and does all of it on a side stream that the training stream waits on; without a GPU it decodes on
+the CPU of the training process (a slow way to try the path, said in the log).
 
 The loader processes do what needs no pixels: they read each file's bytes and its header (PIL
 opens a JPEG lazily: the size, no decode) and draw the random-resized crop and the flip from the
@@ -9,17 +17,25 @@ antialias on the tensor: PIL's filter differs from it in the last bits), flips, 
 (vision_data.DeviceImages). A file that is not a JPEG (a PNG in the folder) is decoded by
 torchvision on the CPU of the training process instead: slower, never wrong.
 
-Refused where it cannot run: synthetic data (no files), no GPU, or a torchvision without its C++
-operators (trainer/torchvision_compat.py), each one line before any process group.
+Refused where it cannot run, each in one line before any process group: synthetic data (no files);
+for nvjpeg no GPU, or a torchvision without its C++ operators (trainer/torchvision_compat.py); for
+nvimgcodec the package missing, or on a GPU a decoder that would not decode there (no nvJPEG
+library: it would fall back to the CPU unseen).
 """
 
 from __future__ import annotations
 
+import collections
+import io
 import math
+import os
 
 import torch
 from torch.utils.data import Dataset
 
+import numpy as np
+
+from config.workloads.vision import ImageDataConfig
 from trainer.cli import UsageError
 from trainer.torchvision_compat import import_torchvision, prepare
 from trainer.vision_data import DeviceImages
@@ -42,10 +58,44 @@ def check_nvjpeg(source: str, *, cuda: bool, native_torchvision: bool) -> None:
                                      "(install the build matching torch from PyTorch's index); use --decode cpu")
 
 
+def import_nvimgcodec():
+    """nvImageCodec's Python module, or None where the package is not installed. Its errors still
+    print; its warning for each file it cannot parse does not (that file is decoded by PIL instead)."""
+    os.environ.setdefault("PYNVIMGCODEC_VERBOSITY", "1")
+    try:
+        from nvidia import nvimgcodec
+    except ImportError:
+        return None
+    return nvimgcodec
+
+
+def check_nvimgcodec(source: str, *, installed: bool) -> None:
+    """UsageError naming --decode when nvImageCodec cannot decode this run's images here."""
+    if source == "synthetic":
+        raise UsageError("--decode", "nvimgcodec decodes image files; --data synthetic has none (use --decode cpu)")
+    if not installed:
+        raise UsageError("--decode", "nvimgcodec needs the nvidia-nvimgcodec-cu12 package, which the trainer "
+                                     "images install and this Python lacks; use --decode cpu")
+
+
 def check_decode(decode: str, source: str) -> None:
     """trainer.vision's check of --decode, before any process group."""
     if decode == "nvjpeg":
         check_nvjpeg(source, cuda=torch.cuda.is_available(), native_torchvision=prepare())
+    elif decode == "nvimgcodec":
+        check_nvimgcodec(source, installed=import_nvimgcodec() is not None)
+
+
+def device_input(data: ImageDataConfig, device: torch.device):
+    """What turns a loader's micro-batch into the model's input on `device`, for data.decode."""
+    if data.decode == "nvjpeg":
+        return NvjpegImages(device, data.image_size)
+    if data.decode == "nvimgcodec":
+        # Its CPU threads parse headers (and Huffman-decode what CUDA decodes); the loader
+        # processes beside it only read files, so they share the rank's loader vCPUs.
+        return CodecImages(device, data.image_size, hw_decoder_load=data.hw_decoder_load,
+                           threads=max(1, data.workers))
+    return DeviceImages(device)
 
 
 class EncodedImages(Dataset):
@@ -78,6 +128,15 @@ class EncodedImages(Dataset):
         """Files differ in length: a list of byte tensors, the labels and the crops as tensors."""
         return ([item[0] for item in batch], torch.tensor([item[1] for item in batch]),
                 torch.tensor([item[2] for item in batch], dtype=torch.int64))
+
+
+def decoded_by_pil(data: torch.Tensor) -> torch.Tensor:
+    """A file a GPU decoder could not read, decoded on this CPU as the CPU path would: (3, H, W)
+    uint8. A file that is no image at all raises PIL's own error."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data.numpy().tobytes())) as image:
+        return torch.from_numpy(np.array(image.convert("RGB"))).permute(2, 0, 1).contiguous()
 
 
 class NvjpegImages:
@@ -119,3 +178,118 @@ def augment(image: torch.Tensor, crop: list[int], size: int) -> torch.Tensor:
         return F.center_crop(resized, [size, size])
     out = F.resized_crop(image, top, left, height, width, [size, size], antialias=True)
     return out.flip(-1) if flip else out
+
+
+class CodecImages:
+    """A micro-batch of EncodedImages decoded by nvImageCodec (--decode nvimgcodec), cropped,
+    resized, flipped and normalised: the model's input.
+
+    Only the crop box is decoded (the same box and flip as every other path draws); evaluation
+    decodes the whole image. On a GPU the decode and the resize run on a side stream, and the
+    training stream waits for them with an event: the host does not, so a decode overlaps the
+    kernels of the step already queued, and the hardware decoder is not an SM at all."""
+
+    def __init__(self, device: torch.device, image_size: int, *, hw_decoder_load: float, threads: int):
+        n = import_nvimgcodec()
+        self.n, self.device, self.size = n, device, image_size
+        self.images = DeviceImages(device)
+        # Pixels as PIL reads them: no EXIF rotation, sRGB, planar (3, H, W) like a torch image.
+        self.params = n.DecodeParams(apply_exif_orientation=False, color_spec=n.SRGB, sample_format=n.P_RGB)
+        self.cuda = device.type == "cuda"
+        self.held: tuple = ()
+        self.in_use: collections.deque = collections.deque()
+        # Decode the crop box alone (a region of interest), unless the hardware decoder can only
+        # decode whole images: then whole images, so that the engine still does the work.
+        self.regions = True
+        if self.cuda:
+            self.stream = torch.cuda.Stream(device)
+            backends = [n.Backend(n.HW_GPU_ONLY, load_hint=hw_decoder_load), n.Backend(n.GPU_ONLY),
+                        n.Backend(n.HYBRID_CPU_GPU)]
+            self.decoder = n.Decoder(device_id=device.index, max_num_cpu_threads=threads, backends=backends)
+            self.hardware = self.probe(hw_decoder_load)
+            self.regions = self.hardware != "whole images"
+        else:
+            self.stream, self.hardware = None, ""
+            self.decoder = n.Decoder(device_id=n.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=threads,
+                                     backends=[n.Backend(n.CPU_ONLY)])
+
+    def describe(self) -> str:
+        """One line for the log: where this process decodes."""
+        if not self.cuda:
+            return "nvImageCodec decodes on this CPU (no GPU here): a way to try the path, not a fast one"
+        if self.hardware:
+            return (f"nvImageCodec decodes on the GPU: its hardware JPEG decoder ({self.hardware}), and CUDA "
+                    "for the rest")
+        return ("nvImageCodec decodes on the GPU with CUDA: the hardware JPEG decoder did not decode a test "
+                "image (none on this GPU, a container without the `video` driver capability in "
+                "NVIDIA_DRIVER_CAPABILITIES, or --hw-decoder-load 0)")
+
+    def probe(self, hw_decoder_load: float) -> str:
+        """Decode a small JPEG here before training: an error in one line where the decoder would
+        not decode on this GPU (nvImageCodec without its nvJPEG library falls back to nothing, or
+        to the CPU, unseen). Then what the hardware decoder alone decodes: "crop boxes", "whole
+        images" (it cannot decode a region), or "" (nothing: no such engine, or load 0)."""
+        n = self.n
+        data = probe_jpeg()
+        image = self.decoder.decode(n.CodeStream(data), params=self.params)
+        if image is None or image.buffer_kind != n.ImageBufferKind.STRIDED_DEVICE:
+            raise UsageError("--decode", f"nvimgcodec did not decode a test JPEG on GPU {self.device.index} (is the "
+                                         "nvidia-nvjpeg-cu12 package installed?); use --decode nvjpeg or cpu")
+        if hw_decoder_load == 0:
+            return ""
+        hardware = n.Decoder(device_id=self.device.index, backends=[n.Backend(n.HW_GPU_ONLY)])
+        box = n.CodeStream(data).get_sub_code_stream(region=n.Region(8, 16, 40, 48))
+        if hardware.decode(box, params=self.params) is not None:
+            return "crop boxes"
+        return "whole images" if hardware.decode(n.CodeStream(data), params=self.params) is not None else ""
+
+    def __call__(self, encoded: list[torch.Tensor], labels: torch.Tensor, crops: torch.Tensor):
+        boxes = crops.tolist()
+        if not self.cuda:
+            return self.images(self.augmented(encoded, boxes), labels)
+        main = torch.cuda.current_stream(self.device)
+        self.stream.wait_stream(main)  # the batch's memory may be reused from the training stream's
+        with torch.cuda.stream(self.stream):
+            out = self.augmented(encoded, boxes)
+            done = torch.cuda.Event()
+            done.record(self.stream)
+        # nvImageCodec owns the decoded images' memory, outside torch's stream-aware allocator, and may
+        # still read the files' bytes: both stay referenced until the side stream is past them (asked
+        # with an event query, never waited for).
+        self.in_use.append((done, self.held))
+        while self.in_use and self.in_use[0][0].query():
+            self.in_use.popleft()
+        main.wait_stream(self.stream)
+        out.record_stream(main)
+        return self.images(out, labels)
+
+    def augmented(self, encoded: list[torch.Tensor], boxes: list[list[int]]) -> torch.Tensor:
+        n = self.n
+        streams = []
+        for data, (top, left, height, width, _) in zip(encoded, boxes):
+            stream = n.CodeStream(data.numpy())
+            if height > 0 and self.regions:  # the training box only; evaluation (NO_CROP) decodes it all
+                stream = stream.get_sub_code_stream(region=n.Region(top, left, top + height, left + width))
+            streams.append(stream)
+        handle = self.stream.cuda_stream if self.cuda else 0
+        decoded = self.decoder.decode(streams, params=self.params, cuda_stream=handle)
+        self.held = (encoded, streams, decoded)
+        out = []
+        for data, box, image in zip(encoded, boxes, decoded):
+            if image is None:  # not a format it reads: PIL decodes the whole file, the box applies to it
+                out.append(augment(decoded_by_pil(data).to(self.device, non_blocking=True), box, self.size))
+                continue
+            pixels = torch.from_dlpack(image) if self.cuda else torch.from_numpy(np.array(image))
+            relative = [0, 0, *box[2:]] if box[2] > 0 and self.regions else box  # the box is all that was decoded
+            out.append(augment(pixels, relative, self.size))
+        return torch.stack(out)
+
+
+def probe_jpeg() -> bytes:
+    """A 64x48 baseline JPEG (4:2:0), made here: what CodecImages.probe decodes."""
+    from PIL import Image
+
+    pixels = (np.arange(64 * 48 * 3, dtype=np.uint32).reshape(48, 64, 3) * 37 % 251).astype(np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="JPEG", quality=90)
+    return out.getvalue()

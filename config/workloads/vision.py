@@ -6,15 +6,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from config.options import (fraction_below_one, non_negative_float, non_negative_int, option, positive_float,
-                            positive_int, section, switch)
+from config.options import (fraction, fraction_below_one, non_negative_float, non_negative_int, option,
+                            positive_float, positive_int, section, switch)
 from config.workloads.common import (CheckpointConfig, DistConfig, GlobalBatchConfig, MetricsConfig,
                                      checkpoints_and_metrics_in, max_nonfinite_steps, seed)
 from config.workloads.workload import Workload
 
 CLASSIFIERS = ("resnet18", "resnet50", "efficientnet_b7")
-# Where JPEGs are decoded: by PIL in the loader processes, or by nvJPEG on the GPU (trainer/vision_decode.py).
-DECODERS = ("cpu", "nvjpeg")
+# Where JPEGs are decoded: by PIL in the loader processes, or on the GPU (trainer/vision_decode.py): by
+# nvJPEG's CUDA decoder through torchvision, or by nvImageCodec, which gives most images to the GPU's
+# hardware JPEG decoder where it has one (A100, H100) and the rest to CUDA.
+DECODERS = ("cpu", "nvjpeg", "nvimgcodec")
+GPU_DECODERS = ("nvjpeg", "nvimgcodec")  # the loader processes read bytes and draw crops; the GPU decodes
 
 
 @dataclass(frozen=True)
@@ -36,8 +39,14 @@ class ImageDataConfig:
     source: str = option("synthetic", "'synthetic' or a folder with train/ and val/ (ImageFolder)", flag="--data")
     image_size: int = option(224, "training crop, in pixels", parse=positive_int)
     workers: int = option(4, "data-loader processes per rank", parse=non_negative_int)
-    decode: str = option("cpu", "where JPEGs are decoded: cpu (PIL in the loader processes, uint8 out) or nvjpeg "
-                                "(on the GPU, in batches; an ImageFolder of JPEGs on a GPU only)", choices=DECODERS)
+    decode: str = option("cpu", "where JPEGs are decoded: cpu (PIL in the loader processes, uint8 out), nvjpeg "
+                                "(CUDA, on the GPU, in batches; a GPU only) or nvimgcodec (the GPU's hardware JPEG "
+                                "decoder where it has one, CUDA for the rest, on a side stream); an ImageFolder only",
+                         choices=DECODERS)
+    # DALI, which decodes through nvImageCodec, gives the hardware decoder 90% of a batch by default
+    # (nvidia.dali.fn.experimental.decoders.image, hw_decoder_load=0.9): the rest keeps CUDA busy in parallel.
+    hw_decoder_load: float = option(0.9, "--decode nvimgcodec: share of each batch offered to the hardware JPEG "
+                                         "decoder, the rest decoded with CUDA", parse=fraction)
 
 
 @dataclass(frozen=True)

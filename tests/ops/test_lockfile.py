@@ -53,6 +53,16 @@ def test_the_images_lock_keeps_what_torch_needs_on_every_build_and_drops_the_cud
     assert lock["filelock"].hashes == ["a" * 64, "b" * 64] and lock["filelock"].via == {"huggingface-hub", "torch"}
 
 
+def test_a_cuda_named_package_that_requirements_txt_pins_itself_stays_in_the_lock():
+    """nvidia-nvjpeg is what --decode nvimgcodec loads, pinned in trainer/requirements.txt; the
+    nvidia-* packages only torch's CUDA build needs are still dropped."""
+    compiled = lockfile.parse_lock(COMPILED + "nvidia-nvjpeg==13.3.2.43 \\\n    --hash=sha256:" + "c" * 64
+                                   + "\n    # via -r trainer/requirements.txt\n")
+    lock = lockfile.image_lock(compiled, {"nvidia-nvjpeg", "torch", "pyyaml"})
+    assert list(lock) == ["filelock", "jinja2", "nvidia-nvjpeg", "pyyaml"]
+    assert "nvidia-nvjpeg" not in lockfile.image_lock(compiled)
+
+
 def test_a_rendered_lock_parses_back_to_the_same_pins_and_hashes():
     lock = lockfile.image_lock(lockfile.parse_lock(COMPILED))
     again = lockfile.parse_lock(lockfile.render_lock(lock))

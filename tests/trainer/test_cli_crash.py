@@ -44,3 +44,43 @@ def test_a_usage_error_stays_one_line_without_a_traceback(capsys):
         run_main(bad)
     assert exit_.value.code == 2
     assert capsys.readouterr().err == "error: --steps: must be positive\n"
+
+
+# A worker whose collective failed because a peer died: its DistributedDataParallel (in a frame
+# the traceback holds) owns a gloo process group whose destructor waits for a work thread still
+# blocked on that peer. Here the owner is an object whose destructor never returns.
+WORKER = """
+import threading
+from trainer.cli import run_main, WorkerExit
+
+class HeldByTheFailedFrame:
+    def __del__(self):
+        print("destructor entered", flush=True)
+        threading.Event().wait()
+
+def main():
+    group = HeldByTheFailedFrame()
+    {raise_}
+
+run_main(main, finalize=False)
+"""
+
+
+@pytest.mark.parametrize("raise_, code", [
+    ("raise RuntimeError('Connection closed by peer')", 1),
+    ("raise WorkerExit('stopped on purpose', 4)", 4),
+])
+def test_a_failed_distributed_worker_exits_without_destroying_what_its_failure_holds(raise_, code):
+    """Before: the except clause ended, the traceback and with it the frame's objects were freed,
+    and the worker hung in a process group's destructor after printing its crash, so torchrun
+    never restarted it (a make test run caught it in test_vision_faults; py-spy showed the
+    destructor). Now it exits with its status and the destructor never runs."""
+    import subprocess
+    import sys
+
+    from trainer_procs import REPO, job_env
+
+    p = subprocess.run([sys.executable, "-c", WORKER.format(raise_=raise_)], cwd=REPO, env=job_env(),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == code, p.stdout + p.stderr
+    assert "destructor entered" not in p.stdout

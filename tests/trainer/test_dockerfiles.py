@@ -117,6 +117,17 @@ def test_pypi_packages_install_by_hash_then_pip_checks_the_whole_set(dockerfile)
     ]
 
 
+def test_the_gpu_image_asks_for_the_video_driver_capability_the_hardware_jpeg_decoder_needs():
+    """--decode nvimgcodec hands most images to the GPU's hardware JPEG decoder, which a container
+    reaches only with the `video` driver capability (NVIDIA Container Toolkit, "Specialized
+    Configurations with Docker": "video: required for using the Video Codec SDK"; NVIDIA's answer
+    in NVIDIA/CUDALibrarySamples issue 132: an H100 in a container reports no hardware decoder
+    without capabilities=compute,utility,video). The CUDA base image asks for compute,utility."""
+    gpu = re.findall(r"^ENV NVIDIA_DRIVER_CAPABILITIES=(\S+)$", DOCKERFILES[0].read_text(), re.M)
+    assert gpu and set(gpu[-1].split(",")) == {"compute", "utility", "video"}
+    assert "NVIDIA_DRIVER_CAPABILITIES" not in DOCKERFILES[1].read_text()  # the CPU image has no GPU
+
+
 def test_the_efa_installer_runs_only_after_its_signature_checks_out_against_the_pinned_key():
     """AWS signs the EFA installer; the EC2 User Guide gives the signing key's fingerprint ("Get
     started with EFA", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start.html, step
@@ -147,12 +158,13 @@ def test_the_lock_pins_every_requirement_at_the_version_requirements_txt_chose()
 
 
 def test_every_locked_package_carries_its_file_hashes_and_none_comes_from_the_pytorch_index():
-    from ops.lockfile import CUDA_BUILD_ONLY, FROM_TORCH_INDEX
+    from ops.lockfile import CUDA_BUILD_ONLY, FROM_TORCH_INDEX, REQUIREMENTS, pins
 
     lock = _lock()
     assert all(re.fullmatch(r"[0-9a-f]{64}", h) for e in lock.values() for h in e.hashes)
     assert [n for n, e in lock.items() if not e.hashes] == []
-    assert [n for n in lock if n in FROM_TORCH_INDEX or CUDA_BUILD_ONLY.match(n)] == []
+    chosen = set(pins(REQUIREMENTS.read_text()))  # nvImageCodec's nvidia-* libraries are pinned there
+    assert [n for n in lock if n in FROM_TORCH_INDEX or (CUDA_BUILD_ONLY.match(n) and n not in chosen)] == []
 
 
 def test_the_lock_holds_everything_the_cpu_torch_build_needs():

@@ -1,6 +1,7 @@
-"""trainer.vision_decode (--decode nvjpeg) on CPU, up to the GPU: the refusals, the crops the
-loader draws (the CPU path's own), and the crop, resize and flip the GPU applies, run here on a
-CPU tensor against the CPU path's result. The nvJPEG decode itself needs a GPU."""
+"""trainer.vision_decode (--decode nvjpeg and nvimgcodec) on CPU, up to the GPU: the refusals, the
+crops the loader draws (the CPU path's own), and the crop, resize and flip the GPU applies, run
+here on a CPU tensor against the CPU path's result. The nvJPEG decode itself needs a GPU;
+nvImageCodec's runs here on its CPU backend (its GPU decode: tests/trainer/test_vision_decode_gpu.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ pytest.importorskip("torchvision", reason="torchvision is a pinned dependency")
 from config.workloads.vision import ImageDataConfig, SyntheticImagesConfig  # noqa: E402
 from trainer import vision_data  # noqa: E402
 from trainer.cli import UsageError  # noqa: E402
-from trainer.vision_decode import NO_CROP, EncodedImages, augment, check_nvjpeg  # noqa: E402
+from trainer.vision_decode import (NO_CROP, CodecImages, EncodedImages, augment, check_nvimgcodec,  # noqa: E402
+                                   check_nvjpeg, decoded_by_pil, device_input)
 
 
 @pytest.mark.parametrize("source, cuda, native, says", [
@@ -62,3 +64,104 @@ def _image(path):
     from PIL import Image
     with Image.open(path) as f:
         return f.convert("RGB")
+
+
+# --- --decode nvimgcodec -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source, installed, says", [
+    ("synthetic", True, "--data synthetic has none"),
+    ("/data", False, "nvidia-nvimgcodec-cu12"),
+])
+def test_nvimgcodec_is_refused_in_one_line_where_it_cannot_run(source, installed, says):
+    with pytest.raises(UsageError, match="^--decode: nvimgcodec") as e:
+        check_nvimgcodec(source, installed=installed)
+    assert says in str(e.value) and "--decode cpu" in str(e.value) and "\n" not in str(e.value)
+    check_nvimgcodec("/data", installed=True)  # allowed, on a CPU too (its CPU backend)
+
+
+def _encoded(**save) -> bytes:
+    """A 75x100 image of noise in the format and mode asked for."""
+    import io
+
+    from PIL import Image
+    g = torch.Generator().manual_seed(1)
+    pixels = torch.randint(0, 256, (75, 100, 3), dtype=torch.uint8, generator=g).numpy()
+    fmt, mode = save.pop("format", "JPEG"), save.pop("mode", "RGB")
+    out = io.BytesIO()
+    Image.fromarray(pixels).convert(mode).save(out, format=fmt, **save)
+    return out.getvalue()
+
+
+def _variants() -> dict[str, bytes]:
+    from PIL import Image
+    rotated = Image.Exif()
+    rotated[0x0112] = 6  # EXIF orientation "rotate 90": PIL (the CPU path) does not apply it, so neither may we
+    return {"baseline 4:2:0": _encoded(quality=90), "q96 4:4:4 (ImageNet's usual)": _encoded(quality=96, subsampling=0),
+            "progressive": _encoded(quality=90, progressive=True), "greyscale": _encoded(mode="L"),
+            "CMYK": _encoded(mode="CMYK"), "EXIF rotated": _encoded(exif=rotated.tobytes()),
+            "PNG": _encoded(format="PNG"), "PNG with alpha": _encoded(format="PNG", mode="RGBA")}
+
+
+@pytest.fixture(scope="module")
+def codec():
+    return CodecImages(torch.device("cpu"), 32, hw_decoder_load=0.9, threads=1)
+
+
+@pytest.mark.parametrize("name", list(_variants()))
+def test_nvimgcodec_decodes_only_the_box_and_gives_the_pixels_pil_gives(codec, name):
+    """The box is all it decodes (a region of interest), and on this CPU (libjpeg-turbo, as PIL)
+    the result is the very pixels of PIL's full decode cropped to the box, then resized and
+    flipped alike: equal, not close. On a GPU nvJPEG's IDCT differs in the last levels."""
+    data = torch.frombuffer(bytearray(_variants()[name]), dtype=torch.uint8)
+    full = decoded_by_pil(data)
+    assert full.shape == (3, 75, 100)
+    for regions in (True, False):  # False: a hardware decoder that decodes whole images only
+        codec.regions = regions
+        for box in ([5, 7, 40, 50, 0], [0, 0, 75, 100, 1], [30, 61, 45, 39, 1], list(NO_CROP)):
+            got = codec.augmented([data], [box])
+            assert got.shape == (1, 3, 32, 32) and got.dtype == torch.uint8
+            assert torch.equal(got[0], augment(full, box, 32)), (name, box, regions)
+    codec.regions = True
+
+
+def test_a_file_nvimgcodec_cannot_read_is_decoded_by_pil_and_a_non_image_raises_pils_error(codec, monkeypatch):
+    png = torch.frombuffer(bytearray(_encoded(format="PNG")), dtype=torch.uint8)
+    box = [5, 7, 40, 50, 1]
+    refuses = type("Refuses", (), {"decode": lambda self, streams, **kw: [None] * len(streams)})()
+    monkeypatch.setattr(codec, "decoder", refuses)
+    assert torch.equal(codec.augmented([png], [box])[0], augment(decoded_by_pil(png), box, 32))
+    from PIL import UnidentifiedImageError
+    with pytest.raises(UnidentifiedImageError):
+        codec.augmented([torch.frombuffer(bytearray(b"not an image" * 8), dtype=torch.uint8)], [box])
+
+
+def test_a_micro_batch_through_nvimgcodec_is_the_cpu_paths_crop_normalised(image_folder):
+    """The loader side is EncodedImages, as for nvjpeg: the same box and flip as the CPU path draws
+    under the same seed; the whole micro-batch comes out normalised, labels kept."""
+    data = ImageDataConfig(source=str(image_folder), image_size=16, decode="nvimgcodec")
+    train, val, _ = vision_data.build_datasets(data, SyntheticImagesConfig(), seed=0)
+    assert isinstance(train, EncodedImages) and isinstance(val, EncodedImages)
+    to_input = device_input(data, torch.device("cpu"))
+    assert isinstance(to_input, CodecImages) and "this CPU" in to_input.describe()
+    cpu_train, _ = vision_data.transforms(16)
+    items = []
+    expected = []
+    for index in (0, 5, 30):
+        torch.manual_seed(index)
+        items.append(train[index])
+        torch.manual_seed(index)
+        expected.append(cpu_train(_image(train.samples[index][0])))
+    images, labels = to_input(*EncodedImages.collate(items))
+    assert images.shape == (3, 3, 16, 16) and images.dtype == torch.float32
+    assert labels.tolist() == [train.samples[i][1] for i in (0, 5, 30)]
+    cpu = vision_data.DeviceImages(torch.device("cpu"))(torch.stack(expected), labels)[0]
+    assert (images - cpu).abs().mean() < 4 / 255 / 0.229  # as the nvjpeg test: only the resampling filter differs
+
+
+def test_hw_decoder_load_is_a_fraction_named_in_one_line():
+    from config.options import fraction
+    assert fraction("0") == 0 and fraction("1") == 1 and fraction("0.9") == 0.9
+    for bad in ("1.5", "-0.1", "nan"):
+        with pytest.raises(Exception, match=r"must be in \[0, 1\]"):
+            fraction(bad)

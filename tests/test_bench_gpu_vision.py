@@ -1,0 +1,144 @@
+"""bench/gpu_vision.py end to end as --dry-run (every part tiny on the CPU: nvImageCodec's CPU
+backend, the trainer runs as real `python -m trainer.vision` processes), and the pieces of
+bench/vision_runs.py it rests on: the --decoders list, the budget, the metrics summary."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torchvision", reason="torchvision is a pinned dependency")
+
+from bench.vision_runs import Budget, Run, linked_folder, parse_runs, summarize  # noqa: E402
+from ops import proc  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+SCRIPT = REPO_ROOT / "bench" / "gpu_vision.py"
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    """(the finished process, its JSON) of one dry run for the whole module."""
+    out = tmp_path_factory.mktemp("gpu-vision") / "result.json"
+    p = proc.run([sys.executable, str(SCRIPT), "--dry-run", "--out", str(out)], cwd=REPO_ROOT, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return p, json.loads(out.read_text())
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and value > 0
+
+
+@pytest.mark.slow
+def test_a_dry_run_measures_the_gpu_the_loader_and_the_decoders_alone(dry_run):
+    _, result = dry_run
+    assert result["dry_run"] is True and result["device"] == "cpu (dry run)"
+    for key in ("gpu_images_per_s", "loader_images_per_s", "loader_images_per_s_per_worker", "loader_over_gpu"):
+        assert _positive(result[key]), key
+    assert result["jpegs"]["unique"] > 0 and _positive(result["jpegs"]["mean_kb"])
+    decode = result["decode_only"]
+    assert [r["hw_decoder_load"] for r in decode["runs"]] == [0.9, 0.0]
+    for r in decode["runs"]:
+        assert _positive(r["images_per_s"]) and _positive(r["over_gpu"]), r
+        assert r["over_gpu"] == pytest.approx(r["images_per_s"] / result["gpu_images_per_s"], rel=0.05)
+        assert "on this CPU" in r["decoder_line"]  # no GPU here: nvImageCodec's CPU backend
+
+
+@pytest.mark.slow
+def test_a_dry_run_trains_once_per_decoder_and_skips_nvjpeg_with_the_trainers_reason(dry_run):
+    p, result = dry_run
+    trainer = result["trainer"]
+    assert result["decoders"] == ["nvimgcodec:0.9", "cpu", "nvimgcodec:0", "nvjpeg"]
+    assert [r["run"] for r in trainer["runs"]] == result["decoders"]
+    runs = {r["run"]: r for r in trainer["runs"]}
+    for name in ("nvimgcodec:0.9", "cpu", "nvimgcodec:0"):
+        r = runs[name]
+        assert r["status"] == "measured" and r["why"] is None, r
+        assert _positive(r["images_per_s"]) and _positive(r["over_gpu"]) and _positive(r["steady_images_per_s"])
+        assert 0 <= r["data_wait_fraction"] < 1 and r["measured_epochs"] == trainer["epochs"] - 1
+        assert [e["epoch"] for e in r["epochs"]] == list(range(trainer["epochs"]))
+        assert all(e["steps"] == trainer["epoch_images"] // trainer["batch"] for e in r["epochs"])
+        # Against the GPU's rate in the JSON (rel: a dry run's images/s, rounded to 0.1, are single digits).
+        assert r["over_gpu"] == pytest.approx(r["images_per_s"] / result["gpu_images_per_s"], rel=0.05)
+    assert runs["nvimgcodec:0.9"]["decoder_line"].startswith("nvImageCodec decodes on this CPU")
+    assert runs["cpu"]["decoder_line"] is None
+    assert runs["nvjpeg"]["status"] == "skipped" and runs["nvjpeg"]["images_per_s"] is None
+    assert "--decode: nvjpeg" in runs["nvjpeg"]["why"]
+    # The same figures in the log, one line per run, the skip with its reason.
+    assert f"nvjpeg         skipped: {runs['nvjpeg']['why']}" in p.stdout
+    assert all(f"  {name:<14} " in p.stdout for name in runs)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("cpu,dali", "'dali' is not one of cpu, nvjpeg, nvimgcodec"),
+    ("nvjpeg:0.5", "only nvimgcodec takes a :LOAD"),
+    ("nvimgcodec:1.5", "between 0 and 1"),
+    ("nvimgcodec:half", "between 0 and 1"),
+    ("cpu,nvimgcodec,nvimgcodec:0.9", "named twice"),
+])
+def test_a_bad_decoders_list_names_the_entry_and_what_is_allowed(text, says):
+    with pytest.raises(ValueError, match=says):
+        parse_runs(text)
+
+
+def test_the_decoders_list_keeps_its_order_and_nvimgcodec_defaults_to_the_trainers_load():
+    assert parse_runs("nvjpeg, nvimgcodec:0,cpu,nvimgcodec") == [
+        Run("nvjpeg"), Run("nvimgcodec", 0.0), Run("cpu"), Run("nvimgcodec", 0.9)]
+    assert Run("nvimgcodec", 0.0).argv() == ["--decode", "nvimgcodec", "--hw-decoder-load", "0.0"]
+    assert Run("cpu").argv() == ["--decode", "cpu"] and Run("nvimgcodec", 0.5).name == "nvimgcodec:0.5"
+
+
+def test_a_bad_decoders_list_is_a_usage_error_before_any_work():
+    p = proc.run([sys.executable, str(SCRIPT), "--decoders", "cpu,dali"], cwd=REPO_ROOT, timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.strip().splitlines()[-1] == (
+        "gpu_vision.py: error: argument --decoders: 'dali' is not one of cpu, nvjpeg, nvimgcodec "
+        "(nvimgcodec:LOAD for a --hw-decoder-load between 0 and 1)")
+
+
+def test_a_run_starts_only_where_the_time_left_holds_the_longest_run_so_far():
+    budget = Budget(100, first_estimate_s=40, start=time.monotonic() - 50)
+    assert budget.why_not() is None  # 50 s left, a run takes about 40
+    budget.took(55)
+    why = budget.why_not()
+    assert why is not None and "of the --budget-s 100 left" in why and "about 55 s" in why
+    budget.took(30)  # a shorter run does not lower the estimate
+    assert budget.estimate_s == 55
+    assert Budget(10, first_estimate_s=5, start=time.monotonic() - 20).why_not().startswith("0 s of")
+
+
+def test_the_summary_leaves_out_the_first_epoch_and_each_epochs_first_window():
+    def step(step, epoch, rate):
+        return {"kind": "step", "step": step, "epoch": epoch, "images_per_sec": rate}
+
+    def epoch(n, seconds, rate, wait):
+        return {"kind": "epoch", "epoch": n, "epoch_time_s": seconds, "images_per_sec": rate,
+                "data_wait_fraction": wait}
+
+    records = [step(2, 0, 10.0), step(4, 0, 100.0), epoch(0, 9.0, 50.0, 0.5),
+               step(6, 1, 20.0), step(8, 1, 200.0), step(10, 1, 300.0), epoch(1, 2.0, 100.0, 0.25),
+               step(12, 2, 30.0), step(14, 2, 400.0), step(16, 2, 500.0), epoch(2, 6.0, 300.0, 0.5)]
+    figures = summarize(records)
+    # Epochs 1 and 2: (200 + 1800) images in 8 s; the wait (0.5 + 3) s of 8 s.
+    assert figures == {"images_per_s": 250.0, "data_wait_fraction": 0.4375, "measured_epochs": 2,
+                       "steady_images_per_s": 350.0}  # median of 200, 300, 400, 500
+    assert summarize(records[:3]) == {}  # the first epoch alone measures nothing
+
+
+def test_the_folder_links_the_few_files_under_as_many_names_as_asked(tmp_path):
+    sources = []
+    for i in range(3):
+        sources.append(tmp_path / f"src{i}.jpg")
+        sources[-1].write_bytes(bytes([i]) * 10)
+    root = linked_folder(sources, tmp_path / "data", train=7, val=2, classes=2)
+    train = sorted((root / "train").rglob("*.jpg"))
+    assert len(train) == 7 and len(list((root / "val").rglob("*.jpg"))) == 2
+    assert sorted(p.name for p in (root / "train").iterdir()) == sorted(p.name for p in (root / "val").iterdir())
+    assert all(p.stat().st_nlink > 1 for p in train) and sources[0].stat().st_nlink == 1 + 3 + 1
+    with pytest.raises(ValueError, match="3 classes need"):
+        linked_folder(sources, tmp_path / "other", train=7, val=2, classes=3)

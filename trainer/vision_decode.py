@@ -191,6 +191,8 @@ class CodecImages:
 
     def __init__(self, device: torch.device, image_size: int, *, hw_decoder_load: float, threads: int):
         n = import_nvimgcodec()
+        if device.type == "cuda" and device.index is None:  # nvImageCodec takes a device number
+            device = torch.device("cuda", torch.cuda.current_device())
         self.n, self.device, self.size = n, device, image_size
         self.images = DeviceImages(device)
         # Pixels as PIL reads them: no EXIF rotation, sRGB, planar (3, H, W) like a torch image.

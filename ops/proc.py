@@ -23,6 +23,8 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
+from ops.proc_watchdog import descendants, kill
+
 WATCHDOG = Path(__file__).with_name("proc_watchdog.py")
 
 
@@ -112,27 +114,23 @@ class _CtrlCDeferred:
 
 
 def stop(child: subprocess.Popen, grace_s: float = 0.0, first: int = signal.SIGTERM) -> int:
-    """End the child's whole group: `first` to the child alone, then after grace_s SIGKILL to the
-    group. A no-op for a child that has ended; returns its exit status."""
+    """End the child's whole group and every descendant that left it for a session of its own
+    (torchrun's workers): `first` to the child alone, then after grace_s SIGKILL to all of them.
+    A no-op for a child that has ended; returns its exit status."""
     try:
+        family = descendants(child.pid) if child.poll() is None else []
         if child.poll() is None and grace_s > 0:
             child.send_signal(first)
             try:
                 child.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 pass
-        if child.poll() is None:  # not reaped yet, so the group id is still ours
-            _kill_group(child.pid)
+        # A leader not reaped yet still owns its group id; one that ended in its grace does not,
+        # and what it left behind goes all the same.
+        kill(child.pid if child.poll() is None else None, family)
         return child.wait()
     finally:
         _watchdog.tell(f"-{child.pid}")
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def run(argv: Sequence[str], *, timeout: float, input: str | bytes | None = None, cwd: str | Path | None = None,
@@ -145,7 +143,7 @@ def run(argv: Sequence[str], *, timeout: float, input: str | bytes | None = None
     try:
         out, err = child.communicate(input, timeout=timeout)
     except subprocess.TimeoutExpired as expired:
-        _kill_group(child.pid)
+        kill(child.pid, descendants(child.pid))
         out, err = child.communicate()
         raise subprocess.TimeoutExpired(expired.cmd, timeout, out, err) from None
     finally:

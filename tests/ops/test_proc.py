@@ -25,16 +25,19 @@ DEADLINE_S = 60
 # A child that starts a grandchild which would wait forever, and reports both pids.
 FAMILY = """
 import signal, subprocess, sys
-grandchild = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
+grandchild = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"], start_new_session={session})
 print("grandchild", grandchild.pid, flush=True)
 grandchild.wait()
 """
+# The grandchild in the child's group, or in a session of its own as torchrun starts its workers
+# (which a kill of the child's group does not reach).
+SESSIONS = pytest.mark.parametrize("session", [False, True], ids=["same-group", "own-session"])
 
-PARENT = f"""
+PARENT = """
 import sys
-sys.path.insert(0, {str(REPO)!r})
+sys.path.insert(0, {repo!r})
 from ops import proc
-child = proc.start([sys.executable, "-c", {FAMILY!r}])
+child = proc.start([sys.executable, "-c", {family!r}])
 print("child", child.pid, flush=True)
 sys.stdin.read()  # until the test kills this process
 """
@@ -66,8 +69,11 @@ def _ended(pidfd: int | None, timeout_s: float) -> bool:
     return bool(poller.poll(timeout_s * 1000))
 
 
-def test_a_parent_killed_with_sigkill_takes_its_child_and_grandchild_along():
-    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+@SESSIONS
+def test_a_parent_killed_with_sigkill_takes_its_child_and_grandchild_along(session):
+    parent_code = PARENT.format(repo=str(REPO), family=FAMILY.format(session=session))
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
     try:
         pids = _pids(parent.stdout, 2)
         fds = {name: _watch(pid) for name, pid in pids.items()}
@@ -86,10 +92,11 @@ def test_a_parent_killed_with_sigkill_takes_its_child_and_grandchild_along():
                 pass
 
 
-def test_a_timeout_kills_the_whole_group_and_returns_its_output():
+@SESSIONS
+def test_a_timeout_kills_the_whole_group_and_returns_its_output(session):
     t0 = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired) as expired:
-        proc.run([sys.executable, "-c", FAMILY], timeout=1)
+        proc.run([sys.executable, "-c", FAMILY.format(session=session)], timeout=1)
     assert time.monotonic() - t0 < DEADLINE_S
     name, pid = expired.value.output.split()
     assert name == "grandchild"

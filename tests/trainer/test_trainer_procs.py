@@ -1,4 +1,5 @@
-"""The fault tests' harness (trainer_procs.Job): stopping a job ends its torchrun workers too."""
+"""The fault tests' harness (trainer_procs.Job, through ops.proc.stop): stopping a job ends its
+torchrun workers too, which run in sessions of their own."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ threading.Event().wait()
 
 
 def test_stopping_a_job_also_ends_a_worker_in_its_own_session(tmp_path):
-    """torchrun starts its workers in sessions of their own, so killing the agent's process group
-    left them running: before, this worker was still alive after stop()."""
+    """Killing the agent's process group alone left them running: before, this worker was still
+    alive after stop() (a worker hung in a process group's destructor outlived its test by an hour)."""
     script = tmp_path / "stuck.py"
     script.write_text(STUCK)
     job = Job([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",

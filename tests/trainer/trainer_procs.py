@@ -145,26 +145,9 @@ class Job:
         return rc
 
     def stop(self) -> None:
-        """The agent and its workers. torchrun starts workers in sessions of their own, so stopping
-        the agent's group alone left a hung worker running after its test (seen: a worker stuck in a
-        process group's destructor outlived its test by an hour); they are found while the agent
-        still is their parent, and killed after it."""
-        workers = [(pid, _started(pid)) for pid in self.workers().values()] if self.proc.poll() is None else []
+        """The agent's group and its workers, which torchrun starts in sessions of their own
+        (ops.proc.stop follows them)."""
         proc.stop(self.proc)
-        for pid, started in workers:
-            if started is not None and _started(pid) == started:  # still that process, not a reused pid
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:  # it ended with its agent
-                    pass
-
-
-def _started(pid: int) -> int | None:
-    """A process's start time in clock ticks since boot (/proc/PID/stat field 22), None once gone."""
-    try:
-        return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def preempt(argv: list[str], after: str, timeout: float = 120.0) -> tuple[int, str]:

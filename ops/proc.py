@@ -2,10 +2,12 @@
 
 Every command ops (and the tests and benchmarks around it) runs goes through `run` or `start`:
 - the command gets its own process group, so a timeout or a stop ends everything it started
-  (cdk's node starts `python app.py`; torchrun starts one worker per rank), not just the first;
+  (cdk's node starts `python app.py`), not just the first; descendants that leave the group for a
+  session of their own (torchrun starts each worker so) are found from /proc while their parent
+  lives and killed with it;
 - one watchdog per parent (ops/proc_watchdog.py, started on first use) holds the read end of a
   pipe only this process writes to. However this process ends, SIGKILL included, the pipe
-  reaches end-of-file and the watchdog kills every group still running. A prctl death signal
+  reaches end-of-file and the watchdog kills every group still running, and their descendants. A prctl death signal
   would catch only the direct child and only on Linux; the pipe works on macOS too.
 - `run` has no default timeout: each caller says how long its command may take.
 

@@ -20,7 +20,7 @@ threading.Event().wait()
 
 def test_stopping_a_job_also_ends_a_worker_in_its_own_session(tmp_path):
     """Killing the agent's process group alone left them running: before, this worker was still
-    alive after stop() (a worker hung in a process group's destructor outlived its test by an hour)."""
+    alive after stop() (a worker hung in a process group's destructor outlived its test by 40 minutes)."""
     script = tmp_path / "stuck.py"
     script.write_text(STUCK)
     job = Job([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",

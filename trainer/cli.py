@@ -130,30 +130,30 @@ _FAILED: list[BaseException] = []
 
 
 def _run(main: Callable[[], int | None]) -> int:
+    try:
+        return main() or 0
+    except Exception as exc:
+        _FAILED.append(exc)
+        return _exit_status(main, exc)
+
+
+def _exit_status(main: Callable, exc: Exception) -> int:
     from config.kubernetes import EXIT_CRASH, EXIT_NOT_ON_EFA, EXIT_USAGE
     from trainer.nccl_net import NotOnEfa
 
-    try:
-        code = main()
-    except UsageError as exc:
-        _FAILED.append(exc)
+    if isinstance(exc, UsageError):
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except NotOnEfa as exc:
-        _FAILED.append(exc)
+    if isinstance(exc, NotOnEfa):
         print(exc, file=sys.stderr, flush=True)
         return EXIT_NOT_ON_EFA
-    except WorkerExit as exc:
-        _FAILED.append(exc)
+    if isinstance(exc, WorkerExit):
         # Every rank raises it (they agree before they stop); one line per pod's log is enough.
         if os.environ.get("LOCAL_RANK", "0") == "0":
             print(f"error: {exc}", file=sys.stderr, flush=True)
         return exc.code
-    except Exception as exc:  # a crash, not a user error: see report_crash
-        _FAILED.append(exc)
-        report_crash(main, exc)
-        return EXIT_CRASH
-    return code or 0
+    report_crash(main, exc)  # a crash, not a user error: see report_crash
+    return EXIT_CRASH
 
 
 CRASH_MARKER = "----- {command} crashed: traceback follows -----"

@@ -161,7 +161,7 @@ class NvjpegImages:
                 decoded[i] = image
         for i, image in enumerate(decoded):
             if image is None:
-                decoded[i] = self.io.decode_image(encoded[i], mode=rgb).to(self.device, non_blocking=True)
+                decoded[i] = decoded_by_pil(encoded[i]).to(self.device, non_blocking=True)
         return decoded
 
 
@@ -198,7 +198,6 @@ class CodecImages:
         # Pixels as PIL reads them: no EXIF rotation, sRGB, planar (3, H, W) like a torch image.
         self.params = n.DecodeParams(apply_exif_orientation=False, color_spec=n.SRGB, sample_format=n.P_RGB)
         self.cuda = device.type == "cuda"
-        self.held: tuple = ()
         self.in_use: collections.deque = collections.deque()
         # Decode the crop box alone (a region of interest), unless the hardware decoder can only
         # decode whole images: then whole images, so that the engine still does the work.
@@ -248,24 +247,26 @@ class CodecImages:
     def __call__(self, encoded: list[torch.Tensor], labels: torch.Tensor, crops: torch.Tensor):
         boxes = crops.tolist()
         if not self.cuda:
-            return self.images(self.augmented(encoded, boxes), labels)
+            return self.images(self.augmented(encoded, boxes)[0], labels)
         main = torch.cuda.current_stream(self.device)
         self.stream.wait_stream(main)  # the batch's memory may be reused from the training stream's
         with torch.cuda.stream(self.stream):
-            out = self.augmented(encoded, boxes)
+            out, sources = self.augmented(encoded, boxes)
             done = torch.cuda.Event()
             done.record(self.stream)
         # nvImageCodec owns the decoded images' memory, outside torch's stream-aware allocator, and may
         # still read the files' bytes: both stay referenced until the side stream is past them (asked
         # with an event query, never waited for).
-        self.in_use.append((done, self.held))
+        self.in_use.append((done, sources))
         while self.in_use and self.in_use[0][0].query():
             self.in_use.popleft()
         main.wait_stream(self.stream)
         out.record_stream(main)
         return self.images(out, labels)
 
-    def augmented(self, encoded: list[torch.Tensor], boxes: list[list[int]]) -> torch.Tensor:
+    def augmented(self, encoded: list[torch.Tensor], boxes: list[list[int]]) -> tuple[torch.Tensor, tuple]:
+        """(the micro-batch at the output size, uint8; what it was made from: the bytes, the code
+        streams and the decoded images, which the caller keeps while the device may still read them)."""
         n = self.n
         streams = []
         for data, (top, left, height, width, _) in zip(encoded, boxes):
@@ -275,7 +276,6 @@ class CodecImages:
             streams.append(stream)
         handle = self.stream.cuda_stream if self.cuda else 0
         decoded = self.decoder.decode(streams, params=self.params, cuda_stream=handle)
-        self.held = (encoded, streams, decoded)
         out = []
         for data, box, image in zip(encoded, boxes, decoded):
             if image is None:  # not a format it reads: PIL decodes the whole file, the box applies to it
@@ -284,7 +284,7 @@ class CodecImages:
             pixels = torch.from_dlpack(image) if self.cuda else torch.from_numpy(np.array(image))
             relative = [0, 0, *box[2:]] if box[2] > 0 and self.regions else box  # the box is all that was decoded
             out.append(augment(pixels, relative, self.size))
-        return torch.stack(out)
+        return torch.stack(out), (encoded, streams, decoded)
 
 
 def probe_jpeg() -> bytes:

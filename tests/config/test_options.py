@@ -10,8 +10,8 @@ from typing import ClassVar
 
 import pytest
 
-from config.options import (add_to_parser, build, fraction_below_one, leaf, leaves, non_negative_float, option,
-                            positive_int, render, section, switch)
+from config.options import (add_to_parser, build, fraction, fraction_below_one, leaf, leaves, non_negative_float,
+                            option, positive_int, render, section, switch)
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,10 @@ def test_a_value_is_checked_by_the_options_parse_function():
         leaf(Job, "rate").typed(1)
     with pytest.raises(argparse.ArgumentTypeError, match="must be zero or more, got nan"):
         non_negative_float("nan")
+    assert (fraction("0"), fraction("1"), fraction("0.9")) == (0, 1, 0.9)  # --hw-decoder-load: both ends allowed
+    for bad in ("1.5", "-0.1", "nan"):
+        with pytest.raises(argparse.ArgumentTypeError, match=rf"must be in \[0, 1\], got {bad}"):
+            fraction(bad)
 
 
 def test_render_asks_for_values_in_declaration_order_whatever_order_they_come_in():

@@ -69,21 +69,25 @@ def test_one_process_trains_on_an_image_folder_and_refuses_a_checkpoint_of_anoth
 @pytest.mark.slow
 def test_nvimgcodec_trains_and_evaluates_on_an_image_folder_and_says_where_it_decodes(image_folder, tmp_path):
     """--decode nvimgcodec end to end on this CPU (nvImageCodec's CPU backend): the loaders read
-    bytes and draw boxes, the training process decodes; every validation image is counted, and a
-    second run resumes from the checkpoint."""
+    bytes and draw boxes, the training process decodes; every validation image is counted. The
+    decoder is not part of a checkpoint: a second run resumes it with --decode cpu (a pod
+    restarted after the preset changed), and a third goes back to nvimgcodec."""
     ck = tmp_path / "ck"
-    args = ["--data", str(image_folder), "--decode", "nvimgcodec", "--image-size", "24", "--batch-size", "8",
+    args = ["--data", str(image_folder), "--image-size", "24", "--batch-size", "8",
             "--workers", "1", "--lr", "0.2", "--warmup-epochs", "0", "--checkpoint-dir", str(ck),
             "--metrics-file", str(ck / "m.jsonl")]
-    p = _vision(*args, "--epochs", "1")
+    p = _vision(*args, "--decode", "nvimgcodec", "--epochs", "1")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "nvImageCodec decodes on this CPU (no GPU here)" in p.stdout + p.stderr
-    p = _vision(*args, "--epochs", "2")
+    p = _vision(*args, "--decode", "cpu", "--epochs", "2")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "nvImageCodec" not in p.stdout + p.stderr
+    p = _vision(*args, "--decode", "nvimgcodec", "--epochs", "3")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     summary = json.loads(p.stdout.split("SUMMARY ", 1)[1].splitlines()[0])
-    assert summary["epochs_this_run"] == 1 and summary["resumed_from"] == {"epoch": 1, "image": 0}
+    assert summary["epochs_this_run"] == 1 and summary["resumed_from"] == {"epoch": 2, "image": 0}
     epochs = [r for r in map(json.loads, (ck / "m.jsonl").read_text().splitlines()) if r["kind"] == "epoch"]
-    assert [r["val_images"] for r in epochs] == [16, 16]
+    assert [r["val_images"] for r in epochs] == [16, 16, 16]
 
 
 def test_non_finite_steps_are_skipped_and_counted_and_stop_the_run_after_n_in_a_row(tmp_path):

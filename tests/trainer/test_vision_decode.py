@@ -109,7 +109,7 @@ def codec():
 
 
 @pytest.mark.parametrize("name", list(_variants()))
-def test_nvimgcodec_decodes_only_the_box_and_gives_the_pixels_pil_gives(codec, name):
+def test_nvimgcodec_decodes_only_the_box_and_gives_the_pixels_pil_gives(codec, name, monkeypatch):
     """The box is all it decodes (a region of interest), and on this CPU (libjpeg-turbo, as PIL)
     the result is the very pixels of PIL's full decode cropped to the box, then resized and
     flipped alike: equal, not close. On a GPU nvJPEG's IDCT differs in the last levels."""
@@ -117,12 +117,15 @@ def test_nvimgcodec_decodes_only_the_box_and_gives_the_pixels_pil_gives(codec, n
     full = decoded_by_pil(data)
     assert full.shape == (3, 75, 100)
     for regions in (True, False):  # False: a hardware decoder that decodes whole images only
-        codec.regions = regions
+        monkeypatch.setattr(codec, "regions", regions)
         for box in ([5, 7, 40, 50, 0], [0, 0, 75, 100, 1], [30, 61, 45, 39, 1], list(NO_CROP)):
-            got = codec.augmented([data], [box])
+            got, (encoded, streams, decoded) = codec.augmented([data], [box])
             assert got.shape == (1, 3, 32, 32) and got.dtype == torch.uint8
             assert torch.equal(got[0], augment(full, box, 32)), (name, box, regions)
-    codec.regions = True
+            # What the caller keeps while a device may still read it: the bytes and the decode.
+            assert encoded == [data] and len(streams) == len(decoded) == 1
+            cropped = box[2] > 0 and regions
+            assert tuple(decoded[0].shape) == ((3, box[2], box[3]) if cropped else (3, 75, 100)), (name, box)
 
 
 def test_a_file_nvimgcodec_cannot_read_is_decoded_by_pil_and_a_non_image_raises_pils_error(codec, monkeypatch):
@@ -130,7 +133,7 @@ def test_a_file_nvimgcodec_cannot_read_is_decoded_by_pil_and_a_non_image_raises_
     box = [5, 7, 40, 50, 1]
     refuses = type("Refuses", (), {"decode": lambda self, streams, **kw: [None] * len(streams)})()
     monkeypatch.setattr(codec, "decoder", refuses)
-    assert torch.equal(codec.augmented([png], [box])[0], augment(decoded_by_pil(png), box, 32))
+    assert torch.equal(codec.augmented([png], [box])[0][0], augment(decoded_by_pil(png), box, 32))
     from PIL import UnidentifiedImageError
     with pytest.raises(UnidentifiedImageError):
         codec.augmented([torch.frombuffer(bytearray(b"not an image" * 8), dtype=torch.uint8)], [box])
@@ -157,11 +160,3 @@ def test_a_micro_batch_through_nvimgcodec_is_the_cpu_paths_crop_normalised(image
     assert labels.tolist() == [train.samples[i][1] for i in (0, 5, 30)]
     cpu = vision_data.DeviceImages(torch.device("cpu"))(torch.stack(expected), labels)[0]
     assert (images - cpu).abs().mean() < 4 / 255 / 0.229  # as the nvjpeg test: only the resampling filter differs
-
-
-def test_hw_decoder_load_is_a_fraction_named_in_one_line():
-    from config.options import fraction
-    assert fraction("0") == 0 and fraction("1") == 1 and fraction("0.9") == 0.9
-    for bad in ("1.5", "-0.1", "nan"):
-        with pytest.raises(Exception, match=r"must be in \[0, 1\]"):
-            fraction(bad)

@@ -1,7 +1,7 @@
 """`--decode nvjpeg` and `--decode nvimgcodec`: JPEGs decoded on the GPU, in batches.
 
-`nvjpeg` is nvJPEG's CUDA decoder through torchvision.io: it runs on the SMs, on the training
-stream, so its time is taken from training (on an H200, 0.11 ms of GPU per image against 0.21 ms
+`nvjpeg` is nvJPEG's decoder through torchvision.io: its CUDA decode runs on the SMs, so its time
+is taken from training (on an H200, 0.11 ms of GPU per image against 0.21 ms
 of ResNet-50 training; bench/RESULTS.md). `nvimgcodec` is NVIDIA's nvImageCodec, which hands
 --hw-decoder-load of each batch to the GPU's hardware JPEG decoder where it has one (A100, H100:
 an engine beside the SMs) and the rest to CUDA, decodes only the crop box (a region of interest),
@@ -146,6 +146,13 @@ class NvjpegImages:
         self.device, self.size = device, image_size
         self.images = DeviceImages(device)
         self.io = import_torchvision().io
+        # Where decode_jpeg's outputs are allocated: a stream that runs no kernel. torchvision
+        # (0.26 to 0.28 at least) allocates them on the caller's current stream and writes them from
+        # a stream of its own that does not wait for the caller's, so on the training stream it is
+        # handed blocks that queued kernels still read, and overwrites them (pytorch/vision#9606:
+        # NaN losses, as an H100 run here showed). A block of this stream's pool is freed only by
+        # an output the training stream read (recorded below), so it is idle when handed out again.
+        self.outputs = torch.cuda.Stream(device) if device.type == "cuda" else None
 
     def __call__(self, encoded: list[torch.Tensor], labels: torch.Tensor, crops: torch.Tensor):
         decoded = self.decode(encoded)
@@ -157,7 +164,12 @@ class NvjpegImages:
         jpegs = [i for i, data in enumerate(encoded) if bytes(data[:3].tolist()) == JPEG_MAGIC]
         decoded: list[torch.Tensor | None] = [None] * len(encoded)
         if jpegs:
-            for i, image in zip(jpegs, self.io.decode_jpeg([encoded[i] for i in jpegs], mode=rgb, device=self.device)):
+            main = torch.cuda.current_stream(self.device)
+            with torch.cuda.stream(self.outputs):
+                images = self.io.decode_jpeg([encoded[i] for i in jpegs], mode=rgb, device=self.device)
+            main.wait_stream(self.outputs)
+            for i, image in zip(jpegs, images):
+                image.record_stream(main)
                 decoded[i] = image
         for i, image in enumerate(decoded):
             if image is None:
@@ -249,7 +261,11 @@ class CodecImages:
         if not self.cuda:
             return self.images(self.augmented(encoded, boxes)[0], labels)
         main = torch.cuda.current_stream(self.device)
-        self.stream.wait_stream(main)  # the batch's memory may be reused from the training stream's
+        # The side stream does not wait for the training stream: nothing it reads comes from there
+        # (the bytes are on the host; torch gives its allocations blocks of its own pool), and
+        # nvImageCodec blocks the host on its previous batch's decode, which would then wait for
+        # the whole training step queued before it (on an H100, 1,751 images/s where the GPU alone
+        # trains 3,955 and the decode alone gives 3,380).
         with torch.cuda.stream(self.stream):
             out, sources = self.augmented(encoded, boxes)
             done = torch.cuda.Event()

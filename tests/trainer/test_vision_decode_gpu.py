@@ -1,7 +1,8 @@
-"""--decode nvimgcodec on a GPU: it decodes there (the probe would refuse a decoder that cannot),
-says whether the hardware JPEG decoder took part, gives pixels close to the CPU path's, and makes
-no synchronisation torch can see. Needs a GPU; skipped elsewhere (the CPU backend's tests are in
-test_vision_decode.py)."""
+"""The GPU decoders on a GPU. --decode nvimgcodec: it decodes there (the probe would refuse a
+decoder that cannot), says whether the hardware JPEG decoder took part, gives pixels close to the
+CPU path's, makes no synchronisation torch can see, and never makes the host wait for the training
+stream. --decode nvjpeg: it never writes into memory the training stream still reads. Needs a GPU;
+skipped elsewhere (the CPU backend's tests are in test_vision_decode.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="nvImageCo
 
 from test_vision_decode import _variants  # noqa: E402
 
-from trainer.vision_decode import NO_CROP, CodecImages, augment, decoded_by_pil  # noqa: E402
+from trainer.torchvision_compat import import_torchvision, prepare  # noqa: E402
+from trainer.vision_decode import NO_CROP, CodecImages, NvjpegImages, augment, decoded_by_pil  # noqa: E402
 
 BOXES = ([5, 7, 40, 50, 0], [0, 0, 75, 100, 1], list(NO_CROP))
 
@@ -58,6 +60,72 @@ def test_a_micro_batch_makes_no_synchronisation_torch_can_see(codec):
             images, out_labels = codec(data, labels, crops)
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message)]
+    # The mode's own notice ("... does not yet detect all synchronizing operations") is no sync.
+    syncs = [str(w.message) for w in caught if "called a synchronizing" in str(w.message)]
     assert syncs == []
     assert images.shape == (len(data), 3, 32, 32) and images.dtype == torch.float32 and out_labels.is_cuda
+
+
+# About half a second of a GPU's clock (1.4 to 2 GHz): far longer than decoding a few small images.
+BUSY_CYCLES = 1_000_000_000
+
+
+def test_a_decode_never_waits_for_the_training_stream(codec):
+    """The training stream is busy (a step queued); decoding the next micro-batches returns while it
+    still is. Before, the side stream waited for the training stream and nvImageCodec's next call
+    waited on the host for its previous decode: the host waited out every step."""
+    data = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in _variants().values()]
+    crops = torch.tensor([BOXES[i % 2] for i in range(len(data))], dtype=torch.int64)
+    labels = torch.arange(len(data))
+    codec(data, labels, crops)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(BUSY_CYCLES)
+    busy = torch.cuda.Event()
+    busy.record()
+    for _ in range(3):  # nvImageCodec waits for its previous batch: a second and third call show it
+        images, _ = codec(data, labels, crops)
+    still_busy = not busy.query()
+    torch.cuda.synchronize()
+    assert still_busy, "the host waited for the training stream while decoding"
+    assert torch.isfinite(images).all()
+
+
+def _baseline_jpeg() -> bytes:
+    """A 256x256 baseline 4:2:0 JPEG: what nvJPEG's hardware decoder takes, where there is one."""
+    import io
+
+    from PIL import Image
+    g = torch.Generator().manual_seed(2)
+    out = io.BytesIO()
+    Image.fromarray(torch.randint(0, 256, (256, 256, 3), dtype=torch.uint8, generator=g).numpy()).save(
+        out, format="JPEG", quality=90)
+    return out.getvalue()
+
+
+def _overwritten(decode, rounds: int = 20) -> int:
+    """Rounds in which `decode` wrote into memory the current stream still read: a tensor of ones
+    the size of the decoded image is summed after a busy kernel, freed before the sum has run (the
+    allocator may hand its block straight back on this stream), and then the JPEG is decoded."""
+    data = torch.frombuffer(bytearray(_baseline_jpeg()), dtype=torch.uint8)
+    wrong = 0
+    for _ in range(rounds):
+        ones = torch.ones(3 * 256 * 256, dtype=torch.uint8, device="cuda")
+        torch.cuda._sleep(BUSY_CYCLES // 20)
+        total = ones.sum(dtype=torch.int64)
+        del ones
+        decoded = decode([data])
+        wrong += int(total.item() != 3 * 256 * 256)
+        assert decoded[0].shape == (3, 256, 256)
+    return wrong
+
+
+@pytest.mark.skipif(not prepare(), reason="torchvision without its C++ operators: no --decode nvjpeg")
+def test_nvjpeg_never_writes_into_memory_the_training_stream_still_reads():
+    """torchvision's decode_jpeg alone (what NvjpegImages called before) is the control: on an H100
+    it overwrote such memory (pytorch/vision#9606; the trainer's loss went NaN)."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    tv = import_torchvision().io
+    bare = _overwritten(lambda encoded: tv.decode_jpeg(encoded, mode=tv.ImageReadMode.RGB, device=device))
+    ours = _overwritten(NvjpegImages(device, 32).decode)
+    print(f"rounds with memory overwritten, of 20: torchvision's decode_jpeg {bare}, NvjpegImages {ours}")
+    assert ours == 0

@@ -39,7 +39,7 @@ from trainer.metrics import check_metrics_file
 from trainer.optim import build_sgd, image_learning_rate
 from trainer.preemption import Preemption
 from trainer.vision_data import ElasticSampler, Progress, build_datasets, train_loader, val_loader
-from trainer.vision_decode import CodecImages, check_decode, device_input
+from trainer.vision_decode import CodecImages, check_decode, device_input, model_inputs
 from trainer.vision_metrics import VisionMetrics
 from trainer.vision_model import build_classifier, place
 
@@ -83,17 +83,17 @@ def main(argv=None) -> int:
 
 
 def accumulate_gradients(ddp, forward, micro_batches, accumulation: int, job: VisionJobConfig,
-                         metrics: VisionMetrics, to_input, device: torch.device) -> torch.Tensor:
+                         metrics: VisionMetrics, device: torch.device) -> torch.Tensor:
     """Forward and backward over this rank's micro-batches of the step; DDP reduces the gradients
-    once, after the last. `forward` is `ddp` or its compiled form; `to_input` makes a loader
-    batch the model's input on the device. Returns this rank's mean loss of the step (micro-batches
-    are equal, so the mean over the global batch is the mean of their means; DDP averages over ranks)."""
+    once, after the last. `forward` is `ddp` or its compiled form; `micro_batches` yields the
+    model's inputs on the device (vision_decode.model_inputs), and the time waited for each is the
+    data wait. Returns this rank's mean loss of the step (micro-batches are equal, so the mean over
+    the global batch is the mean of their means; DDP averages over ranks)."""
     loss = torch.zeros((), device=device)
     for k in range(accumulation):
         fetch_start = time.perf_counter()
-        batch = next(micro_batches)
+        images, labels = next(micro_batches)
         metrics.data_wait(time.perf_counter() - fetch_start)
-        images, labels = to_input(*batch)
         with micro_batch_sync(ddp, last=k == accumulation - 1):
             with autocast(device):
                 micro_loss = F.cross_entropy(forward(images), labels,
@@ -153,34 +153,39 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
             progress.epoch, progress.epoch_images_done = epoch, sampler.start
             steps_left = sampler.steps()
             metrics.epoch_start(epoch)
-            micro_batches = iter(loader)
-            for i in range(steps_left):
-                lr = image_learning_rate(job.optimizer, job.epochs, global_batch, progress.images_seen, epoch_images)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                optimizer.zero_grad(set_to_none=True)
-                loss = accumulate_gradients(ddp, forward, micro_batches, accumulation, job, metrics, to_input,
-                                            rt.device)
-                # Decided on the device, the same on every rank; fused SGD skips the step itself when
-                # it is 1.0 (found_inf). Nothing in a step waits for the device: the metrics and the
-                # non-finite limit read their values LAG_STEPS steps late (trainer/late_read.py).
-                skipped = nonfinite.check(step + 1, loss)
-                ckpt.wait_staging()  # an asynchronous save's copy of the weights must finish first
-                optimizer.step()
-                step += 1
-                progress.epoch_images_done += global_batch
-                progress.images_seen += global_batch
-                metrics.step_done(step, epoch, loss, lr, skipped=skipped)
-                nonfinite.stop_at_limit(step, now=epoch == job.epochs - 1 and i + 1 == steps_left)
-                if i + 1 < steps_left:  # the epoch's last step saves after the evaluation, below
-                    ckpt.step_done(step)
-                if step == first_step:
-                    tdist.end_startup(rt)  # start-up, the first step included, is over
-                if preemption.agreed(now=i + 1 == steps_left):
-                    ckpt.save_now(step)
-                    preemption.stopped_at(f"step {step} (epoch {epoch})")
-                    stopped = True
-                    break
+            # Closed however the epoch ends: a decoder thread must not read on after a preemption's
+            # stop or a failed step.
+            micro_batches = model_inputs(iter(loader), to_input, rt.device)
+            try:
+                for i in range(steps_left):
+                    lr = image_learning_rate(job.optimizer, job.epochs, global_batch, progress.images_seen,
+                                             epoch_images)
+                    for group in optimizer.param_groups:
+                        group["lr"] = lr
+                    optimizer.zero_grad(set_to_none=True)
+                    loss = accumulate_gradients(ddp, forward, micro_batches, accumulation, job, metrics, rt.device)
+                    # Decided on the device, the same on every rank; fused SGD skips the step itself
+                    # when it is 1.0 (found_inf). Nothing in a step waits for the device: the metrics
+                    # and the non-finite limit read their values LAG_STEPS steps late (late_read.py).
+                    skipped = nonfinite.check(step + 1, loss)
+                    ckpt.wait_staging()  # an asynchronous save's copy of the weights must finish first
+                    optimizer.step()
+                    step += 1
+                    progress.epoch_images_done += global_batch
+                    progress.images_seen += global_batch
+                    metrics.step_done(step, epoch, loss, lr, skipped=skipped)
+                    nonfinite.stop_at_limit(step, now=epoch == job.epochs - 1 and i + 1 == steps_left)
+                    if i + 1 < steps_left:  # the epoch's last step saves after the evaluation, below
+                        ckpt.step_done(step)
+                    if step == first_step:
+                        tdist.end_startup(rt)  # start-up, the first step included, is over
+                    if preemption.agreed(now=i + 1 == steps_left):
+                        ckpt.save_now(step)
+                        preemption.stopped_at(f"step {step} (epoch {epoch})")
+                        stopped = True
+                        break
+            finally:
+                micro_batches.close()
             if stopped:
                 break
             metrics.train_done()

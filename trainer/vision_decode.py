@@ -26,9 +26,12 @@ library: it would fall back to the CPU unseen).
 from __future__ import annotations
 
 import collections
+import contextlib
 import io
 import math
 import os
+import queue
+import threading
 
 import torch
 from torch.utils.data import Dataset
@@ -301,6 +304,101 @@ class CodecImages:
             relative = [0, 0, *box[2:]] if box[2] > 0 and self.regions else box  # the box is all that was decoded
             out.append(augment(pixels, relative, self.size))
         return torch.stack(out), (encoded, streams, decoded)
+
+
+def model_inputs(batches, to_input, device: torch.device):
+    """An epoch's model inputs from the loader's micro-batches `batches`, with close(): a GPU
+    decoder's (nvjpeg, nvimgcodec) made ahead in a thread (DecodeAhead), the CPU path's in turn."""
+    if isinstance(to_input, (CodecImages, NvjpegImages)):
+        return DecodeAhead(batches, to_input, device)
+    return (to_input(*batch) for batch in batches)
+
+
+class DecodeAhead:
+    """The model's inputs from a loader's micro-batches, made by `to_input` one micro-batch ahead in
+    a thread of this process: a GPU decoder's host work (nvImageCodec's parsing and submission, the
+    crop and resize of each image) overlaps the host work of the training step instead of
+    following it. On an H100 the host made 3,821 images/s of decoded ResNet-50 input alone and the
+    GPU trained 3,955, yet in turn with the step the run trained 2,151.
+
+    The thread's work runs on a stream of its own; each input comes with an event, and the
+    consumer's stream waits for it (the host does not) and is recorded on the tensors, so their
+    memory is not reused while the step reads them. The order is the loader's; at most `depth`
+    inputs wait made. An error in the thread (a file nothing decodes) is raised by the next(); a
+    thread that ends without a word is an error, not a silent end of the epoch. close() stops it
+    and returns once it has ended: a step loop that stops early (preemption) leaves nothing running."""
+
+    _END = object()
+
+    def __init__(self, batches, to_input, device: torch.device, *, depth: int = 2):
+        self.batches, self.to_input, self.device = batches, to_input, device
+        self.cuda = device.type == "cuda"
+        self.stream = torch.cuda.Stream(device) if self.cuda else None
+        self.made: queue.Queue = queue.Queue(maxsize=depth)
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._make, name="decode-ahead", daemon=True)
+        self.thread.start()
+
+    def __iter__(self):
+        return self
+
+    def _make(self) -> None:
+        try:
+            if self.cuda:
+                torch.cuda.set_device(self.device)
+            with torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext():
+                for batch in self.batches:
+                    images, labels = self.to_input(*batch)
+                    ready = None
+                    if self.cuda:
+                        ready = torch.cuda.Event()
+                        ready.record(self.stream)
+                    if not self._put((images, labels, ready)):
+                        return
+            self._put(self._END)
+        except BaseException as error:  # noqa: BLE001 (raised again by the consumer's next())
+            self._put(error)
+
+    def _put(self, item) -> bool:
+        """Hand `item` over; False once close() asked the thread to stop."""
+        while not self.stopping.is_set():
+            try:
+                self.made.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        while True:
+            try:
+                item = self.made.get(timeout=1.0)
+                break
+            except queue.Empty:
+                if not self.thread.is_alive() and self.made.empty():
+                    raise RuntimeError("the decode-ahead thread ended without a result or an error") from None
+        if item is self._END:
+            self.made.put_nowait(self._END)  # every later next() ends too (the thread has ended)
+            raise StopIteration
+        if isinstance(item, BaseException):
+            raise item
+        images, labels, ready = item
+        if ready is not None:
+            stream = torch.cuda.current_stream(self.device)
+            stream.wait_event(ready)
+            images.record_stream(stream)
+            labels.record_stream(stream)
+        return images, labels
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop making inputs and wait for the thread (at most `timeout` s: a batch it is decoding)."""
+        self.stopping.set()
+        while True:  # unblock a put() and drop what was made
+            try:
+                self.made.get_nowait()
+            except queue.Empty:
+                break
+        self.thread.join(timeout)
 
 
 def probe_jpeg() -> bytes:

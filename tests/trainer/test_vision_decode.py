@@ -13,8 +13,8 @@ pytest.importorskip("torchvision", reason="torchvision is a pinned dependency")
 from config.workloads.vision import ImageDataConfig, SyntheticImagesConfig  # noqa: E402
 from trainer import vision_data  # noqa: E402
 from trainer.cli import UsageError  # noqa: E402
-from trainer.vision_decode import (NO_CROP, CodecImages, EncodedImages, augment, check_nvimgcodec,  # noqa: E402
-                                   check_nvjpeg, decoded_by_pil, device_input)
+from trainer.vision_decode import (NO_CROP, CodecImages, DecodeAhead, EncodedImages, augment,  # noqa: E402
+                                   check_nvimgcodec, check_nvjpeg, decoded_by_pil, device_input, model_inputs)
 
 
 @pytest.mark.parametrize("source, cuda, native, says", [
@@ -160,3 +160,80 @@ def test_a_micro_batch_through_nvimgcodec_is_the_cpu_paths_crop_normalised(image
     assert labels.tolist() == [train.samples[i][1] for i in (0, 5, 30)]
     cpu = vision_data.DeviceImages(torch.device("cpu"))(torch.stack(expected), labels)[0]
     assert (images - cpu).abs().mean() < 4 / 255 / 0.229  # as the nvjpeg test: only the resampling filter differs
+
+
+# --- inputs made ahead in a thread (DecodeAhead) ---------------------------------------------------
+
+CPU = torch.device("cpu")
+
+
+class Counted:
+    """Loader micro-batches (bytes stand-ins, labels, crops) that count how many were taken."""
+
+    def __init__(self, n: int):
+        self.n, self.taken = n, 0
+
+    def __iter__(self):
+        for i in range(self.n):
+            self.taken += 1
+            yield [torch.full((4,), i, dtype=torch.uint8)], torch.tensor([i]), torch.tensor([list(NO_CROP)])
+
+
+def _as_input(encoded, labels, crops):
+    return encoded[0].float() * 2, labels
+
+
+def test_inputs_made_ahead_are_the_loaders_in_its_order_then_the_end_every_time():
+    ahead = DecodeAhead(iter(Counted(7)), _as_input, CPU)
+    got = [(images.tolist(), labels.item()) for images, labels in ahead]
+    assert got == [([2.0 * i] * 4, i) for i in range(7)]
+    for _ in range(2):
+        with pytest.raises(StopIteration):
+            next(ahead)
+    ahead.close()
+    assert not ahead.thread.is_alive()
+
+
+def test_a_failure_in_the_thread_is_raised_by_next_after_the_inputs_made_before_it():
+    def fails_at_3(encoded, labels, crops):
+        if labels.item() == 3:
+            raise OSError("image file is truncated")
+        return _as_input(encoded, labels, crops)
+
+    ahead = DecodeAhead(iter(Counted(7)), fails_at_3, CPU)
+    assert [next(ahead)[1].item() for _ in range(3)] == [0, 1, 2]
+    with pytest.raises(OSError, match="truncated"):
+        next(ahead)
+    ahead.close()
+    assert not ahead.thread.is_alive()
+
+
+def test_closed_early_the_thread_ends_and_reads_the_loader_no_further():
+    """A step loop that stops (preemption) closes its inputs: the thread, blocked on a full queue,
+    ends, and the loader has been read at most the queue's depth and the one in hand ahead."""
+    loader = Counted(1000)
+    ahead = DecodeAhead(iter(loader), _as_input, CPU, depth=2)
+    next(ahead), next(ahead)
+    ahead.close()
+    assert not ahead.thread.is_alive()
+    taken = loader.taken
+    assert 2 <= taken <= 2 + 2 + 1
+    assert loader.taken == taken  # nothing read after close()
+
+
+def test_a_thread_gone_without_a_word_is_an_error_not_the_end_of_the_epoch(monkeypatch):
+    monkeypatch.setattr(DecodeAhead, "_put", lambda self, item: True)  # drops every input
+    ahead = DecodeAhead(iter(Counted(3)), _as_input, CPU)
+    ahead.thread.join(30)
+    with pytest.raises(RuntimeError, match="ended without a result or an error"):
+        next(ahead)
+
+
+def test_gpu_decoders_make_their_inputs_ahead_and_the_cpu_path_in_turn(image_folder):
+    data = ImageDataConfig(source=str(image_folder), image_size=16, decode="nvimgcodec")
+    ahead = model_inputs(iter(Counted(2)), device_input(data, CPU), CPU)
+    assert isinstance(ahead, DecodeAhead)
+    ahead.close()
+    in_turn = model_inputs(iter(Counted(2)), _as_input, CPU)
+    assert not isinstance(in_turn, DecodeAhead) and next(in_turn)[1].item() == 0
+    in_turn.close()

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="nvImageCo
 from test_vision_decode import _variants  # noqa: E402
 
 from trainer.torchvision_compat import import_torchvision, prepare  # noqa: E402
-from trainer.vision_decode import NO_CROP, CodecImages, NvjpegImages, augment, decoded_by_pil  # noqa: E402
+from trainer.vision_decode import (NO_CROP, CodecImages, DecodeAhead, NvjpegImages, augment,  # noqa: E402
+                                   decoded_by_pil)
 
 BOXES = ([5, 7, 40, 50, 0], [0, 0, 75, 100, 1], list(NO_CROP))
 
@@ -88,6 +89,30 @@ def test_a_decode_never_waits_for_the_training_stream(codec):
     torch.cuda.synchronize()
     assert still_busy, "the host waited for the training stream while decoding"
     assert torch.isfinite(images).all()
+
+
+def test_inputs_made_ahead_in_a_thread_are_read_only_once_made(codec):
+    """DecodeAhead's hand-over on a GPU: the thread's stream is held up before each decode, so an
+    input read without waiting for its event would be read before it is written. Each one equals
+    the input made in turn (up to the hardware decoder's IDCT, should it take other images)."""
+    data = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in _variants().values()]
+    batches = [(data, torch.arange(len(data)) + k, torch.tensor([BOXES[(i + k) % 3] for i in range(len(data))]))
+               for k in range(4)]
+    in_turn = [codec(*batch) for batch in batches]
+
+    def held_up(*batch):
+        torch.cuda._sleep(BUSY_CYCLES // 10)
+        return codec(*batch)
+
+    ahead = DecodeAhead(iter(batches), held_up, codec.device)
+    try:
+        made = list(ahead)
+    finally:
+        ahead.close()
+    assert len(made) == len(in_turn)
+    for (images, labels), (expected, expected_labels) in zip(made, in_turn):
+        assert torch.equal(labels, expected_labels)
+        assert (images - expected).abs().mean().item() < 3 / 255 / 0.229
 
 
 def _baseline_jpeg() -> bytes:

@@ -75,9 +75,11 @@ def test_a_decode_never_waits_for_the_training_stream(codec):
     """The training stream is busy (a step queued); decoding the next micro-batches returns while it
     still is. Before, the side stream waited for the training stream and nvImageCodec's next call
     waited on the host for its previous decode: the host waited out every step."""
-    data = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in _variants().values()]
-    crops = torch.tensor([BOXES[i % 2] for i in range(len(data))], dtype=torch.int64)
-    labels = torch.arange(len(data))
+    # Pinned, as the trainer's loader hands them over (pin_memory on a GPU): a copy from pageable
+    # memory may wait for its stream (CUDA's API synchronisation notes), the training stream here.
+    data = [torch.frombuffer(bytearray(b), dtype=torch.uint8).pin_memory() for b in _variants().values()]
+    crops = torch.tensor([BOXES[i % 2] for i in range(len(data))], dtype=torch.int64).pin_memory()
+    labels = torch.arange(len(data)).pin_memory()
     codec(data, labels, crops)
     torch.cuda.synchronize()
     torch.cuda._sleep(BUSY_CYCLES)

@@ -38,7 +38,8 @@ from trainer.log import log
 from trainer.metrics import check_metrics_file
 from trainer.optim import build_sgd, image_learning_rate
 from trainer.preemption import Preemption
-from trainer.vision_data import ElasticSampler, Progress, build_datasets, train_loader, val_loader
+from trainer.vision_data import (ElasticSampler, Progress, UnreadableImages, build_datasets, train_loader,
+                                 val_loader)
 from trainer.vision_decode import CodecImages, check_decode, device_input, model_inputs
 from trainer.vision_metrics import VisionMetrics
 from trainer.vision_model import build_classifier, place
@@ -133,8 +134,11 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
     accumulation = global_batch // (rt.world_size * micro)
     sampler = ElasticSampler(train_set, num_replicas=rt.world_size, rank=rt.rank, global_batch=global_batch,
                              seed=job.seed)
-    loader = train_loader(train_set, sampler, job.data, batch_size=micro, seed=job.seed, rank=rt.rank, pin=on_gpu)
-    evaluation = val_loader(val_set, job.data, batch_size=micro, rank=rt.rank, world_size=rt.world_size, pin=on_gpu)
+    unreadable = UnreadableImages(job.data.max_bad_images)
+    loader = train_loader(train_set, sampler, job.data, batch_size=micro, seed=job.seed, rank=rt.rank, pin=on_gpu,
+                          unreadable=unreadable)
+    evaluation = val_loader(val_set, job.data, batch_size=micro, rank=rt.rank, world_size=rt.world_size, pin=on_gpu,
+                            unreadable=unreadable)
     epoch_images = len(train_set)
     if rt.is_main:
         log(f"Model {job.model.name}: {sum(p.numel() for p in model.parameters()) / 1e6:,.1f}M parameters, "
@@ -155,6 +159,7 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
             metrics.epoch_start(epoch)
             # Closed however the epoch ends: a decoder thread must not read on after a preemption's
             # stop or a failed step.
+            unreadable.epoch_start()
             micro_batches = model_inputs(iter(loader), to_input, rt.device)
             try:
                 for i in range(steps_left):
@@ -164,6 +169,7 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
                         group["lr"] = lr
                     optimizer.zero_grad(set_to_none=True)
                     loss = accumulate_gradients(ddp, forward, micro_batches, accumulation, job, metrics, rt.device)
+                    unreadable.check()  # shared memory, no collective: the rank over the limit ends the job
                     # Decided on the device, the same on every rank; fused SGD skips the step itself
                     # when it is 1.0 (found_inf). Nothing in a step waits for the device: the metrics
                     # and the non-finite limit read their values LAG_STEPS steps late (late_read.py).
@@ -190,6 +196,7 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
                 break
             metrics.train_done()
             last = metrics.epoch_done(step, epoch, evaluate(model, evaluation, to_input, rt))
+            unreadable.check()
             progress.epoch, progress.epoch_images_done = epoch + 1, 0
             if ckpt.enabled:
                 ckpt.save(step)

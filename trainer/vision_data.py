@@ -16,6 +16,8 @@ its loader workers alike, and all ranks drew the same sequence of crops.)
 
 from __future__ import annotations
 
+import multiprocessing
+import sys
 from pathlib import Path
 
 import torch
@@ -176,25 +178,100 @@ class SeededAugmentation(Dataset):
             return self.dataset[index]
 
 
+# Files tried for one image before its error is raised: that many unreadable in a row is no longer
+# a few bad files but data that cannot be read (a volume gone, a wrong folder).
+IN_A_ROW = 16
+
+
+def unreadable_errors() -> tuple[type[BaseException], ...]:
+    """What reading an image raises when the file is bad: PIL's UnidentifiedImageError (not an image)
+    and a truncated or broken stream are OSErrors, as a missing or unreadable file is; a malformed PNG
+    chunk is a SyntaxError, a bad header field a ValueError, a pixel count past PIL's limit a
+    DecompressionBombError. Anything else is a fault of ours and is raised."""
+    from PIL import Image
+    return OSError, SyntaxError, ValueError, Image.DecompressionBombError
+
+
+class UnreadableImages:
+    """The images of this rank's epoch that could not be read, counted in shared memory by all its
+    loader processes, against --max-bad-images: check() raises once they are more."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.count = multiprocessing.Value("q", 0)
+        self.at_epoch_start = 0
+
+    def epoch_start(self) -> None:
+        self.at_epoch_start = self.count.value
+
+    def met(self) -> None:
+        with self.count.get_lock():
+            self.count.value += 1
+
+    def this_epoch(self) -> int:
+        return self.count.value - self.at_epoch_start
+
+    def check(self) -> None:
+        if self.this_epoch() > self.limit:
+            raise UsageError("--max-bad-images", f"{self.this_epoch()} images of this epoch could not be read on "
+                                                 f"this rank, more than the {self.limit} allowed; the warnings "
+                                                 "above name each file (replace or remove them, or raise the limit)")
+
+
+class Substitutes(Dataset):
+    """`dataset` where an image that cannot be read is replaced by the next readable one in the
+    dataset's order, drawing the crop the bad one would have drawn: the same every time, so a
+    resumed run sees what the first saw. Each is counted (UnreadableImages) and named on stderr;
+    after IN_A_ROW unreadable files in a row the error is raised. A GPU decoder's loader reads only the file and its header here: a file that
+    passes them and fails to decode ends the run as before."""
+
+    def __init__(self, dataset: Dataset, unreadable: UnreadableImages):
+        self.dataset, self.unreadable = dataset, unreadable
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def name(self, index: int) -> str:
+        samples = getattr(self.dataset, "samples", None)
+        return str(samples[index][0]) if samples is not None else f"image {index}"
+
+    def __getitem__(self, index: int):
+        errors = unreadable_errors()
+        draws = torch.random.get_rng_state()  # the replacement draws the crop the bad image would have
+        for attempt in range(IN_A_ROW):
+            i = (index + attempt) % len(self.dataset)
+            try:
+                return self.dataset[i]
+            except errors as error:
+                if attempt + 1 == IN_A_ROW:
+                    raise
+                torch.random.set_rng_state(draws)
+                self.unreadable.met()
+                print(f"warning: cannot read {self.name(i)} ({type(error).__name__}: {error}); the next image is "
+                      "used in its place (--max-bad-images)", file=sys.stderr, flush=True)
+        raise AssertionError("unreachable")
+
+
 def train_loader(dataset: Dataset, sampler: ElasticSampler, cfg: ImageDataConfig, *, batch_size: int, seed: int,
-                 rank: int, pin: bool) -> DataLoader:
+                 rank: int, pin: bool, unreadable: UnreadableImages) -> DataLoader:
     """Micro-batches of `batch_size` images in the sampler's order, loaded by cfg.workers processes
-    (uint8 images, or for a GPU decoder the files' bytes and crops: the dataset's `collate`)."""
+    (uint8 images, or for a GPU decoder the files' bytes and crops: the dataset's `collate`); an
+    unreadable image is replaced by the next (Substitutes) and counted in `unreadable`."""
     # Worker processes are seeded from the loader's generator: one per rank, so that anything a
     # transform draws outside SeededAugmentation (Python's random, NumPy) differs between ranks too.
-    return DataLoader(SeededAugmentation(dataset, seed), batch_size=batch_size, sampler=sampler,
-                      num_workers=cfg.workers, pin_memory=pin, persistent_workers=cfg.workers > 0, drop_last=True,
-                      generator=torch.Generator().manual_seed(seed * 1_000_003 + rank),
+    return DataLoader(SeededAugmentation(Substitutes(dataset, unreadable), seed), batch_size=batch_size,
+                      sampler=sampler, num_workers=cfg.workers, pin_memory=pin, persistent_workers=cfg.workers > 0,
+                      drop_last=True, generator=torch.Generator().manual_seed(seed * 1_000_003 + rank),
                       collate_fn=getattr(dataset, "collate", None))
 
 
 def val_loader(dataset: Dataset, cfg: ImageDataConfig, *, batch_size: int, rank: int, world_size: int,
-               pin: bool) -> DataLoader:
+               pin: bool, unreadable: UnreadableImages) -> DataLoader:
     """Rank r evaluates images r, r+W, ...: every image once, none padded in, so the accuracy
-    summed over ranks is exact."""
-    return DataLoader(dataset, batch_size=batch_size, sampler=list(range(rank, len(dataset), world_size)),
-                      num_workers=cfg.workers, pin_memory=pin, persistent_workers=cfg.workers > 0,
-                      collate_fn=getattr(dataset, "collate", None))
+    summed over ranks is exact (an unreadable one replaced by the next, which then counts twice)."""
+    return DataLoader(Substitutes(dataset, unreadable), batch_size=batch_size,
+                      sampler=list(range(rank, len(dataset), world_size)), num_workers=cfg.workers, pin_memory=pin,
+                      persistent_workers=cfg.workers > 0, collate_fn=getattr(dataset, "collate", None))
 
 
 class Progress:

@@ -47,6 +47,11 @@ class ImageDataConfig:
     # (nvidia.dali.fn.experimental.decoders.image, hw_decoder_load=0.9): the rest keeps CUDA busy in parallel.
     hw_decoder_load: float = option(0.9, "--decode nvimgcodec: share of each batch offered to the hardware JPEG "
                                          "decoder, the rest decoded with CUDA", parse=fraction)
+    # One bad file in a million must not end a 90-epoch run (a restart meets it again at the same
+    # step); a volume that cannot be read must not be trained around either.
+    max_bad_images: int = option(100, "images of one epoch on one rank that may be unreadable (truncated, corrupt, "
+                                      "not an image): each is logged and the next image used in its place; one "
+                                      "more stops the run", parse=non_negative_int)
 
 
 @dataclass(frozen=True)

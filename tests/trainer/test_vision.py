@@ -28,6 +28,7 @@ def _vision(*argv, timeout=240):
     (["--batch-size", "0"], "--batch-size"),
     (["--max-nonfinite-steps", "0"], "--max-nonfinite-steps"),
     (["--decode", "dali"], "--decode"),
+    (["--max-bad-images", "-1"], "--max-bad-images"),
     (["--decode", "nvjpeg"], "--decode"),  # synthetic data has no JPEGs (and this machine no GPU)
     (["--decode", "nvimgcodec"], "--decode"),  # synthetic data has no files
     (["--hw-decoder-load", "1.5"], "--hw-decoder-load"),
@@ -108,3 +109,26 @@ def test_non_finite_steps_are_skipped_and_counted_and_stop_the_run_after_n_in_a_
     assert sorted(logged) == [1, 2, 3, 4, 5, 6]
     assert logged[1]["loss"] > 0 and logged[1]["nonfinite_steps"] == 0
     assert all(logged[s]["loss"] is None and logged[s]["nonfinite_steps"] == 1 for s in (2, 3, 4, 5, 6))
+
+
+@pytest.mark.slow
+def test_a_few_unreadable_images_are_trained_around_and_more_stop_the_run_in_one_line(tmp_path):
+    """Three bad files in train/ (truncated, not an image, a broken PNG): the run trains both epochs
+    and evaluates every validation image, naming each file; allowed two, it stops in its first epoch
+    with exit 2 and one line naming --max-bad-images, never a traceback."""
+    from test_vision_data import _folder_with_bad_files
+
+    bad = _folder_with_bad_files(tmp_path / "data")
+    args = ["--data", str(tmp_path / "data"), "--image-size", "16", "--batch-size", "4", "--workers", "2",
+            "--epochs", "2", "--model", "resnet18", "--warmup-epochs", "0"]
+    p = _vision(*args)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    for path in bad.values():
+        assert p.stderr.count(f"warning: cannot read {path} (") == 2, p.stderr  # once an epoch
+    summary = json.loads(p.stdout.split("SUMMARY ", 1)[1].splitlines()[0])
+    assert summary["epochs_this_run"] == 2 and summary["steps"] == 6
+    p = _vision(*args, "--max-bad-images", "2")
+    assert p.returncode == 2, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "Traceback" not in p.stderr
+    assert p.stderr.strip().splitlines()[-1].startswith("error: --max-bad-images: 3 images of this epoch could not "
+                                                        "be read on this rank, more than the 2 allowed"), p.stderr

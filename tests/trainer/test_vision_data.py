@@ -15,6 +15,7 @@ pytest.importorskip("torchvision", reason="torchvision is a pinned dependency")
 from config.workloads.vision import ImageDataConfig, SyntheticImagesConfig  # noqa: E402
 from trainer import vision_data  # noqa: E402
 from trainer.torchvision_compat import import_torchvision  # noqa: E402
+from trainer.cli import UsageError  # noqa: E402
 from trainer.vision_data import ElasticSampler, SyntheticImages, build_datasets  # noqa: E402
 
 
@@ -102,7 +103,8 @@ def _draws(world: int, rank: int, epoch: int, workers: int) -> dict[int, torch.T
     torch.manual_seed(5)  # as every rank of trainer.vision does before it builds its loaders
     out = {}
     for draws, indices in vision_data.train_loader(_Draws(), sampler, ImageDataConfig(workers=workers), batch_size=4,
-                                                           seed=5, rank=rank, pin=False):
+                                                   seed=5, rank=rank, pin=False,
+                                                   unreadable=vision_data.UnreadableImages(0)):
         out.update(zip(indices.tolist(), draws))
     return out
 
@@ -159,3 +161,77 @@ def test_the_uint8_path_gives_the_model_the_values_the_fp32_path_gave_for_the_sa
     # Synthetic batches are float already: they pass unchanged.
     x = torch.randn(2, 3, 8, 8)
     assert device_images(x, torch.tensor([0, 1]))[0] is x
+
+
+# --- unreadable images (--max-bad-images) --------------------------------------------------------
+
+
+def _folder_with_bad_files(root: Path) -> dict[str, Path]:
+    """An ImageFolder of 2 classes x 6 JPEGs per split, with a truncated JPEG, a file that is no image
+    and a PNG whose chunk is broken in train/; the bad files by kind."""
+    import io
+
+    from PIL import Image
+    g = torch.Generator().manual_seed(3)
+    for split in ("train", "val"):
+        for c in ("a", "b"):
+            (root / split / c).mkdir(parents=True)
+            for i in range(6):
+                pixels = torch.randint(0, 256, (30, 40, 3), dtype=torch.uint8, generator=g).numpy()
+                Image.fromarray(pixels).save(root / split / c / f"{i}.jpg", quality=90)
+    bad = {"truncated": root / "train" / "a" / "2.jpg", "not an image": root / "train" / "b" / "4.jpg",
+           "broken png": root / "train" / "b" / "1.jpg"}
+    data = bad["truncated"].read_bytes()
+    bad["truncated"].write_bytes(data[: len(data) // 3])
+    bad["not an image"].write_bytes(b"<html>404 Not Found</html>" * 8)
+    out = io.BytesIO()
+    Image.new("RGB", (40, 30)).save(out, format="PNG")
+    png = bytearray(out.getvalue())
+    png[20:24] = b"\xff\xff\xff\xff"  # the IHDR chunk's width: its CRC no longer matches
+    bad["broken png"].write_bytes(bytes(png))
+    return bad
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_unreadable_image_is_replaced_by_the_next_counted_and_named(tmp_path, capfd, workers):
+    bad = _folder_with_bad_files(tmp_path)
+    data = ImageDataConfig(source=str(tmp_path), image_size=16, workers=workers)
+    train, val, _ = build_datasets(data, SyntheticImagesConfig(), seed=0)
+    unreadable = vision_data.UnreadableImages(limit=3)
+    sampler = ElasticSampler(train, num_replicas=1, rank=0, global_batch=4, seed=0)
+    sampler.set_position(0, 0)
+    unreadable.epoch_start()
+    loader = vision_data.train_loader(train, sampler, data, batch_size=4, seed=0, rank=0, pin=False,
+                                      unreadable=unreadable)
+    labels = torch.cat([batch[1] for batch in loader])
+    assert len(labels) == 12  # every position of the epoch filled
+    assert unreadable.this_epoch() == 3
+    unreadable.check()  # 3 of 3 allowed
+    err = capfd.readouterr().err
+    for path in bad.values():
+        assert f"warning: cannot read {path} (" in err, err
+    # The replacement is the next image in the dataset's order: for 2.jpg of class a, 3.jpg of a.
+    index = [p for p, _ in train.samples].index(str(bad["truncated"]))
+    torch.manual_seed(7)  # the crop's draws, as SeededAugmentation seeds them
+    got = vision_data.Substitutes(train, vision_data.UnreadableImages(0))[index]
+    torch.manual_seed(7)
+    expected = train[index + 1]
+    assert torch.equal(got[0], expected[0]) and got[1] == expected[1] == 0
+    with pytest.raises(UsageError, match=r"^--max-bad-images: 4 images of this epoch could not be read on this rank, "
+                                         r"more than the 3 allowed"):
+        unreadable.met()
+        unreadable.check()
+    unreadable.epoch_start()  # a new epoch counts afresh
+    assert unreadable.this_epoch() == 0
+
+
+def test_a_folder_that_cannot_be_read_at_all_raises_the_error_not_a_substitute(tmp_path):
+    _folder_with_bad_files(tmp_path)
+    data = ImageDataConfig(source=str(tmp_path), image_size=16, workers=0)
+    train, _, _ = build_datasets(data, SyntheticImagesConfig(), seed=0)
+    for path, _ in train.samples:  # the volume is gone
+        Path(path).unlink()
+    unreadable = vision_data.UnreadableImages(limit=1000)
+    with pytest.raises(FileNotFoundError):
+        vision_data.Substitutes(train, unreadable)[0]
+    assert unreadable.this_epoch() == vision_data.IN_A_ROW - 1

@@ -118,6 +118,7 @@ class EncodedImages(Dataset):
         path, label = self.samples[index]
         with open(path, "rb") as f:
             data = f.read()
+        check_complete(data)
         crop = NO_CROP
         if self.train:
             T = import_torchvision().transforms
@@ -131,6 +132,23 @@ class EncodedImages(Dataset):
         """Files differ in length: a list of byte tensors, the labels and the crops as tensors."""
         return ([item[0] for item in batch], torch.tensor([item[1] for item in batch]),
                 torch.tensor([item[2] for item in batch], dtype=torch.int64))
+
+
+PNG_END = b"IEND\xaeB`\x82"  # the IEND chunk's type and CRC: a PNG's last 8 bytes
+
+
+def check_complete(data: bytes) -> None:
+    """OSError where a JPEG or PNG file is cut short (an interrupted copy or download): the loader
+    reads only bytes and headers for a GPU decoder, so this is where such a file can still be
+    named and replaced (vision_data.Substitutes) instead of failing a batch in the training process.
+    A JPEG's image ends with its end-of-image marker after its last start-of-scan (neither occurs
+    inside entropy-coded data, where 0xFF is always stuffed); an EXIF thumbnail's come before."""
+    if data[:3] == JPEG_MAGIC:
+        scan = data.rfind(b"\xff\xda")
+        if scan < 0 or data.find(b"\xff\xd9", scan) < 0:
+            raise OSError("JPEG file is truncated (no end-of-image marker after its last scan)")
+    elif data[:8] == b"\x89PNG\r\n\x1a\n" and PNG_END not in data[-64:]:
+        raise OSError("PNG file is truncated (no IEND chunk)")
 
 
 def decoded_by_pil(data: torch.Tensor) -> torch.Tensor:

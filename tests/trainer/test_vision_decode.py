@@ -14,7 +14,7 @@ from config.workloads.vision import ImageDataConfig, SyntheticImagesConfig  # no
 from trainer import vision_data  # noqa: E402
 from trainer.cli import UsageError  # noqa: E402
 from trainer.vision_decode import (NO_CROP, CodecImages, DecodeAhead, EncodedImages, augment,  # noqa: E402
-                                   check_nvimgcodec, check_nvjpeg, decoded_by_pil, device_input, model_inputs)
+                                   check_complete, check_nvimgcodec, check_nvjpeg, decoded_by_pil, device_input, model_inputs)
 
 
 @pytest.mark.parametrize("source, cuda, native, says", [
@@ -126,6 +126,17 @@ def test_nvimgcodec_decodes_only_the_box_and_gives_the_pixels_pil_gives(codec, n
             assert encoded == [data] and len(streams) == len(decoded) == 1
             cropped = box[2] > 0 and regions
             assert tuple(decoded[0].shape) == ((3, box[2], box[3]) if cropped else (3, 75, 100)), (name, box)
+
+
+@pytest.mark.parametrize("name", list(_variants()))
+def test_a_file_cut_short_is_found_from_its_end_and_a_whole_one_passes(name):
+    """What the loader checks for a GPU decoder, which decodes nothing itself: a JPEG or PNG cut
+    anywhere (a third in, or its last bytes) is an OSError, which Substitutes replaces."""
+    data = _variants()[name]
+    check_complete(data)
+    for cut in (len(data) // 3, len(data) - 2, len(data) - 1):
+        with pytest.raises(OSError, match="truncated"):
+            check_complete(data[:cut])
 
 
 def test_a_file_nvimgcodec_cannot_read_is_decoded_by_pil_and_a_non_image_raises_pils_error(codec, monkeypatch):

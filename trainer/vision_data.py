@@ -222,8 +222,9 @@ class Substitutes(Dataset):
     """`dataset` where an image that cannot be read is replaced by the next readable one in the
     dataset's order, drawing the crop the bad one would have drawn: the same every time, so a
     resumed run sees what the first saw. Each is counted (UnreadableImages) and named on stderr;
-    after IN_A_ROW unreadable files in a row the error is raised. A GPU decoder's loader reads only the file and its header here: a file that
-    passes them and fails to decode ends the run as before."""
+    after IN_A_ROW unreadable files in a row the error is raised. A GPU decoder's loader reads only
+    the file, its header and its end here (vision_decode.check_complete): a file that passes them
+    and still fails to decode ends the run."""
 
     def __init__(self, dataset: Dataset, unreadable: UnreadableImages):
         self.dataset, self.unreadable = dataset, unreadable

@@ -14,7 +14,8 @@ from config.workloads.vision import ImageDataConfig, SyntheticImagesConfig  # no
 from trainer import vision_data  # noqa: E402
 from trainer.cli import UsageError  # noqa: E402
 from trainer.vision_decode import (NO_CROP, CodecImages, DecodeAhead, EncodedImages, augment,  # noqa: E402
-                                   check_complete, check_nvimgcodec, check_nvjpeg, decoded_by_pil, device_input, model_inputs)
+                                   check_complete, check_nvimgcodec, check_nvjpeg, decoded_by_pil, device_input,
+                                   model_inputs)
 
 
 @pytest.mark.parametrize("source, cuda, native, says", [

@@ -151,47 +151,43 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
 
     stopped = False
     last = None
+    micro_batches = None
     try:
         for epoch in range(progress.epoch, job.epochs):
             sampler.set_position(epoch, progress.epoch_images_done if epoch == progress.epoch else 0)
             progress.epoch, progress.epoch_images_done = epoch, sampler.start
             steps_left = sampler.steps()
             metrics.epoch_start(epoch)
-            # Closed however the epoch ends: a decoder thread must not read on after a preemption's
-            # stop or a failed step.
             unreadable.epoch_start()
             micro_batches = model_inputs(iter(loader), to_input, rt.device)
-            try:
-                for i in range(steps_left):
-                    lr = image_learning_rate(job.optimizer, job.epochs, global_batch, progress.images_seen,
-                                             epoch_images)
-                    for group in optimizer.param_groups:
-                        group["lr"] = lr
-                    optimizer.zero_grad(set_to_none=True)
-                    loss = accumulate_gradients(ddp, forward, micro_batches, accumulation, job, metrics, rt.device)
-                    unreadable.check()  # shared memory, no collective: the rank over the limit ends the job
-                    # Decided on the device, the same on every rank; fused SGD skips the step itself
-                    # when it is 1.0 (found_inf). Nothing in a step waits for the device: the metrics
-                    # and the non-finite limit read their values LAG_STEPS steps late (late_read.py).
-                    skipped = nonfinite.check(step + 1, loss)
-                    ckpt.wait_staging()  # an asynchronous save's copy of the weights must finish first
-                    optimizer.step()
-                    step += 1
-                    progress.epoch_images_done += global_batch
-                    progress.images_seen += global_batch
-                    metrics.step_done(step, epoch, loss, lr, skipped=skipped)
-                    nonfinite.stop_at_limit(step, now=epoch == job.epochs - 1 and i + 1 == steps_left)
-                    if i + 1 < steps_left:  # the epoch's last step saves after the evaluation, below
-                        ckpt.step_done(step)
-                    if step == first_step:
-                        tdist.end_startup(rt)  # start-up, the first step included, is over
-                    if preemption.agreed(now=i + 1 == steps_left):
-                        ckpt.save_now(step)
-                        preemption.stopped_at(f"step {step} (epoch {epoch})")
-                        stopped = True
-                        break
-            finally:
-                micro_batches.close()
+            for i in range(steps_left):
+                lr = image_learning_rate(job.optimizer, job.epochs, global_batch, progress.images_seen, epoch_images)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                optimizer.zero_grad(set_to_none=True)
+                loss = accumulate_gradients(ddp, forward, micro_batches, accumulation, job, metrics, rt.device)
+                unreadable.check()  # shared memory, no collective: the rank over the limit ends the job
+                # Decided on the device, the same on every rank; fused SGD skips the step itself when
+                # it is 1.0 (found_inf). Nothing in a step waits for the device: the metrics and the
+                # non-finite limit read their values LAG_STEPS steps late (trainer/late_read.py).
+                skipped = nonfinite.check(step + 1, loss)
+                ckpt.wait_staging()  # an asynchronous save's copy of the weights must finish first
+                optimizer.step()
+                step += 1
+                progress.epoch_images_done += global_batch
+                progress.images_seen += global_batch
+                metrics.step_done(step, epoch, loss, lr, skipped=skipped)
+                nonfinite.stop_at_limit(step, now=epoch == job.epochs - 1 and i + 1 == steps_left)
+                if i + 1 < steps_left:  # the epoch's last step saves after the evaluation, below
+                    ckpt.step_done(step)
+                if step == first_step:
+                    tdist.end_startup(rt)  # start-up, the first step included, is over
+                if preemption.agreed(now=i + 1 == steps_left):
+                    ckpt.save_now(step)
+                    preemption.stopped_at(f"step {step} (epoch {epoch})")
+                    stopped = True
+                    break
+            micro_batches.close()  # a decoder thread ends with its epoch
             if stopped:
                 break
             metrics.train_done()
@@ -205,6 +201,9 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
         ckpt.close()  # a save in flight holds the last good weights: let it complete
         metrics.close()
         raise
+    finally:  # however the loop ends (a preemption's stop, a failed step), no decoder thread reads on
+        if micro_batches is not None:
+            micro_batches.close()
     ckpt.close(finished=not stopped)
     metrics.close()
     if rt.is_main:

@@ -114,16 +114,17 @@ def test_non_finite_steps_are_skipped_and_counted_and_stop_the_run_after_n_in_a_
 @pytest.mark.slow
 @pytest.mark.parametrize("decode", ["cpu", "nvimgcodec"])
 def test_a_few_unreadable_images_are_trained_around_and_more_stop_the_run_in_one_line(tmp_path, decode):
-    """Three bad files in train/ (truncated, not an image, a broken PNG): the run trains both epochs
-    and evaluates every validation image, naming each file; allowed two, it stops in its first epoch
-    with exit 2 and one line naming --max-bad-images, never a traceback. With a GPU decoder (here
-    nvImageCodec's CPU backend) the loader finds them from the header and the file's end."""
+    """Three bad files in train/ (truncated, not an image, a broken PNG): allowed three an epoch, the
+    run trains both epochs and evaluates every validation image, naming each file; allowed two, it
+    stops in its first epoch with exit 2 and one line naming --max-bad-images, never a traceback.
+    With a GPU decoder (here nvImageCodec's CPU backend) the loader finds them from the header and
+    the file's end."""
     from test_vision_data import _folder_with_bad_files
 
     bad = _folder_with_bad_files(tmp_path / "data")
     args = ["--data", str(tmp_path / "data"), "--image-size", "16", "--batch-size", "4", "--workers", "2",
             "--epochs", "2", "--model", "resnet18", "--warmup-epochs", "0", "--decode", decode]
-    p = _vision(*args)
+    p = _vision(*args, "--max-bad-images", "3")  # the limit is an epoch's: 3 in each of two is within it
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     for path in bad.values():
         assert p.stderr.count(f"warning: cannot read {path} (") == 2, p.stderr  # once an epoch

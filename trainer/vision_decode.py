@@ -135,18 +135,40 @@ class EncodedImages(Dataset):
 
 
 PNG_END = b"IEND\xaeB`\x82"  # the IEND chunk's type and CRC: a PNG's last 8 bytes
+# How far before a JPEG's end its end-of-image marker may lie: encoders pad, some cameras append.
+JPEG_TAIL = 8192
+
+
+def first_scan(data: bytes) -> int:
+    """Where a JPEG's first start-of-scan marker lies, found by walking its header's segments (an
+    EXIF thumbnail's markers sit inside its APP1 segment and are skipped); -1 if there is none."""
+    i = 2
+    while i + 4 <= len(data):
+        if data[i] != 0xFF:
+            return -1
+        marker = data[i + 1]
+        if marker == 0xFF:  # a fill byte
+            i += 1
+        elif marker == 0xDA:
+            return i
+        elif marker == 0x01 or 0xD0 <= marker <= 0xD9:  # markers without a length
+            i += 2
+        else:
+            i += 2 + int.from_bytes(data[i + 2:i + 4], "big")
+    return -1
 
 
 def check_complete(data: bytes) -> None:
     """OSError where a JPEG or PNG file is cut short (an interrupted copy or download): the loader
     reads only bytes and headers for a GPU decoder, so this is where such a file can still be
     named and replaced (vision_data.Substitutes) instead of failing a batch in the training process.
-    A JPEG's image ends with its end-of-image marker after its last start-of-scan (neither occurs
-    inside entropy-coded data, where 0xFF is always stuffed); an EXIF thumbnail's come before."""
+    A JPEG's end-of-image marker follows its scans within JPEG_TAIL of the file's end; entropy-coded
+    data never holds one (0xFF is always stuffed there). It reads the header and the tail, never the
+    whole file: this runs in the loader for every image."""
     if data[:3] == JPEG_MAGIC:
-        scan = data.rfind(b"\xff\xda")
-        if scan < 0 or data.find(b"\xff\xd9", scan) < 0:
-            raise OSError("JPEG file is truncated (no end-of-image marker after its last scan)")
+        scan = first_scan(data)
+        if scan < 0 or data.rfind(b"\xff\xd9", max(scan, len(data) - JPEG_TAIL)) < 0:
+            raise OSError("JPEG file is truncated (no end-of-image marker after its scans)")
     elif data[:8] == b"\x89PNG\r\n\x1a\n" and PNG_END not in data[-64:]:
         raise OSError("PNG file is truncated (no IEND chunk)")
 

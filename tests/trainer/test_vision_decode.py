@@ -140,6 +140,22 @@ def test_a_file_cut_short_is_found_from_its_end_and_a_whole_one_passes(name):
             check_complete(data[:cut])
 
 
+def test_a_jpeg_cut_right_after_its_exif_thumbnail_is_found_and_trailing_bytes_are_not_a_cut():
+    """A thumbnail in APP1 is a whole JPEG, end-of-image marker and all: a file cut just after it
+    still lacks the image's scans. Bytes after the end marker (padding) leave a file complete."""
+    main, thumbnail = _variants()["baseline 4:2:0"], _encoded(quality=50)
+    payload = b"Exif\x00\x00" + thumbnail
+    app1 = b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload
+    with_thumbnail = main[:2] + app1 + main[2:]
+    from PIL import Image
+    import io
+    assert Image.open(io.BytesIO(with_thumbnail)).size == (100, 75)  # a valid JPEG
+    check_complete(with_thumbnail)
+    check_complete(with_thumbnail + b"\x00" * 1000)
+    with pytest.raises(OSError, match="truncated"):
+        check_complete(with_thumbnail[:2 + len(app1)])
+
+
 def test_a_file_nvimgcodec_cannot_read_is_decoded_by_pil_and_a_non_image_raises_pils_error(codec, monkeypatch):
     png = torch.frombuffer(bytearray(_encoded(format="PNG")), dtype=torch.uint8)
     box = [5, 7, 40, 50, 1]

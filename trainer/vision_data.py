@@ -239,18 +239,16 @@ class Substitutes(Dataset):
     def __getitem__(self, index: int):
         errors = unreadable_errors()
         draws = torch.random.get_rng_state()  # the replacement draws the crop the bad image would have
-        for attempt in range(IN_A_ROW):
+        for attempt in range(IN_A_ROW - 1):
             i = (index + attempt) % len(self.dataset)
             try:
                 return self.dataset[i]
             except errors as error:
-                if attempt + 1 == IN_A_ROW:
-                    raise
                 torch.random.set_rng_state(draws)
                 self.unreadable.met()
                 print(f"warning: cannot read {self.name(i)} ({type(error).__name__}: {error}); the next image is "
                       "used in its place (--max-bad-images)", file=sys.stderr, flush=True)
-        raise AssertionError("unreachable")
+        return self.dataset[(index + IN_A_ROW - 1) % len(self.dataset)]  # its error is raised
 
 
 def train_loader(dataset: Dataset, sampler: ElasticSampler, cfg: ImageDataConfig, *, batch_size: int, seed: int,

@@ -433,12 +433,14 @@ class DecodeAhead:
     def close(self, timeout: float = 60.0) -> None:
         """Stop making inputs and wait for the thread (at most `timeout` s: a batch it is decoding)."""
         self.stopping.set()
-        while True:  # unblock a put() and drop what was made
+        # A put() gives up within 0.1 s once stopping is set. Drained before the thread has ended,
+        # the queue would take that put instead, and the thread would read one batch more.
+        self.thread.join(timeout)
+        while True:  # drop what was made
             try:
                 self.made.get_nowait()
             except queue.Empty:
                 break
-        self.thread.join(timeout)
 
 
 def probe_jpeg() -> bytes:

@@ -4,6 +4,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONTRACTS_DIR = REPO_ROOT.parent / "shared" / "contracts"
 
@@ -30,3 +32,30 @@ prepare()
 
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+
+
+_SCRATCH: list[str] = []
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's tmpdir plugin has made its factory
+def pytest_configure(config):
+    """Everything the suite makes with `tempfile` lands in one folder per test process, removed when
+    that process ends: synth outputs (about 60 MB each, a few hundred MB a module), jsii's and cdk8s's
+    scratch folders and torchrun's log folders were left in /tmp, about 4 GB a run, until a CI machine
+    ran out of disk. The children the tests start inherit TMPDIR; xdist's workers make theirs inside
+    the controller's. pytest's own tmp_path folders stay where pytest puts them (fixed here, before
+    TMPDIR moves), and pytest.ini keeps only those of failed tests."""
+    import tempfile
+
+    config._tmp_path_factory.getbasetemp()
+    scratch = tempfile.mkdtemp(prefix="eks-tests-")
+    _SCRATCH.append(scratch)
+    os.environ["TMPDIR"] = tempfile.tempdir = scratch
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    for scratch in _SCRATCH:
+        shutil.rmtree(scratch, ignore_errors=True)

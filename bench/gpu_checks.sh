@@ -13,9 +13,10 @@
 #     --platform manylinux2014_x86_64 -d .whl nvidia-nvimgcodec-cu12==0.9.0.20 nvidia-nvjpeg-cu12==12.3.5.92
 # Without them gpu_vision.py reports its nvimgcodec parts as not measured, with the reason.
 #   [STEPS="tests llm vision"] bench/gpu_checks.sh OUTDIR
-# Writes gpu.txt, tests{,_full}.txt, gpu_llm.{txt,json}, gpu_vision.{txt,json} to OUTDIR; each step has its
-# own time limit, so a slow one cannot take the others' time. STEPS picks the steps (all three by
-# default): a device session too short for all of them runs one, e.g. STEPS=vision (about 4 min).
+# Writes gpu.txt, tests{,_full}.txt, vision_resize.txt, gpu_llm.{txt,json}, gpu_vision.{txt,json}
+# to OUTDIR; each step has its own time limit, so a slow one cannot take the others' time. STEPS
+# picks the steps (all three by default): a device session too short for all of them runs one,
+# e.g. STEPS=vision (about 4 min).
 set -u
 out=${1:?usage: bench/gpu_checks.sh OUTDIR}
 steps=" ${STEPS:-tests llm vision} "
@@ -44,9 +45,12 @@ if wants tests; then
   # -s: the GPU tests print what they measured (the nvjpeg overwrite test its control's count);
   # tests.txt keeps those lines and the outcome, tests_full.txt all of it.
   timeout "${TESTS_S:-150}" python3 -m pytest -q -s -rs -p no:cacheprovider tests/trainer/test_step_syncs.py \
-    tests/trainer/test_llm_model.py tests/trainer/test_vision_decode_gpu.py >"$out/tests_full.txt" 2>&1
+    tests/trainer/test_llm_model.py tests/trainer/test_vision_decode_gpu.py tests/trainer/test_vision_resize.py \
+    >"$out/tests_full.txt" 2>&1
   grep -E "rounds with|hardware JPEG|^(E |FAILED|SKIPPED|ERROR)|[0-9]+ (passed|failed)" "$out/tests_full.txt" \
     | tail -40 | tee "$out/tests.txt"
+  # The micro-batch crop-resize, batched against torchvision per image: host and GPU time (seconds).
+  timeout 90 python3 bench/vision_resize.py 2>&1 | tail -20 | tee "$out/vision_resize.txt"
 fi
 if wants llm; then
   timeout "${LLM_S:-230}" python3 bench/gpu_llm.py --budget-s "$(( ${LLM_S:-230} - 20 ))" --out "$out/gpu_llm.json" \

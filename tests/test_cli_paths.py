@@ -41,6 +41,7 @@ NOT_SWEPT = {
     "bench.step_overhead": "benchmark: no path arguments",
     "bench.launch_to_first_step": "benchmark: no path arguments (its folders are temporary ones of its own)",
     "bench.vision_loader": "benchmark: no path arguments",
+    "bench.vision_resize": "benchmark: no path arguments",
     "bench.gpu_vision": "benchmark run by the lead on a GPU: --out is checked with config.paths.output_file first",
     # Their main() reads sys.argv and starts minutes of work; each checks its path before starting.
     "bench.dcp_async": "benchmark run by a developer: --dir is checked with config.paths.output_dir first",

@@ -13,7 +13,8 @@ opens a JPEG lazily: the size, no decode) and draw the random-resized crop and t
 image's seeded generator (trainer.vision_data.SeededAugmentation), the same draws as the CPU path
 makes, so an image gets the same crop box whichever decoder runs. The training process then
 decodes the micro-batch on its GPU with one `decode_jpeg` call, crops, resizes (bilinear with
-antialias on the tensor: PIL's filter differs from it in the last bits), flips, and normalises
+antialias on the tensor: PIL's filter differs from it in the last bits) and flips the whole
+micro-batch in a few operations (trainer/vision_resize.py), and normalises it
 (vision_data.DeviceImages). A file that is not a JPEG (a PNG in the folder) is decoded by
 torchvision on the CPU of the training process instead: slower, never wrong.
 
@@ -42,6 +43,7 @@ from config.workloads.vision import ImageDataConfig
 from trainer.cli import UsageError
 from trainer.torchvision_compat import import_torchvision, prepare
 from trainer.vision_data import DeviceImages
+from trainer.vision_resize import resized_crops
 
 JPEG_MAGIC = b"\xff\xd8\xff"
 # RandomResizedCrop's defaults, which the CPU path uses as well.
@@ -198,9 +200,7 @@ class NvjpegImages:
         self.outputs = torch.cuda.Stream(device) if device.type == "cuda" else None
 
     def __call__(self, encoded: list[torch.Tensor], labels: torch.Tensor, crops: torch.Tensor):
-        decoded = self.decode(encoded)
-        out = torch.stack([augment(image, crop, self.size) for image, crop in zip(decoded, crops.tolist())])
-        return self.images(out, labels)
+        return self.images(crops_of(self.decode(encoded), crops.tolist(), self.size), labels)
 
     def decode(self, encoded: list[torch.Tensor]) -> list[torch.Tensor]:
         rgb = self.io.ImageReadMode.RGB
@@ -218,6 +218,16 @@ class NvjpegImages:
             if image is None:
                 decoded[i] = decoded_by_pil(encoded[i]).to(self.device, non_blocking=True)
         return decoded
+
+
+def crops_of(images: list[torch.Tensor], boxes: list[list[int]], size: int) -> torch.Tensor:
+    """(N, 3, size, size) uint8: each image augmented by its box. On a GPU in a few operations for
+    the whole micro-batch (trainer/vision_resize.py): there the host's work per image is the limit,
+    and the batched resize's matrix products cost the GPU little. On the CPU, where those products
+    would be the cost (25 times torchvision's per image at ImageNet's sizes), one image at a time."""
+    if images[0].is_cuda:
+        return resized_crops(images, boxes, size)
+    return torch.stack([augment(image, box, size) for image, box in zip(images, boxes)])
 
 
 def augment(image: torch.Tensor, crop: list[int], size: int) -> torch.Tensor:
@@ -335,15 +345,15 @@ class CodecImages:
             streams.append(stream)
         handle = self.stream.cuda_stream if self.cuda else 0
         decoded = self.decoder.decode(streams, params=self.params, cuda_stream=handle)
-        out = []
+        images, relative = [], []
         for data, box, image in zip(encoded, boxes, decoded):
             if image is None:  # not a format it reads: PIL decodes the whole file, the box applies to it
-                out.append(augment(decoded_by_pil(data).to(self.device, non_blocking=True), box, self.size))
+                images.append(decoded_by_pil(data).to(self.device, non_blocking=True))
+                relative.append(box)
                 continue
-            pixels = torch.from_dlpack(image) if self.cuda else torch.from_numpy(np.array(image))
-            relative = [0, 0, *box[2:]] if box[2] > 0 and self.regions else box  # the box is all that was decoded
-            out.append(augment(pixels, relative, self.size))
-        return torch.stack(out), (encoded, streams, decoded)
+            images.append(torch.from_dlpack(image) if self.cuda else torch.from_numpy(np.array(image)))
+            relative.append([0, 0, *box[2:]] if box[2] > 0 and self.regions else box)  # the box is all that was decoded
+        return crops_of(images, relative, self.size), (encoded, streams, decoded)
 
 
 def model_inputs(batches, to_input, device: torch.device):

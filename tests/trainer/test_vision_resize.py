@@ -1,6 +1,8 @@
 """trainer/vision_resize.py: a micro-batch cropped, resized and flipped by two batched matrix
 products, against torchvision's own resized_crop (the float path it takes for uint8 on a GPU)."""
 
+import itertools
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -33,18 +35,22 @@ def random_case(generator: torch.Generator, n: int, low: int, high: int):
     return images, boxes
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("size,low,high", [(32, 20, 120), (7, 3, 60), (224, 150, 400)])
-def test_a_micro_batch_is_torchvisions_resized_crop_to_the_last_rounding(size, low, high):
+def test_a_micro_batch_is_torchvisions_resized_crop_to_the_last_rounding(size, low, high, dtype):
     """Every image of a mixed micro-batch (sizes, shrinking and enlarging boxes, flips, evaluation's
-    resize and centre crop, portrait and landscape) within 1 of torchvision, and all but a few
-    pixels in 10,000 equal: the weights are torch's, only the order of the sums differs."""
+    resize and centre crop, portrait and landscape) within 1 of torchvision. In float32 all but a
+    few pixels in 10,000 are equal (the weights are torch's, only the order of the sums differs);
+    in float16, the GPU's default, the weights' rounding moves about 1 pixel in 20 by one level,
+    either way (no bias)."""
     images, boxes = random_case(torch.Generator().manual_seed(size), 24 if size < 224 else 6, low, high)
-    got = resized_crops(images, boxes, size)
+    got = resized_crops(images, boxes, size, dtype=dtype)
     assert got.shape == (len(images), 3, size, size) and got.dtype == torch.uint8
     expected = torch.stack([torchvision_float(image, box, size) for image, box in zip(images, boxes)])
-    difference = (got.int() - expected.int()).abs()
-    assert difference.max() <= 1
-    assert (difference > 0).float().mean() < 1e-3
+    difference = got.int() - expected.int()
+    assert difference.abs().max() <= 1
+    assert (difference != 0).float().mean() < (1e-3 if dtype == torch.float32 else 0.08)
+    assert difference.float().mean().abs() < 0.01
     # torchvision's uint8 path on the CPU (integer arithmetic) is as close.
     native = torch.stack([augment(image, box, size) for image, box in zip(images, boxes)])
     assert (got.int() - native.int()).abs().max() <= 1
@@ -55,8 +61,9 @@ def test_boxes_at_the_edges_of_a_padded_batch_read_nothing_of_the_padding():
     evaluation of the whole of it, must weigh none of them (they would darken the edge)."""
     large = torch.full((3, 300, 280), 7, dtype=torch.uint8)
     small = torch.full((3, 40, 50), 200, dtype=torch.uint8)
-    for box in ([20, 30, 20, 20, 0], [0, 0, 40, 50, 1], list(NO_CROP), [39, 49, 1, 1, 0]):
-        got = resized_crops([large, small], [[0, 0, 300, 280, 0], box], 16)
+    for box, dtype in itertools.product(([20, 30, 20, 20, 0], [0, 0, 40, 50, 1], list(NO_CROP), [39, 49, 1, 1, 0]),
+                                        (torch.float32, torch.float16)):
+        got = resized_crops([large, small], [list(NO_CROP), box], 16, dtype=dtype)
         assert torch.equal(got[1], torch.full((3, 16, 16), 200, dtype=torch.uint8)), box
         assert torch.equal(got[0], torch.full((3, 16, 16), 7, dtype=torch.uint8))
 
@@ -67,8 +74,9 @@ def test_a_box_shrunk_many_times_reads_all_its_taps():
     generator = torch.Generator().manual_seed(1)
     image = torch.randint(0, 256, (3, 20, 1000), dtype=torch.uint8, generator=generator)
     box = [2, 0, 16, 1000, 1]
-    got = resized_crops([image], [box], 8)
-    assert (got[0].int() - torchvision_float(image, box, 8).int()).abs().max() <= 1
+    for dtype in (torch.float32, torch.float16):
+        got = resized_crops([image], [box], 8, dtype=dtype)
+        assert (got[0].int() - torchvision_float(image, box, 8).int()).abs().max() <= 1
 
 
 def test_groups_keep_each_padded_copy_within_the_budget_and_results_do_not_depend_on_them(monkeypatch):
@@ -84,6 +92,7 @@ def test_groups_keep_each_padded_copy_within_the_budget_and_results_do_not_depen
 
     images, boxes = random_case(torch.Generator().manual_seed(2), 9, 10, 80)
     whole = resized_crops(images, boxes, 12)
+    assert torch.equal(whole, resized_crops(images, boxes, 12, dtype=torch.float32))  # the CPU's default
     monkeypatch.setattr(vision_resize, "GROUP_BYTES", 1)  # every image alone
     assert torch.equal(resized_crops(images, boxes, 12), whole)
 

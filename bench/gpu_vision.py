@@ -115,8 +115,8 @@ def decode_rate(samples: list[tuple[str, int]], device: torch.device, *, load: f
     sync()
     codec.decoder = timed = TimedDecoder(codec.decoder)
     start = time.perf_counter()
-    for encoded, labels, crops in batches[1:]:
-        codec(encoded, labels, crops)
+    for micro_batch in batches[1:]:
+        codec(*micro_batch)
     host = time.perf_counter() - start
     sync()
     count = batch * (len(batches) - 1)

@@ -126,15 +126,15 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
     ddp = DistributedDataParallel(model, device_ids=[rt.device.index] if on_gpu else None,
                                   gradient_as_bucket_view=True)
     forward = torch.compile(ddp) if job.efficiency.compile else ddp
-    to_input = device_input(job.data, rt.device)
-    if rt.is_main and isinstance(to_input, CodecImages):
-        log(to_input.describe())
     global_batch = record[GLOBAL_BATCH]
     micro = job.batch.batch_size
     accumulation = global_batch // (rt.world_size * micro)
     sampler = ElasticSampler(train_set, num_replicas=rt.world_size, rank=rt.rank, global_batch=global_batch,
                              seed=job.seed)
     unreadable = UnreadableImages(job.data.max_bad_images)
+    to_input = device_input(job.data, rt.device, unreadable)
+    if rt.is_main and isinstance(to_input, CodecImages):
+        log(to_input.describe())
     loader = train_loader(train_set, sampler, job.data, batch_size=micro, seed=job.seed, rank=rt.rank, pin=on_gpu,
                           unreadable=unreadable)
     evaluation = val_loader(val_set, job.data, batch_size=micro, rank=rt.rank, world_size=rt.world_size, pin=on_gpu,

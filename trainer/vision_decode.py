@@ -32,6 +32,7 @@ import io
 import math
 import os
 import queue
+import sys
 import threading
 
 import torch
@@ -42,7 +43,7 @@ import numpy as np
 from config.workloads.vision import ImageDataConfig
 from trainer.cli import UsageError
 from trainer.torchvision_compat import import_torchvision, prepare
-from trainer.vision_data import DeviceImages
+from trainer.vision_data import DeviceImages, UnreadableImages, unreadable_errors
 from trainer.vision_resize import resized_crops
 
 JPEG_MAGIC = b"\xff\xd8\xff"
@@ -91,22 +92,24 @@ def check_decode(decode: str, source: str) -> None:
         check_nvimgcodec(source, installed=import_nvimgcodec() is not None)
 
 
-def device_input(data: ImageDataConfig, device: torch.device):
-    """What turns a loader's micro-batch into the model's input on `device`, for data.decode."""
+def device_input(data: ImageDataConfig, device: torch.device, unreadable: UnreadableImages | None = None):
+    """What turns a loader's micro-batch into the model's input on `device`, for data.decode; a GPU
+    decoder counts the files it cannot decode in `unreadable`."""
     if data.decode == "nvjpeg":
-        return NvjpegImages(device, data.image_size)
+        return NvjpegImages(device, data.image_size, unreadable=unreadable)
     if data.decode == "nvimgcodec":
         # Its CPU threads parse headers (and Huffman-decode what CUDA decodes); the loader
         # processes beside it only read files, so they share the rank's loader vCPUs.
         return CodecImages(device, data.image_size, hw_decoder_load=data.hw_decoder_load,
-                           threads=max(1, data.workers))
+                           threads=max(1, data.workers), unreadable=unreadable)
     return DeviceImages(device)
 
 
 class EncodedImages(Dataset):
-    """An ImageFolder's (path, label) samples as (file bytes, label, crop): for training the crop
-    box (top, left, height, width) and the flip drawn as RandomResizedCrop and RandomHorizontalFlip
-    draw them; for evaluation NO_CROP."""
+    """An ImageFolder's (path, label) samples as (file bytes, label, crop, path): for training the
+    crop box (top, left, height, width) and the flip drawn as RandomResizedCrop and
+    RandomHorizontalFlip draw them; for evaluation NO_CROP. The path names a file the decoder
+    cannot decode."""
 
     def __init__(self, samples: list[tuple[str, int]], classes: list[str], *, train: bool):
         self.samples, self.classes, self.train = samples, classes, train
@@ -114,7 +117,7 @@ class EncodedImages(Dataset):
     def __len__(self) -> int:
         return len(self.samples)
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int, tuple[int, ...]]:
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int, tuple[int, ...], str]:
         from PIL import Image
 
         path, label = self.samples[index]
@@ -127,13 +130,14 @@ class EncodedImages(Dataset):
             with Image.open(path) as header:  # the size only: PIL decodes lazily
                 top, left, height, width = T.RandomResizedCrop.get_params(header, SCALE, RATIO)
             crop = (top, left, height, width, int(torch.rand(1) < 0.5))
-        return torch.frombuffer(bytearray(data), dtype=torch.uint8), label, crop
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8), label, crop, str(path)
 
     @staticmethod
-    def collate(batch) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
-        """Files differ in length: a list of byte tensors, the labels and the crops as tensors."""
+    def collate(batch) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, list[str]]:
+        """Files differ in length: a list of byte tensors, the labels and the crops as tensors, the
+        paths."""
         return ([item[0] for item in batch], torch.tensor([item[1] for item in batch]),
-                torch.tensor([item[2] for item in batch], dtype=torch.int64))
+                torch.tensor([item[2] for item in batch], dtype=torch.int64), [item[3] for item in batch])
 
 
 PNG_END = b"IEND\xaeB`\x82"  # the IEND chunk's type and CRC: a PNG's last 8 bytes
@@ -184,11 +188,46 @@ def decoded_by_pil(data: torch.Tensor) -> torch.Tensor:
         return torch.from_numpy(np.array(image.convert("RGB"))).permute(2, 0, 1).contiguous()
 
 
+def by_pil_or_error(data: torch.Tensor, device: torch.device) -> torch.Tensor | BaseException:
+    """decoded_by_pil on `device`, or the error that says the file is bad (unreadable_errors)."""
+    try:
+        return decoded_by_pil(data).to(device, non_blocking=True)
+    except unreadable_errors() as error:
+        return error
+
+
+def stand_ins(decoded: list, names: list[str] | None, unreadable: UnreadableImages | None) -> list[int] | None:
+    """Where a GPU decoder's micro-batch holds errors (files that passed the loader's checks and
+    still did not decode): for each position, the image that fills it, itself or for a bad one the
+    next decoded image of the micro-batch, with its label and crop. A stand-in repeats an image of
+    the same micro-batch, so a resumed run sees the same. Each bad file is named on stderr and
+    counted against --max-bad-images (vision_data.UnreadableImages, checked every step). None where
+    all decoded. Without an `unreadable` to count in (a benchmark), or where none of the micro-batch
+    decoded (a volume gone is not a few bad files), the first error is raised."""
+    bad = [i for i, image in enumerate(decoded) if isinstance(image, BaseException)]
+    if not bad:
+        return None
+    if unreadable is None or len(bad) == len(decoded):
+        raise decoded[bad[0]]
+    order = []
+    for i in range(len(decoded)):
+        j = i
+        while isinstance(decoded[j], BaseException):
+            j = (j + 1) % len(decoded)
+        order.append(j)
+    for i in bad:
+        unreadable.met()
+        name = names[i] if names else f"image {i} of a micro-batch"
+        print(f"warning: cannot decode {name} ({type(decoded[i]).__name__}: {decoded[i]}); another image of its "
+              "micro-batch is used in its place (--max-bad-images)", file=sys.stderr, flush=True)
+    return order
+
+
 class NvjpegImages:
     """A micro-batch of EncodedImages, decoded and augmented on the GPU: the model's input."""
 
-    def __init__(self, device: torch.device, image_size: int):
-        self.device, self.size = device, image_size
+    def __init__(self, device: torch.device, image_size: int, *, unreadable: UnreadableImages | None = None):
+        self.device, self.size, self.unreadable = device, image_size, unreadable
         self.images = DeviceImages(device)
         self.io = import_torchvision().io
         # Where decode_jpeg's outputs are allocated: a stream that runs no kernel. torchvision
@@ -199,25 +238,44 @@ class NvjpegImages:
         # an output the training stream read (recorded below), so it is idle when handed out again.
         self.outputs = torch.cuda.Stream(device) if device.type == "cuda" else None
 
-    def __call__(self, encoded: list[torch.Tensor], labels: torch.Tensor, crops: torch.Tensor):
-        return self.images(crops_of(self.decode(encoded), crops.tolist(), self.size), labels)
+    def __call__(self, encoded: list[torch.Tensor], labels: torch.Tensor, crops: torch.Tensor,
+                 names: list[str] | None = None):
+        decoded = self.decode(encoded)
+        order = stand_ins(decoded, names, self.unreadable)
+        boxes = crops.tolist()
+        if order is not None:
+            decoded, boxes, labels = [decoded[j] for j in order], [boxes[j] for j in order], labels[order]
+        return self.images(crops_of(decoded, boxes, self.size), labels)
 
-    def decode(self, encoded: list[torch.Tensor]) -> list[torch.Tensor]:
+    def decode(self, encoded: list[torch.Tensor]) -> list[torch.Tensor | BaseException]:
+        """Each image decoded on the GPU, or by PIL where it is not a JPEG or nvJPEG cannot decode it,
+        or the error PIL raised where neither can."""
         rgb = self.io.ImageReadMode.RGB
         jpegs = [i for i, data in enumerate(encoded) if bytes(data[:3].tolist()) == JPEG_MAGIC]
-        decoded: list[torch.Tensor | None] = [None] * len(encoded)
+        decoded: list = [None] * len(encoded)
         if jpegs:
-            main = torch.cuda.current_stream(self.device)
-            with torch.cuda.stream(self.outputs):
-                images = self.io.decode_jpeg([encoded[i] for i in jpegs], mode=rgb, device=self.device)
-            main.wait_stream(self.outputs)
+            main = torch.cuda.current_stream(self.device) if self.outputs is not None else None
+            with torch.cuda.stream(self.outputs):  # None (no GPU: a test's decode_jpeg) does nothing
+                try:
+                    images = self.io.decode_jpeg([encoded[i] for i in jpegs], mode=rgb, device=self.device)
+                except RuntimeError:  # one file fails the batch: each alone, and PIL for those that fail
+                    images = [self.decode_one(encoded[i], rgb) for i in jpegs]
+            if main is not None:
+                main.wait_stream(self.outputs)
             for i, image in zip(jpegs, images):
-                image.record_stream(main)
+                if image is not None and main is not None:
+                    image.record_stream(main)
                 decoded[i] = image
         for i, image in enumerate(decoded):
             if image is None:
-                decoded[i] = decoded_by_pil(encoded[i]).to(self.device, non_blocking=True)
+                decoded[i] = by_pil_or_error(encoded[i], self.device)
         return decoded
+
+    def decode_one(self, data: torch.Tensor, mode) -> torch.Tensor | None:
+        try:
+            return self.io.decode_jpeg(data, mode=mode, device=self.device)
+        except RuntimeError:
+            return None
 
 
 def crops_of(images: list[torch.Tensor], boxes: list[list[int]], size: int) -> torch.Tensor:
@@ -254,11 +312,12 @@ class CodecImages:
     training stream waits for them with an event: the host does not, so a decode overlaps the
     kernels of the step already queued, and the hardware decoder is not an SM at all."""
 
-    def __init__(self, device: torch.device, image_size: int, *, hw_decoder_load: float, threads: int):
+    def __init__(self, device: torch.device, image_size: int, *, hw_decoder_load: float, threads: int,
+                 unreadable: UnreadableImages | None = None):
         n = import_nvimgcodec()
         if device.type == "cuda" and device.index is None:  # nvImageCodec takes a device number
             device = torch.device("cuda", torch.cuda.current_device())
-        self.n, self.device, self.size = n, device, image_size
+        self.n, self.device, self.size, self.unreadable = n, device, image_size, unreadable
         self.images = DeviceImages(device)
         # Pixels as PIL reads them: no EXIF rotation, sRGB, planar (3, H, W) like a torch image.
         self.params = n.DecodeParams(apply_exif_orientation=False, color_spec=n.SRGB, sample_format=n.P_RGB)
@@ -309,10 +368,12 @@ class CodecImages:
             return "crop boxes"
         return "whole images" if hardware.decode(n.CodeStream(data), params=self.params) is not None else ""
 
-    def __call__(self, encoded: list[torch.Tensor], labels: torch.Tensor, crops: torch.Tensor):
+    def __call__(self, encoded: list[torch.Tensor], labels: torch.Tensor, crops: torch.Tensor,
+                 names: list[str] | None = None):
         boxes = crops.tolist()
         if not self.cuda:
-            return self.images(self.augmented(encoded, boxes)[0], labels)
+            out, _, order = self.augmented(encoded, boxes, names)
+            return self.images(out, labels if order is None else labels[order])
         main = torch.cuda.current_stream(self.device)
         # The side stream does not wait for the training stream: nothing it reads comes from there
         # (the bytes are on the host; torch gives its allocations blocks of its own pool), and
@@ -320,7 +381,7 @@ class CodecImages:
         # the whole training step queued before it (on an H100, 1,751 images/s where the GPU alone
         # trains 3,955 and the decode alone gives 3,380).
         with torch.cuda.stream(self.stream):
-            out, sources = self.augmented(encoded, boxes)
+            out, sources, order = self.augmented(encoded, boxes, names)
             done = torch.cuda.Event()
             done.record(self.stream)
         # nvImageCodec owns the decoded images' memory, outside torch's stream-aware allocator, and may
@@ -331,11 +392,13 @@ class CodecImages:
             self.in_use.popleft()
         main.wait_stream(self.stream)
         out.record_stream(main)
-        return self.images(out, labels)
+        return self.images(out, labels if order is None else labels[order])
 
-    def augmented(self, encoded: list[torch.Tensor], boxes: list[list[int]]) -> tuple[torch.Tensor, tuple]:
+    def augmented(self, encoded: list[torch.Tensor], boxes: list[list[int]],
+                  names: list[str] | None = None) -> tuple[torch.Tensor, tuple, list[int] | None]:
         """(the micro-batch at the output size, uint8; what it was made from: the bytes, the code
-        streams and the decoded images, which the caller keeps while the device may still read them)."""
+        streams and the decoded images, which the caller keeps while the device may still read them;
+        stand_ins' order for the labels where a file could not be decoded, else None)."""
         n = self.n
         streams = []
         for data, (top, left, height, width, _) in zip(encoded, boxes):
@@ -347,13 +410,16 @@ class CodecImages:
         decoded = self.decoder.decode(streams, params=self.params, cuda_stream=handle)
         images, relative = [], []
         for data, box, image in zip(encoded, boxes, decoded):
-            if image is None:  # not a format it reads: PIL decodes the whole file, the box applies to it
-                images.append(decoded_by_pil(data).to(self.device, non_blocking=True))
+            if image is None:  # not a format it reads, or not decodable: PIL decodes the whole file, or says why not
+                images.append(by_pil_or_error(data, self.device))
                 relative.append(box)
                 continue
             images.append(torch.from_dlpack(image) if self.cuda else torch.from_numpy(np.array(image)))
             relative.append([0, 0, *box[2:]] if box[2] > 0 and self.regions else box)  # the box is all that was decoded
-        return crops_of(images, relative, self.size), (encoded, streams, decoded)
+        order = stand_ins(images, names, self.unreadable)
+        if order is not None:
+            images, relative = [images[j] for j in order], [relative[j] for j in order]
+        return crops_of(images, relative, self.size), (encoded, streams, decoded), order
 
 
 def model_inputs(batches, to_input, device: torch.device):

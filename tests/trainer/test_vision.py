@@ -135,3 +135,34 @@ def test_a_few_unreadable_images_are_trained_around_and_more_stop_the_run_in_one
     assert "Traceback" not in p.stderr
     assert p.stderr.strip().splitlines()[-1].startswith("error: --max-bad-images: 3 images of this epoch could not "
                                                         "be read on this rank, more than the 2 allowed"), p.stderr
+
+
+@pytest.mark.slow
+def test_files_only_the_gpu_decoder_finds_bad_are_stood_in_for_in_training_and_evaluation(tmp_path):
+    """A train and a val JPEG that pass every check the loader makes and do not decode (a broken
+    Huffman table): with a GPU decoder (here nvImageCodec's CPU backend) the training process puts
+    another image of the micro-batch in each one's place, names each file once an epoch and counts
+    it, so both epochs train and evaluate. With --max-bad-images 1 the epoch's second stops the
+    run after evaluation: exit 2, one line."""
+    from test_vision_data import _folder_with_bad_files
+    from test_vision_decode import undecodable_jpeg
+
+    bad = _folder_with_bad_files(tmp_path / "data")
+    for path in bad.values():  # only the undecodable kind here
+        path.unlink()
+    train_bad, val_bad = tmp_path / "data/train/a/3.jpg", tmp_path / "data/val/b/2.jpg"
+    for path in (train_bad, val_bad):
+        path.write_bytes(undecodable_jpeg(path.read_bytes()))
+    args = ["--data", str(tmp_path / "data"), "--image-size", "16", "--batch-size", "4", "--workers", "2",
+            "--epochs", "2", "--model", "resnet18", "--warmup-epochs", "0", "--decode", "nvimgcodec"]
+    p = _vision(*args, "--max-bad-images", "2")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    for path in (train_bad, val_bad):
+        assert p.stderr.count(f"warning: cannot decode {path} (OSError: ") == 2, p.stderr  # once an epoch
+    assert "cannot read" not in p.stderr  # the loader passed them: the decoder found them
+    summary = json.loads(p.stdout.split("SUMMARY ", 1)[1].splitlines()[0])
+    assert summary["epochs_this_run"] == 2
+    p = _vision(*args, "--max-bad-images", "1")
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stdout[-3000:] + p.stderr[-3000:]
+    assert p.stderr.strip().splitlines()[-1].startswith("error: --max-bad-images: 2 images of this epoch could not "
+                                                        "be read on this rank, more than the 1 allowed"), p.stderr

@@ -5,6 +5,8 @@ nvImageCodec's runs here on its CPU backend (its GPU decode: tests/trainer/test_
 
 from __future__ import annotations
 
+import io
+
 import pytest
 import torch
 
@@ -13,9 +15,10 @@ pytest.importorskip("torchvision", reason="torchvision is a pinned dependency")
 from config.workloads.vision import ImageDataConfig, SyntheticImagesConfig  # noqa: E402
 from trainer import vision_data  # noqa: E402
 from trainer.cli import UsageError  # noqa: E402
-from trainer.vision_decode import (NO_CROP, CodecImages, DecodeAhead, EncodedImages, augment,  # noqa: E402
-                                   check_complete, check_nvimgcodec, check_nvjpeg, decoded_by_pil, device_input,
-                                   model_inputs)
+from trainer import vision_decode  # noqa: E402
+from trainer.vision_decode import (NO_CROP, CodecImages, DecodeAhead, EncodedImages, NvjpegImages,  # noqa: E402
+                                   augment, check_complete, check_nvimgcodec, check_nvjpeg, decoded_by_pil,
+                                   device_input, model_inputs, stand_ins)
 
 
 @pytest.mark.parametrize("source, cuda, native, says", [
@@ -45,8 +48,8 @@ def test_the_loader_reads_bytes_and_draws_the_cpu_paths_crop_and_the_gpu_side_ap
     for index in (0, 5, 30):
         path, label = train.samples[index]
         torch.manual_seed(index)
-        encoded, got_label, crop = train[index]
-        assert bytes(encoded.tolist()) == open(path, "rb").read() and got_label == label
+        encoded, got_label, crop, got_path = train[index]
+        assert bytes(encoded.tolist()) == open(path, "rb").read() and got_label == label and got_path == str(path)
         torch.manual_seed(index)
         expected = cpu_train(_image(path))  # the CPU path under the same seed: the same draws
         out = augment(_decoded(path), list(crop), 16)
@@ -55,10 +58,11 @@ def test_the_loader_reads_bytes_and_draws_the_cpu_paths_crop_and_the_gpu_side_ap
         assert (out.float() - expected.float()).abs().mean() < 4
         flipped = augment(_decoded(path), [*crop[:4], 1 - crop[4]], 16)
         assert (flipped.float() - expected.float()).abs().mean() > (out.float() - expected.float()).abs().mean()
-    encoded, _, crop = val[0]
+    encoded, _, crop, _ = val[0]
     assert crop == NO_CROP and augment(_decoded(val.samples[0][0]), list(crop), 16).shape == (3, 16, 16)
-    images, labels, crops = EncodedImages.collate([train[0], train[1], train[2]])
+    images, labels, crops, names = EncodedImages.collate([train[0], train[1], train[2]])
     assert len(images) == 3 and labels.shape == (3,) and crops.shape == (3, 5)
+    assert names == [str(train.samples[i][0]) for i in range(3)]
 
 
 def _image(path):
@@ -120,7 +124,8 @@ def test_nvimgcodec_decodes_only_the_box_and_gives_the_pixels_pil_gives(codec, n
     for regions in (True, False):  # False: a hardware decoder that decodes whole images only
         monkeypatch.setattr(codec, "regions", regions)
         for box in ([5, 7, 40, 50, 0], [0, 0, 75, 100, 1], [30, 61, 45, 39, 1], list(NO_CROP)):
-            got, (encoded, streams, decoded) = codec.augmented([data], [box])
+            got, (encoded, streams, decoded), order = codec.augmented([data], [box])
+            assert order is None  # nothing stood in for
             assert got.shape == (1, 3, 32, 32) and got.dtype == torch.uint8
             assert torch.equal(got[0], augment(full, box, 32)), (name, box, regions)
             # What the caller keeps while a device may still read it: the bytes and the decode.
@@ -166,6 +171,91 @@ def test_a_file_nvimgcodec_cannot_read_is_decoded_by_pil_and_a_non_image_raises_
     with pytest.raises(UnidentifiedImageError):
         codec.augmented([torch.frombuffer(bytearray(b"not an image" * 8), dtype=torch.uint8)], [box])
 
+
+
+def undecodable_jpeg(data: bytes) -> bytes:
+    """`data` (a JPEG) with its first Huffman table's codes overwritten: whole, with a header PIL
+    reads and an end marker, so it passes the loader's checks (check_complete, the size for the
+    crop), and only decoding finds it bad (PIL: "broken data stream"; nvImageCodec decodes nothing)."""
+    table = data.index(b"\xff\xc4")
+    return data[:table + 4] + b"\xff" * 26 + data[table + 30:]
+
+
+def test_a_file_only_the_decoder_finds_bad_is_named_counted_and_stood_in_for(codec, monkeypatch, capsys):
+    """A micro-batch of four whose second file passes every check the loader makes and does not
+    decode: the next image of the micro-batch takes its place, label and crop too; the file is
+    named on stderr and counted against --max-bad-images. A micro-batch of nothing but such files
+    raises the decode's error (a volume gone), as does a decoder with nowhere to count."""
+    from PIL import Image
+    from trainer.vision_data import UnreadableImages
+
+    good = _encoded(quality=90)
+    bad = undecodable_jpeg(good)
+    check_complete(bad)
+    with Image.open(io.BytesIO(bad)) as header:
+        assert header.size == (100, 75)
+    with pytest.raises(OSError):
+        decoded_by_pil(torch.frombuffer(bytearray(bad), dtype=torch.uint8))
+
+    files = [_encoded(quality=q) for q in (70, 80, 90, 95)]
+    files[1] = bad
+    encoded = [torch.frombuffer(bytearray(f), dtype=torch.uint8) for f in files]
+    boxes = torch.tensor([[5, 7, 40, 50, 0], [0, 0, 75, 100, 1], [30, 61, 45, 39, 1], list(NO_CROP)])
+    labels, names = torch.tensor([10, 11, 12, 13]), [f"train/c/{i}.jpg" for i in range(4)]
+    unreadable = UnreadableImages(limit=5)
+    monkeypatch.setattr(codec, "unreadable", unreadable)
+    images, got_labels = codec(encoded, labels, boxes, names)
+    assert got_labels.tolist() == [10, 12, 12, 13]
+    alone, _ = codec([encoded[2]], labels[2:3], boxes[2:3], names[2:3])
+    assert torch.equal(images[1], alone[0]) and torch.equal(images[2], alone[0])
+    assert unreadable.this_epoch() == 1
+    assert capsys.readouterr().err.count("warning: cannot decode train/c/1.jpg (OSError: ") == 1
+
+    with pytest.raises(OSError):  # all of the micro-batch
+        codec([encoded[1], encoded[1]], labels[:2], boxes[:2], names[:2])
+    monkeypatch.setattr(codec, "unreadable", None)
+    with pytest.raises(OSError):  # nowhere to count
+        codec(encoded, labels, boxes, names)
+
+
+def test_stand_ins_are_the_next_decoded_image_round_the_micro_batch():
+    from trainer.vision_data import UnreadableImages
+
+    error = OSError("broken data stream")
+    images = [error, "a", error, error, "b", error]
+    assert stand_ins(images, None, UnreadableImages(limit=10)) == [1, 1, 4, 4, 4, 1]
+    assert stand_ins(["a", "b"], None, None) is None
+
+
+def test_nvjpeg_decodes_each_file_alone_when_one_fails_the_batch_and_pil_has_the_last_word(monkeypatch, capsys):
+    """torchvision's batched decode_jpeg fails the whole batch for one bad file. NvjpegImages then
+    decodes each alone, and a file nvJPEG cannot decode goes to PIL, whose error makes it a stand-in.
+    No GPU here and no torchvision C++ decoder on this CPU: decode_jpeg is played by PIL, which fails
+    as nvJPEG does (a RuntimeError) on the undecodable file."""
+    from trainer.vision_data import UnreadableImages
+
+    class Io:
+        ImageReadMode = type("Mode", (), {"RGB": "RGB"})
+        calls: list[int] = []
+
+        @classmethod
+        def decode_jpeg(cls, data, mode, device):
+            batch = data if isinstance(data, list) else [data]
+            cls.calls.append(len(batch))
+            try:
+                out = [decoded_by_pil(d) for d in batch]
+            except OSError as error:
+                raise RuntimeError(f"nvjpeg: {error}") from None
+            return out if isinstance(data, list) else out[0]
+
+    monkeypatch.setattr(vision_decode, "import_torchvision", lambda: type("TV", (), {"io": Io}))
+    nvjpeg = NvjpegImages(CPU, 16, unreadable=UnreadableImages(limit=5))
+    good, bad = _encoded(quality=90), undecodable_jpeg(_encoded(quality=90))
+    encoded = [torch.frombuffer(bytearray(f), dtype=torch.uint8) for f in (good, bad, good)]
+    images, labels = nvjpeg(encoded, torch.tensor([0, 1, 2]), torch.tensor([list(NO_CROP)] * 3), ["g", "b", "g2"])
+    assert Io.calls == [3, 1, 1, 1] and labels.tolist() == [0, 2, 2]
+    assert torch.equal(images[0], images[1]) and nvjpeg.unreadable.this_epoch() == 1
+    assert "warning: cannot decode b (OSError: " in capsys.readouterr().err
 
 def test_a_micro_batch_through_nvimgcodec_is_the_cpu_paths_crop_normalised(image_folder):
     """The loader side is EncodedImages, as for nvjpeg: the same box and flip as the CPU path draws

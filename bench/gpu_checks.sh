@@ -47,7 +47,7 @@ if wants tests; then
   timeout "${TESTS_S:-150}" python3 -m pytest -q -s -rs -p no:cacheprovider tests/trainer/test_step_syncs.py \
     tests/trainer/test_llm_model.py tests/trainer/test_vision_decode_gpu.py tests/trainer/test_vision_resize.py \
     >"$out/tests_full.txt" 2>&1
-  grep -E "rounds with|hardware JPEG|^(E |FAILED|SKIPPED|ERROR)|[0-9]+ (passed|failed)" "$out/tests_full.txt" \
+  grep -E "rounds with|hardware JPEG|Huffman|^(E |FAILED|SKIPPED|ERROR)|[0-9]+ (passed|failed)" "$out/tests_full.txt" \
     | tail -40 | tee "$out/tests.txt"
   # The micro-batch crop-resize, batched against torchvision per image: host and GPU time (seconds).
   timeout 90 python3 bench/vision_resize.py 2>&1 | tail -20 | tee "$out/vision_resize.txt"

@@ -1,7 +1,8 @@
 """The GPU decoders on a GPU. --decode nvimgcodec: it decodes there (the probe would refuse a
 decoder that cannot), says whether the hardware JPEG decoder took part, gives pixels close to the
 CPU path's, makes no synchronisation torch can see, and never makes the host wait for the training
-stream. --decode nvjpeg: it never writes into memory the training stream still reads. Needs a GPU;
+stream. --decode nvjpeg: it never writes into memory the training stream still reads. Either: a
+micro-batch with a file the GPU cannot decode still comes out. Needs a GPU;
 skipped elsewhere (the CPU backend's tests are in test_vision_decode.py)."""
 
 from __future__ import annotations
@@ -148,3 +149,31 @@ def test_nvjpeg_never_writes_into_memory_the_training_stream_still_reads():
     ours = _overwritten(NvjpegImages(device, 32).decode)
     print(f"rounds with memory overwritten, of 20: torchvision's decode_jpeg {bare}, NvjpegImages {ours}")
     assert ours == 0
+
+
+@pytest.mark.parametrize("decoder", ["nvimgcodec", "nvjpeg"])
+def test_a_micro_batch_with_a_file_the_gpu_cannot_decode_still_comes_out(codec, decoder):
+    """A JPEG with a broken Huffman table passes the loader's checks. On the GPU either decoder
+    may refuse it (then PIL refuses it too, and the next image of the micro-batch stands in, counted
+    once) or decode something from it (nvJPEG may not notice): the micro-batch comes out either way,
+    never an exception, and a stand-in carries its own label."""
+    from test_vision_decode import _encoded, undecodable_jpeg
+    from trainer.vision_data import UnreadableImages
+
+    if decoder == "nvjpeg" and not prepare():
+        pytest.skip("torchvision without its C++ operators: no --decode nvjpeg")
+    unreadable = UnreadableImages(limit=5)
+    if decoder == "nvimgcodec":
+        to_input = CodecImages(codec.device, 32, hw_decoder_load=0.9, threads=2, unreadable=unreadable)
+    else:
+        to_input = NvjpegImages(codec.device, 32, unreadable=unreadable)
+    files = [_encoded(quality=q) for q in (70, 80, 90)]
+    files[1] = undecodable_jpeg(files[1])
+    encoded = [torch.frombuffer(bytearray(f), dtype=torch.uint8).pin_memory() for f in files]
+    labels = torch.tensor([0, 1, 2])
+    images, got = to_input(encoded, labels, torch.tensor([list(NO_CROP)] * 3), ["a", "bad", "c"])
+    torch.cuda.synchronize()
+    assert images.shape == (3, 3, 32, 32) and bool(torch.isfinite(images).all())
+    print(f"{decoder}: a broken Huffman table was {'stood in for' if unreadable.this_epoch() else 'decoded'}")
+    assert got.tolist() == ([0, 2, 2] if unreadable.this_epoch() == 1 else [0, 1, 2])
+    assert unreadable.this_epoch() in (0, 1)

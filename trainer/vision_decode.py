@@ -196,6 +196,15 @@ def by_pil_or_error(data: torch.Tensor, device: torch.device) -> torch.Tensor | 
         return error
 
 
+def relabelled(labels: torch.Tensor, order: list[int] | None) -> torch.Tensor:
+    """The labels in stand_ins' order, pinned where they were (the loader pins them on a GPU), so
+    that their copy to the device stays asynchronous."""
+    if order is None:
+        return labels
+    out = labels[order]
+    return out.pin_memory() if labels.is_pinned() else out
+
+
 def stand_ins(decoded: list, names: list[str] | None, unreadable: UnreadableImages | None) -> list[int] | None:
     """Where a GPU decoder's micro-batch holds errors (files that passed the loader's checks and
     still did not decode): for each position, the image that fills it, itself or for a bad one the
@@ -244,7 +253,7 @@ class NvjpegImages:
         order = stand_ins(decoded, names, self.unreadable)
         boxes = crops.tolist()
         if order is not None:
-            decoded, boxes, labels = [decoded[j] for j in order], [boxes[j] for j in order], labels[order]
+            decoded, boxes, labels = [decoded[j] for j in order], [boxes[j] for j in order], relabelled(labels, order)
         return self.images(crops_of(decoded, boxes, self.size), labels)
 
     def decode(self, encoded: list[torch.Tensor]) -> list[torch.Tensor | BaseException]:
@@ -373,7 +382,7 @@ class CodecImages:
         boxes = crops.tolist()
         if not self.cuda:
             out, _, order = self.augmented(encoded, boxes, names)
-            return self.images(out, labels if order is None else labels[order])
+            return self.images(out, relabelled(labels, order))
         main = torch.cuda.current_stream(self.device)
         # The side stream does not wait for the training stream: nothing it reads comes from there
         # (the bytes are on the host; torch gives its allocations blocks of its own pool), and
@@ -392,7 +401,7 @@ class CodecImages:
             self.in_use.popleft()
         main.wait_stream(self.stream)
         out.record_stream(main)
-        return self.images(out, labels if order is None else labels[order])
+        return self.images(out, relabelled(labels, order))
 
     def augmented(self, encoded: list[torch.Tensor], boxes: list[list[int]],
                   names: list[str] | None = None) -> tuple[torch.Tensor, tuple, list[int] | None]:

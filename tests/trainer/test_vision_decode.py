@@ -18,7 +18,7 @@ from trainer.cli import UsageError  # noqa: E402
 from trainer import vision_decode  # noqa: E402
 from trainer.vision_decode import (NO_CROP, CodecImages, DecodeAhead, EncodedImages, NvjpegImages,  # noqa: E402
                                    augment, check_complete, check_nvimgcodec, check_nvjpeg, decoded_by_pil,
-                                   device_input, model_inputs, stand_ins)
+                                   device_input, model_inputs, relabelled, stand_ins)
 
 
 @pytest.mark.parametrize("source, cuda, native, says", [
@@ -225,6 +225,8 @@ def test_stand_ins_are_the_next_decoded_image_round_the_micro_batch():
     images = [error, "a", error, error, "b", error]
     assert stand_ins(images, None, UnreadableImages(limit=10)) == [1, 1, 4, 4, 4, 1]
     assert stand_ins(["a", "b"], None, None) is None
+    labels = torch.tensor([5, 6, 7])
+    assert relabelled(labels, None) is labels and relabelled(labels, [0, 2, 2]).tolist() == [5, 7, 7]
 
 
 def test_nvjpeg_decodes_each_file_alone_when_one_fails_the_batch_and_pil_has_the_last_word(monkeypatch, capsys):

@@ -177,3 +177,12 @@ def test_a_micro_batch_with_a_file_the_gpu_cannot_decode_still_comes_out(codec, 
     print(f"{decoder}: a broken Huffman table was {'stood in for' if unreadable.this_epoch() else 'decoded'}")
     assert got.tolist() == ([0, 2, 2] if unreadable.this_epoch() == 1 else [0, 1, 2])
     assert unreadable.this_epoch() in (0, 1)
+
+
+def test_labels_reordered_for_a_stand_in_stay_pinned():
+    """Pinned, their copy to the GPU stays asynchronous (from pageable memory it may wait)."""
+    from trainer.vision_decode import relabelled
+
+    pinned = torch.tensor([0, 1, 2]).pin_memory()
+    out = relabelled(pinned, [0, 2, 2])
+    assert out.is_pinned() and out.tolist() == [0, 2, 2]

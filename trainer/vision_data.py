@@ -204,9 +204,13 @@ class UnreadableImages:
     def epoch_start(self) -> None:
         self.at_epoch_start = self.count.value
 
-    def met(self) -> None:
+    def met(self, name: str, error: BaseException, instead: str) -> None:
+        """Count one unreadable image and name it on stderr with the reason and what takes its place
+        (the loader's Substitutes and the GPU decoders' vision_decode.stand_ins both report here)."""
         with self.count.get_lock():
             self.count.value += 1
+        print(f"warning: cannot read {name} ({type(error).__name__}: {error}); {instead} is used in its place "
+              "(--max-bad-images)", file=sys.stderr, flush=True)
 
     def this_epoch(self) -> int:
         return self.count.value - self.at_epoch_start
@@ -245,9 +249,7 @@ class Substitutes(Dataset):
                 return self.dataset[i]
             except errors as error:
                 torch.random.set_rng_state(draws)
-                self.unreadable.met()
-                print(f"warning: cannot read {self.name(i)} ({type(error).__name__}: {error}); the next image is "
-                      "used in its place (--max-bad-images)", file=sys.stderr, flush=True)
+                self.unreadable.met(self.name(i), error, "the next image")
         return self.dataset[(index + IN_A_ROW - 1) % len(self.dataset)]  # its error is raised
 
 

@@ -32,7 +32,6 @@ import io
 import math
 import os
 import queue
-import sys
 import threading
 
 import torch
@@ -209,7 +208,8 @@ def stand_ins(decoded: list, names: list[str] | None, unreadable: UnreadableImag
     """Where a GPU decoder's micro-batch holds errors (files that passed the loader's checks and
     still did not decode): for each position, the image that fills it, itself or for a bad one the
     next decoded image of the micro-batch, with its label and crop. A stand-in repeats an image of
-    the same micro-batch, so a resumed run sees the same. Each bad file is named on stderr and
+    the same micro-batch, so a run resumed on as many ranks sees the same (on another number, the
+    micro-batches differ, and so may the stand-in). Each bad file is named on stderr and
     counted against --max-bad-images (vision_data.UnreadableImages, checked every step). None where
     all decoded. Without an `unreadable` to count in (a benchmark), or where none of the micro-batch
     decoded (a volume gone is not a few bad files), the first error is raised."""
@@ -225,10 +225,8 @@ def stand_ins(decoded: list, names: list[str] | None, unreadable: UnreadableImag
             j = (j + 1) % len(decoded)
         order.append(j)
     for i in bad:
-        unreadable.met()
-        name = names[i] if names else f"image {i} of a micro-batch"
-        print(f"warning: cannot decode {name} ({type(decoded[i]).__name__}: {decoded[i]}); another image of its "
-              "micro-batch is used in its place (--max-bad-images)", file=sys.stderr, flush=True)
+        unreadable.met(names[i] if names else f"image {i} of a micro-batch", decoded[i],
+                       "another image of its micro-batch")
     return order
 
 
@@ -283,6 +281,8 @@ class NvjpegImages:
     def decode_one(self, data: torch.Tensor, mode) -> torch.Tensor | None:
         try:
             return self.io.decode_jpeg(data, mode=mode, device=self.device)
+        except torch.OutOfMemoryError:  # a RuntimeError too: no bad file, and never PIL's to mend
+            raise
         except RuntimeError:
             return None
 

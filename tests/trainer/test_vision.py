@@ -158,8 +158,10 @@ def test_files_only_the_gpu_decoder_finds_bad_are_stood_in_for_in_training_and_e
     p = _vision(*args, "--max-bad-images", "2")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     for path in (train_bad, val_bad):
-        assert p.stderr.count(f"warning: cannot decode {path} (OSError: ") == 2, p.stderr  # once an epoch
-    assert "cannot read" not in p.stderr  # the loader passed them: the decoder found them
+        assert p.stderr.count(f"warning: cannot read {path} (OSError: ") == 2, p.stderr  # once an epoch
+    # The loader passed them (it would say "the next image"): the decoder found them.
+    assert p.stderr.count("another image of its micro-batch is used in its place") == 4, p.stderr
+    assert "the next image is used" not in p.stderr
     summary = json.loads(p.stdout.split("SUMMARY ", 1)[1].splitlines()[0])
     assert summary["epochs_this_run"] == 2
     p = _vision(*args, "--max-bad-images", "1")

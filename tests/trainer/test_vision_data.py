@@ -219,7 +219,7 @@ def test_an_unreadable_image_is_replaced_by_the_next_counted_and_named(tmp_path,
     assert torch.equal(got[0], expected[0]) and got[1] == expected[1] == 0
     with pytest.raises(UsageError, match=r"^--max-bad-images: 4 images of this epoch could not be read on this rank, "
                                          r"more than the 3 allowed"):
-        unreadable.met()
+        unreadable.met("f.jpg", OSError("broken"), "the next image")
         unreadable.check()
     unreadable.epoch_start()  # a new epoch counts afresh
     assert unreadable.this_epoch() == 0

@@ -209,7 +209,9 @@ def test_a_file_only_the_decoder_finds_bad_is_named_counted_and_stood_in_for(cod
     alone, _ = codec([encoded[2]], labels[2:3], boxes[2:3], names[2:3])
     assert torch.equal(images[1], alone[0]) and torch.equal(images[2], alone[0])
     assert unreadable.this_epoch() == 1
-    assert capsys.readouterr().err.count("warning: cannot decode train/c/1.jpg (OSError: ") == 1
+    err = capsys.readouterr().err
+    assert err.count("warning: cannot read train/c/1.jpg (OSError: ") == 1
+    assert "another image of its micro-batch is used in its place (--max-bad-images)" in err
 
     with pytest.raises(OSError):  # all of the micro-batch
         codec([encoded[1], encoded[1]], labels[:2], boxes[:2], names[:2])
@@ -257,7 +259,25 @@ def test_nvjpeg_decodes_each_file_alone_when_one_fails_the_batch_and_pil_has_the
     images, labels = nvjpeg(encoded, torch.tensor([0, 1, 2]), torch.tensor([list(NO_CROP)] * 3), ["g", "b", "g2"])
     assert Io.calls == [3, 1, 1, 1] and labels.tolist() == [0, 2, 2]
     assert torch.equal(images[0], images[1]) and nvjpeg.unreadable.this_epoch() == 1
-    assert "warning: cannot decode b (OSError: " in capsys.readouterr().err
+    assert "warning: cannot read b (OSError: " in capsys.readouterr().err
+
+
+def test_nvjpeg_out_of_memory_is_raised_not_mended_by_pil(monkeypatch):
+    """torch's OutOfMemoryError is a RuntimeError too: a GPU out of memory is no bad file, and must
+    not send every image of every micro-batch to PIL on the CPU unseen."""
+    class Io:
+        ImageReadMode = type("Mode", (), {"RGB": "RGB"})
+
+        @staticmethod
+        def decode_jpeg(data, mode, device):
+            raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(vision_decode, "import_torchvision", lambda: type("TV", (), {"io": Io}))
+    nvjpeg = NvjpegImages(CPU, 16, unreadable=vision_data.UnreadableImages(limit=5))
+    encoded = [torch.frombuffer(bytearray(_encoded(quality=90)), dtype=torch.uint8)] * 2
+    with pytest.raises(torch.OutOfMemoryError):
+        nvjpeg(encoded, torch.tensor([0, 1]), torch.tensor([list(NO_CROP)] * 2), ["a", "b"])
+    assert nvjpeg.unreadable.this_epoch() == 0
 
 def test_a_micro_batch_through_nvimgcodec_is_the_cpu_paths_crop_normalised(image_folder):
     """The loader side is EncodedImages, as for nvjpeg: the same box and flip as the CPU path draws

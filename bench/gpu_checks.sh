@@ -26,9 +26,21 @@ done
 wants() { case "$steps" in *" $1 "*) return 0;; esac; return 1; }
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
+# --decode dali: DALI's wheel (nvidia-dali-cuda120==2.4.0, 424 MB) is over a call's 64 MiB, so it
+# travels in parts of at most 60 MiB (`split -b 60M -d WHEEL part-`), one a call on the same warm
+# machine: each call carries its part in .whl-part/ and moves it to .dali-store/, which no call
+# carries, so it stays there between calls. Here the parts are joined and checked against PyPI's
+# SHA-256 (trainer/requirements.lock); its dependencies (nvidia-libnvcomp-cu12==5.3.0.16 and the
+# small pure-Python ones its METADATA names) travel in .whl/ as usual.
+dali_wheel=/tmp/dali/nvidia_dali_cuda120-2.4.0-py3-none-manylinux_2_28_x86_64.whl
+if compgen -G ".dali-store/part-*" >/dev/null; then
+  mkdir -p /tmp/dali && cat .dali-store/part-* >"$dali_wheel"
+  echo "8be1bf9137cf4e3a62b51db5de818226ef6c81ec17791672d06ed5351d6e8eb1  $dali_wheel" | sha256sum -c --quiet - \
+    || { echo "DALI's parts do not make its wheel: --decode dali is not measured" >&2; rm -f "$dali_wheel"; }
+fi
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
+    $(compgen -G "$dali_wheel") && export PYTHONPATH=/tmp/site
   # The nvImageCodec wheels bring a regular package `nvidia` (with __init__.py): first on the path,
   # it would hide the device's own nvidia.* packages (the CUDA libraries torch finds). Made to
   # extend its path, it spans both folders.
@@ -40,14 +52,16 @@ fi
   python3 -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
   python3 -c "import torchao; print('torchao', torchao.__version__)" 2>&1 | tail -1
   python3 -c "from nvidia import nvimgcodec; print('nvimgcodec', nvimgcodec.__version__)" 2>&1 | tail -1
+  python3 -c "import nvidia.dali; print('dali', nvidia.dali.__version__)" 2>&1 | tail -1
   date -u; } | tee "$out/gpu.txt"
 if wants tests; then
   # -s: the GPU tests print what they measured (the nvjpeg overwrite test its control's count);
   # tests.txt keeps those lines and the outcome, tests_full.txt all of it.
   timeout "${TESTS_S:-150}" python3 -m pytest -q -s -rs -p no:cacheprovider tests/trainer/test_step_syncs.py \
     tests/trainer/test_llm_model.py tests/trainer/test_vision_decode_gpu.py tests/trainer/test_vision_resize.py \
+    tests/trainer/test_vision_dali_gpu.py \
     >"$out/tests_full.txt" 2>&1
-  grep -E "rounds with|hardware JPEG|Huffman|^(E |FAILED|SKIPPED|ERROR)|[0-9]+ (passed|failed)" "$out/tests_full.txt" \
+  grep -E "rounds with|hardware JPEG|Huffman|DALI decodes|^(E |FAILED|SKIPPED|ERROR)|[0-9]+ (passed|failed)" "$out/tests_full.txt" \
     | tail -40 | tee "$out/tests.txt"
   # The micro-batch crop-resize, batched against torchvision per image: host and GPU time (seconds).
   timeout 90 python3 bench/vision_resize.py 2>&1 | tail -20 | tee "$out/vision_resize.txt"

@@ -1,7 +1,7 @@
 """ResNet-50 training images/s on one GPU against what feeds it: the CPU loader, the GPU JPEG
 decoders alone, and trainer.vision itself with each --decode.
 
-    python bench/gpu_vision.py [--out result.json] [--workers N] [--decoders nvimgcodec,cpu,nvimgcodec:0,nvjpeg]
+    python bench/gpu_vision.py [--out result.json] [--workers N] [--decoders dali,nvimgcodec,cpu,nvimgcodec:0,nvjpeg]
         [--budget-s 200] [--dry-run]
 
 One script, one run, about 200 s on a single H200 with 16 CPU cores (--budget-s bounds it):
@@ -145,13 +145,13 @@ def run_unavailable(run: Run, data: str, cuda: bool) -> str | None:
     """trainer.vision's own refusal of this --decode here (it would exit 2 after its start-up)."""
     from trainer.cli import UsageError
     from trainer.torchvision_compat import prepare
-    from trainer.vision_decode import check_nvimgcodec, check_nvjpeg, import_nvimgcodec
+    from trainer.vision_decode import PACKAGES, check_installed, check_nvjpeg, importer
 
     try:
         if run.decode == "nvjpeg":
             check_nvjpeg(data, cuda=cuda, native_torchvision=prepare())
-        elif run.decode == "nvimgcodec":
-            check_nvimgcodec(data, installed=import_nvimgcodec() is not None)
+        elif run.decode in PACKAGES:
+            check_installed(run.decode, data, installed=importer(run.decode)() is not None)
     except UsageError as refusal:
         return str(refusal)
     return None
@@ -175,8 +175,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="uint8-reduced: trainer.vision's loader (reduced-size JPEG decode where the crop allows); "
                         "uint8: full decode, as the 2026-11-26 H200 figures were measured")
     p.add_argument("--decoders", type=decoders, default=parse_runs(DEFAULT_RUNS), metavar="LIST",
-                   help=f"trainer runs, in this order: trainer.vision --decode values, nvimgcodec:LOAD for its "
-                        f"--hw-decoder-load (default {DEFAULT_RUNS})")
+                   help=f"trainer runs, in this order: trainer.vision --decode values, nvimgcodec:LOAD or "
+                        f"dali:LOAD for their --hw-decoder-load (default {DEFAULT_RUNS})")
     p.add_argument("--epochs", type=int, default=2, help="epochs per trainer run; the first is warm-up")
     p.add_argument("--epoch-images", type=int, default=16384,
                    help="training images per epoch of a trainer run (down to whole metrics windows: 2,048 on a GPU)")

@@ -26,12 +26,13 @@ from ops import proc  # noqa: E402
 
 # Most telling first, so that a tight budget drops the least: the GPU decoder the issue rests on,
 # the CPU loader it replaces, the same GPU decoder without its hardware engine, nvJPEG on the SMs.
-DEFAULT_RUNS = "nvimgcodec,cpu,nvimgcodec:0,nvjpeg"
+DEFAULT_RUNS = "dali,nvimgcodec,cpu,nvimgcodec:0,nvjpeg"
+WITH_LOAD = ("nvimgcodec", "dali")  # the decoders that take --hw-decoder-load
 
 
 @dataclass(frozen=True)
 class Run:
-    """One trainer run's decoder: trainer.vision --decode, and for nvimgcodec --hw-decoder-load."""
+    """One trainer run's decoder: trainer.vision --decode, and for nvimgcodec and dali --hw-decoder-load."""
     decode: str
     hw_decoder_load: float | None = None
 
@@ -47,18 +48,19 @@ class Run:
 
 
 def parse_runs(text: str) -> list[Run]:
-    """`--decoders`: comma-separated trainer.vision --decode values; nvimgcodec:LOAD sets its
-    --hw-decoder-load (nvimgcodec alone: 0.9, the trainer's default). ValueError says what is allowed."""
+    """`--decoders`: comma-separated trainer.vision --decode values; nvimgcodec:LOAD and dali:LOAD set
+    their --hw-decoder-load (the name alone: 0.9, the trainer's default). ValueError says what is
+    allowed."""
     runs = []
     for item in (part.strip() for part in text.split(",")):
         decode, _, load = item.partition(":")
         if decode not in DECODERS:
-            raise ValueError(f"{item!r} is not one of {', '.join(DECODERS)} (nvimgcodec:LOAD for a "
+            raise ValueError(f"{item!r} is not one of {', '.join(DECODERS)} (nvimgcodec:LOAD or dali:LOAD for a "
                              "--hw-decoder-load between 0 and 1)")
-        if decode != "nvimgcodec" and load:
-            raise ValueError(f"{item!r}: only nvimgcodec takes a :LOAD (its --hw-decoder-load)")
+        if decode not in WITH_LOAD and load:
+            raise ValueError(f"{item!r}: only nvimgcodec and dali take a :LOAD (their --hw-decoder-load)")
         try:
-            value = float(load) if load else (0.9 if decode == "nvimgcodec" else None)
+            value = float(load) if load else (0.9 if decode in WITH_LOAD else None)
         except ValueError:
             value = -1.0
         if value is not None and not 0 <= value <= 1:
@@ -124,7 +126,7 @@ class RunResult:
     steady_images_per_s: float | None = None
     steady_over_gpu: float | None = None
     measured_epochs: int = 0
-    decoder_line: str | None = None  # where trainer.vision says nvImageCodec decodes
+    decoder_line: str | None = None  # where trainer.vision says nvImageCodec or DALI decodes
     seconds: float | None = None
     epochs: list = field(default_factory=list)
 
@@ -171,8 +173,8 @@ def trainer_run(run: Run, data: Path, workdir: Path, *, model: str, batch: int, 
     budget.took(result.seconds)
     records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
     figures = summarize(records)
-    result.decoder_line = next((line for line in p.stdout.splitlines() if line.startswith("nvImageCodec decodes")),
-                               None)
+    result.decoder_line = next((line for line in p.stdout.splitlines()
+                                if line.startswith(("nvImageCodec decodes", "DALI decodes"))), None)
     if p.returncode != 0 or not figures:
         tail = (p.stderr.strip() or p.stdout.strip()).splitlines()[-1:] or ["no output"]
         result.status, result.why = "failed", f"exit {p.returncode}: {tail[0][:300]}"

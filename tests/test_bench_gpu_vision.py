@@ -55,10 +55,10 @@ def test_a_dry_run_measures_the_gpu_the_loader_and_the_decoders_alone(dry_run):
 def test_a_dry_run_trains_once_per_decoder_and_skips_nvjpeg_with_the_trainers_reason(dry_run):
     p, result = dry_run
     trainer = result["trainer"]
-    assert result["decoders"] == ["nvimgcodec:0.9", "cpu", "nvimgcodec:0", "nvjpeg"]
+    assert result["decoders"] == ["dali:0.9", "nvimgcodec:0.9", "cpu", "nvimgcodec:0", "nvjpeg"]
     assert [r["run"] for r in trainer["runs"]] == result["decoders"]
     runs = {r["run"]: r for r in trainer["runs"]}
-    for name in ("nvimgcodec:0.9", "cpu", "nvimgcodec:0"):
+    for name in ("dali:0.9", "nvimgcodec:0.9", "cpu", "nvimgcodec:0"):
         r = runs[name]
         assert r["status"] == "measured" and r["why"] is None, r
         assert _positive(r["images_per_s"]) and _positive(r["over_gpu"]) and _positive(r["steady_images_per_s"])
@@ -68,6 +68,7 @@ def test_a_dry_run_trains_once_per_decoder_and_skips_nvjpeg_with_the_trainers_re
         # Against the GPU's rate in the JSON (rel: a dry run's images/s, rounded to 0.1, are single digits).
         assert r["over_gpu"] == pytest.approx(r["images_per_s"] / result["gpu_images_per_s"], rel=0.05)
     assert runs["nvimgcodec:0.9"]["decoder_line"].startswith("nvImageCodec decodes on this CPU")
+    assert runs["dali:0.9"]["decoder_line"].startswith("DALI decodes on this CPU")
     assert runs["cpu"]["decoder_line"] is None
     assert runs["nvjpeg"]["status"] == "skipped" and runs["nvjpeg"]["images_per_s"] is None
     assert "--decode: nvjpeg" in runs["nvjpeg"]["why"]
@@ -77,8 +78,9 @@ def test_a_dry_run_trains_once_per_decoder_and_skips_nvjpeg_with_the_trainers_re
 
 
 @pytest.mark.parametrize("text, says", [
-    ("cpu,dali", "'dali' is not one of cpu, nvjpeg, nvimgcodec"),
-    ("nvjpeg:0.5", "only nvimgcodec takes a :LOAD"),
+    ("cpu,pil", "'pil' is not one of cpu, nvjpeg, nvimgcodec, dali"),
+    ("nvjpeg:0.5", "only nvimgcodec and dali take a :LOAD"),
+    ("dali:2", "between 0 and 1"),
     ("nvimgcodec:1.5", "between 0 and 1"),
     ("nvimgcodec:half", "between 0 and 1"),
     ("cpu,nvimgcodec,nvimgcodec:0.9", "named twice"),
@@ -89,18 +91,18 @@ def test_a_bad_decoders_list_names_the_entry_and_what_is_allowed(text, says):
 
 
 def test_the_decoders_list_keeps_its_order_and_nvimgcodec_defaults_to_the_trainers_load():
-    assert parse_runs("nvjpeg, nvimgcodec:0,cpu,nvimgcodec") == [
-        Run("nvjpeg"), Run("nvimgcodec", 0.0), Run("cpu"), Run("nvimgcodec", 0.9)]
+    assert parse_runs("nvjpeg, nvimgcodec:0,cpu,nvimgcodec,dali,dali:0.5") == [
+        Run("nvjpeg"), Run("nvimgcodec", 0.0), Run("cpu"), Run("nvimgcodec", 0.9), Run("dali", 0.9), Run("dali", 0.5)]
     assert Run("nvimgcodec", 0.0).argv() == ["--decode", "nvimgcodec", "--hw-decoder-load", "0.0"]
     assert Run("cpu").argv() == ["--decode", "cpu"] and Run("nvimgcodec", 0.5).name == "nvimgcodec:0.5"
 
 
 def test_a_bad_decoders_list_is_a_usage_error_before_any_work():
-    p = proc.run([sys.executable, str(SCRIPT), "--decoders", "cpu,dali"], cwd=REPO_ROOT, timeout=120)
+    p = proc.run([sys.executable, str(SCRIPT), "--decoders", "cpu,pil"], cwd=REPO_ROOT, timeout=120)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert p.stderr.strip().splitlines()[-1] == (
-        "gpu_vision.py: error: argument --decoders: 'dali' is not one of cpu, nvjpeg, nvimgcodec "
-        "(nvimgcodec:LOAD for a --hw-decoder-load between 0 and 1)")
+        "gpu_vision.py: error: argument --decoders: 'pil' is not one of cpu, nvjpeg, nvimgcodec, dali "
+        "(nvimgcodec:LOAD or dali:LOAD for a --hw-decoder-load between 0 and 1)")
 
 
 def test_a_run_starts_only_where_the_time_left_holds_the_longest_run_so_far():

@@ -40,7 +40,7 @@ from trainer.optim import build_sgd, image_learning_rate
 from trainer.preemption import Preemption
 from trainer.vision_data import (ElasticSampler, Progress, UnreadableImages, build_datasets, train_loader,
                                  val_loader)
-from trainer.vision_decode import CodecImages, check_decode, device_input, model_inputs
+from trainer.vision_decode import check_decode, device_input, model_inputs
 from trainer.vision_metrics import VisionMetrics
 from trainer.vision_model import build_classifier, place
 
@@ -133,7 +133,7 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
                              seed=job.seed)
     unreadable = UnreadableImages(job.data.max_bad_images)
     to_input = device_input(job.data, rt.device, unreadable)
-    if rt.is_main and isinstance(to_input, CodecImages):
+    if rt.is_main and hasattr(to_input, "describe"):  # a decoder that says where it decodes
         log(to_input.describe())
     loader = train_loader(train_set, sampler, job.data, batch_size=micro, seed=job.seed, rank=rt.rank, pin=on_gpu,
                           unreadable=unreadable)

@@ -74,21 +74,35 @@ def import_nvimgcodec():
     return nvimgcodec
 
 
-def check_nvimgcodec(source: str, *, installed: bool) -> None:
-    """UsageError naming --decode when nvImageCodec cannot decode this run's images here."""
+# The package each decoder of the training process imports (the trainer images install them).
+PACKAGES = {"nvimgcodec": "nvidia-nvimgcodec-cu12", "dali": "nvidia-dali-cuda120"}
+
+
+def check_installed(decode: str, source: str, *, installed: bool) -> None:
+    """UsageError naming --decode when `decode` (nvimgcodec, dali) cannot decode this run's images
+    here: synthetic data has no files, or its package is missing. A CPU is allowed: both run there."""
     if source == "synthetic":
-        raise UsageError("--decode", "nvimgcodec decodes image files; --data synthetic has none (use --decode cpu)")
+        raise UsageError("--decode", f"{decode} decodes image files; --data synthetic has none (use --decode cpu)")
     if not installed:
-        raise UsageError("--decode", "nvimgcodec needs the nvidia-nvimgcodec-cu12 package, which the trainer "
-                                     "images install and this Python lacks; use --decode cpu")
+        raise UsageError("--decode", f"{decode} needs the {PACKAGES[decode]} package, which the trainer images "
+                                     "install and this Python lacks; use --decode cpu")
 
 
 def check_decode(decode: str, source: str) -> None:
     """trainer.vision's check of --decode, before any process group."""
     if decode == "nvjpeg":
         check_nvjpeg(source, cuda=torch.cuda.is_available(), native_torchvision=prepare())
-    elif decode == "nvimgcodec":
-        check_nvimgcodec(source, installed=import_nvimgcodec() is not None)
+    elif decode in PACKAGES:
+        check_installed(decode, source, installed=importer(decode)() is not None)
+
+
+def importer(decode: str):
+    """The function that imports `decode`'s package (nvimgcodec, dali), or returns None."""
+    if decode == "dali":
+        from trainer.vision_dali import import_dali  # it decodes again with CodecImages, from here
+
+        return import_dali
+    return import_nvimgcodec
 
 
 def device_input(data: ImageDataConfig, device: torch.device, unreadable: UnreadableImages | None = None):
@@ -101,6 +115,11 @@ def device_input(data: ImageDataConfig, device: torch.device, unreadable: Unread
         # processes beside it only read files, so they share the rank's loader vCPUs.
         return CodecImages(device, data.image_size, hw_decoder_load=data.hw_decoder_load,
                            threads=max(1, data.workers), unreadable=unreadable)
+    if data.decode == "dali":
+        from trainer.vision_dali import DaliImages
+
+        return DaliImages(device, data.image_size, hw_decoder_load=data.hw_decoder_load,
+                          threads=max(1, data.workers), unreadable=unreadable)
     return DeviceImages(device)
 
 
@@ -233,6 +252,8 @@ def stand_ins(decoded: list, names: list[str] | None, unreadable: UnreadableImag
 class NvjpegImages:
     """A micro-batch of EncodedImages, decoded and augmented on the GPU: the model's input."""
 
+    decodes = True  # in the training process: model_inputs makes its inputs ahead, in a thread
+
     def __init__(self, device: torch.device, image_size: int, *, unreadable: UnreadableImages | None = None):
         self.device, self.size, self.unreadable = device, image_size, unreadable
         self.images = DeviceImages(device)
@@ -320,6 +341,8 @@ class CodecImages:
     decodes the whole image. On a GPU the decode and the resize run on a side stream, and the
     training stream waits for them with an event: the host does not, so a decode overlaps the
     kernels of the step already queued, and the hardware decoder is not an SM at all."""
+
+    decodes = True  # in the training process: model_inputs makes its inputs ahead, in a thread
 
     def __init__(self, device: torch.device, image_size: int, *, hw_decoder_load: float, threads: int,
                  unreadable: UnreadableImages | None = None):
@@ -433,8 +456,8 @@ class CodecImages:
 
 def model_inputs(batches, to_input, device: torch.device):
     """An epoch's model inputs from the loader's micro-batches `batches`, with close(): a GPU
-    decoder's (nvjpeg, nvimgcodec) made ahead in a thread (DecodeAhead), the CPU path's in turn."""
-    if isinstance(to_input, (CodecImages, NvjpegImages)):
+    decoder's (nvjpeg, nvimgcodec, dali) made ahead in a thread (DecodeAhead), the CPU path's in turn."""
+    if getattr(to_input, "decodes", False):
         return DecodeAhead(batches, to_input, device)
     return (to_input(*batch) for batch in batches)
 

@@ -15,9 +15,10 @@ from config.workloads.workload import Workload
 CLASSIFIERS = ("resnet18", "resnet50", "efficientnet_b7")
 # Where JPEGs are decoded: by PIL in the loader processes, or on the GPU (trainer/vision_decode.py): by
 # nvJPEG's CUDA decoder through torchvision, or by nvImageCodec, which gives most images to the GPU's
-# hardware JPEG decoder where it has one (A100, H100) and the rest to CUDA.
-DECODERS = ("cpu", "nvjpeg", "nvimgcodec")
-GPU_DECODERS = ("nvjpeg", "nvimgcodec")  # the loader processes read bytes and draw crops; the GPU decodes
+# hardware JPEG decoder where it has one (A100, H100) and the rest to CUDA, or by NVIDIA DALI, which also
+# crops, resizes and flips the micro-batch in its own threads (trainer/vision_dali.py).
+DECODERS = ("cpu", "nvjpeg", "nvimgcodec", "dali")
+GPU_DECODERS = ("nvjpeg", "nvimgcodec", "dali")  # the loader processes read bytes and draw crops; the GPU decodes
 
 
 @dataclass(frozen=True)
@@ -40,13 +41,15 @@ class ImageDataConfig:
     image_size: int = option(224, "training crop, in pixels", parse=positive_int)
     workers: int = option(4, "data-loader processes per rank", parse=non_negative_int)
     decode: str = option("cpu", "where JPEGs are decoded: cpu (PIL in the loader processes, uint8 out), nvjpeg "
-                                "(CUDA, on the GPU, in batches; a GPU only) or nvimgcodec (the GPU's hardware JPEG "
-                                "decoder where it has one, CUDA for the rest, on a side stream); an ImageFolder only",
+                                "(CUDA, on the GPU, in batches; a GPU only), nvimgcodec (the GPU's hardware JPEG "
+                                "decoder where it has one, CUDA for the rest, on a side stream) or dali (NVIDIA "
+                                "DALI: the same decoders, and the crop, resize and flip in its own threads); an "
+                                "ImageFolder only",
                          choices=DECODERS)
     # DALI, which decodes through nvImageCodec, gives the hardware decoder 90% of a batch by default
     # (nvidia.dali.fn.experimental.decoders.image, hw_decoder_load=0.9): the rest keeps CUDA busy in parallel.
-    hw_decoder_load: float = option(0.9, "--decode nvimgcodec: share of each batch offered to the hardware JPEG "
-                                         "decoder, the rest decoded with CUDA", parse=fraction)
+    hw_decoder_load: float = option(0.9, "--decode nvimgcodec and dali: share of each batch offered to the "
+                                         "hardware JPEG decoder, the rest decoded with CUDA", parse=fraction)
     # One bad file in a million must not end a 90-epoch run (a restart meets it again at the same
     # step); a volume that cannot be read must not be trained around either.
     max_bad_images: int = option(100, "images of one epoch on one rank that may be unreadable (truncated, corrupt, "

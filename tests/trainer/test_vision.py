@@ -31,6 +31,7 @@ def _vision(*argv, timeout=240):
     (["--max-bad-images", "-1"], "--max-bad-images"),
     (["--decode", "nvjpeg"], "--decode"),  # synthetic data has no JPEGs (and this machine no GPU)
     (["--decode", "nvimgcodec"], "--decode"),  # synthetic data has no files
+    (["--decode", "dali"], "--decode"),
     (["--hw-decoder-load", "1.5"], "--hw-decoder-load"),
 ])
 def test_bad_arguments_give_one_line_naming_the_field(argv, field):
@@ -68,22 +69,25 @@ def test_one_process_trains_on_an_image_folder_and_refuses_a_checkpoint_of_anoth
 
 
 @pytest.mark.slow
-def test_nvimgcodec_trains_and_evaluates_on_an_image_folder_and_says_where_it_decodes(image_folder, tmp_path):
-    """--decode nvimgcodec end to end on this CPU (nvImageCodec's CPU backend): the loaders read
-    bytes and draw boxes, the training process decodes; every validation image is counted. The
-    decoder is not part of a checkpoint: a second run resumes it with --decode cpu (a pod
-    restarted after the preset changed), and a third goes back to nvimgcodec."""
+@pytest.mark.parametrize("decode, says", [("nvimgcodec", "nvImageCodec decodes on this CPU (no GPU here)"),
+                                          ("dali", "DALI decodes on this CPU (no GPU here)")])
+def test_a_gpu_decoder_trains_and_evaluates_on_an_image_folder_and_says_where_it_decodes(image_folder, tmp_path,
+                                                                                        decode, says):
+    """--decode nvimgcodec and dali end to end on this CPU (nvImageCodec's CPU backend, DALI's CPU
+    operators): the loaders read bytes and draw boxes, the training process decodes; every
+    validation image is counted. The decoder is not part of a checkpoint: a second run resumes it
+    with --decode cpu (a pod restarted after the preset changed), and a third goes back."""
     ck = tmp_path / "ck"
     args = ["--data", str(image_folder), "--image-size", "24", "--batch-size", "8",
             "--workers", "1", "--lr", "0.2", "--warmup-epochs", "0", "--checkpoint-dir", str(ck),
             "--metrics-file", str(ck / "m.jsonl")]
-    p = _vision(*args, "--decode", "nvimgcodec", "--epochs", "1")
+    p = _vision(*args, "--decode", decode, "--epochs", "1")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "nvImageCodec decodes on this CPU (no GPU here)" in p.stdout + p.stderr
+    assert says in p.stdout + p.stderr and "warning" not in p.stderr, p.stderr
     p = _vision(*args, "--decode", "cpu", "--epochs", "2")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "nvImageCodec" not in p.stdout + p.stderr
-    p = _vision(*args, "--decode", "nvimgcodec", "--epochs", "3")
+    assert "nvImageCodec" not in p.stdout + p.stderr and "DALI" not in p.stdout + p.stderr
+    p = _vision(*args, "--decode", decode, "--epochs", "3")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     summary = json.loads(p.stdout.split("SUMMARY ", 1)[1].splitlines()[0])
     assert summary["epochs_this_run"] == 1 and summary["resumed_from"] == {"epoch": 2, "image": 0}
@@ -112,7 +116,7 @@ def test_non_finite_steps_are_skipped_and_counted_and_stop_the_run_after_n_in_a_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("decode", ["cpu", "nvimgcodec"])
+@pytest.mark.parametrize("decode", ["cpu", "nvimgcodec", "dali"])
 def test_a_few_unreadable_images_are_trained_around_and_more_stop_the_run_in_one_line(tmp_path, decode):
     """Three bad files in train/ (truncated, not an image, a broken PNG): allowed three an epoch, the
     run trains both epochs and evaluates every validation image, naming each file; allowed two, it
@@ -138,12 +142,14 @@ def test_a_few_unreadable_images_are_trained_around_and_more_stop_the_run_in_one
 
 
 @pytest.mark.slow
-def test_files_only_the_gpu_decoder_finds_bad_are_stood_in_for_in_training_and_evaluation(tmp_path):
+@pytest.mark.parametrize("decode", ["nvimgcodec", "dali"])
+def test_files_only_the_gpu_decoder_finds_bad_are_stood_in_for_in_training_and_evaluation(tmp_path, decode):
     """A train and a val JPEG that pass every check the loader makes and do not decode (a broken
-    Huffman table): with a GPU decoder (here nvImageCodec's CPU backend) the training process puts
-    another image of the micro-batch in each one's place, names each file once an epoch and counts
-    it, so both epochs train and evaluate. With --max-bad-images 1 the epoch's second stops the
-    run after evaluation: exit 2, one line."""
+    Huffman table): with a GPU decoder (here nvImageCodec's CPU backend, or DALI's CPU operators,
+    whose failed micro-batch nvImageCodec decodes again) the training process puts another image of
+    the micro-batch in each one's place, names each file once an epoch and counts it, so both
+    epochs train and evaluate. With --max-bad-images 1 the epoch's second stops the run after
+    evaluation: exit 2, one line."""
     from test_vision_data import _folder_with_bad_files
     from test_vision_decode import undecodable_jpeg
 
@@ -154,9 +160,11 @@ def test_files_only_the_gpu_decoder_finds_bad_are_stood_in_for_in_training_and_e
     for path in (train_bad, val_bad):
         path.write_bytes(undecodable_jpeg(path.read_bytes()))
     args = ["--data", str(tmp_path / "data"), "--image-size", "16", "--batch-size", "4", "--workers", "2",
-            "--epochs", "2", "--model", "resnet18", "--warmup-epochs", "0", "--decode", "nvimgcodec"]
+            "--epochs", "2", "--model", "resnet18", "--warmup-epochs", "0", "--decode", decode]
     p = _vision(*args, "--max-bad-images", "2")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    # DALI says once for each micro-batch it failed on (one in train/ and one in val/, each epoch).
+    assert p.stderr.count("warning: DALI could not decode a micro-batch") == (4 if decode == "dali" else 0), p.stderr
     for path in (train_bad, val_bad):
         assert p.stderr.count(f"warning: cannot read {path} (OSError: ") == 2, p.stderr  # once an epoch
     # The loader passed them (it would say "the next image"): the decoder found them.

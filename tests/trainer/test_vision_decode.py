@@ -17,7 +17,7 @@ from trainer import vision_data  # noqa: E402
 from trainer.cli import UsageError  # noqa: E402
 from trainer import vision_decode  # noqa: E402
 from trainer.vision_decode import (NO_CROP, CodecImages, DecodeAhead, EncodedImages, NvjpegImages,  # noqa: E402
-                                   augment, check_complete, check_nvimgcodec, check_nvjpeg, decoded_by_pil,
+                                   augment, check_complete, check_installed, check_nvjpeg, decoded_by_pil,
                                    device_input, model_inputs, relabelled, stand_ins)
 
 
@@ -74,15 +74,17 @@ def _image(path):
 # --- --decode nvimgcodec -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("source, installed, says", [
-    ("synthetic", True, "--data synthetic has none"),
-    ("/data", False, "nvidia-nvimgcodec-cu12"),
+@pytest.mark.parametrize("decode, source, installed, says", [
+    ("nvimgcodec", "synthetic", True, "--data synthetic has none"),
+    ("nvimgcodec", "/data", False, "nvidia-nvimgcodec-cu12"),
+    ("dali", "synthetic", True, "--data synthetic has none"),
+    ("dali", "/data", False, "nvidia-dali-cuda120"),
 ])
-def test_nvimgcodec_is_refused_in_one_line_where_it_cannot_run(source, installed, says):
-    with pytest.raises(UsageError, match="^--decode: nvimgcodec") as e:
-        check_nvimgcodec(source, installed=installed)
+def test_nvimgcodec_and_dali_are_refused_in_one_line_where_they_cannot_run(decode, source, installed, says):
+    with pytest.raises(UsageError, match=f"^--decode: {decode} ") as e:
+        check_installed(decode, source, installed=installed)
     assert says in str(e.value) and "--decode cpu" in str(e.value) and "\n" not in str(e.value)
-    check_nvimgcodec("/data", installed=True)  # allowed, on a CPU too (its CPU backend)
+    check_installed(decode, "/data", installed=True)  # allowed, on a CPU too (its CPU backend)
 
 
 def _encoded(**save) -> bytes:
@@ -279,14 +281,17 @@ def test_nvjpeg_out_of_memory_is_raised_not_mended_by_pil(monkeypatch):
         nvjpeg(encoded, torch.tensor([0, 1]), torch.tensor([list(NO_CROP)] * 2), ["a", "b"])
     assert nvjpeg.unreadable.this_epoch() == 0
 
-def test_a_micro_batch_through_nvimgcodec_is_the_cpu_paths_crop_normalised(image_folder):
+@pytest.mark.parametrize("decode, says", [("nvimgcodec", "nvImageCodec decodes on this CPU"),
+                                          ("dali", "DALI decodes on this CPU")])
+def test_a_micro_batch_through_a_gpu_decoder_is_the_cpu_paths_crop_normalised(image_folder, decode, says):
     """The loader side is EncodedImages, as for nvjpeg: the same box and flip as the CPU path draws
-    under the same seed; the whole micro-batch comes out normalised, labels kept."""
-    data = ImageDataConfig(source=str(image_folder), image_size=16, decode="nvimgcodec")
+    under the same seed; the whole micro-batch comes out normalised, labels kept, from nvImageCodec's
+    CPU backend or DALI's CPU operators."""
+    data = ImageDataConfig(source=str(image_folder), image_size=16, decode=decode)
     train, val, _ = vision_data.build_datasets(data, SyntheticImagesConfig(), seed=0)
     assert isinstance(train, EncodedImages) and isinstance(val, EncodedImages)
     to_input = device_input(data, torch.device("cpu"))
-    assert isinstance(to_input, CodecImages) and "this CPU" in to_input.describe()
+    assert to_input.describe().startswith(says) and to_input.decodes
     cpu_train, _ = vision_data.transforms(16)
     items = []
     expected = []
@@ -369,11 +374,14 @@ def test_a_thread_gone_without_a_word_is_an_error_not_the_end_of_the_epoch(monke
         next(ahead)
 
 
-def test_gpu_decoders_make_their_inputs_ahead_and_the_cpu_path_in_turn(image_folder):
-    data = ImageDataConfig(source=str(image_folder), image_size=16, decode="nvimgcodec")
+@pytest.mark.parametrize("decode", ["nvimgcodec", "dali"])
+def test_gpu_decoders_make_their_inputs_ahead_and_the_cpu_path_in_turn(image_folder, decode):
+    data = ImageDataConfig(source=str(image_folder), image_size=16, decode=decode)
     ahead = model_inputs(iter(Counted(2)), device_input(data, CPU), CPU)
     assert isinstance(ahead, DecodeAhead)
     ahead.close()
+    cpu = ImageDataConfig(source=str(image_folder), image_size=16, decode="cpu")
+    assert not isinstance(model_inputs(iter(Counted(2)), device_input(cpu, CPU), CPU), DecodeAhead)
     in_turn = model_inputs(iter(Counted(2)), _as_input, CPU)
     assert not isinstance(in_turn, DecodeAhead) and next(in_turn)[1].item() == 0
     in_turn.close()

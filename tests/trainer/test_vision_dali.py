@@ -1,0 +1,155 @@
+"""trainer.vision_dali (--decode dali) on this CPU: DALI runs the same graph here as on a GPU, with its
+CPU operators in place of the mixed decoder and the GPU resize. Checked against the CPU path
+(PIL, torchvision): the pixels of a whole decode and of a training crop, a larger micro-batch
+after a smaller one, and a file DALI cannot decode. Its refusals and a loader's micro-batch
+through device_input: test_vision_decode.py. The GPU graph: test_vision_dali_gpu.py."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("torchvision", reason="torchvision is a pinned dependency")
+pytest.importorskip("nvidia.dali", reason="nvidia-dali-cuda120 is a pinned dependency")
+
+from trainer.vision_dali import DaliImages  # noqa: E402
+from trainer.vision_decode import NO_CROP, augment, decoded_by_pil  # noqa: E402
+
+from test_vision_decode import _variants, undecodable_jpeg  # noqa: E402
+
+CPU = torch.device("cpu")
+BOXES = [[5, 7, 40, 50, 0], [0, 0, 75, 100, 1], [30, 61, 45, 39, 1], [10, 20, 8, 9, 0]]
+
+
+@pytest.fixture(scope="module")
+def dali():
+    return DaliImages(CPU, 32, hw_decoder_load=0.9, threads=1)
+
+
+def _smooth(**save) -> bytes:
+    """A 75x100 image of gradients and waves (no noise: resampling filters agree on it)."""
+    from PIL import Image
+    y, x = np.mgrid[0:75, 0:100]
+    pixels = np.stack([x * 2.5, y * 3.3, 128 + 60 * np.sin(x / 7) * np.cos(y / 5)], -1).clip(0, 255)
+    fmt, mode = save.pop("format", "JPEG"), save.pop("mode", "RGB")
+    out = io.BytesIO()
+    Image.fromarray(pixels.astype(np.uint8)).convert(mode).save(out, format=fmt, **save)
+    return out.getvalue()
+
+
+def _bytes(data: bytes) -> torch.Tensor:
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+def _raw(dali: DaliImages, encoded: list[torch.Tensor], crops: list[list[int]]) -> torch.Tensor:
+    """The uint8 micro-batch DALI makes, before normalising: DeviceImages' input."""
+    seen = {}
+    normalise = dali.images
+    dali.images = lambda images, labels: seen.setdefault("images", images)
+    try:
+        dali(encoded, torch.arange(len(encoded)), torch.tensor(crops))
+    finally:
+        dali.images = normalise
+    return seen["images"]
+
+
+@pytest.mark.parametrize("name", list(_variants()))
+def test_evaluation_decodes_each_whole_image_to_pils_very_pixels(dali, name):
+    """Evaluation's graph only decodes: on this CPU the pixels equal PIL's full decode (EXIF
+    orientation not applied, CMYK and greyscale to RGB, a PNG's alpha dropped), and the resize
+    and centre crop are the other GPU decoders' (vision_decode.crops_of): equal, not close."""
+    data = _bytes(_variants()[name])
+    full = decoded_by_pil(data)
+    got = _raw(dali, [data, data], [list(NO_CROP)] * 2)
+    assert got.shape == (2, 3, 32, 32) and got.dtype == torch.uint8
+    expected = augment(full, list(NO_CROP), 32)
+    assert torch.equal(got[0], expected) and torch.equal(got[1], expected), name
+
+
+@pytest.mark.parametrize("name, save", [
+    ("baseline 4:2:0", dict(quality=90)), ("q96 4:4:4", dict(quality=96, subsampling=0)),
+    ("progressive", dict(quality=90, progressive=True)), ("greyscale", dict(mode="L")),
+    ("CMYK", dict(mode="CMYK")), ("PNG with alpha", dict(format="PNG", mode="RGBA")),
+])
+def test_a_training_box_is_decoded_resized_and_flipped_as_torchvision_does_it(dali, name, save):
+    """Each box (enlarged, shrunk, whole image, a corner), and its flip, on the same decode: within
+    a level of torchvision on average and 2 at most (DALI's resize filter is its own). The box is
+    what it decodes: the flipped box is tens of levels away, as is a box moved a few pixels."""
+    data = _bytes(_smooth(**save))
+    full = decoded_by_pil(data)
+    got = _raw(dali, [data] * len(BOXES), BOXES)
+    assert got.shape == (len(BOXES), 3, 32, 32) and got.dtype == torch.uint8
+    for out, box in zip(got, BOXES):
+        difference = (out.int() - augment(full, box, 32).int()).abs()
+        assert difference.float().mean() < 1 and difference.max() <= 2, (name, box)
+        flipped = (out.int() - augment(full, [*box[:4], 1 - box[4]], 32).int()).abs()
+        moved = (out.int() - augment(full, [box[0] + 4, box[1] + 4, *box[2:]], 32).int()).abs()
+        assert flipped.float().mean() > 5 and moved.float().mean() > 1.5, (name, box)
+
+
+def test_on_noise_the_resize_filters_differ_but_never_by_much_on_average(dali):
+    """Pixel noise is where two resampling filters differ most: still under half a level on
+    average against torchvision (a few levels at single pixels)."""
+    data = _bytes(_variants()["q96 4:4:4 (ImageNet's usual)"])
+    full = decoded_by_pil(data)
+    got = _raw(dali, [data] * len(BOXES), BOXES)
+    for out, box in zip(got, BOXES):
+        assert (out.float() - augment(full, box, 32).float()).abs().mean() < 0.6, box
+
+
+def test_a_larger_micro_batch_builds_a_larger_pipeline_and_a_smaller_one_uses_it(dali):
+    """A micro-batch may be short (an epoch's last) or, after the preset changed, longer than any
+    before: DALI's pipeline takes up to the size it was built for, and is built again for more."""
+    data = _bytes(_smooth(quality=90))
+    full = decoded_by_pil(data)
+    for n in (2, 5, 1, 5):
+        boxes = [BOXES[i % len(BOXES)] for i in range(n)]
+        got = _raw(dali, [data] * n, boxes)
+        assert got.shape[0] == n
+        for out, box in zip(got, boxes):
+            assert (out.float() - augment(full, box, 32).float()).abs().mean() < 1
+    assert dali.pipes[True].max_batch_size == 5
+
+
+def test_a_file_dali_cannot_decode_is_decoded_again_by_nvimgcodec_which_stands_in_for_it(capsys):
+    """One file of four passes the loader's checks and does not decode (a broken Huffman table):
+    DALI's run fails for the whole micro-batch, says so in one line, and nvImageCodec decodes it
+    again, standing in the next image for the bad one and counting it. DALI's pipeline is built
+    anew, and the next micro-batch is DALI's again. A micro-batch of nothing but such files raises."""
+    from trainer.vision_data import UnreadableImages
+
+    unreadable = UnreadableImages(limit=5)
+    dali = DaliImages(CPU, 16, hw_decoder_load=0.9, threads=1, unreadable=unreadable)
+    files = [_bytes(_smooth(quality=q)) for q in (70, 80, 90, 95)]
+    bad = _bytes(undecodable_jpeg(_smooth(quality=90)))
+    crops = torch.tensor([[0, 0, 75, 100, 0]] * 4)
+    images, labels = dali([files[0], bad, files[2], files[3]], torch.tensor([10, 11, 12, 13]), crops,
+                          ["a.jpg", "b.jpg", "c.jpg", "d.jpg"])
+    assert labels.tolist() == [10, 12, 12, 13] and torch.equal(images[1], images[2])
+    assert unreadable.this_epoch() == 1
+    err = capsys.readouterr().err
+    assert err.count("warning: DALI could not decode a micro-batch (") == 1, err
+    assert "nvImageCodec decodes it instead" in err
+    assert err.count("warning: cannot read b.jpg (") == 1 and "another image of its micro-batch" in err, err
+    assert dali.fallback is not None and True not in dali.pipes  # rebuilt when next needed
+    images, labels = dali(files, torch.tensor([0, 1, 2, 3]), crops, list("abcd"))
+    assert labels.tolist() == [0, 1, 2, 3] and dali.pipes[True].max_batch_size == 4
+    assert "warning" not in capsys.readouterr().err and unreadable.this_epoch() == 1
+    with pytest.raises(OSError):
+        dali([bad, bad], torch.tensor([0, 1]), crops[:2], ["x.jpg", "y.jpg"])
+
+
+def test_an_error_that_is_not_a_decoders_is_raised_not_decoded_again(dali, monkeypatch):
+    """Only a decoder's failure is a bad file: an error elsewhere in DALI (a wrong input, this code's
+    bug) is raised, not hidden by nvImageCodec decoding the micro-batch instead."""
+    def fails(*args, **kwargs):
+        raise RuntimeError("Assert on \"shape[i] == 1\" failed: Strided data not supported.")
+
+    monkeypatch.setattr(dali.pipeline(True, 4), "run", fails)
+    data = _bytes(_smooth(quality=90))
+    with pytest.raises(RuntimeError, match="Strided data"):
+        dali([data], torch.tensor([0]), torch.tensor([BOXES[0]]))
+    assert dali.fallback is None

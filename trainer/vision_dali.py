@@ -1,0 +1,166 @@
+"""`--decode dali`: NVIDIA DALI decodes, crops, resizes and flips each training micro-batch in its own
+C++ threads and CUDA streams, with no Python per image in the training process.
+
+The other GPU decoders (trainer/vision_decode.py) spend the host's time per image: on an H100,
+nvImageCodec's decode ran at 3,821 images/s with 262 µs of host work an image, 118 µs of it this
+trainer's Python (bench/RESULTS.md). DALI's graph takes the micro-batch's bytes and boxes as whole
+batches (fn.external_source) and does the rest without returning to Python: the decode of each
+crop box (fn.decoders.image_slice: a region of interest, with --hw-decoder-load of the batch
+offered to the GPU's hardware JPEG decoder), the antialiased resize to the training size and the
+flip. It is what NVIDIA's ResNet-50 training examples feed the GPU with.
+
+The loader processes still read the files and draw every box and flip (vision_decode.EncodedImages):
+an image gets the same box whichever decoder runs, and a resumed run the same micro-batches.
+Evaluation micro-batches are decoded whole by DALI and resized and centre-cropped by
+vision_decode.crops_of, as with the other GPU decoders: DALI's centre crop rounds differently from
+torchvision's, and evaluation is a fiftieth of ImageNet's images.
+
+DALI's pixels are not PIL's: its JPEG decoder upsamples chroma without libjpeg's "fancy" filter and
+its resize filter is its own, so a pixel may differ from the CPU path by a few levels (the tests
+bound the mean). A micro-batch DALI cannot decode (a file that passed the loader's checks and does
+not decode) is decoded again by nvImageCodec (vision_decode.CodecImages, which DALI's package
+brings), which stands in for the bad file and counts it; the warning says so. Without a GPU DALI runs
+the same graph on the CPU of the training process: a slow way to try the path, said in the log.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+
+import numpy as np
+import torch
+
+from trainer.vision_data import DeviceImages, UnreadableImages
+from trainer.vision_decode import CodecImages, crops_of
+
+
+def import_dali():
+    """DALI's Python package, or None where it is not installed."""
+    try:
+        import nvidia.dali
+        import nvidia.dali.fn  # noqa: F401 (the operators, imported once here)
+    except ImportError:
+        return None
+    return nvidia.dali
+
+
+class DaliImages:
+    """A micro-batch of EncodedImages decoded and augmented by DALI, then normalised: the model's
+    input. One DALI pipeline for training micro-batches (decode the box, resize, flip) and one for
+    evaluation's (decode), each built when first needed and again for a larger micro-batch."""
+
+    decodes = True  # in the training process: model_inputs makes its inputs ahead, in a thread
+
+    def __init__(self, device: torch.device, image_size: int, *, hw_decoder_load: float, threads: int,
+                 unreadable: UnreadableImages | None = None):
+        self.dali = import_dali()
+        if device.type == "cuda" and device.index is None:  # DALI takes a device number
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.device, self.size, self.load, self.threads = device, image_size, hw_decoder_load, threads
+        self.unreadable, self.cuda = unreadable, device.type == "cuda"
+        self.images = DeviceImages(device)
+        self.pipes: dict[bool, object] = {}
+        self.fallback: CodecImages | None = None
+        # DALI's outputs stay referenced until the copy out of them has run (an event query, never
+        # waited for): DALI frees and reuses their memory once Python drops them.
+        self.in_use: collections.deque = collections.deque()
+
+    def describe(self) -> str:
+        """One line for the log: where this process decodes."""
+        if not self.cuda:
+            return "DALI decodes on this CPU (no GPU here): a way to try the path, not a fast one"
+        return (f"DALI decodes, crops and resizes on the GPU: the hardware JPEG decoder takes {self.load:g} of "
+                "each batch where the GPU has one, CUDA the rest")
+
+    def pipeline(self, train: bool, batch: int):
+        """The built pipeline for training or evaluation micro-batches of up to `batch` images."""
+        pipe = self.pipes.get(train)
+        if pipe is None or pipe.max_batch_size < batch:
+            pipe = self.pipes[train] = self.build(train, batch)
+        return pipe
+
+    def build(self, train: bool, batch: int):
+        dali, fn, types = self.dali, self.dali.fn, self.dali.types
+        decoder = dict(device="mixed" if self.cuda else "cpu", output_type=types.RGB,
+                       adjust_orientation=False)  # as PIL reads them: the boxes were drawn on that size
+        if self.cuda:
+            decoder["hw_decoder_load"] = self.load
+        # prefetch_queue_depth=1: each run() is given its micro-batch's inputs (DALI's rule for that).
+        pipe = dali.Pipeline(batch_size=batch, num_threads=self.threads, prefetch_queue_depth=1,
+                             device_id=self.device.index if self.cuda else None)
+        with pipe:
+            encoded = fn.external_source(name="encoded", dtype=types.UINT8)
+            if train:
+                anchor = fn.external_source(name="anchor", dtype=types.INT32)  # (left, top)
+                shape = fn.external_source(name="shape", dtype=types.INT32)  # (width, height)
+                mirror = fn.external_source(name="mirror", dtype=types.INT32)
+                image = fn.decoders.image_slice(encoded, anchor, shape, normalized_anchor=False,
+                                                normalized_shape=False, **decoder)
+                image = fn.resize(image, resize_x=self.size, resize_y=self.size, antialias=True)
+                # No mean or std: uint8 in, uint8 out, flipped where mirror is 1, planar like a torch image.
+                out = fn.crop_mirror_normalize(image, mirror=mirror, dtype=types.UINT8, output_layout="CHW")
+            else:
+                out = fn.decoders.image(encoded, **decoder)
+            pipe.set_outputs(out)
+        pipe.build()
+        return pipe
+
+    def __call__(self, encoded: list[torch.Tensor], labels: torch.Tensor, crops: torch.Tensor,
+                 names: list[str] | None = None):
+        train = bool(crops[0, 2] > 0)  # evaluation's crops are all NO_CROP
+        inputs = {"encoded": [data.numpy() for data in encoded]}
+        if train:
+            boxes = crops.numpy().astype(np.int32)  # top, left, height, width, flip; a row a sample
+            inputs.update({name: np.ascontiguousarray(boxes[:, columns]) for name, columns in
+                           (("anchor", [1, 0]), ("shape", [3, 2]), ("mirror", 4))})
+        stream = torch.cuda.current_stream(self.device) if self.cuda else None
+        try:
+            pipe = self.pipeline(train, len(encoded))
+            (out,) = pipe.run(stream, **inputs) if self.cuda else pipe.run(**inputs)
+        except RuntimeError as error:
+            if "decoders." not in str(error):  # not a file its decoder failed on: this code's error
+                raise
+            return self.decode_again(error, train, encoded, labels, crops, names)
+        images = self.dense(out) if train else crops_of(self.samples(out), crops.tolist(), self.size)
+        if self.cuda:
+            done = torch.cuda.Event()
+            done.record(stream)
+            self.in_use.append((done, out))
+            while self.in_use and self.in_use[0][0].query():
+                self.in_use.popleft()
+        return self.images(images, labels)
+
+    def dense(self, out) -> torch.Tensor:
+        """A training pipeline's output, (N, 3, size, size) uint8, as a torch tensor on the device."""
+        batch = out.as_tensor()
+        if not self.cuda:
+            return torch.from_numpy(np.array(batch))
+        return self.copied(batch)
+
+    def samples(self, out) -> list[torch.Tensor]:
+        """An evaluation pipeline's output: each whole image, (3, H, W) uint8, on the device."""
+        if not self.cuda:
+            return [torch.from_numpy(np.array(out[i])).permute(2, 0, 1) for i in range(len(out))]
+        return [self.copied(out[i]).permute(2, 0, 1) for i in range(len(out))]
+
+    def copied(self, tensor) -> torch.Tensor:
+        """A DALI GPU tensor copied into torch's memory on the current stream, which DALI's outputs
+        are ordered on (run(stream)): torch's allocator then knows when its memory is free."""
+        from nvidia.dali.plugin.pytorch import feed_ndarray
+
+        out = torch.empty(tensor.shape(), dtype=torch.uint8, device=self.device)
+        return feed_ndarray(tensor, out, cuda_stream=torch.cuda.current_stream(self.device))
+
+    def decode_again(self, error: RuntimeError, train: bool, encoded, labels, crops, names):
+        """A micro-batch DALI failed on, decoded by nvImageCodec, which stands in for each file that
+        does not decode and counts it (vision_decode.stand_ins). DALI's pipeline is built anew for
+        the next micro-batch: one that raised is not trusted again."""
+        self.pipes.pop(train, None)
+        reason = next((line.strip() for line in reversed(str(error).splitlines()) if line.strip()), "no reason given")
+        print(f"warning: DALI could not decode a micro-batch ({reason}); nvImageCodec decodes it instead",
+              file=sys.stderr, flush=True)
+        if self.fallback is None:
+            self.fallback = CodecImages(self.device, self.size, hw_decoder_load=self.load, threads=self.threads,
+                                        unreadable=self.unreadable)
+        return self.fallback(encoded, labels, crops, names)

@@ -27,11 +27,14 @@ wants() { case "$steps" in *" $1 "*) return 0;; esac; return 1; }
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 # --decode dali: DALI's wheel (nvidia-dali-cuda120==2.4.0, 424 MB) is over a call's 64 MiB, so it
-# travels in parts of at most 60 MiB (`split -b 60M -d WHEEL part-`), one a call on the same warm
-# machine: each call carries its part in .whl-part/ and moves it to .dali-store/, which no call
-# carries, so it stays there between calls. Here the parts are joined and checked against PyPI's
-# SHA-256 (trainer/requirements.lock); its dependencies (nvidia-libnvcomp-cu12==5.3.0.16 and the
-# small pure-Python ones its METADATA names) travel in .whl/ as usual.
+# travels in parts over several calls on the same warm machine, before this script's call. Here:
+#   mkdir -p .dali-carry/7 && split -b 60M -d WHEEL part- (one part a folder, .dali-carry/0 to 6)
+#   and in .dali-carry/7 the wheels its METADATA needs beyond the device's: nvidia-libnvcomp-cu12
+#   5.3.0.16, astunparse, gast, optree, nvtx, makefun, libcst (cp312 builds; the pins of requirements.txt).
+# Then one call per folder, carry [".dali-carry/N"]: mkdir -p .dali-store && cp .dali-carry/N/* .dali-store/
+# (.gitignore names both folders: the store is never carried, so it stays there between calls).
+# This script joins the parts, checks them against PyPI's SHA-256 (trainer/requirements.lock) and
+# installs them with the store's wheels and .whl's.
 dali_wheel=/tmp/dali/nvidia_dali_cuda120-2.4.0-py3-none-manylinux_2_28_x86_64.whl
 if compgen -G ".dali-store/part-*" >/dev/null; then
   mkdir -p /tmp/dali && cat .dali-store/part-* >"$dali_wheel"
@@ -40,7 +43,7 @@ if compgen -G ".dali-store/part-*" >/dev/null; then
 fi
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
-    $(compgen -G "$dali_wheel") && export PYTHONPATH=/tmp/site
+    $(compgen -G "$dali_wheel") $(compgen -G ".dali-store/*.whl") && export PYTHONPATH=/tmp/site
   # The nvImageCodec wheels bring a regular package `nvidia` (with __init__.py): first on the path,
   # it would hide the device's own nvidia.* packages (the CUDA libraries torch finds). Made to
   # extend its path, it spans both folders.

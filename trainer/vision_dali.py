@@ -70,8 +70,8 @@ class DaliImages:
         """One line for the log: where this process decodes."""
         if not self.cuda:
             return "DALI decodes on this CPU (no GPU here): a way to try the path, not a fast one"
-        return (f"DALI decodes, crops and resizes on the GPU: the hardware JPEG decoder takes {self.load:g} of "
-                "each batch where the GPU has one, CUDA the rest")
+        return (f"DALI decodes, crops and resizes on the GPU: {self.load:g} of each batch is offered to the "
+                "hardware JPEG decoder where the GPU has one, CUDA decodes the rest")
 
     def pipeline(self, train: bool, batch: int):
         """The built pipeline for training or evaluation micro-batches of up to `batch` images."""

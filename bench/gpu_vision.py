@@ -14,11 +14,11 @@ One script, one run, about 200 s on a single H200 with 16 CPU cores (--budget-s 
    the crop allows, RandomResizedCrop, flip, PILToTensor; `--loader-path uint8` decodes in full)
    with `--workers` processes (default: the CPUs less one), pinned, copied to the GPU
    and normalised there.
-3. Decode only: trainer.vision's nvImageCodec input (trainer/vision_decode.py CodecImages: the
-   crop box decoded, resized, flipped, normalised; no model) over ImageNet-like JPEGs
-   (bench/vision_loader.py IMAGENET_SIZES, q96 4:4:4) in micro-batches of 256, at
-   --hw-decoder-load 0.9 (the GPU's hardware JPEG decoder takes most) and 0 (CUDA only): the
-   decoders' own rates, to be scaled to another GPU on paper.
+3. Decode only: trainer.vision's GPU decoders' input (the crop box decoded, resized, flipped,
+   normalised; no model) over ImageNet-like JPEGs (bench/vision_loader.py IMAGENET_SIZES, q96
+   4:4:4) in micro-batches of 256: nvImageCodec (trainer/vision_decode.py CodecImages) at
+   --hw-decoder-load 0.9 (the GPU's hardware JPEG decoder takes most) and 0 (CUDA only), and DALI
+   (trainer/vision_dali.py) at 0.9: the decoders' own rates, to be scaled to another GPU on paper.
 4. Trainer: `python -m trainer.vision --model resnet50` (a process per run, batch 256 at 224, bf16,
    `--workers` loader processes) on an ImageFolder of those JPEGs hard-linked to `--epoch-images`
    names (bench/vision_runs.py), once per entry of `--decoders`; images/s and the data-wait
@@ -47,6 +47,7 @@ import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -58,7 +59,7 @@ from bench.vision_loader import IMAGENET_ENCODING, imagenet_sizes, loader_rate, 
 from bench.vision_runs import (DEFAULT_RUNS, REPO, Budget, Run, RunResult, describe, linked_folder,  # noqa: E402
                                parse_runs, trainer_run)
 from config import paths  # noqa: E402
-from config.workloads.vision import SgdConfig  # noqa: E402
+from config.workloads.vision import ImageDataConfig, SgdConfig  # noqa: E402
 from trainer.optim import build_sgd  # noqa: E402
 from trainer.torchvision_compat import import_torchvision  # noqa: E402
 from trainer.vision_data import DeviceImages  # noqa: E402
@@ -98,45 +99,54 @@ def gpu_rate(device: torch.device, *, batch: int, size: int, steps: int, warmup:
 
 
 
-def decode_rate(samples: list[tuple[str, int]], device: torch.device, *, load: float, size: int, batch: int,
+def decode_rate(samples: list[tuple[str, int]], device: torch.device, run: Run, *, size: int, batch: int,
                 images: int, threads: int) -> dict:
-    """Images/s of CodecImages alone (decode of the crop box, resize, flip, normalise) on `device`
-    over `samples` cycled, in micro-batches of `batch`; the loader's part (file bytes, crop boxes)
-    is done before the clock starts, and one warm-up batch is left out."""
-    from trainer.vision_decode import CodecImages, EncodedImages
+    """Images/s of trainer.vision's input for `run` alone, CodecImages (nvimgcodec) or DaliImages
+    (dali): the crop box decoded, resized, flipped, normalised on `device`, over `samples` cycled,
+    in micro-batches of `batch`. The loader's part (file bytes, crop boxes) is done before the
+    clock starts, and one warm-up batch is left out. `decode_call_share`: the part of the host's
+    time inside the decoder's own call (nvImageCodec's decode, DALI's run); the rest is ours."""
+    from trainer.vision_decode import EncodedImages, device_input
 
     dataset = EncodedImages(samples, [], train=True)
     items = [dataset[i] for i in range(len(samples))]
     batches = [EncodedImages.collate([items[(b * batch + j) % len(items)] for j in range(batch)])
                for b in range(1 + max(1, images // batch))]
-    codec = CodecImages(device, size, hw_decoder_load=load, threads=threads)
-    codec(*batches[0])
+    data = ImageDataConfig(source="files", image_size=size, workers=threads, decode=run.decode,
+                           hw_decoder_load=run.hw_decoder_load)
+    to_input = device_input(data, device)
+    to_input(*batches[0])
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     sync()
-    codec.decoder = timed = TimedDecoder(codec.decoder)
+    if run.decode == "dali":  # the pipeline the warm-up built
+        pipe = to_input.pipes[True]
+        pipe.run = timed = Timed(pipe.run)
+    else:
+        timed = Timed(to_input.decoder.decode)
+        to_input.decoder = SimpleNamespace(decode=timed)
     start = time.perf_counter()
     for micro_batch in batches[1:]:
-        codec(*micro_batch)
+        to_input(*micro_batch)
     host = time.perf_counter() - start
     sync()
     count = batch * (len(batches) - 1)
-    return {"hw_decoder_load": load, "images_per_s": round(count / (time.perf_counter() - start), 1),
+    return {"hw_decoder_load": run.hw_decoder_load, "images_per_s": round(count / (time.perf_counter() - start), 1),
             "host_images_per_s": round(count / host, 1), "decode_call_share": round(timed.seconds / host, 3),
-            "decoder_line": codec.describe()}
+            "decoder_line": to_input.describe()}
 
 
-class TimedDecoder:
-    """An nvImageCodec decoder whose decode calls are timed: `seconds` in all. Which part of the
-    host's time per batch is nvImageCodec's own (parsing, its waits, submitting the work), which
-    CodecImages' (the code streams, the crop, resize and flip of each image)."""
+class Timed:
+    """A call whose time is added up in `seconds`: a decoder's own call, so that the host's time per
+    batch splits into the decoder's part (nvImageCodec's parsing and submission, DALI's run) and
+    the trainer's (the code streams, the crop, resize and flip of each image for nvImageCodec)."""
 
-    def __init__(self, decoder):
-        self.decoder, self.seconds = decoder, 0.0
+    def __init__(self, call):
+        self.call, self.seconds = call, 0.0
 
-    def decode(self, *args, **kwargs):
+    def __call__(self, *args, **kwargs):
         start = time.perf_counter()
         try:
-            return self.decoder.decode(*args, **kwargs)
+            return self.call(*args, **kwargs)
         finally:
             self.seconds += time.perf_counter() - start
 
@@ -289,24 +299,29 @@ def main(argv=None) -> int:
     return 1 if failed else 0
 
 
+DECODE_ONLY = (Run("nvimgcodec", 0.9), Run("nvimgcodec", 0.0), Run("dali", 0.9))
+OWN_CALL = {"nvimgcodec": "nvImageCodec's decode call", "dali": "DALI's run"}
+
+
 def decode_only_rates(sources: list[Path], device: torch.device, gpu: float, *, size: int, batch: int, images: int,
                       threads: int, mean_kb: float) -> dict:
-    """decode_rate at --hw-decoder-load 0.9 and 0, printed; a decoder that cannot run here is
-    reported with the reason (a missing package or library), the rest of the script goes on."""
+    """decode_rate for nvImageCodec at --hw-decoder-load 0.9 and 0 and for DALI, printed; a decoder
+    that cannot run here is reported with the reason (a missing package or library), the rest of
+    the script goes on."""
     from trainer.cli import UsageError
 
     samples = [(str(f), 0) for f in sources]
     out = {"batch": batch, "images": images, "image_size": size, "runs": []}
-    print(f"Decode only: nvImageCodec (CodecImages: the crop box decoded, resized to {size}, flipped, normalised; "
-          f"no model), {batch}-image batches of ImageNet-like JPEGs ({mean_kb:.0f} KB mean):", flush=True)
-    for load in (0.9, 0.0):
-        run = {"run": f"nvimgcodec:{load:g}", "hw_decoder_load": load}
-        why = run_unavailable(Run("nvimgcodec", load), "files", device.type == "cuda")
+    print(f"Decode only: trainer.vision's GPU decoders (the crop box decoded, resized to {size}, flipped, "
+          f"normalised; no model), {batch}-image batches of ImageNet-like JPEGs ({mean_kb:.0f} KB mean):", flush=True)
+    for decoder in DECODE_ONLY:
+        run = {"run": decoder.name, "hw_decoder_load": decoder.hw_decoder_load}
+        why = run_unavailable(decoder, "files", device.type == "cuda")
         if why:
             run["why"] = f"{why} (bench/gpu_checks.sh names the wheels)"
         else:
             try:
-                run.update(decode_rate(samples, device, load=load, size=size, batch=batch, images=images,
+                run.update(decode_rate(samples, device, decoder, size=size, batch=batch, images=images,
                                        threads=threads))
                 run["over_gpu"] = round(run["images_per_s"] / gpu, 3)
             except UsageError as refusal:  # the probe: no nvJPEG library for the GPU
@@ -314,11 +329,11 @@ def decode_only_rates(sources: list[Path], device: torch.device, gpu: float, *, 
             except Exception as err:  # noqa: BLE001 (the trainer runs still tell what they can)
                 run["why"], run["failed"] = f"{type(err).__name__}: {err}"[:300], True
         if "why" in run:
-            print(f"  hw load {load:g}: not measured: {run['why']}", flush=True)
+            print(f"  {decoder.name}: not measured: {run['why']}", flush=True)
         else:
-            print(f"  hw load {load:g}: {run['images_per_s']:,.0f} images/s, x{run['over_gpu']:.3f} of the GPU's "
+            print(f"  {decoder.name}: {run['images_per_s']:,.0f} images/s, x{run['over_gpu']:.3f} of the GPU's "
                   f"training rate ({run['decoder_line']}); the host alone {run['host_images_per_s']:,.0f} "
-                  f"images/s, {run['decode_call_share']:.0%} of it in nvImageCodec's decode call", flush=True)
+                  f"images/s, {run['decode_call_share']:.0%} of it in {OWN_CALL[decoder.decode]}", flush=True)
         out["runs"].append(run)
     return out
 

@@ -28,22 +28,31 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 # --decode dali: DALI's wheel (nvidia-dali-cuda120==2.4.0, 424 MB) is over a call's 64 MiB, so it
 # travels in parts over several calls on the same warm machine, before this script's call. Here:
-#   mkdir -p .dali-carry/7 && split -b 60M -d WHEEL part- (one part a folder, .dali-carry/0 to 6)
-#   and in .dali-carry/7 the wheels its METADATA needs beyond the device's: nvidia-libnvcomp-cu12
-#   5.3.0.16, astunparse, gast, optree, nvtx, makefun, libcst (cp312 builds; the pins of requirements.txt).
+#   split -b 50M -d WHEEL part- (each part in a folder of its own, .dali-carry/0 to 8: 50 MiB
+#   and the working tree stay under the limit), and beside the last, smaller part the wheels its
+#   METADATA needs beyond the device's: nvidia-libnvcomp-cu12 5.3.0.16, astunparse, gast, optree,
+#   nvtx, makefun, libcst (cp312 builds; the pins of requirements.txt).
 # Then one call per folder, carry [".dali-carry/N"]: mkdir -p .dali-store && cp .dali-carry/N/* .dali-store/
 # (.gitignore names both folders: the store is never carried, so it stays there between calls).
 # This script joins the parts, checks them against PyPI's SHA-256 (trainer/requirements.lock) and
-# installs them with the store's wheels and .whl's.
+# installs them with .whl's in one pip call: pip --target skips a top-level folder (nvidia/) that an
+# earlier call made, so a second call would leave DALI out.
+wheels=$(compgen -G ".whl/*.whl")
 dali_wheel=/tmp/dali/nvidia_dali_cuda120-2.4.0-py3-none-manylinux_2_28_x86_64.whl
 if compgen -G ".dali-store/part-*" >/dev/null; then
   mkdir -p /tmp/dali && cat .dali-store/part-* >"$dali_wheel"
-  echo "8be1bf9137cf4e3a62b51db5de818226ef6c81ec17791672d06ed5351d6e8eb1  $dali_wheel" | sha256sum -c --quiet - \
-    || { echo "DALI's parts do not make its wheel: --decode dali is not measured" >&2; rm -f "$dali_wheel"; }
+  if echo "8be1bf9137cf4e3a62b51db5de818226ef6c81ec17791672d06ed5351d6e8eb1  $dali_wheel" | sha256sum -c --quiet -; then
+    wheels="$wheels $dali_wheel $(compgen -G ".dali-store/*.whl")"
+  else
+    echo "DALI's parts do not make its wheel: --decode dali is not measured" >&2
+  fi
 fi
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
-    $(compgen -G "$dali_wheel") $(compgen -G ".dali-store/*.whl") && export PYTHONPATH=/tmp/site
+if [ -n "${wheels// /}" ]; then
+  # shellcheck disable=SC2086 (a list of paths without spaces)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $wheels \
+    && export PYTHONPATH=/tmp/site
+fi
+if [ -d /tmp/site ]; then
   # The nvImageCodec wheels bring a regular package `nvidia` (with __init__.py): first on the path,
   # it would hide the device's own nvidia.* packages (the CUDA libraries torch finds). Made to
   # extend its path, it spans both folders.
@@ -60,7 +69,7 @@ fi
 if wants tests; then
   # -s: the GPU tests print what they measured (the nvjpeg overwrite test its control's count);
   # tests.txt keeps those lines and the outcome, tests_full.txt all of it.
-  timeout "${TESTS_S:-150}" python3 -m pytest -q -s -rs -p no:cacheprovider tests/trainer/test_step_syncs.py \
+  timeout "${TESTS_S:-200}" python3 -m pytest -q -s -rs -p no:cacheprovider tests/trainer/test_step_syncs.py \
     tests/trainer/test_llm_model.py tests/trainer/test_vision_decode_gpu.py tests/trainer/test_vision_resize.py \
     tests/trainer/test_vision_dali_gpu.py \
     >"$out/tests_full.txt" 2>&1
@@ -73,8 +82,8 @@ if wants llm; then
   timeout "${LLM_S:-230}" python3 bench/gpu_llm.py --budget-s "$(( ${LLM_S:-230} - 20 ))" --out "$out/gpu_llm.json" \
     2>&1 | tail -40 | tee "$out/gpu_llm.txt"
 fi
-# The vision step: the GPU's rate, the CPU loader, nvImageCodec's decode alone and four trainer
-# runs (about 200 s on an H200); its --budget-s leaves the interpreter's start and the summary room
+# The vision step: the GPU's rate, the CPU loader, nvImageCodec's and DALI's decode alone and five
+# trainer runs (about 250 s on an H200); its --budget-s leaves the interpreter's start and the summary room
 # inside VISION_S, so a run that no longer fits is skipped with the reason instead of killed.
 if wants vision && [ -f bench/gpu_vision.py ]; then
   timeout "${VISION_S:-240}" python3 bench/gpu_vision.py --budget-s "$(( ${VISION_S:-240} - 30 ))" \

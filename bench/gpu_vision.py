@@ -4,7 +4,7 @@ decoders alone, and trainer.vision itself with each --decode.
     python bench/gpu_vision.py [--out result.json] [--workers N] [--decoders dali,nvimgcodec,cpu,nvimgcodec:0,nvjpeg]
         [--budget-s 200] [--dry-run]
 
-One script, one run, about 200 s on a single H200 with 16 CPU cores (--budget-s bounds it):
+One script, one run, about 250 s on a single H200 with 16 CPU cores (--budget-s bounds it):
 1. GPU: ResNet-50 (torchvision, random weights, 1,000 classes) trains on synthetic uint8 batches
    already on the device, normalised there as trainer.vision does (DeviceImages), bf16 autocast,
    channels_last, cudnn.benchmark, fused SGD; batch 256 at 224x224, 5 warm-up steps, then
@@ -155,13 +155,13 @@ def run_unavailable(run: Run, data: str, cuda: bool) -> str | None:
     """trainer.vision's own refusal of this --decode here (it would exit 2 after its start-up)."""
     from trainer.cli import UsageError
     from trainer.torchvision_compat import prepare
-    from trainer.vision_decode import PACKAGES, check_installed, check_nvjpeg, importer
+    from trainer.vision_decode import PACKAGES, check_installed, check_nvjpeg, installed
 
     try:
         if run.decode == "nvjpeg":
             check_nvjpeg(data, cuda=cuda, native_torchvision=prepare())
         elif run.decode in PACKAGES:
-            check_installed(run.decode, data, installed=importer(run.decode)() is not None)
+            check_installed(run.decode, data, installed=installed(run.decode))
     except UsageError as refusal:
         return str(refusal)
     return None

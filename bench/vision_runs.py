@@ -24,8 +24,9 @@ sys.path.insert(0, str(REPO))
 from config.workloads.vision import DECODERS  # noqa: E402
 from ops import proc  # noqa: E402
 
-# Most telling first, so that a tight budget drops the least: the GPU decoder the issue rests on,
-# the CPU loader it replaces, the same GPU decoder without its hardware engine, nvJPEG on the SMs.
+# Most telling first, so that a tight budget drops the least: DALI (no Python per image), the
+# nvImageCodec decoder measured before it, the CPU loader they would replace, nvImageCodec without
+# its hardware engine, nvJPEG on the SMs.
 DEFAULT_RUNS = "dali,nvimgcodec,cpu,nvimgcodec:0,nvjpeg"
 WITH_LOAD = ("nvimgcodec", "dali")  # the decoders that take --hw-decoder-load
 

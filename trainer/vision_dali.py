@@ -17,22 +17,36 @@ torchvision's, and evaluation is a fiftieth of ImageNet's images.
 
 DALI's pixels are not PIL's: its JPEG decoder upsamples chroma without libjpeg's "fancy" filter and
 its resize filter is its own, so a pixel may differ from the CPU path by a few levels (the tests
-bound the mean). A micro-batch DALI cannot decode (a file that passed the loader's checks and does
-not decode) is decoded again by nvImageCodec (vision_decode.CodecImages, which DALI's package
-brings), which stands in for the bad file and counts it; the warning says so. Without a GPU DALI runs
-the same graph on the CPU of the training process: a slow way to try the path, said in the log.
+bound the mean). A micro-batch with a file DALI's decoder fails on (one that passed the loader's
+checks and does not decode) is decoded again by nvImageCodec (vision_decode.CodecImages, which
+DALI's package brings), which stands in for the bad file and counts it; the warning names the
+file. Any other DALI error is raised, and so is DALI failing on RETRIES micro-batches in a row that
+nvImageCodec decodes without a bad file. Without a GPU DALI runs the same graph on the CPU of the
+training process: a slow way to try the path, said in the log.
+
+DALI's threads exist in the training process when the evaluation loader forks its worker
+processes (after the first training micro-batches), as nvImageCodec's do: the workers only read
+files and never touch DALI or CUDA.
 """
 
 from __future__ import annotations
 
 import collections
+import re
 import sys
 
 import numpy as np
 import torch
 
 from trainer.vision_data import DeviceImages, UnreadableImages
-from trainer.vision_decode import CodecImages, crops_of
+from trainer.vision_decode import CodecImages, crops_of, indexed, release_finished
+
+
+# What DALI's decoders raise for a file they cannot decode ("Failed to decode sample #1 : reason").
+FAILED_SAMPLE = re.compile(r"Failed to decode sample #(\d+) ?:(.*)")
+# Micro-batches in a row that DALI fails on and nvImageCodec decodes without a bad file, before the
+# run stops: DALI failing on good files is not a few bad files.
+RETRIES = 3
 
 
 def import_dali():
@@ -55,13 +69,21 @@ class DaliImages:
     def __init__(self, device: torch.device, image_size: int, *, hw_decoder_load: float, threads: int,
                  unreadable: UnreadableImages | None = None):
         self.dali = import_dali()
-        if device.type == "cuda" and device.index is None:  # DALI takes a device number
-            device = torch.device("cuda", torch.cuda.current_device())
+        device = indexed(device)  # DALI takes a device number
         self.device, self.size, self.load, self.threads = device, image_size, hw_decoder_load, threads
         self.unreadable, self.cuda = unreadable, device.type == "cuda"
         self.images = DeviceImages(device)
         self.pipes: dict[bool, object] = {}
-        self.fallback: CodecImages | None = None
+        # What decodes a micro-batch DALI fails on. Made here: on a GPU its probe refuses, in one
+        # line before training, a GPU it would not decode on.
+        self.fallback = CodecImages(device, image_size, hw_decoder_load=hw_decoder_load, threads=threads,
+                                    unreadable=unreadable)
+        self.refused_in_a_row = 0
+        self.feed = None
+        if self.cuda:
+            from nvidia.dali.plugin.pytorch import feed_ndarray  # seconds to import: once, before training
+
+            self.feed = feed_ndarray
         # DALI's outputs stay referenced until the copy out of them has run (an event query, never
         # waited for): DALI frees and reuses their memory once Python drops them.
         self.in_use: collections.deque = collections.deque()
@@ -115,20 +137,21 @@ class DaliImages:
             inputs.update({name: np.ascontiguousarray(boxes[:, columns]) for name, columns in
                            (("anchor", [1, 0]), ("shape", [3, 2]), ("mirror", 4))})
         stream = torch.cuda.current_stream(self.device) if self.cuda else None
+        pipe = self.pipeline(train, len(encoded))
         try:
-            pipe = self.pipeline(train, len(encoded))
             (out,) = pipe.run(stream, **inputs) if self.cuda else pipe.run(**inputs)
         except RuntimeError as error:
-            if "decoders." not in str(error):  # not a file its decoder failed on: this code's error
+            failed = FAILED_SAMPLE.search(str(error))
+            if failed is None:  # not a file its decoder failed on (a wrong box, out of memory): raised
                 raise
-            return self.decode_again(error, train, encoded, labels, crops, names)
+            return self.decode_again(error, failed, train, encoded, labels, crops, names)
+        self.refused_in_a_row = 0
         images = self.dense(out) if train else crops_of(self.samples(out), crops.tolist(), self.size)
         if self.cuda:
             done = torch.cuda.Event()
             done.record(stream)
             self.in_use.append((done, out))
-            while self.in_use and self.in_use[0][0].query():
-                self.in_use.popleft()
+            release_finished(self.in_use)
         return self.images(images, labels)
 
     def dense(self, out) -> torch.Tensor:
@@ -147,20 +170,32 @@ class DaliImages:
     def copied(self, tensor) -> torch.Tensor:
         """A DALI GPU tensor copied into torch's memory on the current stream, which DALI's outputs
         are ordered on (run(stream)): torch's allocator then knows when its memory is free."""
-        from nvidia.dali.plugin.pytorch import feed_ndarray
-
         out = torch.empty(tensor.shape(), dtype=torch.uint8, device=self.device)
-        return feed_ndarray(tensor, out, cuda_stream=torch.cuda.current_stream(self.device))
+        return self.feed(tensor, out, cuda_stream=torch.cuda.current_stream(self.device))
 
-    def decode_again(self, error: RuntimeError, train: bool, encoded, labels, crops, names):
-        """A micro-batch DALI failed on, decoded by nvImageCodec, which stands in for each file that
-        does not decode and counts it (vision_decode.stand_ins). DALI's pipeline is built anew for
-        the next micro-batch: one that raised is not trusted again."""
+    def decode_again(self, error: RuntimeError, failed: re.Match, train: bool, encoded, labels, crops, names):
+        """A micro-batch DALI's decoder failed on, decoded by nvImageCodec, which stands in for each
+        file that does not decode and counts it (vision_decode.stand_ins). DALI's pipeline is built
+        anew for the next micro-batch: one that raised is not valid again. Where nvImageCodec finds
+        nothing wrong with RETRIES micro-batches in a row, DALI fails on what is not a bad file, and
+        the run stops with DALI's error rather than decode everything twice; without a counter for
+        bad files (a benchmark) the error is raised at once, as stand_ins raises."""
         self.pipes.pop(train, None)
-        reason = next((line.strip() for line in reversed(str(error).splitlines()) if line.strip()), "no reason given")
-        print(f"warning: DALI could not decode a micro-batch ({reason}); nvImageCodec decodes it instead",
+        if self.unreadable is None:
+            raise error
+        sample = int(failed.group(1))
+        name = names[sample] if names and sample < len(names) else f"image {sample} of a micro-batch"
+        reason = failed.group(2).strip() or "no reason given"
+        print(f"warning: DALI could not decode {name} ({reason}); nvImageCodec decodes its micro-batch instead",
               file=sys.stderr, flush=True)
-        if self.fallback is None:
-            self.fallback = CodecImages(self.device, self.size, hw_decoder_load=self.load, threads=self.threads,
-                                        unreadable=self.unreadable)
-        return self.fallback(encoded, labels, crops, names)
+        bad_before = self.unreadable.this_epoch()
+        out = self.fallback(encoded, labels, crops, names)
+        if self.unreadable.this_epoch() > bad_before:
+            self.refused_in_a_row = 0
+        else:
+            self.refused_in_a_row += 1
+            if self.refused_in_a_row >= RETRIES:
+                raise RuntimeError(f"DALI failed on {RETRIES} micro-batches in a row that nvImageCodec decoded "
+                                   f"without a bad file (the last: {name}: {reason}); use --decode nvimgcodec") from error
+        return out
+

@@ -93,16 +93,16 @@ def check_decode(decode: str, source: str) -> None:
     if decode == "nvjpeg":
         check_nvjpeg(source, cuda=torch.cuda.is_available(), native_torchvision=prepare())
     elif decode in PACKAGES:
-        check_installed(decode, source, installed=importer(decode)() is not None)
+        check_installed(decode, source, installed=installed(decode))
 
 
-def importer(decode: str):
-    """The function that imports `decode`'s package (nvimgcodec, dali), or returns None."""
+def installed(decode: str) -> bool:
+    """Whether `decode`'s package (nvimgcodec, dali) imports here."""
     if decode == "dali":
-        from trainer.vision_dali import import_dali  # it decodes again with CodecImages, from here
+        from trainer.vision_dali import import_dali  # here, not at the top: vision_dali imports this module
 
-        return import_dali
-    return import_nvimgcodec
+        return import_dali() is not None
+    return import_nvimgcodec() is not None
 
 
 def device_input(data: ImageDataConfig, device: torch.device, unreadable: UnreadableImages | None = None):
@@ -116,7 +116,7 @@ def device_input(data: ImageDataConfig, device: torch.device, unreadable: Unread
         return CodecImages(device, data.image_size, hw_decoder_load=data.hw_decoder_load,
                            threads=max(1, data.workers), unreadable=unreadable)
     if data.decode == "dali":
-        from trainer.vision_dali import DaliImages
+        from trainer.vision_dali import DaliImages  # here, not at the top: vision_dali imports this module
 
         return DaliImages(device, data.image_size, hw_decoder_load=data.hw_decoder_load,
                           threads=max(1, data.workers), unreadable=unreadable)
@@ -347,8 +347,7 @@ class CodecImages:
     def __init__(self, device: torch.device, image_size: int, *, hw_decoder_load: float, threads: int,
                  unreadable: UnreadableImages | None = None):
         n = import_nvimgcodec()
-        if device.type == "cuda" and device.index is None:  # nvImageCodec takes a device number
-            device = torch.device("cuda", torch.cuda.current_device())
+        device = indexed(device)  # nvImageCodec takes a device number
         self.n, self.device, self.size, self.unreadable = n, device, image_size, unreadable
         self.images = DeviceImages(device)
         # Pixels as PIL reads them: no EXIF rotation, sRGB, planar (3, H, W) like a torch image.
@@ -420,8 +419,7 @@ class CodecImages:
         # still read the files' bytes: both stay referenced until the side stream is past them (asked
         # with an event query, never waited for).
         self.in_use.append((done, sources))
-        while self.in_use and self.in_use[0][0].query():
-            self.in_use.popleft()
+        release_finished(self.in_use)
         main.wait_stream(self.stream)
         out.record_stream(main)
         return self.images(out, relabelled(labels, order))
@@ -452,6 +450,20 @@ class CodecImages:
         if order is not None:
             images, relative = [images[j] for j in order], [relative[j] for j in order]
         return crops_of(images, relative, self.size), (encoded, streams, decoded), order
+
+
+def indexed(device: torch.device) -> torch.device:
+    """`device` with its number: a bare "cuda" is the current device (the decoders take a number)."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def release_finished(in_use: collections.deque) -> None:
+    """Drop the oldest (event, what the device may still read) entries whose event has passed: asked
+    with an event query, never waited for."""
+    while in_use and in_use[0][0].query():
+        in_use.popleft()
 
 
 def model_inputs(batches, to_input, device: torch.device):

@@ -46,8 +46,10 @@ class ImageDataConfig:
                                 "DALI: the same decoders, and the crop, resize and flip in its own threads); an "
                                 "ImageFolder only",
                          choices=DECODERS)
-    # DALI, which decodes through nvImageCodec, gives the hardware decoder 90% of a batch by default
-    # (nvidia.dali.fn.experimental.decoders.image, hw_decoder_load=0.9): the rest keeps CUDA busy in parallel.
+    # Most of a batch to the hardware decoder, the rest to CUDA in parallel. DALI's experimental
+    # nvImageCodec decoder offered 0.9 by default (nvidia.dali.fn.experimental.decoders.image, DALI 1.x);
+    # in DALI 2.4.0 fn.decoders.image and image_slice default to 0.65, and --decode dali passes this
+    # value. The H100 runs in bench/RESULTS.md compared 0.9 with 0 (nvimgcodec), no other share.
     hw_decoder_load: float = option(0.9, "--decode nvimgcodec and dali: share of each batch offered to the "
                                          "hardware JPEG decoder, the rest decoded with CUDA", parse=fraction)
     # One bad file in a million must not end a 90-epoch run (a restart meets it again at the same

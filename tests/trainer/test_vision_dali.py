@@ -116,9 +116,10 @@ def test_a_larger_micro_batch_builds_a_larger_pipeline_and_a_smaller_one_uses_it
 
 def test_a_file_dali_cannot_decode_is_decoded_again_by_nvimgcodec_which_stands_in_for_it(capsys):
     """One file of four passes the loader's checks and does not decode (a broken Huffman table):
-    DALI's run fails for the whole micro-batch, says so in one line, and nvImageCodec decodes it
-    again, standing in the next image for the bad one and counting it. DALI's pipeline is built
-    anew, and the next micro-batch is DALI's again. A micro-batch of nothing but such files raises."""
+    DALI's run fails for the whole micro-batch, names the file in one line, and nvImageCodec decodes
+    the micro-batch again, standing in the next image for the bad one and counting it. DALI's
+    pipeline is built anew, and the next micro-batch is DALI's again. A micro-batch of nothing but
+    such files raises; so does a bad file where nothing counts them (a benchmark)."""
     from trainer.vision_data import UnreadableImages
 
     unreadable = UnreadableImages(limit=5)
@@ -131,25 +132,70 @@ def test_a_file_dali_cannot_decode_is_decoded_again_by_nvimgcodec_which_stands_i
     assert labels.tolist() == [10, 12, 12, 13] and torch.equal(images[1], images[2])
     assert unreadable.this_epoch() == 1
     err = capsys.readouterr().err
-    assert err.count("warning: DALI could not decode a micro-batch (") == 1, err
-    assert "nvImageCodec decodes it instead" in err
+    assert err.count("warning: DALI could not decode b.jpg (no reason given); nvImageCodec decodes its "
+                     "micro-batch instead") == 1, err
     assert err.count("warning: cannot read b.jpg (") == 1 and "another image of its micro-batch" in err, err
-    assert dali.fallback is not None and True not in dali.pipes  # rebuilt when next needed
+    assert True not in dali.pipes  # rebuilt when next needed
     images, labels = dali(files, torch.tensor([0, 1, 2, 3]), crops, list("abcd"))
     assert labels.tolist() == [0, 1, 2, 3] and dali.pipes[True].max_batch_size == 4
     assert "warning" not in capsys.readouterr().err and unreadable.this_epoch() == 1
     with pytest.raises(OSError):
         dali([bad, bad], torch.tensor([0, 1]), crops[:2], ["x.jpg", "y.jpg"])
+    uncounted = DaliImages(CPU, 16, hw_decoder_load=0.9, threads=1)
+    with pytest.raises(RuntimeError, match="Failed to decode sample #1"):
+        uncounted([files[0], bad], torch.tensor([0, 1]), crops[:2], ["a.jpg", "b.jpg"])
 
 
-def test_an_error_that_is_not_a_decoders_is_raised_not_decoded_again(dali, monkeypatch):
-    """Only a decoder's failure is a bad file: an error elsewhere in DALI (a wrong input, this code's
-    bug) is raised, not hidden by nvImageCodec decoding the micro-batch instead."""
-    def fails(*args, **kwargs):
-        raise RuntimeError("Assert on \"shape[i] == 1\" failed: Strided data not supported.")
+def test_an_error_that_is_not_a_bad_file_is_raised_not_decoded_again(capsys):
+    """DALI names its operator in every error it raises, a decoder's too. Only its "Failed to
+    decode sample" is a bad file: a box outside its image (this code's bug, as a wrong input would
+    be) is raised, not hidden by nvImageCodec decoding the micro-batch instead, and nothing is
+    counted."""
+    from trainer.vision_data import UnreadableImages
 
-    monkeypatch.setattr(dali.pipeline(True, 4), "run", fails)
-    data = _bytes(_smooth(quality=90))
-    with pytest.raises(RuntimeError, match="Strided data"):
-        dali([data], torch.tensor([0]), torch.tensor([BOXES[0]]))
-    assert dali.fallback is None
+    unreadable = UnreadableImages(limit=5)
+    dali = DaliImages(CPU, 16, hw_decoder_load=0.9, threads=1, unreadable=unreadable)
+    data = _bytes(_smooth(quality=90))  # 100 x 75
+    with pytest.raises(RuntimeError, match="decoders.image_slice") as raised:
+        dali([data, data], torch.tensor([0, 1]), torch.tensor([BOXES[0], [60, 0, 40, 50, 0]]), ["a.jpg", "b.jpg"])
+    assert "Failed to decode sample" not in str(raised.value)
+    assert "warning" not in capsys.readouterr().err and unreadable.this_epoch() == 0
+
+
+class _Refuses:
+    """A DALI pipeline whose decoder fails on every micro-batch, its files good or not."""
+    max_batch_size = 64
+
+    def run(self, *args, **kwargs):
+        raise RuntimeError("Error in CPU operator `nvidia.dali.fn.decoders.image_slice`\nencountered:\n\n"
+                           "Failed to decode sample #0 : unsupported\nCurrent pipeline object is no longer valid.")
+
+
+def test_dali_failing_on_good_files_stops_the_run_after_a_few_micro_batches_in_a_row(monkeypatch, capsys):
+    """Where nvImageCodec decodes what DALI failed on without a bad file, DALI is failing on good
+    files: nvImageCodec decodes those micro-batches, a DALI success in between starts the count
+    again, and the third such micro-batch in a row stops the run with DALI's reason."""
+    from trainer.vision_data import UnreadableImages
+    from trainer.vision_dali import RETRIES
+
+    unreadable = UnreadableImages(limit=5)
+    dali = DaliImages(CPU, 16, hw_decoder_load=0.9, threads=1, unreadable=unreadable)
+    works = dali.build
+    files = [_bytes(_smooth(quality=q)) for q in (70, 80)]
+    batch = (files, torch.tensor([0, 1]), torch.tensor([BOXES[0]] * 2), ["a.jpg", "b.jpg"])
+    monkeypatch.setattr(dali, "build", lambda train, size: _Refuses())
+    for _ in range(RETRIES - 1):
+        images, labels = dali(*batch)  # nvImageCodec's
+        assert labels.tolist() == [0, 1] and images.shape == (2, 3, 16, 16)
+    monkeypatch.setattr(dali, "build", works)
+    dali(*batch)  # DALI's own: the count starts again
+    monkeypatch.setattr(dali, "build", lambda train, size: _Refuses())
+    dali.pipes.clear()  # the working pipeline goes, as after a failure
+    for _ in range(RETRIES - 1):
+        dali(*batch)
+    with pytest.raises(RuntimeError, match=f"DALI failed on {RETRIES} micro-batches in a row that nvImageCodec "
+                                           "decoded without a bad file \\(the last: a.jpg: unsupported\\); use "
+                                           "--decode nvimgcodec"):
+        dali(*batch)
+    assert unreadable.this_epoch() == 0
+    assert capsys.readouterr().err.count("warning: DALI could not decode a.jpg (unsupported)") == 2 * RETRIES - 1

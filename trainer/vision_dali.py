@@ -38,6 +38,7 @@ import sys
 import numpy as np
 import torch
 
+from trainer.cli import UsageError
 from trainer.vision_data import DeviceImages, UnreadableImages
 from trainer.vision_decode import CodecImages, crops_of, indexed, release_finished
 
@@ -178,7 +179,7 @@ class DaliImages:
         file that does not decode and counts it (vision_decode.stand_ins). DALI's pipeline is built
         anew for the next micro-batch: one that raised is not valid again. Where nvImageCodec finds
         nothing wrong with RETRIES micro-batches in a row, DALI fails on what is not a bad file, and
-        the run stops with DALI's error rather than decode everything twice; without a counter for
+        the run stops in one line naming --decode (exit 2) rather than decode everything twice; without a counter for
         bad files (a benchmark) the error is raised at once, as stand_ins raises."""
         self.pipes.pop(train, None)
         if self.unreadable is None:
@@ -195,7 +196,8 @@ class DaliImages:
         else:
             self.refused_in_a_row += 1
             if self.refused_in_a_row >= RETRIES:
-                raise RuntimeError(f"DALI failed on {RETRIES} micro-batches in a row that nvImageCodec decoded "
-                                   f"without a bad file (the last: {name}: {reason}); use --decode nvimgcodec") from error
+                raise UsageError("--decode", f"dali failed on {RETRIES} micro-batches in a row that nvImageCodec "
+                                             f"decoded without a bad file (the last: {name}: {reason}); use --decode "
+                                             "nvimgcodec") from error
         return out
 

@@ -15,6 +15,7 @@ import torch
 pytest.importorskip("torchvision", reason="torchvision is a pinned dependency")
 pytest.importorskip("nvidia.dali", reason="nvidia-dali-cuda120 is a pinned dependency")
 
+from trainer.cli import UsageError  # noqa: E402
 from trainer.vision_dali import DaliImages  # noqa: E402
 from trainer.vision_decode import NO_CROP, augment, decoded_by_pil  # noqa: E402
 
@@ -174,7 +175,8 @@ class _Refuses:
 def test_dali_failing_on_good_files_stops_the_run_after_a_few_micro_batches_in_a_row(monkeypatch, capsys):
     """Where nvImageCodec decodes what DALI failed on without a bad file, DALI is failing on good
     files: nvImageCodec decodes those micro-batches, a DALI success in between starts the count
-    again, and the third such micro-batch in a row stops the run with DALI's reason."""
+    again, and the third such micro-batch in a row stops the run in one line naming --decode and
+    DALI's reason (trainer.cli prints a UsageError so and exits 2)."""
     from trainer.vision_data import UnreadableImages
     from trainer.vision_dali import RETRIES
 
@@ -193,9 +195,9 @@ def test_dali_failing_on_good_files_stops_the_run_after_a_few_micro_batches_in_a
     dali.pipes.clear()  # the working pipeline goes, as after a failure
     for _ in range(RETRIES - 1):
         dali(*batch)
-    with pytest.raises(RuntimeError, match=f"DALI failed on {RETRIES} micro-batches in a row that nvImageCodec "
-                                           "decoded without a bad file \\(the last: a.jpg: unsupported\\); use "
-                                           "--decode nvimgcodec"):
+    with pytest.raises(UsageError) as stopped:
         dali(*batch)
+    assert str(stopped.value) == (f"--decode: dali failed on {RETRIES} micro-batches in a row that nvImageCodec "
+                                  "decoded without a bad file (the last: a.jpg: unsupported); use --decode nvimgcodec")
     assert unreadable.this_epoch() == 0
     assert capsys.readouterr().err.count("warning: DALI could not decode a.jpg (unsupported)") == 2 * RETRIES - 1

@@ -17,6 +17,7 @@ its loader workers alike, and all ranks drew the same sequence of crops.)
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import sys
 from pathlib import Path
 
@@ -253,6 +254,17 @@ class Substitutes(Dataset):
         return self.dataset[(index + IN_A_ROW - 1) % len(self.dataset)]  # its error is raised
 
 
+def leave_sigterm_to_the_rank(worker_id: int) -> None:
+    """Each loader process's start (worker_init_fn): SIGTERM ignored. torchrun forwards a
+    preemption's SIGTERM to each rank's whole process group (os.killpg in torch's
+    SubprocessHandler.close), its loader processes included. The rank finishes its step and saves
+    a checkpoint (trainer/preemption.py); a loader process that died of the signal failed the rank
+    first ("DataLoader worker ... is killed by signal: Terminated"), and nothing was saved. The
+    rank still ends its loader processes when it exits, each also exits once its rank is gone
+    (the DataLoader's watchdog), and SIGKILL at the end of the pod's grace period ends all."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def train_loader(dataset: Dataset, sampler: ElasticSampler, cfg: ImageDataConfig, *, batch_size: int, seed: int,
                  rank: int, pin: bool, unreadable: UnreadableImages) -> DataLoader:
     """Micro-batches of `batch_size` images in the sampler's order, loaded by cfg.workers processes
@@ -263,7 +275,7 @@ def train_loader(dataset: Dataset, sampler: ElasticSampler, cfg: ImageDataConfig
     return DataLoader(SeededAugmentation(Substitutes(dataset, unreadable), seed), batch_size=batch_size,
                       sampler=sampler, num_workers=cfg.workers, pin_memory=pin, persistent_workers=cfg.workers > 0,
                       drop_last=True, generator=torch.Generator().manual_seed(seed * 1_000_003 + rank),
-                      collate_fn=getattr(dataset, "collate", None))
+                      collate_fn=getattr(dataset, "collate", None), worker_init_fn=leave_sigterm_to_the_rank)
 
 
 def val_loader(dataset: Dataset, cfg: ImageDataConfig, *, batch_size: int, rank: int, world_size: int,
@@ -272,7 +284,8 @@ def val_loader(dataset: Dataset, cfg: ImageDataConfig, *, batch_size: int, rank:
     summed over ranks is exact (an unreadable one replaced by the next, which then counts twice)."""
     return DataLoader(Substitutes(dataset, unreadable), batch_size=batch_size,
                       sampler=list(range(rank, len(dataset), world_size)), num_workers=cfg.workers, pin_memory=pin,
-                      persistent_workers=cfg.workers > 0, collate_fn=getattr(dataset, "collate", None))
+                      persistent_workers=cfg.workers > 0, collate_fn=getattr(dataset, "collate", None),
+                      worker_init_fn=leave_sigterm_to_the_rank)
 
 
 class Progress:

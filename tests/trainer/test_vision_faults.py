@@ -129,8 +129,15 @@ def test_a_sigkilled_agent_leaves_a_survivor_that_reforms_smaller_and_continues_
     assert list_steps(tmp_path)[-1] == result["steps"]
 
 
-def test_sigterm_saves_a_checkpoint_mid_epoch_exits_non_zero_and_the_next_run_resumes_from_its_image(tmp_path):
-    rc, out = preempt(torchrun_args("trainer.vision", vision(tmp_path, epochs=3, every=1000)), after=r"^step\s+8 ")
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_sigterm_saves_a_checkpoint_mid_epoch_exits_non_zero_and_the_next_run_resumes_from_its_image(tmp_path,
+                                                                                                    workers):
+    """torchrun forwards SIGTERM to each worker's whole process group (os.killpg), so with loader
+    processes (--workers 2, as every GPU preset has) they get it too: they must leave it to their
+    rank, which finishes its step and saves, and not die under it (the rank then failed with
+    "DataLoader worker ... is killed by signal: Terminated" and saved nothing)."""
+    rc, out = preempt(torchrun_args("trainer.vision", vision(tmp_path, "--workers", workers, epochs=3, every=1000)),
+                      after=r"^step\s+8 ")
     assert rc == TORCHRUN_FAILED, out[-3000:]
     m = re.search(rf"SIGTERM: checkpoint saved at step (\d+) \(epoch (\d+)\); exiting with status {EXIT_PREEMPTED}",
                   out)

@@ -143,11 +143,14 @@ class EncodedImages(Dataset):
             data = f.read()
         check_complete(data)
         crop = NO_CROP
-        if self.train:
-            T = import_torchvision().transforms
-            with Image.open(path) as header:  # the size only: PIL decodes lazily
-                top, left, height, width = T.RandomResizedCrop.get_params(header, SCALE, RATIO)
-            crop = (top, left, height, width, int(torch.rand(1) < 0.5))
+        # The header only (PIL decodes lazily), for evaluation too: PIL refuses a decompression bomb
+        # here (DecompressionBombError, an unreadable image), as on the CPU path; a GPU decoder would
+        # decode the whole of it, run out of memory and meet it again at every restart.
+        with Image.open(path) as header:
+            if self.train:
+                top, left, height, width = import_torchvision().transforms.RandomResizedCrop.get_params(
+                    header, SCALE, RATIO)
+                crop = (top, left, height, width, int(torch.rand(1) < 0.5))
         return torch.frombuffer(bytearray(data), dtype=torch.uint8), label, crop, str(path)
 
     @staticmethod

@@ -385,3 +385,27 @@ def test_gpu_decoders_make_their_inputs_ahead_and_the_cpu_path_in_turn(image_fol
     in_turn = model_inputs(iter(Counted(2)), _as_input, CPU)
     assert not isinstance(in_turn, DecodeAhead) and next(in_turn)[1].item() == 0
     in_turn.close()
+
+
+def _bomb(data: bytes, width: int, height: int) -> bytes:
+    """`data` (a baseline JPEG) whose frame header claims width x height: a decompression bomb, a few
+    KB that a decoder would expand to width x height x 3 bytes."""
+    frame = data.index(b"\xff\xc0")
+    return (data[:frame + 5] + height.to_bytes(2, "big") + width.to_bytes(2, "big") + data[frame + 9:])
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_a_decompression_bomb_is_refused_by_the_loader_in_training_and_in_evaluation(tmp_path, train):
+    """A JPEG whose header claims 20,000 x 20,000 pixels (1.2 GB decoded) in a few KB: the loader
+    refuses it as PIL does on the CPU path (DecompressionBombError, an unreadable image that the
+    next one replaces), for evaluation too, where it draws no box. A GPU decoder would otherwise
+    try to decode the whole image at every evaluation, run out of memory and restart there."""
+    from PIL import Image
+
+    path = tmp_path / "bomb.jpg"
+    path.write_bytes(_bomb(_encoded(quality=90), 20_000, 20_000))
+    check_complete(path.read_bytes())  # whole: the loader's cut-short check passes it
+    dataset = EncodedImages([(str(path), 0)], ["a"], train=train)
+    with pytest.raises(Image.DecompressionBombError):
+        dataset[0]
+    assert Image.DecompressionBombError in vision_data.unreadable_errors()

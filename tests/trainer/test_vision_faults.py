@@ -149,3 +149,25 @@ def test_sigterm_saves_a_checkpoint_mid_epoch_exits_non_zero_and_the_next_run_re
     assert [int(s) for s in RESUMED.findall(out)] == [step]
     world, epoch, image, resumed_step = starts(out)[0]
     assert (epoch, resumed_step) == (step // 16, step) and image == (step % 16) * BATCH * 2
+
+
+@pytest.mark.parametrize("decode", ["nvimgcodec", "dali"])
+def test_sigterm_with_a_gpu_decoder_stops_its_thread_saves_and_the_next_run_resumes(image_folder, tmp_path, decode):
+    """With a GPU decoder (here nvImageCodec's CPU backend, or DALI's CPU operators) the model's
+    inputs are made in a thread beside the step loop (vision_decode.DecodeAhead) from the bytes that
+    loader processes read. A preemption mid-epoch stops that thread, both ranks save the same step
+    and exit 143, and the next run resumes from it with the same decoder and finishes."""
+    args = ["--data", str(image_folder), "--image-size", "16", "--batch-size", "4", "--workers", "2",
+            "--epochs", "3", "--lr", "0.2", "--warmup-epochs", "0", "--log-every", "1", "--checkpoint-dir",
+            str(tmp_path), "--checkpoint-every", "1000", "--dist-timeout", "20", "--decode", decode]
+    rc, out = preempt(torchrun_args("trainer.vision", args), after=r"^step\s+8 ")  # 6 steps an epoch
+    assert rc == TORCHRUN_FAILED, out[-3000:]
+    saved = re.findall(rf"SIGTERM: checkpoint saved at step (\d+) \(epoch 1\); exiting with status {EXIT_PREEMPTED}",
+                       out)
+    assert len(saved) == 2 and len(set(saved)) == 1, out[-3000:]  # both ranks, the same step
+    step = int(saved[0])
+    assert list_steps(tmp_path)[-1] == step
+    rc, out = run(torchrun_args("trainer.vision", args))
+    assert rc == 0, out[-3000:]
+    assert [int(s) for s in RESUMED.findall(out)] == [step]
+    assert summary(out)["steps"] == 18 and summary(out)["epochs_this_run"] == 2

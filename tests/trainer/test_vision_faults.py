@@ -1,6 +1,7 @@
 """trainer.vision under real torchrun with faults: an agent SIGKILLed under an elastic node range
 on a real etcd (the survivor re-forms the group smaller and continues), a worker SIGKILLed under
-a fixed size, a corrupt newest checkpoint, and a resume on another number of ranks."""
+a fixed size, a corrupt newest checkpoint, a resume on another number of ranks, and SIGTERM with
+loader processes and with a GPU decoder's thread."""
 
 from __future__ import annotations
 

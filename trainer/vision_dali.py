@@ -179,8 +179,9 @@ class DaliImages:
         file that does not decode and counts it (vision_decode.stand_ins). DALI's pipeline is built
         anew for the next micro-batch: one that raised is not valid again. Where nvImageCodec finds
         nothing wrong with RETRIES micro-batches in a row, DALI fails on what is not a bad file, and
-        the run stops in one line naming --decode (exit 2) rather than decode everything twice; without a counter for
-        bad files (a benchmark) the error is raised at once, as stand_ins raises."""
+        the run stops in one line naming --decode (exit 2) rather than decode everything twice;
+        without a counter for bad files (a benchmark) the error is raised at once, as stand_ins
+        raises."""
         self.pipes.pop(train, None)
         if self.unreadable is None:
             raise error
@@ -189,9 +190,9 @@ class DaliImages:
         reason = failed.group(2).strip() or "no reason given"
         print(f"warning: DALI could not decode {name} ({reason}); nvImageCodec decodes its micro-batch instead",
               file=sys.stderr, flush=True)
-        bad_before = self.unreadable.this_epoch()
         out = self.fallback(encoded, labels, crops, names)
-        if self.unreadable.this_epoch() > bad_before:
+        # Its own finding, not the epoch's count: loader processes add to that at any moment.
+        if self.fallback.stood_in:
             self.refused_in_a_row = 0
         else:
             self.refused_in_a_row += 1

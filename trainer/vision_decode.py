@@ -450,6 +450,7 @@ class CodecImages:
             images.append(torch.from_dlpack(image) if self.cuda else torch.from_numpy(np.array(image)))
             relative.append([0, 0, *box[2:]] if box[2] > 0 and self.regions else box)  # the box is all that was decoded
         order = stand_ins(images, names, self.unreadable)
+        self.stood_in = order is not None  # for DaliImages, which decodes again here
         if order is not None:
             images, relative = [images[j] for j in order], [relative[j] for j in order]
         return crops_of(images, relative, self.size), (encoded, streams, decoded), order

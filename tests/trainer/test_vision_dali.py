@@ -201,3 +201,29 @@ def test_dali_failing_on_good_files_stops_the_run_after_a_few_micro_batches_in_a
                                   "decoded without a bad file (the last: a.jpg: unsupported); use --decode nvimgcodec")
     assert unreadable.this_epoch() == 0
     assert capsys.readouterr().err.count("warning: DALI could not decode a.jpg (unsupported)") == 2 * RETRIES - 1
+
+
+def test_a_bad_file_the_loader_counts_meanwhile_does_not_reset_dalis_count(monkeypatch):
+    """The epoch's count of bad files is shared with the loader processes, which add to it at any
+    moment: only nvImageCodec standing in for a file of the micro-batch DALI failed on is DALI's
+    excuse. Here a loader counts one while every fallback decodes cleanly: the run still stops."""
+    from trainer.vision_data import UnreadableImages
+    from trainer.vision_dali import RETRIES
+
+    unreadable = UnreadableImages(limit=50)
+    dali = DaliImages(CPU, 16, hw_decoder_load=0.9, threads=1, unreadable=unreadable)
+    decode = dali.fallback.__call__
+
+    def loader_counts_meanwhile(*args):
+        unreadable.met("elsewhere.jpg", OSError("truncated"), "the next image")  # a loader process's
+        return decode(*args)
+
+    monkeypatch.setattr(dali, "fallback", loader_counts_meanwhile)
+    monkeypatch.setattr(dali.fallback, "stood_in", False, raising=False)
+    monkeypatch.setattr(dali, "build", lambda train, size: _Refuses())
+    files = [_bytes(_smooth(quality=q)) for q in (70, 80)]
+    for _ in range(RETRIES - 1):
+        dali(files, torch.tensor([0, 1]), torch.tensor([BOXES[0]] * 2), ["a.jpg", "b.jpg"])
+    with pytest.raises(UsageError, match="^--decode: dali failed on"):
+        dali(files, torch.tensor([0, 1]), torch.tensor([BOXES[0]] * 2), ["a.jpg", "b.jpg"])
+    assert unreadable.this_epoch() == RETRIES

@@ -160,8 +160,10 @@ def test_sigterm_with_a_gpu_decoder_stops_its_thread_saves_and_the_next_run_resu
     and exit 143, and the next run resumes from it with the same decoder and finishes."""
     args = ["--data", str(image_folder), "--image-size", "16", "--batch-size", "4", "--workers", "2",
             "--epochs", "3", "--lr", "0.2", "--warmup-epochs", "0", "--log-every", "1", "--checkpoint-dir",
-            str(tmp_path), "--checkpoint-every", "1000", "--dist-timeout", "20", "--decode", decode]
-    rc, out = preempt(torchrun_args("trainer.vision", args), after=r"^step\s+8 ")  # 6 steps an epoch
+            str(tmp_path), "--checkpoint-every", "1000", "--dist-timeout", "120", "--decode", decode]
+    # A GPU decoder here decodes on the CPU of each rank beside 2 loader processes: on 2 shared cores
+    # one rank can trail the other's collective by over 20 s (a CI run timed out so), hence 120.
+    rc, out = preempt(torchrun_args("trainer.vision", args), after=r"^step\s+8 ", timeout=240)  # 6 steps an epoch
     assert rc == TORCHRUN_FAILED, out[-3000:]
     saved = re.findall(rf"SIGTERM: checkpoint saved at step (\d+) \(epoch 1\); exiting with status {EXIT_PREEMPTED}",
                        out)

@@ -26,31 +26,49 @@ done
 wants() { case "$steps" in *" $1 "*) return 0;; esac; return 1; }
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-# --decode dali: DALI's wheel (nvidia-dali-cuda120==2.4.0, 424 MB) is over a call's 64 MiB, so it
-# travels in parts over several calls on the same warm machine, before this script's call. Here:
-#   split -b 50M -d WHEEL part- (each part in a folder of its own, .dali-carry/0 to 8: 50 MiB
-#   and the working tree stay under the limit), and beside the last, smaller part the wheels its
-#   METADATA needs beyond the device's: nvidia-libnvcomp-cu12 5.3.0.16, astunparse, gast, optree,
-#   nvtx, makefun, libcst (cp312 builds; the pins of requirements.txt).
-# Then one call per folder, carry [".dali-carry/N"]: mkdir -p .dali-store && cp .dali-carry/N/* .dali-store/
-# (.gitignore names both folders: the store is never carried, so it stays there between calls).
-# This script joins the parts, checks them against PyPI's SHA-256 (trainer/requirements.lock) and
-# installs them with .whl's in one pip call: pip --target skips a top-level folder (nvidia/) that an
-# earlier call made, so a second call would leave DALI out.
+# --decode dali: DALI's wheel (nvidia-dali-cuda120==2.4.0, 424 MB) is over a call's 64 MiB. Here,
+# bench/dali_pack.sh checks it against the lock's SHA-256 and packs it with the wheels it needs beyond
+# the device's into four parts of 57 MiB (.dali-carry/0 to 3; .gitignore names the folder). Each
+# travels in a call of its own on the same warm machine before this script's call: carry
+# [".dali-carry/N"], command `mkdir -p .dali-store && cp .dali-carry/N/* .dali-store/` (the store is
+# never carried, so it stays there between calls). This script installs .whl's wheels, unpacks the
+# joined parts over them (pip --target would skip the top-level nvidia/ that .whl's made) and checks
+# every unpacked file against its wheel's RECORD; on any difference DALI is removed and not measured.
 wheels=$(compgen -G ".whl/*.whl")
-dali_wheel=/tmp/dali/nvidia_dali_cuda120-2.4.0-py3-none-manylinux_2_28_x86_64.whl
-if compgen -G ".dali-store/part-*" >/dev/null; then
-  mkdir -p /tmp/dali && cat .dali-store/part-* >"$dali_wheel"
-  if echo "8be1bf9137cf4e3a62b51db5de818226ef6c81ec17791672d06ed5351d6e8eb1  $dali_wheel" | sha256sum -c --quiet -; then
-    wheels="$wheels $dali_wheel $(compgen -G ".dali-store/*.whl")"
-  else
-    echo "DALI's parts do not make its wheel: --decode dali is not measured" >&2
-  fi
-fi
 if [ -n "${wheels// /}" ]; then
   # shellcheck disable=SC2086 (a list of paths without spaces)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $wheels \
     && export PYTHONPATH=/tmp/site
+fi
+if compgen -G ".dali-store/pack-*" >/dev/null; then
+  mkdir -p /tmp/site && export PYTHONPATH=/tmp/site
+  if ! { cat .dali-store/pack-* | xz -dc | tar -x -C /tmp/site && python3 - /tmp/site <<'PY'
+import base64, hashlib, pathlib, sys
+site = pathlib.Path(sys.argv[1])
+rows = [line.rsplit(",", 2) for record in site.glob("*.dist-info/RECORD")
+        for line in record.read_text().splitlines()]
+owners = {}
+for name, _, _ in rows:
+    owners[name] = owners.get(name, 0) + 1
+bad, checked = [], 0
+for name, digest, _ in rows:
+    path = site / name
+    if not digest or not path.is_file() or owners[name] > 1:
+        # RECORD itself; what the pack leaves out (headers, other Pythons' modules); a file that
+        # several wheels write (nvidia/__init__.py, which this script rewrites below)
+        continue
+    algo, want = digest.split("=", 1)
+    got = base64.urlsafe_b64encode(hashlib.new(algo, path.read_bytes()).digest()).rstrip(b"=").decode()
+    checked += 1
+    if got != want:
+        bad.append(name)
+print(f"DALI's pack: {checked} files match their wheels' RECORD, {len(bad)} differ {bad[:3]}")
+sys.exit(1 if bad or not checked else 0)
+PY
+  }; then
+    echo "DALI's parts do not make its pack: --decode dali is not measured" >&2
+    rm -rf /tmp/site/nvidia/dali
+  fi
 fi
 if [ -d /tmp/site ]; then
   # The nvImageCodec wheels bring a regular package `nvidia` (with __init__.py): first on the path,
@@ -69,14 +87,16 @@ fi
 if wants tests; then
   # -s: the GPU tests print what they measured (the nvjpeg overwrite test its control's count);
   # tests.txt keeps those lines and the outcome, tests_full.txt all of it.
-  timeout "${TESTS_S:-200}" python3 -m pytest -q -s -rs -p no:cacheprovider tests/trainer/test_step_syncs.py \
+  # TEST_FILES narrows the files where a session has little time left.
+  # shellcheck disable=SC2086 (a list of paths without spaces)
+  timeout "${TESTS_S:-200}" python3 -m pytest -q -s -rs -p no:cacheprovider ${TEST_FILES:-tests/trainer/test_step_syncs.py \
     tests/trainer/test_llm_model.py tests/trainer/test_vision_decode_gpu.py tests/trainer/test_vision_resize.py \
-    tests/trainer/test_vision_dali_gpu.py \
+    tests/trainer/test_vision_dali_gpu.py} \
     >"$out/tests_full.txt" 2>&1
   grep -E "rounds with|hardware JPEG|Huffman|DALI decodes|^(E |FAILED|SKIPPED|ERROR)|[0-9]+ (passed|failed)" "$out/tests_full.txt" \
     | tail -40 | tee "$out/tests.txt"
   # The micro-batch crop-resize, batched against torchvision per image: host and GPU time (seconds).
-  timeout 90 python3 bench/vision_resize.py 2>&1 | tail -20 | tee "$out/vision_resize.txt"
+  [ "${RESIZE_S:-90}" -gt 0 ] && timeout "${RESIZE_S:-90}" python3 bench/vision_resize.py 2>&1 | tail -20 | tee "$out/vision_resize.txt"
 fi
 if wants llm; then
   timeout "${LLM_S:-230}" python3 bench/gpu_llm.py --budget-s "$(( ${LLM_S:-230} - 20 ))" --out "$out/gpu_llm.json" \

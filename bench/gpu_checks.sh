@@ -106,6 +106,11 @@ fi
 # trainer runs (about 250 s on an H200); its --budget-s leaves the interpreter's start and the summary room
 # inside VISION_S, so a run that no longer fits is skipped with the reason instead of killed.
 if wants vision && [ -f bench/gpu_vision.py ]; then
+  # DECODERS: the trainer runs (gpu_vision.py --decoders); PROFILE=1: each under py-spy (the wheel in
+  # .whl/), its stacks to OUT/profiles/ (bench/profile_summary.py reads them).
+  extra=()
+  [ -n "${DECODERS:-}" ] && extra+=(--decoders "$DECODERS")
+  [ "${PROFILE:-0}" = 1 ] && export PATH="/tmp/site/bin:$PATH" && extra+=(--profile "$out/profiles")
   timeout "${VISION_S:-240}" python3 bench/gpu_vision.py --budget-s "$(( ${VISION_S:-240} - 30 ))" \
-    --out "$out/gpu_vision.json" 2>&1 | tail -40 | tee "$out/gpu_vision.txt"
+    --out "$out/gpu_vision.json" "${extra[@]}" 2>&1 | tail -40 | tee "$out/gpu_vision.txt"
 fi

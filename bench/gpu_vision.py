@@ -42,6 +42,7 @@ import argparse
 import gc
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -193,6 +194,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--decode-images", type=int, default=4096, help="images per decode-only measurement")
     p.add_argument("--budget-s", type=float, default=200.0, help="wall-clock bound of the whole script")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU: checks the script only")
+    p.add_argument("--profile", metavar="DIR",
+                   help="run each trainer under py-spy (on PATH): every process's and thread's Python stacks, "
+                        "waits included, sampled 50 times a second, to DIR/profile-RUN.txt (py-spy's raw "
+                        "folded stacks); the rates then carry py-spy's cost")
     args = p.parse_args(argv)
     for name in ("workers", "steps", "loader_images", "epoch_images", "decode_images", "budget_s"):
         if getattr(args, name) <= 0:
@@ -204,7 +209,23 @@ def parse_args(argv=None) -> argparse.Namespace:
             paths.output_file(args.out)
         except paths.PathProblem as problem:
             p.error(f"--out: {problem}")
+    if args.profile:
+        if not shutil.which("py-spy"):
+            p.error("--profile: py-spy is not on PATH (pip install py-spy)")
+        try:
+            paths.output_file(str(Path(args.profile) / "profile-check.txt"))
+        except paths.PathProblem as problem:
+            p.error(f"--profile: {problem}")
     return args
+
+
+def profiler(directory: str | None, run: Run) -> tuple[str, ...]:
+    """The command that runs a trainer under py-spy for --profile (none without it)."""
+    if not directory:
+        return ()
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    return ("py-spy", "record", "--subprocesses", "--threads", "--idle", "--rate", "50", "--format", "raw",
+            "--output", str(Path(directory) / f"profile-{run.file_name}.txt"), "--")
 
 
 def main(argv=None) -> int:
@@ -271,7 +292,8 @@ def main(argv=None) -> int:
                 result = RunResult(run.name, run.decode, run.hw_decoder_load, why=why)
             else:
                 result = trainer_run(run, data, root, model=model, batch=run_batch, size=run_size, workers=workers,
-                                     epochs=args.epochs, log_every=log_every, gpu_rate=gpu, budget=budget, env=env)
+                                     epochs=args.epochs, log_every=log_every, gpu_rate=gpu, budget=budget, env=env,
+                                     prefix=profiler(args.profile, run))
             print(describe(result), flush=True)
             if result.decoder_line:
                 print(f"  {'':<14} {result.decoder_line}", flush=True)

@@ -43,6 +43,11 @@ class Run:
             return self.decode
         return f"{self.decode}:{self.hw_decoder_load:g}"
 
+    @property
+    def file_name(self) -> str:
+        """The name in a file's name (no ':')."""
+        return self.name.replace(":", "-")
+
     def argv(self) -> list[str]:
         load = [] if self.hw_decoder_load is None else ["--hw-decoder-load", str(self.hw_decoder_load)]
         return ["--decode", self.decode, *load]
@@ -155,11 +160,13 @@ def summarize(records: list[dict]) -> dict:
 
 
 def trainer_run(run: Run, data: Path, workdir: Path, *, model: str, batch: int, size: int, workers: int,
-                epochs: int, log_every: int, gpu_rate: float, budget: Budget, env: dict) -> RunResult:
-    """One `python -m trainer.vision` run in its own process group, killed at the budget's end."""
+                epochs: int, log_every: int, gpu_rate: float, budget: Budget, env: dict,
+                prefix: tuple[str, ...] = ()) -> RunResult:
+    """One `python -m trainer.vision` run in its own process group, killed at the budget's end.
+    `prefix` goes before the interpreter: a profiler that runs it (bench/gpu_vision.py --profile)."""
     result = RunResult(run.name, run.decode, run.hw_decoder_load)
-    metrics = workdir / f"metrics-{run.name.replace(':', '-')}.jsonl"
-    argv = [sys.executable, "-m", "trainer.vision", "--model", model, "--data", str(data), "--image-size", str(size),
+    metrics = workdir / f"metrics-{run.file_name}.jsonl"
+    argv = [*prefix, sys.executable, "-m", "trainer.vision", "--model", model, "--data", str(data), "--image-size", str(size),
             "--batch-size", str(batch), "--workers", str(workers), "--epochs", str(epochs),
             "--log-every", str(log_every), "--metrics-file", str(metrics), *run.argv()]
     timeout = max(budget.left(), 1.0)

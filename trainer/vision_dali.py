@@ -15,9 +15,10 @@ Evaluation micro-batches are decoded whole by DALI and resized and centre-croppe
 vision_decode.crops_of, as with the other GPU decoders: DALI's centre crop rounds differently from
 torchvision's, and evaluation is a fiftieth of ImageNet's images.
 
-DALI's pixels are not PIL's: its JPEG decoder upsamples chroma without libjpeg's "fancy" filter and
-its resize filter is its own, so a pixel may differ from the CPU path by a few levels (the tests
-bound the mean). A micro-batch with a file DALI's decoder fails on (one that passed the loader's
+DALI's pixels are not PIL's: its GPU decoder's IDCT and its resize filter are its own, so a pixel
+may differ from the CPU path by a few levels (the tests bound the mean). Its chroma is upsampled as
+libjpeg-turbo's "fancy" filter does it (jpeg_fancy_upsampling), which its GPU decoder does not do
+by default. A micro-batch with a file DALI's decoder fails on (one that passed the loader's
 checks and does not decode) is decoded again by nvImageCodec (vision_decode.CodecImages, which
 DALI's package brings), which stands in for the bad file and counts it; the warning names the
 file. Any other DALI error is raised, and so is DALI failing on RETRIES micro-batches in a row that
@@ -108,7 +109,10 @@ class DaliImages:
         decoder = dict(device="mixed" if self.cuda else "cpu", output_type=types.RGB,
                        adjust_orientation=False)  # as PIL reads them: the boxes were drawn on that size
         if self.cuda:
-            decoder["hw_decoder_load"] = self.load
+            # jpeg_fancy_upsampling: chroma upsampled as libjpeg-turbo (PIL) and nvImageCodec do it. Without
+            # it an H100's mixed decoder gave 4:2:0 JPEGs a mean difference of 6.2-6.9 levels from PIL's
+            # pixels, against under 3 for nvImageCodec (tests/trainer/test_vision_dali_gpu.py).
+            decoder.update(hw_decoder_load=self.load, jpeg_fancy_upsampling=True)
         # prefetch_queue_depth=1: each run() is given its micro-batch's inputs (DALI's rule for that).
         pipe = dali.Pipeline(batch_size=batch, num_threads=self.threads, prefetch_queue_depth=1,
                              device_id=self.device.index if self.cuda else None)

@@ -1,6 +1,6 @@
 """trainer.vision's CPU input path: images/s per loader worker, in two cases, each measured in one run.
 
-    python bench/vision_loader.py [--case dtype|reduced|both|reencoded|encoded] [--images 256] [--rounds 3] [--workers 1]
+    python bench/vision_loader.py [--case dtype|reduced|both|reencoded|encoded|transfer] [--images 256] [--rounds 3] [--workers 1]
         [--short-side N]  (reencoded: the copy's bound; default the tool's)
 
 `dtype`: JPEGs of one size (500x375, quality 90), fp32 (before) against uint8:
@@ -23,6 +23,9 @@ the worker reads the file's bytes, opens its header and draws the crop box, no p
 against the CPU path (uint8-reduced) on the ImageNet-like JPEGs, each size group and the mix by
 the groups' shares. What it measures is the CPU each GPU still needs; the decode's own rate on the
 GPU is bench/gpu_vision.py's.
+`transfer` (not in `both`): the same loader side at the trainer's micro-batch of 256, each file's
+bytes a tensor of its own against one tensor for the micro-batch's files (vision_decode.EncodedFiles):
+what crossing from the loader processes costs the training process.
 `loader_rate` and `write_jpegs` serve bench/gpu_vision.py as well.
 """
 
@@ -148,10 +151,12 @@ def loader_rate(train_dir: Path, *, path: str, workers: int, images: int, image_
     collate = None
     if path == "fp32":
         folder = tv.datasets.ImageFolder(train_dir, fp32_transform(image_size))
-    elif path == "encoded":  # a GPU decoder's loader: bytes and the crop box, decoded elsewhere
+    elif path in ("encoded", "encoded-per-file"):  # a GPU decoder's loader: bytes and the crop box, decoded elsewhere
         from trainer.vision_decode import EncodedImages
         found = tv.datasets.ImageFolder(train_dir, loader=open_image)
         folder, collate = EncodedImages(found.samples, found.classes, train=True), EncodedImages.collate
+        if path == "encoded-per-file":
+            collate = per_file_collate
     else:
         folder = tv.datasets.ImageFolder(train_dir, transforms(image_size, reduce=path == "uint8-reduced")[0],
                                          loader=open_image)
@@ -168,6 +173,12 @@ def loader_rate(train_dir: Path, *, path: str, workers: int, images: int, image_
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return seen / (time.perf_counter() - start)
+
+
+def per_file_collate(batch):
+    """EncodedImages.collate as it was before EncodedFiles: a tensor per file (`transfer`'s baseline)."""
+    files, labels, crops, names = zip(*batch)
+    return list(files), torch.tensor(labels), torch.tensor(crops, dtype=torch.int64), list(names)
 
 
 def _rounds(train: Path, a: str, b: str, args, *, paths: tuple[str, str] | None = None,
@@ -232,6 +243,26 @@ def encoded_case(root: Path, args) -> dict:
     return _by_shares(out, "uint8-reduced", "encoded")
 
 
+def transfer_case(root: Path, args) -> dict:
+    """A GPU decoder's micro-batches of 256 files (the trainer's batch) crossing from the loader
+    processes: each file a tensor of its own (a descriptor each) against trainer.vision's
+    EncodedFiles (one tensor a micro-batch), on the ImageNet-like files."""
+    train = write_jpegs(root, 256, sizes=imagenet_sizes(256), processes=min(2, os.cpu_count() or 1),
+                        encoding=IMAGENET_ENCODING, split="transfer")
+    rounds = []
+    images = max(args.images, 2048)
+    for _ in range(args.rounds):
+        per_file = loader_rate(train, path="encoded-per-file", workers=args.workers, images=images, batch_size=256)
+        packed = loader_rate(train, path="encoded", workers=args.workers, images=images, batch_size=256)
+        rounds.append((per_file, packed, packed / per_file))
+        print(f"round: a tensor per file {per_file:.0f} img/s, one per micro-batch {packed:.0f} img/s, "
+              f"ratio {packed / per_file:.3f}", flush=True)
+    return {"batch": 256, "images": images,
+            "per_file_images_per_s": round(statistics.median(r[0] for r in rounds), 1),
+            "packed_images_per_s": round(statistics.median(r[1] for r in rounds), 1),
+            "packed_over_per_file": round(statistics.median(r[2] for r in rounds), 3)}
+
+
 def _reencoded_copy(train: Path, root: Path, short_side: int | None = None):
     """`train` (an ImageFolder split) re-encoded under root/train by trainer.imagenet_reencode at
     the settings of `trainer.data imagenet --reencode [--short-side N]` for resnet50-imagenet;
@@ -271,7 +302,7 @@ def reencoded_case(root: Path, args) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--case", choices=("dtype", "reduced", "both", "reencoded", "encoded"), default="both")
+    p.add_argument("--case", choices=("dtype", "reduced", "both", "reencoded", "encoded", "transfer"), default="both")
     p.add_argument("--images", type=int, default=256, help="images read per measurement")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--workers", type=int, default=1, help="loader processes (1: images/s per worker core)")
@@ -289,6 +320,8 @@ def main(argv=None) -> int:
             result["reencoded"] = reencoded_case(Path(tmp), args)
         if args.case == "encoded":
             result["encoded"] = encoded_case(Path(tmp), args)
+        if args.case == "transfer":
+            result["transfer"] = transfer_case(Path(tmp), args)
     print(json.dumps(result))
     ratios = [v for case in result.values() if isinstance(case, dict)
               for v in [*case.values(), *(x for sub in case.values() if isinstance(sub, dict) for x in sub.values())]

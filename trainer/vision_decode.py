@@ -154,11 +154,63 @@ class EncodedImages(Dataset):
         return torch.frombuffer(bytearray(data), dtype=torch.uint8), label, crop, str(path)
 
     @staticmethod
-    def collate(batch) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, list[str]]:
-        """Files differ in length: a list of byte tensors, the labels and the crops as tensors, the
+    def collate(batch) -> tuple[EncodedFiles, torch.Tensor, torch.Tensor, list[str]]:
+        """The files' bytes in one tensor (EncodedFiles), the labels and the crops as tensors, the
         paths."""
-        return ([item[0] for item in batch], torch.tensor([item[1] for item in batch]),
+        return (EncodedFiles.of([item[0] for item in batch]), torch.tensor([item[1] for item in batch]),
                 torch.tensor([item[2] for item in batch], dtype=torch.int64), [item[3] for item in batch])
+
+
+class EncodedFiles:
+    """A micro-batch's files, one after another in one uint8 tensor, as a sequence of 1-D byte
+    tensors (views into it).
+
+    A loader process hands its micro-batch to the training process through shared memory, one file
+    descriptor per tensor storage, each received over a socket of its own by the loader's pin thread,
+    which then pins each. One tensor per file made that 256 descriptors and 256 pinned copies per
+    micro-batch, in a thread that holds the interpreter's lock while it works: profiled on an H100
+    (bench/gpu_vision.py --profile), that thread spent 40% of a --decode dali run receiving files,
+    while the decode thread waited for input 58% of its time. Here it is one storage, one
+    descriptor and one pinned copy (bench/vision_loader.py --case transfer measures both)."""
+
+    def __init__(self, flat: torch.Tensor, ends: torch.Tensor):
+        self.flat, self.ends = flat, ends  # ends[i]: where file i ends in flat
+        self._bounds: list[int] | None = None
+
+    @classmethod
+    def of(cls, files: list[torch.Tensor]) -> EncodedFiles:
+        ends = torch.tensor([len(f) for f in files], dtype=torch.int64).cumsum(0)
+        flat = torch.cat(files) if files else torch.empty(0, dtype=torch.uint8)
+        return cls(flat, ends)
+
+    def bounds(self) -> list[int]:
+        if self._bounds is None:
+            self._bounds = [0, *self.ends.tolist()]
+        return self._bounds
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        bounds = self.bounds()
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"file {i} of {len(self)}")
+        i %= len(self)
+        return self.flat[bounds[i]:bounds[i + 1]]
+
+    def __iter__(self):
+        bounds = self.bounds()
+        return (self.flat[a:b] for a, b in zip(bounds, bounds[1:]))
+
+    def pin_memory(self) -> EncodedFiles:
+        """For the DataLoader's pin thread: the bytes in one pinned copy."""
+        return EncodedFiles(self.flat.pin_memory(), self.ends)
+
+    def __getstate__(self):
+        return {"flat": self.flat, "ends": self.ends}
+
+    def __setstate__(self, state) -> None:
+        self.__init__(state["flat"], state["ends"])
 
 
 PNG_END = b"IEND\xaeB`\x82"  # the IEND chunk's type and CRC: a PNG's last 8 bytes

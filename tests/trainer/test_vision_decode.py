@@ -16,7 +16,7 @@ from config.workloads.vision import ImageDataConfig, SyntheticImagesConfig  # no
 from trainer import vision_data  # noqa: E402
 from trainer.cli import UsageError  # noqa: E402
 from trainer import vision_decode  # noqa: E402
-from trainer.vision_decode import (NO_CROP, CodecImages, DecodeAhead, EncodedImages, NvjpegImages,  # noqa: E402
+from trainer.vision_decode import (NO_CROP, CodecImages, DecodeAhead, EncodedFiles, EncodedImages, NvjpegImages,  # noqa: E402
                                    augment, check_complete, check_installed, check_nvjpeg, decoded_by_pil,
                                    device_input, model_inputs, relabelled, stand_ins)
 
@@ -63,6 +63,29 @@ def test_the_loader_reads_bytes_and_draws_the_cpu_paths_crop_and_the_gpu_side_ap
     images, labels, crops, names = EncodedImages.collate([train[0], train[1], train[2]])
     assert len(images) == 3 and labels.shape == (3,) and crops.shape == (3, 5)
     assert names == [str(train.samples[i][0]) for i in range(3)]
+
+
+def test_a_micro_batch_of_files_crosses_from_a_loader_process_as_one_tensor(image_folder):
+    """EncodedFiles: one storage (one descriptor, one pinned copy) per micro-batch, not one per file;
+    each file still reads back as its own bytes, in order, by index and by iteration."""
+    from torch.utils.data import DataLoader
+
+    data = ImageDataConfig(source=str(image_folder), image_size=16, decode="nvjpeg")
+    train, _, _ = vision_data.build_datasets(data, SyntheticImagesConfig(), seed=0)
+    loader = DataLoader(train, batch_size=5, num_workers=1, collate_fn=EncodedImages.collate,
+                        multiprocessing_context="fork")
+    files, labels, crops, names = next(iter(loader))
+    assert isinstance(files, EncodedFiles) and len(files) == 5 == len(names)
+    storages = {f.untyped_storage().data_ptr() for f in files}
+    assert storages == {files.flat.untyped_storage().data_ptr()}  # views of the one tensor
+    for i, (path, label) in enumerate(train.samples[:5]):
+        expected = open(path, "rb").read()
+        assert bytes(files[i].numpy()) == expected == bytes(list(files)[i].numpy()) and labels[i] == label
+    assert bytes(files[-1].numpy()) == open(train.samples[4][0], "rb").read()
+    with pytest.raises(IndexError):
+        files[5]
+    empty = EncodedFiles.of([])
+    assert len(empty) == 0 and list(empty) == []
 
 
 def _image(path):

@@ -2,7 +2,8 @@
 decoder that cannot), says whether the hardware JPEG decoder took part, gives pixels close to the
 CPU path's, makes no synchronisation torch can see, and never makes the host wait for the training
 stream. --decode nvjpeg: it never writes into memory the training stream still reads. Either: a
-micro-batch with a file the GPU cannot decode still comes out. Needs a GPU;
+micro-batch with a file the GPU cannot decode still comes out; the loader pins a micro-batch of
+files in one copy. Needs a GPU;
 skipped elsewhere (the CPU backend's tests are in test_vision_decode.py)."""
 
 from __future__ import annotations
@@ -186,3 +187,17 @@ def test_labels_reordered_for_a_stand_in_stay_pinned():
     pinned = torch.tensor([0, 1, 2]).pin_memory()
     out = relabelled(pinned, [0, 2, 2])
     assert out.is_pinned() and out.tolist() == [0, 2, 2]
+
+
+def test_a_micro_batch_of_files_is_pinned_once_and_its_files_still_read_back():
+    """The DataLoader's pin thread pins an EncodedFiles in one copy: every file a view of it, pinned,
+    with its own bytes (nvJPEG's copy to the device is then asynchronous)."""
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    from trainer.vision_decode import EncodedFiles
+
+    files = [torch.full((n,), n % 251, dtype=torch.uint8) for n in (3, 1000, 7)]
+    pinned = pin_memory((EncodedFiles.of(files), torch.tensor([0, 1, 2])))[0]
+    assert isinstance(pinned, EncodedFiles) and pinned.flat.is_pinned()
+    assert [f.is_pinned() for f in pinned] == [True] * 3
+    assert [f.tolist() for f in pinned] == [f.tolist() for f in files]

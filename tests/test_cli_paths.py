@@ -48,6 +48,8 @@ NOT_SWEPT = {
     "bench.scaling": "benchmark run by a developer: --output is checked with config.paths.output_file first",
     "bench.gpu_llm": "benchmark run by a developer: --out is checked with config.paths.output_file first",
     "bench.activation_checkpointing": "benchmark: no path arguments",
+    "bench.profile_summary": "a developer's reader of py-spy output: its one path is given hostile files in "
+                             "tests/test_bench_profile_summary.py",
 }
 # Arguments whose names look like paths but are not.
 NOT_PATHS = {

@@ -35,6 +35,7 @@ from __future__ import annotations
 import collections
 import re
 import sys
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -133,7 +134,7 @@ class DaliImages:
         pipe.build()
         return pipe
 
-    def __call__(self, encoded: list[torch.Tensor], labels: torch.Tensor, crops: torch.Tensor,
+    def __call__(self, encoded: Sequence[torch.Tensor], labels: torch.Tensor, crops: torch.Tensor,
                  names: list[str] | None = None):
         train = bool(crops[0, 2] > 0)  # evaluation's crops are all NO_CROP
         inputs = {"encoded": [data.numpy() for data in encoded]}

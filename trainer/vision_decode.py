@@ -33,6 +33,7 @@ import math
 import os
 import queue
 import threading
+from collections.abc import Sequence
 
 import torch
 from torch.utils.data import Dataset
@@ -321,7 +322,7 @@ class NvjpegImages:
         # an output the training stream read (recorded below), so it is idle when handed out again.
         self.outputs = torch.cuda.Stream(device) if device.type == "cuda" else None
 
-    def __call__(self, encoded: list[torch.Tensor], labels: torch.Tensor, crops: torch.Tensor,
+    def __call__(self, encoded: Sequence[torch.Tensor], labels: torch.Tensor, crops: torch.Tensor,
                  names: list[str] | None = None):
         decoded = self.decode(encoded)
         order = stand_ins(decoded, names, self.unreadable)
@@ -330,7 +331,7 @@ class NvjpegImages:
             decoded, boxes, labels = [decoded[j] for j in order], [boxes[j] for j in order], relabelled(labels, order)
         return self.images(crops_of(decoded, boxes, self.size), labels)
 
-    def decode(self, encoded: list[torch.Tensor]) -> list[torch.Tensor | BaseException]:
+    def decode(self, encoded: Sequence[torch.Tensor]) -> list[torch.Tensor | BaseException]:
         """Each image decoded on the GPU, or by PIL where it is not a JPEG or nvJPEG cannot decode it,
         or the error PIL raised where neither can."""
         rgb = self.io.ImageReadMode.RGB
@@ -454,7 +455,7 @@ class CodecImages:
             return "crop boxes"
         return "whole images" if hardware.decode(n.CodeStream(data), params=self.params) is not None else ""
 
-    def __call__(self, encoded: list[torch.Tensor], labels: torch.Tensor, crops: torch.Tensor,
+    def __call__(self, encoded: Sequence[torch.Tensor], labels: torch.Tensor, crops: torch.Tensor,
                  names: list[str] | None = None):
         boxes = crops.tolist()
         if not self.cuda:
@@ -479,7 +480,7 @@ class CodecImages:
         out.record_stream(main)
         return self.images(out, relabelled(labels, order))
 
-    def augmented(self, encoded: list[torch.Tensor], boxes: list[list[int]],
+    def augmented(self, encoded: Sequence[torch.Tensor], boxes: list[list[int]],
                   names: list[str] | None = None) -> tuple[torch.Tensor, tuple, list[int] | None]:
         """(the micro-batch at the output size, uint8; what it was made from: the bytes, the code
         streams and the decoded images, which the caller keeps while the device may still read them;

@@ -13,13 +13,15 @@
 # `mkdir -p .dali-store && cp OUT/N/* .dali-store/`); gpu_checks.sh joins them, unpacks the tree over
 # its pip install and checks every file against its wheel's RECORD before anything imports it.
 set -euo pipefail
-wheels=${1:?usage: bench/dali_pack.sh WHEELS OUT}
-out=${2:?usage: bench/dali_pack.sh WHEELS OUT}
+if [ $# -ne 2 ]; then echo "usage: bench/dali_pack.sh WHEELS OUT" >&2; exit 2; fi
+wheels=$1
+out=$2
 part_mib=${PART_MIB:-57}
+case "$part_mib" in ''|*[!0-9]*|0) echo "error: PART_MIB: '$part_mib' is not a whole number of MiB above 0" >&2; exit 2;; esac
 here=$(cd "$(dirname "$0")/.." && pwd)
-dali=$(compgen -G "$wheels/nvidia_dali_cuda120-2.4.0-*.whl" | head -1) || true
+dali=$(compgen -G "$wheels/nvidia_dali_cuda120-2.4.0-*x86_64*.whl" | head -1) || true
 if [ -z "$dali" ]; then
-  echo "error: WHEELS: no nvidia_dali_cuda120-2.4.0 wheel in $wheels" >&2; exit 2
+  echo "error: WHEELS: no nvidia_dali_cuda120-2.4.0 x86_64 wheel in $wheels" >&2; exit 2
 fi
 got=$(sha256sum "$dali" | cut -d' ' -f1)
 # the lock lists one hash per platform's wheel under the pin, each on a "--hash=sha256:" line
@@ -31,13 +33,14 @@ fi
 tree=$(mktemp -d)
 trap 'rm -rf "$tree" "$tree".*' EXIT
 for w in "$wheels"/*.whl; do
+  case "$w" in "$wheels"/nvidia_dali_cuda120-*) [ "$w" = "$dali" ] || continue;; esac  # one platform's DALI
   unzip -q -o "$w" -d "$tree"
 done
 rm -rf "$tree/nvidia/dali/include"
 find "$tree" -name '*.cpython-3*-x86_64-linux-gnu.so' ! -name '*.cpython-312-*' -delete
 mkdir -p "$out"
 (cd "$tree" && tar -cf - --sort=name --owner=0 --group=0 --numeric-owner . | xz -9 -T0 >"$tree.tar.xz")
-rm -rf "$out"/[0-9]*
+rm -f "$out"/[0-9]*/pack-[0-9]*
 split -b "${part_mib}M" -d -a 2 "$tree.tar.xz" "$tree.part-"
 n=0
 for p in "$tree".part-*; do

@@ -23,6 +23,7 @@ steps=" ${STEPS:-tests llm vision} "
 for step in $steps; do
   case "$step" in tests|llm|vision) ;; *) echo "error: STEPS: '$step' is not one of tests, llm, vision" >&2; exit 2;; esac
 done
+case "${RESIZE_S:-90}" in ''|*[!0-9]*) echo "error: RESIZE_S: '${RESIZE_S}' is not a whole number of seconds (0: skip)" >&2; exit 2;; esac
 wants() { case "$steps" in *" $1 "*) return 0;; esac; return 1; }
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -32,8 +33,9 @@ export PYTHONUNBUFFERED=1
 # travels in a call of its own on the same warm machine before this script's call: carry
 # [".dali-carry/N"], command `mkdir -p .dali-store && cp .dali-carry/N/* .dali-store/` (the store is
 # never carried, so it stays there between calls). This script installs .whl's wheels, unpacks the
-# joined parts over them (pip --target would skip the top-level nvidia/ that .whl's made) and checks
-# every unpacked file against its wheel's RECORD; on any difference DALI is removed and not measured.
+# joined parts into a folder of their own, checks every unpacked file against its wheel's RECORD and
+# only then adds them to /tmp/site (pip --target would skip the top-level nvidia/ that .whl's made);
+# parts that do not make the pack leave nothing behind, and DALI is not measured.
 wheels=$(compgen -G ".whl/*.whl")
 if [ -n "${wheels// /}" ]; then
   # shellcheck disable=SC2086 (a list of paths without spaces)
@@ -41,8 +43,11 @@ if [ -n "${wheels// /}" ]; then
     && export PYTHONPATH=/tmp/site
 fi
 if compgen -G ".dali-store/pack-*" >/dev/null; then
-  mkdir -p /tmp/site && export PYTHONPATH=/tmp/site
-  if ! { cat .dali-store/pack-* | xz -dc | tar -x -C /tmp/site && python3 - /tmp/site <<'PY'
+  # Unpacked and checked apart, then added to /tmp/site whole: parts that do not make the pack leave
+  # nothing behind on the path the later steps import from.
+  stage=$(mktemp -d /tmp/dali-stage.XXXXXX)
+  if cat .dali-store/pack-* | timeout 300 xz -dc | timeout 300 tar -x -C "$stage" \
+      && timeout 300 python3 - "$stage" <<'PY'
 import base64, hashlib, pathlib, sys
 site = pathlib.Path(sys.argv[1])
 rows = [line.rsplit(",", 2) for record in site.glob("*.dist-info/RECORD")
@@ -65,10 +70,12 @@ for name, digest, _ in rows:
 print(f"DALI's pack: {checked} files match their wheels' RECORD, {len(bad)} differ {bad[:3]}")
 sys.exit(1 if bad or not checked else 0)
 PY
-  }; then
+  then
+    mkdir -p /tmp/site && cp -a "$stage"/. /tmp/site/ && export PYTHONPATH=/tmp/site
+  else
     echo "DALI's parts do not make its pack: --decode dali is not measured" >&2
-    rm -rf /tmp/site/nvidia/dali
   fi
+  rm -rf "$stage"
 fi
 if [ -d /tmp/site ]; then
   # The nvImageCodec wheels bring a regular package `nvidia` (with __init__.py): first on the path,
@@ -96,7 +103,7 @@ if wants tests; then
   grep -E "rounds with|hardware JPEG|Huffman|DALI decodes|^(E |FAILED|SKIPPED|ERROR)|[0-9]+ (passed|failed)" "$out/tests_full.txt" \
     | tail -40 | tee "$out/tests.txt"
   # The micro-batch crop-resize, batched against torchvision per image: host and GPU time (seconds).
-  [ "${RESIZE_S:-90}" -gt 0 ] && timeout "${RESIZE_S:-90}" python3 bench/vision_resize.py 2>&1 | tail -20 | tee "$out/vision_resize.txt"
+  [ "${RESIZE_S:-90}" != 0 ] && timeout "${RESIZE_S:-90}" python3 bench/vision_resize.py 2>&1 | tail -20 | tee "$out/vision_resize.txt"
 fi
 if wants llm; then
   timeout "${LLM_S:-230}" python3 bench/gpu_llm.py --budget-s "$(( ${LLM_S:-230} - 20 ))" --out "$out/gpu_llm.json" \
@@ -112,5 +119,5 @@ if wants vision && [ -f bench/gpu_vision.py ]; then
   [ -n "${DECODERS:-}" ] && extra+=(--decoders "$DECODERS")
   [ "${PROFILE:-0}" = 1 ] && export PATH="/tmp/site/bin:$PATH" && extra+=(--profile "$out/profiles")
   timeout "${VISION_S:-240}" python3 bench/gpu_vision.py --budget-s "$(( ${VISION_S:-240} - 30 ))" \
-    --out "$out/gpu_vision.json" "${extra[@]}" 2>&1 | tail -40 | tee "$out/gpu_vision.txt"
+    --out "$out/gpu_vision.json" ${extra[@]+"${extra[@]}"} 2>&1 | tail -40 | tee "$out/gpu_vision.txt"
 fi

@@ -197,7 +197,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--profile", metavar="DIR",
                    help="run each trainer under py-spy (on PATH): every process's and thread's Python stacks, "
                         "waits included, sampled 50 times a second, to DIR/profile-RUN.txt (py-spy's raw "
-                        "folded stacks); the rates then carry py-spy's cost")
+                        "folded stacks); the rates then carry py-spy's cost, and a run's exit status is py-spy's, so a "
+                        "trainer that fails shows as its missing or short metrics")
     args = p.parse_args(argv)
     for name in ("workers", "steps", "loader_images", "epoch_images", "decode_images", "budget_s"):
         if getattr(args, name) <= 0:

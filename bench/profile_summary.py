@@ -28,7 +28,7 @@ def read_stacks(path: Path) -> list[tuple[str, list[str], int]]:
     """(thread, frames, samples) per line, the thread as thread_name gives it, "child " before a child
     process's; ValueError naming the line that is not py-spy's raw format."""
     rows = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
         stack, _, count = line.rpartition(" ")
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
         p.error(f"profile: {path} is not a file")
     try:
         rows = read_stacks(path)
-    except (ValueError, UnicodeDecodeError) as problem:
+    except (ValueError, OSError) as problem:  # UnicodeDecodeError is a ValueError
         p.error(f"profile: {path}: {problem}")
     if not args.thread:
         names = collections.Counter()

@@ -29,14 +29,16 @@ from __future__ import annotations
 import collections
 import contextlib
 import io
+import itertools
 import math
+import operator
 import os
 import queue
 import threading
 from collections.abc import Sequence
 
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
 import numpy as np
 
@@ -162,56 +164,56 @@ class EncodedImages(Dataset):
                 torch.tensor([item[2] for item in batch], dtype=torch.int64), [item[3] for item in batch])
 
 
-class EncodedFiles:
+class EncodedFiles(Sequence):
     """A micro-batch's files, one after another in one uint8 tensor, as a sequence of 1-D byte
     tensors (views into it).
 
     A loader process hands its micro-batch to the training process through shared memory, one file
     descriptor per tensor storage, each received over a socket of its own by the loader's pin thread,
-    which then pins each. One tensor per file made that 256 descriptors and 256 pinned copies per
-    micro-batch, in a thread that holds the interpreter's lock while it works: profiled on an H100
-    (bench/gpu_vision.py --profile), that thread spent 40% of a --decode dali run receiving files,
-    while the decode thread waited for input 58% of its time. Here it is one storage, one
-    descriptor and one pinned copy (bench/vision_loader.py --case transfer measures both)."""
+    which on a GPU then pins each. One tensor per file made that 256 descriptors (and 256 pinned
+    copies) per micro-batch, in a thread that holds the interpreter's lock while it works: profiled
+    on an H100 (bench/gpu_vision.py --profile), that thread spent 40% of a --decode dali run
+    receiving files, while the decode thread waited for input 58% of its time. Here the bytes are one
+    storage, one descriptor and one pinned copy; the files' ends are Python ints, pickled with it
+    (bench/vision_loader.py --case transfer measures the receiving on a CPU)."""
 
-    def __init__(self, flat: torch.Tensor, ends: torch.Tensor):
-        self.flat, self.ends = flat, ends  # ends[i]: where file i ends in flat
-        self._bounds: list[int] | None = None
+    def __init__(self, flat: torch.Tensor, ends: tuple[int, ...]):
+        self.flat, self.ends = flat, tuple(ends)  # ends[i]: where file i ends in flat
+        self.starts = (0, *self.ends[:-1])
 
     @classmethod
-    def of(cls, files: list[torch.Tensor]) -> EncodedFiles:
-        ends = torch.tensor([len(f) for f in files], dtype=torch.int64).cumsum(0)
-        flat = torch.cat(files) if files else torch.empty(0, dtype=torch.uint8)
+    def of(cls, files: Sequence[torch.Tensor]) -> EncodedFiles:
+        """The files' bytes (1-D uint8 tensors) copied one after another; in a loader process straight
+        into shared memory, as torch's default_collate does, which the pickling then shares as is."""
+        for i, f in enumerate(files):
+            if f.dim() != 1 or f.dtype != torch.uint8:
+                raise ValueError(f"file {i} is a {f.dtype} tensor of shape {tuple(f.shape)}, not 1-D uint8 bytes")
+        ends = tuple(itertools.accumulate(len(f) for f in files))
+        flat = torch.empty(ends[-1] if ends else 0, dtype=torch.uint8)
+        if get_worker_info() is not None:
+            flat.share_memory_()
+        if files:
+            torch.cat(list(files), out=flat)
         return cls(flat, ends)
-
-    def bounds(self) -> list[int]:
-        if self._bounds is None:
-            self._bounds = [0, *self.ends.tolist()]
-        return self._bounds
 
     def __len__(self) -> int:
         return len(self.ends)
 
-    def __getitem__(self, i: int) -> torch.Tensor:
-        bounds = self.bounds()
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = operator.index(i)
         if not -len(self) <= i < len(self):
             raise IndexError(f"file {i} of {len(self)}")
         i %= len(self)
-        return self.flat[bounds[i]:bounds[i + 1]]
+        return self.flat[self.starts[i]:self.ends[i]]
 
     def __iter__(self):
-        bounds = self.bounds()
-        return (self.flat[a:b] for a, b in zip(bounds, bounds[1:]))
+        return (self.flat[a:b] for a, b in zip(self.starts, self.ends))
 
     def pin_memory(self) -> EncodedFiles:
         """For the DataLoader's pin thread: the bytes in one pinned copy."""
         return EncodedFiles(self.flat.pin_memory(), self.ends)
-
-    def __getstate__(self):
-        return {"flat": self.flat, "ends": self.ends}
-
-    def __setstate__(self, state) -> None:
-        self.__init__(state["flat"], state["ends"])
 
 
 PNG_END = b"IEND\xaeB`\x82"  # the IEND chunk's type and CRC: a PNG's last 8 bytes

@@ -66,15 +66,17 @@ def test_the_loader_reads_bytes_and_draws_the_cpu_paths_crop_and_the_gpu_side_ap
 
 
 def test_a_micro_batch_of_files_crosses_from_a_loader_process_as_one_tensor(image_folder):
-    """EncodedFiles: one storage (one descriptor, one pinned copy) per micro-batch, not one per file;
-    each file still reads back as its own bytes, in order, by index and by iteration."""
+    """EncodedFiles: one storage (one descriptor, one pinned copy) per micro-batch, not one per file,
+    made in the loader process's shared memory; each file still reads back as its own bytes, in
+    order, by index, slice and iteration; a tensor that is not bytes is refused."""
     from torch.utils.data import DataLoader
 
     data = ImageDataConfig(source=str(image_folder), image_size=16, decode="nvjpeg")
     train, _, _ = vision_data.build_datasets(data, SyntheticImagesConfig(), seed=0)
-    loader = DataLoader(train, batch_size=5, num_workers=1, collate_fn=EncodedImages.collate,
-                        multiprocessing_context="fork")
-    files, labels, crops, names = next(iter(loader))
+    loader = DataLoader(train, batch_size=5, num_workers=1, collate_fn=_collate_saying_if_shared,
+                        multiprocessing_context="fork", timeout=120)
+    (files, labels, crops, names), made_shared = next(iter(loader))
+    assert made_shared  # in the loader process's shared memory, which pickling then shares as is
     assert isinstance(files, EncodedFiles) and len(files) == 5 == len(names)
     storages = {f.untyped_storage().data_ptr() for f in files}
     assert storages == {files.flat.untyped_storage().data_ptr()}  # views of the one tensor
@@ -84,8 +86,18 @@ def test_a_micro_batch_of_files_crosses_from_a_loader_process_as_one_tensor(imag
     assert bytes(files[-1].numpy()) == open(train.samples[4][0], "rb").read()
     with pytest.raises(IndexError):
         files[5]
+    assert [bytes(f.numpy()) for f in files[1:4:2]] == [bytes(files[1].numpy()), bytes(files[3].numpy())]
     empty = EncodedFiles.of([])
-    assert len(empty) == 0 and list(empty) == []
+    assert len(empty) == 0 and list(empty) == [] and not EncodedFiles.of([torch.zeros(3, dtype=torch.uint8)]).flat.is_shared()
+    with pytest.raises(ValueError, match="file 1 is a torch.uint8 tensor of shape \\(2, 2\\), not 1-D uint8"):
+        EncodedFiles.of([torch.zeros(3, dtype=torch.uint8), torch.zeros(2, 2, dtype=torch.uint8)])
+
+
+def _collate_saying_if_shared(batch):
+    """EncodedImages.collate, and whether its bytes were made in shared memory (asked in the loader
+    process, before pickling would move them there)."""
+    out = EncodedImages.collate(batch)
+    return out, out[0].flat.is_shared()
 
 
 def _image(path):

@@ -148,8 +148,10 @@ class EncodedImages(Dataset):
         crop = NO_CROP
         # The header only (PIL decodes lazily), for evaluation too: PIL refuses a decompression bomb
         # here (DecompressionBombError, an unreadable image), as on the CPU path; a GPU decoder would
-        # decode the whole of it, run out of memory and meet it again at every restart.
-        with Image.open(path) as header:
+        # decode the whole of it, run out of memory and meet it again at every restart. Read from the
+        # bytes already in hand: one open per file (a metadata round trip on FSx for Lustre), and the
+        # box is drawn on the very bytes the decoder gets, even if the file is replaced meanwhile.
+        with Image.open(io.BytesIO(data)) as header:
             if self.train:
                 top, left, height, width = import_torchvision().transforms.RandomResizedCrop.get_params(
                     header, SCALE, RATIO)

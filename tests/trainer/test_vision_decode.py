@@ -93,6 +93,31 @@ def test_a_micro_batch_of_files_crosses_from_a_loader_process_as_one_tensor(imag
         EncodedFiles.of([torch.zeros(3, dtype=torch.uint8), torch.zeros(2, 2, dtype=torch.uint8)])
 
 
+@pytest.mark.parametrize("train", [True, False])
+def test_the_loader_opens_each_file_once_and_draws_the_box_on_the_bytes_it_hands_over(image_folder, monkeypatch,
+                                                                                    train):
+    """One open per file (each a metadata round trip on FSx for Lustre), not a second for the header;
+    so a file replaced between two reads cannot give a box drawn on other bytes than those decoded."""
+    import builtins
+
+    data = ImageDataConfig(source=str(image_folder), image_size=16, decode="nvjpeg")
+    train_set, val_set, _ = vision_data.build_datasets(data, SyntheticImagesConfig(), seed=0)
+    dataset = train_set if train else val_set
+    path = dataset.samples[0][0]
+    opened = []
+    real_open = builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    encoded, _, crop, _ = dataset[0]
+    monkeypatch.undo()
+    assert opened.count(str(path)) == 1, opened
+    assert bytes(encoded.numpy()) == open(path, "rb").read() and (crop[2] > 0) == train
+
+
 def _collate_saying_if_shared(batch):
     """EncodedImages.collate, and whether its bytes were made in shared memory (asked in the loader
     process, before pickling would move them there)."""

@@ -149,17 +149,24 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
     metrics = VisionMetrics(job.metrics, rt, global_batch // rt.world_size)
     nonfinite = NonFiniteSteps(rt, job.optimizer.max_nonfinite_steps, optimizer)
 
+    def start_reading(epoch: int, images_done: int):
+        """Epoch `epoch`'s micro-batches from image `images_done` of its order: the loader processes
+        start reading now (as many micro-batches ahead as they hold)."""
+        sampler.set_position(epoch, images_done)
+        unreadable.reading(epoch)
+        return iter(loader)
+
     stopped = False
     last = None
     micro_batches = None
+    batches = start_reading(progress.epoch, progress.epoch_images_done) if progress.epoch < job.epochs else None
     try:
         for epoch in range(progress.epoch, job.epochs):
-            sampler.set_position(epoch, progress.epoch_images_done if epoch == progress.epoch else 0)
             progress.epoch, progress.epoch_images_done = epoch, sampler.start
             steps_left = sampler.steps()
             metrics.epoch_start(epoch)
-            unreadable.epoch_start()
-            micro_batches = model_inputs(iter(loader), to_input, rt.device)
+            unreadable.epoch_start(epoch)
+            micro_batches = model_inputs(batches, to_input, rt.device)
             for i in range(steps_left):
                 lr = image_learning_rate(job.optimizer, job.epochs, global_batch, progress.images_seen, epoch_images)
                 for group in optimizer.param_groups:
@@ -191,6 +198,10 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
             if stopped:
                 break
             metrics.train_done()
+            # The next epoch's loader processes read while this one evaluates and saves: its first
+            # step does not wait for them to fill (a whole micro-batch per process, a second or more
+            # on a GPU node, where an ImageNet epoch over many GPUs is a few hundred steps or fewer).
+            batches = start_reading(epoch + 1, 0) if epoch + 1 < job.epochs else None
             last = metrics.epoch_done(step, epoch, evaluate(model, evaluation, to_input, rt))
             unreadable.check()
             progress.epoch, progress.epoch_images_done = epoch + 1, 0

@@ -161,9 +161,9 @@ class ElasticSampler(DistributedSampler):
 
 
 class SeededAugmentation(Dataset):
-    """The training set read by (epoch, index) keys: each image is loaded and augmented under the
-    process's CPU generator seeded by (seed, epoch, index), and the generator's state is restored
-    after, so the training process's own random draws (dropout) do not depend on the images."""
+    """The training set (Substitutes) read by (epoch, index) keys: each image is loaded and augmented
+    under the process's CPU generator seeded by (seed, epoch, index), and the generator's state is
+    restored after, so the training process's own random draws (dropout) do not depend on the images."""
 
     def __init__(self, dataset: Dataset, seed: int):
         self.dataset, self.seed = dataset, seed
@@ -176,7 +176,7 @@ class SeededAugmentation(Dataset):
         with torch.random.fork_rng(devices=[]):
             torch.random.default_generator.manual_seed(
                 ((self.seed * 1_000_003 + epoch) * 1_000_000_007 + index) % 2**63)
-            return self.dataset[index]
+            return self.dataset[key]  # Substitutes: the epoch is the one a bad file counts in
 
 
 # Files tried for one image before its error is raised: that many unreadable in a row is no longer
@@ -195,26 +195,40 @@ def unreadable_errors() -> tuple[type[BaseException], ...]:
 
 class UnreadableImages:
     """The images of this rank's epoch that could not be read, counted in shared memory by all its
-    loader processes, against --max-bad-images: check() raises once they are more."""
+    loader processes, against --max-bad-images: check() raises once they are more.
+
+    An epoch's count holds its training images and its evaluation's. The next epoch's loader
+    processes start reading while this one evaluates (trainer.vision), so each read is counted in
+    the epoch it is for: a training read passes its epoch (the sampler's key), anything else (the
+    evaluation's loader, a GPU decoder in the training process) counts in the epoch the training
+    process is in. Two epochs are open at most, so two counters, by the epoch's parity."""
 
     def __init__(self, limit: int):
         self.limit = limit
-        self.count = multiprocessing.Value("q", 0)
-        self.at_epoch_start = 0
+        self.counts = multiprocessing.Array("q", 2)
+        self.epoch = multiprocessing.Value("q", 0)  # the epoch the training process trains or evaluates
 
-    def epoch_start(self) -> None:
-        self.at_epoch_start = self.count.value
+    def reading(self, epoch: int) -> None:
+        """Epoch `epoch`'s loader is about to read its first image: its count starts at 0 (the
+        counter last held epoch - 2's, which is over)."""
+        self.counts[epoch % 2] = 0
 
-    def met(self, name: str, error: BaseException, instead: str) -> None:
+    def epoch_start(self, epoch: int) -> None:
+        """The training process trains epoch `epoch` from here, then evaluates it."""
+        self.epoch.value = epoch
+
+    def met(self, name: str, error: BaseException, instead: str, *, epoch: int | None = None) -> None:
         """Count one unreadable image and name it on stderr with the reason and what takes its place
-        (the loader's Substitutes and the GPU decoders' vision_decode.stand_ins both report here)."""
-        with self.count.get_lock():
-            self.count.value += 1
+        (the loader's Substitutes and the GPU decoders' vision_decode.stand_ins both report here).
+        `epoch`: the epoch the image was read for, where the reader knows it (the training loader)."""
+        slot = (self.epoch.value if epoch is None else epoch) % 2
+        with self.counts.get_lock():
+            self.counts[slot] += 1
         print(f"warning: cannot read {name} ({type(error).__name__}: {error}); {instead} is used in its place "
               "(--max-bad-images)", file=sys.stderr, flush=True)
 
     def this_epoch(self) -> int:
-        return self.count.value - self.at_epoch_start
+        return self.counts[self.epoch.value % 2]
 
     def check(self) -> None:
         if self.this_epoch() > self.limit:
@@ -241,7 +255,10 @@ class Substitutes(Dataset):
         samples = getattr(self.dataset, "samples", None)
         return str(samples[index][0]) if samples is not None else f"image {index}"
 
-    def __getitem__(self, index: int):
+    def __getitem__(self, key: int | tuple[int, int]):
+        """`key`: an index, or the training loader's (epoch, index) (SeededAugmentation), whose
+        epoch a bad file is counted in."""
+        epoch, index = key if isinstance(key, tuple) else (None, key)
         errors = unreadable_errors()
         draws = torch.random.get_rng_state()  # the replacement draws the crop the bad image would have
         for attempt in range(IN_A_ROW - 1):
@@ -250,7 +267,7 @@ class Substitutes(Dataset):
                 return self.dataset[i]
             except errors as error:
                 torch.random.set_rng_state(draws)
-                self.unreadable.met(self.name(i), error, "the next image")
+                self.unreadable.met(self.name(i), error, "the next image", epoch=epoch)
         return self.dataset[(index + IN_A_ROW - 1) % len(self.dataset)]  # its error is raised
 
 

@@ -200,7 +200,8 @@ def test_an_unreadable_image_is_replaced_by_the_next_counted_and_named(tmp_path,
     unreadable = vision_data.UnreadableImages(limit=3)
     sampler = ElasticSampler(train, num_replicas=1, rank=0, global_batch=4, seed=0)
     sampler.set_position(0, 0)
-    unreadable.epoch_start()
+    unreadable.reading(0)
+    unreadable.epoch_start(0)
     loader = vision_data.train_loader(train, sampler, data, batch_size=4, seed=0, rank=0, pin=False,
                                       unreadable=unreadable)
     labels = torch.cat([batch[1] for batch in loader])
@@ -221,8 +222,41 @@ def test_an_unreadable_image_is_replaced_by_the_next_counted_and_named(tmp_path,
                                          r"more than the 3 allowed"):
         unreadable.met("f.jpg", OSError("broken"), "the next image")
         unreadable.check()
-    unreadable.epoch_start()  # a new epoch counts afresh
+    unreadable.reading(1)  # a new epoch counts afresh
+    unreadable.epoch_start(1)
     assert unreadable.this_epoch() == 0
+
+
+def test_the_next_epochs_reads_during_this_ones_evaluation_count_in_the_next_epoch(tmp_path, capfd):
+    """trainer.vision starts the next epoch's loader processes before it evaluates: what they meet
+    belongs to the next epoch's count, what the evaluation meets to this one's, and neither is
+    lost or counted twice."""
+    bad = _folder_with_bad_files(tmp_path)
+    data = ImageDataConfig(source=str(tmp_path), image_size=16, workers=2)
+    train, val, _ = build_datasets(data, SyntheticImagesConfig(), seed=0)
+    unreadable = vision_data.UnreadableImages(limit=3)
+    sampler = ElasticSampler(train, num_replicas=1, rank=0, global_batch=4, seed=0)
+    loader = vision_data.train_loader(train, sampler, data, batch_size=4, seed=0, rank=0, pin=False,
+                                      unreadable=unreadable)
+    sampler.set_position(0, 0)
+    unreadable.reading(0)
+    unreadable.epoch_start(0)
+    assert len(list(loader)) == 3 and unreadable.this_epoch() == 3
+
+    sampler.set_position(1, 0)  # epoch 1's loader reads all of it while epoch 0 evaluates
+    unreadable.reading(1)
+    epoch_1 = iter(loader)
+    assert len([next(epoch_1) for _ in range(3)]) == 3
+    assert unreadable.this_epoch() == 3  # epoch 0's, as it was
+    unreadable.met("val/b/1.jpg", OSError("broken"), "the next image")  # its evaluation's
+    assert unreadable.this_epoch() == 4
+    with pytest.raises(UsageError, match="^--max-bad-images: 4 images of this epoch"):
+        unreadable.check()
+    unreadable.epoch_start(1)
+    assert unreadable.this_epoch() == 3  # epoch 1's three, read before it started
+    unreadable.check()
+    assert capfd.readouterr().err.count("warning: cannot read") == 3 + 3 + 1
+    assert len(bad) == 3
 
 
 def test_a_folder_that_cannot_be_read_at_all_raises_the_error_not_a_substitute(tmp_path):

@@ -19,6 +19,11 @@ One script, one run, about 250 s on a single H200 with 16 CPU cores (--budget-s 
    4:4:4) in micro-batches of 256: nvImageCodec (trainer/vision_decode.py CodecImages) at
    --hw-decoder-load 0.9 (the GPU's hardware JPEG decoder takes most) and 0 (CUDA only), and DALI
    (trainer/vision_dali.py) at 0.9: the decoders' own rates, to be scaled to another GPU on paper.
+   DALI also decodes the box alone ("regions": fn.decoders.image_slice, where the trainer decodes
+   the whole image and crops it), and both again over a 4:2:0 copy of the JPEGs (q90, what
+   `trainer.data imagenet --reencode` writes): nvImageCodec 0.9.0 refuses a region of a 4:2:0 JPEG
+   on its nvJPEG decoders and the CPU decodes it (trainer/vision_dali.py's docstring), which the
+   "regions 4:2:0" row shows as a rate.
 4. Trainer: `python -m trainer.vision --model resnet50` (a process per run, batch 256 at 224, bf16,
    `--workers` loader processes) on an ImageFolder of those JPEGs hard-linked to `--epoch-images`
    names (bench/vision_runs.py), once per entry of `--decoders`; images/s and the data-wait
@@ -46,7 +51,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -101,12 +106,13 @@ def gpu_rate(device: torch.device, *, batch: int, size: int, steps: int, warmup:
 
 
 def decode_rate(samples: list[tuple[str, int]], device: torch.device, run: Run, *, size: int, batch: int,
-                images: int, threads: int) -> dict:
+                images: int, threads: int, regions: bool = False) -> dict:
     """Images/s of trainer.vision's input for `run` alone, CodecImages (nvimgcodec) or DaliImages
     (dali): the crop box decoded, resized, flipped, normalised on `device`, over `samples` cycled,
     in micro-batches of `batch`. The loader's part (file bytes, crop boxes) is done before the
     clock starts, and one warm-up batch is left out. `decode_call_share`: the part of the host's
-    time inside the decoder's own call (nvImageCodec's decode, DALI's run); the rest is ours."""
+    time inside the decoder's own call (nvImageCodec's decode, DALI's run); the rest is ours.
+    `regions`: DALI decodes each box alone (DaliImages(regions=True))."""
     from trainer.vision_decode import EncodedImages, device_input
 
     dataset = EncodedImages(samples, [], train=True)
@@ -116,6 +122,8 @@ def decode_rate(samples: list[tuple[str, int]], device: torch.device, run: Run, 
     data = ImageDataConfig(source="files", image_size=size, workers=threads, decode=run.decode,
                            hw_decoder_load=run.hw_decoder_load)
     to_input = device_input(data, device)
+    if regions:
+        to_input.regions = True  # before the warm-up builds its pipeline
     to_input(*batches[0])
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     sync()
@@ -260,6 +268,8 @@ def main(argv=None) -> int:
         like = write_jpegs(root, unique, sizes=imagenet_sizes(unique), encoding=IMAGENET_ENCODING, processes=processes,
                            split="imagenet-like")
         sources = sorted(like.rglob("*.jpg"))
+        subsampled = write_jpegs(root, unique, sizes=imagenet_sizes(unique), encoding=(90, 2, IMAGENET_ENCODING[2]),
+                                 processes=processes, split="imagenet-like-420")
         data = linked_folder(sources, root / "linked", train=epoch_images, val=val_images, classes=classes)
         mean_kb = sum(f.stat().st_size for f in sources) / len(sources) / 1e3
 
@@ -272,8 +282,9 @@ def main(argv=None) -> int:
         print(f"Loader: {loader:,.0f} images/s with {workers} workers ({loader / workers:,.0f} per worker), "
               f"{args.loader_path} path, 500x375 JPEGs", flush=True)
 
-        decode_only = decode_only_rates(sources, device, gpu, size=size, batch=decode_batch, images=decode_images,
-                                        threads=workers, mean_kb=mean_kb)
+        decode_only = decode_only_rates({False: sources, True: sorted(subsampled.rglob("*.jpg"))}, device, gpu,
+                                        size=size, batch=decode_batch, images=decode_images, threads=workers,
+                                        mean_kb=mean_kb)
         if cuda:  # the trainer processes get the GPU's memory; this process keeps only its context
             gc.collect()  # the decoders' device buffers go with their objects
             torch.cuda.empty_cache()
@@ -322,39 +333,55 @@ def main(argv=None) -> int:
     return 1 if failed else 0
 
 
-DECODE_ONLY = (Run("nvimgcodec", 0.9), Run("nvimgcodec", 0.0), Run("dali", 0.9))
+@dataclass(frozen=True)
+class DecodeCase:
+    """One decode-only measurement: `run`'s decoder; for DALI, `regions` decodes each box alone
+    (DaliImages(regions=True)); `subsampled` reads the 4:2:0 copy of the JPEGs."""
+    run: Run
+    regions: bool = False
+    subsampled: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.run.name + (" regions" if self.regions else "") + (" 4:2:0" if self.subsampled else "")
+
+
+DECODE_ONLY = (DecodeCase(Run("nvimgcodec", 0.9)), DecodeCase(Run("nvimgcodec", 0.0)), DecodeCase(Run("dali", 0.9)),
+               DecodeCase(Run("dali", 0.9), regions=True), DecodeCase(Run("dali", 0.9), subsampled=True),
+               DecodeCase(Run("dali", 0.9), regions=True, subsampled=True))
 OWN_CALL = {"nvimgcodec": "nvImageCodec's decode call", "dali": "DALI's run"}
 
 
-def decode_only_rates(sources: list[Path], device: torch.device, gpu: float, *, size: int, batch: int, images: int,
-                      threads: int, mean_kb: float) -> dict:
-    """decode_rate for nvImageCodec at --hw-decoder-load 0.9 and 0 and for DALI, printed; a decoder
-    that cannot run here is reported with the reason (a missing package or library), the rest of
-    the script goes on."""
+def decode_only_rates(sources: dict[bool, list[Path]], device: torch.device, gpu: float, *, size: int, batch: int,
+                      images: int, threads: int, mean_kb: float) -> dict:
+    """decode_rate for each of DECODE_ONLY, printed; `sources`: the JPEGs, by whether they are the
+    4:2:0 copy. A decoder that cannot run here is reported with the reason (a missing package or
+    library), the rest of the script goes on."""
     from trainer.cli import UsageError
 
-    samples = [(str(f), 0) for f in sources]
+    samples = {kind: [(str(f), 0) for f in files] for kind, files in sources.items()}
     out = {"batch": batch, "images": images, "image_size": size, "runs": []}
     print(f"Decode only: trainer.vision's GPU decoders (the crop box decoded, resized to {size}, flipped, "
           f"normalised; no model), {batch}-image batches of ImageNet-like JPEGs ({mean_kb:.0f} KB mean):", flush=True)
-    for decoder in DECODE_ONLY:
-        run = {"run": decoder.name, "hw_decoder_load": decoder.hw_decoder_load}
+    for case in DECODE_ONLY:
+        decoder = case.run
+        run = {"run": case.name, "hw_decoder_load": decoder.hw_decoder_load}
         why = run_unavailable(decoder, "files", device.type == "cuda")
         if why:
             run["why"] = f"{why} (bench/gpu_checks.sh names the wheels)"
         else:
             try:
-                run.update(decode_rate(samples, device, decoder, size=size, batch=batch, images=images,
-                                       threads=threads))
+                run.update(decode_rate(samples[case.subsampled], device, decoder, size=size, batch=batch,
+                                       images=images, threads=threads, regions=case.regions))
                 run["over_gpu"] = round(run["images_per_s"] / gpu, 3)
             except UsageError as refusal:  # the probe: no nvJPEG library for the GPU
                 run["why"], run["failed"] = str(refusal), True
             except Exception as err:  # noqa: BLE001 (the trainer runs still tell what they can)
                 run["why"], run["failed"] = f"{type(err).__name__}: {err}"[:300], True
         if "why" in run:
-            print(f"  {decoder.name}: not measured: {run['why']}", flush=True)
+            print(f"  {case.name}: not measured: {run['why']}", flush=True)
         else:
-            print(f"  {decoder.name}: {run['images_per_s']:,.0f} images/s, x{run['over_gpu']:.3f} of the GPU's "
+            print(f"  {case.name}: {run['images_per_s']:,.0f} images/s, x{run['over_gpu']:.3f} of the GPU's "
                   f"training rate ({run['decoder_line']}); the host alone {run['host_images_per_s']:,.0f} "
                   f"images/s, {run['decode_call_share']:.0%} of it in {OWN_CALL[decoder.decode]}", flush=True)
         out["runs"].append(run)

@@ -5,9 +5,21 @@ The other GPU decoders (trainer/vision_decode.py) spend the host's time per imag
 nvImageCodec's decode ran at 3,821 images/s with 262 µs of host work an image, 118 µs of it this
 trainer's Python (bench/RESULTS.md). DALI's graph takes the micro-batch's bytes and boxes as whole
 batches (fn.external_source) and does the rest without returning to Python: the decode of each
-crop box (fn.decoders.image_slice: a region of interest, with --hw-decoder-load of the batch
-offered to the GPU's hardware JPEG decoder), the antialiased resize to the training size and the
-flip. It is what NVIDIA's ResNet-50 training examples feed the GPU with.
+image (fn.decoders.image, with --hw-decoder-load of the batch offered to the GPU's hardware JPEG
+decoder), the crop of its box, the antialiased resize to the training size and the flip. It is
+what NVIDIA's ResNet-50 training examples feed the GPU with.
+
+Each training image is decoded whole and then cropped, not decoded as a region of interest
+(fn.decoders.image_slice). DALI 2.4.0 decodes through nvImageCodec 0.9.0, whose nvJPEG decoders, the
+hardware one and the CUDA one, refuse a region of a chroma-subsampled JPEG (4:2:0, 4:2:2: what
+`trainer.data imagenet --reencode` writes) when the chroma is upsampled as libjpeg-turbo does it
+(below) and nvJPEG is older than 13.2 (the CUDA 12 wheels' is 12.x): nvImageCodec at commit b8eeb98
+("v0.9.0 release"), extensions/nvjpeg/hw_decoder.cpp lines 1112-1119 and cuda_decoder.cpp lines
+519-525, with the version rule in nvjpeg_utils.h. Such a box then went to the next backend, the
+CPU's libjpeg-turbo, silently: a whole micro-batch of re-encoded ImageNet decoded on the host. A whole
+image meets no such rule. (vision_decode.CodecImages's probe is a 4:2:0 JPEG, so nvImageCodec there
+decodes whole images for the same reason.) `regions=True` decodes the boxes alone, for a benchmark
+on files where the rule does not apply (4:4:4).
 
 The loader processes still read the files and draw every box and flip (vision_decode.EncodedImages):
 an image gets the same box whichever decoder runs, and a resumed run the same micro-batches.
@@ -70,8 +82,8 @@ class DaliImages:
     decodes = True  # in the training process: model_inputs makes its inputs ahead, in a thread
 
     def __init__(self, device: torch.device, image_size: int, *, hw_decoder_load: float, threads: int,
-                 unreadable: UnreadableImages | None = None):
-        self.dali = import_dali()
+                 unreadable: UnreadableImages | None = None, regions: bool = False):
+        self.dali, self.regions = import_dali(), regions
         device = indexed(device)  # DALI takes a device number
         self.device, self.size, self.load, self.threads = device, image_size, hw_decoder_load, threads
         self.unreadable, self.cuda = unreadable, device.type == "cuda"
@@ -123,8 +135,12 @@ class DaliImages:
                 anchor = fn.external_source(name="anchor", dtype=types.INT32)  # (left, top)
                 shape = fn.external_source(name="shape", dtype=types.INT32)  # (width, height)
                 mirror = fn.external_source(name="mirror", dtype=types.INT32)
-                image = fn.decoders.image_slice(encoded, anchor, shape, normalized_anchor=False,
-                                                normalized_shape=False, **decoder)
+                if self.regions:  # the box alone (module docstring: not on a GPU for subsampled chroma)
+                    image = fn.decoders.image_slice(encoded, anchor, shape, normalized_anchor=False,
+                                                    normalized_shape=False, **decoder)
+                else:
+                    image = fn.slice(fn.decoders.image(encoded, **decoder), anchor, shape, normalized_anchor=False,
+                                     normalized_shape=False)
                 image = fn.resize(image, resize_x=self.size, resize_y=self.size, antialias=True)
                 # No mean or std: uint8 in, uint8 out, flipped where mirror is 1, planar like a torch image.
                 out = fn.crop_mirror_normalize(image, mirror=mirror, dtype=types.UINT8, output_layout="CHW")

@@ -444,7 +444,10 @@ class CodecImages:
         """Decode a small JPEG here before training: an error in one line where the decoder would
         not decode on this GPU (nvImageCodec without its nvJPEG library falls back to nothing, or
         to the CPU, unseen). Then what the hardware decoder alone decodes: "crop boxes", "whole
-        images" (it cannot decode a region), or "" (nothing: no such engine, or load 0)."""
+        images" (it refuses a region), or "" (nothing: no such engine, or load 0). The probe is
+        4:2:0, and with chroma upsampled as libjpeg-turbo does it nvImageCodec 0.9.0 refuses a region
+        of such a JPEG under nvJPEG 13.2, on its CUDA decoder too (trainer/vision_dali.py's module
+        docstring has the source): the CUDA 12 wheels' nvJPEG gives "whole images"."""
         n = self.n
         data = probe_jpeg()
         image = self.decoder.decode(n.CodeStream(data), params=self.params)

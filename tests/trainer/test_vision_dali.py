@@ -25,9 +25,11 @@ CPU = torch.device("cpu")
 BOXES = [[5, 7, 40, 50, 0], [0, 0, 75, 100, 1], [30, 61, 45, 39, 1], [10, 20, 8, 9, 0]]
 
 
-@pytest.fixture(scope="module")
-def dali():
-    return DaliImages(CPU, 32, hw_decoder_load=0.9, threads=1)
+@pytest.fixture(scope="module", params=[False, True], ids=["whole-then-crop", "regions"])
+def dali(request):
+    """Both training graphs: the image decoded whole and cropped (the trainer's), and the box
+    decoded alone (regions=True, a benchmark's)."""
+    return DaliImages(CPU, 32, hw_decoder_load=0.9, threads=1, regions=request.param)
 
 
 def _smooth(**save) -> bytes:
@@ -147,7 +149,8 @@ def test_a_file_dali_cannot_decode_is_decoded_again_by_nvimgcodec_which_stands_i
         uncounted([files[0], bad], torch.tensor([0, 1]), crops[:2], ["a.jpg", "b.jpg"])
 
 
-def test_an_error_that_is_not_a_bad_file_is_raised_not_decoded_again(capsys):
+@pytest.mark.parametrize("regions, operator", [(False, "fn.slice"), (True, "decoders.image_slice")])
+def test_an_error_that_is_not_a_bad_file_is_raised_not_decoded_again(capsys, regions, operator):
     """DALI names its operator in every error it raises, a decoder's too. Only its "Failed to
     decode sample" is a bad file: a box outside its image (this code's bug, as a wrong input would
     be) is raised, not hidden by nvImageCodec decoding the micro-batch instead, and nothing is
@@ -155,9 +158,9 @@ def test_an_error_that_is_not_a_bad_file_is_raised_not_decoded_again(capsys):
     from trainer.vision_data import UnreadableImages
 
     unreadable = UnreadableImages(limit=5)
-    dali = DaliImages(CPU, 16, hw_decoder_load=0.9, threads=1, unreadable=unreadable)
+    dali = DaliImages(CPU, 16, hw_decoder_load=0.9, threads=1, unreadable=unreadable, regions=regions)
     data = _bytes(_smooth(quality=90))  # 100 x 75
-    with pytest.raises(RuntimeError, match="decoders.image_slice") as raised:
+    with pytest.raises(RuntimeError, match=operator) as raised:
         dali([data, data], torch.tensor([0, 1]), torch.tensor([BOXES[0], [60, 0, 40, 50, 0]]), ["a.jpg", "b.jpg"])
     assert "Failed to decode sample" not in str(raised.value)
     assert "warning" not in capsys.readouterr().err and unreadable.this_epoch() == 0

@@ -82,3 +82,28 @@ def test_a_micro_batch_with_a_file_dali_cannot_decode_still_comes_out(dali):
     assert images.shape == (3, 3, 32, 32) and bool(torch.isfinite(images).all())
     print(f"dali: a broken Huffman table was {'stood in for' if unreadable.this_epoch() else 'decoded'}")
     assert got.tolist() == ([0, 2, 2] if unreadable.this_epoch() == 1 else [0, 1, 2])
+
+
+# What nvImageCodec 0.9.0's nvJPEG decoders log as they refuse a region of a chroma-subsampled JPEG
+# with fancy upsampling under nvJPEG 13.2 (extensions/nvjpeg/hw_decoder.cpp, cuda_decoder.cpp at
+# commit b8eeb98); the next backend is the CPU's libjpeg-turbo.
+REFUSED_REGION = "ROI decode with fancy upsampling"
+
+
+def test_a_subsampled_jpegs_box_is_decoded_on_the_gpu_not_handed_to_the_cpu(dali, capfd):
+    """The trainer's graph decodes a 4:2:0 image whole on the GPU and crops it: nvImageCodec says
+    nothing of a refused region. The control, the box decoded alone (regions=True), prints whether
+    this GPU's nvJPEG refused it, as the source says it does below nvJPEG 13.2."""
+    data = [torch.frombuffer(bytearray(_encoded(quality=q)), dtype=torch.uint8) for q in (70, 80, 90)]
+    crops = [list(b) for b in BOXES]
+    got = _raw(dali, data, crops)
+    torch.cuda.synchronize()
+    assert got.shape == (3, 3, 32, 32)
+    assert REFUSED_REGION not in capfd.readouterr().err
+    regions = DaliImages(dali.device, 32, hw_decoder_load=0.9, threads=2, regions=True)
+    _raw(regions, data, crops)
+    torch.cuda.synchronize()
+    refused = REFUSED_REGION in capfd.readouterr().err
+    with capfd.disabled():
+        said = "nvImageCodec refused the regions (the CPU decoded them)" if refused else "no refusal printed"
+        print(f"dali regions=True on 4:2:0 boxes: {said}")

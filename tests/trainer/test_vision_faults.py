@@ -157,7 +157,8 @@ def test_sigterm_with_a_gpu_decoder_stops_its_thread_saves_and_the_next_run_resu
     """With a GPU decoder (here nvImageCodec's CPU backend, or DALI's CPU operators) the model's
     inputs are made in a thread beside the step loop (vision_decode.DecodeAhead) from the bytes that
     loader processes read. A preemption mid-epoch stops that thread, both ranks save the same step
-    and exit 143, and the next run resumes from it with the same decoder and finishes."""
+    and exit 143, and the next run resumes from it with the same decoder on one rank (the node
+    count changed: two micro-batches a step) at the image where the two stopped, and finishes."""
     args = ["--data", str(image_folder), "--image-size", "16", "--batch-size", "4", "--workers", "2",
             "--epochs", "3", "--lr", "0.2", "--warmup-epochs", "0", "--log-every", "1", "--checkpoint-dir",
             str(tmp_path), "--checkpoint-every", "1000", "--dist-timeout", "120", "--decode", decode]
@@ -170,7 +171,8 @@ def test_sigterm_with_a_gpu_decoder_stops_its_thread_saves_and_the_next_run_resu
     assert len(saved) == 2 and len(set(saved)) == 1, out[-3000:]  # both ranks, the same step
     step = int(saved[0])
     assert list_steps(tmp_path)[-1] == step
-    rc, out = run(torchrun_args("trainer.vision", args))
+    rc, out = run(torchrun_args("trainer.vision", args, nproc=1))
     assert rc == 0, out[-3000:]
     assert [int(s) for s in RESUMED.findall(out)] == [step]
-    assert summary(out)["steps"] == 18 and summary(out)["epochs_this_run"] == 2
+    assert starts(out) == [(1, 1, (step - 6) * 8, step)]  # world size 1, epoch 1, global images 8 a step
+    assert summary(out)["steps"] == 18 and summary(out)["epochs_this_run"] == 2 and summary(out)["world_size"] == 1

@@ -4,9 +4,11 @@
 is taken from training (on an H200, 0.11 ms of GPU per image against 0.21 ms
 of ResNet-50 training; bench/RESULTS.md). `nvimgcodec` is NVIDIA's nvImageCodec, which hands
 --hw-decoder-load of each batch to the GPU's hardware JPEG decoder where it has one (A100, H100:
-an engine beside the SMs) and the rest to CUDA, decodes only the crop box (a region of interest),
-and does all of it on a side stream that the training stream waits on; without a GPU it decodes on
-the CPU of the training process (a slow way to try the path, said in the log).
+an engine beside the SMs) and the rest to CUDA, decodes only the crop box (a region of interest)
+where its GPU backends decode a region of a 4:2:0 JPEG and whole images where they refuse one
+(CodecImages.probe), and does all of it on a side stream that the training stream waits on; a file
+none of them decodes goes to PIL on the CPU, said once. Without a GPU it decodes on the CPU of the
+training process (a slow way to try the path, said in the log).
 
 The loader processes do what needs no pixels: they read each file's bytes and its header (PIL
 opens a JPEG lazily: the size, no decode) and draw the random-resized crop and the flip from the
@@ -34,6 +36,7 @@ import math
 import operator
 import os
 import queue
+import sys
 import threading
 from collections.abc import Sequence
 
@@ -414,16 +417,17 @@ class CodecImages:
         self.params = n.DecodeParams(apply_exif_orientation=False, color_spec=n.SRGB, sample_format=n.P_RGB)
         self.cuda = device.type == "cuda"
         self.in_use: collections.deque = collections.deque()
-        # Decode the crop box alone (a region of interest), unless the hardware decoder can only
-        # decode whole images: then whole images, so that the engine still does the work.
+        # Decode the crop box alone (a region of interest) where every GPU backend that takes part
+        # decodes a region of the 4:2:0 probe; else whole images, on the GPU (probe's docstring).
         self.regions = True
+        self.said_pil = False  # PIL decoded a file nvImageCodec did not: said once
         if self.cuda:
             self.stream = torch.cuda.Stream(device)
             backends = [n.Backend(n.HW_GPU_ONLY, load_hint=hw_decoder_load), n.Backend(n.GPU_ONLY),
                         n.Backend(n.HYBRID_CPU_GPU)]
             self.decoder = n.Decoder(device_id=device.index, max_num_cpu_threads=threads, backends=backends)
             self.hardware = self.probe(hw_decoder_load)
-            self.regions = self.hardware != "whole images"
+            self.regions = self.hardware == "crop boxes" or (self.hardware == "" and self.cuda_decodes_regions())
         else:
             self.stream, self.hardware = None, ""
             self.decoder = n.Decoder(device_id=n.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=threads,
@@ -461,6 +465,16 @@ class CodecImages:
         if hardware.decode(box, params=self.params) is not None:
             return "crop boxes"
         return "whole images" if hardware.decode(n.CodeStream(data), params=self.params) is not None else ""
+
+    def cuda_decodes_regions(self) -> bool:
+        """Whether CUDA decodes a region of the 4:2:0 probe. Without it a training box of such a
+        JPEG would go to nvImageCodec's next backend, none here, and then to PIL on this CPU, one
+        file at a time: where the hardware decoder is not used (--hw-decoder-load 0, or a GPU
+        without one) and nvJPEG is older than 13.2 (probe's docstring)."""
+        n = self.n
+        cuda = n.Decoder(device_id=self.device.index, backends=[n.Backend(n.GPU_ONLY)])
+        box = n.CodeStream(probe_jpeg()).get_sub_code_stream(region=n.Region(8, 16, 40, 48))
+        return cuda.decode(box, params=self.params) is not None
 
     def __call__(self, encoded: Sequence[torch.Tensor], labels: torch.Tensor, crops: torch.Tensor,
                  names: list[str] | None = None):
@@ -502,10 +516,15 @@ class CodecImages:
         handle = self.stream.cuda_stream if self.cuda else 0
         decoded = self.decoder.decode(streams, params=self.params, cuda_stream=handle)
         images, relative = [], []
-        for data, box, image in zip(encoded, boxes, decoded):
+        for i, (data, box, image) in enumerate(zip(encoded, boxes, decoded)):
             if image is None:  # not a format it reads, or not decodable: PIL decodes the whole file, or says why not
                 images.append(by_pil_or_error(data, self.device))
                 relative.append(box)
+                if not self.said_pil and not isinstance(images[-1], BaseException):
+                    self.said_pil = True
+                    name = names[i] if names else f"image {i} of a micro-batch"
+                    print(f"note: nvImageCodec did not decode {name}; PIL decodes each such file whole on the CPU "
+                          "(said once)", file=sys.stderr, flush=True)
                 continue
             images.append(torch.from_dlpack(image) if self.cuda else torch.from_numpy(np.array(image)))
             relative.append([0, 0, *box[2:]] if box[2] > 0 and self.regions else box)  # the box is all that was decoded

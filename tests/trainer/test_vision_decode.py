@@ -196,6 +196,24 @@ def test_nvimgcodec_decodes_only_the_box_and_gives_the_pixels_pil_gives(codec, n
             assert tuple(decoded[0].shape) == ((3, box[2], box[3]) if cropped else (3, 75, 100)), (name, box)
 
 
+def test_a_file_nvimgcodec_does_not_decode_and_pil_does_is_said_once(codec, capsys, monkeypatch):
+    """A GIF: nvImageCodec has no decoder for it, PIL decodes it on the CPU. That is said, once a
+    run, naming the first such file, so a decode that leaves the GPU is never silent."""
+    import io
+
+    from PIL import Image
+    monkeypatch.setattr(codec, "said_pil", False)  # the module's decoder: as a run starts
+    gif = io.BytesIO()
+    Image.open(io.BytesIO(_variants()["PNG"])).convert("P").save(gif, format="GIF")
+    files = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in (gif.getvalue(), _variants()["PNG"])]
+    for _ in range(2):
+        out, _, order = codec.augmented(files, [list(NO_CROP)] * 2, ["train/c/a.gif", "train/c/b.png"])
+        assert out.shape == (2, 3, 32, 32) and order is None
+    err = capsys.readouterr().err
+    assert err.count("note: nvImageCodec did not decode") == 1, err
+    assert "note: nvImageCodec did not decode train/c/a.gif; PIL decodes each such file whole on the CPU" in err
+
+
 @pytest.mark.parametrize("name", list(_variants()))
 def test_a_file_cut_short_is_found_from_its_end_and_a_whole_one_passes(name):
     """What the loader checks for a GPU decoder, which decodes nothing itself: a JPEG or PNG cut

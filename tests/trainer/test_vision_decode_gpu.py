@@ -36,6 +36,23 @@ def test_it_decodes_on_the_gpu_and_says_which_decoder(codec):
     assert cuda_only.hardware == "" and "with CUDA" in cuda_only.describe()
 
 
+@pytest.mark.parametrize("load", [0.9, 0.0])
+def test_a_4_2_0_training_box_is_decoded_on_the_gpu_not_by_pil(codec, load, monkeypatch):
+    """With or without the hardware decoder, a box of a 4:2:0 JPEG comes from nvImageCodec on the
+    GPU: where a GPU backend refuses such a region (nvJPEG under 13.2), it decodes whole images.
+    Before, at load 0 each box went to PIL on the CPU, one file at a time, unsaid."""
+    import trainer.vision_decode as vision_decode
+
+    to_input = codec if load else CodecImages(codec.device, 32, hw_decoder_load=load, threads=2)
+    print(f"load {load}: hardware {to_input.hardware!r}, regions {to_input.regions}")
+    by_pil = []
+    monkeypatch.setattr(vision_decode, "by_pil_or_error", lambda *args: by_pil.append(args) or None)
+    data = torch.frombuffer(bytearray(_variants()["baseline 4:2:0"]), dtype=torch.uint8)
+    out, _, order = to_input.augmented([data] * 2, [list(BOXES[0]), list(BOXES[1])])
+    torch.cuda.synchronize()
+    assert by_pil == [] and order is None and out.shape == (2, 3, 32, 32) and out.device.type == "cuda"
+
+
 @pytest.mark.parametrize("name", list(_variants()))
 def test_its_pixels_are_the_cpu_paths_up_to_the_idct(codec, name):
     """nvJPEG's IDCT (and the hardware decoder's) differ from libjpeg-turbo's in the last levels:

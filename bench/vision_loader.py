@@ -1,7 +1,8 @@
 """trainer.vision's CPU input path: images/s per loader worker, in two cases, each measured in one run.
 
-    python bench/vision_loader.py [--case dtype|reduced|both|reencoded|encoded|transfer] [--images 256] [--rounds 3] [--workers 1]
-        [--short-side N]  (reencoded: the copy's bound; default the tool's)
+    python bench/vision_loader.py [--case dtype|reduced|both|reencoded|encoded|transfer|epoch-start] [--images 256]
+        [--rounds 3] [--workers 1] [--short-side N]  (reencoded: the copy's bound; default the tool's)
+        [--batch 64]  (epoch-start: the micro-batch)
 
 `dtype`: JPEGs of one size (500x375, quality 90), fp32 (before) against uint8:
 - fp32: PIL decode, RandomResizedCrop(224), flip, ToTensor and Normalize in the worker (the old path);
@@ -26,6 +27,16 @@ GPU is bench/gpu_vision.py's.
 `transfer` (not in `both`): the same loader side at the trainer's micro-batch of 256, each file's
 bytes a tensor of its own against one tensor for the micro-batch's files (vision_decode.EncodedFiles):
 what crossing from the loader processes costs the training process.
+`epoch-start` (not in `both`): trainer.vision's own loaders (build_datasets, ElasticSampler,
+train_loader, val_loader; CPU decode at 224, `--workers` processes each, micro-batches of `--batch`)
+at an epoch's boundary, in the two orders trainer.vision has had: the next epoch's loader started
+after the evaluation (before) and before it (now). Each round times the evaluation (a pass over the
+validation images) and the wait for the next epoch's first micro-batch in both orders, alternating
+which goes first; "to first batch" is the evaluation's start to that micro-batch, and "to all read"
+to the last of the micro-batches the loader processes read ahead (the train set is exactly those):
+the same CPU work in both orders. On this CPU the evaluation's and the early loader's processes
+share the cores, so the early reads lengthen the evaluation; on a GPU node the evaluation is
+mostly the GPU's work, and what the wait costs there is GPU time idle.
 `loader_rate` and `write_jpegs` serve bench/gpu_vision.py as well.
 """
 
@@ -300,15 +311,97 @@ def reencoded_case(root: Path, args) -> dict:
     return _by_shares(out, "original", "reencoded")
 
 
+def epoch_start_case(root: Path, args) -> dict:
+    """The wait for an epoch's first micro-batch with its loader started after the evaluation
+    against before it (module docstring)."""
+    from config.workloads.vision import ImageDataConfig, SyntheticImagesConfig
+    from trainer.vision_data import ElasticSampler, UnreadableImages, build_datasets, train_loader, val_loader
+
+    batch, workers = args.batch, args.workers
+    # The train set is the micro-batches the loader processes hold ahead (2 each): one epoch is
+    # what the early start reads, and nothing is left in flight when a round ends.
+    train_images, val_images = 2 * workers * batch, max(args.images, batch)
+    for split, count in (("train", train_images), ("val", val_images)):
+        write_jpegs(root / "data", count, sizes=imagenet_sizes(count), encoding=IMAGENET_ENCODING,
+                    processes=min(2, os.cpu_count() or 1), split=split)
+    data = ImageDataConfig(source=str(root / "data"), image_size=224, workers=workers)
+    train, val, _ = build_datasets(data, SyntheticImagesConfig(), seed=0)
+    unreadable = UnreadableImages(limit=0)
+    sampler = ElasticSampler(train, num_replicas=1, rank=0, global_batch=batch, seed=0)
+    loader = train_loader(train, sampler, data, batch_size=batch, seed=0, rank=0, pin=False, unreadable=unreadable)
+    evaluation = val_loader(val, data, batch_size=batch, rank=0, world_size=1, pin=False, unreadable=unreadable)
+    epochs = iter(range(10**6))
+
+    def evaluate() -> float:
+        start = time.perf_counter()
+        assert sum(len(labels) for _, labels in evaluation) == val_images
+        return time.perf_counter() - start
+
+    def start_reading():
+        epoch = next(epochs)
+        sampler.set_position(epoch, 0)
+        unreadable.reading(epoch)
+        return iter(loader)
+
+    def first_and_rest(batches) -> tuple[float, float, float]:
+        """(seconds to the first micro-batch, when it came, when the last came)."""
+        start = time.perf_counter()
+        next(batches)
+        came = time.perf_counter()
+        assert sum(1 for _ in batches) == 2 * workers - 1
+        return came - start, came, time.perf_counter()
+
+    def after() -> dict:  # the order before: evaluate, then start the next epoch's loader
+        start = time.perf_counter()
+        evaluated = evaluate()
+        waited, came, done = first_and_rest(start_reading())  # iter() is in the wait: it hands out the indices
+        return {"evaluation_s": evaluated, "wait_s": waited, "to_first_batch_s": came - start,
+                "to_all_read_s": done - start}
+
+    def before() -> dict:  # the order now: start the next epoch's loader, then evaluate
+        start = time.perf_counter()
+        batches = start_reading()
+        evaluated = evaluate()
+        waited, came, done = first_and_rest(batches)
+        return {"evaluation_s": evaluated, "wait_s": waited, "to_first_batch_s": came - start,
+                "to_all_read_s": done - start}
+
+    after(), before()  # the loader processes start (persistent), unmeasured
+    rounds = []
+    for r in range(args.rounds):
+        sides = (after, before) if r % 2 == 0 else (before, after)
+        got = {side.__name__: side() for side in sides}
+        rounds.append(got)
+        sides_said = (f"loader started {name} the evaluation: evaluation {v['evaluation_s']:.3f} s, wait "
+                      f"{v['wait_s']:.3f} s, all read {v['to_all_read_s']:.3f} s" for name, v in got.items())
+        print(f"round {r + 1}: " + "; ".join(sides_said), flush=True)
+    out: dict = {"batch": batch, "workers": workers, "train_images": train_images, "val_images": val_images,
+                 "jpeg": "IMAGENET_SIZES, q96 4:4:4"}
+    for name in ("after", "before"):
+        for key in ("evaluation_s", "wait_s", "to_first_batch_s", "to_all_read_s"):
+            out[f"{name}_{key}"] = round(statistics.median(r[name][key] for r in rounds), 4)
+    out["wait_after_over_before"] = round(statistics.median(r["after"]["wait_s"] / r["before"]["wait_s"]
+                                                            for r in rounds), 3)
+    out["to_first_batch_after_over_before"] = round(statistics.median(
+        r["after"]["to_first_batch_s"] / r["before"]["to_first_batch_s"] for r in rounds), 3)
+    out["to_all_read_after_over_before"] = round(statistics.median(
+        r["after"]["to_all_read_s"] / r["before"]["to_all_read_s"] for r in rounds), 3)
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--case", choices=("dtype", "reduced", "both", "reencoded", "encoded", "transfer"), default="both")
+    p.add_argument("--case", choices=("dtype", "reduced", "both", "reencoded", "encoded", "transfer", "epoch-start"),
+                   default="both")
     p.add_argument("--images", type=int, default=256, help="images read per measurement")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--workers", type=int, default=1, help="loader processes (1: images/s per worker core)")
     p.add_argument("--short-side", type=int, default=None,
                    help="reencoded: the copy's --short-side (default: trainer.data imagenet --reencode's)")
+    p.add_argument("--batch", type=int, default=64, help="epoch-start: the micro-batch (trainer.vision --batch-size)")
     args = p.parse_args(argv)
+    if args.case == "epoch-start" and (args.workers < 1 or args.batch < 1):
+        p.error("epoch-start: --workers and --batch must be at least 1 (the loader processes read ahead)")
     torch.set_num_threads(1)
     result = {"workers": args.workers, "images": args.images, "crop": 224, "cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="vision-loader-") as tmp:
@@ -322,6 +415,8 @@ def main(argv=None) -> int:
             result["encoded"] = encoded_case(Path(tmp), args)
         if args.case == "transfer":
             result["transfer"] = transfer_case(Path(tmp), args)
+        if args.case == "epoch-start":
+            result["epoch_start"] = epoch_start_case(Path(tmp), args)
     print(json.dumps(result))
     ratios = [v for case in result.values() if isinstance(case, dict)
               for v in [*case.values(), *(x for sub in case.values() if isinstance(sub, dict) for x in sub.values())]

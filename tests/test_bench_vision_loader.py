@@ -1,0 +1,42 @@
+"""bench/vision_loader.py --case epoch-start, tiny, on the CPU: it runs trainer.vision's own
+loaders in both orders and prints every figure (a benchmark: the figures are not judged here),
+and refuses what it cannot measure in one line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torchvision", reason="torchvision is a pinned dependency")
+
+from ops import proc  # noqa: E402
+
+SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "vision_loader.py"
+
+
+@pytest.mark.slow
+def test_epoch_start_times_the_boundary_in_both_orders():
+    p = proc.run([sys.executable, str(SCRIPT), "--case", "epoch-start", "--workers", "1", "--batch", "4",
+                  "--images", "8", "--rounds", "2"], timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])["epoch_start"]
+    assert (out["batch"], out["workers"], out["train_images"], out["val_images"]) == (4, 1, 8, 8)
+    for side in ("after", "before"):
+        for key in ("evaluation_s", "wait_s", "to_first_batch_s", "to_all_read_s"):
+            assert out[f"{side}_{key}"] > 0, (side, key)
+        # The boundary holds the evaluation and the wait, and the epoch's reads end after its first.
+        assert out[f"{side}_to_all_read_s"] >= out[f"{side}_to_first_batch_s"] >= out[f"{side}_evaluation_s"]
+    for ratio in ("wait", "to_first_batch", "to_all_read"):
+        assert out[f"{ratio}_after_over_before"] > 0, ratio
+    assert p.stdout.count("round ") == 2
+
+
+@pytest.mark.parametrize("flag", ["--workers", "--batch"])
+def test_epoch_start_refuses_no_loader_process_or_an_empty_micro_batch(flag):
+    p = proc.run([sys.executable, str(SCRIPT), "--case", "epoch-start", flag, "0"], timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.strip().splitlines()[-1].endswith(
+        "error: epoch-start: --workers and --batch must be at least 1 (the loader processes read ahead)")

@@ -13,7 +13,8 @@ Each training image is decoded whole and then cropped, not decoded as a region o
 (fn.decoders.image_slice). DALI 2.4.0 decodes through nvImageCodec 0.9.0, whose nvJPEG decoders, the
 hardware one and the CUDA one, refuse a region of a chroma-subsampled JPEG (4:2:0, 4:2:2: what
 `trainer.data imagenet --reencode` writes) when the chroma is upsampled as libjpeg-turbo does it
-(below) and nvJPEG is older than 13.2 (the CUDA 12 wheels' is 12.x): nvImageCodec at commit b8eeb98
+(below) and nvJPEG is older than 13.2 (the CUDA 12 wheels' is 12.x): nvImageCodec at commit b8eeb98 of
+fork-the-planet/NVIDIA___nvImageCodec
 ("v0.9.0 release"), extensions/nvjpeg/hw_decoder.cpp lines 1112-1119 and cuda_decoder.cpp lines
 519-525, with the version rule in nvjpeg_utils.h. Such a box then went to the next backend, the
 CPU's libjpeg-turbo, silently: a whole micro-batch of re-encoded ImageNet decoded on the host. A whole
@@ -76,7 +77,7 @@ def import_dali():
 
 class DaliImages:
     """A micro-batch of EncodedImages decoded and augmented by DALI, then normalised: the model's
-    input. One DALI pipeline for training micro-batches (decode the box, resize, flip) and one for
+    input. One DALI pipeline for training micro-batches (decode, crop the box, resize, flip) and one for
     evaluation's (decode), each built when first needed and again for a larger micro-batch."""
 
     decodes = True  # in the training process: model_inputs makes its inputs ahead, in a thread

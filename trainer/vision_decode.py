@@ -400,8 +400,8 @@ class CodecImages:
     """A micro-batch of EncodedImages decoded by nvImageCodec (--decode nvimgcodec), cropped,
     resized, flipped and normalised: the model's input.
 
-    Only the crop box is decoded (the same box and flip as every other path draws); evaluation
-    decodes the whole image. On a GPU the decode and the resize run on a side stream, and the
+    Where `regions`, only the crop box is decoded (the same box and flip as every other path draws),
+    else the whole image and then its box; evaluation decodes the whole image. On a GPU the decode and the resize run on a side stream, and the
     training stream waits for them with an event: the host does not, so a decode overlaps the
     kernels of the step already queued, and the hardware decoder is not an SM at all."""
 
@@ -427,7 +427,7 @@ class CodecImages:
                         n.Backend(n.HYBRID_CPU_GPU)]
             self.decoder = n.Decoder(device_id=device.index, max_num_cpu_threads=threads, backends=backends)
             self.hardware = self.probe(hw_decoder_load)
-            self.regions = self.hardware == "crop boxes" or (self.hardware == "" and self.cuda_decodes_regions())
+            self.regions = self.hardware != "whole images" and self.cuda_decodes_regions()
         else:
             self.stream, self.hardware = None, ""
             self.decoder = n.Decoder(device_id=n.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=threads,
@@ -450,7 +450,7 @@ class CodecImages:
         to the CPU, unseen). Then what the hardware decoder alone decodes: "crop boxes", "whole
         images" (it refuses a region), or "" (nothing: no such engine, or load 0). The probe is
         4:2:0, and with chroma upsampled as libjpeg-turbo does it nvImageCodec 0.9.0 refuses a region
-        of such a JPEG under nvJPEG 13.2, on its CUDA decoder too (trainer/vision_dali.py's module
+        of such a JPEG with nvJPEG older than 13.2, on its CUDA decoder too (trainer/vision_dali.py's module
         docstring has the source): the CUDA 12 wheels' nvJPEG gives "whole images"."""
         n = self.n
         data = probe_jpeg()
@@ -639,6 +639,8 @@ class DecodeAhead:
         # A put() gives up within 0.1 s once stopping is set. Drained before the thread has ended,
         # the queue would take that put instead, and the thread would read one batch more.
         self.thread.join(timeout)
+        if self.thread.is_alive():  # the loader's iterator it reads must not be reset under it (trainer.vision)
+            raise RuntimeError(f"the decode-ahead thread did not stop within {timeout:g} s")
         while True:  # drop what was made
             try:
                 self.made.get_nowait()

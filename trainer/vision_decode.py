@@ -401,7 +401,8 @@ class CodecImages:
     resized, flipped and normalised: the model's input.
 
     Where `regions`, only the crop box is decoded (the same box and flip as every other path draws),
-    else the whole image and then its box; evaluation decodes the whole image. On a GPU the decode and the resize run on a side stream, and the
+    else the whole image and then its box; evaluation decodes the whole image. On a GPU the decode
+    and the resize run on a side stream, and the
     training stream waits for them with an event: the host does not, so a decode overlaps the
     kernels of the step already queued, and the hardware decoder is not an SM at all."""
 
@@ -461,8 +462,7 @@ class CodecImages:
         if hw_decoder_load == 0:
             return ""
         hardware = n.Decoder(device_id=self.device.index, backends=[n.Backend(n.HW_GPU_ONLY)])
-        box = n.CodeStream(data).get_sub_code_stream(region=n.Region(8, 16, 40, 48))
-        if hardware.decode(box, params=self.params) is not None:
+        if hardware.decode(self.probe_region(), params=self.params) is not None:
             return "crop boxes"
         return "whole images" if hardware.decode(n.CodeStream(data), params=self.params) is not None else ""
 
@@ -473,8 +473,12 @@ class CodecImages:
         without one) and nvJPEG is older than 13.2 (probe's docstring)."""
         n = self.n
         cuda = n.Decoder(device_id=self.device.index, backends=[n.Backend(n.GPU_ONLY)])
-        box = n.CodeStream(probe_jpeg()).get_sub_code_stream(region=n.Region(8, 16, 40, 48))
-        return cuda.decode(box, params=self.params) is not None
+        return cuda.decode(self.probe_region(), params=self.params) is not None
+
+    def probe_region(self):
+        """A region of the 4:2:0 probe JPEG, as a training box is handed to nvImageCodec."""
+        n = self.n
+        return n.CodeStream(probe_jpeg()).get_sub_code_stream(region=n.Region(8, 16, 40, 48))
 
     def __call__(self, encoded: Sequence[torch.Tensor], labels: torch.Tensor, crops: torch.Tensor,
                  names: list[str] | None = None):

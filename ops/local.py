@@ -68,43 +68,66 @@ def find_etcd(explicit: str | None) -> str:
     return path
 
 
-@contextmanager
-def etcd_server(binary: str, timeout_s: float = 30.0):
-    """A single-member etcd on loopback ports, removed with its data when the block exits."""
+PORT_ATTEMPTS = 3  # a loopback port chosen free can be taken before etcd binds it
+
+
+def _start_etcd(binary: str, data_dir: str, deadline: float):
+    """One etcd on two ports chosen free: (process, client port), or None where another process
+    bound a port first (etcd's log says "address already in use" and it exits)."""
     client, peer = _free_port(), _free_port()
-    data_dir = tempfile.mkdtemp(prefix="etcd-local-")
     log_path = Path(data_dir) / "etcd.log"
     argv = [binary, "--name", "local", "--data-dir", str(Path(data_dir) / "data"), "--enable-v2",
             "--listen-client-urls", f"http://127.0.0.1:{client}", "--advertise-client-urls", f"http://127.0.0.1:{client}",
             "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
             "--initial-cluster", f"local=http://127.0.0.1:{peer}"]
-    t0 = time.monotonic()
     try:
         with open(log_path, "wb") as log:
             server = proc.start(argv, stdout=log, stderr=subprocess.STDOUT)
     except OSError as err:  # not a program at all (a text file, another architecture)
-        shutil.rmtree(data_dir, ignore_errors=True)
         raise LocalRunError(f"--etcd: cannot run {binary} ({err.strerror or err})") from None
     try:
         # Ready means the v2 keys API answers: that is what torch's etcd-v2 rendezvous uses.
-        deadline = t0 + timeout_s
         while True:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{client}/v2/keys", timeout=1) as r:
                     if r.status == 200:
-                        break
+                        return server, client
             except OSError:
                 pass
             if server.poll() is not None or time.monotonic() > deadline:
-                tail = " ".join(log_path.read_text(errors="replace")[-600:].split())
+                text = log_path.read_text(errors="replace")
+                if server.poll() is not None and "address already in use" in text:
+                    return None
+                tail = " ".join(text[-600:].split())
                 raise LocalRunError(f"--etcd: {binary} did not become ready on 127.0.0.1:{client}: {tail}")
             try:
                 server.wait(timeout=0.05)  # bounded poll; returns at once if etcd died
             except subprocess.TimeoutExpired:
                 pass
+    except BaseException:
+        proc.stop(server, grace_s=10)
+        raise
+
+
+@contextmanager
+def etcd_server(binary: str, timeout_s: float = 30.0):
+    """A single-member etcd on loopback ports, removed with its data when the block exits."""
+    t0 = time.monotonic()
+    data_dir = tempfile.mkdtemp(prefix="etcd-local-")
+    server = None
+    try:
+        for _ in range(PORT_ATTEMPTS):
+            started = _start_etcd(binary, data_dir, t0 + timeout_s)
+            if started:
+                server, client = started
+                break
+            shutil.rmtree(Path(data_dir) / "data", ignore_errors=True)
+        else:
+            raise LocalRunError(f"--etcd: {binary} found its loopback ports taken {PORT_ATTEMPTS} times")
         yield Etcd(f"127.0.0.1:{client}", time.monotonic() - t0)
     finally:
-        proc.stop(server, grace_s=10)
+        if server is not None:
+            proc.stop(server, grace_s=10)
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

@@ -18,7 +18,6 @@ On GPU pods NCCL's flight recorder writes each rank's last collectives when one 
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
@@ -47,12 +46,6 @@ class Runtime:
         return self.rank == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _per_attempt_store(timeout: timedelta) -> dist.Store | None:
     """Under torchrun's c10d rendezvous the workers share the agent's TCPStore, the same server in
     every restart round, and torch reads it without a per-round prefix. A restarted worker can
@@ -72,9 +65,9 @@ def _per_attempt_store(timeout: timedelta) -> dist.Store | None:
 def init(cfg: DistConfig = DistConfig(), *, checkpoint_group: bool = False) -> Runtime:
     """Join the job torchrun described in the environment, or make a one-process job when run
     directly (benchmarks, single-GPU runs), so workloads need no special case for either."""
-    if "RANK" not in os.environ:
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    lone = "RANK" not in os.environ
+    if lone:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if torch.cuda.is_available():
         device = torch.device("cuda", local_rank)
@@ -84,7 +77,9 @@ def init(cfg: DistConfig = DistConfig(), *, checkpoint_group: bool = False) -> R
         device, backend = torch.device("cpu"), "gloo"
     timeout = timedelta(seconds=cfg.startup_timeout_s)
     kwargs = {"device_id": device} if backend == "nccl" else {}
-    store = _per_attempt_store(timeout)
+    # A one-process job rendezvouses with itself in memory. It used to pick a free port and
+    # bind it later, and another process took the port in between (EADDRINUSE, seen in CI).
+    store = dist.HashStore() if lone else _per_attempt_store(timeout)
     if store is not None:
         kwargs.update(store=store, rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
     _prepare_flight_recorder(os.environ)

@@ -88,6 +88,22 @@ def test_etcd_stops_when_the_job_fails(tmp_path):
     assert not _port_open(endpoint)
 
 
+@needs_etcd
+def test_etcd_chooses_other_ports_when_another_process_took_one_first(monkeypatch):
+    """A port chosen free can be bound by another process before etcd binds it; the first pair
+    here is a port a listener holds, and etcd starts on the next pair instead of failing the run."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        free = local._free_port
+        ports = iter([held.getsockname()[1], free()])
+        monkeypatch.setattr(local, "_free_port", lambda: next(ports, None) or free())
+        with local.etcd_server(local.find_etcd(None)) as etcd:
+            assert etcd.endpoint != f"127.0.0.1:{held.getsockname()[1]}"
+            assert _port_open(etcd.endpoint)
+            assert next(ports, "used") == "used"  # the held pair was tried first
+
+
 @pytest.mark.slow
 @needs_etcd
 def test_llm_tiny_hf_starts_from_a_generated_hf_directory_and_ends_with_an_export_transformers_loads(tmp_path):

@@ -472,7 +472,9 @@ class CodecImages:
         file at a time: where the hardware decoder is not used (--hw-decoder-load 0, or a GPU
         without one) and nvJPEG is older than 13.2 (probe's docstring)."""
         n = self.n
-        cuda = n.Decoder(device_id=self.device.index, backends=[n.Backend(n.GPU_ONLY)])
+        # The training decoder's backends less the hardware one. GPU_ONLY alone is no decoder:
+        # nvImageCodec 0.9.0 then refuses to make one ("Could not create decoder. Code: 7", on an H100).
+        cuda = n.Decoder(device_id=self.device.index, backends=[n.Backend(n.GPU_ONLY), n.Backend(n.HYBRID_CPU_GPU)])
         return cuda.decode(self.probe_region(), params=self.params) is not None
 
     def probe_region(self):

@@ -30,11 +30,15 @@ def job_env(**extra) -> dict:
 
 
 def lone_rank_env(rank: int, world_size: int) -> dict:
-    """The environment of one worker of a `world_size` job whose other workers never come: its
-    rendezvous on a free loopback port can only wait, so it shows what a worker does on its own."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    """The environment of one worker of a `world_size` job whose other workers never come, so it
+    shows what a worker does on its own. Rank 0 hosts the rendezvous on port 0 (the kernel picks a
+    free one as it binds; a port chosen free and bound later can be taken in between, EADDRINUSE);
+    another rank connects to a loopback port nothing listens on and can only wait."""
+    port = 0
+    if rank != 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
     return job_env(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port))
 

@@ -1,5 +1,6 @@
 """Shared test set-up: the repository root on sys.path, and where the upstream contracts live."""
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -59,3 +60,36 @@ def pytest_unconfigure(config):
 
     for scratch in _SCRATCH:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+
+
+@contextlib.contextmanager
+def _job_vars_kept():
+    """A test or a module that calls trainer.dist.init here leaves RANK, WORLD_SIZE and LOCAL_RANK in
+    this test process's environment, and every child a later test starts with a copy of it would
+    take them for a job to join (seen: a module-scoped init in test_retention, then the preemption
+    drill's children failed for want of MASTER_ADDR). Until 1b2e084 init also left a MASTER_PORT
+    chosen free, which every later child then bound. Each test and each module ends with these
+    variables as it found them."""
+    from trainer.dist import JOB_VARS
+
+    before = {k: os.environ.get(k) for k in JOB_VARS}
+    yield
+    for k, v in before.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_job_vars_leak_from_a_module():
+    with _job_vars_kept():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _no_job_vars_leak_from_a_test():
+    with _job_vars_kept():
+        yield

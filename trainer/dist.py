@@ -62,10 +62,19 @@ def _per_attempt_store(timeout: timedelta) -> dist.Store | None:
     return dist.PrefixStore(f"/trainer/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", client)
 
 
+# What names a process's place in a job: torchrun sets all five; init sets the first three itself
+# for a one-process job. A child started with a copy of this environment takes them for a job to join.
+JOB_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+_ONE_PROCESS = False  # init made this process a one-process job: RANK, WORLD_SIZE and LOCAL_RANK are its own
+
+
 def init(cfg: DistConfig = DistConfig(), *, checkpoint_group: bool = False) -> Runtime:
     """Join the job torchrun described in the environment, or make a one-process job when run
     directly (benchmarks, single-GPU runs), so workloads need no special case for either."""
-    lone = "RANK" not in os.environ
+    # Outside torchrun, or again in a process an earlier call made a one-process job of (tests,
+    # notebooks): RANK is then this module's.
+    global _ONE_PROCESS
+    lone = _ONE_PROCESS = _ONE_PROCESS or "RANK" not in os.environ
     if lone:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))

@@ -20,10 +20,11 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from ops import proc  # noqa: E402
+from trainer.dist import JOB_VARS  # noqa: E402
 
 
 def job_env(**extra) -> dict:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in JOB_VARS}  # a test's own init set them here
     path = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env.update(PYTHONPATH=path, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **extra)
     return env

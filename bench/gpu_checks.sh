@@ -110,7 +110,7 @@ if wants llm; then
     2>&1 | tail -40 | tee "$out/gpu_llm.txt"
 fi
 # The vision step: the GPU's rate, the CPU loader, nvImageCodec's and DALI's decode alone and five
-# trainer runs (about 250 s on an H200); its --budget-s leaves the interpreter's start and the summary room
+# trainer runs (about 210 s on an H100); its --budget-s leaves the interpreter's start and the summary room
 # inside VISION_S, so a run that no longer fits is skipped with the reason instead of killed.
 if wants vision && [ -f bench/gpu_vision.py ]; then
   # DECODERS: the trainer runs (gpu_vision.py --decoders); PROFILE=1: each under py-spy (the wheel in

@@ -4,7 +4,8 @@ decoders alone, and trainer.vision itself with each --decode.
     python bench/gpu_vision.py [--out result.json] [--workers N] [--decoders dali,nvimgcodec,cpu,nvimgcodec:0,nvjpeg]
         [--budget-s 200] [--dry-run]
 
-One script, one run, about 250 s on a single H200 with 16 CPU cores (--budget-s bounds it):
+One script, one run (--budget-s bounds it): on one H100 with 16 CPU cores 103-114 s with two trainer
+runs of 28-36 s each (bench/RESULTS.md, 2026-11-26, late night), so about 210 s with the default five:
 1. GPU: ResNet-50 (torchvision, random weights, 1,000 classes) trains on synthetic uint8 batches
    already on the device, normalised there as trainer.vision does (DeviceImages), bf16 autocast,
    channels_last, cudnn.benchmark, fused SGD; batch 256 at 224x224, 5 warm-up steps, then

@@ -221,11 +221,13 @@ class UnreadableImages:
         """Count one unreadable image and name it on stderr with the reason and what takes its place
         (the loader's Substitutes and the GPU decoders' vision_decode.stand_ins both report here).
         `epoch`: the epoch the image was read for, where the reader knows it (the training loader)."""
-        slot = (self.epoch.value if epoch is None else epoch) % 2
+        epoch = self.epoch.value if epoch is None else epoch
         with self.counts.get_lock():
-            self.counts[slot] += 1
-        print(f"warning: cannot read {name} ({type(error).__name__}: {error}); {instead} is used in its place "
-              "(--max-bad-images)", file=sys.stderr, flush=True)
+            self.counts[epoch % 2] += 1
+        # The epoch is named: the next epoch's reads start during this one's evaluation, so its
+        # warnings can come before this epoch's evaluation line.
+        print(f"warning: cannot read {name} ({type(error).__name__}: {error}) in epoch {epoch}; {instead} is used in "
+              "its place (--max-bad-images)", file=sys.stderr, flush=True)
 
     def this_epoch(self) -> int:
         return self.counts[self.epoch.value % 2]

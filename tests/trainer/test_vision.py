@@ -4,6 +4,7 @@ are in test_vision_faults.py, the global batch in test_vision_global_batch.py.""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -132,6 +133,9 @@ def test_a_few_unreadable_images_are_trained_around_and_more_stop_the_run_in_one
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     for path in bad.values():
         assert p.stderr.count(f"warning: cannot read {path} (") == 2, p.stderr  # once an epoch
+        for epoch in (0, 1):  # each names the epoch it is counted in
+            assert len(re.findall(rf"warning: cannot read {re.escape(str(path))} \(.*\) in epoch {epoch};",
+                                  p.stderr)) == 1, p.stderr
     summary = json.loads(p.stdout.split("SUMMARY ", 1)[1].splitlines()[0])
     assert summary["epochs_this_run"] == 2 and summary["steps"] == 6
     p = _vision(*args, "--max-bad-images", "2")
@@ -168,6 +172,9 @@ def test_files_only_the_gpu_decoder_finds_bad_are_stood_in_for_in_training_and_e
         assert p.stderr.count(f"warning: DALI could not decode {path} (") == (2 if decode == "dali" else 0), p.stderr
     for path in (train_bad, val_bad):
         assert p.stderr.count(f"warning: cannot read {path} (OSError: ") == 2, p.stderr  # once an epoch
+        for epoch in (0, 1):
+            assert len(re.findall(rf"warning: cannot read {re.escape(str(path))} \(.*\) in epoch {epoch};",
+                                  p.stderr)) == 1, p.stderr
     # The loader passed them (it would say "the next image"): the decoder found them.
     assert p.stderr.count("another image of its micro-batch is used in its place") == 4, p.stderr
     assert "the next image is used" not in p.stderr

@@ -77,6 +77,13 @@ def init(cfg: DistConfig = DistConfig(), *, checkpoint_group: bool = False) -> R
     lone = _ONE_PROCESS = _ONE_PROCESS or "RANK" not in os.environ
     if lone:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    elif missing := [k for k in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]:
+        # RANK left in a shell or a pod spec by hand: torch would fail deep in its rendezvous.
+        from trainer.cli import UsageError
+
+        raise UsageError("RANK", f"RANK={os.environ['RANK']} is set but {', '.join(missing)} "
+                                 f"{'is' if len(missing) == 1 else 'are'} not; run under torchrun, which sets "
+                                 "them all, or unset RANK for a one-process run")
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if torch.cuda.is_available():
         device = torch.device("cuda", local_rank)

@@ -116,3 +116,13 @@ def test_a_one_process_job_takes_no_port_another_process_can_hold(tmp_path):
                            text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.splitlines() == ["LONE 0 1 1"] * 2
+
+
+def test_a_rank_without_the_rest_of_its_job_is_one_line_naming_what_is_missing():
+    """RANK left in a shell or a pod spec by hand, without torchrun's other variables: one line and
+    exit 2 before any rendezvous, not torch's "MASTER_ADDR expected" from deep inside it."""
+    p = subprocess.run([sys.executable, "-m", "trainer.llm", "--steps", "1"], cwd=REPO,
+                       env=job_env(RANK="3", WORLD_SIZE="4"), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert p.stderr.strip() == ("error: RANK: RANK=3 is set but MASTER_ADDR, MASTER_PORT are not; run under "
+                                "torchrun, which sets them all, or unset RANK for a one-process run")

@@ -62,8 +62,6 @@ def pytest_unconfigure(config):
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-
-
 @contextlib.contextmanager
 def _job_vars_kept():
     """A test or a module that calls trainer.dist.init here leaves RANK, WORLD_SIZE and LOCAL_RANK in

@@ -351,26 +351,23 @@ def epoch_start_case(root: Path, args) -> dict:
         assert sum(1 for _ in batches) == 2 * workers - 1
         return came - start, came, time.perf_counter()
 
-    def after() -> dict:  # the order before: evaluate, then start the next epoch's loader
+    def boundary(early: bool) -> dict:
+        """One epoch boundary: the next epoch's loader started before the evaluation (now) or after it."""
         start = time.perf_counter()
+        batches = start_reading() if early else None
         evaluated = evaluate()
-        waited, came, done = first_and_rest(start_reading())  # iter() is in the wait: it hands out the indices
+        # iter() is part of the wait where it comes after: it hands the loader processes their indices
+        waited, came, done = first_and_rest(batches if early else start_reading())
         return {"evaluation_s": evaluated, "wait_s": waited, "to_first_batch_s": came - start,
                 "to_all_read_s": done - start}
 
-    def before() -> dict:  # the order now: start the next epoch's loader, then evaluate
-        start = time.perf_counter()
-        batches = start_reading()
-        evaluated = evaluate()
-        waited, came, done = first_and_rest(batches)
-        return {"evaluation_s": evaluated, "wait_s": waited, "to_first_batch_s": came - start,
-                "to_all_read_s": done - start}
-
-    after(), before()  # the loader processes start (persistent), unmeasured
+    # "after": the order before (evaluate, then start the next epoch's loader); "before": the order now
+    orders = (("after", False), ("before", True))
+    for _, early in orders:
+        boundary(early)  # the loader processes start (persistent), unmeasured
     rounds = []
     for r in range(args.rounds):
-        sides = (after, before) if r % 2 == 0 else (before, after)
-        got = {side.__name__: side() for side in sides}
+        got = {name: boundary(early) for name, early in (orders if r % 2 == 0 else orders[::-1])}
         rounds.append(got)
         sides_said = (f"loader started {name} the evaluation: evaluation {v['evaluation_s']:.3f} s, wait "
                       f"{v['wait_s']:.3f} s, all read {v['to_all_read_s']:.3f} s" for name, v in got.items())
@@ -380,12 +377,9 @@ def epoch_start_case(root: Path, args) -> dict:
     for name in ("after", "before"):
         for key in ("evaluation_s", "wait_s", "to_first_batch_s", "to_all_read_s"):
             out[f"{name}_{key}"] = round(statistics.median(r[name][key] for r in rounds), 4)
-    out["wait_after_over_before"] = round(statistics.median(r["after"]["wait_s"] / r["before"]["wait_s"]
-                                                            for r in rounds), 3)
-    out["to_first_batch_after_over_before"] = round(statistics.median(
-        r["after"]["to_first_batch_s"] / r["before"]["to_first_batch_s"] for r in rounds), 3)
-    out["to_all_read_after_over_before"] = round(statistics.median(
-        r["after"]["to_all_read_s"] / r["before"]["to_all_read_s"] for r in rounds), 3)
+    for key in ("wait", "to_first_batch", "to_all_read"):
+        out[f"{key}_after_over_before"] = round(statistics.median(r["after"][f"{key}_s"] / r["before"][f"{key}_s"]
+                                                                  for r in rounds), 3)
     return out
 
 

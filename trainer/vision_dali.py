@@ -13,10 +13,9 @@ Each training image is decoded whole and then cropped, not decoded as a region o
 (fn.decoders.image_slice). DALI 2.4.0 decodes through nvImageCodec 0.9.0, whose nvJPEG decoders, the
 hardware one and the CUDA one, refuse a region of a chroma-subsampled JPEG (4:2:0, 4:2:2: what
 `trainer.data imagenet --reencode` writes) when the chroma is upsampled as libjpeg-turbo does it
-(below) and nvJPEG is older than 13.2 (the CUDA 12 wheels' is 12.x): nvImageCodec at commit b8eeb98 of
-fork-the-planet/NVIDIA___nvImageCodec
-("v0.9.0 release"), extensions/nvjpeg/hw_decoder.cpp lines 1112-1119 and cuda_decoder.cpp lines
-519-525, with the version rule in nvjpeg_utils.h. Such a box then went to the next backend, the
+(below) and nvJPEG is older than 13.2 (the CUDA 12 wheels' is 12.x): nvImageCodec at commit b8eeb98
+("v0.9.0 release") of fork-the-planet/NVIDIA___nvImageCodec, extensions/nvjpeg/hw_decoder.cpp lines
+1112-1119 and cuda_decoder.cpp lines 519-525, with the version rule in nvjpeg_utils.h. Such a box then went to the next backend, the
 CPU's libjpeg-turbo, silently: a whole micro-batch of re-encoded ImageNet decoded on the host. A whole
 image meets no such rule. (vision_decode.CodecImages's probe is a 4:2:0 JPEG, so nvImageCodec there
 decodes whole images for the same reason.) `regions=True` decodes the boxes alone, for a benchmark

@@ -113,8 +113,9 @@ fi
 # trainer runs (about 210 s on an H100); its --budget-s leaves the interpreter's start and the summary room
 # inside VISION_S, so a run that no longer fits is skipped with the reason instead of killed.
 if wants vision && [ -f bench/gpu_vision.py ]; then
-  # DECODERS: the trainer runs (gpu_vision.py --decoders); PROFILE=1: each under py-spy (the wheel in
-  # .whl/), its stacks to OUT/profiles/ (bench/profile_summary.py reads them).
+  # DECODERS: the trainer runs (gpu_vision.py --decoders; DECODERS=dali,dali:0.9:none trains with
+  # DALI's choice per file against every image decoded whole); PROFILE=1: each under py-spy (the
+  # wheel in .whl/), its stacks to OUT/profiles/ (bench/profile_summary.py reads them).
   extra=()
   [ -n "${DECODERS:-}" ] && extra+=(--decoders "$DECODERS")
   [ "${PROFILE:-0}" = 1 ] && export PATH="/tmp/site/bin:$PATH" && extra+=(--profile "$out/profiles")

@@ -20,11 +20,14 @@ runs of 28-36 s each (bench/RESULTS.md, 2026-11-26, late night), so about 210 s 
    4:4:4) in micro-batches of 256: nvImageCodec (trainer/vision_decode.py CodecImages) at
    --hw-decoder-load 0.9 (the GPU's hardware JPEG decoder takes most) and 0 (CUDA only), and DALI
    (trainer/vision_dali.py) at 0.9: the decoders' own rates, to be scaled to another GPU on paper.
-   DALI also decodes the box alone ("regions": fn.decoders.image_slice, where the trainer decodes
-   the whole image and crops it), and both again over a 4:2:0 copy of the JPEGs (q90, what
-   `trainer.data imagenet --reencode` writes): nvImageCodec 0.9.0 refuses a region of a 4:2:0 JPEG
-   on its nvJPEG decoders and the CPU decodes it (trainer/vision_dali.py's docstring), which the
-   "regions 4:2:0" row shows as a rate.
+   DALI three ways (--dali-regions): the trainer's choice per file (the box alone where the JPEG's
+   chroma is not subsampled, else the whole image then cropped), every box alone ("regions":
+   fn.decoders.image_slice) and every image whole ("whole"); and the three again over a 4:2:0
+   copy of the JPEGs (q90, what `trainer.data imagenet --reencode` writes): nvImageCodec 0.9.0
+   refuses a region of a 4:2:0 JPEG on its nvJPEG decoders and the CPU decodes it
+   (trainer/vision_dali.py's docstring), which the "regions 4:2:0" row shows as a rate. On the
+   4:4:4 files the per-file row is the regions row's graph, on the 4:2:0 copy the whole row's,
+   both behind DALI's conditional.
 4. Trainer: `python -m trainer.vision --model resnet50` (a process per run, batch 256 at 224, bf16,
    `--workers` loader processes) on an ImageFolder of those JPEGs hard-linked to `--epoch-images`
    names (bench/vision_runs.py), once per entry of `--decoders`; images/s and the data-wait
@@ -52,7 +55,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -107,13 +110,14 @@ def gpu_rate(device: torch.device, *, batch: int, size: int, steps: int, warmup:
 
 
 def decode_rate(samples: list[tuple[str, int]], device: torch.device, run: Run, *, size: int, batch: int,
-                images: int, threads: int, regions: bool = False) -> dict:
+                images: int, threads: int, regions: str = "per-file") -> dict:
     """Images/s of trainer.vision's input for `run` alone, CodecImages (nvimgcodec) or DaliImages
     (dali): the crop box decoded, resized, flipped, normalised on `device`, over `samples` cycled,
     in micro-batches of `batch`. The loader's part (file bytes, crop boxes) is done before the
     clock starts, and one warm-up batch is left out. `decode_call_share`: the part of the host's
     time inside the decoder's own call (nvImageCodec's decode, DALI's run); the rest is ours.
-    `regions`: DALI decodes each box alone (DaliImages(regions=True))."""
+    `regions`: DaliImages' (--dali-regions): each box alone where the JPEG's chroma is not subsampled
+    (per-file, the trainer's), every box alone (all), every image whole (none)."""
     from trainer.vision_decode import EncodedImages, device_input
 
     dataset = EncodedImages(samples, [], train=True)
@@ -122,9 +126,9 @@ def decode_rate(samples: list[tuple[str, int]], device: torch.device, run: Run, 
                for b in range(1 + max(1, images // batch))]
     data = ImageDataConfig(source="files", image_size=size, workers=threads, decode=run.decode,
                            hw_decoder_load=run.hw_decoder_load)
+    if run.decode == "dali":
+        data = replace(data, dali_regions=regions)
     to_input = device_input(data, device)
-    if regions:
-        to_input.regions = True  # before the warm-up builds its pipeline
     to_input(*batches[0])
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     sync()
@@ -336,20 +340,22 @@ def main(argv=None) -> int:
 
 @dataclass(frozen=True)
 class DecodeCase:
-    """One decode-only measurement: `run`'s decoder; for DALI, `regions` decodes each box alone
-    (DaliImages(regions=True)); `subsampled` reads the 4:2:0 copy of the JPEGs."""
+    """One decode-only measurement: `run`'s decoder; for DALI, `regions` its --dali-regions (per-file,
+    the trainer's; all: each box alone; none: each image whole); `subsampled` reads the 4:2:0 copy
+    of the JPEGs."""
     run: Run
-    regions: bool = False
+    regions: str = "per-file"
     subsampled: bool = False
 
     @property
     def name(self) -> str:
-        return self.run.name + (" regions" if self.regions else "") + (" 4:2:0" if self.subsampled else "")
+        regions = {"per-file": "", "all": " regions", "none": " whole"}[self.regions]
+        return self.run.name + regions + (" 4:2:0" if self.subsampled else "")
 
 
-DECODE_ONLY = (DecodeCase(Run("nvimgcodec", 0.9)), DecodeCase(Run("nvimgcodec", 0.0)), DecodeCase(Run("dali", 0.9)),
-               DecodeCase(Run("dali", 0.9), regions=True), DecodeCase(Run("dali", 0.9), subsampled=True),
-               DecodeCase(Run("dali", 0.9), regions=True, subsampled=True))
+DECODE_ONLY = (DecodeCase(Run("nvimgcodec", 0.9)), DecodeCase(Run("nvimgcodec", 0.0)),
+               *(DecodeCase(Run("dali", 0.9), regions, subsampled)
+                 for subsampled in (False, True) for regions in ("per-file", "none", "all")))
 OWN_CALL = {"nvimgcodec": "nvImageCodec's decode call", "dali": "DALI's run"}
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from config.workloads.vision import DECODERS  # noqa: E402
+from config.workloads.vision import DALI_REGIONS, DECODERS  # noqa: E402
 from ops import proc  # noqa: E402
 
 # Most telling first, so that a tight budget drops the least: DALI (no Python per image), the
@@ -33,15 +33,18 @@ WITH_LOAD = ("nvimgcodec", "dali")  # the decoders that take --hw-decoder-load
 
 @dataclass(frozen=True)
 class Run:
-    """One trainer run's decoder: trainer.vision --decode, and for nvimgcodec and dali --hw-decoder-load."""
+    """One trainer run's decoder: trainer.vision --decode, for nvimgcodec and dali --hw-decoder-load,
+    and for dali --dali-regions where it is not the trainer's default (per-file)."""
     decode: str
     hw_decoder_load: float | None = None
+    dali_regions: str | None = None
 
     @property
     def name(self) -> str:
         if self.hw_decoder_load is None:
             return self.decode
-        return f"{self.decode}:{self.hw_decoder_load:g}"
+        regions = f":{self.dali_regions}" if self.dali_regions else ""
+        return f"{self.decode}:{self.hw_decoder_load:g}{regions}"
 
     @property
     def file_name(self) -> str:
@@ -50,28 +53,33 @@ class Run:
 
     def argv(self) -> list[str]:
         load = [] if self.hw_decoder_load is None else ["--hw-decoder-load", str(self.hw_decoder_load)]
-        return ["--decode", self.decode, *load]
+        regions = ["--dali-regions", self.dali_regions] if self.dali_regions else []
+        return ["--decode", self.decode, *load, *regions]
 
 
 def parse_runs(text: str) -> list[Run]:
     """`--decoders`: comma-separated trainer.vision --decode values; nvimgcodec:LOAD and dali:LOAD set
-    their --hw-decoder-load (the name alone: 0.9, the trainer's default). ValueError says what is
-    allowed."""
+    their --hw-decoder-load (the name alone: 0.9, the trainer's default), dali:LOAD:REGIONS its
+    --dali-regions as well. ValueError says what is allowed."""
     runs = []
     for item in (part.strip() for part in text.split(",")):
         decode, _, load = item.partition(":")
+        load, _, regions = load.partition(":")
         if decode not in DECODERS:
             raise ValueError(f"{item!r} is not one of {', '.join(DECODERS)} (nvimgcodec:LOAD or dali:LOAD for a "
                              "--hw-decoder-load between 0 and 1)")
         if decode not in WITH_LOAD and load:
             raise ValueError(f"{item!r}: only nvimgcodec and dali take a :LOAD (their --hw-decoder-load)")
+        if regions and (decode != "dali" or regions not in DALI_REGIONS):
+            raise ValueError(f"{item!r}: only dali takes a third part, its --dali-regions: one of "
+                             f"{', '.join(DALI_REGIONS)}")
         try:
             value = float(load) if load else (0.9 if decode in WITH_LOAD else None)
         except ValueError:
             value = -1.0
         if value is not None and not 0 <= value <= 1:
             raise ValueError(f"{item!r}: the load after ':' is a fraction between 0 and 1")
-        run = Run(decode, value)
+        run = Run(decode, value, None if regions in ("", DALI_REGIONS[0]) else regions)
         if run in runs:
             raise ValueError(f"{item!r} is named twice")
         runs.append(run)

@@ -42,8 +42,9 @@ def test_a_dry_run_measures_the_gpu_the_loader_and_the_decoders_alone(dry_run):
         assert _positive(result[key]), key
     assert result["jpegs"]["unique"] > 0 and _positive(result["jpegs"]["mean_kb"])
     decode = result["decode_only"]
-    assert [r["run"] for r in decode["runs"]] == ["nvimgcodec:0.9", "nvimgcodec:0", "dali:0.9", "dali:0.9 regions",
-                                                 "dali:0.9 4:2:0", "dali:0.9 regions 4:2:0"]
+    assert [r["run"] for r in decode["runs"]] == ["nvimgcodec:0.9", "nvimgcodec:0", "dali:0.9", "dali:0.9 whole",
+                                                 "dali:0.9 regions", "dali:0.9 4:2:0", "dali:0.9 whole 4:2:0",
+                                                 "dali:0.9 regions 4:2:0"]
     for r in decode["runs"]:
         assert _positive(r["images_per_s"]) and _positive(r["over_gpu"]), r
         assert r["over_gpu"] == pytest.approx(r["images_per_s"] / result["gpu_images_per_s"], rel=0.05)
@@ -69,7 +70,8 @@ def test_a_dry_run_trains_once_per_decoder_and_skips_nvjpeg_with_the_trainers_re
         # Against the GPU's rate in the JSON (rel: a dry run's images/s, rounded to 0.1, are single digits).
         assert r["over_gpu"] == pytest.approx(r["images_per_s"] / result["gpu_images_per_s"], rel=0.05)
     assert runs["nvimgcodec:0.9"]["decoder_line"].startswith("nvImageCodec decodes on this CPU")
-    assert runs["dali:0.9"]["decoder_line"].startswith("DALI decodes on this CPU")
+    assert runs["dali:0.9"]["decoder_line"].startswith("DALI decodes (the box alone where the JPEG's chroma is not "
+                                                         "subsampled, else the whole image) on this CPU")
     assert runs["cpu"]["decoder_line"] is None
     assert runs["nvjpeg"]["status"] == "skipped" and runs["nvjpeg"]["images_per_s"] is None
     assert "--decode: nvjpeg" in runs["nvjpeg"]["why"]
@@ -85,17 +87,23 @@ def test_a_dry_run_trains_once_per_decoder_and_skips_nvjpeg_with_the_trainers_re
     ("nvimgcodec:1.5", "between 0 and 1"),
     ("nvimgcodec:half", "between 0 and 1"),
     ("cpu,nvimgcodec,nvimgcodec:0.9", "named twice"),
+    ("dali,dali:0.9:per-file", "named twice"),
+    ("dali:0.9:some", "only dali takes a third part, its --dali-regions: one of per-file, all, none"),
+    ("nvimgcodec:0.9:none", "only dali takes a third part"),
 ])
 def test_a_bad_decoders_list_names_the_entry_and_what_is_allowed(text, says):
     with pytest.raises(ValueError, match=says):
         parse_runs(text)
 
 
-def test_the_decoders_list_keeps_its_order_and_nvimgcodec_defaults_to_the_trainers_load():
+def test_the_decoders_list_keeps_its_order_defaults_to_the_trainers_load_and_names_dalis_regions():
     assert parse_runs("nvjpeg, nvimgcodec:0,cpu,nvimgcodec,dali,dali:0.5") == [
         Run("nvjpeg"), Run("nvimgcodec", 0.0), Run("cpu"), Run("nvimgcodec", 0.9), Run("dali", 0.9), Run("dali", 0.5)]
     assert Run("nvimgcodec", 0.0).argv() == ["--decode", "nvimgcodec", "--hw-decoder-load", "0.0"]
     assert Run("cpu").argv() == ["--decode", "cpu"] and Run("nvimgcodec", 0.5).name == "nvimgcodec:0.5"
+    whole = parse_runs("dali:0.9:none")[0]
+    assert whole == Run("dali", 0.9, "none") and whole.name == "dali:0.9:none" and whole.file_name == "dali-0.9-none"
+    assert whole.argv() == ["--decode", "dali", "--hw-decoder-load", "0.9", "--dali-regions", "none"]
 
 
 def test_a_bad_decoders_list_is_a_usage_error_before_any_work():

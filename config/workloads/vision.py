@@ -18,6 +18,10 @@ CLASSIFIERS = ("resnet18", "resnet50", "efficientnet_b7")
 # hardware JPEG decoder where it has one (A100, H100) and the rest to CUDA, or by NVIDIA DALI, which also
 # crops, resizes and flips the micro-batch in its own threads (trainer/vision_dali.py).
 DECODERS = ("cpu", "nvjpeg", "nvimgcodec", "dali")
+# Which training boxes DALI decodes alone (a region of interest) rather than decoding the whole image
+# and cropping it: chosen per file from the JPEG's chroma subsampling (trainer/vision_dali.py), or all
+# of them one way.
+DALI_REGIONS = ("per-file", "all", "none")
 GPU_DECODERS = ("nvjpeg", "nvimgcodec", "dali")  # the loader processes read bytes and draw crops; the GPU decodes
 
 
@@ -52,6 +56,10 @@ class ImageDataConfig:
     # value. The H100 runs in bench/RESULTS.md compared 0.9 with 0 (nvimgcodec), no other share.
     hw_decoder_load: float = option(0.9, "--decode nvimgcodec and dali: share of each batch offered to the "
                                          "hardware JPEG decoder, the rest decoded with CUDA", parse=fraction)
+    dali_regions: str = option("per-file", "--decode dali: which training boxes are decoded alone rather than "
+                                           "cropped from the whole image: per-file (those of JPEGs without "
+                                           "subsampled chroma, whose regions nvJPEG decodes on the GPU), all or none",
+                               choices=DALI_REGIONS)
     # One bad file in a million must not end a 90-epoch run (a restart meets it again at the same
     # step); a volume that cannot be read must not be trained around either.
     max_bad_images: int = option(100, "images of one epoch on one rank that may be unreadable (truncated, corrupt, "

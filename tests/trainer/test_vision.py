@@ -71,7 +71,8 @@ def test_one_process_trains_on_an_image_folder_and_refuses_a_checkpoint_of_anoth
 
 @pytest.mark.slow
 @pytest.mark.parametrize("decode, says", [("nvimgcodec", "nvImageCodec decodes on this CPU (no GPU here)"),
-                                          ("dali", "DALI decodes on this CPU (no GPU here)")])
+                                          ("dali", "DALI decodes (the box alone where the JPEG's chroma is not "
+                                                   "subsampled, else the whole image) on this CPU (no GPU here)")])
 def test_a_gpu_decoder_trains_and_evaluates_on_an_image_folder_and_says_where_it_decodes(image_folder, tmp_path,
                                                                                         decode, says):
     """--decode nvimgcodec and dali end to end on this CPU (nvImageCodec's CPU backend, DALI's CPU

@@ -25,10 +25,10 @@ CPU = torch.device("cpu")
 BOXES = [[5, 7, 40, 50, 0], [0, 0, 75, 100, 1], [30, 61, 45, 39, 1], [10, 20, 8, 9, 0]]
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["whole-then-crop", "regions"])
+@pytest.fixture(scope="module", params=["per-file", "none", "all"])
 def dali(request):
-    """Both training graphs: the image decoded whole and cropped (the trainer's), and the box
-    decoded alone (regions=True, a benchmark's)."""
+    """The three training graphs: the box decoded alone or the whole image decoded and cropped,
+    chosen per file (the trainer's), and each of them for every file (a benchmark's)."""
     return DaliImages(CPU, 32, hw_decoder_load=0.9, threads=1, regions=request.param)
 
 
@@ -149,7 +149,8 @@ def test_a_file_dali_cannot_decode_is_decoded_again_by_nvimgcodec_which_stands_i
         uncounted([files[0], bad], torch.tensor([0, 1]), crops[:2], ["a.jpg", "b.jpg"])
 
 
-@pytest.mark.parametrize("regions, operator", [(False, "fn.slice"), (True, "decoders.image_slice")])
+@pytest.mark.parametrize("regions, operator", [("none", "fn.slice"), ("all", "decoders.image_slice"),
+                                               ("per-file", "fn.slice")])
 def test_an_error_that_is_not_a_bad_file_is_raised_not_decoded_again(capsys, regions, operator):
     """DALI names its operator in every error it raises, a decoder's too. Only its "Failed to
     decode sample" is a bad file: a box outside its image (this code's bug, as a wrong input would
@@ -166,12 +167,75 @@ def test_an_error_that_is_not_a_bad_file_is_raised_not_decoded_again(capsys, reg
     assert "warning" not in capsys.readouterr().err and unreadable.this_epoch() == 0
 
 
+@pytest.mark.parametrize("bad_kind, operator", [(0, "decoders.image_slice"), (2, "decoders.image")])
+def test_the_per_file_graph_sends_each_file_its_way_and_names_the_bad_one_right(capsys, bad_kind, operator):
+    """A micro-batch of 4:2:0 and 4:4:4 files in turn, its third file bad (4:4:4, then 4:2:0): the
+    error comes from the branch its kind goes to (the box alone for 4:4:4, the whole image for
+    4:2:0), which numbers the file by its place in that branch, #1; the warning names the third
+    file, not the micro-batch's #1, and nvImageCodec stands in for it."""
+    from trainer.vision_data import UnreadableImages
+
+    kinds = [2, 0, bad_kind, 2 - bad_kind]
+    files = [_bytes(_smooth(quality=90, subsampling=kind)) for kind in kinds]
+    files[2] = _bytes(undecodable_jpeg(_smooth(quality=90, subsampling=bad_kind)))
+    crops = torch.tensor([[0, 0, 75, 100, 0]] * 4)
+    assert DaliImages.whole([f.numpy() for f in files]).tolist() == [kind == 2 for kind in kinds]
+    uncounted = DaliImages(CPU, 16, hw_decoder_load=0.9, threads=1)
+    with pytest.raises(RuntimeError, match=f"(?s)`nvidia.dali.fn.{operator}`.*Failed to decode sample #1"):
+        uncounted(files, torch.arange(4), crops, list("abcd"))
+    unreadable = UnreadableImages(limit=5)
+    dali = DaliImages(CPU, 16, hw_decoder_load=0.9, threads=1, unreadable=unreadable)
+    images, labels = dali(files, torch.tensor([10, 11, 12, 13]), crops, ["a.jpg", "b.jpg", "c.jpg", "d.jpg"])
+    assert labels.tolist() == [10, 11, 13, 13] and unreadable.this_epoch() == 1
+    err = capsys.readouterr().err
+    assert "warning: DALI could not decode c.jpg (" in err and "b.jpg" not in err, err
+
+
+def test_where_the_per_file_graph_does_not_run_one_line_says_so_and_images_are_decoded_whole(monkeypatch, capsys):
+    """The graph with DALI's conditional execution runs once, on two test JPEGs, as the decoder is
+    made: where it fails (here as a DALI without conditionals would), one line names the reason and
+    training micro-batches go through the graph without conditionals, every image whole."""
+    from trainer import vision_dali
+
+    graph = vision_dali.training_graph
+
+    def no_conditionals(dali, decoder, size, regions):
+        if regions == "per-file":
+            raise TypeError("conditional execution is not supported here")
+        return graph(dali, decoder, size, regions)
+
+    monkeypatch.setattr(vision_dali, "training_graph", no_conditionals)
+    dali = DaliImages(CPU, 16, hw_decoder_load=0.9, threads=1)
+    assert capsys.readouterr().err == ("note: DALI's per-file training graph did not run here (TypeError: conditional "
+                                       "execution is not supported here); each training image is decoded whole\n")
+    assert dali.regions == "none" and "the whole image" in dali.describe()
+    data = _bytes(_smooth(quality=96, subsampling=0))
+    assert _raw(dali, [data] * 2, BOXES[:2]).shape == (2, 3, 16, 16)
+    monkeypatch.setattr(vision_dali, "training_graph", graph)
+    runs = DaliImages(CPU, 16, hw_decoder_load=0.9, threads=1)
+    assert runs.regions == "per-file" and capsys.readouterr().err == "" and True not in runs.pipes
+
+
+def test_a_dali_error_is_told_in_the_operators_own_words():
+    from trainer.vision_dali import what_dali_said
+
+    said = RuntimeError("Error in MIXED operator `nvidia.dali.fn.decoders.image_slice`\nencountered:\n\n"
+                        "Conditionals are not supported\nCurrent pipeline object is no longer valid.")
+    assert what_dali_said(said) == "Conditionals are not supported"
+    assert what_dali_said(TypeError("one line\nand more")) == "one line"
+    autograph = TypeError('in user code:\n\n    File "graph.py", line 7, in graph  *\n        raise TypeError("x")\n\n'
+                          '    TypeError: not here\n')
+    assert what_dali_said(autograph) == "TypeError: not here"
+    assert what_dali_said(ValueError()) == "ValueError"
+
+
 class _Refuses:
-    """A DALI pipeline whose decoder fails on every micro-batch, its files good or not."""
+    """A DALI pipeline whose decoder fails on every micro-batch, its files good or not (4:2:0: the
+    whole-image decoder's words)."""
     max_batch_size = 64
 
     def run(self, *args, **kwargs):
-        raise RuntimeError("Error in CPU operator `nvidia.dali.fn.decoders.image_slice`\nencountered:\n\n"
+        raise RuntimeError("Error in CPU operator `nvidia.dali.fn.decoders.image`\nencountered:\n\n"
                            "Failed to decode sample #0 : unsupported\nCurrent pipeline object is no longer valid.")
 
 

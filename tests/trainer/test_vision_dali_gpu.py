@@ -92,15 +92,15 @@ REFUSED_REGION = "ROI decode with fancy upsampling"
 
 def test_a_subsampled_jpegs_box_is_decoded_on_the_gpu_not_handed_to_the_cpu(dali, capfd):
     """The trainer's graph decodes a 4:2:0 image whole on the GPU and crops it: nvImageCodec says
-    nothing of a refused region. The control, the box decoded alone (regions=True), prints whether
-    this GPU's nvJPEG refused it, as the source says it does below nvJPEG 13.2."""
+    nothing of a refused region. The control, the box decoded alone (--dali-regions all), prints
+    whether this GPU's nvJPEG refused it, as the source says it does below nvJPEG 13.2."""
     data = [torch.frombuffer(bytearray(_encoded(quality=q)), dtype=torch.uint8) for q in (70, 80, 90)]
     crops = [list(b) for b in BOXES]
     got = _raw(dali, data, crops)
     torch.cuda.synchronize()
     assert got.shape == (3, 3, 32, 32)
     assert REFUSED_REGION not in capfd.readouterr().err
-    regions = DaliImages(dali.device, 32, hw_decoder_load=0.9, threads=2, regions=True)
+    regions = DaliImages(dali.device, 32, hw_decoder_load=0.9, threads=2, regions="all")
     _raw(regions, data, crops)
     torch.cuda.synchronize()
     refused = REFUSED_REGION in capfd.readouterr().err
@@ -108,4 +108,21 @@ def test_a_subsampled_jpegs_box_is_decoded_on_the_gpu_not_handed_to_the_cpu(dali
         assert refused, "nvImageCodec refused no region: its warnings are not printed, so the check above says nothing"
     with capfd.disabled():
         said = "nvImageCodec refused the regions (the CPU decoded them)" if refused else "no refusal printed"
-        print(f"dali regions=True on 4:2:0 boxes: {said}")
+        print(f"dali --dali-regions all on 4:2:0 boxes: {said}")
+
+
+def test_the_per_file_graph_runs_on_this_gpu_and_decodes_a_mixed_micro_batch_there(dali, capfd):
+    """DALI's conditional with the mixed decoder in both branches ran on this GPU as the decoder was
+    made (else it fell back, saying so, and regions is "none"). A micro-batch of 4:2:0, 4:4:4 and
+    greyscale files in turn comes out within 3 levels of PIL's pixels, each box where it belongs,
+    and nvImageCodec refuses no region: the 4:4:4 and greyscale boxes were decoded alone on the GPU."""
+    assert dali.regions == "per-file", "the per-file graph did not run on this GPU: its note above says why"
+    files = [_encoded(quality=90), _encoded(quality=96, subsampling=0), _encoded(mode="L")] * 2
+    data = [torch.frombuffer(bytearray(f), dtype=torch.uint8) for f in files]
+    assert DaliImages.whole([d.numpy() for d in data]).tolist() == [True, False, False] * 2
+    crops = [list(BOXES[i % 3]) for i in range(len(data))]
+    got = _raw(dali, data, crops)
+    torch.cuda.synchronize()
+    assert REFUSED_REGION not in capfd.readouterr().err
+    for out, d, box in zip(got.cpu(), data, crops):
+        assert (out.float() - augment(decoded_by_pil(d), box, 32).float()).abs().mean() < 3, box

@@ -241,6 +241,59 @@ def test_a_jpeg_cut_right_after_its_exif_thumbnail_is_found_and_trailing_bytes_a
         check_complete(with_thumbnail[:2 + len(app1)])
 
 
+@pytest.mark.parametrize("name, stays", [
+    ("baseline 4:2:0", False), ("q96 4:4:4 (ImageNet's usual)", True), ("progressive", False), ("greyscale", True),
+    ("CMYK", False), ("EXIF rotated", False), ("PNG", False), ("PNG with alpha", False)])
+def test_a_region_stays_on_the_gpu_only_for_a_sequential_jpeg_without_subsampled_chroma(name, stays):
+    """The frame header's sampling factors decide: a greyscale or YCbCr JPEG with every component
+    alike (4:4:4) keeps a region on the GPU; subsampled chroma, a progressive or CMYK JPEG and
+    other formats are decoded whole. Read from bytes and from a numpy array's memoryview (what DALI's inputs are)."""
+    import numpy as np
+    from trainer.vision_decode import region_stays_on_gpu
+
+    data = _variants()[name]
+    assert region_stays_on_gpu(data) is stays
+    assert region_stays_on_gpu(memoryview(np.frombuffer(data, dtype=np.uint8))) is stays
+
+
+def test_the_sampling_rule_agrees_with_pils_reading_of_the_frame_header():
+    """PIL's own reading of each JPEG (JpegImagePlugin.get_sampling: 0 for 4:4:4, 1 for 4:2:2, 2 for
+    4:2:0) against the header walk, over qualities and subsamplings, with an EXIF thumbnail of the
+    other kind in APP1 (its frame header must not be read as the image's)."""
+    from PIL import Image, JpegImagePlugin
+    from trainer.vision_decode import region_stays_on_gpu
+
+    for quality in (50, 90, 96):
+        for subsampling in (0, 1, 2):
+            data = _encoded(quality=quality, subsampling=subsampling)
+            thumbnail = _encoded(quality=50, subsampling=2 if subsampling == 0 else 0)
+            payload = b"Exif\x00\x00" + thumbnail
+            with_thumbnail = data[:2] + b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload + data[2:]
+            for jpeg in (data, with_thumbnail):
+                with Image.open(io.BytesIO(jpeg)) as image:
+                    pil = JpegImagePlugin.get_sampling(image)
+                assert pil == subsampling and region_stays_on_gpu(jpeg) is (pil == 0), (quality, subsampling)
+
+
+def test_a_hostile_or_cut_header_decodes_whole_and_never_raises():
+    """Every prefix of a 4:4:4 JPEG's header, a frame header claiming 255 components in 20 bytes,
+    a segment length running past the end, lengths of zero: each is read in bounded time, never
+    raises, and gives False (decode it whole) unless the whole frame header is there."""
+    from trainer.vision_decode import first_scan, region_stays_on_gpu
+
+    data = _variants()["q96 4:4:4 (ImageNet's usual)"]
+    scan = first_scan(data)
+    frame = data.index(b"\xff\xc0")
+    for cut in range(scan + 2):
+        assert region_stays_on_gpu(data[:cut]) is (cut >= frame + 2 + 8 + 3 * 3), cut
+    claims = data[:frame + 9] + b"\xff" + data[frame + 10:frame + 20]
+    assert region_stays_on_gpu(claims) is False
+    runs_past = data[:frame] + b"\xff\xe2\xff\xff" + b"\x00" * 16
+    assert region_stays_on_gpu(runs_past) is False
+    zeros = b"\xff\xd8" + b"\xff\xe0\x00\x00" * 10_000
+    assert region_stays_on_gpu(zeros) is False and first_scan(zeros) == -1
+
+
 def test_a_file_nvimgcodec_cannot_read_is_decoded_by_pil_and_a_non_image_raises_pils_error(codec, monkeypatch):
     png = torch.frombuffer(bytearray(_encoded(format="PNG")), dtype=torch.uint8)
     box = [5, 7, 40, 50, 1]
@@ -360,7 +413,8 @@ def test_nvjpeg_out_of_memory_is_raised_not_mended_by_pil(monkeypatch):
     assert nvjpeg.unreadable.this_epoch() == 0
 
 @pytest.mark.parametrize("decode, says", [("nvimgcodec", "nvImageCodec decodes on this CPU"),
-                                          ("dali", "DALI decodes on this CPU")])
+                                          ("dali", "DALI decodes (the box alone where the JPEG's chroma is not "
+                                                   "subsampled, else the whole image) on this CPU")])
 def test_a_micro_batch_through_a_gpu_decoder_is_the_cpu_paths_crop_normalised(image_folder, decode, says):
     """The loader side is EncodedImages, as for nvjpeg: the same box and flip as the CPU path draws
     under the same seed; the whole micro-batch comes out normalised, labels kept, from nvImageCodec's

@@ -1,8 +1,8 @@
 """trainer.vision's CPU input path: images/s per loader worker, in two cases, each measured in one run.
 
-    python bench/vision_loader.py [--case dtype|reduced|both|reencoded|encoded|transfer|epoch-start] [--images 256]
-        [--rounds 3] [--workers 1] [--short-side N]  (reencoded: the copy's bound; default the tool's)
-        [--batch 64]  (epoch-start: the micro-batch)
+    python bench/vision_loader.py [--case dtype|reduced|both|reencoded|encoded|transfer|epoch-start|dali-regions]
+        [--images 256] [--rounds 3] [--workers 1] [--short-side N]  (reencoded: the copy's bound; default the tool's)
+        [--batch 64]  (epoch-start, dali-regions: the micro-batch)
 
 `dtype`: JPEGs of one size (500x375, quality 90), fp32 (before) against uint8:
 - fp32: PIL decode, RandomResizedCrop(224), flip, ToTensor and Normalize in the worker (the old path);
@@ -37,6 +37,13 @@ to the last of the micro-batches the loader processes read ahead (the train set 
 the same CPU work in both orders. On this CPU the evaluation's and the early loader's processes
 share the cores, so the early reads lengthen the evaluation; on a GPU node the evaluation is
 mostly the GPU's work, and what the wait costs there is GPU time idle.
+`dali-regions` (not in `both`): `--decode dali`'s three training graphs (--dali-regions per-file,
+all, none) run on this CPU by trainer.vision_dali.DaliImages, `--workers` DALI threads, over the
+ImageNet-like JPEGs (q96 4:4:4) and a 4:2:0 copy (q90), alternating within each round: images/s
+of each, and what DALI's conditional costs, per-file against the graph it picks for every file of
+the set (all on 4:4:4, none on 4:2:0). Which graph is faster here says nothing of a GPU, where
+nvJPEG refuses the 4:2:0 regions that libjpeg-turbo here decodes: bench/gpu_vision.py's decode-only
+rows measure the same graphs there.
 `loader_rate` and `write_jpegs` serve bench/gpu_vision.py as well.
 """
 
@@ -383,19 +390,67 @@ def epoch_start_case(root: Path, args) -> dict:
     return out
 
 
+def dali_regions_case(root: Path, args) -> dict:
+    """DALI's three training graphs on each of the two sets (module docstring)."""
+    from trainer.vision_dali import DaliImages, import_dali
+    from trainer.vision_decode import EncodedImages
+
+    if import_dali() is None:
+        raise SystemExit("error: --case dali-regions: nvidia.dali is not installed (make install installs it)")
+    sets = {"4:4:4": IMAGENET_ENCODING, "4:2:0": (90, 2, IMAGENET_ENCODING[2])}
+    picks = {"4:4:4": "all", "4:2:0": "none"}  # the graph per-file picks for every file of the set
+    modes = ("per-file", "all", "none")
+    batches, decoders = {}, {}
+    for name, encoding in sets.items():
+        folder = write_jpegs(root, args.images, sizes=imagenet_sizes(args.images), encoding=encoding,
+                             processes=min(2, os.cpu_count() or 1), split=name.replace(":", ""))
+        dataset = EncodedImages([(str(f), 0) for f in sorted(folder.rglob("*.jpg"))], [], train=True)
+        items = [dataset[i] for i in range(len(dataset))]
+        batches[name] = [EncodedImages.collate(items[i:i + args.batch]) for i in range(0, len(items), args.batch)]
+    for mode in modes:
+        decoders[mode] = DaliImages(torch.device("cpu"), 224, hw_decoder_load=0.9, threads=args.workers,
+                                    regions=mode)
+        decoders[mode].images = lambda images, labels: images  # the uint8 micro-batch: no normalising
+        for name in sets:
+            decoders[mode](*batches[name][0])  # the pipeline is built, unmeasured
+
+    def rate(mode: str, name: str) -> float:
+        start = time.perf_counter()
+        for batch in batches[name]:
+            decoders[mode](*batch)
+        return args.images / (time.perf_counter() - start)
+
+    rounds = []
+    for r in range(args.rounds):
+        order = modes if r % 2 == 0 else modes[::-1]
+        rounds.append({name: {mode: rate(mode, name) for mode in order} for name in sets})
+        print(f"round {r + 1}: " + "; ".join(f"{name} " + ", ".join(f"{mode} {v:,.0f}" for mode, v in got.items())
+                                             for name, got in rounds[-1].items()) + " images/s", flush=True)
+    out: dict = {"batch": args.batch, "dali_threads": args.workers, "images": args.images}
+    for name in sets:
+        out[name] = {f"{mode}_images_per_s": round(statistics.median(r[name][mode] for r in rounds), 1)
+                     for mode in modes}
+        out[name][f"per_file_over_{picks[name]}"] = round(
+            statistics.median(r[name]["per-file"] / r[name][picks[name]] for r in rounds), 3)
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--case", choices=("dtype", "reduced", "both", "reencoded", "encoded", "transfer", "epoch-start"),
-                   default="both")
+    p.add_argument("--case", choices=("dtype", "reduced", "both", "reencoded", "encoded", "transfer", "epoch-start",
+                                      "dali-regions"), default="both")
     p.add_argument("--images", type=int, default=256, help="images read per measurement")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--workers", type=int, default=1, help="loader processes (1: images/s per worker core)")
     p.add_argument("--short-side", type=int, default=None,
                    help="reencoded: the copy's --short-side (default: trainer.data imagenet --reencode's)")
-    p.add_argument("--batch", type=int, default=64, help="epoch-start: the micro-batch (trainer.vision --batch-size)")
+    p.add_argument("--batch", type=int, default=64,
+                   help="epoch-start, dali-regions: the micro-batch (trainer.vision --batch-size)")
     args = p.parse_args(argv)
     if args.case == "epoch-start" and (args.workers < 1 or args.batch < 1):
         p.error("epoch-start: --workers and --batch must be at least 1 (the loader processes read ahead)")
+    if args.case == "dali-regions" and (args.workers < 1 or args.batch < 1 or args.images < 1):
+        p.error("dali-regions: --workers (DALI's threads), --batch and --images must be at least 1")
     torch.set_num_threads(1)
     result = {"workers": args.workers, "images": args.images, "crop": 224, "cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="vision-loader-") as tmp:
@@ -411,6 +466,8 @@ def main(argv=None) -> int:
             result["transfer"] = transfer_case(Path(tmp), args)
         if args.case == "epoch-start":
             result["epoch_start"] = epoch_start_case(Path(tmp), args)
+        if args.case == "dali-regions":
+            result["dali_regions"] = dali_regions_case(Path(tmp), args)
     print(json.dumps(result))
     ratios = [v for case in result.values() if isinstance(case, dict)
               for v in [*case.values(), *(x for sub in case.values() if isinstance(sub, dict) for x in sub.values())]

@@ -1,6 +1,7 @@
-"""bench/vision_loader.py --case epoch-start, tiny, on the CPU: it runs trainer.vision's own
-loaders in both orders and prints every figure (a benchmark: the figures are not judged here),
-and refuses what it cannot measure in one line."""
+"""bench/vision_loader.py --case epoch-start and dali-regions, tiny, on the CPU: they run
+trainer.vision's own loaders in both orders, and DALI's three training graphs, and print every
+figure (a benchmark: the figures are not judged here), and refuse what they cannot measure in one
+line."""
 
 from __future__ import annotations
 
@@ -40,3 +41,26 @@ def test_epoch_start_refuses_no_loader_process_or_an_empty_micro_batch(flag):
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert p.stderr.strip().splitlines()[-1].endswith(
         "error: epoch-start: --workers and --batch must be at least 1 (the loader processes read ahead)")
+
+
+@pytest.mark.slow
+def test_dali_regions_times_the_three_graphs_on_both_sets():
+    """--case dali-regions, tiny: every graph measured on the 4:4:4 set and the 4:2:0 copy, each
+    round printed, and the conditional's cost against the graph it picks for each set."""
+    pytest.importorskip("nvidia.dali", reason="nvidia-dali-cuda120 is a pinned dependency")
+    p = proc.run([sys.executable, str(SCRIPT), "--case", "dali-regions", "--images", "8", "--batch", "4",
+                  "--rounds", "2"], timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])["dali_regions"]
+    assert (out["batch"], out["dali_threads"], out["images"]) == (4, 1, 8)
+    for name, pick in (("4:4:4", "all"), ("4:2:0", "none")):
+        assert all(out[name][f"{mode}_images_per_s"] > 0 for mode in ("per-file", "all", "none")), name
+        assert out[name][f"per_file_over_{pick}"] > 0 and len(out[name]) == 4, name
+    assert p.stdout.count("round ") == 2
+
+
+def test_dali_regions_refuses_an_empty_micro_batch_in_one_line():
+    p = proc.run([sys.executable, str(SCRIPT), "--case", "dali-regions", "--batch", "0"], timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.strip().splitlines()[-1].endswith(
+        "error: dali-regions: --workers (DALI's threads), --batch and --images must be at least 1")

@@ -27,8 +27,9 @@ of 4:2:0 files made 2.0-2.3x the images of their region decode, and on 4:4:4 fil
 decode was faster in two runs of three (bench/RESULTS.md): the choice per file is to keep both
 gains (not yet measured on a GPU: bench/gpu_vision.py's decode-only rows and its trainer runs
 dali against dali:0.9:none measure it). Before
-training, the graph runs once on a 4:2:0 and a 4:4:4 test JPEG; where it does not run (a DALI
-without conditional execution on this device), one line says so and every image is decoded whole.
+training, the graph runs on 4:2:0 and 4:4:4 test JPEGs, together and each kind alone; where it does
+not run (a DALI without conditional execution on this device), one line says so and every image is
+decoded whole.
 `--dali-regions all` (each box alone) and `none` (each image whole) are for a benchmark, or for a GPU
 where the choice does not pay.
 
@@ -165,13 +166,15 @@ class DaliImages:
             self.check_per_file()
 
     def check_per_file(self) -> None:
-        """Run the per-file training graph once, on a 4:2:0 and a 4:4:4 test JPEG (one box each
-        way), before training. Where it does not run here, one line says why and every training
-        image is decoded whole, the graph without conditional execution."""
-        files = [probe_jpeg(), probe_jpeg(subsampling=0)]
-        boxes = np.array([[8, 16, 32, 24, 0]] * 2, dtype=np.int32)  # top, left, height, width, flip
+        """Run the per-file training graph before training on test JPEGs: a 4:2:0 and a 4:4:4 one
+        (one box each way), then two of each kind alone (the other branch empty). Where it does not
+        run here, one line says why and every training image is decoded whole, the graph without
+        conditional execution."""
+        subsampled, full = probe_jpeg(), probe_jpeg(subsampling=0)
+        boxes = np.array([[8, 16, 32, 24, 0], [0, 0, 48, 64, 1]], dtype=np.int32)  # top, left, height, width, flip
         try:
-            self.run_graph(True, files, boxes)
+            for files in ([subsampled, full], [subsampled] * 2, [full] * 2):
+                self.run_graph(True, files, boxes)
         except Exception as error:  # noqa: BLE001 (any failure to build or run it: said, and the other graph used)
             reason = what_dali_said(error)
             print(f"note: DALI's per-file training graph did not run here ({reason}); each training image is "

@@ -216,6 +216,26 @@ def test_where_the_per_file_graph_does_not_run_one_line_says_so_and_images_are_d
     assert runs.regions == "per-file" and capsys.readouterr().err == "" and True not in runs.pipes
 
 
+def test_the_check_covers_a_micro_batch_whose_files_all_go_one_way(monkeypatch, capsys):
+    """A micro-batch of one kind leaves the other branch empty: the check runs such micro-batches
+    too, and a graph that fails only on them is found before training, not at the first such
+    micro-batch of an epoch."""
+    import numpy as np
+
+    run_graph = DaliImages.run_graph
+
+    def fails_with_an_empty_branch(self, train, encoded, boxes):
+        flags = DaliImages.whole([np.frombuffer(data, dtype=np.uint8) for data in encoded])
+        if train and self.regions == "per-file" and len(set(flags.tolist())) == 1:
+            raise RuntimeError("Error in MIXED operator `nvidia.dali.fn.decoders.image_slice`\nencountered:\n\n"
+                               "empty batch\nCurrent pipeline object is no longer valid.")
+        return run_graph(self, train, encoded, boxes)
+
+    monkeypatch.setattr(DaliImages, "run_graph", fails_with_an_empty_branch)
+    dali = DaliImages(CPU, 16, hw_decoder_load=0.9, threads=1)
+    assert dali.regions == "none" and "(empty batch)" in capsys.readouterr().err
+
+
 def test_a_dali_error_is_told_in_the_operators_own_words():
     from trainer.vision_dali import what_dali_said
 

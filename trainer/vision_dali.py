@@ -67,7 +67,8 @@ import torch
 from config.workloads.vision import DALI_REGIONS
 from trainer.cli import UsageError
 from trainer.vision_data import DeviceImages, UnreadableImages
-from trainer.vision_decode import CodecImages, crops_of, indexed, probe_jpeg, region_stays_on_gpu, release_finished
+from trainer.vision_decode import (DECODED, CodecImages, crops_of, indexed, probe_jpeg, region_stays_on_gpu,
+                                   release_finished)
 
 
 # What DALI's decoders raise for a file they cannot decode ("Failed to decode sample #1 : reason"),
@@ -184,8 +185,7 @@ class DaliImages:
 
     def describe(self) -> str:
         """One line for the log: where this process decodes, and what of each training image."""
-        boxes = {"per-file": "the box alone where the JPEG's chroma is not subsampled, else the whole image",
-                 "all": "the box alone", "none": "the whole image"}[self.regions]
+        boxes = DECODED[self.regions]
         if not self.cuda:
             return f"DALI decodes ({boxes}) on this CPU (no GPU here): a way to try the path, not a fast one"
         return (f"DALI decodes ({boxes}), crops and resizes on the GPU: {self.load:g} of each batch is offered "

@@ -5,9 +5,10 @@ is taken from training (on an H200, 0.11 ms of GPU per image against 0.21 ms
 of ResNet-50 training; bench/RESULTS.md). `nvimgcodec` is NVIDIA's nvImageCodec, which hands
 --hw-decoder-load of each batch to the GPU's hardware JPEG decoder where it has one (A100, H100:
 an engine beside the SMs) and the rest to CUDA, decodes only the crop box (a region of interest)
-where its GPU backends decode a region of a 4:2:0 JPEG and whole images where they refuse one
-(CodecImages.probe), and does all of it on a side stream that the training stream waits on; a file
-none of them decodes goes to PIL on the CPU, said once. Without a GPU it decodes on the CPU of the
+where its GPU backends decode such a region and the whole image where they refuse one (with the
+CUDA 12 nvJPEG, a region of a JPEG with subsampled chroma: CodecImages.region_kinds), and does all
+of it on a side stream that the training stream waits on; a file none of them decodes goes to PIL
+on the CPU, said once. Without a GPU it decodes on the CPU of the
 training process (a slow way to try the path, said in the log).
 
 The loader processes do what needs no pixels: they read each file's bytes and its header (PIL
@@ -55,6 +56,9 @@ JPEG_MAGIC = b"\xff\xd8\xff"
 # RandomResizedCrop's defaults, which the CPU path uses as well.
 SCALE, RATIO = (0.08, 1.0), (3.0 / 4.0, 4.0 / 3.0)
 NO_CROP = (-1, -1, -1, -1, 0)  # evaluation: resize and centre-crop on the device
+# What a GPU decoder decodes of each training image, by its `regions` (the log line says it).
+DECODED = {"all": "the box alone", "none": "the whole image",
+           "per-file": "the box alone where the JPEG's chroma is not subsampled, else the whole image"}
 
 
 def check_nvjpeg(source: str, *, cuda: bool, native_torchvision: bool) -> None:
@@ -435,8 +439,10 @@ class CodecImages:
     """A micro-batch of EncodedImages decoded by nvImageCodec (--decode nvimgcodec), cropped,
     resized, flipped and normalised: the model's input.
 
-    Where `regions`, only the crop box is decoded (the same box and flip as every other path draws),
-    else the whole image and then its box; evaluation decodes the whole image. On a GPU the decode
+    Only the crop box is decoded (the same box and flip as every other path draws) where the GPU's
+    backends decode such a region, else the whole image and then its box (`regions`: "all" boxes,
+    those of JPEGs without subsampled chroma, "per-file", or "none"; the probes decide); evaluation
+    decodes the whole image. On a GPU the decode
     and the resize run on a side stream, and the
     training stream waits for them with an event: the host does not, so a decode overlaps the
     kernels of the step already queued, and the hardware decoder is not an SM at all."""
@@ -454,8 +460,10 @@ class CodecImages:
         self.cuda = device.type == "cuda"
         self.in_use: collections.deque = collections.deque()
         # Decode the crop box alone (a region of interest) where every GPU backend that takes part
-        # decodes a region of the 4:2:0 probe; else whole images, on the GPU (probe's docstring).
-        self.regions = True
+        # decodes such a region of the probe: of the 4:2:0 one, every box; of the 4:4:4 one only,
+        # the boxes of JPEGs without subsampled chroma (region_stays_on_gpu); else whole images, on
+        # the GPU (probe's docstring). On the CPU libjpeg-turbo decodes every region.
+        self.regions = "all"
         self.said_pil = False  # PIL decoded a file nvImageCodec did not: said once
         if self.cuda:
             self.stream = torch.cuda.Stream(device)
@@ -463,7 +471,7 @@ class CodecImages:
                         n.Backend(n.HYBRID_CPU_GPU)]
             self.decoder = n.Decoder(device_id=device.index, max_num_cpu_threads=threads, backends=backends)
             self.hardware = self.probe(hw_decoder_load)
-            self.regions = self.hardware != "whole images" and self.cuda_decodes_regions()
+            self.regions = self.region_kinds()
         else:
             self.stream, self.hardware = None, ""
             self.decoder = n.Decoder(device_id=n.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=threads,
@@ -471,13 +479,14 @@ class CodecImages:
 
     def describe(self) -> str:
         """One line for the log: where this process decodes."""
+        boxes = DECODED[self.regions]
         if not self.cuda:
             return "nvImageCodec decodes on this CPU (no GPU here): a way to try the path, not a fast one"
         if self.hardware:
-            return (f"nvImageCodec decodes on the GPU: its hardware JPEG decoder ({self.hardware}), and CUDA "
-                    "for the rest")
-        return ("nvImageCodec decodes on the GPU with CUDA: the hardware JPEG decoder did not decode a test "
-                "image (none on this GPU, a container without the `video` driver capability in "
+            return (f"nvImageCodec decodes ({boxes}) on the GPU: its hardware JPEG decoder ({self.hardware} of "
+                    "4:2:0 JPEGs), and CUDA for the rest")
+        return (f"nvImageCodec decodes ({boxes}) on the GPU with CUDA: the hardware JPEG decoder did not decode a "
+                "test image (none on this GPU, a container without the `video` driver capability in "
                 "NVIDIA_DRIVER_CAPABILITIES, or --hw-decoder-load 0)")
 
     def probe(self, hw_decoder_load: float) -> str:
@@ -501,21 +510,45 @@ class CodecImages:
             return "crop boxes"
         return "whole images" if hardware.decode(n.CodeStream(data), params=self.params) is not None else ""
 
-    def cuda_decodes_regions(self) -> bool:
-        """Whether CUDA decodes a region of the 4:2:0 probe. Without it a training box of such a
-        JPEG would go to nvImageCodec's next backend, none here, and then to PIL on this CPU, one
+    def region_kinds(self) -> str:
+        """Which training boxes are decoded alone on this GPU: "all" where every backend that takes
+        part (the hardware decoder where it is used, and CUDA) decodes a region of the 4:2:0 probe;
+        "per-file" where they decode a region of the 4:4:4 one only; else "none". A backend that
+        refuses a region hands it to nothing on the GPU, and PIL then decodes it on this CPU, one
         file at a time: where the hardware decoder is not used (--hw-decoder-load 0, or a GPU
         without one) and nvJPEG is older than 13.2 (probe's docstring)."""
         n = self.n
+        hardware = [n.Backend(n.HW_GPU_ONLY)] if self.hardware else []
         # The training decoder's backends less the hardware one. GPU_ONLY alone is no decoder:
         # nvImageCodec 0.9.0 then refuses to make one ("Could not create decoder. Code: 7", on an H100).
-        cuda = n.Decoder(device_id=self.device.index, backends=[n.Backend(n.GPU_ONLY), n.Backend(n.HYBRID_CPU_GPU)])
-        return cuda.decode(self.probe_region(), params=self.params) is not None
+        cuda = [n.Backend(n.GPU_ONLY), n.Backend(n.HYBRID_CPU_GPU)]
+        for kinds, subsampling in (("all", 2), ("per-file", 0)):
+            if all(self.decodes_region(backends, subsampling) for backends in (hardware, cuda) if backends):
+                return kinds
+        return "none"
 
-    def probe_region(self):
-        """A region of the 4:2:0 probe JPEG, as a training box is handed to nvImageCodec."""
+    def cuda_decodes_regions(self) -> bool:
+        """Whether CUDA decodes a region of the 4:2:0 probe (region_kinds)."""
         n = self.n
-        return n.CodeStream(probe_jpeg()).get_sub_code_stream(region=n.Region(8, 16, 40, 48))
+        return self.decodes_region([n.Backend(n.GPU_ONLY), n.Backend(n.HYBRID_CPU_GPU)], 2)
+
+    def decodes_region(self, backends: list, subsampling: int) -> bool:
+        """Whether a decoder of only `backends` decodes a region of the probe JPEG (PIL's
+        `subsampling`: 2 for 4:2:0, 0 for 4:4:4)."""
+        n = self.n
+        decoder = n.Decoder(device_id=self.device.index, backends=backends)
+        return decoder.decode(self.probe_region(subsampling), params=self.params) is not None
+
+    def probe_region(self, subsampling: int = 2):
+        """A region of a probe JPEG (4:2:0 by default), as a training box is handed to nvImageCodec."""
+        n = self.n
+        return n.CodeStream(probe_jpeg(subsampling)).get_sub_code_stream(region=n.Region(8, 16, 40, 48))
+
+    def region_of(self, data: torch.Tensor) -> bool:
+        """Whether this file's training box is decoded alone (`regions`)."""
+        if self.regions == "per-file":
+            return region_stays_on_gpu(memoryview(data.numpy()))
+        return self.regions == "all"
 
     def __call__(self, encoded: Sequence[torch.Tensor], labels: torch.Tensor, crops: torch.Tensor,
                  names: list[str] | None = None):
@@ -549,15 +582,16 @@ class CodecImages:
         stand_ins' order for the labels where a file could not be decoded, else None)."""
         n = self.n
         streams = []
-        for data, (top, left, height, width, _) in zip(encoded, boxes):
+        cut = [box[2] > 0 and self.region_of(data) for data, box in zip(encoded, boxes)]  # evaluation: never
+        for data, (top, left, height, width, _), alone in zip(encoded, boxes, cut):
             stream = n.CodeStream(data.numpy())
-            if height > 0 and self.regions:  # the training box only; evaluation (NO_CROP) decodes it all
+            if alone:  # the training box only
                 stream = stream.get_sub_code_stream(region=n.Region(top, left, top + height, left + width))
             streams.append(stream)
         handle = self.stream.cuda_stream if self.cuda else 0
         decoded = self.decoder.decode(streams, params=self.params, cuda_stream=handle)
         images, relative = [], []
-        for i, (data, box, image) in enumerate(zip(encoded, boxes, decoded)):
+        for i, (data, box, image, alone) in enumerate(zip(encoded, boxes, decoded, cut)):
             if image is None:  # not a format it reads, or not decodable: PIL decodes the whole file, or says why not
                 images.append(by_pil_or_error(data, self.device))
                 relative.append(box)
@@ -568,7 +602,7 @@ class CodecImages:
                           "(said once)", file=sys.stderr, flush=True)
                 continue
             images.append(torch.from_dlpack(image) if self.cuda else torch.from_numpy(np.array(image)))
-            relative.append([0, 0, *box[2:]] if box[2] > 0 and self.regions else box)  # the box is all that was decoded
+            relative.append([0, 0, *box[2:]] if alone else box)  # the box is all that was decoded
         order = stand_ins(images, names, self.unreadable)
         self.stood_in = order is not None  # for DaliImages, which decodes again here
         if order is not None:

@@ -6,6 +6,7 @@ nvImageCodec's runs here on its CPU backend (its GPU decode: tests/trainer/test_
 from __future__ import annotations
 
 import io
+import types
 
 import pytest
 import torch
@@ -179,11 +180,16 @@ def codec():
 def test_nvimgcodec_decodes_only_the_box_and_gives_the_pixels_pil_gives(codec, name, monkeypatch):
     """The box is all it decodes (a region of interest), and on this CPU (libjpeg-turbo, as PIL)
     the result is the very pixels of PIL's full decode cropped to the box, then resized and
-    flipped alike: equal, not close. On a GPU nvJPEG's IDCT differs in the last levels."""
+    flipped alike: equal, not close. On a GPU nvJPEG's IDCT differs in the last levels. Where the
+    GPU's backends refuse some regions (CodecImages.region_kinds), the whole image is decoded for
+    every box ("none") or for those of JPEGs with subsampled chroma ("per-file"), to the same
+    pixels."""
+    from trainer.vision_decode import region_stays_on_gpu
+
     data = torch.frombuffer(bytearray(_variants()[name]), dtype=torch.uint8)
     full = decoded_by_pil(data)
     assert full.shape == (3, 75, 100)
-    for regions in (True, False):  # False: a hardware decoder that decodes whole images only
+    for regions in ("all", "none", "per-file"):
         monkeypatch.setattr(codec, "regions", regions)
         for box in ([5, 7, 40, 50, 0], [0, 0, 75, 100, 1], [30, 61, 45, 39, 1], list(NO_CROP)):
             got, (encoded, streams, decoded), order = codec.augmented([data], [box])
@@ -192,8 +198,63 @@ def test_nvimgcodec_decodes_only_the_box_and_gives_the_pixels_pil_gives(codec, n
             assert torch.equal(got[0], augment(full, box, 32)), (name, box, regions)
             # What the caller keeps while a device may still read it: the bytes and the decode.
             assert encoded == [data] and len(streams) == len(decoded) == 1
-            cropped = box[2] > 0 and regions
+            alone = regions == "all" or (regions == "per-file" and region_stays_on_gpu(_variants()[name]))
+            cropped = box[2] > 0 and alone
             assert tuple(decoded[0].shape) == ((3, box[2], box[3]) if cropped else (3, 75, 100)), (name, box)
+
+
+class _Codec:
+    """nvImageCodec's API as CodecImages.region_kinds uses it, on this CPU: a decoder of the given
+    backends decodes a region of a probe JPEG where `decodes` says it does (by backend and by
+    4:2:0 or 4:4:4), else nothing, as nvImageCodec returns for a region it refuses."""
+    HW_GPU_ONLY, GPU_ONLY, HYBRID_CPU_GPU = "hardware", "cuda", "hybrid"
+
+    def __init__(self, decodes: dict[str, set[str]]):
+        self.decodes, self.made = decodes, []
+        codec = self
+
+        class Decoder:
+            def __init__(self, device_id, backends):
+                self.backends = [b.kind for b in backends]
+                codec.made.append(tuple(self.backends))
+
+            def decode(self, stream, params):
+                kind = "hardware" if self.backends == ["hardware"] else "cuda"
+                return object() if stream.kind in codec.decodes[kind] else None
+
+        self.Decoder = Decoder
+
+    def Backend(self, kind, **_):  # noqa: N802 (nvImageCodec's name)
+        return types.SimpleNamespace(kind=kind)
+
+    def CodeStream(self, data):  # noqa: N802
+        from trainer.vision_decode import region_stays_on_gpu
+        kind = "4:4:4" if region_stays_on_gpu(data) else "4:2:0"
+        return types.SimpleNamespace(get_sub_code_stream=lambda region: types.SimpleNamespace(kind=kind))
+
+    def Region(self, *box):  # noqa: N802
+        return box
+
+
+@pytest.mark.parametrize("hardware, decodes, regions", [
+    ("", {"cuda": {"4:2:0", "4:4:4"}}, "all"),  # nvJPEG 13.2 and later, hardware decoder unused
+    ("crop boxes", {"hardware": {"4:2:0", "4:4:4"}, "cuda": {"4:2:0", "4:4:4"}}, "all"),
+    ("whole images", {"hardware": {"4:4:4"}, "cuda": {"4:4:4"}}, "per-file"),  # the CUDA 12 nvJPEG's rule
+    ("", {"cuda": {"4:4:4"}}, "per-file"),  # --hw-decoder-load 0, or no hardware decoder
+    ("crop boxes", {"hardware": {"4:2:0", "4:4:4"}, "cuda": {"4:4:4"}}, "per-file"),
+    ("whole images", {"hardware": set(), "cuda": {"4:2:0", "4:4:4"}}, "none"),
+    ("", {"cuda": set()}, "none"),
+])
+def test_which_boxes_are_decoded_alone_follows_what_every_backend_taking_part_decodes(hardware, decodes, regions):
+    """region_kinds asks each backend that takes part (the hardware decoder only where it is used)
+    for a region of the 4:2:0 probe, then of the 4:4:4 one: every box alone where all decode the
+    first, those of 4:4:4 and greyscale JPEGs where all decode the second, else none. A region
+    one refuses would go to PIL on this CPU, a file at a time."""
+    codec = CodecImages.__new__(CodecImages)
+    codec.n, codec.device, codec.hardware = _Codec({"hardware": set(), **decodes}), torch.device("cuda", 0), hardware
+    codec.params = None
+    assert codec.region_kinds() == regions
+    assert ("hardware",) not in codec.n.made or hardware  # an unused hardware decoder is not asked
 
 
 def test_a_file_nvimgcodec_does_not_decode_and_pil_does_is_said_once(codec, capsys, monkeypatch):

@@ -36,23 +36,46 @@ def test_it_decodes_on_the_gpu_and_says_which_decoder(codec):
     assert cuda_only.hardware == "" and "with CUDA" in cuda_only.describe()
 
 
+def _without_pil(codec, load: float, monkeypatch, kind: str):
+    """The codec at `load` (printed with what its probes found), with PIL made to fail the test
+    for any file: what nvImageCodec decodes then is decoded on the GPU."""
+    import trainer.vision_decode as vision_decode
+
+    to_input = codec if load else CodecImages(codec.device, 32, hw_decoder_load=load, threads=2)
+    print(f"load {load}: hardware {to_input.hardware!r}, regions {to_input.regions}")
+
+    def by_pil_or_error(*args):
+        raise AssertionError(f"PIL decoded a {kind} box: {args}")
+
+    monkeypatch.setattr(vision_decode, "by_pil_or_error", by_pil_or_error)
+    return to_input
+
+
 @pytest.mark.parametrize("load", [0.9, 0.0])
 def test_a_4_2_0_training_box_is_decoded_on_the_gpu_not_by_pil(codec, load, monkeypatch):
     """With or without the hardware decoder, a box of a 4:2:0 JPEG comes from nvImageCodec on the
     GPU: where a GPU backend refuses such a region (nvJPEG under 13.2), it decodes whole images.
     Before, at load 0 each box went to PIL on the CPU, one file at a time, unsaid."""
-    import trainer.vision_decode as vision_decode
-
-    to_input = codec if load else CodecImages(codec.device, 32, hw_decoder_load=load, threads=2)
-    print(f"load {load}: hardware {to_input.hardware!r}, regions {to_input.regions}")
-    def by_pil_or_error(*args):
-        raise AssertionError(f"PIL decoded a 4:2:0 box: {args}")
-
-    monkeypatch.setattr(vision_decode, "by_pil_or_error", by_pil_or_error)
+    to_input = _without_pil(codec, load, monkeypatch, "4:2:0")
     data = torch.frombuffer(bytearray(_variants()["baseline 4:2:0"]), dtype=torch.uint8)
     out, _, order = to_input.augmented([data] * 2, [list(BOXES[0]), list(BOXES[1])])
     torch.cuda.synchronize()
     assert order is None and out.shape == (2, 3, 32, 32) and out.device.type == "cuda"
+
+
+@pytest.mark.parametrize("load", [0.9, 0.0])
+def test_a_4_4_4_training_box_is_decoded_alone_on_the_gpu_where_the_probes_say_so(codec, load, monkeypatch):
+    """Where every backend taking part decodes a region of the 4:4:4 probe (regions "per-file" or
+    "all"), a 4:4:4 JPEG's box is all nvImageCodec decodes, on the GPU (PIL is not called); where
+    not ("none"), the whole image. With the CUDA 12 nvJPEG the source says "per-file"."""
+    to_input = _without_pil(codec, load, monkeypatch, "4:4:4")
+    data = torch.frombuffer(bytearray(_variants()["q96 4:4:4 (ImageNet's usual)"]), dtype=torch.uint8)
+    box = list(BOXES[0])
+    out, (_, _, decoded), order = to_input.augmented([data], [box])
+    torch.cuda.synchronize()
+    assert order is None and out.shape == (1, 3, 32, 32) and out.device.type == "cuda"
+    alone = to_input.regions in ("all", "per-file")
+    assert tuple(decoded[0].shape) == ((3, box[2], box[3]) if alone else (3, 75, 100))
 
 
 @pytest.mark.parametrize("name", list(_variants()))

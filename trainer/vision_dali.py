@@ -21,17 +21,15 @@ wheels' is 12.x): nvImageCodec at commit b8eeb98 ("v0.9.0 release") of
 fork-the-planet/NVIDIA___nvImageCodec, extensions/nvjpeg/hw_decoder.cpp lines 1112-1119 and
 cuda_decoder.cpp lines 519-525, with the version rule in nvjpeg_utils.h. Such a box then went to the
 next backend, the CPU's libjpeg-turbo, silently: a whole micro-batch of re-encoded ImageNet decoded
-on the host. A whole image meets no such rule. (vision_decode.CodecImages's probe is a 4:2:0 JPEG,
-so nvImageCodec there decodes whole images for the same reason.) On an H100 the whole-image decode
-of 4:2:0 files made 2.0-2.3x the images of their region decode, and on 4:4:4 files the region
-decode was faster in two runs of three (bench/RESULTS.md): the choice per file is to keep both
-gains (not yet measured on a GPU: bench/gpu_vision.py's decode-only rows and its trainer runs
-dali against dali:0.9:none measure it). Before
-training, the graph runs on 4:2:0 and 4:4:4 test JPEGs, together and each kind alone; where it does
-not run (a DALI without conditional execution on this device), one line says so and every image is
-decoded whole.
-`--dali-regions all` (each box alone) and `none` (each image whole) are for a benchmark, or for a GPU
-where the choice does not pay.
+on the host. A whole image meets no such rule. (vision_decode.CodecImages's probes find the same
+rule, and nvImageCodec there decodes such files whole too.) On an H100 the whole-image decode of
+4:2:0 files made 2.0-2.3x the images of their region decode, and on 4:4:4 files the region decode
+was faster in two runs of three (bench/RESULTS.md): the choice per file is to keep both gains (not
+yet measured on a GPU: bench/gpu_vision.py's decode-only rows and its trainer runs dali against
+dali:0.9:none measure it). Before training, the graph runs on 4:2:0 and 4:4:4 test JPEGs, together
+and each kind alone; where it does not run (a DALI without conditional execution on this device),
+one line says so and every image is decoded whole. `--dali-regions all` (each box alone) and
+`none` (each image whole) are for a benchmark, or for a GPU where the choice does not pay.
 
 The loader processes still read the files and draw every box and flip (vision_decode.EncodedImages):
 an image gets the same box whichever decoder runs, and a resumed run the same micro-batches.

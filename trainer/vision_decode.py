@@ -8,8 +8,8 @@ an engine beside the SMs) and the rest to CUDA, decodes only the crop box (a reg
 where its GPU backends decode such a region and the whole image where they refuse one (with the
 CUDA 12 nvJPEG, a region of a JPEG with subsampled chroma: CodecImages.region_kinds), and does all
 of it on a side stream that the training stream waits on; a file none of them decodes goes to PIL
-on the CPU, said once. Without a GPU it decodes on the CPU of the
-training process (a slow way to try the path, said in the log).
+on the CPU, said once. Without a GPU it decodes on the CPU of the training process (a slow way to
+try the path, said in the log).
 
 The loader processes do what needs no pixels: they read each file's bytes and its header (PIL
 opens a JPEG lazily: the size, no decode) and draw the random-resized crop and the flip from the
@@ -442,8 +442,7 @@ class CodecImages:
     Only the crop box is decoded (the same box and flip as every other path draws) where the GPU's
     backends decode such a region, else the whole image and then its box (`regions`: "all" boxes,
     those of JPEGs without subsampled chroma, "per-file", or "none"; the probes decide); evaluation
-    decodes the whole image. On a GPU the decode
-    and the resize run on a side stream, and the
+    decodes the whole image. On a GPU the decode and the resize run on a side stream, and the
     training stream waits for them with an event: the host does not, so a decode overlaps the
     kernels of the step already queued, and the hardware decoder is not an SM at all."""
 

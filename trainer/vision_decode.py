@@ -264,12 +264,12 @@ SEQUENTIAL_FRAMES = (0xC0, 0xC1)
 
 def region_stays_on_gpu(data) -> bool:
     """Whether a region of this file (a training box decoded alone) is decoded on the GPU: a
-    sequential JPEG, greyscale or YCbCr, whose components share one sampling factor (4:4:4), so
-    that there is no chroma to upsample. nvImageCodec 0.9.0 with the CUDA 12 nvJPEG refuses a
+    sequential 8-bit JPEG, greyscale or YCbCr, whose components share one sampling factor (4:4:4),
+    so that there is no chroma to upsample. nvImageCodec 0.9.0 with the CUDA 12 nvJPEG refuses a
     region of a JPEG with subsampled chroma (4:2:0, 4:2:2), which then goes to the CPU
-    (trainer/vision_dali.py's docstring has the source). False for those, for progressive and CMYK
-    JPEGs (rare; this rule does not say where nvJPEG takes them), other formats and a header that
-    does not read: such a file is decoded whole, which is never refused for being a region. Reads
+    (trainer/vision_dali.py's docstring has the source). False for those, for progressive, 12-bit
+    and CMYK JPEGs (rare; this rule does not say where nvJPEG takes them), other formats and a
+    header that does not read: such a file is decoded whole, which is never refused for being a region. Reads
     only the header's segments: a few microseconds a file."""
     if bytes(data[:3]) != JPEG_MAGIC:
         return False
@@ -280,7 +280,7 @@ def region_stays_on_gpu(data) -> bool:
             count = data[i + 9] if i + 9 < len(data) else 0
             whole_header = count in (1, 3) and i + 10 + 3 * count <= len(data)
             factors = {data[i + 11 + 3 * k] for k in range(count)} if whole_header else set()
-            return marker in SEQUENTIAL_FRAMES and len(factors) == 1
+            return marker in SEQUENTIAL_FRAMES and whole_header and data[i + 4] == 8 and len(factors) == 1
     return False
 
 

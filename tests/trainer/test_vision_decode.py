@@ -353,6 +353,8 @@ def test_a_hostile_or_cut_header_decodes_whole_and_never_raises():
     assert region_stays_on_gpu(runs_past) is False
     zeros = b"\xff\xd8" + b"\xff\xe0\x00\x00" * 10_000
     assert region_stays_on_gpu(zeros) is False and first_scan(zeros) == -1
+    twelve_bit = data[:frame + 4] + b"\x0c" + data[frame + 5:]  # the frame's sample precision
+    assert region_stays_on_gpu(twelve_bit) is False and region_stays_on_gpu(data) is True
 
 
 def test_a_file_nvimgcodec_cannot_read_is_decoded_by_pil_and_a_non_image_raises_pils_error(codec, monkeypatch):

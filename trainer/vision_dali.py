@@ -174,6 +174,8 @@ class DaliImages:
         try:
             for files in ([subsampled, full], [subsampled] * 2, [full] * 2):
                 self.run_graph(True, files, boxes)
+            if self.cuda:  # before training, a wait is free: its outputs are done with before the pipeline goes
+                torch.cuda.synchronize(self.device)
         except Exception as error:  # noqa: BLE001 (any failure to build or run it: said, and the other graph used)
             reason = what_dali_said(error)
             print(f"note: DALI's per-file training graph did not run here ({reason}); each training image is "

@@ -192,9 +192,9 @@ def test_the_per_file_graph_sends_each_file_its_way_and_names_the_bad_one_right(
 
 
 def test_where_the_per_file_graph_does_not_run_one_line_says_so_and_images_are_decoded_whole(monkeypatch, capsys):
-    """The graph with DALI's conditional execution runs once, on two test JPEGs, as the decoder is
-    made: where it fails (here as a DALI without conditionals would), one line names the reason and
-    training micro-batches go through the graph without conditionals, every image whole."""
+    """The graph with DALI's conditional execution runs on test JPEGs as the decoder is made: where
+    it fails (here as a DALI without conditionals would), one line names the reason and training
+    micro-batches go through the graph without conditionals, every image whole."""
     from trainer import vision_dali
 
     graph = vision_dali.training_graph

@@ -12,7 +12,7 @@ what NVIDIA's ResNet-50 training examples feed the GPU with.
 Each training box is decoded alone (fn.decoders.image_slice, a region of interest) where its JPEG
 has no subsampled chroma (4:4:4, greyscale: raw ImageNet's usual files), and each other image is
 decoded whole and then cropped: a choice per file, made from the frame header's sampling factors
-(vision_decode.region_stays_on_gpu) with DALI's conditional execution (an `if` on a per-sample
+(trainer.image_files.region_stays_on_gpu) with DALI's conditional execution (an `if` on a per-sample
 predicate in a @pipeline_def with enable_conditionals). DALI 2.4.0 decodes through nvImageCodec
 0.9.0, whose nvJPEG decoders, the hardware one and the CUDA one, refuse a region of a
 chroma-subsampled JPEG (4:2:0, 4:2:2: what `trainer.data imagenet --reencode` writes) when the
@@ -65,8 +65,8 @@ import torch
 from config.workloads.vision import DALI_REGIONS
 from trainer.cli import UsageError
 from trainer.vision_data import DeviceImages, UnreadableImages
-from trainer.vision_decode import (DECODED, CodecImages, crops_of, indexed, probe_jpeg, region_stays_on_gpu,
-                                   release_finished)
+from trainer.image_files import probe_jpeg, region_stays_on_gpu
+from trainer.vision_decode import DECODED, CodecImages, crops_of, indexed, release_finished
 
 
 # What DALI's decoders raise for a file they cannot decode ("Failed to decode sample #1 : reason"),

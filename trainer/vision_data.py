@@ -244,7 +244,7 @@ class Substitutes(Dataset):
     dataset's order, drawing the crop the bad one would have drawn: the same every time, so a
     resumed run sees what the first saw. Each is counted (UnreadableImages) and named on stderr;
     after IN_A_ROW unreadable files in a row the error is raised. A GPU decoder's loader reads only
-    the file, its header and its end here (vision_decode.check_complete); a file that passes them
+    the file, its header and its end here (trainer.image_files.check_complete); a file that passes them
     and still fails to decode is replaced in the training process (vision_decode.stand_ins)."""
 
     def __init__(self, dataset: Dataset, unreadable: UnreadableImages):

@@ -45,6 +45,10 @@ def first_scan(data: bytes) -> int:
     return next((i for i, marker in header_segments(data) if marker == 0xDA), -1)
 
 
+# The most header segments region_stays_on_gpu reads before the frame header, in the training process
+# for every file: a camera's JPEG has a dozen (APP0, EXIF, ICC profile parts, tables); a header of
+# thousands of empty segments (a hostile file) is decoded whole rather than walked.
+MAX_SEGMENTS = 256
 # Start-of-frame markers of sequential Huffman JPEGs: baseline (SOF0) and extended (SOF1), what the
 # GPUs' hardware JPEG decoders take.
 SEQUENTIAL_FRAMES = (0xC0, 0xC1)
@@ -61,7 +65,9 @@ def region_stays_on_gpu(data) -> bool:
     only the header's segments: a few microseconds a file."""
     if bytes(data[:3]) != JPEG_MAGIC:
         return False
-    for i, marker in header_segments(data):
+    for n, (i, marker) in enumerate(header_segments(data)):
+        if n == MAX_SEGMENTS:
+            return False
         if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # a frame (C4, C8, CC are not)
             # Frame header: length (2), precision (1), height (2), width (2), components (1), then
             # 3 bytes a component: id, sampling factors (high nibble horizontal, low vertical), table.

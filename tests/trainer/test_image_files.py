@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from test_vision_decode import _encoded, _variants
-from trainer.image_files import check_complete, first_scan, region_stays_on_gpu
+from trainer.image_files import check_complete, first_scan, header_segments, region_stays_on_gpu
 
 
 @pytest.mark.parametrize("name, stays", [
@@ -62,6 +62,19 @@ def test_a_hostile_or_cut_header_decodes_whole_and_never_raises():
     assert region_stays_on_gpu(zeros) is False and first_scan(zeros) == -1
     twelve_bit = data[:frame + 4] + b"\x0c" + data[frame + 5:]  # the frame's sample precision
     assert region_stays_on_gpu(twelve_bit) is False and region_stays_on_gpu(data) is True
+
+
+def test_a_header_of_more_segments_than_a_camera_writes_is_decoded_whole_without_being_walked():
+    """Empty APP segments before the frame header: up to MAX_SEGMENTS in all the frame is still
+    found; beyond, the walk stops and the file is decoded whole. The loader's cut-short check still
+    walks the whole header (such a file is complete)."""
+    from trainer.image_files import MAX_SEGMENTS
+
+    data = _variants()["q96 4:4:4 (ImageNet's usual)"]
+    own = sum(1 for i, marker in header_segments(data) if i < data.index(b"\xff\xc0"))
+    padded = [data[:2] + b"\xff\xe0\x00\x02" * extra + data[2:] for extra in (MAX_SEGMENTS - own - 1, MAX_SEGMENTS)]
+    assert [region_stays_on_gpu(f) for f in padded] == [True, False]
+    check_complete(padded[1])
 
 
 @pytest.mark.parametrize("name", list(_variants()))

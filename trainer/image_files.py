@@ -61,8 +61,9 @@ def region_stays_on_gpu(data) -> bool:
     region of a JPEG with subsampled chroma (4:2:0, 4:2:2), which then goes to the CPU
     (trainer/vision_dali.py's docstring has the source). False for those, for progressive, 12-bit
     and CMYK JPEGs (rare; this rule does not say where nvJPEG takes them), other formats and a
-    header that does not read: such a file is decoded whole, which is never refused for being a region. Reads
-    only the header's segments: a few microseconds a file."""
+    header that does not read: such a file is decoded whole, which is never refused for being a
+    region. Reads only the header's segments, at most MAX_SEGMENTS of them: a few microseconds a
+    file."""
     if bytes(data[:3]) != JPEG_MAGIC:
         return False
     for n, (i, marker) in enumerate(header_segments(data)):
@@ -72,9 +73,10 @@ def region_stays_on_gpu(data) -> bool:
             # Frame header: length (2), precision (1), height (2), width (2), components (1), then
             # 3 bytes a component: id, sampling factors (high nibble horizontal, low vertical), table.
             count = data[i + 9] if i + 9 < len(data) else 0
-            whole_header = count in (1, 3) and i + 10 + 3 * count <= len(data)
-            factors = {data[i + 11 + 3 * k] for k in range(count)} if whole_header else set()
-            return marker in SEQUENTIAL_FRAMES and whole_header and data[i + 4] == 8 and len(factors) == 1
+            if count not in (1, 3) or i + 10 + 3 * count > len(data):  # CMYK, or the header cut short
+                return False
+            factors = {data[i + 11 + 3 * k] for k in range(count)}
+            return marker in SEQUENTIAL_FRAMES and data[i + 4] == 8 and len(factors) == 1
     return False
 
 

@@ -225,11 +225,8 @@ class DaliImages:
                            (("anchor", [1, 0]), ("shape", [3, 2]), ("mirror", 4))})
             if self.regions == "per-file":
                 inputs["whole"] = self.whole(inputs["encoded"])
-        pipe = self.pipeline(train, len(encoded))
-        if not self.cuda:
-            (out,) = pipe.run(**inputs)
-            return out
-        (out,) = pipe.run(torch.cuda.current_stream(self.device), **inputs)
+        stream = (torch.cuda.current_stream(self.device),) if self.cuda else ()  # DALI orders its outputs on it
+        (out,) = self.pipeline(train, len(encoded)).run(*stream, **inputs)
         return out
 
     @staticmethod

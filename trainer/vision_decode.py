@@ -443,26 +443,25 @@ class CodecImages:
         file at a time: where the hardware decoder is not used (--hw-decoder-load 0, or a GPU
         without one) and nvJPEG is older than 13.2 (probe's docstring)."""
         n = self.n
-        hardware = [n.Backend(n.HW_GPU_ONLY)] if self.hardware else []
-        # The training decoder's backends less the hardware one. GPU_ONLY alone is no decoder:
-        # nvImageCodec 0.9.0 then refuses to make one ("Could not create decoder. Code: 7", on an H100).
-        cuda = [n.Backend(n.GPU_ONLY), n.Backend(n.HYBRID_CPU_GPU)]
+        deciders = [self.cuda_decoder()]
+        if self.hardware:
+            deciders.append(n.Decoder(device_id=self.device.index, backends=[n.Backend(n.HW_GPU_ONLY)]))
         for kinds, subsampling in (("all", 2), ("per-file", 0)):
-            if all(self.decodes_region(backends, subsampling) for backends in (hardware, cuda) if backends):
+            region = self.probe_region(subsampling)
+            if all(decoder.decode(region, params=self.params) is not None for decoder in deciders):
                 return kinds
         return "none"
 
+    def cuda_decoder(self):
+        """A decoder of the training decoder's backends less the hardware one. GPU_ONLY alone is no
+        decoder: nvImageCodec 0.9.0 then refuses to make one ("Could not create decoder. Code: 7",
+        on an H100)."""
+        n = self.n
+        return n.Decoder(device_id=self.device.index, backends=[n.Backend(n.GPU_ONLY), n.Backend(n.HYBRID_CPU_GPU)])
+
     def cuda_decodes_regions(self) -> bool:
         """Whether CUDA decodes a region of the 4:2:0 probe (region_kinds)."""
-        n = self.n
-        return self.decodes_region([n.Backend(n.GPU_ONLY), n.Backend(n.HYBRID_CPU_GPU)], 2)
-
-    def decodes_region(self, backends: list, subsampling: int) -> bool:
-        """Whether a decoder of only `backends` decodes a region of the probe JPEG (PIL's
-        `subsampling`: 2 for 4:2:0, 0 for 4:4:4)."""
-        n = self.n
-        decoder = n.Decoder(device_id=self.device.index, backends=backends)
-        return decoder.decode(self.probe_region(subsampling), params=self.params) is not None
+        return self.cuda_decoder().decode(self.probe_region(), params=self.params) is not None
 
     def probe_region(self, subsampling: int = 2):
         """A region of a probe JPEG (4:2:0 by default), as a training box is handed to nvImageCodec."""

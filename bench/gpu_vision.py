@@ -20,14 +20,14 @@ runs of 28-36 s each (bench/RESULTS.md, 2026-11-26, late night), so about 210 s 
    4:4:4) in micro-batches of 256: nvImageCodec (trainer/vision_decode.py CodecImages) at
    --hw-decoder-load 0.9 (the GPU's hardware JPEG decoder takes most) and 0 (CUDA only), and DALI
    (trainer/vision_dali.py) at 0.9: the decoders' own rates, to be scaled to another GPU on paper.
-   DALI three ways (--dali-regions): the trainer's choice per file (the box alone where the JPEG's
-   chroma is not subsampled, else the whole image then cropped), every box alone ("regions":
-   fn.decoders.image_slice) and every image whole ("whole"); and the three again over a 4:2:0
-   copy of the JPEGs (q90, what `trainer.data imagenet --reencode` writes): nvImageCodec 0.9.0
-   refuses a region of a 4:2:0 JPEG on its nvJPEG decoders and the CPU decodes it
-   (trainer/vision_dali.py's docstring), which the "regions 4:2:0" row shows as a rate. On the
-   4:4:4 files the per-file row is the regions row's graph, on the 4:2:0 copy the whole row's,
-   both behind DALI's conditional.
+   DALI three ways (--dali-regions, named as --decoders names them): the trainer's choice per file
+   ("dali:0.9": the box alone where the JPEG's chroma is not subsampled, else the whole image then
+   cropped), every box alone ("dali:0.9:all", fn.decoders.image_slice) and every image whole
+   ("dali:0.9:none"); and the three again over a 4:2:0 copy of the JPEGs (q90, what `trainer.data
+   imagenet --reencode` writes): nvImageCodec 0.9.0 refuses a region of a 4:2:0 JPEG on its nvJPEG
+   decoders and the CPU decodes it (trainer/vision_dali.py's docstring), which the "dali:0.9:all
+   4:2:0" row shows as a rate. On the 4:4:4 files the per-file row is the :all row's graph, on the
+   4:2:0 copy the :none row's, both behind DALI's conditional.
 4. Trainer: `python -m trainer.vision --model resnet50` (a process per run, batch 256 at 224, bf16,
    `--workers` loader processes) on an ImageFolder of those JPEGs hard-linked to `--epoch-images`
    names (bench/vision_runs.py), once per entry of `--decoders`; images/s and the data-wait
@@ -55,7 +55,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -110,14 +110,13 @@ def gpu_rate(device: torch.device, *, batch: int, size: int, steps: int, warmup:
 
 
 def decode_rate(samples: list[tuple[str, int]], device: torch.device, run: Run, *, size: int, batch: int,
-                images: int, threads: int, regions: str = "per-file") -> dict:
+                images: int, threads: int) -> dict:
     """Images/s of trainer.vision's input for `run` alone, CodecImages (nvimgcodec) or DaliImages
     (dali): the crop box decoded, resized, flipped, normalised on `device`, over `samples` cycled,
     in micro-batches of `batch`. The loader's part (file bytes, crop boxes) is done before the
     clock starts, and one warm-up batch is left out. `decode_call_share`: the part of the host's
-    time inside the decoder's own call (nvImageCodec's decode, DALI's run); the rest is ours.
-    `regions`: DaliImages' (--dali-regions): each box alone where the JPEG's chroma is not subsampled
-    (per-file, the trainer's), every box alone (all), every image whole (none)."""
+    time inside the decoder's own call (nvImageCodec's decode, DALI's run); the rest is ours. For
+    DALI, `run`'s --dali-regions (the trainer's per-file where it names none)."""
     from trainer.vision_decode import EncodedImages, device_input
 
     dataset = EncodedImages(samples, [], train=True)
@@ -125,9 +124,7 @@ def decode_rate(samples: list[tuple[str, int]], device: torch.device, run: Run, 
     batches = [EncodedImages.collate([items[(b * batch + j) % len(items)] for j in range(batch)])
                for b in range(1 + max(1, images // batch))]
     data = ImageDataConfig(source="files", image_size=size, workers=threads, decode=run.decode,
-                           hw_decoder_load=run.hw_decoder_load)
-    if run.decode == "dali":
-        data = replace(data, dali_regions=regions)
+                           hw_decoder_load=run.hw_decoder_load, dali_regions=run.dali_regions or "per-file")
     to_input = device_input(data, device)
     to_input(*batches[0])
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -340,22 +337,19 @@ def main(argv=None) -> int:
 
 @dataclass(frozen=True)
 class DecodeCase:
-    """One decode-only measurement: `run`'s decoder; for DALI, `regions` its --dali-regions (per-file,
-    the trainer's; all: each box alone; none: each image whole); `subsampled` reads the 4:2:0 copy
-    of the JPEGs."""
+    """One decode-only measurement: `run`'s decoder (for DALI with its --dali-regions); `subsampled`
+    reads the 4:2:0 copy of the JPEGs."""
     run: Run
-    regions: str = "per-file"
     subsampled: bool = False
 
     @property
     def name(self) -> str:
-        regions = {"per-file": "", "all": " regions", "none": " whole"}[self.regions]
-        return self.run.name + regions + (" 4:2:0" if self.subsampled else "")
+        return self.run.name + (" 4:2:0" if self.subsampled else "")
 
 
 DECODE_ONLY = (DecodeCase(Run("nvimgcodec", 0.9)), DecodeCase(Run("nvimgcodec", 0.0)),
-               *(DecodeCase(Run("dali", 0.9), regions, subsampled)
-                 for subsampled in (False, True) for regions in ("per-file", "none", "all")))
+               *(DecodeCase(Run("dali", 0.9, regions), subsampled)
+                 for subsampled in (False, True) for regions in (None, "none", "all")))
 OWN_CALL = {"nvimgcodec": "nvImageCodec's decode call", "dali": "DALI's run"}
 
 
@@ -379,7 +373,7 @@ def decode_only_rates(sources: dict[bool, list[Path]], device: torch.device, gpu
         else:
             try:
                 run.update(decode_rate(samples[case.subsampled], device, decoder, size=size, batch=batch,
-                                       images=images, threads=threads, regions=case.regions))
+                                       images=images, threads=threads))
                 run["over_gpu"] = round(run["images_per_s"] / gpu, 3)
             except UsageError as refusal:  # the probe: no nvJPEG library for the GPU
                 run["why"], run["failed"] = str(refusal), True

@@ -42,9 +42,9 @@ def test_a_dry_run_measures_the_gpu_the_loader_and_the_decoders_alone(dry_run):
         assert _positive(result[key]), key
     assert result["jpegs"]["unique"] > 0 and _positive(result["jpegs"]["mean_kb"])
     decode = result["decode_only"]
-    assert [r["run"] for r in decode["runs"]] == ["nvimgcodec:0.9", "nvimgcodec:0", "dali:0.9", "dali:0.9 whole",
-                                                 "dali:0.9 regions", "dali:0.9 4:2:0", "dali:0.9 whole 4:2:0",
-                                                 "dali:0.9 regions 4:2:0"]
+    assert [r["run"] for r in decode["runs"]] == ["nvimgcodec:0.9", "nvimgcodec:0", "dali:0.9", "dali:0.9:none",
+                                                 "dali:0.9:all", "dali:0.9 4:2:0", "dali:0.9:none 4:2:0",
+                                                 "dali:0.9:all 4:2:0"]
     for r in decode["runs"]:
         assert _positive(r["images_per_s"]) and _positive(r["over_gpu"]), r
         assert r["over_gpu"] == pytest.approx(r["images_per_s"] / result["gpu_images_per_s"], rel=0.05)

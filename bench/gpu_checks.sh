@@ -100,7 +100,7 @@ if wants tests; then
     tests/trainer/test_llm_model.py tests/trainer/test_vision_decode_gpu.py tests/trainer/test_vision_resize.py \
     tests/trainer/test_vision_dali_gpu.py} \
     >"$out/tests_full.txt" 2>&1
-  grep -E "rounds with|hardware JPEG|Huffman|DALI decodes|^(E |FAILED|SKIPPED|ERROR)|[0-9]+ (passed|failed)" "$out/tests_full.txt" \
+  grep -E "rounds with|waited for the training stream in|hardware JPEG|Huffman|DALI decodes|^(E |FAILED|SKIPPED|ERROR)|[0-9]+ (passed|failed)" "$out/tests_full.txt" \
     | tail -40 | tee "$out/tests.txt"
   # The micro-batch crop-resize, batched against torchvision per image: host and GPU time (seconds).
   [ "${RESIZE_S:-90}" != 0 ] && timeout "${RESIZE_S:-90}" python3 bench/vision_resize.py 2>&1 | tail -20 | tee "$out/vision_resize.txt"

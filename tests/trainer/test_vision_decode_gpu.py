@@ -107,25 +107,38 @@ def test_a_micro_batch_makes_no_synchronisation_torch_can_see(codec):
 BUSY_CYCLES = 1_000_000_000
 
 
-def test_a_decode_never_waits_for_the_training_stream(codec):
-    """The training stream is busy (a step queued); decoding the next micro-batches returns while it
-    still is. Before, the side stream waited for the training stream and nvImageCodec's next call
-    waited on the host for its previous decode: the host waited out every step."""
+# A decode's host call may still wait for the training stream now and then, inside nvImageCodec: on
+# an H100 (2026-11-27, bench/RESULTS.md) a fresh decoder waited in 3 to 5 of 16 rounds, nearly always
+# the first two, and then at random (rounds 5, 7, 8, 9, 12, 14). A likely cause, in its source: its
+# Python API hands nvJPEG no allocator, so nvJPEG grows its buffers with cudaMalloc and cudaFree
+# (NVIDIA/nvImageCodec extensions/nvjpeg/cuda_decoder.cpp sets the padding options to 0 without
+# one), and cudaFree waits for the whole device. The bug this test holds waited in every round.
+ROUNDS = 16
+
+
+def test_a_decode_seldom_waits_for_the_training_stream(codec):
+    """The training stream is busy (a step queued); decoding the next micro-batch returns while it
+    still is, in most rounds. Before, the side stream waited for the training stream and
+    nvImageCodec's next call waited on the host for its previous decode: the host waited out every
+    step."""
     # Pinned, as the trainer's loader hands them over (pin_memory on a GPU): a copy from pageable
     # memory may wait for its stream (CUDA's API synchronisation notes), the training stream here.
     data = [torch.frombuffer(bytearray(b), dtype=torch.uint8).pin_memory() for b in _variants().values()]
     crops = torch.tensor([BOXES[i % 2] for i in range(len(data))], dtype=torch.int64).pin_memory()
     labels = torch.arange(len(data)).pin_memory()
     codec(data, labels, crops)
-    torch.cuda.synchronize()
-    torch.cuda._sleep(BUSY_CYCLES)
-    busy = torch.cuda.Event()
-    busy.record()
-    for _ in range(3):  # nvImageCodec waits for its previous batch: a second and third call show it
+    waited = []
+    for round_ in range(ROUNDS):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(BUSY_CYCLES // 8)  # a step's worth, ten times a decode of these files
+        busy = torch.cuda.Event()
+        busy.record()
         images, _ = codec(data, labels, crops)
-    still_busy = not busy.query()
+        if busy.query():
+            waited.append(round_)
     torch.cuda.synchronize()
-    assert still_busy, "the host waited for the training stream while decoding"
+    print(f"decode waited for the training stream in rounds {waited} of {ROUNDS}")
+    assert len(waited) <= ROUNDS // 2, f"the host waited for the training stream while decoding, rounds {waited}"
     assert torch.isfinite(images).all()
 
 

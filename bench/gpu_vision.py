@@ -117,7 +117,8 @@ def decode_rate(samples: list[tuple[str, int]], device: torch.device, run: Run, 
     clock starts, and one warm-up batch is left out. `decode_call_share`: the part of the host's
     time inside the decoder's own call (nvImageCodec's decode, DALI's run); the rest is ours. For
     DALI, `run`'s --dali-regions (the trainer's per-file where it names none)."""
-    from trainer.vision_decode import EncodedImages, device_input
+    from trainer.encoded_images import EncodedImages
+    from trainer.vision_input import device_input
 
     dataset = EncodedImages(samples, [], train=True)
     items = [dataset[i] for i in range(len(samples))]
@@ -166,7 +167,7 @@ def run_unavailable(run: Run, data: str, cuda: bool) -> str | None:
     """trainer.vision's own refusal of this --decode here (it would exit 2 after its start-up)."""
     from trainer.cli import UsageError
     from trainer.torchvision_compat import prepare
-    from trainer.vision_decode import PACKAGES, check_installed, check_nvjpeg, installed
+    from trainer.vision_input import PACKAGES, check_installed, check_nvjpeg, installed
 
     try:
         if run.decode == "nvjpeg":

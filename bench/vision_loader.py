@@ -25,7 +25,7 @@ against the CPU path (uint8-reduced) on the ImageNet-like JPEGs, each size group
 the groups' shares. What it measures is the CPU each GPU still needs; the decode's own rate on the
 GPU is bench/gpu_vision.py's.
 `transfer` (not in `both`): the same loader side at the trainer's micro-batch of 256, each file's
-bytes a tensor of its own against one tensor for the micro-batch's files (vision_decode.EncodedFiles):
+bytes a tensor of its own against one tensor for the micro-batch's files (encoded_images.EncodedFiles):
 what crossing from the loader processes costs the training process.
 `epoch-start` (not in `both`): trainer.vision's own loaders (build_datasets, ElasticSampler,
 train_loader, val_loader; CPU decode at 224, `--workers` processes each, micro-batches of `--batch`)
@@ -170,7 +170,7 @@ def loader_rate(train_dir: Path, *, path: str, workers: int, images: int, image_
     if path == "fp32":
         folder = tv.datasets.ImageFolder(train_dir, fp32_transform(image_size))
     elif path in ("encoded", "encoded-per-file"):  # a GPU decoder's loader: bytes and the crop box, decoded elsewhere
-        from trainer.vision_decode import EncodedImages
+        from trainer.encoded_images import EncodedImages
         found = tv.datasets.ImageFolder(train_dir, loader=open_image)
         folder, collate = EncodedImages(found.samples, found.classes, train=True), EncodedImages.collate
         if path == "encoded-per-file":
@@ -393,7 +393,7 @@ def epoch_start_case(root: Path, args) -> dict:
 def dali_regions_case(root: Path, args) -> dict:
     """DALI's three training graphs on each of the two sets (module docstring)."""
     from trainer.vision_dali import DaliImages, import_dali
-    from trainer.vision_decode import EncodedImages
+    from trainer.encoded_images import EncodedImages
 
     if import_dali() is None:
         raise SystemExit("error: --case dali-regions: nvidia.dali is not installed (make install installs it)")

@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from trainer.torchvision_compat import prepare  # noqa: E402
-from trainer.vision_decode import NO_CROP, augment  # noqa: E402
+from trainer.encoded_images import NO_CROP  # noqa: E402
+from trainer.vision_decode import augment  # noqa: E402
 from trainer.vision_resize import resized_crops  # noqa: E402
 
 

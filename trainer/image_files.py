@@ -1,7 +1,7 @@
 """What is read of an image file without decoding it: a JPEG's header, walked segment by segment;
 whether a JPEG or PNG was cut short; whether a region of a JPEG is decoded on the GPU or would go
 to the CPU; and the small JPEGs the GPU decoders decode before training. The loader processes
-check every file here (trainer.vision_decode.EncodedImages), and the GPU decoders choose per file
+check every file here (trainer.encoded_images.EncodedImages), and the GPU decoders choose per file
 here whether to decode the training box alone or the whole image (trainer/vision_decode.py,
 trainer/vision_dali.py). Only NumPy and PIL (for the test JPEGs): nothing here touches a GPU.
 """

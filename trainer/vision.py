@@ -40,7 +40,8 @@ from trainer.optim import build_sgd, image_learning_rate
 from trainer.preemption import Preemption
 from trainer.vision_data import (ElasticSampler, Progress, UnreadableImages, build_datasets, train_loader,
                                  val_loader)
-from trainer.vision_decode import check_decode, device_input, model_inputs
+from trainer.vision_decode import model_inputs
+from trainer.vision_input import check_decode, device_input
 from trainer.vision_metrics import VisionMetrics
 from trainer.vision_model import build_classifier, place
 

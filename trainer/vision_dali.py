@@ -31,7 +31,7 @@ and each kind alone; where it does not run (a DALI without conditional execution
 one line says so and every image is decoded whole. `--dali-regions all` (each box alone) and
 `none` (each image whole) are for a benchmark, or for a GPU where the choice does not pay.
 
-The loader processes still read the files and draw every box and flip (vision_decode.EncodedImages):
+The loader processes still read the files and draw every box and flip (encoded_images.EncodedImages):
 an image gets the same box whichever decoder runs, and a resumed run the same micro-batches.
 Evaluation micro-batches are decoded whole by DALI and resized and centre-cropped by
 vision_decode.crops_of, as with the other GPU decoders: DALI's centre crop rounds differently from

@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from config.workloads.vision import GPU_DECODERS, ImageDataConfig, SyntheticImagesConfig
 from trainer.cli import UsageError
+from trainer.encoded_images import EncodedImages
 from trainer.imagenet_reencode import check_serves
 from trainer.torchvision_compat import import_torchvision
 from trainer.vision_jpeg import ReducedRandomResizedCrop, ReducedResizeCenterCrop, open_image
@@ -123,7 +124,6 @@ def build_datasets(cfg: ImageDataConfig, synthetic: SyntheticImagesConfig, seed:
         raise UsageError("--data", f"{root}/train has {len(train.classes)} class folders and {root}/val "
                                    f"{len(val.classes)}; they must name the same classes")
     if cfg.decode in GPU_DECODERS:  # the loaders read bytes and draw crops; the GPU decodes
-        from trainer.vision_decode import EncodedImages
         train = EncodedImages(train.samples, train.classes, train=True)
         val = EncodedImages(val.samples, val.classes, train=False)
     return train, val, len(train.classes)

@@ -11,20 +11,20 @@ of it on a side stream that the training stream waits on; a file none of them de
 on the CPU, said once. Without a GPU it decodes on the CPU of the training process (a slow way to
 try the path, said in the log).
 
-The loader processes do what needs no pixels: they read each file's bytes and its header (PIL
-opens a JPEG lazily: the size, no decode) and draw the random-resized crop and the flip from the
-image's seeded generator (trainer.vision_data.SeededAugmentation), the same draws as the CPU path
-makes, so an image gets the same crop box whichever decoder runs. The training process then
+The loader processes do what needs no pixels (trainer/encoded_images.py): they read each file's
+bytes and its header and draw the random-resized crop and the flip from the image's seeded
+generator (trainer.vision_data.SeededAugmentation), the same draws as the CPU path makes, so an
+image gets the same crop box whichever decoder runs. The training process then
 decodes the micro-batch on its GPU with one `decode_jpeg` call, crops, resizes (bilinear with
 antialias on the tensor: PIL's filter differs from it in the last bits) and flips the whole
 micro-batch in a few operations (trainer/vision_resize.py), and normalises it
 (vision_data.DeviceImages). A file that is not a JPEG (a PNG in the folder) is decoded by
 torchvision on the CPU of the training process instead: slower, never wrong.
 
-Refused where it cannot run, each in one line before any process group: synthetic data (no files);
-for nvjpeg no GPU, or a torchvision without its C++ operators (trainer/torchvision_compat.py); for
-nvimgcodec the package missing, or on a GPU a decoder that would not decode there (no nvJPEG
-library: it would fall back to the CPU unseen).
+Refused where it cannot run, each in one line before any process group (trainer/vision_input.py):
+synthetic data (no files); for nvjpeg no GPU, or a torchvision without its C++ operators
+(trainer/torchvision_compat.py); for nvimgcodec the package missing; and here, on a GPU, a decoder
+that would not decode there (no nvJPEG library: it would fall back to the CPU unseen).
 """
 
 from __future__ import annotations
@@ -32,9 +32,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import io
-import itertools
 import math
-import operator
 import os
 import queue
 import sys
@@ -42,35 +40,19 @@ import threading
 from collections.abc import Sequence
 
 import torch
-from torch.utils.data import Dataset, get_worker_info
 
 import numpy as np
 
-from config.workloads.vision import ImageDataConfig
 from trainer.cli import UsageError
-from trainer.image_files import JPEG_MAGIC, check_complete, probe_jpeg, region_stays_on_gpu
-from trainer.torchvision_compat import import_torchvision, prepare
+from trainer.encoded_images import NO_CROP
+from trainer.image_files import JPEG_MAGIC, probe_jpeg, region_stays_on_gpu
+from trainer.torchvision_compat import import_torchvision
 from trainer.vision_data import DeviceImages, UnreadableImages, unreadable_errors
 from trainer.vision_resize import resized_crops
 
-# RandomResizedCrop's defaults, which the CPU path uses as well.
-SCALE, RATIO = (0.08, 1.0), (3.0 / 4.0, 4.0 / 3.0)
-NO_CROP = (-1, -1, -1, -1, 0)  # evaluation: resize and centre-crop on the device
 # What a GPU decoder decodes of each training image, by its `regions` (the log line says it).
 DECODED = {"all": "the box alone", "none": "the whole image",
            "per-file": "the box alone where the JPEG's chroma is not subsampled, else the whole image"}
-
-
-def check_nvjpeg(source: str, *, cuda: bool, native_torchvision: bool) -> None:
-    """UsageError naming --decode when nvJPEG cannot decode this run's images here."""
-    if source == "synthetic":
-        raise UsageError("--decode", "nvjpeg decodes JPEG files; --data synthetic has none (use --decode cpu)")
-    if not cuda:
-        raise UsageError("--decode", "nvjpeg decodes on a GPU and this machine has none (torch.cuda.is_available() "
-                                     "is False); use --decode cpu")
-    if not native_torchvision:
-        raise UsageError("--decode", "nvjpeg needs torchvision's C++ operators, which this torchvision build lacks "
-                                     "(install the build matching torch from PyTorch's index); use --decode cpu")
 
 
 def import_nvimgcodec():
@@ -82,147 +64,6 @@ def import_nvimgcodec():
     except ImportError:
         return None
     return nvimgcodec
-
-
-# The package each decoder of the training process imports (the trainer images install them).
-PACKAGES = {"nvimgcodec": "nvidia-nvimgcodec-cu12", "dali": "nvidia-dali-cuda120"}
-
-
-def check_installed(decode: str, source: str, *, installed: bool) -> None:
-    """UsageError naming --decode when `decode` (nvimgcodec, dali) cannot decode this run's images
-    here: synthetic data has no files, or its package is missing. A CPU is allowed: both run there."""
-    if source == "synthetic":
-        raise UsageError("--decode", f"{decode} decodes image files; --data synthetic has none (use --decode cpu)")
-    if not installed:
-        raise UsageError("--decode", f"{decode} needs the {PACKAGES[decode]} package, which the trainer images "
-                                     "install and this Python lacks; use --decode cpu")
-
-
-def check_decode(decode: str, source: str) -> None:
-    """trainer.vision's check of --decode, before any process group."""
-    if decode == "nvjpeg":
-        check_nvjpeg(source, cuda=torch.cuda.is_available(), native_torchvision=prepare())
-    elif decode in PACKAGES:
-        check_installed(decode, source, installed=installed(decode))
-
-
-def installed(decode: str) -> bool:
-    """Whether `decode`'s package (nvimgcodec, dali) imports here."""
-    if decode == "dali":
-        from trainer.vision_dali import import_dali  # here, not at the top: vision_dali imports this module
-
-        return import_dali() is not None
-    return import_nvimgcodec() is not None
-
-
-def device_input(data: ImageDataConfig, device: torch.device, unreadable: UnreadableImages | None = None):
-    """What turns a loader's micro-batch into the model's input on `device`, for data.decode; a GPU
-    decoder counts the files it cannot decode in `unreadable`."""
-    if data.decode == "nvjpeg":
-        return NvjpegImages(device, data.image_size, unreadable=unreadable)
-    if data.decode == "nvimgcodec":
-        # Its CPU threads parse headers (and Huffman-decode what CUDA decodes); the loader
-        # processes beside it only read files, so they share the rank's loader vCPUs.
-        return CodecImages(device, data.image_size, hw_decoder_load=data.hw_decoder_load,
-                           threads=max(1, data.workers), unreadable=unreadable)
-    if data.decode == "dali":
-        from trainer.vision_dali import DaliImages  # here, not at the top: vision_dali imports this module
-
-        return DaliImages(device, data.image_size, hw_decoder_load=data.hw_decoder_load,
-                          threads=max(1, data.workers), unreadable=unreadable, regions=data.dali_regions)
-    return DeviceImages(device)
-
-
-class EncodedImages(Dataset):
-    """An ImageFolder's (path, label) samples as (file bytes, label, crop, path): for training the
-    crop box (top, left, height, width) and the flip drawn as RandomResizedCrop and
-    RandomHorizontalFlip draw them; for evaluation NO_CROP. The path names a file the decoder
-    cannot decode."""
-
-    def __init__(self, samples: list[tuple[str, int]], classes: list[str], *, train: bool):
-        self.samples, self.classes, self.train = samples, classes, train
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int, tuple[int, ...], str]:
-        from PIL import Image
-
-        path, label = self.samples[index]
-        with open(path, "rb") as f:
-            data = f.read()
-        check_complete(data)
-        crop = NO_CROP
-        # The header only (PIL decodes lazily), for evaluation too: PIL refuses a decompression bomb
-        # here (DecompressionBombError, an unreadable image), as on the CPU path; a GPU decoder would
-        # decode the whole of it, run out of memory and meet it again at every restart. Read from the
-        # bytes already in hand: one open per file (a metadata round trip on FSx for Lustre), and the
-        # box is drawn on the very bytes the decoder gets, even if the file is replaced meanwhile.
-        with Image.open(io.BytesIO(data)) as header:
-            if self.train:
-                top, left, height, width = import_torchvision().transforms.RandomResizedCrop.get_params(
-                    header, SCALE, RATIO)
-                crop = (top, left, height, width, int(torch.rand(1) < 0.5))
-        return torch.frombuffer(bytearray(data), dtype=torch.uint8), label, crop, str(path)
-
-    @staticmethod
-    def collate(batch) -> tuple[EncodedFiles, torch.Tensor, torch.Tensor, list[str]]:
-        """The files' bytes in one tensor (EncodedFiles), the labels and the crops as tensors, the
-        paths."""
-        return (EncodedFiles.of([item[0] for item in batch]), torch.tensor([item[1] for item in batch]),
-                torch.tensor([item[2] for item in batch], dtype=torch.int64), [item[3] for item in batch])
-
-
-class EncodedFiles(Sequence):
-    """A micro-batch's files, one after another in one uint8 tensor, as a sequence of 1-D byte
-    tensors (views into it).
-
-    A loader process hands its micro-batch to the training process through shared memory, one file
-    descriptor per tensor storage, each received over a socket of its own by the loader's pin thread,
-    which on a GPU then pins each. One tensor per file made that 256 descriptors (and 256 pinned
-    copies) per micro-batch, in a thread that holds the interpreter's lock while it works: profiled
-    on an H100 (bench/gpu_vision.py --profile), that thread spent 40% of a --decode dali run
-    receiving files, while the decode thread waited for input 58% of its time. Here the bytes are one
-    storage, one descriptor and one pinned copy; the files' ends are Python ints, pickled with it
-    (bench/vision_loader.py --case transfer measures the receiving on a CPU)."""
-
-    def __init__(self, flat: torch.Tensor, ends: tuple[int, ...]):
-        self.flat, self.ends = flat, tuple(ends)  # ends[i]: where file i ends in flat
-        self.starts = (0, *self.ends[:-1])
-
-    @classmethod
-    def of(cls, files: Sequence[torch.Tensor]) -> EncodedFiles:
-        """The files' bytes (1-D uint8 tensors) copied one after another; in a loader process straight
-        into shared memory, as torch's default_collate does, which the pickling then shares as is."""
-        for i, f in enumerate(files):
-            if f.dim() != 1 or f.dtype != torch.uint8:
-                raise ValueError(f"file {i} is a {f.dtype} tensor of shape {tuple(f.shape)}, not 1-D uint8 bytes")
-        ends = tuple(itertools.accumulate(len(f) for f in files))
-        flat = torch.empty(ends[-1] if ends else 0, dtype=torch.uint8)
-        if get_worker_info() is not None:
-            flat.share_memory_()
-        if files:
-            torch.cat(list(files), out=flat)
-        return cls(flat, ends)
-
-    def __len__(self) -> int:
-        return len(self.ends)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        i = operator.index(i)
-        if not -len(self) <= i < len(self):
-            raise IndexError(f"file {i} of {len(self)}")
-        i %= len(self)
-        return self.flat[self.starts[i]:self.ends[i]]
-
-    def __iter__(self):
-        return (self.flat[a:b] for a, b in zip(self.starts, self.ends))
-
-    def pin_memory(self) -> EncodedFiles:
-        """For the DataLoader's pin thread: the bytes in one pinned copy."""
-        return EncodedFiles(self.flat.pin_memory(), self.ends)
 
 
 def decoded_by_pil(data: torch.Tensor) -> torch.Tensor:

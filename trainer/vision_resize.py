@@ -34,7 +34,7 @@ GROUP_BYTES = 256 * 2**20
 def resized_crops(images: list[torch.Tensor], boxes: list[list[int]], size: int,
                   dtype: torch.dtype | None = None) -> torch.Tensor:
     """(N, 3, size, size) uint8 on the images' device from N (3, H, W) uint8 images, each with its
-    box (top, left, height, width, flip) as vision_decode.EncodedImages draws it: a training crop
+    box (top, left, height, width, flip) as encoded_images.EncodedImages draws it: a training crop
     resized to size x size, flipped when flip is 1; or for evaluation (height < 0, NO_CROP) the
     image resized so that its shorter side is ceil(size / 0.875), then its centre size x size, as
     vision_data.transforms does. The products run in `dtype`: by default float16 on a GPU (its

@@ -17,7 +17,8 @@ pytest.importorskip("nvidia.dali", reason="nvidia-dali-cuda120 is a pinned depen
 
 from trainer.cli import UsageError  # noqa: E402
 from trainer.vision_dali import DaliImages  # noqa: E402
-from trainer.vision_decode import NO_CROP, augment, decoded_by_pil  # noqa: E402
+from trainer.encoded_images import NO_CROP  # noqa: E402
+from trainer.vision_decode import augment, decoded_by_pil  # noqa: E402
 
 from test_vision_decode import _variants, undecodable_jpeg  # noqa: E402
 

@@ -18,7 +18,8 @@ from test_vision_dali import _raw  # noqa: E402
 from test_vision_decode_gpu import BUSY_CYCLES  # noqa: E402
 
 from trainer.vision_dali import DaliImages  # noqa: E402
-from trainer.vision_decode import NO_CROP, augment, decoded_by_pil  # noqa: E402
+from trainer.encoded_images import NO_CROP  # noqa: E402
+from trainer.vision_decode import augment, decoded_by_pil  # noqa: E402
 
 BOXES = ([5, 7, 40, 50, 0], [0, 0, 75, 100, 1], [30, 61, 45, 39, 1])
 

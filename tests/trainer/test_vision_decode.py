@@ -18,9 +18,10 @@ from trainer import vision_data  # noqa: E402
 from trainer.cli import UsageError  # noqa: E402
 from trainer import vision_decode  # noqa: E402
 from trainer.image_files import check_complete  # noqa: E402
-from trainer.vision_decode import (NO_CROP, CodecImages, DecodeAhead, EncodedFiles, EncodedImages, NvjpegImages,  # noqa: E402
-                                   augment, check_installed, check_nvjpeg, decoded_by_pil, device_input, model_inputs,
-                                   relabelled, stand_ins)
+from trainer.encoded_images import NO_CROP, EncodedFiles, EncodedImages  # noqa: E402
+from trainer.vision_decode import (CodecImages, DecodeAhead, NvjpegImages, augment, decoded_by_pil,  # noqa: E402
+                                   model_inputs, relabelled, stand_ins)
+from trainer.vision_input import check_installed, check_nvjpeg, device_input  # noqa: E402
 
 
 @pytest.mark.parametrize("source, cuda, native, says", [

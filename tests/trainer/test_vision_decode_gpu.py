@@ -17,8 +17,8 @@ from cuda_syncs import synchronising_calls  # noqa: E402
 from test_vision_decode import _variants  # noqa: E402
 
 from trainer.torchvision_compat import import_torchvision, prepare  # noqa: E402
-from trainer.vision_decode import (NO_CROP, CodecImages, DecodeAhead, NvjpegImages, augment,  # noqa: E402
-                                   decoded_by_pil)
+from trainer.encoded_images import NO_CROP  # noqa: E402
+from trainer.vision_decode import CodecImages, DecodeAhead, NvjpegImages, augment, decoded_by_pil  # noqa: E402
 
 BOXES = ([5, 7, 40, 50, 0], [0, 0, 75, 100, 1], list(NO_CROP))
 
@@ -249,7 +249,7 @@ def test_a_micro_batch_of_files_is_pinned_once_and_its_files_still_read_back():
     with its own bytes (nvJPEG's copy to the device is then asynchronous)."""
     from torch.utils.data._utils.pin_memory import pin_memory
 
-    from trainer.vision_decode import EncodedFiles
+    from trainer.encoded_images import EncodedFiles
 
     files = [torch.full((n,), n % 251, dtype=torch.uint8) for n in (3, 1000, 7)]
     pinned = pin_memory((EncodedFiles.of(files), torch.tensor([0, 1, 2])))[0]

@@ -9,7 +9,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainer import vision_resize
 from trainer.torchvision_compat import import_torchvision
-from trainer.vision_decode import NO_CROP, augment, crops_of
+from trainer.encoded_images import NO_CROP
+from trainer.vision_decode import augment, crops_of
 from trainer.vision_resize import groups, resized_crops
 
 

@@ -118,6 +118,8 @@ if wants vision && [ -f bench/gpu_vision.py ]; then
   # wheel in .whl/), its stacks to OUT/profiles/ (bench/profile_summary.py reads them).
   extra=()
   [ -n "${DECODERS:-}" ] && extra+=(--decoders "$DECODERS")
+  # DECODE_ROUNDS: the decode-only list measured that many times (gpu_vision.py's default 2; 1 where time is short)
+  [ -n "${DECODE_ROUNDS:-}" ] && extra+=(--decode-rounds "$DECODE_ROUNDS")
   [ "${PROFILE:-0}" = 1 ] && export PATH="/tmp/site/bin:$PATH" && extra+=(--profile "$out/profiles")
   timeout "${VISION_S:-240}" python3 bench/gpu_vision.py --budget-s "$(( ${VISION_S:-240} - 30 ))" \
     --out "$out/gpu_vision.json" ${extra[@]+"${extra[@]}"} 2>&1 | tail -40 | tee "$out/gpu_vision.txt"

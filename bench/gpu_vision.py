@@ -2,7 +2,7 @@
 decoders alone, and trainer.vision itself with each --decode.
 
     python bench/gpu_vision.py [--out result.json] [--workers N] [--decoders dali,nvimgcodec,cpu,nvimgcodec:0,nvjpeg]
-        [--budget-s 200] [--dry-run]
+        [--decode-rounds 2] [--budget-s 200] [--dry-run]
 
 One script, one run (--budget-s bounds it): on one H100 with 16 CPU cores 103-114 s with two trainer
 runs of 28-36 s each (bench/RESULTS.md, 2026-11-26, late night), so about 210 s with the default five:
@@ -27,7 +27,9 @@ runs of 28-36 s each (bench/RESULTS.md, 2026-11-26, late night), so about 210 s 
    imagenet --reencode` writes): nvImageCodec 0.9.0 refuses a region of a 4:2:0 JPEG on its nvJPEG
    decoders and the CPU decodes it (trainer/vision_dali.py's docstring), which the "dali:0.9:all
    4:2:0" row shows as a rate. On the 4:4:4 files the per-file row is the :all row's graph, on the
-   4:2:0 copy the :none row's, both behind DALI's conditional.
+   4:2:0 copy the :none row's, both behind DALI's conditional. The list is measured
+   `--decode-rounds` times (default 2), round after round: a row gives its rounds' median and their
+   spread, and its slowest micro-batch against its median one (a pipeline's one-time start shows there).
 4. Trainer: `python -m trainer.vision --model resnet50` (a process per run, batch 256 at 224, bf16,
    `--workers` loader processes) on an ImageFolder of those JPEGs hard-linked to `--epoch-images`
    names (bench/vision_runs.py), once per entry of `--decoders`; images/s and the data-wait
@@ -52,6 +54,7 @@ import gc
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -137,13 +140,17 @@ def decode_rate(samples: list[tuple[str, int]], device: torch.device, run: Run, 
         timed = Timed(to_input.decoder.decode)
         to_input.decoder = SimpleNamespace(decode=timed)
     start = time.perf_counter()
+    calls = []  # the host's time per micro-batch: a one-time stall (a pipeline's first real work) shows as its slowest
     for micro_batch in batches[1:]:
+        began = time.perf_counter()
         to_input(*micro_batch)
+        calls.append(time.perf_counter() - began)
     host = time.perf_counter() - start
     sync()
     count = batch * (len(batches) - 1)
     return {"hw_decoder_load": run.hw_decoder_load, "images_per_s": round(count / (time.perf_counter() - start), 1),
             "host_images_per_s": round(count / host, 1), "decode_call_share": round(timed.seconds / host, 3),
+            "median_batch_ms": round(statistics.median(calls) * 1e3, 2), "slowest_batch_ms": round(max(calls) * 1e3, 2),
             "decoder_line": to_input.describe()}
 
 
@@ -203,6 +210,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--epoch-images", type=int, default=16384,
                    help="training images per epoch of a trainer run (down to whole metrics windows: 2,048 on a GPU)")
     p.add_argument("--decode-images", type=int, default=4096, help="images per decode-only measurement")
+    p.add_argument("--decode-rounds", type=int, default=2,
+                   help="times the decode-only list is measured, round after round: a row that moves between "
+                        "rounds (the hardware decoder's rows moved 1.9x between two H100 runs) shows its spread")
     p.add_argument("--budget-s", type=float, default=200.0, help="wall-clock bound of the whole script")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU: checks the script only")
     p.add_argument("--profile", metavar="DIR",
@@ -211,7 +221,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "folded stacks); the rates then carry py-spy's cost, and a run's exit status is py-spy's, so a "
                         "trainer that fails shows as its missing or short metrics")
     args = p.parse_args(argv)
-    for name in ("workers", "steps", "loader_images", "epoch_images", "decode_images", "budget_s"):
+    for name in ("workers", "steps", "loader_images", "epoch_images", "decode_images", "decode_rounds", "budget_s"):
         if getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be above 0, got {getattr(args, name)}")
     if args.epochs < 2:
@@ -287,7 +297,7 @@ def main(argv=None) -> int:
 
         decode_only = decode_only_rates({False: sources, True: sorted(subsampled.rglob("*.jpg"))}, device, gpu,
                                         size=size, batch=decode_batch, images=decode_images, threads=workers,
-                                        mean_kb=mean_kb)
+                                        mean_kb=mean_kb, rounds=args.decode_rounds)
         if cuda:  # the trainer processes get the GPU's memory; this process keeps only its context
             gc.collect()  # the decoders' device buffers go with their objects
             torch.cuda.empty_cache()
@@ -355,39 +365,71 @@ OWN_CALL = {"nvimgcodec": "nvImageCodec's decode call", "dali": "DALI's run"}
 
 
 def decode_only_rates(sources: dict[bool, list[Path]], device: torch.device, gpu: float, *, size: int, batch: int,
-                      images: int, threads: int, mean_kb: float) -> dict:
-    """decode_rate for each of DECODE_ONLY, printed; `sources`: the JPEGs, by whether they are the
-    4:2:0 copy. A decoder that cannot run here is reported with the reason (a missing package or
-    library), the rest of the script goes on."""
+                      images: int, threads: int, mean_kb: float, rounds: int = 1) -> dict:
+    """decode_rate for each of DECODE_ONLY, `rounds` times (the whole list, then again), printed;
+    `sources`: the JPEGs, by whether they are the 4:2:0 copy. A row's rates are the medians of its
+    rounds, `spread` its fastest round over its slowest. A decoder that cannot run here is reported
+    with the reason (a missing package or library), the rest of the script goes on."""
     from trainer.cli import UsageError
 
     samples = {kind: [(str(f), 0) for f in files] for kind, files in sources.items()}
-    out = {"batch": batch, "images": images, "image_size": size, "runs": []}
+    out = {"batch": batch, "images": images, "image_size": size, "rounds": rounds, "runs": []}
     print(f"Decode only: trainer.vision's GPU decoders (the crop box decoded, resized to {size}, flipped, "
-          f"normalised; no model), {batch}-image batches of ImageNet-like JPEGs ({mean_kb:.0f} KB mean):", flush=True)
-    for case in DECODE_ONLY:
-        decoder = case.run
-        run = {"run": case.name, "hw_decoder_load": decoder.hw_decoder_load}
-        why = run_unavailable(decoder, "files", device.type == "cuda")
-        if why:
-            run["why"] = f"{why} (bench/gpu_checks.sh names the wheels)"
-        else:
+          f"normalised; no model), {batch}-image batches of ImageNet-like JPEGs ({mean_kb:.0f} KB mean), "
+          f"{rounds} round(s) of the list:", flush=True)
+    measured: dict[DecodeCase, list[dict]] = {case: [] for case in DECODE_ONLY}
+    why: dict[DecodeCase, dict] = {}
+    for _ in range(rounds):
+        for case in DECODE_ONLY:
+            if case in why:
+                continue
+            decoder = case.run
+            unavailable = run_unavailable(decoder, "files", device.type == "cuda")
+            if unavailable:
+                why[case] = {"why": f"{unavailable} (bench/gpu_checks.sh names the wheels)"}
+                continue
             try:
-                run.update(decode_rate(samples[case.subsampled], device, decoder, size=size, batch=batch,
-                                       images=images, threads=threads))
-                run["over_gpu"] = round(run["images_per_s"] / gpu, 3)
+                measured[case].append(decode_rate(samples[case.subsampled], device, decoder, size=size, batch=batch,
+                                                  images=images, threads=threads))
             except UsageError as refusal:  # the probe: no nvJPEG library for the GPU
-                run["why"], run["failed"] = str(refusal), True
+                why[case] = {"why": str(refusal), "failed": True}
             except Exception as err:  # noqa: BLE001 (the trainer runs still tell what they can)
-                run["why"], run["failed"] = f"{type(err).__name__}: {err}"[:300], True
-        if "why" in run:
+                why[case] = {"why": f"{type(err).__name__}: {err}"[:300], "failed": True}
+    for case in DECODE_ONLY:
+        run = {"run": case.name, "hw_decoder_load": case.run.hw_decoder_load}
+        if case in why:
+            run.update(why[case])
             print(f"  {case.name}: not measured: {run['why']}", flush=True)
         else:
+            run.update(row_of(measured[case], gpu))
             print(f"  {case.name}: {run['images_per_s']:,.0f} images/s, x{run['over_gpu']:.3f} of the GPU's "
-                  f"training rate ({run['decoder_line']}); the host alone {run['host_images_per_s']:,.0f} "
-                  f"images/s, {run['decode_call_share']:.0%} of it in {OWN_CALL[decoder.decode]}", flush=True)
+                  f"training rate{spread_words(run)} ({run['decoder_line']}); the host alone "
+                  f"{run['host_images_per_s']:,.0f} images/s, {run['decode_call_share']:.0%} of it in "
+                  f"{OWN_CALL[case.run.decode]}; the slowest micro-batch {run['slowest_batch_ms']:,.0f} ms against "
+                  f"a median of {run['median_batch_ms']:,.0f} ms", flush=True)
         out["runs"].append(run)
     return out
+
+
+def row_of(rounds: list[dict], gpu: float) -> dict:
+    """One decode-only row from its rounds' decode_rate results: each figure the median of the
+    rounds (the slowest micro-batch the slowest of any), each round's rate, the spread."""
+    rates = [r["images_per_s"] for r in rounds]
+    row = {key: round(statistics.median(r[key] for r in rounds), 3 if key == "decode_call_share" else 1)
+           for key in ("images_per_s", "host_images_per_s", "decode_call_share", "median_batch_ms")}
+    row.update(slowest_batch_ms=max(r["slowest_batch_ms"] for r in rounds), decoder_line=rounds[-1]["decoder_line"],
+               rounds_images_per_s=rates, spread=round(max(rates) / min(rates), 3),
+               over_gpu=round(statistics.median(rates) / gpu, 3))
+    return row
+
+
+def spread_words(row: dict) -> str:
+    """The rounds' rates where there are several: ' (rounds 5,024 and 9,772: 1.95x apart)'."""
+    rates = row["rounds_images_per_s"]
+    if len(rates) < 2:
+        return ""
+    listed = ", ".join(f"{rate:,.0f}" for rate in rates[:-1]) + f" and {rates[-1]:,.0f}"
+    return f" (rounds {listed}: {row['spread']:.2f}x apart)"
 
 
 if __name__ == "__main__":

@@ -51,6 +51,11 @@ def test_a_dry_run_measures_the_gpu_the_loader_and_the_decoders_alone(dry_run):
         # The host's own rate bounds the whole (it waits for the device at the end only).
         assert r["host_images_per_s"] >= r["images_per_s"] and 0 < r["decode_call_share"] <= 1, r
         assert "on this CPU" in r["decoder_line"]  # no GPU here: nvImageCodec's CPU backend, DALI's CPU graph
+        # Two rounds of the list (the default): the row is their median, its spread theirs.
+        assert len(r["rounds_images_per_s"]) == 2 and r["images_per_s"] == pytest.approx(
+            sum(r["rounds_images_per_s"]) / 2, abs=0.11), r
+        assert r["spread"] == pytest.approx(max(r["rounds_images_per_s"]) / min(r["rounds_images_per_s"]), abs=1e-3)
+        assert 0 < r["median_batch_ms"] <= r["slowest_batch_ms"], r
 
 
 @pytest.mark.slow
@@ -112,6 +117,29 @@ def test_a_bad_decoders_list_is_a_usage_error_before_any_work():
     assert p.stderr.strip().splitlines()[-1] == (
         "gpu_vision.py: error: argument --decoders: 'pil' is not one of cpu, nvjpeg, nvimgcodec, dali "
         "(nvimgcodec:LOAD or dali:LOAD for a --hw-decoder-load between 0 and 1)")
+
+
+def test_a_bad_decode_rounds_is_a_usage_error_before_any_work():
+    p = proc.run([sys.executable, str(SCRIPT), "--decode-rounds", "0"], cwd=REPO_ROOT, timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.strip().splitlines()[-1] == "gpu_vision.py: error: --decode-rounds must be above 0, got 0"
+
+
+def test_a_decode_only_row_is_the_median_of_its_rounds_and_says_how_far_apart_they_were():
+    """Two H100 runs gave the same DALI graph 5,024 and 9,772 images/s: a row measured in rounds
+    shows that within one run, and its slowest micro-batch a one-time stall."""
+    from bench.gpu_vision import row_of, spread_words
+
+    def result(rate, slowest):
+        return {"images_per_s": rate, "host_images_per_s": rate + 1, "decode_call_share": 0.9,
+                "median_batch_ms": 30.0, "slowest_batch_ms": slowest, "decoder_line": "DALI decodes"}
+
+    row = row_of([result(5024.0, 41.0), result(9772.0, 260.0), result(8000.0, 35.0)], gpu=4000.0)
+    assert row["images_per_s"] == 8000.0 and row["host_images_per_s"] == 8001.0 and row["over_gpu"] == 2.0
+    assert row["rounds_images_per_s"] == [5024.0, 9772.0, 8000.0] and row["spread"] == round(9772 / 5024, 3)
+    assert row["slowest_batch_ms"] == 260.0 and row["median_batch_ms"] == 30.0
+    assert spread_words(row) == " (rounds 5,024, 9,772 and 8,000: 1.95x apart)"
+    assert spread_words(row_of([result(5024.0, 41.0)], gpu=4000.0)) == ""  # one round: nothing to compare
 
 
 def test_a_run_starts_only_where_the_time_left_holds_the_longest_run_so_far():

@@ -120,6 +120,8 @@ if wants vision && [ -f bench/gpu_vision.py ]; then
   [ -n "${DECODERS:-}" ] && extra+=(--decoders "$DECODERS")
   # DECODE_ROUNDS: the decode-only list measured that many times (gpu_vision.py's default 2; 1 where time is short)
   [ -n "${DECODE_ROUNDS:-}" ] && extra+=(--decode-rounds "$DECODE_ROUNDS")
+  # TRAINER_FILES: what the trainer runs read (4:4:4, 4:2:0 or mixed; gpu_vision.py --trainer-files)
+  [ -n "${TRAINER_FILES:-}" ] && extra+=(--trainer-files "$TRAINER_FILES")
   [ "${PROFILE:-0}" = 1 ] && export PATH="/tmp/site/bin:$PATH" && extra+=(--profile "$out/profiles")
   timeout "${VISION_S:-240}" python3 bench/gpu_vision.py --budget-s "$(( ${VISION_S:-240} - 30 ))" \
     --out "$out/gpu_vision.json" ${extra[@]+"${extra[@]}"} 2>&1 | tail -40 | tee "$out/gpu_vision.txt"

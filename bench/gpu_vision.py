@@ -27,11 +27,13 @@ runs of 28-36 s each (bench/RESULTS.md, 2026-11-26, late night), so about 210 s 
    imagenet --reencode` writes): nvImageCodec 0.9.0 refuses a region of a 4:2:0 JPEG on its nvJPEG
    decoders and the CPU decodes it (trainer/vision_dali.py's docstring), which the "dali:0.9:all
    4:2:0" row shows as a rate. On the 4:4:4 files the per-file row is the :all row's graph, on the
-   4:2:0 copy the :none row's, both behind DALI's conditional. The list is measured
+   4:2:0 copy the :none row's, both behind DALI's conditional; and the three over both kinds
+   alternating ("mixed", as raw ImageNet mixes them), where per-file sends each kind its way. The list is measured
    `--decode-rounds` times (default 2), round after round: a row gives its rounds' median and their
    spread, and its slowest micro-batch against its median one (a pipeline's one-time start shows there).
 4. Trainer: `python -m trainer.vision --model resnet50` (a process per run, batch 256 at 224, bf16,
-   `--workers` loader processes) on an ImageFolder of those JPEGs hard-linked to `--epoch-images`
+   `--workers` loader processes) on an ImageFolder of those JPEGs (`--trainer-files`: the 4:4:4
+   files by default, the 4:2:0 copy, or both alternating) hard-linked to `--epoch-images`
    names (bench/vision_runs.py), once per entry of `--decoders`; images/s and the data-wait
    fraction over the epochs after the first, read from its --metrics-file, and "steady", the median
    metrics window of those epochs less each epoch's first (the loader's refill after an
@@ -207,6 +209,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"trainer runs, in this order: trainer.vision --decode values, nvimgcodec:LOAD or "
                         f"dali:LOAD for their --hw-decoder-load (default {DEFAULT_RUNS})")
     p.add_argument("--epochs", type=int, default=2, help="epochs per trainer run; the first is warm-up")
+    p.add_argument("--trainer-files", choices=tuple(FILE_KINDS), default="4:4:4",
+                   help="the JPEGs the trainer runs read: the ImageNet-like q96 4:4:4 files, their q90 4:2:0 copy, "
+                        "or both alternating (raw ImageNet mixes them)")
     p.add_argument("--epoch-images", type=int, default=16384,
                    help="training images per epoch of a trainer run (down to whole metrics windows: 2,048 on a GPU)")
     p.add_argument("--decode-images", type=int, default=4096, help="images per decode-only measurement")
@@ -283,7 +288,9 @@ def main(argv=None) -> int:
         sources = sorted(like.rglob("*.jpg"))
         subsampled = write_jpegs(root, unique, sizes=imagenet_sizes(unique), encoding=(90, 2, IMAGENET_ENCODING[2]),
                                  processes=processes, split="imagenet-like-420")
-        data = linked_folder(sources, root / "linked", train=epoch_images, val=val_images, classes=classes)
+        kinds = file_kinds(sources, sorted(subsampled.rglob("*.jpg")))
+        data = linked_folder(kinds[args.trainer_files], root / "linked", train=epoch_images, val=val_images,
+                             classes=classes)
         mean_kb = sum(f.stat().st_size for f in sources) / len(sources) / 1e3
 
         # Four digits, the same in every ratio and in the JSON (a dry run's rate is a few images/s).
@@ -295,7 +302,7 @@ def main(argv=None) -> int:
         print(f"Loader: {loader:,.0f} images/s with {workers} workers ({loader / workers:,.0f} per worker), "
               f"{args.loader_path} path, 500x375 JPEGs", flush=True)
 
-        decode_only = decode_only_rates({False: sources, True: sorted(subsampled.rglob("*.jpg"))}, device, gpu,
+        decode_only = decode_only_rates(kinds, device, gpu,
                                         size=size, batch=decode_batch, images=decode_images, threads=workers,
                                         mean_kb=mean_kb, rounds=args.decode_rounds)
         if cuda:  # the trainer processes get the GPU's memory; this process keeps only its context
@@ -308,8 +315,8 @@ def main(argv=None) -> int:
             env["CUDA_VISIBLE_DEVICES"] = ""  # a dry run stays on the CPU even on a GPU machine
         budget = Budget(args.budget_s, first_estimate_s=45.0 if cuda else 5.0, start=budget_start)
         print(f"Trainer: python -m trainer.vision --model {model}, batch {run_batch} at {run_size}, {workers} "
-              f"workers, {args.epochs} epochs of {epoch_images:,} images (hard links to {unique} ImageNet-like "
-              f"JPEGs, {mean_kb:.0f} KB mean), rates over the epochs after the first:", flush=True)
+              f"workers, {args.epochs} epochs of {epoch_images:,} images (hard links to {len(kinds[args.trainer_files])} "
+              f"ImageNet-like JPEGs, {FILE_KINDS[args.trainer_files]}), rates over the epochs after the first:", flush=True)
         runs = []
         for run in args.decoders:
             why = run_unavailable(run, str(data), cuda) or budget.why_not()
@@ -337,7 +344,8 @@ def main(argv=None) -> int:
               "decoders": [run.name for run in args.decoders],
               "trainer": {"model": model, "batch": run_batch, "image_size": run_size, "workers": workers,
                           "epochs": args.epochs, "epoch_images": epoch_images, "val_images": val_images,
-                          "classes": classes, "log_every": log_every, "runs": [asdict(r) for r in runs]},
+                          "classes": classes, "log_every": log_every, "files": args.trainer_files,
+                          "runs": [asdict(r) for r in runs]},
               "budget_s": args.budget_s, "seconds": round(time.perf_counter() - t0, 1)}
     print(json.dumps(result))
     if args.out:
@@ -346,28 +354,43 @@ def main(argv=None) -> int:
     return 1 if failed else 0
 
 
+# The JPEGs a measurement reads, by name: the ImageNet-like files (q96 4:4:4, IMAGENET_ENCODING),
+# their 4:2:0 copy (q90, what `trainer.data imagenet --reencode` writes), or the two alternating, as
+# raw ImageNet mixes both kinds. On a GPU DALI's per-file graph sends the mix down both of its
+# branches, the hardware decoder taking whole images and CUDA the boxes (diagnostic H in
+# bench/RESULTS.md, 2026-11-27: the fastest graph alone there), and a trainer run then shows what
+# CUDA's share costs the training kernels beside it.
+FILE_KINDS = {"4:4:4": "q96 4:4:4", "4:2:0": "q90 4:2:0", "mixed": "q96 4:4:4 and q90 4:2:0 alternating"}
+
+
+def file_kinds(full: list[Path], subsampled: list[Path]) -> dict[str, list[Path]]:
+    """The JPEGs of each of FILE_KINDS."""
+    return {"4:4:4": full, "4:2:0": subsampled,
+            "mixed": [f for pair in zip(full, subsampled) for f in pair]}
+
+
 @dataclass(frozen=True)
 class DecodeCase:
-    """One decode-only measurement: `run`'s decoder (for DALI with its --dali-regions); `subsampled`
-    reads the 4:2:0 copy of the JPEGs."""
+    """One decode-only measurement: `run`'s decoder (for DALI with its --dali-regions) over the
+    `files` of FILE_KINDS."""
     run: Run
-    subsampled: bool = False
+    files: str = "4:4:4"
 
     @property
     def name(self) -> str:
-        return self.run.name + (" 4:2:0" if self.subsampled else "")
+        return self.run.name + ("" if self.files == "4:4:4" else f" {self.files}")
 
 
 DECODE_ONLY = (DecodeCase(Run("nvimgcodec", 0.9)), DecodeCase(Run("nvimgcodec", 0.0)),
-               *(DecodeCase(Run("dali", 0.9, regions), subsampled)
-                 for subsampled in (False, True) for regions in (None, "none", "all")))
+               *(DecodeCase(Run("dali", 0.9, regions), files)
+                 for files in FILE_KINDS for regions in (None, "none", "all")))
 OWN_CALL = {"nvimgcodec": "nvImageCodec's decode call", "dali": "DALI's run"}
 
 
-def decode_only_rates(sources: dict[bool, list[Path]], device: torch.device, gpu: float, *, size: int, batch: int,
+def decode_only_rates(sources: dict[str, list[Path]], device: torch.device, gpu: float, *, size: int, batch: int,
                       images: int, threads: int, mean_kb: float, rounds: int = 1) -> dict:
     """decode_rate for each of DECODE_ONLY, `rounds` times (the whole list, then again), printed;
-    `sources`: the JPEGs, by whether they are the 4:2:0 copy. A row's rates are the medians of its
+    `sources`: the JPEGs of each of FILE_KINDS. A row's rates are the medians of its
     rounds, `spread` its fastest round over its slowest. A decoder that cannot run here is reported
     with the reason (a missing package or library), the rest of the script goes on."""
     from trainer.cli import UsageError
@@ -389,7 +412,7 @@ def decode_only_rates(sources: dict[bool, list[Path]], device: torch.device, gpu
                 why[case] = {"why": f"{unavailable} (bench/gpu_checks.sh names the wheels)"}
                 continue
             try:
-                measured[case].append(decode_rate(samples[case.subsampled], device, decoder, size=size, batch=batch,
+                measured[case].append(decode_rate(samples[case.files], device, decoder, size=size, batch=batch,
                                                   images=images, threads=threads))
             except UsageError as refusal:  # the probe: no nvJPEG library for the GPU
                 why[case] = {"why": str(refusal), "failed": True}

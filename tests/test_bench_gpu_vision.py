@@ -44,7 +44,8 @@ def test_a_dry_run_measures_the_gpu_the_loader_and_the_decoders_alone(dry_run):
     decode = result["decode_only"]
     assert [r["run"] for r in decode["runs"]] == ["nvimgcodec:0.9", "nvimgcodec:0", "dali:0.9", "dali:0.9:none",
                                                  "dali:0.9:all", "dali:0.9 4:2:0", "dali:0.9:none 4:2:0",
-                                                 "dali:0.9:all 4:2:0"]
+                                                 "dali:0.9:all 4:2:0", "dali:0.9 mixed", "dali:0.9:none mixed",
+                                                 "dali:0.9:all mixed"]
     for r in decode["runs"]:
         assert _positive(r["images_per_s"]) and _positive(r["over_gpu"]), r
         assert r["over_gpu"] == pytest.approx(r["images_per_s"] / result["gpu_images_per_s"], rel=0.05)
@@ -77,7 +78,7 @@ def test_a_dry_run_trains_once_per_decoder_and_skips_nvjpeg_with_the_trainers_re
     assert runs["nvimgcodec:0.9"]["decoder_line"].startswith("nvImageCodec decodes on this CPU")
     assert runs["dali:0.9"]["decoder_line"].startswith("DALI decodes (the box alone where the JPEG's chroma is not "
                                                          "subsampled, else the whole image) on this CPU")
-    assert runs["cpu"]["decoder_line"] is None
+    assert runs["cpu"]["decoder_line"] is None and trainer["files"] == "4:4:4"  # --trainer-files' default
     assert runs["nvjpeg"]["status"] == "skipped" and runs["nvjpeg"]["images_per_s"] is None
     assert "--decode: nvjpeg" in runs["nvjpeg"]["why"]
     # The same figures in the log, one line per run, the skip with its reason.
@@ -140,6 +141,18 @@ def test_a_decode_only_row_is_the_median_of_its_rounds_and_says_how_far_apart_th
     assert row["slowest_batch_ms"] == 260.0 and row["median_batch_ms"] == 30.0
     assert spread_words(row) == " (rounds 5,024, 9,772 and 8,000: 1.95x apart)"
     assert spread_words(row_of([result(5024.0, 41.0)], gpu=4000.0)) == ""  # one round: nothing to compare
+
+
+def test_the_mixed_files_alternate_the_two_kinds_and_an_unknown_kind_is_refused():
+    from bench.gpu_vision import FILE_KINDS, file_kinds
+
+    full, subsampled = [Path(f"a{i}.jpg") for i in range(3)], [Path(f"b{i}.jpg") for i in range(3)]
+    kinds = file_kinds(full, subsampled)
+    assert set(kinds) == set(FILE_KINDS) and kinds["4:4:4"] == full and kinds["4:2:0"] == subsampled
+    assert [f.name for f in kinds["mixed"]] == ["a0.jpg", "b0.jpg", "a1.jpg", "b1.jpg", "a2.jpg", "b2.jpg"]
+    p = proc.run([sys.executable, str(SCRIPT), "--trainer-files", "4:2:2"], cwd=REPO_ROOT, timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "argument --trainer-files: invalid choice: '4:2:2'" in p.stderr.strip().splitlines()[-1]
 
 
 def test_a_run_starts_only_where_the_time_left_holds_the_longest_run_so_far():

@@ -20,16 +20,13 @@ cheaper to decode every epoch (trainer/imagenet_reencode.py); without it nothing
 from __future__ import annotations
 
 import csv
-import errno
-import io
-import os
 import re
-import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from config.paths import creatable_dir
+from trainer import imagenet_reencode
 from trainer.cli import UsageError, checked_path, create_folder
 
 EXPECTED_CLASSES = 1000
@@ -164,41 +161,10 @@ def plan(src: Path, out: Path) -> tuple[list[tuple[Path, Path]], Report]:
     return pairs, report
 
 
-def place(source: Path, target: Path, report: Report) -> None:
-    """Put `source` at `target` unless an equal file is there: a hard link, else a copy through
-    a temporary name."""
-    if target.exists():
-        # A copy newer than its source is current; a source replaced since (a new download is a
-        # new file) is placed again, even at the same size.
-        have, want = target.stat(), source.stat()
-        if os.path.samefile(source, target) or (have.st_size == want.st_size and have.st_mtime_ns >= want.st_mtime_ns):
-            report.present += 1
-            return
-        target.unlink()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(source, target)
-        report.linked += 1
-        return
-    except OSError as err:
-        if err.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
-            raise
-    partial = target.with_name(f".{target.name}.partial")
-    try:
-        shutil.copyfile(source, partial)
-        os.replace(partial, target)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    report.copied += 1
-
-
 def rearrange(src: Path, out: Path, reencode=None, workers: int = 1) -> Report:
     """The release at `src` into an ImageFolder at `out`: linked or copied, or with `reencode`
     (trainer.imagenet_reencode.Settings) re-encoded by `workers` processes."""
     from tqdm import tqdm
-
-    from trainer import imagenet_reencode
 
     if not src.is_dir():
         raise UsageError("--src", f"{src} is not a folder")
@@ -210,7 +176,8 @@ def rearrange(src: Path, out: Path, reencode=None, workers: int = 1) -> Report:
     imagenet_reencode.claim(out, None)
     for source, target in tqdm(pairs, desc="imagenet", unit="img", file=sys.stderr, mininterval=5):
         try:
-            place(source, target, report)
+            outcome = imagenet_reencode.place(source, target)
+            setattr(report, outcome, getattr(report, outcome) + 1)
         except OSError as exc:  # every file already placed is whole: a rerun goes on from there
             if str(exc.filename) == str(source):
                 raise UsageError("--src", f"cannot read {source}: {exc.strerror or exc}") from None
@@ -224,7 +191,7 @@ def add_parser(sub, formatter_class, error) -> None:
     p.error = error
     p.add_argument("--src", required=True, help="the ILSVRC2012 release (LOC_*.txt/csv and ILSVRC/Data/CLS-LOC/)")
     p.add_argument("--out", required=True, help="ImageFolder root to fill (train/ and val/)")
-    from trainer import imagenet_reencode as r
+    r = imagenet_reencode
     presets = r.imagenet_presets()
     p.add_argument("--reencode", action="store_true",
                    help="write each image at a bounded size and ordinary JPEG quality, cheaper to decode every "
@@ -245,7 +212,7 @@ def add_parser(sub, formatter_class, error) -> None:
 
 def _reencode_settings(args):
     """(settings or None, workers) from the command line; the re-encode flags only with --reencode."""
-    from trainer import imagenet_reencode as r
+    r = imagenet_reencode
     given = [flag for flag, value in (("--short-side", args.short_side), ("--jpeg-quality", args.jpeg_quality),
                                       ("--workers", args.workers), ("--preset", args.preset)) if value is not None]
     if not args.reencode:

@@ -36,11 +36,13 @@ parent between images), and each image has a deadline.
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import math
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
 from dataclasses import asdict, dataclass
@@ -214,10 +216,37 @@ def _write(target: Path, data: bytes) -> None:
         raise
 
 
+def place(source: Path, target: Path) -> str:
+    """Put `source` at `target` unless an equal file is there: a hard link, else a copy through
+    a temporary name. Which it was: "present", "linked" or "copied" (trainer.imagenet.Report's
+    counts)."""
+    if target.exists():
+        # A copy newer than its source is current; a source replaced since (a new download is a
+        # new file) is placed again, even at the same size.
+        have, want = target.stat(), source.stat()
+        if os.path.samefile(source, target) or (have.st_size == want.st_size and have.st_mtime_ns >= want.st_mtime_ns):
+            return "present"
+        target.unlink()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+        return "linked"
+    except OSError as err:
+        if err.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+            raise
+    partial = target.with_name(f".{target.name}.partial")
+    try:
+        shutil.copyfile(source, partial)
+        os.replace(partial, target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    return "copied"
+
+
 def reencode_one(job: tuple[Path, Path, Settings]) -> tuple[str, str]:
     """(outcome, detail) for one image: outcome reencoded, linked, copied or present; or error
     with the one-line reason (returned, not raised: it crosses a process boundary)."""
-    from trainer.imagenet import Report, place
     source, target, settings = job
     _check_parent()
     try:
@@ -229,9 +258,7 @@ def reencode_one(job: tuple[Path, Path, Settings]) -> tuple[str, str]:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         if data is None:
-            report = Report()
-            place(source, target, report)  # a stale target is replaced; an equal one counts as present
-            return next(k for k in ("linked", "copied", "present") if getattr(report, k)), ""
+            return place(source, target), ""  # a stale target is replaced; an equal one counts as present
         _write(target, data)  # the rename replaces a stale target, link or not, without touching its source
         return "reencoded", ""
     except OSError as exc:

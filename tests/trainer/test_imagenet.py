@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer import imagenet
+from trainer import imagenet, imagenet_reencode
 from trainer.cli import UsageError
 from trainer.data import main as data_main
 from ilsvrc_tiny import wnid, write_tiny_ilsvrc
@@ -79,8 +79,8 @@ def test_across_file_systems_it_copies_through_a_temporary_name(release, tmp_pat
 
     renames = []
     real_replace = os.replace
-    monkeypatch.setattr(imagenet.os, "link", no_link)
-    monkeypatch.setattr(imagenet.os, "replace", lambda a, b: (renames.append((Path(a).name, Path(b).name)),
+    monkeypatch.setattr(imagenet_reencode.os, "link", no_link)
+    monkeypatch.setattr(imagenet_reencode.os, "replace", lambda a, b: (renames.append((Path(a).name, Path(b).name)),
                                                               real_replace(a, b)))
     report = imagenet.rearrange(src, tmp_path / "out")
     assert (report.linked, report.copied) == (0, 12)
@@ -188,8 +188,8 @@ def test_a_copy_that_fails_leaves_no_partial_file_and_is_one_line(release, tmp_p
         Path(target).write_bytes(b"half")
         raise OSError(28, "No space left on device", str(target))
 
-    monkeypatch.setattr(imagenet.os, "link", no_links)
-    monkeypatch.setattr(imagenet.shutil, "copyfile", full_disk)
+    monkeypatch.setattr(imagenet_reencode.os, "link", no_links)
+    monkeypatch.setattr(imagenet_reencode.shutil, "copyfile", full_disk)
     with pytest.raises(UsageError, match=r"^--out: cannot write .*\.JPEG: No space left on device$"):
         imagenet.rearrange(src, tmp_path / "out")
     assert not list((tmp_path / "out").rglob("*.partial")) and not list((tmp_path / "out").rglob("*.JPEG"))

@@ -103,7 +103,19 @@ def test_a_timeout_kills_the_whole_group_and_returns_its_output(session):
     assert _ended(_watch(int(pid)), DEADLINE_S), "the grandchild outlived the timeout"
 
 
-def test_an_interrupted_wait_kills_the_group_before_the_exception_leaves(tmp_path):
+@pytest.fixture
+def ctrl_c_interrupts():
+    """SIGINT raises KeyboardInterrupt for the test's length, as in a terminal. A process started
+    in the background by a shell without job control (`cmd &` in a script, a CI runner's nohup)
+    inherits SIGINT ignored, and Python then keeps it ignored: there Ctrl-C rightly interrupts
+    nothing (ops.proc hands a held Ctrl-C on only to a handler that does not ignore it), and these
+    tests would fail for the way the suite was started."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_an_interrupted_wait_kills_the_group_before_the_exception_leaves(tmp_path, ctrl_c_interrupts):
     """Ctrl-C (or any exception) while waiting: nothing is left running behind the error."""
     fifo = tmp_path / "pid"
     os.mkfifo(fifo)
@@ -162,7 +174,7 @@ def test_every_process_a_test_starts_has_a_timeout():
     assert not missing, f"add a timeout (or use ops.proc): {missing}"
 
 
-def test_ctrl_c_while_the_child_is_being_started_kills_it_and_then_interrupts(monkeypatch):
+def test_ctrl_c_while_the_child_is_being_started_kills_it_and_then_interrupts(monkeypatch, ctrl_c_interrupts):
     """Ctrl-C between the fork and the watchdog's bookkeeping: no child is left that nobody kills."""
     started = []
     real_tell = proc._watchdog.tell

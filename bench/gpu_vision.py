@@ -358,8 +358,9 @@ def main(argv=None) -> int:
 # their 4:2:0 copy (q90, what `trainer.data imagenet --reencode` writes), or the two alternating, as
 # raw ImageNet mixes both kinds. On a GPU DALI's per-file graph sends the mix down both of its
 # branches, the hardware decoder taking whole images and CUDA the boxes (diagnostic H in
-# bench/RESULTS.md, 2026-11-27: the fastest graph alone there), and a trainer run then shows what
-# CUDA's share costs the training kernels beside it.
+# bench/RESULTS.md, 2026-11-27: the fastest graph alone there). Only a trainer run shows what each
+# graph costs the training kernels beside it: on the mixed set the whole-image graph's loader kept
+# up and its steps still ran slowest (run L and diagnostic M, 2026-11-27, evening).
 FILE_KINDS = {"4:4:4": "q96 4:4:4", "4:2:0": "q90 4:2:0", "mixed": "q96 4:4:4 and q90 4:2:0 alternating"}
 
 

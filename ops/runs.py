@@ -20,41 +20,16 @@ while newer code deploys. Every run of a preset writes the preset's one checkpoi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Union
 
 from config.presets import CLUSTER_CHECKPOINT_ROOT, get_preset
 from ops import kube
 from ops.errors import OpsError
-
-FINISHED = ("Succeeded", "Failed")
-
-
-@dataclass(frozen=True)
-class Run:
-    name: str
-    preset: str | None
-    digest: str | None
-    phase: str
-    suspended: bool
-    image: str
-    validation: bool = False  # validation's smoke run: it checkpoints to a folder of its own
-
-    @property
-    def active(self) -> bool:
-        """Its pods run or wait for nodes: neither suspended nor finished."""
-        return not self.suspended and self.phase not in FINISHED
-
-    def describe(self) -> str:
-        state = "Suspended" if self.suspended and self.phase not in (*FINISHED, "Stopped") else self.phase
-        return f"{self.name} ({state}, image {self.image or 'unknown'})"
+from ops.run_state import Run
 
 
 def run_of(job: Any) -> Run:
     """A Run from the SDK's PyTorchJob model."""
-    from config.kubernetes import VALIDATION_LABEL
-    from k8s.pods.pytorchjob import PRESET_LABEL, SPEC_DIGEST_LABEL
-
     labels = (job.metadata.labels if job.metadata else None) or {}
     run_policy = job.spec.run_policy if job.spec else None
     phase, _ = kube.phase_of(job)
@@ -63,8 +38,7 @@ def run_of(job: Any) -> Run:
     for replica in replicas.values():
         containers = replica.template.spec.containers if replica.template and replica.template.spec else []
         image = image or (containers[0].image if containers else "")
-    return Run(job.metadata.name, labels.get(PRESET_LABEL), labels.get(SPEC_DIGEST_LABEL), phase,
-               bool(run_policy and run_policy.suspend), image, validation=bool(labels.get(VALIDATION_LABEL)))
+    return Run.labelled(job.metadata.name, labels, phase, bool(run_policy and run_policy.suspend), image)
 
 
 class PyTorchJobs:

@@ -27,6 +27,7 @@ from k8s.pods.trainjob import (
     API_VERSION, GROUP, JOBSET_NAME_LABEL, KIND, NODE, RESTART_ATTEMPT_LABEL, RUNTIME_KIND, node_pod_template,
 )
 from ops.errors import OpsError
+from ops.run_state import Run
 
 VERSION = API_VERSION.split("/")[1]
 TRAINJOBS, RUNTIMES = "trainjobs", "trainingruntimes"
@@ -383,15 +384,10 @@ class Observed:
         total, counted = status.get("restarts") or 0, status.get("restartsCountTowardsMax") or 0
         return str(total) if total == counted else f"{total} ({counted} counted)"
 
-    def run(self):
-        from config.kubernetes import VALIDATION_LABEL
-        from k8s.pods.pytorchjob import PRESET_LABEL, SPEC_DIGEST_LABEL
-        from ops.runs import Run
-
-        labels = self.trainjob["metadata"].get("labels") or {}
+    def run(self) -> Run:
         phase, _ = self.phase()
-        return Run(self.trainjob["metadata"]["name"], labels.get(PRESET_LABEL), labels.get(SPEC_DIGEST_LABEL), phase,
-                   phase in ("Suspended", "Stopped"), self.image, validation=bool(labels.get(VALIDATION_LABEL)))
+        return Run.labelled(self.trainjob["metadata"]["name"], self.trainjob["metadata"].get("labels") or {}, phase,
+                            phase in ("Suspended", "Stopped"), self.image)
 
 
 def _message(condition: dict) -> str:

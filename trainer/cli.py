@@ -109,13 +109,32 @@ def run_main(main: Callable[[], int | None], *, finalize: bool = True) -> NoRetu
     node group (trainer/nccl_net.py) and a WorkerExit (a run stopped early, on non-finite losses,
     or on checkpoints that do not load) into their own exit statuses (config/kubernetes.py), and
     any other exception into a crash report. With finalize=False (distributed workers) the
-    process then ends without interpreter finalization (trainer.dist.exit_without_finalization
+    process then ends without interpreter finalization (exit_without_finalization below
     says why)."""
     code = _run(main)
     if not finalize:
-        from trainer.dist import exit_without_finalization
         exit_without_finalization(code)
     raise SystemExit(code)
+
+
+def exit_without_finalization(code: int) -> NoReturn:
+    """End a worker after its process groups are destroyed, skipping interpreter finalization.
+
+    Why: a gloo worker thread drops its reference to the collective it ran a moment after the
+    caller's wait() returns. When that is the last reference to a tensor that has a Python
+    object (a barrier holds the works before it, whose tensors trainer code made), freeing it
+    takes the GIL; if the main thread has meanwhile begun finalizing the interpreter, Python 3.11
+    ends that thread with pthread_exit, whose unwinding through a C++ destructor calls
+    std::terminate: "terminate called without an active exception", SIGABRT, and a finished run
+    reported failed (trainer.ddp's rank 1 after its final barrier: 3 of 50 runs here under
+    load, none of 45 since; the core dump showed exactly that stack). Destroying a group from Python would join its
+    threads first, but DistributedDataParallel keeps references to the default group that
+    outlive the module, so the threads live until exit. Everything a worker writes is closed
+    and flushed before this (checkpoints, metrics, stdout and stderr).
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 # What a failed run raised, kept until the process ends. Its traceback holds the frames' locals
@@ -124,7 +143,7 @@ def run_main(main: Callable[[], int | None], *, finalize: bool = True) -> NoRetu
 # a collective with a peer that is gone never finishes: the worker printed its crash and then hung
 # in the destructor, so torchrun never restarted it (py-spy: _run -> pybind11_object_dealloc ->
 # ~Reducer -> ~ProcessGroupGloo -> condition_variable::wait, in test_vision_faults' killed-agent
-# test). Distributed workers end with os._exit (trainer.dist.exit_without_finalization), so what is
+# test). Distributed workers end with os._exit (exit_without_finalization), so what is
 # kept here is never destroyed.
 _FAILED: list[BaseException] = []
 

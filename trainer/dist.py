@@ -18,16 +18,15 @@ On GPU pods NCCL's flight recorder writes each rank's last collectives when one 
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import NoReturn
 
 import torch
 import torch.distributed as dist
 
 from config.workloads.common import DistConfig
 from trainer import nccl_net
+from trainer.cli import UsageError
 from trainer.log import warn
 
 
@@ -79,8 +78,6 @@ def init(cfg: DistConfig = DistConfig(), *, checkpoint_group: bool = False) -> R
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     elif missing := [k for k in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]:
         # RANK left in a shell or a pod spec by hand: torch would fail deep in its rendezvous.
-        from trainer.cli import UsageError
-
         raise UsageError("RANK", f"RANK={os.environ['RANK']} is set but {', '.join(missing)} "
                                  f"{'is' if len(missing) == 1 else 'are'} not; run under torchrun, which sets "
                                  "them all, or unset RANK for a one-process run")
@@ -140,26 +137,6 @@ def _prepare_flight_recorder(env) -> None:
 def shutdown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
-
-
-def exit_without_finalization(code: int) -> NoReturn:
-    """End a worker after its process groups are destroyed, skipping interpreter finalization.
-
-    Why: a gloo worker thread drops its reference to the collective it ran a moment after the
-    caller's wait() returns. When that is the last reference to a tensor that has a Python
-    object (a barrier holds the works before it, whose tensors trainer code made), freeing it
-    takes the GIL; if the main thread has meanwhile begun finalizing the interpreter, Python 3.11
-    ends that thread with pthread_exit, whose unwinding through a C++ destructor calls
-    std::terminate: "terminate called without an active exception", SIGABRT, and a finished run
-    reported failed (trainer.ddp's rank 1 after its final barrier: 3 of 50 runs here under
-    load, none of 45 since; the core dump showed exactly that stack). Destroying a group from Python would join its
-    threads first, but DistributedDataParallel keeps references to the default group that
-    outlive the module, so the threads live until exit. Everything a worker writes is closed
-    and flushed before this (checkpoints, metrics, stdout and stderr).
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def all_reduce_mean(value: float, rt: Runtime) -> float:

@@ -48,7 +48,8 @@ dcp.load({"app": ModelAndOptimizer(fresh, torch.optim.AdamW(fresh.parameters(), 
 changed = [k for k, v in fresh.state_dict().items() if not torch.equal(v.full_tensor(), at_save[k])]
 print("CHANGED", len(changed), "OF", len(at_save))
 tdist.shutdown()
-tdist.exit_without_finalization(0)  # as the trainers end: no gloo thread meets a finalizing interpreter
+from trainer.cli import exit_without_finalization
+exit_without_finalization(0)  # as the trainers end: no gloo thread meets a finalizing interpreter
 """
 
 
@@ -135,7 +136,8 @@ dcp.load({"app": ModelAndOptimizer(fresh, torch.optim.SGD(fresh.parameters(), lr
 changed = sorted(k for k, v in fresh.state_dict().items() if not torch.equal(v, at_save[k]))
 print("CHANGED", changed)
 tdist.shutdown()
-tdist.exit_without_finalization(0)  # as the trainers end: no gloo thread meets a finalizing interpreter
+from trainer.cli import exit_without_finalization
+exit_without_finalization(0)  # as the trainers end: no gloo thread meets a finalizing interpreter
 """
 
 

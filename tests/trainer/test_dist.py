@@ -81,7 +81,7 @@ def test_collectives_wait_out_the_start_up_bound_and_then_only_the_steady_state_
 
 
 def test_a_distributed_worker_exits_with_its_status_and_its_output_but_without_finalization(tmp_path):
-    """No gloo thread can then meet a finalizing interpreter (trainer.dist.exit_without_finalization)."""
+    """No gloo thread can then meet a finalizing interpreter (trainer.cli.exit_without_finalization)."""
     p = _run(WORKER, tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.count("LAST LINE, NOT FLUSHED") == 2, p.stdout

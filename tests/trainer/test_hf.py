@@ -152,9 +152,10 @@ for directory in sys.argv[2:]:
     if rt.is_main:
         torch.save(logits, f"{sys.argv[1]}-{Path(directory).name}.pt")
 tdist.shutdown()
-# As the trainers end (trainer.dist.exit_without_finalization): a plain interpreter exit here met a
+# As the trainers end (trainer.cli.exit_without_finalization): a plain interpreter exit here met a
 # gloo thread once in a full-suite run ("terminate called without an active exception", SIGABRT).
-tdist.exit_without_finalization(0)
+from trainer.cli import exit_without_finalization
+exit_without_finalization(0)
 """
 
 

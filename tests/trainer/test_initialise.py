@@ -36,7 +36,8 @@ for name, cfg in json.loads(sys.argv[2]).items():
 if rt.is_main:
     print("DIGESTS " + json.dumps(digests))
 tdist.shutdown()
-tdist.exit_without_finalization(0)  # as the trainers end: no gloo thread meets a finalizing interpreter
+from trainer.cli import exit_without_finalization
+exit_without_finalization(0)  # as the trainers end: no gloo thread meets a finalizing interpreter
 """
 
 

@@ -78,7 +78,8 @@ for name, (cfg, chunk, mode) in json.loads(sys.argv[1]).items():
 if rt.is_main:
     print("REPORT " + json.dumps(report))
 tdist.shutdown()
-tdist.exit_without_finalization(0)  # as the trainers end: no gloo thread meets a finalizing interpreter
+from trainer.cli import exit_without_finalization
+exit_without_finalization(0)  # as the trainers end: no gloo thread meets a finalizing interpreter
 """
 
 

@@ -157,6 +157,17 @@ def test_the_lock_pins_every_requirement_at_the_version_requirements_txt_chose()
     assert wanted and {n: locked.get(n) for n in wanted} == wanted, "run `make lock`"
 
 
+def test_the_suite_runs_every_locked_package_at_the_version_the_images_install():
+    """requirements.txt pins what its packages need (tests/test_requirements.py), so each package of
+    the images' lock is in it: at the lock's version, or the tests ran another release than the
+    trainer image runs (PyYAML 6.0.3 here against 6.0.4 in the lock, before)."""
+    from ops.lockfile import pins
+
+    repo = pins((REPO / "requirements.txt").read_text())
+    locked = {n: e.version for n, e in _lock().items()}
+    assert locked and {n: repo.get(n) for n in locked} == locked
+
+
 def test_every_locked_package_carries_its_file_hashes_and_none_comes_from_the_pytorch_index():
     from ops.lockfile import CUDA_BUILD_ONLY, FROM_TORCH_INDEX, REQUIREMENTS, pins
 

@@ -47,13 +47,14 @@ local: install etcd ## synthesize the default environment offline, print its sum
 	$(PY) -m ops local --job $(JOB)
 
 # checkov in its own virtual environment: its dependencies would change packages requirements.txt pins.
+# requirements-checkov.txt pins it and everything it needs.
 CHECKOV_VENV := .venv-checkov
-CHECKOV_VERSION := 3.3.30
+CHECKOV_VERSION := $(shell sed -n 's/^checkov==//p' requirements-checkov.txt)
 
-$(CHECKOV_VENV)/.installed:
+$(CHECKOV_VENV)/.installed: requirements-checkov.txt
 	@echo "Installing checkov $(CHECKOV_VERSION) into $(CHECKOV_VENV) (its own virtual environment): a few minutes the first time"
 	[ -x $(CHECKOV_VENV)/bin/python ] || $(PYTHON) -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check checkov==$(CHECKOV_VERSION)
+	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
 	touch $@
 
 test: install etcd $(CHECKOV_VENV)/.installed ## the whole suite, on two workers (each test module stays on one worker, so its synth runs once)

@@ -23,13 +23,14 @@ from config.outputs import REPOSITORY_URI_OUTPUT, trainer_image_output
 from stacks.removal import apply_removal_policy, removal_policy
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# The image needs the trainer, the shared config package and the requirements. Everything else
-# (.venv, node_modules, cdk.out) would otherwise be copied into every asset staging directory.
+# The image needs the trainer and the shared config package; its requirements are trainer/'s own
+# (requirements.lock, requirements-torch.txt). Everything else (.venv, node_modules, cdk.out, the
+# development pins of requirements.txt and requirements-checkov.txt, which no image reads) would
+# otherwise be copied into every asset staging directory, and a change to it would rebuild the images.
 DOCKER_CONTEXT_EXCLUDE = [
     "*",
     "!trainer/",
     "!config/",
-    "!requirements*.txt",
     "**/__pycache__",
     "**/*.pyc",
 ]

@@ -46,6 +46,7 @@ import numpy as np
 from trainer.cli import UsageError
 from trainer.encoded_images import NO_CROP
 from trainer.image_files import JPEG_MAGIC, probe_jpeg, region_stays_on_gpu
+from trainer.log import warn
 from trainer.torchvision_compat import import_torchvision
 from trainer.vision_data import DeviceImages, UnreadableImages, unreadable_errors
 from trainer.vision_resize import resized_crops
@@ -395,6 +396,24 @@ def model_inputs(batches, to_input, device: torch.device):
     if getattr(to_input, "decodes", False):
         return DecodeAhead(batches, to_input, device)
     return (to_input(*batch) for batch in batches)
+
+
+def stop_decoding(micro_batches, *, timeout: float = 60.0) -> None:
+    """Close an epoch's model inputs (model_inputs) however the step loop ended; call it from the
+    loop's `finally`. Where the loop is already failing (an error in flight), a decode thread that
+    does not stop is one warning line and the loop's own error is what the run reports: raised
+    here, the thread's timeout would replace it as the crash's last line, naming the symptom
+    instead of the cause (an NCCL error, a dead peer). Otherwise it raises as DecodeAhead.close."""
+    failing = sys.exc_info()[1] is not None  # in a `finally`, the exception on its way out
+    try:
+        if isinstance(micro_batches, DecodeAhead):
+            micro_batches.close(timeout)
+        else:
+            micro_batches.close()
+    except RuntimeError as error:
+        if not failing:
+            raise
+        warn(f"{error}; the step loop's own error follows")
 
 
 class DecodeAhead:

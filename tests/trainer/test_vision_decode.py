@@ -6,6 +6,7 @@ nvImageCodec's runs here on its CPU backend (its GPU decode: tests/trainer/test_
 from __future__ import annotations
 
 import io
+import threading
 import types
 
 import pytest
@@ -20,7 +21,7 @@ from trainer import vision_decode  # noqa: E402
 from trainer.image_files import check_complete  # noqa: E402
 from trainer.encoded_images import NO_CROP, EncodedFiles, EncodedImages  # noqa: E402
 from trainer.vision_decode import (CodecImages, DecodeAhead, NvjpegImages, augment, decoded_by_pil,  # noqa: E402
-                                   model_inputs, relabelled, stand_ins)
+                                   model_inputs, relabelled, stand_ins, stop_decoding)
 from trainer.vision_input import check_installed, check_nvjpeg, device_input  # noqa: E402
 
 
@@ -487,6 +488,53 @@ def test_a_thread_gone_without_a_word_is_an_error_not_the_end_of_the_epoch(monke
     ahead.thread.join(30)
     with pytest.raises(RuntimeError, match="ended without a result or an error"):
         next(ahead)
+
+
+def _hung_decoder():
+    """A DecodeAhead whose thread is stuck in a decode until the returned event is set."""
+    release = threading.Event()
+
+    def hangs(encoded, labels, crops):
+        release.wait(60)
+        return _as_input(encoded, labels, crops)
+
+    return DecodeAhead(iter(Counted(3)), hangs, CPU), release
+
+
+def test_a_hung_decode_thread_does_not_replace_the_step_loops_own_error(capsys):
+    """The loop failed (a dead peer, say) while the thread was stuck: the run's crash names the
+    loop's error, and the thread that did not stop is one warning line."""
+    ahead, release = _hung_decoder()
+    try:
+        with pytest.raises(ConnectionError, match="peer 3 is gone"):
+            try:
+                raise ConnectionError("peer 3 is gone")
+            finally:
+                stop_decoding(ahead, timeout=0.2)
+        assert "WARNING: the decode-ahead thread did not stop within 0.2 s; the step loop's own error follows" in \
+            capsys.readouterr().err
+    finally:
+        release.set()
+        ahead.thread.join(30)
+    assert not ahead.thread.is_alive()
+
+
+def test_a_hung_decode_thread_after_a_loop_that_ended_well_is_an_error():
+    ahead, release = _hung_decoder()
+    try:
+        with pytest.raises(RuntimeError, match="did not stop within 0.2 s"):
+            stop_decoding(ahead, timeout=0.2)
+    finally:
+        release.set()
+        ahead.thread.join(30)
+
+
+def test_the_cpu_paths_inputs_are_closed_alike():
+    in_turn = model_inputs(iter(Counted(2)), _as_input, CPU)
+    next(in_turn)
+    stop_decoding(in_turn)
+    with pytest.raises(StopIteration):
+        next(in_turn)
 
 
 @pytest.mark.parametrize("decode", ["nvimgcodec", "dali"])

@@ -40,7 +40,7 @@ from trainer.optim import build_sgd, image_learning_rate
 from trainer.preemption import Preemption
 from trainer.vision_data import (ElasticSampler, Progress, UnreadableImages, build_datasets, train_loader,
                                  val_loader)
-from trainer.vision_decode import model_inputs, stop_decoding
+from trainer.vision_decode import model_inputs
 from trainer.vision_input import check_decode, device_input
 from trainer.vision_metrics import VisionMetrics
 from trainer.vision_model import build_classifier, place
@@ -215,7 +215,7 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
         raise
     finally:  # however the loop ends (a preemption's stop, a failed step), no decoder thread reads on
         if micro_batches is not None:
-            stop_decoding(micro_batches)
+            micro_batches.close()
     ckpt.close(finished=not stopped)
     metrics.close()
     if rt.is_main:

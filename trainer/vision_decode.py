@@ -398,24 +398,6 @@ def model_inputs(batches, to_input, device: torch.device):
     return (to_input(*batch) for batch in batches)
 
 
-def stop_decoding(micro_batches, *, timeout: float = 60.0) -> None:
-    """Close an epoch's model inputs (model_inputs) however the step loop ended; call it from the
-    loop's `finally`. Where the loop is already failing (an error in flight), a decode thread that
-    does not stop is one warning line and the loop's own error is what the run reports: raised
-    here, the thread's timeout would replace it as the crash's last line, naming the symptom
-    instead of the cause (an NCCL error, a dead peer). Otherwise it raises as DecodeAhead.close."""
-    failing = sys.exc_info()[1] is not None  # in a `finally`, the exception on its way out
-    try:
-        if isinstance(micro_batches, DecodeAhead):
-            micro_batches.close(timeout)
-        else:
-            micro_batches.close()
-    except RuntimeError as error:
-        if not failing:
-            raise
-        warn(f"{error}; the step loop's own error follows")
-
-
 class DecodeAhead:
     """The model's inputs from a loader's micro-batches, made by `to_input` one micro-batch ahead in
     a thread of this process: a GPU decoder's host work (nvImageCodec's parsing and submission, the
@@ -493,13 +475,20 @@ class DecodeAhead:
         return images, labels
 
     def close(self, timeout: float = 60.0) -> None:
-        """Stop making inputs and wait for the thread (at most `timeout` s: a batch it is decoding)."""
+        """Stop making inputs and wait for the thread (at most `timeout` s: a batch it is decoding).
+        A thread that does not stop is an error, except where close() runs while an error is already
+        on its way out (the step loop's `finally` after a dead peer, an NCCL error): there it is one
+        warning line, and the loop's own error stays the crash's last line instead of this symptom."""
+        failing = sys.exc_info()[1] is not None  # called from a `finally`: the exception propagating
         self.stopping.set()
         # A put() gives up within 0.1 s once stopping is set. Drained before the thread has ended,
         # the queue would take that put instead, and the thread would read one batch more.
         self.thread.join(timeout)
         if self.thread.is_alive():  # the loader's iterator it reads must not be reset under it (trainer.vision)
-            raise RuntimeError(f"the decode-ahead thread did not stop within {timeout:g} s")
+            if not failing:
+                raise RuntimeError(f"the decode-ahead thread did not stop within {timeout:g} s")
+            warn(f"the decode-ahead thread did not stop within {timeout:g} s; the step loop's own error follows")
+            return
         while True:  # drop what was made
             try:
                 self.made.get_nowait()

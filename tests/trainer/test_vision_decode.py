@@ -21,7 +21,7 @@ from trainer import vision_decode  # noqa: E402
 from trainer.image_files import check_complete  # noqa: E402
 from trainer.encoded_images import NO_CROP, EncodedFiles, EncodedImages  # noqa: E402
 from trainer.vision_decode import (CodecImages, DecodeAhead, NvjpegImages, augment, decoded_by_pil,  # noqa: E402
-                                   model_inputs, relabelled, stand_ins, stop_decoding)
+                                   model_inputs, relabelled, stand_ins)
 from trainer.vision_input import check_installed, check_nvjpeg, device_input  # noqa: E402
 
 
@@ -510,7 +510,7 @@ def test_a_hung_decode_thread_does_not_replace_the_step_loops_own_error(capsys):
             try:
                 raise ConnectionError("peer 3 is gone")
             finally:
-                stop_decoding(ahead, timeout=0.2)
+                ahead.close(timeout=0.2)
         assert "WARNING: the decode-ahead thread did not stop within 0.2 s; the step loop's own error follows" in \
             capsys.readouterr().err
     finally:
@@ -523,18 +523,10 @@ def test_a_hung_decode_thread_after_a_loop_that_ended_well_is_an_error():
     ahead, release = _hung_decoder()
     try:
         with pytest.raises(RuntimeError, match="did not stop within 0.2 s"):
-            stop_decoding(ahead, timeout=0.2)
+            ahead.close(timeout=0.2)
     finally:
         release.set()
         ahead.thread.join(30)
-
-
-def test_the_cpu_paths_inputs_are_closed_alike():
-    in_turn = model_inputs(iter(Counted(2)), _as_input, CPU)
-    next(in_turn)
-    stop_decoding(in_turn)
-    with pytest.raises(StopIteration):
-        next(in_turn)
 
 
 @pytest.mark.parametrize("decode", ["nvimgcodec", "dali"])

@@ -13,25 +13,26 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from ops.lockfile import PIN, canonical
+
 REPO = Path(__file__).resolve().parents[1]
 REQUIREMENTS = REPO / "requirements.txt"
 CHECKOV_VENV = REPO / ".venv-checkov"
-PIN = re.compile(r"^([A-Za-z0-9_.\-]+)(\[[A-Za-z0-9_,\-]+\])?==(\S+)\s*$")
 
 
 def pinned(text: str) -> dict[str, tuple[str, set[str]]]:
-    """Canonical name -> (version, extras asked for) of each line; a line that is not a comment and
-    pins nothing with == is an error."""
+    """Canonical name -> (version, extras asked for) of each line, read with ops.lockfile's PIN; a
+    line that is not a comment and is not exactly one such pin (a range, a marker) is an error."""
     pins = {}
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         match = PIN.match(line)
-        if match is None:
+        if match is None or match.end() != len(line):
             raise ValueError(f"requirements.txt line {number}: {line!r} does not pin one version with ==")
         name, extras, version = match.groups()
-        pins[canonicalize_name(name)] = (version, set(filter(None, (extras or "").strip("[]").split(","))))
+        pins[canonical(name)] = (version, set(filter(None, (extras or "").split(","))))
     return pins
 
 

@@ -75,6 +75,12 @@ def test_pins_normalize_names():
         "pyyaml": "6.0.3", "huggingface-hub": "2.4.0"}
 
 
+def test_pins_read_a_pin_with_extras():
+    """requirements.txt's moto[server]: missed before, so a check of its pins skipped moto."""
+    assert lockfile.pins("moto[server]==5.2.5\ntorch==2.13.0 ; python_version<'3.12'\n") == {
+        "moto": "5.2.5", "torch": "2.13.0"}
+
+
 def test_the_cli_writes_both_files_from_a_compiled_input(tmp_path, monkeypatch, capsys):
     compiled = tmp_path / "compiled.txt"
     compiled.write_text(COMPILED)

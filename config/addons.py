@@ -47,7 +47,7 @@ MANAGED_ADDONS = (VPC_CNI, KUBE_PROXY, COREDNS, POD_IDENTITY_AGENT, FSX_CSI_DRIV
 TAKES_OVER_SELF_MANAGED = (VPC_CNI, KUBE_PROXY, COREDNS)
 
 # e.g. v1.20.4-eksbuild.1 (DescribeAddonVersions' addonVersion).
-ADDON_VERSION = re.compile(r"^v\d+\.\d+\.\d+-eksbuild\.\d+$")
+ADDON_VERSION = re.compile(r"^v\d+\.\d+\.\d+-eksbuild\.\d+$", re.ASCII)
 ADDON_VERSION_EXAMPLE = "v1.12.4-eksbuild.1"
 
 _TOLERATE_GPU_TAINT = {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": GPU_TAINT_EFFECT}

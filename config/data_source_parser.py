@@ -44,7 +44,7 @@ def parse_data_sources(raw: dict, path: str, *, fsx: Fsx, cpu_groups: tuple[Node
     sources: list[DataSource] = []
     for name, entry in raw.items():
         where = f"{path}.{name}"
-        if not _NAME.match(name):
+        if not _NAME.fullmatch(name):
             raise ConfigError(where, "source names must be 1-40 lowercase letters, digits or '-', starting with "
                                      f"a letter (the Job is data-NAME), got {name!r}")
         sources.append(_parse_source(name, entry, where, fsx, cpu_groups))
@@ -63,7 +63,7 @@ def parse_data_sources(raw: dict, path: str, *, fsx: Fsx, cpu_groups: tuple[Node
 def _parse_source(name: str, raw, where: str, fsx: Fsx, cpu_groups) -> DataSource:
     r = ObjectReader(raw, where)
     uri = r.required("s3Uri", str)
-    match = _S3_URI.match(uri if uri.count("/") > 2 else uri + "/")
+    match = _S3_URI.fullmatch(uri if uri.count("/") > 2 else uri + "/")
     if not match or ".." in match.group("bucket") or "//" in match.group("prefix"):
         raise ConfigError(r.at("s3Uri"), f"must be s3://BUCKET/PREFIX/ (no wildcards), got {uri!r}")
     bucket, prefix = match.group("bucket"), match.group("prefix")

@@ -27,10 +27,11 @@ from config.nodegroup_parser import (
 from config.queueing import check_queueing
 from config.reader import ObjectReader, check_type, one_of, string_list
 
-_ACCOUNT = re.compile(r"^\d{12}$")
-_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$")
-_ROLE_ARN = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
-_PRINCIPAL_ARN = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:(role|user)/[\w+=,.@/-]{1,512}$")
+# ASCII: AWS ids and names take ASCII digits and letters, where \d and \w would take any script's.
+_ACCOUNT = re.compile(r"^\d{12}$", re.ASCII)
+_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$", re.ASCII)
+_ROLE_ARN = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$", re.ASCII)
+_PRINCIPAL_ARN = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:(role|user)/[\w+=,.@/-]{1,512}$", re.ASCII)
 _SESSION_ARN = re.compile(r"^arn:(?P<partition>aws(-[a-z]+)*):sts::(?P<account>\d{12}):assumed-role/(?P<role>[\w+=,.@-]+)/")
 # The name prefixes the EKS cluster (CreateCluster: ^[0-9A-Za-z][A-Za-z0-9-_]*, 100 characters) and
 # IAM role names (64 characters), so keep it short and plain.
@@ -65,7 +66,7 @@ def load_environment(environments: Any, name: str) -> Environment:
 
 def parse_environment(name: str, raw: Any) -> Environment:
     path = f"environments.{name}"
-    if not _ENVIRONMENT_NAME.match(name):
+    if not _ENVIRONMENT_NAME.fullmatch(name):
         raise ConfigError(path, f"environment names must be 1-32 letters, digits or '-', starting with a letter, "
                                 f"got {name!r}")
     r = ObjectReader(raw, path)
@@ -82,7 +83,7 @@ def parse_environment(name: str, raw: Any) -> Environment:
 
     admin_roles = string_list(r.optional("adminRoleArns", list, []), r.at("adminRoleArns"))
     for i, arn in enumerate(admin_roles):
-        if not _ROLE_ARN.match(arn):
+        if not _ROLE_ARN.fullmatch(arn):
             raise ConfigError(f"{r.at('adminRoleArns')}[{i}]",
                               f"must be an IAM role ARN (arn:aws:iam::<12 digits>:role/<name>), got {arn!r}")
 
@@ -146,7 +147,7 @@ def _parse_addon_versions(raw: dict, path: str) -> tuple[tuple[str, str], ...]:
         if addon not in MANAGED_ADDONS:
             raise ConfigError(where, f"not an add-on this cluster installs; pin one of {', '.join(MANAGED_ADDONS)}")
         check_type(version, str, where)
-        if not ADDON_VERSION.match(version):
+        if not ADDON_VERSION.fullmatch(version):
             raise ConfigError(where, f"must be an EKS add-on version such as {ADDON_VERSION_EXAMPLE}, got {version!r}")
         pins.append((addon, version))
     return tuple(pins)
@@ -166,7 +167,7 @@ def _parse_deployer(arn: str | None, path: str, admin_roles: tuple[str, ...]) ->
         role = f"arn:{session['partition']}:iam::{session['account']}:role/{session['role']}"
         raise ConfigError(path, f"{arn!r} is an STS session; EKS access entries need the IAM role ARN: use {role} "
                                 "(with the role's path, if it has one; `python -m ops whoami` prints it)")
-    if not _PRINCIPAL_ARN.match(arn):
+    if not _PRINCIPAL_ARN.fullmatch(arn):
         raise ConfigError(path, f"must be an IAM role or user ARN (arn:aws:iam::<12 digits>:role/<name> or :user/<name>), "
                                 f"got {arn!r}")
     if arn in admin_roles:
@@ -178,7 +179,7 @@ def _parse_deployer(arn: str | None, path: str, admin_roles: tuple[str, ...]) ->
 def _parse_s3_path(value: str | None, path: str) -> str | None:
     if value is None:
         return None
-    match = _S3_URL.match(value)
+    match = _S3_URL.fullmatch(value)
     if not match or ".." in match.group("bucket"):
         raise ConfigError(path, f"must be an s3:// URL such as s3://my-bucket/prefix, got {value!r}")
     return value.rstrip("/")

@@ -19,7 +19,7 @@ def parse_availability_zones(r: ObjectReader, region: str) -> tuple[tuple[str, .
                           f"needs at least 2 zones (the EKS control plane spans two), got {len(azs)}")
     az_pattern = re.compile(rf"^{re.escape(region)}[a-z]$")
     for i, az in enumerate(azs):
-        if not az_pattern.match(az):
+        if not az_pattern.fullmatch(az):
             raise ConfigError(f"{r.at('availabilityZones')}[{i}]",
                               f"{az!r} is not a zone of region {region} (expected {region}a, {region}b, ...)")
     if len(set(azs)) != len(azs):

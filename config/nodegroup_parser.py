@@ -56,7 +56,7 @@ def parse_system_nodegroup(raw: dict, path: str) -> SystemNodegroup:
 def parse_nodegroup(raw: Any, path: str, *, gpu: bool) -> Nodegroup:
     r = ObjectReader(raw, path)
     name = r.required("name", str)
-    if not _NODEGROUP_NAME.match(name):
+    if not _NODEGROUP_NAME.fullmatch(name):
         raise ConfigError(r.at("name"), f"must be 1-63 letters, digits, '-' or '_', starting with a letter or digit, got {name!r}")
     if name in RESERVED_NODEGROUP_NAMES:
         raise ConfigError(r.at("name"), f"{name!r} is reserved (the system node group carries it); choose another name")
@@ -147,7 +147,7 @@ def _parse_capacity(raw: dict, path: str, instance_type: InstanceType) -> Capaci
         return Capacity(kind)
     if reservation is None:
         raise ConfigError(r.at("reservationId"), f"is required with type {kind} (cr- followed by 17 hex digits)")
-    if not RESERVATION_ID.match(reservation):
+    if not RESERVATION_ID.fullmatch(reservation):
         raise ConfigError(r.at("reservationId"), f"must be cr- followed by 17 hex digits, got {reservation!r}")
     if kind == "capacityBlock" and not instance_type.capacity_blocks:
         blocks = ", ".join(n for n, t in INSTANCE_TYPES.items() if t.capacity_blocks)

@@ -13,9 +13,10 @@ from config.outputs import PIPELINE_STACK_ID
 from config.reader import ObjectReader, check_type, string_list
 
 _CONNECTION_ARN = re.compile(
-    r"^arn:aws(-[a-z]+)*:(codeconnections|codestar-connections):[a-z0-9-]+:\d{12}:connection/[0-9a-f-]{36}$"
+    r"^arn:aws(-[a-z]+)*:(codeconnections|codestar-connections):[a-z0-9-]+:\d{12}:connection/[0-9a-f-]{36}$",
+    re.ASCII,
 )
-_REPOSITORY = re.compile(r"^[\w.-]+/[\w.-]+$")
+_REPOSITORY = re.compile(r"^[\w.-]+/[\w.-]+$", re.ASCII)
 _BRANCH = re.compile(r"^[\w./-]{1,255}$")
 
 

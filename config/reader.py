@@ -40,9 +40,9 @@ class ObjectReader:
         return check_type(self.raw[key], kind, self.at(key))
 
     def required_match(self, key: str, pattern: "re.Pattern[str]", what: str) -> str:
-        """A required string that must match `pattern`; `what` says what is allowed."""
+        """A required string that `pattern` matches whole; `what` says what is allowed."""
         value = self.required(key, str)
-        if not pattern.match(value):
+        if not pattern.fullmatch(value):
             raise ConfigError(self.at(key), f"must be {what}, got {value!r}")
         return value
 

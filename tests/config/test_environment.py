@@ -378,3 +378,55 @@ def test_public_cidrs_that_leave_addresses_out_are_accepted():
     raw = put(dev(), "endpointAccess.publicCidrs", ["0.0.0.0/1", "128.0.0.0/2", "203.0.113.0/24"])
     env = load_environment({"dev": raw}, "dev")
     assert env.endpoint_access.public_cidrs == ("0.0.0.0/1", "128.0.0.0/2", "203.0.113.0/24")
+
+
+# Python's `$` also matches before a final newline, and `\d` and `\w` match any script's digits and
+# letters: every pattern must take the whole value, in ASCII, as AWS and Kubernetes do.
+ARABIC_ACCOUNT = "\u0661" * 12  # twelve ARABIC-INDIC DIGIT ONEs
+WHOLE_VALUE_CASES = [
+    ("account in non-ASCII digits", [("account", ARABIC_ACCOUNT)],
+     f"account: must be a 12-digit AWS account id, got {ARABIC_ACCOUNT!r}"),
+    ("account with a trailing newline", [("account", "111111111111\n")],
+     "account: must be a 12-digit AWS account id, got '111111111111\\n'"),
+    ("region with a trailing newline", [("region", "us-west-2\n")],
+     "region: must be an AWS region such as us-west-2, got 'us-west-2\\n'"),
+    ("admin role with a non-ASCII name", [("adminRoleArns", ["arn:aws:iam::111111111111:role/\u00c4dmin"])],
+     "adminRoleArns[0]: must be an IAM role ARN (arn:aws:iam::<12 digits>:role/<name>), "
+     "got 'arn:aws:iam::111111111111:role/\u00c4dmin'"),
+    ("deployer with a trailing newline", [("deployerPrincipalArn", "arn:aws:iam::111111111111:role/D\n")],
+     "deployerPrincipalArn: must be an IAM role or user ARN (arn:aws:iam::<12 digits>:role/<name> or "
+     ":user/<name>), got 'arn:aws:iam::111111111111:role/D\\n'"),
+    ("add-on version with a trailing newline", [("addonVersions", {"coredns": "v1.12.4-eksbuild.1\n"})],
+     "addonVersions.coredns: must be an EKS add-on version such as v1.12.4-eksbuild.1, got 'v1.12.4-eksbuild.1\\n'"),
+    ("node group name with a trailing newline", [(f"{GPU0}.name", "p4d\n")],
+     f"{GPU0}.name: must be 1-63 letters, digits, '-' or '_', starting with a letter or digit, got 'p4d\\n'"),
+    ("reservation id with a trailing newline",
+     [(f"{GPU0}.capacity", {"type": "reserved", "reservationId": "cr-0123456789abcdef0\n"})],
+     f"{GPU0}.capacity.reservationId: must be cr- followed by 17 hex digits, got 'cr-0123456789abcdef0\\n'"),
+    ("s3 import path with a trailing newline", [("fsx.s3ImportPath", "s3://bucket/x\n")],
+     "fsx.s3ImportPath: must be an s3:// URL such as s3://my-bucket/prefix, got 's3://bucket/x\\n'"),
+    ("data source uri with a trailing newline", [(f"{IMAGENET}.s3Uri", "s3://bucket/x/\n")],
+     f"{IMAGENET}.s3Uri: must be s3://BUCKET/PREFIX/ (no wildcards), got 's3://bucket/x/\\n'"),
+]
+
+
+@pytest.mark.parametrize("changes, expected", [pytest.param(c, e, id=i) for i, c, e in WHOLE_VALUE_CASES])
+def test_a_pattern_must_match_the_whole_value_in_ascii(changes, expected):
+    assert error_line(*changes) == P + expected
+
+
+def test_a_name_holding_a_newline_is_refused_in_one_line():
+    """A key comes into the error's path as it is; the line must stay one line."""
+    with pytest.raises(ConfigError) as err:
+        load_environment({"dev\n": dev()}, "dev\n")
+    assert err.value.line() == ("config error: environments.dev\\n: environment names must be 1-32 letters, "
+                                "digits or '-', starting with a letter, got 'dev\\n'")
+    with pytest.raises(ConfigError) as err:
+        load_environment(CONTEXT["environments"], "staging\n")
+    assert err.value.line() == ("config error: environments.staging\\n: unknown environment; defined environments "
+                                "are dev, prod")
+    with pytest.raises(ConfigError) as err:
+        load_environment({"dev": put(dev(), "dataSources", {"x\n": {"s3Uri": "s3://bucket/x/"}})}, "dev")
+    assert err.value.line() == ("config error: environments.dev.dataSources.x\\n: source names must be 1-40 "
+                                "lowercase letters, digits or '-', starting with a letter (the Job is data-NAME), "
+                                "got 'x\\n'")

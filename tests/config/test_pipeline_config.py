@@ -71,3 +71,15 @@ def test_repository_must_be_owner_slash_name():
     assert error_of(pipeline=with_pipeline(repository="just-a-name")) == (
         "config error: pipeline.repository: must be owner/name, got 'just-a-name'"
     )
+
+
+@pytest.mark.parametrize("key, value, allowed", [
+    ("account", "333333333333\n", "a 12-digit AWS account id"),
+    ("branch", "main\n", "a branch name"),
+    ("repository", "example-org/eks-distributed-training\n", "owner/name"),
+    ("repository", "example-org/tr\u00e4ining", "owner/name"),
+])
+def test_a_pipeline_value_must_match_its_pattern_whole_and_in_ascii(key, value, allowed):
+    """Python's `$` also matches before a final newline, and `\\w` matches any script's letters."""
+    assert error_of(pipeline=with_pipeline(**{key: value})) == (
+        f"config error: pipeline.{key}: must be {allowed}, got {value!r}")

@@ -35,7 +35,9 @@ def environment_stage(app: cdk.App, config: Environment, pipeline: PipelineSetti
 def main() -> int:
     app = cdk.App()
     try:
-        env_name = app.node.try_get_context("env") or "dev"
+        # Only an absent env means dev: `-c env=` (an empty ENV) names none and is refused.
+        env_name = app.node.try_get_context("env")
+        env_name = "dev" if env_name is None else env_name
         environments = app.node.try_get_context("environments")
         config = load_environment(environments, env_name)
         pipeline_context = app.node.try_get_context("pipeline")

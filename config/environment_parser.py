@@ -56,7 +56,7 @@ def parse_environments(raw: Any) -> Mapping[str, Any]:
 def load_environment(environments: Any, name: str) -> Environment:
     """Parse and validate `environments[name]`; the one way to get an Environment."""
     environments = parse_environments(environments)
-    if name not in environments:
+    if not isinstance(name, str) or name not in environments:
         raise ConfigError(
             f"environments.{name}",
             f"unknown environment; defined environments are {', '.join(sorted(environments))}",

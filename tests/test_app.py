@@ -64,3 +64,17 @@ def test_unknown_environment_name_exits_nonzero_with_one_line(tmp_path):
     result = run_app(tmp_path, context)
     line = assert_stopped_with_one_line(result, tmp_path, "config error: environments.staging")
     assert line == "config error: environments.staging: unknown environment; defined environments are dev, prod"
+
+
+def test_an_empty_env_context_is_refused_not_taken_for_dev(tmp_path):
+    """`cdk synth -c env=` (or `make deploy ENV=`) names no environment; it must not build dev."""
+    context = {**copy.deepcopy(CONTEXT), "env": ""}
+    result = run_app(tmp_path, context)
+    line = assert_stopped_with_one_line(result, tmp_path, "config error: environments.")
+    assert line == "config error: environments.: unknown environment; defined environments are dev, prod"
+
+
+def test_an_env_context_that_is_not_a_name_is_one_line(tmp_path):
+    context = {**copy.deepcopy(CONTEXT), "env": ["dev"]}
+    line = assert_stopped_with_one_line(run_app(tmp_path, context), tmp_path, "config error: environments.")
+    assert line == "config error: environments.['dev']: unknown environment; defined environments are dev, prod"

@@ -18,7 +18,7 @@ import aws_cdk as cdk
 from config import ConfigError, Environment, load_environment
 from config.kubernetes import EXIT_USAGE
 from config.outputs import PIPELINE_STACK_ID
-from config.pipeline import PipelineSettings, load_pipeline, owned_by_pipeline
+from config.pipeline import PipelineSettings, owned_by_pipeline, pipeline_settings
 
 
 def environment_stage(app: cdk.App, config: Environment, pipeline: PipelineSettings | None):
@@ -40,10 +40,8 @@ def main() -> int:
         env_name = "dev" if env_name is None else env_name
         environments = app.node.try_get_context("environments")
         config = load_environment(environments, env_name)
-        pipeline_context = app.node.try_get_context("pipeline")
-        pipeline = None
-        if pipeline_context is not None:
-            pipeline = load_pipeline(pipeline_context, app.node.try_get_context("promotion"), environments)
+        pipeline = pipeline_settings(app.node.try_get_context("pipeline"), app.node.try_get_context("promotion"),
+                                     environments)
     except ConfigError as err:
         print(err.line(), file=sys.stderr)
         return EXIT_USAGE

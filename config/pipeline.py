@@ -59,6 +59,18 @@ def load_pipeline(raw: Any, promotion: Any, environments: Any) -> PipelineSettin
     return PipelineSettings(account, region, connection, repository, branch, stages)
 
 
+def pipeline_settings(raw: Any, promotion: Any, environments: Any) -> PipelineSettings | None:
+    """The pipeline as context `pipeline` and `promotion` configure it; None without a pipeline.
+    `promotion` alone is refused: with `pipeline` misspelt or removed it would do nothing, and
+    `make deploy` of the environments it lists would no longer be stopped."""
+    if raw is None:
+        if promotion is not None:
+            raise ConfigError("promotion", "is set but pipeline is not; add the pipeline section (account, region, "
+                                           "connectionArn, repository, branch) or remove promotion")
+        return None
+    return load_pipeline(raw, promotion, environments)
+
+
 def owned_by_pipeline(settings: PipelineSettings | None, env_name: str) -> bool:
     """An environment belongs to the pipeline when a pipeline is configured and `promotion` lists it:
     the pipeline deploys it, and `make deploy` leaves it alone unless forced."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from config import ConfigError, Environment, load_environment
 from config.paths import PathProblem, read_json
-from config.pipeline import PipelineSettings, load_pipeline
+from config.pipeline import PipelineSettings, pipeline_settings
 from ops.errors import OpsError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -37,9 +37,7 @@ def read_environments(context_file: str | Path | None = None) -> Any:
 def load_pipeline_settings(context_file: str | Path | None = None) -> PipelineSettings | None:
     """The pipeline's settings as app.py parses them; None when no pipeline is configured."""
     context = read_context(context_file)
-    if context.get("pipeline") is None:
-        return None
-    return load_pipeline(context["pipeline"], context.get("promotion"), context.get("environments"))
+    return pipeline_settings(context.get("pipeline"), context.get("promotion"), context.get("environments"))
 
 
 def load(env_name: str, context_file: str | Path | None = None) -> Environment:

@@ -236,6 +236,7 @@ def synth_and_summarize(env_name: str, outdir: Path, *, as_json: bool) -> int:
     """0 with the summary; 1 when `cdk synth` fails (its checks, cdk-nag among them, stop it).
     A bad environment is a ConfigError before any synth (the CLI prints one line, exit 2)."""
     config = envconfig.load(env_name)
+    envconfig.load_pipeline_settings()  # app.py reads the pipeline on every synth: a bad one stops here
     make_outdir(outdir)
     result = cdk_synth(env_name, outdir)
     if result.returncode != 0:

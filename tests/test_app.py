@@ -78,3 +78,10 @@ def test_an_env_context_that_is_not_a_name_is_one_line(tmp_path):
     context = {**copy.deepcopy(CONTEXT), "env": ["dev"]}
     line = assert_stopped_with_one_line(run_app(tmp_path, context), tmp_path, "config error: environments.")
     assert line == "config error: environments.['dev']: unknown environment; defined environments are dev, prod"
+
+
+def test_promotion_without_a_pipeline_is_one_line(tmp_path):
+    context = copy.deepcopy(CONTEXT)
+    del context["pipeline"]
+    line = assert_stopped_with_one_line(run_app(tmp_path, context), tmp_path, "config error: promotion: ")
+    assert line.startswith("config error: promotion: is set but pipeline is not")

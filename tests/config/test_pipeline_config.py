@@ -6,7 +6,7 @@ import json
 import pytest
 
 from config import ConfigError
-from config.pipeline import load_pipeline
+from config.pipeline import load_pipeline, pipeline_settings
 from tests.conftest import REPO_ROOT
 
 CONTEXT = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
@@ -83,3 +83,14 @@ def test_a_pipeline_value_must_match_its_pattern_whole_and_in_ascii(key, value, 
     """Python's `$` also matches before a final newline, and `\\w` matches any script's letters."""
     assert error_of(pipeline=with_pipeline(**{key: value})) == (
         f"config error: pipeline.{key}: must be {allowed}, got {value!r}")
+
+
+def test_promotion_without_a_pipeline_is_refused_not_ignored():
+    """A misspelt or removed `pipeline` would otherwise leave `promotion` doing nothing, and
+    `make deploy` of a promoted environment unguarded."""
+    with pytest.raises(ConfigError) as err:
+        pipeline_settings(None, CONTEXT["promotion"], CONTEXT["environments"])
+    assert err.value.line() == ("config error: promotion: is set but pipeline is not; add the pipeline section "
+                                "(account, region, connectionArn, repository, branch) or remove promotion")
+    assert pipeline_settings(None, None, CONTEXT["environments"]) is None
+    assert [e.name for e in pipeline_settings(CONTEXT["pipeline"], ["dev"], CONTEXT["environments"]).stages] == ["dev"]

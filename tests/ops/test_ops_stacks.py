@@ -57,3 +57,12 @@ def test_a_bad_pipeline_setting_is_one_config_line(offline, tmp_path):
     path = tmp_path / "context.json"
     path.write_text(json.dumps({"context": context}))
     assert_one_line_error(run_ops(["stacks", "--env", "dev", "--context-file", str(path)], offline), "promotion[1]")
+
+
+def test_promotion_without_a_pipeline_is_one_config_line(offline, tmp_path):
+    context = json.loads(CDK_JSON.read_text())["context"]
+    context["pipline"] = context.pop("pipeline")  # misspelt: the pipeline would silently vanish
+    path = tmp_path / "context.json"
+    path.write_text(json.dumps({"context": context}))
+    result = run_ops(["stacks", "--env", "prod", "--deploy", "--context-file", str(path)], offline)
+    assert_one_line_error(result, "config error: promotion: is set but pipeline is not")

@@ -205,3 +205,16 @@ def test_admins_from_another_account_are_flagged(dev_summary):
             "account administers this cluster") in flagged.splitlines()
     data = synth_summary.summary_data(config, dev.outdir)
     assert {"principal": foreign, "account": "222222222222", "whose": "ANOTHER ACCOUNT"} in data["cluster_admins"]
+
+
+def test_a_bad_pipeline_setting_is_one_config_line_before_any_synth(tmp_path, monkeypatch, capsys):
+    """app.py reads `pipeline` and `promotion` on every synth, so a bad one must stop here in one line
+    (exit 2), not come back as a failed synth with the cdk CLI's output (exit 1)."""
+    context = json.loads((REPO_ROOT / "cdk.json").read_text())
+    context["context"]["promotion"] = ["dev", "staging"]
+    path = tmp_path / "cdk.json"
+    path.write_text(json.dumps(context))
+    monkeypatch.setattr(synth_summary.envconfig, "DEFAULT_CONTEXT_FILE", path)
+    assert synth_summary_main(monkeypatch, ["--env", "dev", "--outdir", str(tmp_path / "out")], never_run) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "config error: promotion[1]: 'staging' is not an environment; defined are dev, prod"]

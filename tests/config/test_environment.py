@@ -229,7 +229,16 @@ CASES = [
     ("system group has no desiredSize", [("systemNodegroup.desiredSize", 2)],
      "systemNodegroup.desiredSize: unknown key; allowed keys are instanceType, maxSize, minSize"),
     ("node group name malformed", [(f"{GPU0}.name", "-p4d")],
-     f"{GPU0}.name: must be 1-63 letters, digits, '-' or '_', starting with a letter or digit, got '-p4d'"),
+     f"{GPU0}.name: must be 1-63 letters, digits, '-' or '_', starting and ending with a letter or digit, "
+     "got '-p4d'"),
+    # The name is the value of the nodes' nodegroup label, which must end with a letter or digit.
+    ("node group name ending in a dash", [(f"{GPU0}.name", "p4d-")],
+     f"{GPU0}.name: must be 1-63 letters, digits, '-' or '_', starting and ending with a letter or digit, "
+     "got 'p4d-'"),
+    # Kubernetes object names made from a group's name lowercase it and turn '_' into '-'.
+    ("node group names collide in Kubernetes", [("cpuNodegroups[0].name", "P4D")],
+     "cpuNodegroups[0].name: 'P4D' and 'p4d' (gpuNodegroups[0]) give the same Kubernetes names (lowercased, "
+     "'_' as '-'); names must differ in more than case and '_' versus '-'"),
     ("node group names collide", [("cpuNodegroups[0].name", "p5")],
      "cpuNodegroups[0].name: 'p5' is already used by gpuNodegroups[1]; names must be unique"),
     ("capacity type unknown", [(f"{GPU0}.capacity.type", "spot")],
@@ -399,7 +408,8 @@ WHOLE_VALUE_CASES = [
     ("add-on version with a trailing newline", [("addonVersions", {"coredns": "v1.12.4-eksbuild.1\n"})],
      "addonVersions.coredns: must be an EKS add-on version such as v1.12.4-eksbuild.1, got 'v1.12.4-eksbuild.1\\n'"),
     ("node group name with a trailing newline", [(f"{GPU0}.name", "p4d\n")],
-     f"{GPU0}.name: must be 1-63 letters, digits, '-' or '_', starting with a letter or digit, got 'p4d\\n'"),
+     f"{GPU0}.name: must be 1-63 letters, digits, '-' or '_', starting and ending with a letter or digit, "
+     "got 'p4d\\n'"),
     ("reservation id with a trailing newline",
      [(f"{GPU0}.capacity", {"type": "reserved", "reservationId": "cr-0123456789abcdef0\n"})],
      f"{GPU0}.capacity.reservationId: must be cr- followed by 17 hex digits, got 'cr-0123456789abcdef0\\n'"),

@@ -69,7 +69,7 @@ def job_spec(config: Environment, preset: JobPreset, *, image: str, job_name: st
     """The validated JobSpec for `preset` in `config`; ConfigError names the offending field.
     Checkpoints go to `checkpoint_root`/PRESET: every run of a preset resumes from the same folder."""
     name = job_name if job_name is not None else preset.name
-    if not isinstance(name, str) or not JOB_NAME_PATTERN.match(name):
+    if not isinstance(name, str) or not JOB_NAME_PATTERN.fullmatch(name):
         raise ConfigError("job_name", f"must be a DNS label of 1-{MAX_JOB_NAME} lowercase letters, digits or '-', "
                                       f"starting with a letter, got {name!r}")
     if not isinstance(image, str) or not image:

@@ -31,9 +31,10 @@ def test_the_trainer_images_create_own_their_files_as_and_run_as_the_trainer_uid
 @pytest.mark.parametrize("name, accepted", [
     ("a", True), ("run-7", True), ("a" * MAX_JOB_NAME, True), ("a" * (MAX_JOB_NAME + 1), False),
     ("7run", False), ("-run", False), ("run-", False), ("Run", False), ("llama3.1", False), ("", False),
+    ("run\n", False),
 ])
 def test_a_job_name_is_a_dns_label_of_at_most_max_job_name_characters(name, accepted):
     """Its pods are <job>-worker-<index>, a DNS-1035 label of at most 63 characters: lowercase
     letters, digits and '-', starting with a letter and ending with a letter or digit."""
-    assert bool(JOB_NAME_PATTERN.match(name)) is accepted
+    assert bool(JOB_NAME_PATTERN.fullmatch(name)) is accepted
     assert MAX_JOB_NAME + len("-worker-") + len("9999") <= 63

@@ -108,9 +108,10 @@ def test_bad_overrides_are_rejected_naming_the_field(dev, overrides, field):
         render_pytorchjob(dev, "llama3-8b-fsdp", image=IMAGE, overrides=overrides)
 
 
-def test_bad_job_name_is_rejected(dev):
+@pytest.mark.parametrize("job_name", ["Bad_Name", "run\n"])  # `$` alone would let the newline through
+def test_bad_job_name_is_rejected(dev, job_name):
     with pytest.raises(ConfigError, match="job_name"):
-        render_pytorchjob(dev, "cpu-ddp", image=IMAGE, job_name="Bad_Name")
+        render_pytorchjob(dev, "cpu-ddp", image=IMAGE, job_name=job_name)
 
 
 def test_presets_render_only_where_their_node_group_exists(dev, prod):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import threading
 from dataclasses import dataclass
 from typing import Any, Sequence, TypeVar
 
@@ -42,8 +43,10 @@ def positive_seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    # NaN fails every comparison, so `<= 0` alone let it through (a timer of NaN fires at once), and
+    # past TIMEOUT_MAX (infinity included) threading.Timer raises in its own thread and never fires.
+    if not 0 < value <= threading.TIMEOUT_MAX:
+        raise argparse.ArgumentTypeError(f"must be positive and at most {threading.TIMEOUT_MAX:.0f}, got {text}")
     return value
 
 

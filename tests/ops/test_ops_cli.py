@@ -112,6 +112,20 @@ def test_plan_rejects_a_bad_node_count(offline, nodes, words):
     assert_one_line_error(run_ops(["plan", "--env", "prod", "--nodes", nodes], offline), "--nodes", words)
 
 
+@pytest.mark.parametrize("command", [["local", "--check"], ["validate", "--dist", "{tmp}"]])
+@pytest.mark.parametrize("seconds", ["nan", "inf", "-inf", "1e300", "0", "-1"])
+def test_a_timeout_that_would_not_bound_the_command_is_a_usage_error(command, seconds, tmp_path, capsys):
+    """NaN passes `> 0` and fires a timer at once; infinity and 1e300 make threading.Timer fail in
+    its own thread, so the job would run unbounded."""
+    from ops.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main([*(a.format(tmp=tmp_path) for a in command), "--timeout", seconds])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: argument --timeout: "), err
+
+
 def test_az_recommend_rejects_an_unknown_region(offline):
     result = run_ops(["az-recommend", "--instance-type", "p5.48xlarge", "--region", "mars-north-1"], offline)
     assert_one_line_error(result, "unknown region 'mars-north-1'")

@@ -20,9 +20,21 @@ class Options(EnvOptions, OutputOptions):
     vcpu_quota: int | None = None
 
 
+# Each node takes at least one address of the VPC, which AWS caps at a /16: a count past that cannot
+# fit any subnet, and one of a few hundred digits overflowed the plan's float arithmetic.
+MAX_NODES = 2 ** 16
+
+
+def node_count(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_NODES:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_NODES} (a /16 VPC's addresses), got {text}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     EnvOptions.add_to(parser)
-    parser.add_argument("--nodes", type=positive_int, help="node count to plan for (default: maxSize)")
+    parser.add_argument("--nodes", type=node_count, help="node count to plan for (default: maxSize)")
     parser.add_argument("--preset", choices=PRESETS, metavar="PRESET",
                         help="job preset (default: the first preset on a GPU group)")
     parser.add_argument("--vcpu-quota", type=positive_int, help="On-Demand vCPU quota to plan against")

@@ -107,7 +107,8 @@ def test_submit_dry_run_prints_the_runs_peers_policy_then_the_run(offline):
 
 
 @pytest.mark.parametrize("nodes, words", [("0", "must be at least 1, got 0"), ("-3", "got -3"),
-                                          ("many", "must be a whole number, got 'many'")])
+                                          ("many", "must be a whole number, got 'many'"),
+                                          ("65537", "must be at most 65536"), ("9" * 400, "must be at most 65536")])
 def test_plan_rejects_a_bad_node_count(offline, nodes, words):
     assert_one_line_error(run_ops(["plan", "--env", "prod", "--nodes", nodes], offline), "--nodes", words)
 

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from config.kubernetes import EFA_CHECK_FAILED, EFA_CHECK_PASSED, TRAINING_NAMESPACE
 from config.paths import PathProblem, read_yaml
 from ops.errors import OpsError
+from ops.kube_reads import READ_TIMEOUT_S
 
 PYTORCHJOB_MODEL = "KubeflowOrgV1PyTorchJob"
 # Condition types the operator sets on a job.
@@ -118,8 +119,12 @@ class _Reach:
     def request(self, method: str, url: str, **kwargs: Any) -> Any:
         import urllib3
 
-        if kwargs.get("timeout") is None:  # read stays unbounded: `logs -f` streams
-            kwargs["timeout"] = urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=None)
+        if kwargs.get("timeout") is None:
+            # A streamed answer (`logs -f`, a watch: preload_content=False) may rightly stay open as long
+            # as the pod runs; any other answer comes whole, and a server that accepts the connection
+            # but never answers held `status`, `stop` and `delete` forever.
+            read = None if kwargs.get("preload_content") is False else READ_TIMEOUT_S
+            kwargs["timeout"] = urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=read)
         try:
             response = self.pool_manager.request(method, url, **kwargs)
         except urllib3.exceptions.HTTPError as err:
@@ -153,6 +158,8 @@ def unreachable(endpoint: str, err: Exception) -> str:
     # Before the timeout test: urllib3's NewConnectionError subclasses ConnectTimeoutError.
     if "refused" in text:
         what = "connection refused"
+    elif isinstance(reason, urllib3.exceptions.ReadTimeoutError):
+        what = f"no answer within {READ_TIMEOUT_S:g} s"
     elif isinstance(reason, (urllib3.exceptions.ConnectTimeoutError, TimeoutError)) or "timed out" in text:
         what = f"no answer within {CONNECT_TIMEOUT_S} s"
     else:

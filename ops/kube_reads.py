@@ -12,7 +12,8 @@ from typing import Any, Callable
 from ops.errors import OpsError
 
 # Seconds for each read: a report is answered in bounded time even by a wedged API server (the
-# client's own default waits forever; ops.kube's guard bounds only the connection).
+# client's own default waits forever; ops.kube's guard applies the same bound to every read that
+# is not a stream).
 READ_TIMEOUT_S = 30
 
 

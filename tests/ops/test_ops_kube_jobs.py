@@ -315,6 +315,30 @@ def test_every_job_command_reports_an_unreachable_endpoint_the_same_way(call):
     assert str(err.value).startswith(f"cannot reach the Kubernetes API endpoint {config.host} (connection refused)")
 
 
+@pytest.fixture
+def silent_endpoint():
+    """A loopback port that accepts connections (the kernel completes them from the listen backlog)
+    and never answers: a wedged API server, or a proxy whose far side is gone."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(8)
+        yield f"http://127.0.0.1:{held.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("call", [
+    lambda c: kube.status(c), lambda c: kube.set_suspended(c, "cpu-ddp", True),
+    lambda c: kube.logs(c, "cpu-ddp"), lambda c: kube.delete(c, "cpu-ddp")])
+def test_every_job_command_gives_up_on_an_api_server_that_never_answers(call, silent_endpoint, monkeypatch):
+    monkeypatch.setattr(kube, "READ_TIMEOUT_S", 0.2)
+    config = Configuration()
+    config.host = silent_endpoint
+    client = kube.guard(TrainingClient(client_configuration=config, namespace="training"))
+    with pytest.raises(OpsError) as err:
+        call(client)
+    assert str(err.value).startswith(f"cannot reach the Kubernetes API endpoint {silent_endpoint} "
+                                     "(no answer within 0.2 s): ")
+
+
 def test_a_name_that_does_not_resolve_points_at_a_private_endpoint_or_a_stale_kubeconfig():
     config = Configuration()
     config.host = "https://0123456789abcdef.gr7.us-west-2.eks.amazonaws.com.invalid"

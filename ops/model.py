@@ -59,6 +59,10 @@ def read_token(from_env: str | None, from_file: str | None) -> tuple[str, str]:
                        "create one at https://huggingface.co/settings/tokens")
     if any(c.isspace() for c in token):
         raise OpsError(f"{field}: the Hugging Face token from {source} must be one word without spaces or line breaks")
+    try:  # a byte the locale cannot decode arrives as a lone surrogate; the API server stores U+FFFD for it
+        token.encode("utf-8")
+    except UnicodeEncodeError:
+        raise OpsError(f"{field}: the Hugging Face token from {source} is not UTF-8 text") from None
     return token, source
 
 

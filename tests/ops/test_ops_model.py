@@ -97,6 +97,16 @@ def test_a_token_with_a_line_break_is_refused_without_echoing_it(server, monkeyp
     assert server.calls == []
 
 
+def test_a_token_variable_that_is_not_utf8_is_refused_like_such_a_file(server, monkeypatch, capsys):
+    """Python hands an undecodable byte of the environment over as a lone surrogate; the API server
+    would store U+FFFD in its place, a token that silently no longer works."""
+    monkeypatch.setenv("HF_TOKEN", TOKEN + "\udcff")
+    assert ops("model", "token", "--env", "dev") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --from-env: ") and "UTF-8" in err and TOKEN not in err
+    assert server.calls == []
+
+
 def test_download_creates_the_charts_job_with_the_cpu_image_the_registry_stack_published(server, aws, capsys):
     """The image comes from the Registry stack's outputs (a moto server on loopback), as for
     `submit` and `data`."""

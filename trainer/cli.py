@@ -151,12 +151,16 @@ _FAILED: list[BaseException] = []
 def _run(main: Callable[[], int | None]) -> int:
     try:
         return main() or 0
-    except Exception as exc:
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    # BaseException: torch.distributed.checkpoint raises its CheckpointException (a save that a
+    # full disk or an I/O error stopped) as one, and it is a crash like any other.
+    except BaseException as exc:
         _FAILED.append(exc)
         return _exit_status(main, exc)
 
 
-def _exit_status(main: Callable, exc: Exception) -> int:
+def _exit_status(main: Callable, exc: BaseException) -> int:
     from config.kubernetes import EXIT_CRASH, EXIT_NOT_ON_EFA, EXIT_USAGE
     from trainer.nccl_net import NotOnEfa
 

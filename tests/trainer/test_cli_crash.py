@@ -69,6 +69,9 @@ run_main(main, finalize=False)
 @pytest.mark.parametrize("raise_, code", [
     ("raise RuntimeError('Connection closed by peer')", 1),
     ("raise WorkerExit('stopped on purpose', 4)", 4),
+    # A save that failed on a full disk: torch.distributed.checkpoint raises a BaseException.
+    ("from torch.distributed.checkpoint.api import CheckpointException; "
+     "raise CheckpointException('save failed', {0: (OSError(28, 'No space left on device'), None)})", 1),
 ])
 def test_a_failed_distributed_worker_exits_without_destroying_what_its_failure_holds(raise_, code):
     """Before: the except clause ended, the traceback and with it the frame's objects were freed,

@@ -39,7 +39,7 @@ from config.models import ModelConfig, shape_difference
 from config.paths import read_json
 from config.workloads.common import CheckpointConfig
 from trainer import safe_load
-from trainer.checkpoint_load import FAILED, REFUSED, Verdict, agree, classify, precheck
+from trainer.checkpoint_load import FAILED, REFUSED, Verdict, agree, classify, describe, precheck
 from trainer.cli import UsageError, WorkerExit, checked_path, create_folder
 from trainer.dist import Runtime
 from trainer.lease import Lease, LeaseHeld, Owner
@@ -50,6 +50,20 @@ MARKER = "COMPLETE"
 MODEL_FILE = "model.json"
 RUN_SETTINGS = ("global_batch_size",)  # record entries a resume may change (trainer/batching.py)
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
+
+
+class CheckpointWriteFailed(RuntimeError):
+    """A save that did not complete (a full disk, an I/O error). The run crashes with it, as with
+    any unexpected error (trainer.cli.report_crash), but its line names the checkpoint and each
+    rank's cause: DCP's own CheckpointException puts every rank's traceback into its message."""
+
+    def __init__(self, path: str, exc: CheckpointException):
+        ranks: dict[str, list[int]] = {}  # a full disk fails every rank alike: one reason, the ranks it stopped
+        for rank, (error, _) in sorted(exc.failures.items()):
+            ranks.setdefault(describe(error), []).append(rank)
+        why = "; ".join(f"rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))}: {reason}"
+                        for reason, r in ranks.items())
+        super().__init__(f"checkpoint {path} was not written; the checkpoints before it are kept ({why})")
 
 
 class ModelAndOptimizer(Stateful):
@@ -311,7 +325,10 @@ class CheckpointManager:
             # DCP's save begins with a collective, so no rank writes before this removal.
             Path(path, MARKER).unlink(missing_ok=True)
         if blocking or self.cfg.synchronous:
-            dcp.save(self.state, checkpoint_id=path, process_group=self.rt.checkpoint_group)
+            try:
+                dcp.save(self.state, checkpoint_id=path, process_group=self.rt.checkpoint_group)
+            except CheckpointException as exc:
+                raise CheckpointWriteFailed(path, exc) from exc
             self._finalize(step)
         else:
             response = dcp.async_save(self.state, checkpoint_id=path, process_group=self.rt.checkpoint_group,
@@ -354,7 +371,10 @@ class CheckpointManager:
         if self.pending:
             step, future = self.pending
             self.pending = None
-            future.result()  # re-raises a failed write here, on the training thread
+            try:
+                future.result()  # re-raises a failed write here, on the training thread
+            except CheckpointException as exc:
+                raise CheckpointWriteFailed(str(step_dir(self.directory, step)), exc) from exc
             self._finalize(step)
 
     def _finalize(self, step: int) -> None:

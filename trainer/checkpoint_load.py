@@ -117,11 +117,11 @@ def classify(exc: BaseException) -> Verdict:
         for verdict in verdicts:
             if verdict.kind == kind:
                 return verdict
-    return Verdict(FAILED, _describe(exc))
+    return Verdict(FAILED, describe(exc))
 
 
 def _classify_one(exc: BaseException) -> Verdict:
-    reason = _describe(exc)
+    reason = describe(exc)
     if isinstance(exc, Damaged):
         return Verdict(DAMAGED, str(exc))
     if isinstance(exc, (Refused, UnsafeCheckpoint)) or UNSAFE in str(exc):
@@ -153,7 +153,7 @@ def agree(local: Verdict, group) -> Verdict:
     return local
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
     if isinstance(exc, torch.OutOfMemoryError):
         return f"out of memory ({_first_line(exc)})"
     return f"{type(exc).__name__}: {_first_line(exc)}"

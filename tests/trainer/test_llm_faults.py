@@ -264,6 +264,35 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_checkpoint_loadabl
     assert not (step_dir(tmp_path, 20) / "__0_0.distcp").is_fifo()  # the half-written save was cleared
 
 
+# torchrun (and so its workers) with writes past `limit` bytes failing as on a full disk (EFBIG;
+# Python ignores SIGXFSZ).
+FILE_SIZE_LIMIT = ("import os, resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000)); "
+                   "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+
+
+def test_a_save_that_the_disk_refuses_ends_the_run_with_one_line_naming_it_and_keeps_the_checkpoints_before(tmp_path):
+    rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, steps=20)))
+    assert rc == 0, out
+    before = tree(tmp_path)
+    argv = torchrun_args("trainer.llm", llm(tmp_path, steps=40))
+    rc, out = run([sys.executable, "-c", FILE_SIZE_LIMIT, *argv[1:]])
+    assert rc == TORCHRUN_FAILED, out[-3000:]
+    ends = [line for line in out.splitlines() if line.startswith("error: python -m trainer.llm")]
+    assert len(ends) == 2, out[-3000:]  # each worker's log ends with its line
+    for line in ends:
+        assert re.search(r"failed unexpectedly \(CheckpointWriteFailed: checkpoint \S+step-00000030 was not "
+                         r"written; the checkpoints before it are kept \(ranks? [01].*: \w+: .+\)", line), line
+        assert "Traceback" not in line
+    assert "error_file: <N/A>" not in out
+    assert list_steps(tmp_path) == [10, 20] and list_steps(tmp_path, complete=False) == [30]
+    assert {k: v for k, v in tree(tmp_path).items() if not k.startswith("step-00000030")} == before
+    # With room again the restart resumes from the last complete checkpoint and clears the unfinished one.
+    rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, steps=40)))
+    assert rc == 0, out
+    assert [int(s) for s in RESUMED.findall(out)] == [20]
+    assert list_steps(tmp_path) == [30, 40] and not list_steps(tmp_path, complete=False)
+
+
 def test_sigterm_saves_a_final_checkpoint_exits_non_zero_and_the_next_run_resumes_from_it(tmp_path):
     rc, out = preempt(torchrun_args("trainer.llm", llm(tmp_path, steps=2000, every=1000)), after=r"^step\s+10 ")
     assert rc == TORCHRUN_FAILED, out[-3000:]  # never success: the run has 2000 steps

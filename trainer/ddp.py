@@ -67,10 +67,15 @@ def save_snapshot(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer
         "epochs_run": epochs_run,
         "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
     }
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        # A full disk fails every restart alike: each one's half-written file would take more of the space.
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:

@@ -13,7 +13,7 @@ import torch
 from config.kubernetes import EXIT_PREEMPTED, TORCHRUN_FAILED
 from crafted import CreatesMarker
 from trainer import ddp
-from trainer_procs import REPO, Job, job_env, preempt, run, torchrun_args
+from trainer_procs import REPO, Job, file_size_limited, job_env, preempt, run, torchrun_args
 
 EPOCH = re.compile(r"\[RANK (\d+)\] Epoch (\d+) \| Batchsize (\d+) \| Steps (\d+) \| Loss ([\d.]+)$")
 
@@ -104,6 +104,24 @@ def test_the_old_snapshot_survives_a_write_that_never_finished(tmp_path):
     ddp.save_snapshot(path, model, opt, epochs_run=2)
     (tmp_path / ".s.pt.tmp-12345").write_bytes(b"half a snapshot")
     assert ddp.load_snapshot(path, ddp.make_model(task), torch.optim.SGD(model.parameters(), lr=0.1)) == 2
+
+
+def test_a_snapshot_write_that_the_disk_refuses_leaves_the_old_snapshot_and_no_partial_file(tmp_path):
+    """Before: each failed attempt (a full disk, so every restart of the job) left its half-written
+    temporary file beside the snapshot, taking more of the space that had run out."""
+    path = tmp_path / "s.pt"
+    args = [sys.executable, "-m", "trainer.ddp", "--epochs", "1", "--snapshot-path", str(path)]
+    first = subprocess.run(args, cwd=REPO, env=job_env(), capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr[-2000:]
+    snapshot = path.read_bytes()
+    assert len(snapshot) > 20_000
+    args[args.index("--epochs") + 1] = "2"
+    p = subprocess.run(file_size_limited(args, 20_000), cwd=REPO, env=job_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 1
+    assert p.stderr.strip().splitlines()[-1] == ("error: python -m trainer.ddp (rank 0) failed unexpectedly "
+                                                 "(OSError: [Errno 27] File too large); the traceback is above")
+    assert [f.name for f in tmp_path.iterdir()] == ["s.pt"] and path.read_bytes() == snapshot
 
 
 def test_two_ranks_see_disjoint_samples():

@@ -23,7 +23,7 @@ from config.kubernetes import (
 from crafted import CreatesMarker
 from trainer.checkpoint import MARKER, list_steps, step_dir
 from trainer.lease import LEASE_FILE, LOCK_FILE
-from trainer_procs import REPO, Job, llm_args, lone_rank_env, preempt, run, torchrun_args
+from trainer_procs import REPO, Job, file_size_limited, llm_args, lone_rank_env, preempt, run, torchrun_args
 
 pytestmark = pytest.mark.slow
 
@@ -264,18 +264,11 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_checkpoint_loadabl
     assert not (step_dir(tmp_path, 20) / "__0_0.distcp").is_fifo()  # the half-written save was cleared
 
 
-# torchrun (and so its workers) with writes past `limit` bytes failing as on a full disk (EFBIG;
-# Python ignores SIGXFSZ).
-FILE_SIZE_LIMIT = ("import os, resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000)); "
-                   "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
-
-
 def test_a_save_that_the_disk_refuses_ends_the_run_with_one_line_naming_it_and_keeps_the_checkpoints_before(tmp_path):
     rc, out = run(torchrun_args("trainer.llm", llm(tmp_path, steps=20)))
     assert rc == 0, out
     before = tree(tmp_path)
-    argv = torchrun_args("trainer.llm", llm(tmp_path, steps=40))
-    rc, out = run([sys.executable, "-c", FILE_SIZE_LIMIT, *argv[1:]])
+    rc, out = run(file_size_limited(torchrun_args("trainer.llm", llm(tmp_path, steps=40)), 200_000))  # a shard is about 1.5 MB
     assert rc == TORCHRUN_FAILED, out[-3000:]
     ends = [line for line in out.splitlines() if line.startswith("error: python -m trainer.llm")]
     assert len(ends) == 2, out[-3000:]  # each worker's log ends with its line

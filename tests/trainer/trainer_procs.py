@@ -56,6 +56,14 @@ def llm_args(ckpt, *extra, steps=20, every=10, model="tiny") -> list[str]:
             "--dist-timeout", "20", *extra]
 
 
+def file_size_limited(argv: list[str], limit: int) -> list[str]:
+    """`argv` (and what it starts) with writes past `limit` bytes failing as on a full disk: EFBIG,
+    since Python ignores SIGXFSZ."""
+    return [sys.executable, "-c", "import os, resource, sys; "
+            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit})); os.execv(sys.argv[1], sys.argv[1:])",
+            *argv]
+
+
 def elastic_agent_args(endpoint: str, run_id: str, *, nnodes: str = "2", max_restarts: int = 0,
                        rdzv_conf: str = "timeout=120") -> list[str]:
     """One torchrun agent (a pod, here) of a multi-node job on the etcd-v2 rendezvous."""

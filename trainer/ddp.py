@@ -167,7 +167,7 @@ def train(job: DdpJobConfig, rt: tdist.Runtime) -> int:
         log(f"[RANK {rt.rank}] Epoch {epoch} | Batchsize {job.batch_size} | Steps {steps} | Loss {loss:.4f}")
         # A SIGTERM stops the run at the end of the epoch in flight (short in this smoke job),
         # with a snapshot of it: snapshots only hold whole epochs.
-        stop = preemption.agreed(now=True)
+        stop = epoch + 1 < job.epochs and preemption.agreed(now=True)  # the last epoch ends the run complete
         if rt.is_main and ((epoch + 1) % job.save_every == 0 or epoch + 1 == job.epochs or stop):
             save_snapshot(snapshot, model, optimizer, epoch + 1)
             log(f"[RANK {rt.rank}] Epoch {epoch} | Snapshot saved at {snapshot}")

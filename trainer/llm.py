@@ -120,7 +120,8 @@ def train(job: LlmJobConfig, rt: tdist.Runtime, global_batch: int) -> int:
             ckpt.step_done(step)
             if step == start + 1:
                 tdist.end_startup(rt)  # start-up, the first step's compile warm-up included, is over
-            if preemption.agreed(now=step == job.steps):
+            # A stop asked for in the last steps is read only after the last one: the run is complete then.
+            if step < job.steps and preemption.agreed():
                 ckpt.save_now(step)
                 preemption.stopped_at(f"step {step}")
                 break

@@ -76,6 +76,32 @@ def test_sigterm_snapshots_the_epoch_in_flight_and_exits_non_zero(tmp_path):
     assert torch.load(snap, weights_only=True)["epochs_run"] == int(m[1]) + 1  # nothing finished is lost
 
 
+# trainer.ddp with SIGTERM sent to itself as its last epoch begins (the sampler is set to it).
+SIGTERM_IN_LAST_EPOCH = """
+import os, signal, sys
+from torch.utils.data import DistributedSampler
+from trainer import ddp
+from trainer.cli import run_main
+
+set_epoch = DistributedSampler.set_epoch
+def set_epoch_then_sigterm(self, epoch):
+    set_epoch(self, epoch)
+    os.kill(os.getpid(), signal.SIGTERM)
+DistributedSampler.set_epoch = set_epoch_then_sigterm
+run_main(lambda: ddp.main(sys.argv[1:]), finalize=False)
+"""
+
+
+def test_sigterm_in_the_last_epoch_finishes_the_run_and_says_nothing_of_exiting_143(tmp_path):
+    """Before: the run logged "exiting with status 143 so that the job restarts" and exited 0."""
+    snap = tmp_path / "s.pt"
+    p = subprocess.run([sys.executable, "-c", SIGTERM_IN_LAST_EPOCH, "--epochs", "1", "--snapshot-path", str(snap)],
+                       cwd=REPO, env=job_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "SIGTERM" not in p.stdout and '"epochs_this_run": 1' in p.stdout
+    assert torch.load(snap, weights_only=True)["epochs_run"] == 1
+
+
 def test_snapshot_round_trip_restores_model_optimizer_epoch_and_rng(tmp_path):
     task = ddp.TaskConfig()
     model = ddp.make_model(task)

@@ -11,6 +11,7 @@ import pickle
 import re
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -297,6 +298,22 @@ def test_sigterm_saves_a_final_checkpoint_exits_non_zero_and_the_next_run_resume
     assert rc == 0, out
     assert [int(s) for s in RESUMED.findall(out)] == [step]
     assert logged_steps(out) == [s for s in range(step + 1, step + 4) if s % 5 == 0 or s == step + 3]  # --log-every 5
+
+
+def test_sigterm_in_the_last_steps_finishes_the_run_and_says_nothing_of_exiting_143(tmp_path):
+    """With two steps the signal, sent before the first, is read at the last one (LAG_STEPS later).
+    Before: the run logged "exiting with status 143 so that the job restarts" and exited 0."""
+    job = Job([sys.executable, "-m", "trainer.llm", *llm(tmp_path, steps=2)])
+    try:
+        job.wait_for(r"^Global batch ")  # rank 0's last line before the first step; the handler is in place
+        job.proc.send_signal(signal.SIGTERM)
+        rc = job.finish(timeout=120)
+    finally:
+        job.stop()
+    out = job.output
+    assert rc == 0, out
+    assert "SIGTERM" not in out and '"steps": 2' in out
+    assert list_steps(tmp_path) == [2] and not (tmp_path / LEASE_FILE).exists()  # finished: the lease given back
 
 
 def test_a_rendezvous_that_never_completes_fails_within_its_timeout_instead_of_hanging():

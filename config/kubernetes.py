@@ -167,7 +167,7 @@ EFA_CLAIM = "efa"
 
 
 def efa_claim_template_name(nodegroup: str) -> str:
-    return f"efa-{nodegroup.lower().replace('_', '-')}"
+    return f"efa-{nodegroup}"
 
 
 # gpuAllocation dra: NVIDIA's GPU DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu v0.4.1,
@@ -183,7 +183,9 @@ DEVICES_CLAIM = "devices"
 
 
 def devices_claim_template_name(nodegroup: str) -> str:
-    return f"devices-{nodegroup.lower().replace('_', '-')}"
+    return f"devices-{nodegroup}"
+
+
 # The Lease its replicas elect a leader with: v1.9.4's --leader-election-id default
 # (cmd/training-operator.v1/main.go), in the operator's namespace.
 TRAINING_OPERATOR_LEASE = "1ca428e5.training-operator.kubeflow.org"
@@ -208,4 +210,50 @@ NCCL_TEST_NODES = 2
 
 
 def nccl_test_name(nodegroup: str) -> str:
-    return f"nccl-allreduce-{nodegroup.lower()}"
+    return f"nccl-allreduce-{nodegroup}"
+
+
+def nccl_sweep_peers_policy_name(nodegroup: str) -> str:
+    return f"nccl-sweep-{nodegroup}-peers"
+
+
+# A GPU check Job's pod template is immutable: its name carries a digest of what it checks.
+GPU_CHECK_DIGEST_LENGTH = 6
+
+
+def gpu_check_job_name(nodegroup: str, digest: str) -> str:
+    return f"gpu-check-{nodegroup}-{digest}"
+
+
+# The CronJob per capacity-block group that stops its runs before the block ends
+# (k8s/pods/capacity_block_stop.py), and its ServiceAccount and Role.
+CAPACITY_BLOCK_STOP = "capacity-block-stop"
+
+
+def capacity_block_stop_cronjob_name(nodegroup: str) -> str:
+    return f"{CAPACITY_BLOCK_STOP}-{nodegroup}"
+
+
+# Kubernetes' limits on names (apimachinery validation): a DNS-1123 label and a label value hold 63
+# characters, a DNS-1123 subdomain 253, and a CronJob's name 52 (its controller adds 11 to name
+# each Job). A Job's and a Kubeflow job's name is also a label value on their pods.
+MAX_DNS_LABEL = 63
+MAX_DNS_SUBDOMAIN = 253
+MAX_CRONJOB_NAME = 52
+# Every Kubernetes name made from a node group's name, with the most characters its kind allows.
+# EKS would take uppercase and '_' in a node group name, these names do not, so the config admits
+# lowercase DNS labels short enough for all of them (config/nodegroup_parser.py). The NCCL sweep's
+# copies (ops/nccl.py) add -<pair index> to nccl_test_name, and the operator -worker-<i> for their
+# pods: the CronJob's limit binds first and leaves those room for groups of under a million nodes.
+NODEGROUP_DERIVED_NAMES = (
+    (lambda group: group, MAX_DNS_LABEL),  # the nodes' NODEGROUP_LABEL value, the Kueue ResourceFlavor
+    (efa_claim_template_name, MAX_DNS_SUBDOMAIN),
+    (devices_claim_template_name, MAX_DNS_SUBDOMAIN),
+    (nccl_test_name, MAX_DNS_LABEL),
+    (nccl_sweep_peers_policy_name, MAX_DNS_SUBDOMAIN),
+    (lambda group: gpu_check_job_name(group, "0" * GPU_CHECK_DIGEST_LENGTH), MAX_DNS_LABEL),
+    (capacity_block_stop_cronjob_name, MAX_CRONJOB_NAME),
+)
+MAX_NODEGROUP_NAME = min(limit - len(name("")) for name, limit in NODEGROUP_DERIVED_NAMES)
+# The derived name that leaves the least room, for the config's error message.
+LONGEST_DERIVED_NAME = min(NODEGROUP_DERIVED_NAMES, key=lambda row: row[1] - len(row[0]("")))

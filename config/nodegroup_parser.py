@@ -11,12 +11,16 @@ from config.environment import (
 )
 from config.errors import ConfigError
 from config.instance_types import CPU_TYPES, GPU_TYPES, INSTANCE_TYPES, PCIE_ROOT_LAYOUTS, InstanceType
-from config.kubernetes import DRA_MIN_KUBERNETES, RESERVED_NODEGROUP_NAMES
+from config.kubernetes import (
+    DRA_MIN_KUBERNETES, LONGEST_DERIVED_NAME, MAX_NODEGROUP_NAME, RESERVED_NODEGROUP_NAMES,
+)
 from config.reader import ObjectReader, one_of
 
-# EKS allows 1-63 of these (CreateNodegroup); the name is also the value of the nodes' nodegroup
-# label, and a label value must end with a letter or digit.
-_NODEGROUP_NAME = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9_-]{0,61}[a-zA-Z0-9])?$")
+# EKS allows 1-63 letters, digits, '-' and '_' (CreateNodegroup), but Kubernetes object names are
+# made from the name (config/kubernetes.py NODEGROUP_DERIVED_NAMES): a lowercase DNS label short
+# enough for the longest of them.
+_NODEGROUP_NAME = re.compile(rf"[a-z]([-a-z0-9]{{0,{MAX_NODEGROUP_NAME - 2}}}[a-z0-9])?")
+_LONGEST_EXAMPLE = f"{LONGEST_DERIVED_NAME[0]('<name>')}, at most {LONGEST_DERIVED_NAME[1]}"
 
 
 def _sizes(r: ObjectReader, with_desired: bool) -> tuple[int, int, int]:
@@ -59,8 +63,9 @@ def parse_nodegroup(raw: Any, path: str, *, gpu: bool) -> Nodegroup:
     r = ObjectReader(raw, path)
     name = r.required("name", str)
     if not _NODEGROUP_NAME.fullmatch(name):
-        raise ConfigError(r.at("name"), f"must be 1-63 letters, digits, '-' or '_', starting and ending with a "
-                                        f"letter or digit, got {name!r}")
+        raise ConfigError(r.at("name"), f"must be 1-{MAX_NODEGROUP_NAME} lowercase letters, digits or '-', starting "
+                                        "with a letter and ending with a letter or digit (Kubernetes names are made "
+                                        f"from it: {_LONGEST_EXAMPLE} characters), got {name!r}")
     if name in RESERVED_NODEGROUP_NAMES:
         raise ConfigError(r.at("name"), f"{name!r} is reserved (the system node group carries it); choose another name")
     instance_type = _instance_type(r, GPU_TYPES if gpu else CPU_TYPES, "GPU" if gpu else "CPU")
@@ -159,17 +164,10 @@ def _parse_capacity(raw: dict, path: str, instance_type: InstanceType) -> Capaci
 
 
 def check_unique_names(gpu: tuple[Nodegroup, ...], cpu: tuple[Nodegroup, ...], path: str) -> None:
-    """Unique as Kubernetes sees them too: the object names made from a group's name (its EFA claim
-    template, its checks, its capacity-block CronJob) lowercase it and turn '_' into '-'."""
-    seen: dict[str, tuple[str, str]] = {}
+    seen: dict[str, str] = {}
     for key, groups in (("gpuNodegroups", gpu), ("cpuNodegroups", cpu)):
         for i, group in enumerate(groups):
-            where = f"{path}.{key}[{i}].name"
-            folded = group.name.lower().replace("_", "-")
-            if folded in seen:
-                other, other_where = seen[folded]
-                if other == group.name:
-                    raise ConfigError(where, f"{group.name!r} is already used by {other_where}; names must be unique")
-                raise ConfigError(where, f"{group.name!r} and {other!r} ({other_where}) give the same Kubernetes names "
-                                         "(lowercased, '_' as '-'); names must differ in more than case and '_' versus '-'")
-            seen[folded] = (group.name, f"{key}[{i}]")
+            if group.name in seen:
+                raise ConfigError(f"{path}.{key}[{i}].name",
+                                  f"{group.name!r} is already used by {seen[group.name]}; names must be unique")
+            seen[group.name] = f"{key}[{i}]"

@@ -27,7 +27,10 @@ from datetime import datetime, timedelta, timezone
 
 from config.checkpoint_time import stop_budget
 from config.environment import Environment
-from config.kubernetes import LABEL_PREFIX, NODEGROUP_LABEL, SYSTEM_NODEGROUP, TRAINING_NAMESPACE
+from config.kubernetes import (
+    CAPACITY_BLOCK_STOP, LABEL_PREFIX, NODEGROUP_LABEL, SYSTEM_NODEGROUP, TRAINING_NAMESPACE,
+    capacity_block_stop_cronjob_name,
+)
 from k8s.pods.names import API_CLIENT_LABEL, CONTROL_PRIORITY_CLASS, project_labels
 from k8s.pods.podspec import validate_pod_templates
 from k8s.pods.resources import fixed_resources
@@ -36,7 +39,7 @@ from k8s.pods.workload import (
     container, hardened_container_security_context, hardened_pod_security_context, pod_spec, rendered,
 )
 
-NAME = "capacity-block-stop"
+NAME = CAPACITY_BLOCK_STOP
 COMPONENT = NAME
 EKS_SCALEDOWN_BEFORE_END = timedelta(minutes=40)
 STOP_LATEST = timedelta(minutes=45)
@@ -69,7 +72,7 @@ WORKLOADS_JSONPATH = ("{range .items[*]}{.metadata.ownerReferences[0].kind}/{.me
 
 
 def cronjob_name(group: str) -> str:
-    return f"{NAME}-{group.lower().replace('_', '-')}"
+    return capacity_block_stop_cronjob_name(group)
 
 
 def group_grace_s(config: Environment, group: str) -> int:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from config.kubernetes import (
     JOBSET_CONTROLLER, KUBEFLOW_SYSTEM_NAMESPACE, NCCL_GROUP_LABEL, OPERATOR_JOB_NAME_LABEL, TRAINER_CONTROLLER,
-    TRAINING_NAMESPACE,
+    TRAINING_NAMESPACE, nccl_sweep_peers_policy_name,
 )
 from k8s.pods.jobset import WEBHOOK_PORT as JOBSET_WEBHOOK_PORT
 from k8s.pods.names import (
@@ -197,6 +197,6 @@ def nccl_group_peers_policy(nodegroup: str, namespace: str = TRAINING_NAMESPACE)
     workers with the group) talk to each other. One policy per group, deployed with the charts:
     the pairs' MPIJobs are named at run time, and the validation runner may not create policies.
     A round's pairs run at once, so a pair can reach another pair of its own sweep, nothing else."""
-    return _peers_policy(f"nccl-sweep-{nodegroup.lower()}-peers", namespace,
+    return _peers_policy(nccl_sweep_peers_policy_name(nodegroup), namespace,
                          match_labels(**{NCCL_GROUP_LABEL: nodegroup}),
                          f"the launchers and workers of node group {nodegroup}'s NCCL sweep talk to each other")

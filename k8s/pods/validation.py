@@ -20,7 +20,10 @@ from __future__ import annotations
 
 from config.environment import Environment, Nodegroup
 from config.instance_types import InstanceType
-from config.kubernetes import NCCL_INSTANCE_TYPE_ANNOTATION, NODEGROUP_LABEL, TRAINING_NAMESPACE, VALIDATION_LABEL
+from config.kubernetes import (
+    GPU_CHECK_DIGEST_LENGTH, NCCL_INSTANCE_TYPE_ANNOTATION, NODEGROUP_LABEL, TRAINING_NAMESPACE, VALIDATION_LABEL,
+    gpu_check_job_name,
+)
 from k8s.pods.images import IMAGES, image_placeholder, placeholder
 from k8s.pods.names import (
     API_CLIENT_LABEL, MPI_CONTAINER, NCCL_TEST_NODES, nccl_groups, nccl_test_name, project_labels, short_digest,
@@ -206,7 +209,7 @@ def gpu_check_job(group: Nodegroup, *, image: str = IMAGES["cuda-base"], namespa
         "apiVersion": "batch/v1", "kind": "Job",
         # A Job's pod template is immutable: the name carries a digest of what it checks, so a
         # changed check is a new Job rather than a failed update.
-        "metadata": {"name": f"gpu-check-{group.name.lower()}-{short_digest([script, image], 6)}",
+        "metadata": {"name": gpu_check_job_name(group.name, short_digest([script, image], GPU_CHECK_DIGEST_LENGTH)),
                      "namespace": namespace, "labels": project_labels(COMPONENT)},
         "spec": {"backoffLimit": 1, "template": {"spec": pod}}})
 

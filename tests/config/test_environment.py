@@ -39,6 +39,8 @@ def put(raw: dict, path: str, value) -> dict:
 
 DELETE = object()
 GPU0 = "gpuNodegroups[0]"
+NAME_RULE = ("must be 1-32 lowercase letters, digits or '-', starting with a letter and ending with a letter or digit "
+             "(Kubernetes names are made from it: capacity-block-stop-<name>, at most 52 characters), ")
 
 
 def error_line(*changes: tuple[str, object]) -> str:
@@ -228,17 +230,17 @@ CASES = [
      "systemNodegroup.minSize: must be at least 2 so cluster services survive a node loss, got 1"),
     ("system group has no desiredSize", [("systemNodegroup.desiredSize", 2)],
      "systemNodegroup.desiredSize: unknown key; allowed keys are instanceType, maxSize, minSize"),
-    ("node group name malformed", [(f"{GPU0}.name", "-p4d")],
-     f"{GPU0}.name: must be 1-63 letters, digits, '-' or '_', starting and ending with a letter or digit, "
-     "got '-p4d'"),
-    # The name is the value of the nodes' nodegroup label, which must end with a letter or digit.
-    ("node group name ending in a dash", [(f"{GPU0}.name", "p4d-")],
-     f"{GPU0}.name: must be 1-63 letters, digits, '-' or '_', starting and ending with a letter or digit, "
-     "got 'p4d-'"),
-    # Kubernetes object names made from a group's name lowercase it and turn '_' into '-'.
-    ("node group names collide in Kubernetes", [("cpuNodegroups[0].name", "P4D")],
-     "cpuNodegroups[0].name: 'P4D' and 'p4d' (gpuNodegroups[0]) give the same Kubernetes names (lowercased, "
-     "'_' as '-'); names must differ in more than case and '_' versus '-'"),
+    # EKS takes 1-63 letters, digits, '-' and '_', but the name is the nodes' nodegroup label value
+    # and part of Kubernetes object names (a Kueue ResourceFlavor, claim templates, Jobs, a CronJob):
+    # lowercase DNS labels, the longest capacity-block-stop-<name> of at most 52 characters.
+    ("node group name malformed", [(f"{GPU0}.name", "-p4d")], f"{GPU0}.name: {NAME_RULE}got '-p4d'"),
+    ("node group name ending in a dash", [(f"{GPU0}.name", "p4d-")], f"{GPU0}.name: {NAME_RULE}got 'p4d-'"),
+    ("node group name in capitals", [("cpuNodegroups[0].name", "P4D")],
+     f"cpuNodegroups[0].name: {NAME_RULE}got 'P4D'"),
+    ("node group name with an underscore", [(f"{GPU0}.name", "p4d_big")], f"{GPU0}.name: {NAME_RULE}got 'p4d_big'"),
+    ("node group name starting with a digit", [(f"{GPU0}.name", "4pd")], f"{GPU0}.name: {NAME_RULE}got '4pd'"),
+    ("node group name too long for its CronJob", [(f"{GPU0}.name", "p" * 33)],
+     f"{GPU0}.name: {NAME_RULE}got '{'p' * 33}'"),
     ("node group names collide", [("cpuNodegroups[0].name", "p5")],
      "cpuNodegroups[0].name: 'p5' is already used by gpuNodegroups[1]; names must be unique"),
     ("capacity type unknown", [(f"{GPU0}.capacity.type", "spot")],
@@ -407,9 +409,7 @@ WHOLE_VALUE_CASES = [
      ":user/<name>), got 'arn:aws:iam::111111111111:role/D\\n'"),
     ("add-on version with a trailing newline", [("addonVersions", {"coredns": "v1.12.4-eksbuild.1\n"})],
      "addonVersions.coredns: must be an EKS add-on version such as v1.12.4-eksbuild.1, got 'v1.12.4-eksbuild.1\\n'"),
-    ("node group name with a trailing newline", [(f"{GPU0}.name", "p4d\n")],
-     f"{GPU0}.name: must be 1-63 letters, digits, '-' or '_', starting and ending with a letter or digit, "
-     "got 'p4d\\n'"),
+    ("node group name with a trailing newline", [(f"{GPU0}.name", "p4d\n")], f"{GPU0}.name: {NAME_RULE}got 'p4d\\n'"),
     ("reservation id with a trailing newline",
      [(f"{GPU0}.capacity", {"type": "reserved", "reservationId": "cr-0123456789abcdef0\n"})],
      f"{GPU0}.capacity.reservationId: must be cr- followed by 17 hex digits, got 'cr-0123456789abcdef0\\n'"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -56,13 +57,54 @@ def read_text(path: str | Path, limit: int = TEXT_LIMIT_BYTES) -> str:
         raise PathProblem(f"{path} is not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start})") from None
 
 
+class _Repeated(dict):
+    """A JSON object that held `key` more than once (the parser keeps the last)."""
+
+    def __init__(self, pairs: dict, key: str) -> None:
+        super().__init__(pairs)
+        self.key = key
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict:
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    seen: set[str] = set()
+    return _Repeated(obj, next(k for k, _ in pairs if k in seen or seen.add(k)))
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _first_repeat(value: Any, where: str = "") -> tuple[str, str] | None:
+    """(where, key) of the outermost, first object in document order that repeats a key."""
+    if isinstance(value, _Repeated):
+        return where, value.key
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if isinstance(key, int):
+            step = f"[{key}]"
+        elif _PLAIN_KEY.fullmatch(key):
+            step = f".{key}" if where else key
+        else:
+            step = f"[{json.dumps(key)}]"
+        if found := _first_repeat(item, where + step):
+            return found
+    return None
+
+
 def read_json(path: str | Path, kind: type = dict, limit: int = TEXT_LIMIT_BYTES) -> Any:
-    """A JSON document of the given top-level type."""
+    """A JSON document of the given top-level type. An object that repeats a key is refused: the
+    parser would keep the last and silently drop the first (a whole environment of cdk.json)."""
     text = read_text(path, limit)
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=_object)
     except json.JSONDecodeError as err:
         raise PathProblem(f"{path} is not valid JSON (line {err.lineno}: {err.msg})") from None
+    if found := _first_repeat(value):
+        where, key = found
+        raise PathProblem(f"{path} repeats the key {key!r} in {where or 'its top-level object'} (JSON keeps only "
+                          "the last one; remove or rename the other)")
     if not isinstance(value, kind):
         raise PathProblem(f"{path} must hold a JSON {'object' if kind is dict else kind.__name__}, "
                           f"got {type(value).__name__}")

@@ -40,6 +40,28 @@ def test_json_of_another_type_is_refused(tmp_path):
     assert paths.read_json(tmp_path / "f.json", kind=list) == [1]
 
 
+@pytest.mark.parametrize("text, where", [
+    ('{"dev": {"a": 1}, "dev": {"a": 2}}', "its top-level object"),
+    ('{"context": {"environments": {"dev": {}, "prod": {}, "dev": {"b": 1}}}}', "context.environments"),
+    ('{"groups": [{"name": "p4d"}, {"name": "p5", "name": "p5"}]}', "groups[1]"),
+    ('{"a b": {"dev": 1, "dev": 1}}', '["a b"]'),
+])
+def test_json_that_repeats_a_key_is_refused_naming_the_key_and_where(tmp_path, text, where):
+    """JSON parsers (Python's, and Node's in the cdk CLI) keep the last of a repeated key and drop
+    the first without a word; a repeated environment in cdk.json would vanish."""
+    (tmp_path / "f.json").write_text(text)
+    with pytest.raises(PathProblem) as err:
+        paths.read_json(tmp_path / "f.json")
+    key = "name" if "groups" in text else "dev"
+    assert str(err.value) == (f"{tmp_path / 'f.json'} repeats the key {key!r} in {where} (JSON keeps only the "
+                              "last one; remove or rename the other)")
+
+
+def test_the_same_key_in_different_objects_is_no_repeat(tmp_path):
+    (tmp_path / "f.json").write_text('{"a": {"name": 1}, "b": {"name": 2}, "c": [{"name": 3}, {"name": 4}]}')
+    assert paths.read_json(tmp_path / "f.json")["c"][1] == {"name": 4}
+
+
 def test_probing_an_output_file_leaves_nothing_behind(tmp_path):
     target = tmp_path / "new" / "metrics.jsonl"
     assert paths.output_file(target) == target

@@ -66,3 +66,16 @@ def test_promotion_without_a_pipeline_is_one_config_line(offline, tmp_path):
     path.write_text(json.dumps({"context": context}))
     result = run_ops(["stacks", "--env", "prod", "--deploy", "--context-file", str(path)], offline)
     assert_one_line_error(result, "config error: promotion: is set but pipeline is not")
+
+
+def test_a_context_file_that_repeats_an_environment_is_refused_in_one_line(offline, tmp_path):
+    """Two "dev" entries: every JSON reader keeps the second and drops the first without a word (the
+    cdk CLI too, so app.py cannot tell); ops, which `make deploy`, `make synth` and `make local`
+    run first, refuses the file."""
+    dev = json.loads(CDK_JSON.read_text())["context"]["environments"]["dev"]
+    path = tmp_path / "context.json"
+    path.write_text('{"context": {"environments": {"dev": %s, "dev": %s}}}'
+                    % (json.dumps(dev), json.dumps(dict(dev, kubernetesVersion="1.34"))))
+    result = run_ops(["stacks", "--env", "dev", "--context-file", str(path)], offline)
+    assert_one_line_error(result, f"--context-file: {path} repeats the key 'dev' in context.environments")
+    assert result.stdout == ""

@@ -15,7 +15,6 @@ from typing import Any, Callable
 from config.kubernetes import EFA_CHECK_FAILED, EFA_CHECK_PASSED, TRAINING_NAMESPACE
 from config.paths import PathProblem, read_yaml
 from ops.errors import OpsError
-from ops.kube_reads import READ_TIMEOUT_S
 
 PYTORCHJOB_MODEL = "KubeflowOrgV1PyTorchJob"
 # Condition types the operator sets on a job.
@@ -97,6 +96,10 @@ class _Records(logging.Handler):
 # Seconds to wait for a TCP connection to the API server: an endpoint that admits nobody from
 # here (publicCidrs, a private endpoint) drops packets, and the client's default waits forever.
 CONNECT_TIMEOUT_S = 10
+# Seconds for each read: a command is answered in bounded time even by a wedged API server (the
+# client's own default waits forever). The guard below applies it to every read that is not a
+# stream, and the reports (ops.kube_reads) pass it with each call.
+READ_TIMEOUT_S = 30
 
 
 def guard(client: Any) -> Any:

@@ -10,11 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ops.errors import OpsError
-
-# Seconds for each read: a report is answered in bounded time even by a wedged API server (the
-# client's own default waits forever; ops.kube's guard applies the same bound to every read that
-# is not a stream).
-READ_TIMEOUT_S = 30
+from ops.kube import READ_TIMEOUT_S, api_error_line  # noqa: F401 (READ_TIMEOUT_S: the reports pass it per call)
 
 
 def call(fn: Callable[[], Any], what: str) -> Any:
@@ -29,8 +25,6 @@ def read(fn: Callable[[], Any], what: str) -> Any:
 
 def _answer(fn: Callable[[], Any], what: str, *, missing_ok: bool) -> Any:
     from kubernetes.client.exceptions import ApiException
-
-    from ops.kube import api_error_line
 
     try:
         return fn()

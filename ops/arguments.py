@@ -50,6 +50,17 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def image_reference(text: str) -> str:
+    """A user's --image (k8s/pods/images.py pinned_image_reference)."""
+    from config.errors import ConfigError
+    from k8s.pods.images import pinned_image_reference
+
+    try:
+        return pinned_image_reference(text)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(err.message) from None
+
+
 def override(text: str) -> tuple[str, Any]:
     """One `--set KEY=VALUE`."""
     key, sep, value = text.partition("=")
@@ -187,7 +198,7 @@ class RunOptions(EnvOptions, KubeOptions):
     @staticmethod
     def add_to(parser: argparse.ArgumentParser) -> None:
         EnvOptions.add_to(parser)
-        parser.add_argument("--image", help="trainer image URI (default: the image the environment's Registry stack "
+        parser.add_argument("--image", type=image_reference, help="trainer image URI (default: the image the environment's Registry stack "
                                             "published for the preset, from its CloudFormation outputs)")
         parser.add_argument("--set", dest="overrides", action="append", type=override, default=[],
                             metavar="KEY=VALUE", help="override a preset field, repeatable (keys below)")

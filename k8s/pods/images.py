@@ -3,6 +3,10 @@ one place, and the placeholders that stand for the images an environment builds 
 
 from __future__ import annotations
 
+import re
+
+from config.errors import ConfigError
+
 # Training Operator v1.9.4, the last v1 release: its image is built by the release's
 # publish-core-images workflow from commit 93c5489 and tagged v1-<sha>
 # (../shared/contracts/kubeflow-training-v1.9.4/operator/standalone-kustomization.yaml). The same
@@ -120,3 +124,38 @@ KUBECTL_DELIVERY_IMAGE = "KUBECTL_DELIVERY_IMAGE"
 def placeholder(name: str) -> str:
     """The text that stands for the value of placeholder `name`."""
     return f"${{{name}}}"
+
+
+# An image reference a user gives (`ops submit --image` and the like), read as the kubelet reads it.
+# OCI distribution spec (https://github.com/opencontainers/distribution-spec/blob/main/spec.md,
+# "Pulling manifests"): a repository <name> matches
+# [a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(\/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*, a tag is at most 128
+# characters and matches [a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}, and many clients limit registry host,
+# port, '/' and <name> together to 255 characters. The spec leaves the host out of <name>: container
+# runtimes take the first component as the registry when it holds a '.' or a ':' or is localhost.
+_HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*"
+_IMAGE_REFERENCE = re.compile(
+    rf"(?P<name>(?:(?:{_HOST_LABEL}(?:\.{_HOST_LABEL})+(?::[0-9]+)?|{_HOST_LABEL}:[0-9]+|localhost)/)?"
+    rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127}))?(?:@(?P<digest>sha256:[a-f0-9]{64}))?")
+MAX_IMAGE_NAME = 255
+IMAGE_REFERENCE_FORM = "[REGISTRY[:PORT]/]PATH:TAG or [REGISTRY[:PORT]/]PATH[:TAG]@sha256:DIGEST"
+
+
+def pinned_image_reference(image: str) -> str:
+    """`image` when it is an OCI image reference pinned by a tag other than latest or by a digest;
+    otherwise ConfigError("image", why) (the project pins every image, and an image the kubelet
+    cannot parse fails every pod with InvalidImageName)."""
+    if not isinstance(image, str) or not image:
+        raise ConfigError("image", f"is empty: must be an image reference {IMAGE_REFERENCE_FORM}")
+    match = _IMAGE_REFERENCE.fullmatch(image)
+    if not match or len(match["name"]) > MAX_IMAGE_NAME:
+        raise ConfigError("image", f"is not an OCI image reference {IMAGE_REFERENCE_FORM} (PATH: lowercase "
+                                   "letters and digits in '/'-separated parts, joined by '.', '_', '__' or '-'; "
+                                   "TAG: 1-128 letters, digits, '_', '.' or '-', not starting with '.' or '-'; "
+                                   f"registry and path at most {MAX_IMAGE_NAME} characters), got {image!r}")
+    if not match["digest"] and match["tag"] in (None, "latest"):
+        raise ConfigError("image", f"is not pinned: name a tag other than latest, or a digest "
+                                   f"(@sha256:...), got {image!r}")
+    return image

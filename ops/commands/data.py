@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from ops.arguments import EnvOptions, KubeOptions
+from ops.arguments import EnvOptions, KubeOptions, image_reference
 from ops.errors import EXIT_PROBLEM
 
 HELP = "start a data source's preparation Job (S3 to FSx, then prepare) and follow it"
@@ -23,7 +23,7 @@ class Options(EnvOptions, KubeOptions):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     EnvOptions.add_to(parser)
     parser.add_argument("--source", required=True, help="a name under the environment's dataSources")
-    parser.add_argument("--image", help="trainer image URI (default: the CPU image the environment's Registry stack "
+    parser.add_argument("--image", type=image_reference, help="trainer image URI (default: the CPU image the environment's Registry stack "
                                         "published)")
     parser.add_argument("--dry-run", action="store_true", help="print the Job, create nothing")
     parser.add_argument("--no-follow", action="store_true", help="create the Job and return")

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass
 
 from config.kubernetes import HF_TOKEN_SECRET
-from ops.arguments import EnvOptions, KubeOptions
+from ops.arguments import EnvOptions, KubeOptions, image_reference
 
 HELP = "Hugging Face models onto FSx: the token Secret and the download Job"
 
@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d.add_argument("--repo", required=True, help="Hugging Face repository id, e.g. meta-llama/Llama-2-7b-hf")
     d.add_argument("--name", help="directory under /fsx/models (default: the repository's name)")
     d.add_argument("--revision", default="main", help="branch, tag or commit (default main)")
-    d.add_argument("--image", help="trainer image URI (default: the CPU image the environment's Registry "
+    d.add_argument("--image", type=image_reference, help="trainer image URI (default: the CPU image the environment's Registry "
                                    "stack published)")
     d.add_argument("--dry-run", action="store_true", help="print the Job, create nothing")
     KubeOptions.add_to(d)

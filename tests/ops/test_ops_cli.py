@@ -127,6 +127,32 @@ def test_a_timeout_that_would_not_bound_the_command_is_a_usage_error(command, se
     assert err.count("\n") == 1 and err.startswith("error: argument --timeout: "), err
 
 
+# Every command that starts a pod from a user's --image.
+IMAGE_COMMANDS = {
+    "submit": ["submit", "--env", "dev", "--preset", "cpu-ddp", "--dry-run"],
+    "start": ["start", "cpu-ddp", "--env", "dev", "--dry-run"],
+    "data": ["data", "--env", "dev", "--source", "c4", "--dry-run"],
+    "model download": ["model", "download", "--env", "dev", "--repo", "gpt2", "--dry-run"],
+}
+
+
+@pytest.mark.parametrize("command", IMAGE_COMMANDS.values(), ids=IMAGE_COMMANDS)
+@pytest.mark.parametrize("image", ["", "a b:1", "UPPER:1", "img:1\nx", "registry/trainer", "registry/trainer:latest"])
+def test_an_image_that_is_no_pinned_oci_reference_is_a_usage_error_naming_image(command, image, tmp_path,
+                                                                               monkeypatch, capsys):
+    """The kubelet refuses the first three (InvalidImageName) and the last two float; an explicit
+    empty --image is a mistake, not a request for the published image."""
+    from ops.cli import main
+
+    for key, value in isolated_aws_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(SystemExit) as exit_:
+        main([*command, f"--image={image}"])
+    assert exit_.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("error: argument --image: "), err
+
+
 def test_az_recommend_rejects_an_unknown_region(offline):
     result = run_ops(["az-recommend", "--instance-type", "p5.48xlarge", "--region", "mars-north-1"], offline)
     assert_one_line_error(result, "unknown region 'mars-north-1'")

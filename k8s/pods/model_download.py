@@ -40,7 +40,11 @@ HF_HOME = "/tmp/hf-home"
 TMP_SIZE = "16Gi"
 
 _REPO = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+# NAME is the model label's value, so it ends in a letter or digit, and the end of the Job's name
+# model-download-<NAME, lowercased, '.' and '_' as '-'>, a DNS label of at most 63 characters, so it
+# fits there whole: a longer one, cut, would share its Job with every name of the same beginning.
+MAX_NAME = 63 - len(JOB_PREFIX)
+_NAME = re.compile(rf"[A-Za-z0-9](?:[A-Za-z0-9._-]{{0,{MAX_NAME - 2}}}[A-Za-z0-9])?")
 _REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")
 
 
@@ -58,9 +62,10 @@ class ModelDownload:
         if not isinstance(repo, str) or not _REPO.match(repo) or ".." in repo:
             raise ConfigError("--repo", f"must be a Hugging Face repository id like owner/name, got {repo!r}")
         name = repo.rsplit("/", 1)[-1] if name is None else name
-        if not _NAME.match(name) or ".." in name:
-            raise ConfigError("--name", f"must be 1-63 letters, digits, '.', '_' or '-' not starting with "
-                                        f"'.' or '-' (a directory under {CLUSTER_MODELS_ROOT}), got {name!r}")
+        if not _NAME.fullmatch(name) or ".." in name:
+            raise ConfigError("--name", f"must be 1-{MAX_NAME} letters, digits, '.', '_' or '-' starting and "
+                                        f"ending with a letter or digit (a directory under {CLUSTER_MODELS_ROOT}, "
+                                        f"and the model's label value), got {name!r}")
         if not _REVISION.match(revision) or ".." in revision:
             raise ConfigError("--revision", f"must be a branch, tag or commit, got {revision!r}")
         return cls(repo=repo, name=name, revision=revision)

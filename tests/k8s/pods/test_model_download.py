@@ -1,5 +1,6 @@
 """The model-download Job `ops model download` creates (k8s/pods/model_download.py)."""
 
+import re
 from dataclasses import replace
 
 import kubernetes_validate
@@ -8,7 +9,7 @@ import pytest
 from config import ConfigError
 from config.kubernetes import FSX_CLAIM_NAME, NODEGROUP_LABEL
 from k8s.charts import addons
-from k8s.pods.model_download import COMPONENT, MODEL_LABEL, REPO_ANNOTATION, ModelDownload, model_download_manifest
+from k8s.pods.model_download import COMPONENT, JOB_PREFIX, MODEL_LABEL, REPO_ANNOTATION, ModelDownload, model_download_manifest
 from k8s.pods.resources import container_resources
 
 IMAGE = "111111111111.dkr.ecr.us-west-2.amazonaws.com/trainer-cpu:abc123"
@@ -87,6 +88,28 @@ def test_bad_download_arguments_are_one_line_naming_the_field(repo, name, revisi
         ModelDownload.of(repo, name, revision)
     assert err.value.path == field
     assert "\n" not in err.value.line()
+
+
+# A label value (Kubernetes "Labels and Selectors"): at most 63 characters, alphanumerics at both ends
+# with '-', '_' or '.' between; a Job name: a DNS label (RFC 1123) of at most 63.
+LABEL_VALUE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
+DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+
+
+@pytest.mark.parametrize("name", ["abc-", "abc_", "abc.", "a" * 49, "a" * 48 + "-b", "-abc", "a..b", "abc\n"])
+def test_a_name_whose_label_or_job_name_would_be_wrong_or_shared_is_refused_naming_name(name):
+    """'abc-' was the model label value Kubernetes refuses, and 'abc-', 'abc_', 'abc.' and names
+    sharing their first 48 characters all became Job model-download-abc (-<48 characters>)."""
+    with pytest.raises(ConfigError) as err:
+        ModelDownload.of("owner/repo", name)
+    assert err.value.path == "--name" and "48" in err.value.message and "\n" not in err.value.line()
+
+
+@pytest.mark.parametrize("name", ["Llama-2-7b-hf", "a", "A.b_c-d", "x" * 48, "Meta-Llama-3.1-8B-Instruct"])
+def test_an_accepted_name_is_the_models_label_value_and_all_of_its_job_name(dev, name):
+    job = model_download_manifest(dev, ModelDownload.of("owner/repo", name), image=IMAGE)
+    assert LABEL_VALUE.fullmatch(job["metadata"]["labels"][MODEL_LABEL]) and DNS_LABEL.fullmatch(job["metadata"]["name"])
+    assert job["metadata"]["name"] == JOB_PREFIX + re.sub("[._]", "-", name.lower())
 
 
 def test_an_environment_without_a_cpu_node_group_is_refused_in_one_line(dev):

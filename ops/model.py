@@ -81,8 +81,9 @@ def put_token(core: Any, namespace: str, token: str) -> str:
 # --- download ------------------------------------------------------------------------------------
 
 def start(batch: Any, manifest: dict) -> str:
-    """Create the Job; an existing one for the same repository is reported, not duplicated."""
-    from k8s.pods.model_download import REPO_ANNOTATION
+    """Create the Job; an existing one for the same repository and name is reported, not duplicated."""
+    from config.presets import CLUSTER_MODELS_ROOT
+    from k8s.pods.model_download import MODEL_LABEL, REPO_ANNOTATION
 
     meta = manifest["metadata"]
     name, namespace, repo = meta["name"], meta["namespace"], meta["annotations"][REPO_ANNOTATION]
@@ -90,8 +91,11 @@ def start(batch: Any, manifest: dict) -> str:
         return f"created Job {namespace}/{name}: {repo} -> {_out_dir(manifest)}"
     existing = _api(lambda: batch.read_namespaced_job(name, namespace))
     theirs = (existing.metadata.annotations or {}).get(REPO_ANNOTATION)
-    if theirs != repo:
-        raise OpsError(f"Job {namespace}/{name} already downloads {theirs}; choose another --name")
+    # Names that differ only in case or in '.', '_' against '-' are two directories but one Job.
+    their_model = (existing.metadata.labels or {}).get(MODEL_LABEL)
+    if (theirs, their_model) != (repo, meta["labels"][MODEL_LABEL]):
+        raise OpsError(f"Job {namespace}/{name} already downloads {theirs} into {CLUSTER_MODELS_ROOT}/{their_model}; "
+                       "choose another --name")
     phase, message = job_phase(existing)
     if phase == "Failed":
         raise OpsError(f"Job {namespace}/{name} failed ({message}); delete it (`kubectl -n {namespace} delete job "

@@ -152,6 +152,19 @@ def test_download_of_an_existing_job_reports_it_instead_of_duplicating(server, c
     assert words in (out.out if code == 0 else out.err)
 
 
+def test_download_under_a_name_whose_job_another_name_holds_is_refused_naming_name(server, capsys):
+    """--name llama-2-7b-hf and Llama-2-7b-hf are two directories but one Job name: the second
+    download said the Job 'already exists and is Complete', and its directory stayed empty."""
+    server.on("POST", JOBS, {"kind": "Status", "code": 409, "reason": "AlreadyExists", "message": "exists"},
+              status=409)
+    server.on("GET", f"{JOBS}/{JOB}", job("Complete"))
+    assert ops("model", "download", "--env", "dev", "--repo", "meta-llama/Llama-2-7b-hf", "--name", "llama-2-7b-hf",
+               "--image", CPU_IMAGE) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1
+    assert "/fsx/models/Llama-2-7b-hf" in out.err and "choose another --name" in out.err
+
+
 def test_status_lists_the_download_jobs(server, capsys):
     server.on("GET", JOBS, {"kind": "JobList", "items": [job("Complete")]})
     assert ops("model", "status") == 0

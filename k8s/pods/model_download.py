@@ -59,14 +59,14 @@ class ModelDownload:
     @classmethod
     def of(cls, repo: str, name: str | None = None, revision: str = "main") -> "ModelDownload":
         """Validated; ConfigError names the field. `name` defaults to the repository's own name."""
-        if not isinstance(repo, str) or not _REPO.match(repo) or ".." in repo:
+        if not isinstance(repo, str) or not _REPO.fullmatch(repo) or ".." in repo:
             raise ConfigError("--repo", f"must be a Hugging Face repository id like owner/name, got {repo!r}")
         name = repo.rsplit("/", 1)[-1] if name is None else name
         if not _NAME.fullmatch(name) or ".." in name:
             raise ConfigError("--name", f"must be 1-{MAX_NAME} letters, digits, '.', '_' or '-' starting and "
                                         f"ending with a letter or digit (a directory under {CLUSTER_MODELS_ROOT}, "
                                         f"and the model's label value), got {name!r}")
-        if not _REVISION.match(revision) or ".." in revision:
+        if not _REVISION.fullmatch(revision) or ".." in revision:
             raise ConfigError("--revision", f"must be a branch, tag or commit, got {revision!r}")
         return cls(repo=repo, name=name, revision=revision)
 

@@ -82,6 +82,9 @@ def test_cdk_deploy_does_not_apply_download_jobs():
     ("meta-llama/Llama-2-7b-hf", ".hidden", "main", "--name"),
     ("meta-llama/Llama-2-7b-hf", "a/b", "main", "--name"),
     ("meta-llama/Llama-2-7b-hf", None, "../x", "--revision"),
+    # `$` matches before a final newline: each is matched whole.
+    ("meta-llama/Llama-2-7b-hf\n", "llama", "main", "--repo"),
+    ("meta-llama/Llama-2-7b-hf", None, "main\n", "--revision"),
 ])
 def test_bad_download_arguments_are_one_line_naming_the_field(repo, name, revision, field):
     with pytest.raises(ConfigError) as err:

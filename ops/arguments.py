@@ -12,7 +12,7 @@ import argparse
 import dataclasses
 import threading
 from dataclasses import dataclass
-from typing import Any, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from config.kubernetes import TRAINING_NAMESPACE
 
@@ -50,15 +50,28 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def image_reference(text: str) -> str:
-    """A user's --image (k8s/pods/images.py pinned_image_reference)."""
+def _checked(check: Callable[[str], str], text: str) -> str:
+    """`check(text)`, its ConfigError a usage error that argparse names the flag in."""
     from config.errors import ConfigError
-    from k8s.pods.images import pinned_image_reference
 
     try:
-        return pinned_image_reference(text)
+        return check(text)
     except ConfigError as err:
         raise argparse.ArgumentTypeError(err.message) from None
+
+
+def image_reference(text: str) -> str:
+    """A user's --image (k8s/pods/images.py pinned_image_reference)."""
+    from k8s.pods.images import pinned_image_reference
+
+    return _checked(pinned_image_reference, text)
+
+
+def run_name(text: str) -> str:
+    """A user's run --name (k8s/pods/pytorchjob.py checked_job_name)."""
+    from k8s.pods.pytorchjob import checked_job_name
+
+    return _checked(checked_job_name, text)
 
 
 def override(text: str) -> tuple[str, Any]:

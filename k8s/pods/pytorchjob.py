@@ -64,14 +64,19 @@ class JobSpec:
 OVERRIDABLE = {key: rule.type for key, rule in OVERRIDES.items()}
 
 
+def checked_job_name(name: str) -> str:
+    """`name` when it can name a run (its pods' names and labels derive from it); ConfigError otherwise."""
+    if not isinstance(name, str) or not JOB_NAME_PATTERN.fullmatch(name):
+        raise ConfigError("job_name", f"must be a DNS label of 1-{MAX_JOB_NAME} lowercase letters, digits or '-', "
+                                      f"starting with a letter, got {name!r}")
+    return name
+
+
 def job_spec(config: Environment, preset: JobPreset, *, image: str, job_name: str | None = None,
              overrides: dict | None = None, checkpoint_root: str = CLUSTER_CHECKPOINT_ROOT) -> JobSpec:
     """The validated JobSpec for `preset` in `config`; ConfigError names the offending field.
     Checkpoints go to `checkpoint_root`/PRESET: every run of a preset resumes from the same folder."""
-    name = job_name if job_name is not None else preset.name
-    if not isinstance(name, str) or not JOB_NAME_PATTERN.fullmatch(name):
-        raise ConfigError("job_name", f"must be a DNS label of 1-{MAX_JOB_NAME} lowercase letters, digits or '-', "
-                                      f"starting with a letter, got {name!r}")
+    name = checked_job_name(job_name if job_name is not None else preset.name)
     if not isinstance(image, str) or not image:
         raise ConfigError("image", "must be a container image reference")
     values: dict[str, Any] = {

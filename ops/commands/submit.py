@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass
 
 from config.presets import PRESETS
-from ops.arguments import RunOptions
+from ops.arguments import RunOptions, run_name
 
 HELP = "create a preset's run (named PRESET-<spec digest> unless --name)"
 EPILOG = RunOptions.epilog()
@@ -21,7 +21,7 @@ class Options(RunOptions):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", required=True, choices=PRESETS, metavar="PRESET",
                         help=f"one of {', '.join(PRESETS)}")
-    parser.add_argument("--name", help="run name (default: PRESET-<digest of its spec, image included>)")
+    parser.add_argument("--name", type=run_name, help="run name (default: PRESET-<digest of its spec, image included>)")
     RunOptions.add_to(parser)
 
 

@@ -153,6 +153,18 @@ def test_an_image_that_is_no_pinned_oci_reference_is_a_usage_error_naming_image(
     assert out == "" and err.count("\n") == 1 and err.startswith("error: argument --image: "), err
 
 
+@pytest.mark.parametrize("name", ["BAD", "run\n", "a" * 49, "", "1run"])
+def test_a_submit_name_that_is_no_run_name_is_a_usage_error_naming_name(name, capsys):
+    """The error named the renderer's field, job_name, which is no flag of `ops submit`."""
+    from ops.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["submit", "--env", "dev", "--preset", "cpu-ddp", "--image", "img:1", "--dry-run", f"--name={name}"])
+    assert exit_.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("error: argument --name: must be a DNS label"), err
+
+
 def test_az_recommend_rejects_an_unknown_region(offline):
     result = run_ops(["az-recommend", "--instance-type", "p5.48xlarge", "--region", "mars-north-1"], offline)
     assert_one_line_error(result, "unknown region 'mars-north-1'")

@@ -52,9 +52,15 @@ def check_kubeconfig(kubeconfig: str | None) -> None:
             documents = read_yaml(path)
         except PathProblem as problem:
             raise OpsError(f"{name}: {problem}") from None
-        document = documents[0] if len(documents) == 1 else documents
-        if not isinstance(document, dict):
-            raise OpsError(f"{name}: {path} must hold a kubeconfig (a YAML mapping), got {type(document).__name__}")
+        # read_yaml gives every document of the file: none for an empty one (or one of comments
+        # only), None for each empty document.
+        if all(document is None for document in documents):
+            raise OpsError(f"{name}: {path} is empty, no kubeconfig in it; `python -m ops kubeconfig --env NAME` "
+                           "writes one")
+        if len(documents) > 1:
+            raise OpsError(f"{name}: {path} holds {len(documents)} YAML documents; a kubeconfig is one YAML mapping")
+        if not isinstance(documents[0], dict):
+            raise OpsError(f"{name}: {path} must hold a kubeconfig (a YAML mapping), got {type(documents[0]).__name__}")
 
 
 def _from_kubeconfig(make: Callable[[], Any], kubeconfig: str | None) -> Any:

@@ -173,6 +173,19 @@ def test_training_client_reads_the_given_kubeconfig(tmp_path):
     assert client.custom_api.api_client.configuration.host == "https://cluster.example:443"
 
 
+@pytest.mark.parametrize("text, says", [
+    ("", "is empty"), ("\n# only a comment\n", "is empty"), ("---\n", "is empty"),
+    ("apiVersion: v1\n---\nkind: Config\n", "holds 2 YAML documents"), ("- a\n- b\n", "got list"),
+])
+def test_a_kubeconfig_that_is_no_mapping_is_one_line_saying_what_it_holds(tmp_path, text, says):
+    """An empty file was reported as 'got list': the list of its YAML documents, which has none."""
+    path = tmp_path / "config"
+    path.write_text(text)
+    with pytest.raises(OpsError) as err:
+        kube.check_kubeconfig(str(path))
+    assert str(err.value).startswith(f"--kubeconfig: {path} ") and says in str(err.value)
+
+
 def test_submit_checks_the_pod_template_against_the_podspec_schema_with_the_overrides_applied(monkeypatch):
     """The operator drops pod-template fields it does not know; `ops submit --set ...` refuses
     them instead, in one line naming the field."""

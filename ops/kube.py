@@ -39,10 +39,11 @@ def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any
     return guard(_from_kubeconfig(lambda: new_client_from_config(config_file=kubeconfig, context=context), kubeconfig))
 
 
-def check_kubeconfig(kubeconfig: str | None) -> None:
-    """--kubeconfig (or each file of $KUBECONFIG) that exists must be a YAML mapping. The client
-    raises something different for a directory, a binary file and a YAML list, and not always
-    an error it documents; here each is one line naming where the file came from."""
+def check_kubeconfig(kubeconfig: str | None, *, allow_empty: bool = False) -> None:
+    """--kubeconfig (or each file of $KUBECONFIG) that exists must be a YAML mapping, or empty with
+    `allow_empty` (a file `aws eks update-kubeconfig` fills). The client raises something different
+    for a directory, a binary file and a YAML list, and not always an error it documents; here each
+    is one line naming where the file came from."""
     named = [("--kubeconfig", kubeconfig)] if kubeconfig else \
         [("KUBECONFIG", p) for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
     for name, path in named:
@@ -55,6 +56,8 @@ def check_kubeconfig(kubeconfig: str | None) -> None:
         # read_yaml gives every document of the file: none for an empty one (or one of comments
         # only), None for each empty document.
         if all(document is None for document in documents):
+            if allow_empty:
+                continue
             raise OpsError(f"{name}: {path} is empty, no kubeconfig in it; `python -m ops kubeconfig --env NAME` "
                            "writes one")
         if len(documents) > 1:

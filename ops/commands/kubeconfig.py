@@ -38,7 +38,7 @@ def run(options: Options) -> int:
             raise OpsError(f"--kubeconfig: {problem}") from None
         from ops.kube import check_kubeconfig
 
-        check_kubeconfig(options.kubeconfig)
+        check_kubeconfig(options.kubeconfig, allow_empty=True)
     clients = aws.clients(env.region)
     who = access.caller(clients)  # no credentials: one line before any other call
     cluster = kubeconfig.find_cluster(clients.eks, env, options.cluster_name)

@@ -113,6 +113,19 @@ def test_kubeconfig_runs_the_stacks_update_kubeconfig_command_for_the_found_clus
     assert result.stdout.splitlines()[-1] == "Added new context arn:aws:eks:us-east-1:222222222222:cluster/x to /k"
 
 
+def test_kubeconfig_fills_an_empty_kubeconfig_file(aws, tmp_path):
+    """`aws eks update-kubeconfig` starts a new kubeconfig in a file that holds no YAML document
+    (awscli/customizations/eks/kubeconfig.py: Kubeconfig content None is a new one), as after `touch`."""
+    make_cluster("prod-training", None)
+    record = recording_aws(tmp_path)
+    (tmp_path / "config").write_text("")
+    env = isolated_aws_env(tmp_path, aws)
+    env["PATH"] = f"{tmp_path / 'bin'}:{env['PATH']}"
+    result = run_ops(["kubeconfig", "--env", "prod", "--kubeconfig", str(tmp_path / "config")], env)
+    assert result.returncode == 0, result.stderr
+    assert record.read_text().splitlines()[-2:] == ["--kubeconfig", str(tmp_path / "config")]
+
+
 def test_kubeconfig_without_the_aws_cli_is_one_line(aws, tmp_path):
     make_cluster("prod-training", None)
     env = isolated_aws_env(tmp_path, aws)

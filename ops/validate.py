@@ -77,7 +77,8 @@ PLACEHOLDER = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
 
 def filled(manifest: dict, values: dict[str, str]) -> dict:
     """`manifest` with every placeholder replaced by its value."""
-    text = PLACEHOLDER.sub(lambda m: values[m.group(1)], json.dumps(manifest))
+    # Each placeholder stands inside a JSON string: the value goes in escaped as one.
+    text = PLACEHOLDER.sub(lambda m: json.dumps(values[m.group(1)])[1:-1], json.dumps(manifest))
     return json.loads(text)
 
 

@@ -71,6 +71,13 @@ def test_the_smoke_run_takes_its_image_from_the_environment_or_is_skipped_saying
     assert not runnable and "TRAINER_IMAGE_CPU not set" in reason
 
 
+@pytest.mark.parametrize("value", ['a"b:1', "a\\b:1", "img:1\n"])
+def test_a_placeholder_value_reaches_the_object_as_it_was_exported(checks, value):
+    """The values are filled into the objects' JSON text: 'a"b:1' broke it (a crash report)."""
+    [ready], _ = plan([checks["PyTorchJob", "cpu"]], {"cpu": ["a", "b"]}, {"TRAINER_IMAGE_CPU": value})
+    assert ready.manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"] == value
+
+
 def test_only_ready_labelled_nodes_count():
     def node(name, group, ready):
         return {"metadata": {"name": name, "labels": {NODEGROUP_LABEL: group}},

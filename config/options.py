@@ -16,6 +16,8 @@ neither options nor sections are not on the command line: values a trainer deriv
 from __future__ import annotations
 
 import argparse
+import math
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import Field, dataclass, field, fields, replace
 from functools import cache
@@ -27,17 +29,45 @@ _OPTION, _SECTION = "config.options.option", "config.options.section"
 
 # --- value checks (argparse `type` functions: text in, value or ArgumentTypeError out) -----------
 
+# Counts and sizes become tensor sizes, indices and slice bounds, which hold at most a 64-bit
+# index: a larger number ended a run in an OverflowError traceback (--batch-size, --train-samples).
+LARGEST_COUNT = sys.maxsize
+
+
+def _count(value: int, text: str) -> int:
+    if value > LARGEST_COUNT:
+        raise argparse.ArgumentTypeError(f"must be at most {LARGEST_COUNT}, got {text}")
+    return value
+
+
 def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
+    return _count(value, text)
 
 
 def non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be zero or more, got {text}")
+    return _count(value, text)
+
+
+# A seed is mixed with counters (epoch, sample index) into generator seeds, which torch holds in 64 bits.
+LARGEST_SEED = 2**32 - 1
+
+
+def seed_int(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= LARGEST_SEED:
+        raise argparse.ArgumentTypeError(f"must be in [0, {LARGEST_SEED}], got {text}")
+    return value
+
+
+def _finite(value: float, text: str) -> float:
+    if value == math.inf:  # an infinite rate, momentum or decay trains nothing but NaN
+        raise argparse.ArgumentTypeError(f"must be finite, got {text}")
     return value
 
 
@@ -45,13 +75,25 @@ def positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
+    return _finite(value, text)
 
 
 def non_negative_float(text: str) -> float:
     value = float(text)
     if not value >= 0:  # NaN too
         raise argparse.ArgumentTypeError(f"must be zero or more, got {text}")
+    return _finite(value, text)
+
+
+# A timeout bounds a wait on other ranks: it must end. Beyond about 292 years gloo's nanosecond
+# clock overflows (and beyond 10^9 days, timedelta); a week is longer than any start-up.
+LONGEST_TIMEOUT_S = 7 * 24 * 3600
+
+
+def timeout_seconds(text: str) -> float:
+    value = positive_float(text)
+    if value > LONGEST_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"must be at most {LONGEST_TIMEOUT_S} seconds (a week), got {text}")
     return value
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from config.options import non_negative_int, option, positive_float, positive_int, switch
+from config.options import option, positive_int, seed_int, switch, timeout_seconds
 
 
 @dataclass(frozen=True)
@@ -50,12 +50,12 @@ class DistConfig:
     """Process-group timeouts: every wait on another rank is bounded (trainer/dist.py)."""
     timeout_s: float = option(60.0, "seconds before a stuck training collective fails, once the first step is "
                                     "done (the worker exits and torchrun restarts it)",
-                              flag="--dist-timeout", parse=positive_float)
+                              flag="--dist-timeout", parse=timeout_seconds)
     # Joining the group, loading a checkpoint or Hugging Face weights and compiling the model take
     # minutes at scale: everything until the first step is done, and every checkpoint collective.
     startup_timeout_s: float = option(1800.0, "seconds before a stuck rendezvous, checkpoint or weight load, first "
                                               "step (compile warm-up) or checkpoint collective fails",
-                                      flag="--startup-timeout", parse=positive_float)
+                                      flag="--startup-timeout", parse=timeout_seconds)
 
 
 def max_nonfinite_steps(what: str) -> Any:
@@ -69,7 +69,7 @@ def seed() -> Any:
     """The run's seed, one field per workload: the same initial weights, data order and
     synthetic data on any number of ranks."""
     return option(0, "seed of the initial weights, the order of the data, the augmentations and the synthetic "
-                     "data", parse=non_negative_int)
+                     "data", parse=seed_int)
 
 
 def checkpoints_and_metrics_in(job_dir: str) -> dict[str, str]:

@@ -4,10 +4,12 @@ trainer's order, then for the outputs in the job's folder."""
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from config import ConfigError
-from config.options import leaves
+from config.options import leaf, leaves
 from config.workloads.ddp import DdpJobConfig, DdpWorkload
 from config.workloads.llm import LlmJobConfig, LlmWorkload
 from config.workloads.vision import VisionJobConfig, VisionWorkload
@@ -46,3 +48,36 @@ def test_every_trainer_flag_is_declared_once_with_its_help(config):
     found = leaves(config)  # refuses a flag declared twice
     assert all(item.help and item.flag.startswith("--") for item in found)
     assert config.module.startswith("trainer.")
+
+
+NOT_A_USABLE_NUMBER = ["inf", "-inf", "nan", "1e400", "-1"]
+PAST_64_BITS = [str(2**63), str(10**30)]  # for counts: no tensor size, index or seed holds them
+
+
+@pytest.mark.parametrize("config", [LlmJobConfig, VisionJobConfig, DdpJobConfig])
+def test_every_numeric_flag_refuses_infinite_nan_negative_and_past_64_bit_values(config):
+    """Before, --dist-timeout inf, --seed 2**64, --batch-size 10**20 and --lr inf were accepted and
+    ended in an OverflowError traceback or a run of NaN weights."""
+    numeric = [item for item in leaves(config) if item.option.parse is not None]
+    assert len(numeric) >= 7
+    accepted = []
+    for item in numeric:
+        counts = item.option.parse.__name__.endswith("_int")
+        for text in NOT_A_USABLE_NUMBER + (PAST_64_BITS if counts else []):
+            try:
+                item.typed(text)
+            except (ValueError, argparse.ArgumentTypeError):
+                continue
+            accepted.append(f"{item.flag} {text}")
+    assert not accepted
+
+
+def test_timeouts_are_bounded_and_seeds_fit_the_generators():
+    for dest in ("dist_timeout", "startup_timeout"):
+        for text in ("1e13", str(7 * 24 * 3600 + 1)):  # 1e13 s: gloo's "Invalid timeout" traceback before
+            with pytest.raises(argparse.ArgumentTypeError, match="at most 604800 seconds"):
+                leaf(LlmJobConfig, dest).typed(text)
+        assert leaf(DdpJobConfig, dest).typed("604800") == 604800.0
+    assert leaf(VisionJobConfig, "seed").typed(str(2**32 - 1)) == 2**32 - 1
+    with pytest.raises(argparse.ArgumentTypeError, match=r"must be in \[0, 4294967295\]"):
+        leaf(VisionJobConfig, "seed").typed(str(2**32))

@@ -167,6 +167,9 @@ def test_the_synthetic_task_is_learnable_not_constant():
     (["--epochs", "0"], "--epochs"),
     (["--batch-size", "many"], "--batch-size"),
     (["--save-every", "-1"], "--save-every"),
+    (["--dist-timeout", "inf"], "--dist-timeout"),  # each was an OverflowError traceback
+    (["--startup-timeout", "1e300"], "--startup-timeout"),
+    (["--samples", str(10**20)], "--samples"),
 ])
 def test_bad_arguments_give_one_line_naming_the_field(argv, field):
     p = subprocess.run([sys.executable, "-m", "trainer.ddp", *argv], cwd=REPO, env=job_env(),

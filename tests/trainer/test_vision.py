@@ -34,6 +34,8 @@ def _vision(*argv, timeout=240):
     (["--decode", "nvimgcodec"], "--decode"),  # synthetic data has no files
     (["--decode", "dali"], "--decode"),
     (["--hw-decoder-load", "1.5"], "--hw-decoder-load"),
+    (["--seed", str(2**64)], "--seed"),  # each was an OverflowError traceback
+    (["--batch-size", str(10**20)], "--batch-size"),
 ])
 def test_bad_arguments_give_one_line_naming_the_field(argv, field):
     p = _vision(*argv, timeout=120)

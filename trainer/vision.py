@@ -77,6 +77,10 @@ def main(argv=None) -> int:
     existing = check_record(job.checkpoint, record)
     # Before the process group: a global batch that does not divide is one line on every rank.
     global_batch = resolve_global_batch(job.batch, (existing or {}).get(GLOBAL_BATCH), world_size_from_env())
+    if len(train_set) < global_batch:  # the sampler drops a short tail: every epoch would be no step at all
+        field = "--train-samples" if job.data.source == "synthetic" else "--data"
+        raise UsageError(field, f"{len(train_set)} training images are fewer than one step trains on (the global "
+                                f"batch, {global_batch})")
     rt = tdist.init(job.dist, checkpoint_group=bool(job.checkpoint.directory))
     try:
         return train(job, rt, train_set, val_set, classes, {**record, GLOBAL_BATCH: global_batch})

@@ -36,6 +36,8 @@ def _vision(*argv, timeout=240):
     (["--hw-decoder-load", "1.5"], "--hw-decoder-load"),
     (["--seed", str(2**64)], "--seed"),  # each was an OverflowError traceback
     (["--batch-size", str(10**20)], "--batch-size"),
+    # Fewer images than one step trains on: every epoch was 0 steps, and the run exited 0.
+    (["--train-samples", "4", "--batch-size", "8", "--epochs", "1"], "--train-samples"),
 ])
 def test_bad_arguments_give_one_line_naming_the_field(argv, field):
     p = _vision(*argv, timeout=120)

@@ -51,7 +51,10 @@ class SafetensorsDirectory:
         self.directory, self._open, self._handles = directory, safe_open, {}
         index = directory / INDEX
         if index.is_file():
-            self.files = {name: directory / f for name, f in json.loads(index.read_text())["weight_map"].items()}
+            weight_map = checked_path("--init-from-hf", read_json, index).get("weight_map")
+            if not isinstance(weight_map, dict):
+                raise UsageError("--init-from-hf", f"{index} has no weight_map object")
+            self.files = {name: directory / str(f) for name, f in weight_map.items()}
         else:
             single = directory / "model.safetensors"
             if not single.is_file():
@@ -60,7 +63,11 @@ class SafetensorsDirectory:
 
     def _handle(self, path: Path):
         if path not in self._handles:
-            self._handles[path] = self._open(str(path), framework="pt")
+            try:
+                self._handles[path] = self._open(str(path), framework="pt")
+            except Exception as exc:  # safetensors raises its own untyped errors (a short or foreign file)
+                raise UsageError("--init-from-hf", f"{path} is not a safetensors file that loads "
+                                                   f"({type(exc).__name__}: {exc})") from None
         return self._handles[path]
 
     def rows(self, name: str, dim: int, start: int, stop: int, shape: tuple[int, ...]) -> torch.Tensor:

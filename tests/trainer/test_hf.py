@@ -135,6 +135,25 @@ def test_a_conflicting_model_is_an_error_naming_the_field(tmp_path):
     assert job.model.shape.ffn_dim == 96 and job.model.init_from_hf == str(tmp_path)
 
 
+@pytest.mark.parametrize("damage", ["empty", "truncated", "index not JSON", "index without weight_map"])
+def test_weights_that_do_not_load_are_one_usage_error_naming_init_from_hf(damage, tmp_path):
+    """Before, an empty or truncated model.safetensors (a copy cut short) ended trainer.llm in a
+    SafetensorError traceback, and a damaged index in a JSONDecodeError or KeyError one."""
+    save_hf("llama", tmp_path)
+    weights = tmp_path / "model.safetensors"
+    if damage == "empty":
+        weights.write_bytes(b"")
+    elif damage == "truncated":
+        weights.write_bytes(weights.read_bytes()[:5000])
+    elif damage == "index not JSON":
+        (tmp_path / "model.safetensors.index.json").write_text("{")
+    else:
+        (tmp_path / "model.safetensors.index.json").write_text('{"metadata": {}}')
+    with pytest.raises(UsageError) as err:
+        ours(tmp_path)
+    assert str(err.value).startswith("--init-from-hf: ") and str(tmp_path) in str(err.value)
+
+
 SCRIPT = r"""
 import sys, torch
 from trainer import dist as tdist

@@ -55,3 +55,11 @@ def apply_removal_policy(stack: cdk.Stack, config: Environment, *, also_kept: tu
     kept = list(KEPT_DATA + also_kept)
     policies.apply(cdk.RemovalPolicy.DESTROY, exclude_resource_types=kept, priority=_STACK_PRIORITY)
     policies.apply(cdk.RemovalPolicy.RETAIN, apply_to_resource_types=kept, priority=_STACK_PRIORITY)
+
+
+def keep_when_replaced(resource: cdk.CfnResource) -> None:
+    """UpdateReplacePolicy Retain on `resource` whatever removalPolicy says: the policy above is
+    for `cdk destroy`, which deletes on purpose; a replacement comes from an edit (a create-only
+    property, such as the file system's subnet when trainingAvailabilityZone moves), and must not
+    take the data with it. A raw override, so no removal-policy aspect can set it back."""
+    resource.add_override("UpdateReplacePolicy", "Retain")

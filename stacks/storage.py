@@ -13,7 +13,7 @@ from config.data_sources import FSX_IMPORT_DIR
 from config.outputs import FSX_DNS_NAME_OUTPUT, FSX_FILE_SYSTEM_ID_OUTPUT, FSX_MOUNT_NAME_OUTPUT
 from cdk_constructs.security_group_rules import allow_from, allow_to, pin_rule, port_id
 from cdk_constructs.teardown import FsxFinalBackup
-from stacks.removal import KEPT_FILE_SYSTEM_GUARD, apply_removal_policy
+from stacks.removal import KEPT_FILE_SYSTEM_GUARD, apply_removal_policy, keep_when_replaced
 
 # Lustre: 988 for LNet, 1018-1023 for the client/server RPC ports. Both directions, because
 # Lustre servers also open connections back to clients.
@@ -98,6 +98,7 @@ class StorageStack(cdk.Stack):
         self.final_backup = FsxFinalBackup(self, "FinalBackup", file_system=self.file_system) \
             if self.backups_enabled else None
         apply_removal_policy(self, config, also_kept=KEPT_FILE_SYSTEM_GUARD)
+        keep_when_replaced(self.file_system.node.default_child)
         cdk.CfnOutput(self, FSX_FILE_SYSTEM_ID_OUTPUT, value=self.file_system_id, description="FSx for Lustre file system id")
         cdk.CfnOutput(self, FSX_DNS_NAME_OUTPUT, value=self.dns_name, description="FSx DNS name for the Lustre mount")
         cdk.CfnOutput(self, FSX_MOUNT_NAME_OUTPUT, value=self.mount_name, description="FSx Lustre mount name")

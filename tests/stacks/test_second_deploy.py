@@ -8,6 +8,15 @@ holds a PyTorchJob, MPIJob or Job, so no deploy can suspend, re-template or dele
 only manifest the second deploy re-applies is the FSx volume's (its capacity; the claim's request
 is a constant). `third` changes only the Training Operator's chart: its readiness gate must run
 again, which for a custom resource means a new logical id.
+
+`day_two` and `moved` are the edits a user makes to cdk.json while runs go on; the deploy of each
+over `first` is judged by what CloudFormation would replace: a resource is replaced when a property
+its type creates once changes, or points at a replaced resource (the createOnlyProperties of each
+type's registry schema, as cfn-lint ships them; the "Update requires: Replacement" lines of the
+CloudFormation resource reference, e.g. AWS::FSx::FileSystem SubnetIds,
+https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-fsx-filesystem.html,
+and AWS::EKS::Nodegroup Subnets and InstanceTypes,
+https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-eks-nodegroup.html).
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from synth_helpers import REPO_ROOT, raw_environment, synth, synthesize
+from synth_helpers import ADDON_PINS, REPO_ROOT, raw_environment, synth, synthesize
 
 MANIFEST_TYPE = "Custom::AWSCDK-EKS-KubernetesResource"
 OBJECT_VALUE_TYPE = "Custom::AWSCDK-EKS-KubernetesObjectValue"
@@ -65,6 +74,37 @@ def third():
         return synthesize("dev", raw_environment("dev"))
     finally:
         patch.undo()
+
+
+def _day_two_raw() -> dict:
+    """dev after the edits of a working week: a faster file system (FSx changes PERSISTENT_2
+    throughput in place: managing-throughput-capacity.html), the p5 group moved to p5en, a new GPU
+    group, bigger CPU sizes, the next Kubernetes version, a pinned add-on, one more data source."""
+    raw = raw_environment("dev")
+    raw["fsx"] = {**raw["fsx"], "throughputPerTiB": 500}
+    [p5] = [g for g in raw["gpuNodegroups"] if g["name"] == "p5"]
+    p5["instanceType"] = "p5en.48xlarge"
+    raw["gpuNodegroups"].append({"name": "p5-more", "instanceType": "p5.48xlarge", "minSize": 0, "maxSize": 2,
+                                 "desiredSize": 0})
+    raw["cpuNodegroups"][0].update(maxSize=6, desiredSize=3)
+    raw["kubernetesVersion"] = "1.36"
+    raw["addonVersions"] = {"vpc-cni": ADDON_PINS["vpc-cni"]}
+    raw["dataSources"] = {**raw["dataSources"], "more": {"s3Uri": "s3://example-datasets-111111111111/more/"}}
+    return raw
+
+
+@pytest.fixture(scope="module")
+def day_two():
+    return synthesize("dev", _day_two_raw())
+
+
+@pytest.fixture(scope="module")
+def moved():
+    """dev with its training moved to another zone (where a reservation or capacity block is)."""
+    raw = raw_environment("dev")
+    assert raw["trainingAvailabilityZone"] != "us-west-2c"
+    raw["trainingAvailabilityZone"] = "us-west-2c"
+    return synthesize("dev", raw)
 
 
 STACKS = ("network", "cluster", "storage", "registry", "workloads", "validation")
@@ -155,3 +195,90 @@ def test_the_operator_readiness_gate_runs_again_exactly_when_the_operator_change
     assert a == b, "a trainer change and FSx growth do not re-run the operator's gate"
     assert c != a, "a changed operator chart is waited for again"
     assert waiters(third)[c]["Properties"]["ObjectName"] == "training-operator"
+
+
+def _create_only(type_: str) -> list[list[str]]:
+    from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
+
+    if type_.startswith("Custom::"):
+        return []  # a custom resource's handler updates in place; the manifest tests above judge those
+    schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema("us-west-2", type_).schema
+    return [p.split("/")[2:] for p in schema.get("createOnlyProperties", [])]
+
+
+def _at(properties: dict, path: list[str]):
+    for key in path:
+        properties = properties.get(key) if isinstance(properties, dict) else None
+    return properties
+
+
+def _targets(value) -> set[str]:
+    """The logical ids, and the export names, a property value refers to."""
+    if isinstance(value, list):
+        return set().union(*map(_targets, value)) if value else set()
+    if not isinstance(value, dict):
+        return set()
+    found = set().union(*map(_targets, value.values())) if value else set()
+    if isinstance(value.get("Ref"), str):
+        found.add(value["Ref"])
+    if "Fn::GetAtt" in value:
+        found.add(value["Fn::GetAtt"][0])
+    if isinstance(value.get("Fn::ImportValue"), str):
+        found.add("export:" + value["Fn::ImportValue"])
+    return found
+
+
+def replaced(before, after) -> dict[str, str]:
+    """"stack/logical id" -> why, for each resource a deploy of `after` over `before` replaces or
+    deletes (a logical id that goes is a delete; CloudFormation creates a replacement first)."""
+    old, new = templates(before), templates(after)
+    exported = {f"export:{o['Export']['Name']}": (stack, next(iter(_targets(o["Value"])), None))
+                for stack, t in new.items() for o in t.get("Outputs", {}).values() if "Export" in o}
+    found: dict[str, str] = {}
+    for stack in STACKS:
+        was, now = old[stack]["Resources"], new[stack]["Resources"]
+        found.update({f"{stack}/{lid}": "deleted" for lid in set(was) - set(now)})
+        for lid in set(was) & set(now):
+            for path in _create_only(now[lid]["Type"]):
+                if _at(was[lid].get("Properties", {}), path) != _at(now[lid].get("Properties", {}), path):
+                    found[f"{stack}/{lid}"] = "/".join(path)
+    grew = True
+    while grew:  # a new physical id reaches every create-only property that refers to it
+        grew = False
+        for stack in STACKS:
+            was, now = old[stack]["Resources"], new[stack]["Resources"]
+            for lid in set(was) & set(now):
+                if f"{stack}/{lid}" in found:
+                    continue
+                for path in _create_only(now[lid]["Type"]):
+                    refs = {"/".join(exported.get(t, (stack, t))) for t in _targets(_at(now[lid].get("Properties", {}), path))}
+                    if refs & {k for k, why in found.items() if why != "deleted"}:
+                        found[f"{stack}/{lid}"] = "/".join(path)
+                        grew = True
+                        break
+    return found
+
+
+def test_a_working_weeks_edits_replace_and_delete_nothing(first, day_two):
+    """A new instance type goes into the group's launch template (a rolling update, README "What
+    replaces GPU nodes"); sizes, throughput, versions, add-ons and data sources update in place or
+    add resources. No file system, repository, cluster or node group is replaced."""
+    assert day_two.config.fsx.throughput_per_tib == 500 and day_two.config.kubernetes_version == "1.36"
+    assert replaced(first, day_two) == {}
+
+
+def test_moving_the_training_zone_replaces_the_file_system_and_no_environment_deletes_the_old_one(first, moved):
+    """FSx SubnetIds and a node group's Subnets are create-only: the move gives a new, empty file
+    system and new training groups. CloudFormation deletes the replaced resource unless its
+    UpdateReplacePolicy is Retain, so the old file system, every checkpoint and dataset on it,
+    would go with a dev (`removalPolicy: destroy`) deploy; it must stay in every environment."""
+    gone = replaced(first, moved)
+    stage = first.stage
+    fsx = f"storage/{stage.storage.get_logical_id(stage.storage.file_system.node.default_child)}"
+    assert gone.pop(fsx) == "SubnetIds"
+    groups = {f"cluster/{stage.cluster.get_logical_id(g.node.default_child)}"
+              for name, g in stage.cluster.nodegroups.items() if name != "system"}
+    assert gone == {g: "Subnets" for g in groups}
+    for env in (moved, synth("prod")):
+        [fs] = [r for r in templates(env)["storage"]["Resources"].values() if r["Type"] == "AWS::FSx::FileSystem"]
+        assert fs["UpdateReplacePolicy"] == "Retain", env.config.name

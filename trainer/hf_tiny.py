@@ -64,9 +64,11 @@ def verify(directory: Path) -> str:
     config = read_config(directory, "DIRECTORY")
     tokenizer = None
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32)
+        # An auto_map in config.json or tokenizer_config.json names a Python file for transformers to
+        # import; left to decide, it asks on stdin. An export of ours carries no code: refuse it.
+        model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32, trust_remote_code=False)
         if (directory / "tokenizer.json").is_file():
-            tokenizer = AutoTokenizer.from_pretrained(str(directory))
+            tokenizer = AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False)
             ids = tokenizer("Checkpoints are written to FSx", return_tensors="pt")["input_ids"]
         else:
             ids = torch.arange(8)[None] % int(config.get("vocab_size", 1))

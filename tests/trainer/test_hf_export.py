@@ -5,6 +5,7 @@ exit 2, with nothing written."""
 
 from __future__ import annotations
 
+import io
 import json
 import pickle
 import shutil
@@ -197,3 +198,31 @@ def test_verify_accepts_the_export_and_answers_a_broken_one_in_one_line(run_dirs
     code, _, err = run_cli(["verify", str(out)], capsys)
     assert code == 2 and err.startswith(f"error: DIRECTORY: {out} does not load and run in transformers (")
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("carrier", ["config.json", "tokenizer_config.json"])
+def test_verify_never_runs_code_a_directory_names_even_when_stdin_says_yes(carrier, tmp_path, capsys, monkeypatch):
+    """An `auto_map` names a Python file in the directory for transformers to import. Left to
+    decide, transformers asks on stdin whether to run it (dynamic_module_utils.resolve_trust_remote_code),
+    so a "y" there, or a person in a hurry, ran the file. Our exports carry no code: verify refuses it."""
+    out = tmp_path / "hf"
+    write_tiny(out)
+    marker = tmp_path / "marker"
+    (out / "custom.py").write_text(f"open({str(marker)!r}, 'w').close()\n"
+                                   "from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast\n"
+                                   "class CustomConfig(LlamaConfig):\n    model_type = 'custom'\n"
+                                   "class CustomForCausalLM(LlamaForCausalLM):\n    config_class = CustomConfig\n"
+                                   "class CustomTokenizer(PreTrainedTokenizerFast):\n    pass\n")
+    record = json.loads((out / carrier).read_text())
+    if carrier == "config.json":
+        record |= {"model_type": "custom", "architectures": ["CustomForCausalLM"],
+                   "auto_map": {"AutoConfig": "custom.CustomConfig", "AutoModelForCausalLM": "custom.CustomForCausalLM"}}
+    else:
+        record |= {"tokenizer_class": "CustomTokenizer", "auto_map": {"AutoTokenizer": ["custom.CustomTokenizer", None]}}
+    (out / carrier).write_text(json.dumps(record))
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
+    code, stdout, err = run_cli(["verify", str(out)], capsys)
+    assert not marker.exists(), "the directory's code ran"
+    assert code == 2 and stdout == "", stdout  # no question asked
+    lines = [line for line in err.split("\n") if line.strip() and "\r" not in line]  # not the weights' progress bar
+    assert len(lines) == 1 and lines[0].startswith(f"error: DIRECTORY: {out} does not load and run in transformers (")

@@ -44,7 +44,7 @@ from trainer.cli import UsageError, WorkerExit, checked_path, create_folder
 from trainer.dist import Runtime
 from trainer.lease import Lease, LeaseHeld, Owner
 from trainer.log import log, warn
-from trainer.retention import BackgroundRemover
+from trainer.retention import TRASH, BackgroundRemover
 
 MARKER = "COMPLETE"
 MODEL_FILE = "model.json"
@@ -113,14 +113,21 @@ def read_model_record(directory: Path) -> dict | None:
 
 
 def existing_checkpoints(cfg: CheckpointConfig) -> tuple[Path, dict | None] | None:
-    """The checkpoint directory, created and checked writable, and the model record its
-    checkpoints were written for (None when it has none); None without --checkpoint-dir or when
-    it holds no complete checkpoint yet. Run by every rank before any process group exists, so a
-    bad directory is one line and an exit, not a hang. Each workload then compares the record
-    with what it is about to train (check_directory, trainer.vision's check_record)."""
+    """The checkpoint directory, created and checked writable and free of files under the names of
+    the trainer's folders, and the model record its checkpoints were written for (None when it has
+    none); None without --checkpoint-dir or when it holds no complete checkpoint yet. Run by every
+    rank before any process group exists, so a bad directory is one line and an exit, not a hang.
+    Each workload then compares the record with what it is about to train (check_directory,
+    trainer.vision's check_record)."""
     if not cfg.directory:
         return None
     path = create_folder(Path(cfg.directory), "--checkpoint-dir")
+    for entry in path.iterdir():
+        # Resume and retention move such names into the trash to delete them: someone's file there
+        # is not the trainer's to delete, and would never leave the trash or free its name.
+        if (_STEP_DIR.match(entry.name) or entry.name == TRASH) and not entry.is_dir():
+            raise UsageError("--checkpoint-dir", f"{entry} is not a folder, but the trainer keeps folders of its "
+                                                 f"own under that name; move it out of {path}")
     record = checked_path("--checkpoint-dir", read_model_record, path)
     return (path, record) if list_steps(path) else None
 

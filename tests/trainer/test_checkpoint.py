@@ -6,8 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from trainer.checkpoint import MARKER, list_steps, step_dir
-from trainer_procs import REPO, job_env
+import pytest
+
+from config.workloads.common import CheckpointConfig
+from trainer.checkpoint import MARKER, existing_checkpoints, list_steps, step_dir
+from trainer.cli import UsageError
+from trainer.retention import TRASH
+from trainer_procs import REPO, job_env, lone_rank_env
 
 SCRIPT = r"""
 import sys, torch
@@ -146,3 +151,29 @@ def test_an_async_save_holds_the_batchnorm_statistics_of_its_step_though_the_nex
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "CHANGED []" in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("name", ["step-00000008", TRASH])
+def test_a_file_where_the_trainer_keeps_a_folder_is_refused_in_one_line_and_left_alone(tmp_path, name):
+    # Not the trainer's to delete: resume would move a file named like a checkpoint into .deleting/
+    # (where it never goes away), and a file named .deleting stopped the resume with a traceback.
+    step_dir(tmp_path, 4).mkdir()  # an unfinished save, which a resume would clear away
+    (tmp_path / name).write_text("a user's file")
+    with pytest.raises(UsageError) as refused:
+        existing_checkpoints(CheckpointConfig(str(tmp_path)))
+    assert str(refused.value) == (f"--checkpoint-dir: {tmp_path / name} is not a folder, but the trainer keeps "
+                                  f"folders of its own under that name; move it out of {tmp_path}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "step-00000004"])
+    assert (tmp_path / name).read_text() == "a user's file"
+
+
+def test_every_rank_refuses_a_file_where_a_checkpoint_folder_belongs_before_the_process_group(tmp_path):
+    (tmp_path / "step-00000008").write_text("a user's file")
+    # Rank 1 of 2 alone, with no rank 0 to meet: it must stop on its own, not wait for a rendezvous
+    # (it would wait out --dist-timeout, past this subprocess's timeout).
+    p = subprocess.run([sys.executable, "-m", "trainer.llm", "--seq-len", "32", "--batch-size", "2", "--steps", "2",
+                        "--checkpoint-dir", str(tmp_path), "--dist-timeout", "120"], cwd=REPO,
+                       env=lone_rank_env(1, 2), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert p.stderr.strip() == (f"error: --checkpoint-dir: {tmp_path / 'step-00000008'} is not a folder, but the "
+                                f"trainer keeps folders of its own under that name; move it out of {tmp_path}")

@@ -35,6 +35,7 @@ class BackgroundRemover:
         self.trash, self.allowed = Path(directory) / TRASH, allowed
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-retention")
         self.futures: list[Future] = []
+        self.stuck: set[Path] = set()  # failed this run: tried again by the next, not at every save
 
     def run(self, task: Callable[[], None]) -> None:
         """Run `task` on the background thread after the tasks before it; it may call discard().
@@ -69,12 +70,18 @@ class BackgroundRemover:
         for entry in sorted(self.trash.iterdir()):
             if not self.allowed():
                 return
+            if entry in self.stuck:
+                continue
             t0 = time.perf_counter()
-            shutil.rmtree(entry, ignore_errors=True)
+            failure = _delete(entry)
+            if failure:  # disk space is lost, not work: training goes on
+                self.stuck.add(entry)
+                warn(f"could not delete {entry} ({failure}); it stays for the next run to try again")
+                continue
             log(f"Deleted {entry.name.rsplit('.', 1)[0]} in the background ({time.perf_counter() - t0:.1f} s)")
         try:
             self.trash.rmdir()
-        except OSError:  # renamed into meanwhile
+        except OSError:  # renamed into meanwhile, or holding what would not go
             pass
 
     @property
@@ -91,3 +98,14 @@ class BackgroundRemover:
         """Stop the thread, after the tasks so far with `wait`; without, tasks not begun are
         dropped and the next run empties the trash."""
         self.executor.shutdown(wait=wait, cancel_futures=not wait)
+
+
+def _delete(folder: Path) -> str | None:
+    """Delete `folder` as far as it goes; None, or the first path that would not go and why."""
+    failures: list[str] = []
+
+    def failed(_function, path, exc_info):
+        failures.append(f"{path}: {exc_info[1].strerror or exc_info[1]}")
+
+    shutil.rmtree(folder, onerror=failed)
+    return failures[0] if failures else None

@@ -104,3 +104,21 @@ def test_a_failing_deletion_is_logged_and_never_raised_into_training(tmp_path, c
     out = capsys.readouterr()
     assert "WARNING: deleting old checkpoint folders failed: PermissionError" in out.err
     assert "next task ran" in out.out
+
+
+def test_a_deletion_that_fails_is_a_warning_naming_the_path_not_a_line_saying_it_was_deleted(tmp_path, capsys):
+    # A file where a folder belongs (as an older trainer moved one in) fails the deletion of that
+    # entry only: the others are still deleted, and the trash stays for the next run.
+    stuck = tmp_path / TRASH / "step-00000008.0badc0de"
+    stuck.parent.mkdir()
+    stuck.write_text("a user's file")
+    (tmp_path / TRASH / "step-00000004.0badc0de").mkdir()
+    remover = BackgroundRemover(tmp_path)
+    remover.run(remover.empty_trash)
+    remover.run(remover.empty_trash)  # as after the next save: said once a run, not at every save
+    remover.close(wait=True)
+    out = capsys.readouterr()
+    assert "Deleted step-00000004 in the background" in out.out
+    assert "step-00000008" not in out.out
+    assert out.err == f"WARNING: could not delete {stuck} ({stuck}: Not a directory); it stays for the next run to try again\n"
+    assert [p.name for p in (tmp_path / TRASH).iterdir()] == [stuck.name]

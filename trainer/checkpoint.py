@@ -20,7 +20,6 @@ background thread over its own gloo group while training goes on.
 from __future__ import annotations
 
 import json
-import os
 import re
 from concurrent.futures import Future
 from pathlib import Path
@@ -40,7 +39,7 @@ from config.paths import read_json
 from config.workloads.common import CheckpointConfig
 from trainer import safe_load
 from trainer.checkpoint_load import FAILED, REFUSED, Verdict, agree, classify, describe, precheck
-from trainer.cli import UsageError, WorkerExit, checked_path, create_folder
+from trainer.cli import UsageError, WorkerExit, checked_path, create_folder, write_whole
 from trainer.dist import Runtime
 from trainer.lease import Lease, LeaseHeld, Owner
 from trainer.log import log, warn
@@ -313,9 +312,7 @@ class CheckpointManager:
             record = {**existing, **{k: v for k, v in self.model_record.items() if k in RUN_SETTINGS}}
             if record == existing:
                 return
-        tmp = self.directory / f".{MODEL_FILE}.tmp"
-        tmp.write_text(json.dumps(record, indent=2) + "\n")
-        os.replace(tmp, self.directory / MODEL_FILE)
+        write_whole(self.directory / MODEL_FILE, json.dumps(record, indent=2) + "\n")
 
     # --- save -----------------------------------------------------------------------------------
 
@@ -390,12 +387,7 @@ class CheckpointManager:
         # Rank 0's save finishes by writing DCP's metadata, which it does only after gathering
         # every rank's write results: when it returns, all ranks' files are on disk.
         path = step_dir(self.directory, step)
-        tmp = path / f".{MARKER}.tmp"
-        with open(tmp, "w") as f:
-            f.write(f"{step}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path / MARKER)
+        write_whole(path / MARKER, f"{step}\n")
         log(f"Checkpoint saved: {path}")
         self.remover.run(lambda: self._retire(step))
 

@@ -82,6 +82,23 @@ def staging_folder(out: Path, field: str) -> Path:
         raise UsageError(field, f"cannot create {out}: {exc.strerror or exc}") from None
 
 
+def write_whole(path: Path, text: str) -> None:
+    """`text` as the file `path`, which readers see whole or not at all: written beside it under a
+    temporary name of this process, flushed to disk, and renamed over it. A write that fails
+    (a full disk) removes its temporary file before the error goes on: every restart fails alike,
+    and each one's half-written file would take more of the space."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def open_for_append(path: Path, field: str):
     """`path` opened for appending lines (line-buffered, readable while a run goes on), its folder
     created; UsageError naming `field` when it cannot be."""

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from config.paths import output_dir, output_file
-from trainer.cli import Parser, UsageError, checked_path, run_main
+from trainer.cli import Parser, UsageError, checked_path, run_main, write_whole
 
 MARKER = ".download-complete.json"
 LOG_EVERY_S = float(os.environ.get("DOWNLOAD_LOG_EVERY_S", "15"))
@@ -108,9 +108,7 @@ def download(repo: str, revision: str, out: Path) -> dict:
     # Leftovers of killed attempts: huggingface_hub names its temporary files per process.
     for stale in (staging / ".cache").rglob("*.incomplete"):
         stale.unlink()
-    tmp = staging / f"{MARKER}.tmp"
-    tmp.write_text(json.dumps(marker, indent=1) + "\n")
-    os.replace(tmp, staging / MARKER)
+    write_whole(staging / MARKER, json.dumps(marker, indent=1) + "\n")
     os.replace(staging, out)
     print(f"complete: {repo} at {info.sha} in {out} ({marker['files']} files, {marker['bytes']} bytes)", flush=True)
     return marker

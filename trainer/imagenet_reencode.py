@@ -48,7 +48,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trainer.cli import UsageError
+from trainer.cli import UsageError, write_whole
 
 MANIFEST = "reencode.json"
 # Ordinary photographic qualities around FFCV's 90 (README): below, the copy trades more of the
@@ -157,9 +157,7 @@ def claim(out: Path, settings: Settings | None) -> None:
     if have is None:
         if _holds_images(out):
             raise UsageError("--out", f"{out} already holds images placed without --reencode; choose another --out")
-        partial = out / f".{MANIFEST}.partial"
-        partial.write_text(json.dumps(asdict(settings), indent=1) + "\n")
-        os.replace(partial, out / MANIFEST)
+        write_whole(out / MANIFEST, json.dumps(asdict(settings), indent=1) + "\n")
 
 
 # --- one image ------------------------------------------------------------------------------------

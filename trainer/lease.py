@@ -38,6 +38,7 @@ from pathlib import Path
 
 from config.kubernetes import RUN_ID_ENV
 
+from trainer.cli import write_whole
 from trainer.log import log, warn
 
 LEASE_FILE = "LEASE"
@@ -146,9 +147,7 @@ class Lease:
 
     def _write(self, now: float) -> None:
         record = {**asdict(self.owner), "acquired": self.acquired_at, "renewed": now, "ttl_s": self.ttl_s}
-        tmp = self.path.with_name(f".{LEASE_FILE}.{self.owner.pid}.tmp")
-        tmp.write_text(json.dumps(record) + "\n")
-        os.replace(tmp, self.path)
+        write_whole(self.path, json.dumps(record) + "\n")
 
     def _gone(self, record: dict) -> bool:
         """The owner ran on this host and its process no longer exists."""

@@ -12,7 +12,7 @@ from config.workloads.common import CheckpointConfig
 from trainer.checkpoint import MARKER, existing_checkpoints, list_steps, step_dir
 from trainer.cli import UsageError
 from trainer.retention import TRASH
-from trainer_procs import REPO, job_env, lone_rank_env
+from trainer_procs import REPO, file_size_limited, job_env, lone_rank_env
 
 SCRIPT = r"""
 import sys, torch
@@ -107,6 +107,16 @@ def test_a_checkpoint_directory_that_cannot_be_created_is_one_line_before_traini
     assert p.returncode == 2
     assert p.stderr.strip() == f"error: --checkpoint-dir: cannot create {blocker / 'ckpt'}: {blocker} is a file, not a folder"
     assert "step " not in p.stdout
+
+
+def test_a_model_record_that_the_disk_refuses_ends_the_run_and_leaves_no_temporary_file(tmp_path):
+    # The lease (about 150 bytes) fits under the cap; model.json (about 450) does not.
+    p = subprocess.run(file_size_limited([sys.executable, "-m", "trainer.llm", "--seq-len", "32", "--batch-size", "2",
+                                          "--steps", "2", "--checkpoint-dir", str(tmp_path)], 350),
+                       cwd=REPO, env=job_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and "File too large" in p.stderr.splitlines()[-1], p.stderr[-2000:]
+    assert "step " not in p.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".LEASE.lock", "LEASE"]
 
 
 BUFFERS_SCRIPT = r"""

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from trainer.lease import LEASE_FILE, Lease, LeaseHeld, Owner
-from trainer_procs import REPO, Job, job_env, llm_args, torchrun_args
+from trainer_procs import REPO, Job, file_size_limited, job_env, llm_args, torchrun_args
 
 A = Owner("job-a-1234567890", "job-a-worker-0", 57)
 B = Owner("job-b-0987654321", "job-b-worker-0", 61)
@@ -103,6 +103,27 @@ def test_the_run_id_is_torchruns_rendezvous_id_else_host_and_pid():
     assert Owner.of_this_process(env={"TORCHELASTIC_RUN_ID": "llama-abc-1", "TRAINER_RUN_ID": "llama-abc"}).run == "llama-abc"
     me = Owner.of_this_process(env={})
     assert me.run == f"{me.host}:{os.getpid()}"
+
+
+LEASE_ON_A_FULL_DISK = r"""
+import errno, sys
+from trainer.lease import Lease, Owner
+for pid in (101, 102):  # restarts, each a process of its own
+    try:
+        Lease(sys.argv[1], Owner("job-a", "job-a-worker-0", pid)).acquire()
+    except OSError as exc:
+        assert exc.errno == errno.EFBIG, exc
+    else:
+        raise SystemExit("the disk took the lease")
+"""
+
+
+def test_a_lease_that_the_disk_refuses_is_raised_and_leaves_no_temporary_file(tmp_path):
+    # A full disk fails every restart alike: each one's half-written temporary file took more of the space.
+    p = subprocess.run(file_size_limited([sys.executable, "-c", LEASE_ON_A_FULL_DISK, str(tmp_path)], 40), cwd=REPO,
+                       env=job_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".LEASE.lock"]
 
 
 @pytest.mark.slow

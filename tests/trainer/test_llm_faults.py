@@ -273,10 +273,14 @@ def test_a_save_that_the_disk_refuses_ends_the_run_with_one_line_naming_it_and_k
     assert rc == TORCHRUN_FAILED, out[-3000:]
     ends = [line for line in out.splitlines() if line.startswith("error: python -m trainer.llm")]
     assert len(ends) == 2, out[-3000:]  # each worker's log ends with its line
-    for line in ends:
-        assert re.search(r"failed unexpectedly \(CheckpointWriteFailed: checkpoint \S+step-00000030 was not "
-                         r"written; the checkpoints before it are kept \(ranks? [01].*: \w+: .+\)", line), line
-        assert "Traceback" not in line
+    # Each rank learns of the failed background write when it polls its own save, which may be a
+    # step apart: the first to know stops, and the other may end on the broken step collective
+    # instead. Whichever ranks say it, the cause is named, and no line is a traceback.
+    named = [line for line in ends if re.search(
+        r"failed unexpectedly \(CheckpointWriteFailed: checkpoint \S+step-00000030 was not written; the "
+        r"checkpoints before it are kept \(ranks? [01].*: \w+: .+\)", line)]
+    assert named, ends
+    assert not any("Traceback" in line for line in ends), ends
     assert "error_file: <N/A>" not in out
     assert list_steps(tmp_path) == [10, 20] and list_steps(tmp_path, complete=False) == [30]
     assert {k: v for k, v in tree(tmp_path).items() if not k.startswith("step-00000030")} == before

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -123,12 +124,54 @@ def read_yaml(path: str | Path, limit: int = TEXT_LIMIT_BYTES) -> list[Any]:
         raise PathProblem(f"{path} is not YAML" + (f" (line {where.line + 1})" if where else "")) from None
 
 
+def _stat(path: str | Path, follow_symlinks: bool = True) -> os.stat_result | None:
+    """The path's status, None when nothing is there. Path.exists() and is_dir() raise
+    PermissionError for a path inside a folder this user may not enter (mode 000 on FSx, where the
+    image runs as uid 1000), and os.path.exists() says False; that is a problem to name, not an
+    answer."""
+    try:
+        return os.stat(path, follow_symlinks=follow_symlinks)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as err:
+        raise PathProblem(f"cannot reach {path} ({_reason(err)})") from None
+
+
+def exists(path: str | Path, follow_symlinks: bool = True) -> bool:
+    return _stat(path, follow_symlinks) is not None
+
+
+def is_file(path: str | Path) -> bool:
+    found = _stat(path)
+    return found is not None and stat.S_ISREG(found.st_mode)
+
+
+def is_dir(path: str | Path) -> bool:
+    """Whether path is a directory; one this user may not enter is a PathProblem, so that looking
+    up a name inside it later cannot fail. Tried, not asked of os.access(): root's answer there
+    comes from its capabilities, not the mode."""
+    found = _stat(path)
+    if found is None or not stat.S_ISDIR(found.st_mode):
+        return False
+    try:
+        os.stat(os.path.join(path, "."))  # resolving "." needs search (x) permission on path
+    except OSError as err:
+        raise PathProblem(f"cannot enter {path} ({_reason(err)})") from None
+    return True
+
+
 def input_dir(path: str | Path) -> Path:
+    """A directory this user can enter and list."""
     path = Path(path)
-    if not path.exists():
+    if not exists(path):
         raise PathProblem(f"{path} not found")
-    if not path.is_dir():
+    if not is_dir(path):
         raise PathProblem(f"{path} is not a directory")
+    try:
+        with os.scandir(path) as entries:
+            next(entries, None)
+    except OSError as err:
+        raise PathProblem(f"cannot list {path} ({_reason(err)})") from None
     return path
 
 
@@ -141,6 +184,7 @@ def output_dir(path: str | Path) -> Path:
         raise PathProblem(f"{path} exists and is not a directory") from None
     except OSError as err:
         raise PathProblem(f"cannot create directory {path} ({_reason(err)})") from None
+    is_dir(path)
     if not os.access(path, os.W_OK | os.X_OK):
         raise PathProblem(f"{path} is not writable by this user (uid {os.getuid()})")
     return path
@@ -151,12 +195,12 @@ def creatable_dir(path: str | Path) -> Path:
     fails on another argument. A missing directory is probed by making (and removing) a
     temporary one in its nearest existing ancestor."""
     path = Path(path)
-    if path.exists():
+    if exists(path):
         return output_dir(path)
     ancestor = path.parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
+    while not exists(ancestor) and ancestor != ancestor.parent:
         ancestor = ancestor.parent
-    if not ancestor.is_dir():
+    if not is_dir(ancestor):
         raise PathProblem(f"cannot create directory {path} ({ancestor} is not a directory)")
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=ancestor))
@@ -171,7 +215,8 @@ def output_file(path: str | Path) -> Path:
     path at once), because root passes every access() check on a file system that still refuses
     new files (/proc, a read-only mount)."""
     path = Path(path)
-    if path.is_dir():
+    found = _stat(path)
+    if found is not None and stat.S_ISDIR(found.st_mode):
         raise PathProblem(f"{path} is a directory, expected a file")
     if path.name in ("", ".", ".."):
         raise PathProblem(f"{path} does not name a file")
@@ -179,7 +224,7 @@ def output_file(path: str | Path) -> Path:
         output_dir(path.parent)
     except PathProblem as problem:
         raise PathProblem(f"cannot create {path}: {problem}") from None
-    if path.exists():
+    if found is not None:
         if not os.access(path, os.W_OK):
             raise PathProblem(f"{path} exists and is not writable by this user (uid {os.getuid()})")
         return path

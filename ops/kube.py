@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from config.kubernetes import EFA_CHECK_FAILED, EFA_CHECK_PASSED, TRAINING_NAMESPACE
-from config.paths import PathProblem, read_yaml
+from config.paths import PathProblem, exists, read_yaml
 from ops.errors import OpsError
 
 PYTORCHJOB_MODEL = "KubeflowOrgV1PyTorchJob"
@@ -47,9 +47,9 @@ def check_kubeconfig(kubeconfig: str | None, *, allow_empty: bool = False) -> No
     named = [("--kubeconfig", kubeconfig)] if kubeconfig else \
         [("KUBECONFIG", p) for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
     for name, path in named:
-        if not os.path.lexists(path):
-            continue  # a missing one is the client's "no usable kubeconfig", which says how to make one
         try:
+            if not exists(path, follow_symlinks=False):
+                continue  # a missing one is the client's "no usable kubeconfig", which says how to make one
             documents = read_yaml(path)
         except PathProblem as problem:
             raise OpsError(f"{name}: {problem}") from None

@@ -170,8 +170,11 @@ def ready_nodes_by_group(nodes: dict) -> dict[str, list[str]]:
 
 
 def load_validation_objects(dist: Path) -> list[dict]:
-    if dist.exists() and not dist.is_dir():
-        raise OpsError(f"--dist: {dist} is not a directory (the dist/<env> folder make synth writes)")
+    try:
+        if paths.exists(dist) and not paths.is_dir(dist):
+            raise OpsError(f"--dist: {dist} is not a directory (the dist/<env> folder make synth writes)")
+    except paths.PathProblem as problem:
+        raise OpsError(f"--dist: {problem}") from None
     files = sorted(dist.rglob("*validation*.yaml"))
     if not files:
         raise OpsError(f"--dist: no cluster-validation YAML under {dist} (run make synth first)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import hashlib
 import importlib
 import io
@@ -116,6 +117,50 @@ def entry(cli: str) -> Callable[[list[str]], object]:
 BINARY = bytes(range(256)) * 8  # NUL bytes and invalid UTF-8
 NOT_UTF8 = "café, naïve: latin-1 text\n".encode("latin-1")  # no NUL, but not UTF-8
 PROC = Path("/proc")  # a directory whose children no one can create, root included
+
+
+# A folder no one may enter or list (mode 000). The trainer image runs as uid 1000, to whom it is
+# closed; root passes every permission check through CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH,
+# so a case that uses one runs with those two dropped (denied_as_a_user below).
+UNENTERABLE = "unenterable"
+
+
+def unenterable(tmp: Path) -> Path:
+    folder = tmp / "locked"
+    folder.mkdir(exist_ok=True)
+    folder.chmod(0)
+    return folder
+
+
+_DAC_CAPABILITIES = (1 << 1) | (1 << 2)  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH (linux/capability.h)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+@contextlib.contextmanager
+def denied_as_a_user():
+    """File permissions bite in this thread as they do for an ordinary user: the two capabilities
+    that let root past them leave the effective set, and come back after (they stay permitted).
+    Capabilities are per thread; the commands check their paths in the thread that runs main()."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    header, data = _CapHeader(0x20080522, 0), (_CapData * 2)()  # _LINUX_CAPABILITY_VERSION_3
+    if libc.capget(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capget failed")
+    effective = data[0].effective
+    data[0].effective &= ~_DAC_CAPABILITIES
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
+    try:
+        yield
+    finally:
+        data[0].effective = effective
+        libc.capset(ctypes.byref(header), data)
 
 
 def tree(root: Path) -> dict[str, str]:

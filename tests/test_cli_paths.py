@@ -11,6 +11,7 @@ anywhere else). Commands run in this process with a deadline (tests/cli_sweep.py
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -19,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from cli_sweep import (BINARY, NOT_UTF8, PROC, Case, arguments_of, captured_parser, entry, looks_like_a_path,
-                       modules_with_a_main, new_files, run_in_process, tree)
+from cli_sweep import (BINARY, NOT_UTF8, PROC, UNENTERABLE, Case, arguments_of, captured_parser, denied_as_a_user,
+                       entry, looks_like_a_path, modules_with_a_main, new_files, run_in_process, tree, unenterable)
 
 DEADLINE_S = 60
 
@@ -113,18 +114,25 @@ def _under_file(tmp: Path) -> Path:
     return tmp / "a-file" / "out"
 
 
+def _in_unenterable(tmp: Path) -> Path:
+    return unenterable(tmp) / "out"
+
+
+IN_LOCKED = {f"in an {UNENTERABLE} folder": _in_unenterable}
+LOCKED = {UNENTERABLE: unenterable, **IN_LOCKED}
 KINDS = {
     "in-file": {"missing": lambda tmp: tmp / "missing", "directory": _dir, "binary": _file("binary", BINARY),
-                "non-utf8": _file("latin1", NOT_UTF8)},
-    "in-dir": {"missing": lambda tmp: tmp / "missing", "a file": _file("a-file", "a file, not a directory\n")},
+                "non-utf8": _file("latin1", NOT_UTF8), **IN_LOCKED},
+    "in-dir": {"missing": lambda tmp: tmp / "missing", "a file": _file("a-file", "a file, not a directory\n"), **LOCKED},
     "in-any": {"missing": lambda tmp: tmp / "missing", "binary": _file("binary", BINARY),
-               "non-utf8": _file("latin1", NOT_UTF8)},
-    "out-file": {"directory": _dir, "under a file": _under_file, "under /proc": lambda tmp: PROC / "cli-sweep.txt"},
+               "non-utf8": _file("latin1", NOT_UTF8), **LOCKED},
+    "out-file": {"directory": _dir, "under a file": _under_file, "under /proc": lambda tmp: PROC / "cli-sweep.txt",
+                 **IN_LOCKED},
     "out-dir": {"a file": _file("a-file", "keep me\n"), "under a file": _under_file,
-                "under /proc": lambda tmp: PROC / "cli-sweep"},
+                "under /proc": lambda tmp: PROC / "cli-sweep", **LOCKED},
     # Read when it exists (a missing one is a fresh start), written as the run goes.
     "state-file": {"directory": _dir, "binary": _file("binary", BINARY), "non-utf8": _file("latin1", NOT_UTF8),
-                   "under a file": _under_file, "under /proc": lambda tmp: PROC / "cli-sweep.txt"},
+                   "under a file": _under_file, "under /proc": lambda tmp: PROC / "cli-sweep.txt", **IN_LOCKED},
     "exe": {"missing": lambda tmp: tmp / "missing", "directory": _dir,
             "not executable": _file("etcd", "#!/bin/sh\n", 0o644), "binary": _file("etcd", BINARY, 0o755)},
 }
@@ -228,6 +236,9 @@ TRAINER = {
     "trainer.plot scaling --output": ("out-file", ["scaling", "{good}/runs/n1.jsonl", "{good}/runs/n2.jsonl",
                                                    "-o", "{path}"]),
 }
+# Arguments the base command refuses before reading them: the line names the argument and why,
+# which is not the permission.
+NOT_READ = {f"ops {command} --context-file": "read only with --env" for command in ("delete", "logs", "status", "stop")}
 XFAIL: dict[str, str] = {}  # case id -> reason, for a known failure awaiting its fix (strict)
 
 
@@ -318,13 +329,16 @@ def test_a_hostile_path_is_one_line_naming_the_argument_and_exit_2(case, good, t
     hostile = case.make(scratch)
     argv = [a.format(path=hostile, good=good, tmp=scratch) for a in case.argv]
     before, shared = tree(scratch), tree(good)
-    outcome = run_in_process(entry(case.cli), argv, DEADLINE_S)
+    with denied_as_a_user() if UNENTERABLE in case.what else contextlib.nullcontext():
+        outcome = run_in_process(entry(case.cli), argv, DEADLINE_S)
     shown = f"argv: {argv}\nexit {outcome.code}\nstderr:\n{outcome.stderr}{outcome.escaped}"
     assert not outcome.hung, f"no answer in {DEADLINE_S} s\n{shown}"
     assert not outcome.escaped and "Traceback" not in outcome.stderr, shown
     assert outcome.code == 2, shown
     assert len(outcome.lines) == 1, shown
     assert any(name in outcome.lines[0] for name in case.names), f"the line must name {case.names[0]}\n{shown}"
+    if UNENTERABLE in case.what and case.arg not in NOT_READ:
+        assert "permission denied" in outcome.lines[0].lower(), shown
     assert not new_files(before, tree(scratch)), f"left behind: {new_files(before, tree(scratch))}\n{shown}"
     assert tree(good) == shared
 
@@ -356,5 +370,6 @@ def test_every_runnable_module_is_swept_or_says_why_not():
 
 def test_the_sweep_covers_each_kind_of_hostile_path():
     whats = {c.values[0].what for c in CASES}
-    assert {"missing", "directory", "binary", "non-utf8", "a file", "under a file", "under /proc"} <= whats
+    assert {"missing", "directory", "binary", "non-utf8", "a file", "under a file", "under /proc", UNENTERABLE,
+            f"in an {UNENTERABLE} folder"} <= whats
     assert len(CASES) > 100

@@ -59,9 +59,11 @@ def create_folder(path: Path, field: str, *, wanted: Path | None = None) -> Path
     """`path` as a folder, created with its parents; UsageError naming `field` and `wanted` (what
     the folder is for, default `path`) when it cannot be: a parent that is a file, a read-only or
     missing mount."""
+    from config.paths import exists, is_dir
+
     wanted = wanted or path
     for folder in (path, *path.parents):
-        if folder.exists() and not folder.is_dir():
+        if checked_path(field, exists, folder) and not checked_path(field, is_dir, folder):
             raise UsageError(field, f"cannot create {wanted}: {folder} is a file, not a folder")
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -102,7 +104,9 @@ def write_whole(path: Path, text: str) -> None:
 def open_for_append(path: Path, field: str):
     """`path` opened for appending lines (line-buffered, readable while a run goes on), its folder
     created; UsageError naming `field` when it cannot be."""
-    if path.is_dir():
+    from config.paths import is_dir
+
+    if checked_path(field, is_dir, path):
         raise UsageError(field, f"{path} is a folder, expected a file")
     create_folder(path.parent, field, wanted=path)
     try:

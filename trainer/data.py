@@ -25,7 +25,8 @@ from pathlib import Path
 import torch
 
 from config.workloads.llm import SequenceBatchConfig, TokenDataConfig
-from trainer.cli import UsageError, run_main
+from config.paths import is_dir
+from trainer.cli import UsageError, checked_path, run_main
 
 
 class SyntheticTokens:
@@ -101,7 +102,7 @@ class RankBatches:
             self.source = SyntheticTokens(vocab_size, seed)
         else:
             path = Path(data.source)
-            if not path.is_dir():
+            if not checked_path("--data", is_dir, path):
                 raise UsageError("--data", f"expected 'synthetic' or a directory of token shards, got {data.source!r}")
             self.source = TokenShards(path, vocab_size)
             self.window_count = self.source.num_windows(self.seq_len + 1)

@@ -33,7 +33,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from config.models import ModelConfig
 from config.options import positive_float
 from trainer.cli import Parser, UsageError, checked_path, run_main, staging_folder
-from config.paths import read_json
+from config.paths import exists, is_dir, read_json
 from trainer.hf_config import TOKENIZER_FILES, hf_names, special_token_ids, to_hf_config
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -231,7 +231,7 @@ def _first_cause(exc: BaseException) -> str:
 
 def _staging(out: Path) -> Path:
     """An empty folder beside `out`, renamed onto it when the export is whole."""
-    if out.exists() and not out.is_dir():
+    if checked_path("--out", exists, out) and not checked_path("--out", is_dir, out):
         raise UsageError("--out", f"{out} exists and is not a folder")
     if out.is_dir() and any(out.iterdir()):
         raise UsageError("--out", f"{out} exists and is not empty")
@@ -253,7 +253,7 @@ def export(checkpoint: Path, out: Path, dtype: torch.dtype, max_shard_gb: float 
         copies, token_ids = tokenizer_files(tokenizer, "--tokenizer", cfg.vocab_size)
     elif started_from is None:
         note = "the run did not start from a Hugging Face directory (model.json has no init_from_hf)"
-    elif not Path(started_from).is_dir():
+    elif not checked_path("--checkpoint", is_dir, started_from):
         note = f"{started_from}, the Hugging Face directory the run started from, is not a directory here"
     else:
         copies, token_ids = tokenizer_files(Path(started_from), f"--checkpoint: init_from_hf {started_from}",
@@ -316,10 +316,10 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.command == "export":
         checkpoint, out = Path(args.checkpoint), Path(args.out)
-        if not checkpoint.is_dir():
+        if not checked_path("--checkpoint", is_dir, checkpoint):
             raise UsageError("--checkpoint", f"{checkpoint} is not a directory")
         tokenizer = Path(args.tokenizer) if args.tokenizer else None
-        if tokenizer is not None and not tokenizer.is_dir():
+        if tokenizer is not None and not checked_path("--tokenizer", is_dir, tokenizer):
             raise UsageError("--tokenizer", f"{tokenizer} is not a directory (a Hugging Face model directory "
                                             "holding tokenizer.json and tokenizer_config.json)")
         step, note = export(checkpoint, out, DTYPES[args.dtype], args.max_shard_gb, tokenizer)

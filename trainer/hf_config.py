@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from config.models import ModelConfig, RopeScaling
-from config.paths import read_json
+from config.paths import is_dir, read_json
 from trainer.cli import UsageError, checked_path
 
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM"}
@@ -26,7 +26,7 @@ SPECIAL_TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
 
 def read_config(directory: Path, field: str = "--init-from-hf") -> dict:
     path = directory / "config.json"
-    if not path.is_file():
+    if not checked_path(field, is_dir, directory) or not path.is_file():
         raise UsageError(field, f"{directory} has no config.json (expected a Hugging Face model directory)")
     return checked_path(field, read_json, path)
 

@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from config.paths import creatable_dir
+from config.paths import creatable_dir, is_dir
 from trainer import imagenet_reencode
 from trainer.cli import UsageError, checked_path, create_folder
 
@@ -166,7 +166,7 @@ def rearrange(src: Path, out: Path, reencode=None, workers: int = 1) -> Report:
     (trainer.imagenet_reencode.Settings) re-encoded by `workers` processes."""
     from tqdm import tqdm
 
-    if not src.is_dir():
+    if not checked_path("--src", is_dir, src):
         raise UsageError("--src", f"{src} is not a folder")
     pairs, report = plan(src, out)
     create_folder(out, "--out")

@@ -16,7 +16,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from config.paths import read_text
+from config.paths import is_dir, read_text
 from trainer.cli import Parser, UsageError, checked_path, create_folder, run_main
 
 
@@ -53,7 +53,7 @@ def check_output(output: Path) -> str:
     from matplotlib.backend_bases import FigureCanvasBase
     if fmt not in FigureCanvasBase.get_supported_filetypes():
         raise UsageError("--output", f"{output}: {fmt!r} is not an image format matplotlib writes (png, svg, pdf)")
-    if output.is_dir():
+    if checked_path("--output", is_dir, output):
         raise UsageError("--output", f"{output} is a folder, expected an image file name")
     create_folder(output.parent, "--output")
     return fmt
@@ -114,7 +114,7 @@ def plot(records: list[dict], output: Path) -> None:
 def run_point(path: Path) -> dict:
     """One run's place on the scaling figure: its world size and median epoch throughput. The
     first epoch is left out when there are others (start-up, data-loader warm-up)."""
-    metrics = path / "metrics.jsonl" if path.is_dir() else path
+    metrics = path / "metrics.jsonl" if checked_path("RUN", is_dir, path) else path
     epochs = [r for r in read_metrics(metrics, "RUN") if r.get("kind") == "epoch" and r.get("images_per_sec")]
     if not epochs:
         raise UsageError("RUN", f"{metrics} holds no epoch lines of trainer.vision")

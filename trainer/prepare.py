@@ -22,7 +22,8 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from config.options import positive_int
-from trainer.cli import Parser, UsageError, staging_folder
+from config.paths import exists, is_dir, is_file
+from trainer.cli import Parser, UsageError, checked_path, staging_folder
 
 SUFFIXES = (".txt", ".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
 EOS_CANDIDATES = ("<|end_of_text|>", "</s>", "<|endoftext|>", "<eos>")
@@ -38,18 +39,18 @@ def _kind(path: Path) -> str | None:
 def find_inputs(inputs: list[Path]) -> list[Path]:
     files = []
     for p in inputs:
-        if p.is_file():
+        if checked_path("--input", is_file, p):
             if _kind(p) is None:
                 raise UsageError("--input", f"{p}: unsupported file type (supported: {', '.join(SUFFIXES)})")
             files.append(p)
-        else:
+        elif checked_path("--input", is_dir, p):
             files += [f for f in p.rglob("*") if f.is_file() and _kind(f)]
     return sorted(files)
 
 
 def load_tokenizer(path: Path):
     from tokenizers import Tokenizer
-    file = path / "tokenizer.json" if path.is_dir() else path
+    file = path / "tokenizer.json" if checked_path("--tokenizer", is_dir, path) else path
     if not file.is_file():
         raise UsageError("--tokenizer", f"{path} is neither a tokenizer.json nor a directory holding one")
     try:
@@ -189,7 +190,8 @@ def prepare(tokenizer_path: Path, inputs: list[Path], output: Path, shard_tokens
             break
     if eos and eos_id is None:
         raise UsageError("--eos-token", f"{eos!r} is not in the tokenizer's vocabulary")
-    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+    if checked_path("--output", exists, output) and (not checked_path("--output", is_dir, output)
+                                                     or any(output.iterdir())):
         raise UsageError("--output", f"{output} exists and is not an empty folder")
     vocab = tok.get_vocab_size()
     dtype = "uint16" if vocab <= 2**16 else "uint32"
@@ -267,13 +269,13 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.command == "imagenet":
         return imagenet.run(args)
-    if args.skip_if_prepared and (Path(args.output) / "meta.json").is_file():
+    if args.skip_if_prepared and checked_path("--output", is_file, Path(args.output) / "meta.json"):
         print(f"{args.output} already holds token shards (meta.json); nothing to do")
         return 0
-    missing = [i for i in args.input if not Path(i).exists()]
+    missing = [i for i in args.input if not checked_path("--input", exists, i)]
     if missing:
         raise UsageError("--input", f"{missing[0]} does not exist")
-    if not Path(args.tokenizer).exists():
+    if not checked_path("--tokenizer", exists, args.tokenizer):
         raise UsageError("--tokenizer", f"{args.tokenizer} does not exist")
     output = Path(args.output)
     meta = prepare(Path(args.tokenizer), [Path(i) for i in args.input], output, args.shard_tokens,

@@ -27,13 +27,14 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
+from config.paths import is_file
 from config.workloads.common import CheckpointConfig
 from config.workloads.vision import VisionJobConfig
 from trainer import dist as tdist
 from trainer.batching import (GLOBAL_BATCH, NonFiniteLoss, NonFiniteSteps, micro_batch_sync, resolve_global_batch,
                               world_size_from_env)
 from trainer.checkpoint import RUN_SETTINGS, CheckpointManager, ModelAndOptimizer, existing_checkpoints
-from trainer.cli import UsageError, parse_config, run_main
+from trainer.cli import UsageError, checked_path, parse_config, run_main
 from trainer.log import log
 from trainer.metrics import check_metrics_file
 from trainer.optim import build_sgd, image_learning_rate
@@ -48,7 +49,7 @@ from trainer.vision_model import build_classifier, place
 
 def parse_job(argv=None) -> VisionJobConfig:
     job = parse_config(VisionJobConfig, argv)
-    if job.model.init_from and not Path(job.model.init_from).is_file():
+    if job.model.init_from and not checked_path("--init-from", is_file, job.model.init_from):
         raise UsageError("--init-from", f"{job.model.init_from} is not a file")
     check_metrics_file(job.metrics)
     check_decode(job.data.decode, job.data.source)

@@ -24,8 +24,9 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from config.paths import is_dir
 from config.workloads.vision import GPU_DECODERS, ImageDataConfig, SyntheticImagesConfig
-from trainer.cli import UsageError
+from trainer.cli import UsageError, checked_path
 from trainer.encoded_images import EncodedImages
 from trainer.imagenet_reencode import check_serves
 from trainer.torchvision_compat import import_torchvision
@@ -109,7 +110,7 @@ def build_datasets(cfg: ImageDataConfig, synthetic: SyntheticImagesConfig, seed:
                 synthetic.classes)
     root = Path(cfg.source)
     for split in ("train", "val"):
-        if not (root / split).is_dir():
+        if not checked_path("--data", is_dir, root / split):
             raise UsageError("--data", f"expected 'synthetic' or a folder with train/ and val/ class folders; "
                                        f"{root / split} is not a directory")
     check_serves(root, cfg.image_size)  # a re-encoded copy (trainer.data imagenet --reencode) too small for the crop

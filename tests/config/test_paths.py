@@ -81,3 +81,16 @@ def test_outputs_under_a_regular_file_or_proc_cannot_be_created(tmp_path, check)
     for path in (tmp_path / "file" / "out", "/proc/cli-paths-test"):
         with pytest.raises(PathProblem, match="cannot create"):
             check(path)
+
+
+@pytest.mark.parametrize("check", [paths.exists, paths.is_file, paths.is_dir, paths.input_dir, paths.output_dir,
+                                   paths.creatable_dir, paths.output_file])
+def test_a_path_in_a_folder_this_user_may_not_enter_is_a_problem_not_an_exception(tmp_path, check):
+    """Path.exists() raises PermissionError there (and os.path.exists() says False): the image runs
+    as uid 1000 on FSx, where a folder of mode 000 is someone else's."""
+    from cli_sweep import denied_as_a_user, unenterable
+
+    locked = unenterable(tmp_path)
+    for path in (locked / "inside", *([locked] if check in (paths.is_dir, paths.input_dir, paths.output_dir) else [])):
+        with denied_as_a_user(), pytest.raises(PathProblem, match="Permission denied"):
+            check(path)

@@ -158,7 +158,14 @@ SHAPES = {
                        "config.json wrong types": _folder(**{"config.json": '{"model_type": "llama", "hidden_size": "big", '
                                                                             '"num_attention_heads": [], "rope_scaling": 3}'})},
     "trainer.llm --data": {"meta.json a list": _folder(**{"meta.json": "[]"}),
-                           "meta.json binary": _folder(**{"meta.json": BINARY}), "empty": _folder()},
+                           "meta.json binary": _folder(**{"meta.json": BINARY}), "empty": _folder(),
+                           "meta.json vocab_size a string": _folder(**{"meta.json": '{"dtype": "uint16", "vocab_size": '
+                                                                                    '"1024", "shards": ["s.bin"]}',
+                                                                      "s.bin": bytes(64)}),
+                           # tiny's vocabulary is 1024: ids of 5000, and no vocab_size to say so
+                           "token ids past the vocabulary": _folder(**{"meta.json": '{"dtype": "uint16", '
+                                                                                    '"shards": ["s.bin"]}',
+                                                                      "s.bin": (5000).to_bytes(2, "little") * 32})},
     "trainer.vision --data": {"no train/": _folder(**{"val__x": "x"})},
     "--checkpoint-dir": {"model.json a list": _folder(**{"model.json": "[]", **CHECKPOINT_STEP}),
                          "model.json binary": _folder(**{"model.json": BINARY})},

@@ -19,13 +19,12 @@ and DIR/shard-00000.bin, ... holding the token ids back to back (little-endian).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from config.workloads.llm import SequenceBatchConfig, TokenDataConfig
-from config.paths import is_dir
+from config.paths import is_dir, read_json
 from trainer.cli import UsageError, checked_path, run_main
 
 
@@ -60,17 +59,26 @@ class TokenShards:
         meta_path = directory / "meta.json"
         if not meta_path.is_file():
             raise UsageError("--data", f"{directory} has no meta.json; make shards with `python -m trainer.data prepare`")
+        meta = checked_path("--data", read_json, meta_path)
+        dtype_name, names, meta_vocab = meta.get("dtype"), meta.get("shards"), meta.get("vocab_size")
+        if not isinstance(dtype_name, str) or dtype_name not in _DTYPES:
+            raise UsageError("--data", f"{meta_path}: dtype must be one of {', '.join(_DTYPES)}, got {dtype_name!r}")
+        if not (isinstance(names, list) and names and all(isinstance(n, str) and n for n in names)):
+            raise UsageError("--data", f"{meta_path}: shards must be a non-empty list of file names, got {names!r}")
+        if meta_vocab is not None and (type(meta_vocab) is not int or meta_vocab < 1):
+            raise UsageError("--data", f"{meta_path}: vocab_size must be a positive integer, got {meta_vocab!r}")
+        if (meta_vocab or 0) > vocab_size:
+            raise UsageError("--data", f"tokens go up to {meta_vocab} but the model's vocabulary has {vocab_size}")
+        dtype, width = _DTYPES[dtype_name]
         try:
-            meta = json.loads(meta_path.read_text())
-            dtype, width = _DTYPES[meta["dtype"]]
             # Private memory maps: pages load on first touch, so a 100 GB corpus costs no RAM up front.
             self.shards = [torch.from_file(str(directory / name), shared=False,
                                            size=(directory / name).stat().st_size // width, dtype=dtype)
-                           for name in meta["shards"]]
-        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+                           for name in names]
+        except (OSError, RuntimeError) as exc:
             raise UsageError("--data", f"{meta_path} is not a shard index ({exc})") from None
-        if meta.get("vocab_size", 0) > vocab_size:
-            raise UsageError("--data", f"tokens go up to {meta['vocab_size']} but the model's vocabulary has {vocab_size}")
+        self.names = [directory / name for name in names]
+        self.vocab_size = vocab_size
         self.sizes = [len(s) for s in self.shards]
 
     def num_windows(self, length: int) -> int:
@@ -78,9 +86,18 @@ class TokenShards:
 
     def window(self, index: int, length: int) -> torch.Tensor:
         index %= self.num_windows(length)  # past the end, start another pass over the data
-        for shard, size in zip(self.shards, self.sizes):
+        for shard, size, name in zip(self.shards, self.sizes, self.names):
             if index < size // length:
-                return shard[index * length:(index + 1) * length].to(torch.long)
+                window = shard[index * length:(index + 1) * length].to(torch.long)
+                # Checked here, on the host, for the windows a step reads: an id past the embedding
+                # fails the first step (IndexError, or a device-side assert on a GPU), and
+                # meta.json's vocab_size may be missing or wrong. Scanning every shard at start-up
+                # instead would read the whole corpus (about 1 s per 100M-token shard in page cache).
+                top = int(window.max())
+                if top >= self.vocab_size:
+                    raise UsageError("--data", f"{name} holds token id {top}, outside the model's vocabulary of "
+                                               f"{self.vocab_size} (ids 0 to {self.vocab_size - 1})")
+                return window
             index -= size // length
         raise AssertionError("unreachable")
 

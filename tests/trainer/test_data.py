@@ -4,6 +4,8 @@ ranks, a permutation of the windows per epoch, and a position that is the global
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -71,3 +73,30 @@ def test_the_position_is_the_global_sample_index_and_resumes_on_another_world_si
 def test_a_corpus_smaller_than_one_global_batch_is_a_usage_error(shards):
     with pytest.raises(UsageError, match="holds 13 windows of 8 tokens, fewer than one step needs .*16"):
         _batches(shards, global_batch=16)
+
+
+@pytest.mark.parametrize("field, value", [("vocab_size", "1024"), ("vocab_size", True), ("vocab_size", 0),
+                                          ("dtype", ["uint16"]), ("dtype", "int8"), ("shards", "shard-00000.bin"),
+                                          ("shards", [3]), ("shards", [])])
+def test_a_shard_index_field_of_the_wrong_type_is_one_usage_error_naming_data_and_the_field(shards, field, value):
+    meta = json.loads((Path(shards) / "meta.json").read_text())
+    (Path(shards) / "meta.json").write_text(json.dumps({**meta, field: value}))
+    with pytest.raises(UsageError) as err:
+        _batches(shards)
+    assert str(err.value).startswith(f"--data: {Path(shards) / 'meta.json'}: {field} must be ")
+
+
+@pytest.mark.parametrize("vocab_size", [None, 50])  # missing, or smaller than the ids in the shards
+def test_token_ids_outside_the_models_vocabulary_are_a_usage_error_naming_data_and_the_shard(shards, vocab_size):
+    """The shards hold ids up to 103: an embedding of 64 rows would fail at the first step with
+    IndexError on the CPU, a device-side assert on a GPU. Checked on the host as windows are cut,
+    so the step loop waits for no device."""
+    meta = json.loads((Path(shards) / "meta.json").read_text())
+    (Path(shards) / "meta.json").write_text(json.dumps({**meta, "vocab_size": vocab_size}))
+    batches = RankBatches(TokenDataConfig(shards), SequenceBatchConfig(batch_size=2, seq_len=SEQ), seed=0, rank=0,
+                          world_size=1, vocab_size=64, global_batch=8)
+    with pytest.raises(UsageError) as err:
+        for _ in range(2):  # an epoch: every window, the ones past id 64 among them
+            batches.next_step()
+    assert re.fullmatch(r"--data: .*/shard-0000[01]\.bin holds token id (6[4-9]|[7-9]\d|10[0-3]), outside the "
+                        r"model's vocabulary of 64 \(ids 0 to 63\)", str(err.value)), str(err.value)

@@ -45,6 +45,11 @@ def find_inputs(inputs: list[Path]) -> list[Path]:
             files.append(p)
         elif checked_path("--input", is_dir, p):
             files += [f for f in p.rglob("*") if f.is_file() and _kind(f)]
+    for f in files:  # opened once before any output exists: a refusal mid-run read as a failed write
+        try:
+            open(f, "rb").close()
+        except OSError as exc:
+            raise UsageError("--input", f"cannot read {f} ({exc.strerror or exc})") from None
     return sorted(files)
 
 

@@ -196,3 +196,19 @@ def run_prepare(args, capsys) -> tuple[int, str]:
     err = capsys.readouterr().err
     assert err.endswith("\n") and "Traceback" not in err, err
     return exit_.value.code, err.rstrip("\n").split("\n")[-1]
+
+
+@pytest.mark.parametrize("name", ["d.txt", "a.jsonl", "c.parquet"])
+def test_an_input_file_this_user_may_not_read_is_one_line_naming_input_and_the_file(corpus, tmp_path, capsys, name):
+    """It said `--output: writing ... failed: Permission denied` for a text file: the output was blamed."""
+    from cli_sweep import denied_as_a_user
+
+    unreadable = tmp_path / "in" / name
+    unreadable.parent.mkdir()
+    unreadable.write_bytes((corpus / "in" / name).read_bytes())
+    unreadable.chmod(0)
+    with denied_as_a_user():
+        code, err = run_prepare(["--tokenizer", str(corpus / "model"), "--input", str(tmp_path / "in"),
+                                 "--output", str(tmp_path / "out")], capsys)
+    assert (code, err) == (2, f"error: --input: cannot read {unreadable} (Permission denied)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]  # no output, no staging folder

@@ -10,9 +10,30 @@ also describe). `tiny` and `tiny-moe` exist for tests and local runs.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields, replace
 
 FAMILIES = ("llama", "mistral", "mixtral")  # Hugging Face model_type each entry exports as
+
+
+class FieldError(ValueError):
+    """A field of a model configuration with a value no model can have; `field` is its name here,
+    which a reader of another format (trainer/hf_config.py) says in that format's words."""
+
+    def __init__(self, field: str, problem: str):
+        super().__init__(f"{field} {problem}")
+        self.field, self.problem = field, problem
+
+
+def _check_positive(owner, ints: tuple[str, ...], floats: tuple[str, ...]) -> None:
+    for name in ints:
+        value = getattr(owner, name)
+        if type(value) is not int or value < 1:
+            raise FieldError(name, f"must be a positive integer, got {value!r}")
+    for name in floats:
+        value = getattr(owner, name)
+        if type(value) not in (int, float) or not (math.isfinite(value) and value > 0):
+            raise FieldError(name, f"must be a finite number above 0, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -25,6 +46,9 @@ class RopeScaling:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position: int = 8192
+
+    def __post_init__(self):
+        _check_positive(self, ("original_max_position",), ("factor", "low_freq_factor", "high_freq_factor"))
 
 
 @dataclass(frozen=True)
@@ -52,6 +76,16 @@ class ModelConfig:
                     "n_experts", "experts_per_token")
 
     def __post_init__(self):
+        # A model of 0 layers trains and ignores every layer's weights on disk; a NaN rope_theta
+        # makes every step non-finite; an infinite norm_eps zeroes the gradient.
+        _check_positive(self, ("dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "ffn_dim", "max_seq_len"),
+                        ("norm_eps", "rope_theta"))
+        if self.sliding_window is not None:
+            _check_positive(self, ("sliding_window",), ())
+        if type(self.router_aux_loss_coef) not in (int, float) or not (
+                math.isfinite(self.router_aux_loss_coef) and self.router_aux_loss_coef >= 0):
+            raise FieldError("router_aux_loss_coef", f"must be a finite number of at least 0, got "
+                                                     f"{self.router_aux_loss_coef!r}")
         if self.dim % self.n_heads or self.n_heads % self.n_kv_heads:
             raise ValueError(f"dim {self.dim}, n_heads {self.n_heads}, n_kv_heads {self.n_kv_heads}: heads must "
                              "divide dim and kv heads must divide heads")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from config.models import ModelConfig, RopeScaling
+from config.models import FieldError, ModelConfig, RopeScaling
 from config.paths import is_dir, read_json
 from trainer.cli import UsageError, checked_path
 
@@ -22,6 +22,16 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 
 
 SPECIAL_TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+# ModelConfig's (and RopeScaling's) field -> the config.json key it comes from.
+HF_KEYS = {"dim": "hidden_size", "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads",
+           "n_kv_heads": "num_key_value_heads", "vocab_size": "vocab_size", "ffn_dim": "intermediate_size",
+           "norm_eps": "rms_norm_eps", "rope_theta": "rope_theta", "max_seq_len": "max_position_embeddings",
+           "sliding_window": "sliding_window", "n_experts": "num_local_experts",
+           "experts_per_token": "num_experts_per_tok", "router_aux_loss_coef": "router_aux_loss_coef",
+           "factor": "rope_scaling.factor", "low_freq_factor": "rope_scaling.low_freq_factor",
+           "high_freq_factor": "rope_scaling.high_freq_factor",
+           "original_max_position": "rope_scaling.original_max_position_embeddings"}
 
 
 def read_config(directory: Path, field: str = "--init-from-hf") -> dict:
@@ -109,6 +119,8 @@ def from_hf_config(data: dict, where: str = "config.json") -> ModelConfig:
             family=model_type)
     except KeyError as exc:
         raise UsageError(where, f"lacks {exc.args[0]}") from None
+    except FieldError as exc:
+        raise UsageError(where, f"{HF_KEYS.get(exc.field, exc.field)} {exc.problem}") from None
     except (TypeError, ValueError) as exc:
         raise UsageError(where, str(exc)) from None
 

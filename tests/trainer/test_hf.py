@@ -210,3 +210,19 @@ def test_our_checkpoints_take_precedence_over_init_from_hf_once_one_exists(tmp_p
                             text=True, timeout=120)
     assert second.returncode == 0, second.stderr[-2000:]
     assert "Resumed from checkpoint" in second.stdout and "Initialised" not in second.stdout
+
+
+@pytest.mark.parametrize("field, value", [("num_hidden_layers", 0), ("hidden_size", -64), ("vocab_size", 0),
+                                          ("intermediate_size", 0), ("max_position_embeddings", 0),
+                                          ("rope_theta", float("nan")), ("rope_theta", 0.0),
+                                          ("rms_norm_eps", float("inf")), ("rms_norm_eps", -1e-5)])
+def test_a_config_json_with_an_impossible_value_is_one_usage_error_naming_the_file_and_field(field, value):
+    """0 layers trained a model that ignored every layer's weights on disk; a NaN rope_theta skipped
+    every step as non-finite and exited 0; an infinite rms_norm_eps trained with zero gradient."""
+    from config.models import MODELS
+    from trainer.hf_config import to_hf_config
+
+    config = {**to_hf_config(MODELS["tiny"], "float32"), "head_dim": None, field: value}
+    with pytest.raises(UsageError) as err:
+        from_hf_config(config, "--init-from-hf: DIR/config.json")
+    assert str(err.value).startswith(f"--init-from-hf: DIR/config.json: {field} must be "), str(err.value)

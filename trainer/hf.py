@@ -110,6 +110,16 @@ def load_hf_weights(model: torch.nn.Module, directory: str | Path, rt) -> None:
     params = dict(model.named_parameters())
     if set(params) != set(names):
         raise AssertionError(f"model and name map disagree: {sorted(set(params) ^ set(names))[:4]}")
+    # Weights that config.json does not describe (more layers or experts than it says) would be
+    # dropped without a word. Not weights: older conversions' rotary buffers, and the output
+    # layer that a tied checkpoint may keep beside the embedding it shares.
+    read = {t for theirs in names.values() for t in theirs}
+    unread = sorted(name for name in source.files if name not in read and not name.endswith(".rotary_emb.inv_freq")
+                    and not (cfg.tie_embeddings and name == "lm_head.weight"))
+    if unread:
+        raise UsageError("--init-from-hf", f"{directory} holds {len(unread)} tensors that no parameter of the model "
+                                           f"reads ({', '.join(unread[:3])}{', ...' if len(unread) > 3 else ''}); "
+                                           "its config.json does not describe these weights")
     for ours, theirs in names.items():
         param = params[ours]
         local, dim, start, count = _local_rows(param)

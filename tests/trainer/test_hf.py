@@ -226,3 +226,27 @@ def test_a_config_json_with_an_impossible_value_is_one_usage_error_naming_the_fi
     with pytest.raises(UsageError) as err:
         from_hf_config(config, "--init-from-hf: DIR/config.json")
     assert str(err.value).startswith(f"--init-from-hf: DIR/config.json: {field} must be "), str(err.value)
+
+
+def test_weights_on_disk_that_no_parameter_reads_are_a_usage_error_naming_them(tmp_path):
+    """A config.json of 1 layer beside weights of 2 trained a model of the first layer only and
+    dropped the second without a word."""
+    save_hf("llama", tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 1}))
+    with pytest.raises(UsageError) as err:
+        ours(tmp_path)
+    assert str(err.value).startswith(f"--init-from-hf: {tmp_path} holds 9 tensors that no parameter of the model "
+                                     "reads (model.layers.1."), str(err.value)
+
+
+def test_rotary_frequencies_and_a_tied_output_layer_on_disk_are_not_weights_left_unread(tmp_path):
+    """Older conversions save rotary_emb.inv_freq buffers, and some tied checkpoints keep lm_head
+    beside the embedding it shares: neither is a weight the model leaves behind."""
+    from safetensors.torch import save_file
+    hf = save_hf("llama-tied", tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+    tensors["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(8)
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    torch.testing.assert_close(ours(tmp_path).tok_embeddings.weight, hf.model.embed_tokens.weight)

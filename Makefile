@@ -67,9 +67,9 @@ synth: install ## offline synth of ENV (default dev) into cdk.out/ and dist/ENV/
 # pipeline deploys (python -m ops stacks). A failed lookup stops the recipe before cdk runs.
 STACKS = stacks=$$($(PY) -m ops stacks --env $(ENV) $(1)) &&
 
-deploy: install ## preflight, deploy ENV, schedule its capacity blocks; refused where the pipeline deploys ENV, unless FORCE=1
+deploy: install ## preflight, deploy ENV, schedule its capacity blocks; refused where the pipeline deploys ENV, unless FORCE=1; ABANDON_FSX=fs-... lets it replace that file system
 	$(call STACKS,--deploy $(if $(FORCE),--force)) \
-	$(PY) -m ops preflight --env $(ENV) && \
+	$(PY) -m ops preflight --env $(ENV) $(if $(ABANDON_FSX),--abandon-file-system $(ABANDON_FSX)) && \
 	$(CDK) deploy $(CDK_FLAGS) -c env=$(ENV) "$$stacks"
 	$(PY) -m ops capacity-block schedule --env $(ENV) --if-any
 

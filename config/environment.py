@@ -8,6 +8,7 @@ break, before any construct exists.
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ QUEUEING = ("none", "kueue")
 REMOVAL_POLICIES = ("destroy", "retain")
 ENDPOINT_ACCESS_TYPES = ("private", "public")
 FSX_THROUGHPUTS = (125, 250, 500, 1000)
+# The file system's deployment type; another one is a new file system (ops/redeploy.py).
+FSX_DEPLOYMENT_TYPE = "PERSISTENT_2"
 # Which Kubeflow training API runs the presets: v1 is Training Operator 1.9.4 (PyTorchJob), v2 is
 # Kubeflow Trainer 2.3.0 (TrainJob on JobSet). README "Training API: v1 or v2" says how to choose.
 TRAINING_APIS = ("v1", "v2")
@@ -177,6 +180,20 @@ class Environment:
     @property
     def private_subnet_mask(self) -> int:
         return private_subnet_mask(self.vpc_cidr, len(self.availability_zones))
+
+    @property
+    def training_subnet_cidr(self) -> str:
+        """The training subnet's block: private subnets take the first half of the VPC in zone
+        order (stacks/network.py), so another zone list or vpcCidr moves it, and with it FSx."""
+        blocks = ipaddress.ip_network(self.vpc_cidr).subnets(new_prefix=self.private_subnet_mask)
+        index = self.availability_zones.index(self.training_availability_zone)
+        return str(next(itertools.islice(blocks, index, None)))
+
+    @property
+    def fsx_backups(self) -> bool:
+        """Whether the file system is backed up: only in a retain environment, and FSx backs up no
+        file system linked to S3 (FSx for Lustre User Guide, using-backups-fsx.html)."""
+        return self.retain and not (self.fsx.s3_import_path or self.fsx.s3_export_path)
 
     @property
     def private_subnet_capacity(self) -> int:

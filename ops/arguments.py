@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TypeVar
@@ -48,6 +49,13 @@ def positive_seconds(text: str) -> float:
     if not 0 < value <= threading.TIMEOUT_MAX:
         raise argparse.ArgumentTypeError(f"must be positive and at most {threading.TIMEOUT_MAX:.0f}, got {text}")
     return value
+
+
+def file_system_id(text: str) -> str:
+    """An FSx file system id, as FSx writes them (preflight's --abandon-file-system)."""
+    if not re.fullmatch(r"fs-[0-9a-f]{8,21}", text):
+        raise argparse.ArgumentTypeError(f"must be a file system id such as fs-0123456789abcdef0, got {text!r}")
+    return text
 
 
 def _checked(check: Callable[[str], str], text: str) -> str:

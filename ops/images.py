@@ -9,43 +9,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from config import Environment
 from config.outputs import REGISTRY_STACK_ID, stack_name, trainer_image_output
 from ops.errors import OpsError
-
-_GONE = ("DELETE_COMPLETE",)
+from ops.stacks import deployed_stack, stack_output
 
 
 def registry_stack(cloudformation: Any, env: Environment) -> dict:
     name = stack_name(env.name, REGISTRY_STACK_ID)
     try:
-        [stack] = cloudformation.describe_stacks(StackName=name)["Stacks"]
-        return stack
-    except ClientError as err:
-        if "does not exist" not in str(err):
-            raise
-    pages = cloudformation.get_paginator("describe_stacks").paginate()
-    found = [s for page in pages for s in page["Stacks"]
-             if s["StackName"].endswith(f"-{name}") and s["StackStatus"] not in _GONE]
-    if len(found) == 1:
-        return found[0]
-    if found:
-        raise OpsError(f"several stacks end in -{name} ({', '.join(s['StackName'] for s in found)}); pass --image")
-    raise OpsError(f"no stack {name} in {env.account}/{env.region}: deploy the environment first "
-                   f"(make deploy ENV={env.name}) or pass --image")
+        stack = deployed_stack(cloudformation, env, REGISTRY_STACK_ID)
+    except OpsError as err:
+        raise OpsError(f"{err}; pass --image") from None
+    if stack is None:
+        raise OpsError(f"no stack {name} in {env.account}/{env.region}: deploy the environment first "
+                       f"(make deploy ENV={env.name}) or pass --image")
+    return stack
 
 
 def trainer_image(cloudformation: Any, env: Environment, variant: str) -> str:
     """The URI of the `variant` ("cpu" / "gpu") trainer image the deployed preset jobs run."""
     stack = registry_stack(cloudformation, env)
     key = trainer_image_output(variant)
-    for output in stack.get("Outputs") or []:
-        if output.get("OutputKey") == key:
-            return output["OutputValue"]
-    raise OpsError(f"stack {stack['StackName']} has no output {key} (deployed by an older version?): "
-                   f"redeploy it (make deploy ENV={env.name}) or pass --image")
+    image = stack_output(stack, key)
+    if image is None:
+        raise OpsError(f"stack {stack['StackName']} has no output {key} (deployed by an older version?): "
+                       f"redeploy it (make deploy ENV={env.name}) or pass --image")
+    return image
 
 
 def published_image(env: Environment, variant: str) -> str:

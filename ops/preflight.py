@@ -72,12 +72,15 @@ def guarded(steps: list[tuple[str, Callable[[], Iterable[Check]]]]) -> list[Chec
 
 
 def run_for_deploy(env: Environment, aws: AwsClients, *, checkip_url: str | None = None, path: str | None = None,
-                   now: datetime | None = None, connect: Callable[[], Any] | None = None) -> list[Check]:
+                   now: datetime | None = None, connect: Callable[[], Any] | None = None,
+                   abandon_file_system: str | None = None) -> list[Check]:
     """What `make deploy` runs: the account checks above, then who can reach and administer the
     cluster (ops/access.py), whether the deploy would switch a live cluster's training API under
     its runs (ops/api_switch.py; `connect` builds the kubernetes ApiClient, None: not checked),
-    then the bootstrap and this machine's tools (ops/machine.py)."""
-    from ops import access, api_switch, machine
+    whether the deployed file system, cluster and VPC can take the configuration (ops/redeploy.py;
+    `abandon_file_system` the file system the user lets it replace), then the bootstrap and this
+    machine's tools (ops/machine.py)."""
+    from ops import access, api_switch, machine, redeploy
 
     rows = run(env, aws, now)
     account = caller_account(aws.sts)
@@ -85,6 +88,7 @@ def run_for_deploy(env: Environment, aws: AwsClients, *, checkip_url: str | None
     return rows + guarded([
         ("cluster access", lambda: access.checks(env, aws, checkip_url)),
         *switch,
+        *redeploy.steps(env, aws, abandon_file_system),
         ("CDK bootstrap", lambda: [machine.bootstrap_row(env, aws, account)]),
     ]) + machine.tool_rows(path)
 

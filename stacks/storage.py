@@ -9,6 +9,7 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from config import Environment
+from config.environment import FSX_DEPLOYMENT_TYPE
 from config.data_sources import FSX_IMPORT_DIR
 from config.outputs import FSX_DNS_NAME_OUTPUT, FSX_FILE_SYSTEM_ID_OUTPUT, FSX_MOUNT_NAME_OUTPUT
 from cdk_constructs.security_group_rules import allow_from, allow_to, pin_rule, port_id
@@ -62,17 +63,15 @@ class StorageStack(cdk.Stack):
             allow_from(self, f"NodesFromFsx{port.to_string().replace(' ', '')}", group=cluster_security_group,
                        source=sg, port=port, description="Lustre from FSx file servers")
 
-        has_repository = bool(settings.s3_import_path or settings.s3_export_path)
-        # FSx backs up only persistent file systems not linked to S3 (FSx for Lustre User Guide,
-        # using-backups-fsx.html): a linked one has no backups, and only its export path reaches S3.
-        self.backups_enabled = config.retain and not has_repository
+        # A file system linked to S3 has no backups, and only its export path reaches S3.
+        self.backups_enabled = config.fsx_backups
         self.file_system = fsx.LustreFileSystem(
             self, "FileSystem",
             vpc=vpc, vpc_subnet=training_subnet, security_group=self.security_group,
             storage_capacity_gib=settings.storage_capacity_gib, kms_key=self.kms_key,
             file_system_type_version=fsx.FileSystemTypeVersion.V_2_15,
             lustre_configuration=fsx.LustreConfiguration(
-                deployment_type=fsx.LustreDeploymentType.PERSISTENT_2,
+                deployment_type=fsx.LustreDeploymentType(FSX_DEPLOYMENT_TYPE),
                 per_unit_storage_throughput=settings.throughput_per_tib,
                 data_compression_type=fsx.LustreDataCompressionType.LZ4,
                 automatic_backup_retention=cdk.Duration.days(BACKUP_RETENTION_DAYS if self.backups_enabled else 0),

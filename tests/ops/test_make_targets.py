@@ -67,6 +67,15 @@ def test_deploy_by_hand_of_an_environment_the_pipeline_deploys_is_refused_in_one
     assert not record.exists()
 
 
+def test_deploy_hands_abandon_fsx_to_preflight_which_checks_it_before_cdk(tmp_path, cdk):
+    fake, record = cdk
+    result = make("deploy", isolated_aws_env(tmp_path), fake, "ENV=prod", "FORCE=1", "ABANDON_FSX=fs-prod")
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("make:")]
+    assert len(errors) == 1 and "--abandon-file-system: must be a file system id" in errors[0], result.stderr
+    assert not record.exists()
+
+
 @pytest.mark.parametrize("job, words", [
     ("nope", "--job: unknown job 'nope'; local jobs are cpu-ddp"),
     ("llama3-8b-fsdp", "--job: llama3-8b-fsdp needs GPU nodes; local runs take the CPU presets (cpu-ddp"),

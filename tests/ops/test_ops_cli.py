@@ -190,9 +190,10 @@ def test_preflight_exits_1_and_prints_the_table_when_a_check_fails(aws, tmp_path
     assert "FAIL" in credentials and "111111111111" in credentials
     assert any(line.startswith("training AZ") and "PASS" in line and "usw2-az1" in line for line in lines)
     # Then who can reach the cluster, whether the deploy switches its training API (no cluster yet
-    # here), the bootstrap, and this machine's tools: one row each.
-    for name in ("API endpoint", "admin role PlatformAdmin", "cluster admin", "trainingApi", "CDK bootstrap", "Docker", "AWS CLI",
-                 "Node"):
+    # here), whether what is deployed can take the configuration (nothing yet), the bootstrap, and
+    # this machine's tools: one row each.
+    for name in ("API endpoint", "admin role PlatformAdmin", "cluster admin", "trainingApi", "fsx.storageCapacityGiB",
+                 "FSx replacement", "kubernetesVersion", "vpcCidr", "CDK bootstrap", "Docker", "AWS CLI", "Node"):
         assert sum(line.startswith(name + " ") for line in lines) == 1, (name, result.stdout)
 
 

@@ -58,6 +58,14 @@ def test_training_subnet_is_the_private_subnet_in_the_training_zone(dev):
     assert subnet.node.path in [s.node.path for s in dev.stage.network.vpc.private_subnets]
 
 
+def test_training_subnet_has_the_block_config_plans_for_it(dev, network):
+    """Preflight (ops/redeploy.py) finds a moved training subnet, and so a replaced file system, by
+    comparing the deployed subnet with this block."""
+    [training] = [s for s in subnets(network, "Private")
+                  if s["AvailabilityZone"] == dev.config.training_availability_zone]
+    assert training["CidrBlock"] == dev.config.training_subnet_cidr
+
+
 def test_training_subnet_has_room_for_every_node_group_at_max(dev):
     assert dev.config.training_subnet_ips_at_max() <= dev.config.private_subnet_capacity
 

@@ -1,0 +1,205 @@
+"""Preflight's rows for the cdk.json edits only the deployed environment can judge.
+
+The configuration alone cannot tell a change from a first value, so these read what is deployed (the
+Network and Storage stacks' outputs, the file system, the subnet and VPC they name, the cluster) and
+compare it with the configuration:
+- `fsx.storageCapacityGiB` below the file system's: FSx storage can only grow (MANAGING_CAPACITY);
+  CloudFormation fails the update and rolls back, after the other stacks' long wait.
+- A file system FSx cannot change in place: its subnet (trainingAvailabilityZone, or the zone list
+  and vpcCidr that place the training subnet), its deployment type, CopyTagsToBackups: each is
+  "Update requires: Replacement" in the CloudFormation reference (FSX_FILE_SYSTEM_PAGE for SubnetIds,
+  aws-properties-fsx-filesystem-lustreconfiguration.html for the other two), and none is in the FSx
+  API's UpdateFileSystemLustreConfiguration. cfn-lint's schema lists only SubnetIds of the three as
+  create-only, so the template tests (tests/stacks/test_second_deploy.py) cannot see the others.
+  The deploy succeeds and replaces it with a new, empty file system: every run resumes from step 0.
+  The old one is kept (stacks/removal.py keep_when_replaced), outside the stack.
+  Such a deploy fails here unless the file system is named as abandoned (--abandon-file-system,
+  `make deploy ABANDON_FSX=fs-...`): naming it, not a yes/no flag, so an acknowledgement given for
+  one file system never lets another go.
+- `kubernetesVersion` below the cluster's (EKS cannot downgrade) or more than one minor version above
+  it (EKS updates one minor version at a time): UPDATE_CLUSTER.
+- `vpcCidr` other than the VPC's: a VPC's CIDR block cannot change, so CloudFormation would replace the
+  VPC, and refuses because other stacks import its exports ("Export ... cannot be updated as it is in
+  use by ...").
+Nothing deployed yet (a first deploy) passes. The throughput per TiB, like the rest of the file
+system's settings we change, is updated in place (LustreConfiguration: "Update requires: No interruption").
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from config import Environment
+from config.environment import FSX_DEPLOYMENT_TYPE
+from config.outputs import FSX_FILE_SYSTEM_ID_OUTPUT, NETWORK_STACK_ID, STORAGE_STACK_ID, VPC_ID_OUTPUT, stack_name
+from ops.aws import AwsClients, api_failure_types, error_code
+from ops.checks import FAIL, PASS, WARN, Check
+from ops.errors import OpsError
+from ops.stacks import deployed_stack, stack_output
+
+CAPACITY_ROW = "fsx.storageCapacityGiB"
+FILE_SYSTEM_ROW = "FSx replacement"
+KUBERNETES_ROW = "kubernetesVersion"
+VPC_ROW = "vpcCidr"
+
+MANAGING_CAPACITY = "https://docs.aws.amazon.com/fsx/latest/LustreGuide/managing-storage-capacity.html"
+FSX_FILE_SYSTEM_PAGE = ("https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/"
+                        "aws-resource-fsx-filesystem.html")
+LUSTRE_CONFIGURATION_PAGE = ("https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/"
+                             "aws-properties-fsx-filesystem-lustreconfiguration.html")
+UPDATE_CLUSTER = "https://docs.aws.amazon.com/eks/latest/userguide/update-cluster.html"
+
+
+def steps(env: Environment, aws: AwsClients,
+          abandon: str | None = None) -> list[tuple[str, Callable[[], Iterable[Check]]]]:
+    """Preflight's steps (ops/preflight.py guarded) for the four rows; `abandon` is the file system
+    the user lets this deploy replace, or None."""
+    return [
+        (FILE_SYSTEM_ROW, lambda: file_system_rows(env, aws, abandon)),
+        (KUBERNETES_ROW, lambda: [kubernetes_row(env, aws.eks)]),
+        (VPC_ROW, lambda: [vpc_row(env, aws)]),
+    ]
+
+
+def file_system_rows(env: Environment, aws: AwsClients, abandon: str | None = None) -> list[Check]:
+    """The capacity row and the replacement row, from the file system the Storage stack made."""
+    name = stack_name(env.name, STORAGE_STACK_ID)
+    try:
+        stack = deployed_stack(aws.cloudformation, env, STORAGE_STACK_ID)
+    except OpsError as err:
+        return _both(WARN, f"could not tell which stack is {name} ({err})")
+    if stack is None:
+        return [Check(CAPACITY_ROW, PASS, f"no {name} stack yet: the deploy creates "
+                                          f"{env.fsx.storage_capacity_gib} GiB"),
+                _unused(abandon, f"no {name} stack yet, so no file system to replace")]
+    fs_id = stack_output(stack, FSX_FILE_SYSTEM_ID_OUTPUT)
+    if not fs_id:
+        return _both(WARN, f"stack {stack['StackName']} has no output {FSX_FILE_SYSTEM_ID_OUTPUT}; "
+                           "the deployed file system was not compared")
+    try:
+        found = aws.fsx.describe_file_systems(FileSystemIds=[fs_id])["FileSystems"]
+    except api_failure_types() as err:
+        if error_code(err) != "FileSystemNotFound":
+            raise
+        found = []
+    if not found:
+        return _both(WARN, f"{fs_id}, the file system stack {stack['StackName']} names, does not exist "
+                           "(deleted outside CloudFormation?); the deploy cannot update it")
+    fs = found[0]
+    return [_capacity_row(env, fs), _replacement_row(env, aws, fs, abandon)]
+
+
+def _both(status: str, reason: str) -> list[Check]:
+    return [Check(CAPACITY_ROW, status, reason), Check(FILE_SYSTEM_ROW, status, reason)]
+
+
+def _unused(abandon: str | None, reason: str) -> Check:
+    if abandon:
+        return Check(FILE_SYSTEM_ROW, WARN, f"--abandon-file-system {abandon} given, but this deploy replaces no "
+                                            f"file system ({reason})")
+    return Check(FILE_SYSTEM_ROW, PASS, reason)
+
+
+def _capacity_row(env: Environment, fs: dict) -> Check:
+    fs_id, deployed, configured = fs["FileSystemId"], fs.get("StorageCapacity", 0), env.fsx.storage_capacity_gib
+    if configured < deployed:
+        return Check(CAPACITY_ROW, FAIL,
+                     f"environments.{env.name}.fsx.storageCapacityGiB is {configured}, the deployed file system "
+                     f"{fs_id} has {deployed} GiB: FSx storage can only grow ({MANAGING_CAPACITY}), so the deploy "
+                     f"would fail and roll back; set it to {deployed} or more")
+    if configured > deployed:
+        return Check(CAPACITY_ROW, PASS, f"grows {fs_id} from {deployed} to {configured} GiB, in place")
+    return Check(CAPACITY_ROW, PASS, f"{fs_id} stays at {deployed} GiB")
+
+
+def _replacement_row(env: Environment, aws: AwsClients, fs: dict, abandon: str | None) -> Check:
+    fs_id = fs["FileSystemId"]
+    lustre = fs.get("LustreConfiguration") or {}
+    changes, pages = [], []
+    [subnet] = aws.ec2.describe_subnets(SubnetIds=fs["SubnetIds"][:1])["Subnets"]
+    zone, cidr = subnet.get("AvailabilityZone"), subnet.get("CidrBlock")
+    if zone != env.training_availability_zone:
+        changes.append(f"environments.{env.name}.trainingAvailabilityZone is {env.training_availability_zone}, "
+                       f"{fs_id} is in {zone}")
+        pages.append(FSX_FILE_SYSTEM_PAGE)
+    elif cidr != env.training_subnet_cidr:
+        changes.append(f"the training subnet's range becomes {env.training_subnet_cidr} (from "
+                       f"environments.{env.name}.availabilityZones and vpcCidr), {fs_id} is in {cidr}")
+        pages.append(FSX_FILE_SYSTEM_PAGE)
+    deployment_type = lustre.get("DeploymentType")
+    if deployment_type != FSX_DEPLOYMENT_TYPE:
+        changes.append(f"the deployed file system is {deployment_type}, this deploy creates {FSX_DEPLOYMENT_TYPE}")
+        pages.append(LUSTRE_CONFIGURATION_PAGE)
+    if bool(lustre.get("CopyTagsToBackups")) != env.fsx_backups:
+        changes.append(f"environments.{env.name}.removalPolicy and fsx.s3ImportPath/s3ExportPath turn backups "
+                       f"{'on' if env.fsx_backups else 'off'}, which sets CopyTagsToBackups")
+        pages.append(LUSTRE_CONFIGURATION_PAGE)
+    if not changes:
+        return _unused(abandon, f"{fs_id} stays ({zone}, {deployment_type})")
+    cited = ", ".join(dict.fromkeys(pages))
+    replaced = (f"this deploy replaces {fs_id} with a new, empty file system ({'; '.join(changes)}; \"Update "
+                f"requires: Replacement\", {cited}): every run would start again from step 0")
+    if abandon == fs_id:
+        return Check(FILE_SYSTEM_ROW, WARN, f"{replaced}; acknowledged (--abandon-file-system {fs_id}): {fs_id} is "
+                                            "kept outside the stack; copy what you need from it to the new one, then "
+                                            f"`aws fsx delete-file-system --file-system-id {fs_id}`")
+    if abandon:
+        return Check(FILE_SYSTEM_ROW, FAIL, f"{replaced}; --abandon-file-system names {abandon}, but the deployed "
+                                            f"file system is {fs_id}")
+    return Check(FILE_SYSTEM_ROW, FAIL, f"{replaced}. Undo the change, or start over on a new file system with "
+                                        f"`make deploy ENV={env.name} ABANDON_FSX={fs_id}` (the old one is kept, "
+                                        "outside the stack)")
+
+
+def kubernetes_row(env: Environment, eks: Any) -> Check:
+    from ops.kubeconfig import find_cluster
+
+    configured = env.kubernetes_version
+    try:
+        cluster = find_cluster(eks, env)
+    except OpsError as err:
+        if str(err).startswith("no EKS cluster"):
+            return Check(KUBERNETES_ROW, PASS, f"{configured}: no cluster of {env.name} yet")
+        return Check(KUBERNETES_ROW, WARN, f"could not tell which cluster is {env.name}'s ({err})")
+    name, deployed = cluster["name"], cluster.get("version", "")
+    field = f"environments.{env.name}.kubernetesVersion is {configured}, the cluster {name} runs {deployed}"
+    (major, minor), (was_major, was_minor) = _version(configured), _version(deployed)
+    if (major, minor) < (was_major, was_minor):
+        return Check(KUBERNETES_ROW, FAIL, f"{field}: EKS cannot downgrade a cluster ({UPDATE_CLUSTER}); set "
+                                           f"kubernetesVersion to {deployed}")
+    if major != was_major or minor > was_minor + 1:
+        step = f"{was_major}.{was_minor + 1}"
+        return Check(KUBERNETES_ROW, FAIL, f"{field}: EKS updates one minor version at a time ({UPDATE_CLUSTER}); "
+                                           f"set {step}, deploy, then {configured}")
+    if minor == was_minor:
+        return Check(KUBERNETES_ROW, PASS, f"{name} runs {deployed}, unchanged")
+    return Check(KUBERNETES_ROW, PASS, f"updates {name} from {deployed} to {configured}, one minor version")
+
+
+def _version(text: str) -> tuple[int, int]:
+    major, minor = text.split(".")[:2]
+    return int(major), int(minor)
+
+
+def vpc_row(env: Environment, aws: AwsClients) -> Check:
+    name = stack_name(env.name, NETWORK_STACK_ID)
+    try:
+        stack = deployed_stack(aws.cloudformation, env, NETWORK_STACK_ID)
+    except OpsError as err:
+        return Check(VPC_ROW, WARN, f"could not tell which stack is {name} ({err})")
+    if stack is None:
+        return Check(VPC_ROW, PASS, f"{env.vpc_cidr}: no {name} stack yet")
+    vpc_id = stack_output(stack, VPC_ID_OUTPUT)
+    if not vpc_id:
+        return Check(VPC_ROW, WARN, f"stack {stack['StackName']} has no output {VPC_ID_OUTPUT}; "
+                                    "the VPC was not compared")
+    [vpc] = aws.ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"]
+    deployed = vpc.get("CidrBlock")
+    if deployed != env.vpc_cidr:
+        return Check(VPC_ROW, FAIL, f"environments.{env.name}.vpcCidr is {env.vpc_cidr}, the deployed VPC {vpc_id} is "
+                                    f"{deployed}: a VPC's range cannot change, so CloudFormation would replace the "
+                                    "network and refuses because the other stacks use its exports (\"Export ... "
+                                    f"cannot be updated as it is in use\"); set vpcCidr back to {deployed} (another "
+                                    "range is another environment)")
+    return Check(VPC_ROW, PASS, f"{vpc_id} is {deployed}, unchanged")
+

@@ -15,6 +15,7 @@ import jsonschema
 
 from config import Environment
 from config.addons import MANAGED_ADDONS, configuration_values
+from config.environment import FSX_DEPLOYMENT_TYPE
 from config.instance_types import INSTANCE_TYPES
 from ops.aws import AwsClients, api_failure_types, caller_account, error_code, explain, paginate
 from ops.capacity_blocks import EKS_SCALEDOWN_BEFORE_END, utc
@@ -378,9 +379,9 @@ def _schema_problem(schema: dict, values: dict) -> str | None:
 def _fsx_quota(env: Environment, aws: AwsClients) -> list[Check]:
     systems = paginate(aws.fsx, "describe_file_systems", "FileSystems")
     used = sum(fs.get("StorageCapacity", 0) for fs in systems
-               if (fs.get("LustreConfiguration") or {}).get("DeploymentType") == "PERSISTENT_2")
+               if (fs.get("LustreConfiguration") or {}).get("DeploymentType") == FSX_DEPLOYMENT_TYPE)
     return [quota_row("FSx Lustre storage", aws.quotas, FSX_PERSISTENT_2_STORAGE,
-                      need=env.fsx.storage_capacity_gib, in_use=used, what="GiB of PERSISTENT_2")]
+                      need=env.fsx.storage_capacity_gib, in_use=used, what=f"GiB of {FSX_DEPLOYMENT_TYPE}")]
 
 
 def _network_quotas(env: Environment, aws: AwsClients) -> list[Check]:

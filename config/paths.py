@@ -15,6 +15,7 @@ import os
 import re
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +174,16 @@ def input_dir(path: str | Path) -> Path:
     except OSError as err:
         raise PathProblem(f"cannot list {path} ({_reason(err)})") from None
     return path
+
+
+def walk(path: str | Path, follow_symlinks: bool = False) -> Iterator[tuple[str, list[str], list[str]]]:
+    """os.walk(path), but a folder below it that this user may not enter or list is a PathProblem:
+    os.walk, Path.rglob and torchvision's ImageFolder pass over it without a word, and its files
+    silently drop out of the data."""
+    def refuse(err: OSError) -> None:
+        raise PathProblem(f"cannot list {err.filename} ({_reason(err)})")
+
+    return os.walk(path, onerror=refuse, followlinks=follow_symlinks)
 
 
 def output_dir(path: str | Path) -> Path:

@@ -22,7 +22,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from config.options import positive_int
-from config.paths import exists, is_dir, is_file
+from config.paths import exists, is_dir, is_file, walk
 from trainer.cli import Parser, UsageError, checked_path, staging_folder
 
 SUFFIXES = (".txt", ".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
@@ -36,6 +36,11 @@ def _kind(path: Path) -> str | None:
     return next((s for s in SUFFIXES if name.endswith(s)), None)
 
 
+def _files_below(folder: Path) -> list[Path]:
+    found = (Path(root, name) for root, _, names in walk(folder) for name in names)
+    return [f for f in found if _kind(f) and f.is_file()]
+
+
 def find_inputs(inputs: list[Path]) -> list[Path]:
     files = []
     for p in inputs:
@@ -44,7 +49,7 @@ def find_inputs(inputs: list[Path]) -> list[Path]:
                 raise UsageError("--input", f"{p}: unsupported file type (supported: {', '.join(SUFFIXES)})")
             files.append(p)
         elif checked_path("--input", is_dir, p):
-            files += [f for f in p.rglob("*") if f.is_file() and _kind(f)]
+            files += checked_path("--input", _files_below, p)
     for f in files:  # opened once before any output exists: a refusal mid-run read as a failed write
         try:
             open(f, "rb").close()

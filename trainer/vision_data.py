@@ -17,6 +17,7 @@ its loader workers alike, and all ranks drew the same sequence of crops.)
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from config.paths import is_dir
+from config.paths import PathProblem, is_dir, walk
 from config.workloads.vision import GPU_DECODERS, ImageDataConfig, SyntheticImagesConfig
 from trainer.cli import UsageError, checked_path
 from trainer.encoded_images import EncodedImages
@@ -101,6 +102,28 @@ class DeviceImages:
         return images.float().div_(255).sub_(self.mean).div_(self.std)
 
 
+def _ImageFolder(datasets):
+    """torchvision's ImageFolder whose walk of the class folders is config.paths.walk: the same
+    samples in the same order (a checkpoint's data position indexes them), but a folder this user
+    may not list is named rather than skipped (its images silently went untrained)."""
+    class ImageFolder(datasets.ImageFolder):
+        @staticmethod
+        def make_dataset(directory, class_to_idx, extensions=None, is_valid_file=None, allow_empty=False):
+            valid = is_valid_file or (lambda path: datasets.folder.has_file_allowed_extension(path, extensions))
+            samples, empty = [], []
+            for name in sorted(class_to_idx):
+                found = [(path, class_to_idx[name])
+                         for folder, _, files in sorted(walk(os.path.join(directory, name), follow_symlinks=True))
+                         for path in (os.path.join(folder, file) for file in sorted(files)) if valid(path)]
+                samples += found
+                empty += [] if found else [name]
+            if empty and not allow_empty:
+                raise FileNotFoundError(f"Found no valid file for the classes {', '.join(empty)}")
+            return samples
+
+    return ImageFolder
+
+
 def build_datasets(cfg: ImageDataConfig, synthetic: SyntheticImagesConfig, seed: int) -> tuple[Dataset, Dataset, int]:
     """(train, val, number of classes)."""
     if cfg.source == "synthetic":
@@ -117,8 +140,10 @@ def build_datasets(cfg: ImageDataConfig, synthetic: SyntheticImagesConfig, seed:
     datasets = import_torchvision().datasets
     train_tf, val_tf = transforms(cfg.image_size)
     try:
-        train = datasets.ImageFolder(root / "train", train_tf, loader=open_image)
-        val = datasets.ImageFolder(root / "val", val_tf, loader=open_image)
+        train = _ImageFolder(datasets)(root / "train", train_tf, loader=open_image)
+        val = _ImageFolder(datasets)(root / "val", val_tf, loader=open_image)
+    except PathProblem as problem:
+        raise UsageError("--data", str(problem)) from None
     except (FileNotFoundError, OSError) as exc:
         raise UsageError("--data", f"{root} is not an ImageFolder dataset ({exc})") from None
     if train.classes != val.classes:

@@ -212,3 +212,21 @@ def test_an_input_file_this_user_may_not_read_is_one_line_naming_input_and_the_f
                                  "--output", str(tmp_path / "out")], capsys)
     assert (code, err) == (2, f"error: --input: cannot read {unreadable} (Permission denied)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]  # no output, no staging folder
+
+
+@pytest.mark.parametrize("mode", [0o000, 0o300], ids=["unenterable", "unlistable"])
+def test_a_subfolder_of_input_this_user_may_not_list_is_one_line_naming_input_and_the_folder(corpus, tmp_path,
+                                                                                           capsys, mode):
+    """Path.rglob passed over it without a word: its files were never tokenized, and the run exited 0."""
+    from cli_sweep import denied_as_a_user
+
+    inputs = tmp_path / "in"
+    (inputs / "more").mkdir(parents=True)
+    (inputs / "a.jsonl").write_bytes((corpus / "in" / "a.jsonl").read_bytes())
+    (inputs / "more" / "d.txt").write_bytes((corpus / "in" / "d.txt").read_bytes())
+    (inputs / "more").chmod(mode)
+    with denied_as_a_user():
+        code, err = run_prepare(["--tokenizer", str(corpus / "model"), "--input", str(inputs),
+                                 "--output", str(tmp_path / "out")], capsys)
+    assert (code, err) == (2, f"error: --input: cannot list {inputs / 'more'} (Permission denied)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]  # no output, no staging folder

@@ -269,3 +269,36 @@ def test_a_folder_that_cannot_be_read_at_all_raises_the_error_not_a_substitute(t
     with pytest.raises(FileNotFoundError):
         vision_data.Substitutes(train, unreadable)[0]
     assert unreadable.this_epoch() == vision_data.IN_A_ROW - 1
+
+
+def _nested_folder(root: Path) -> Path:
+    """Two classes per split, each with images beside and inside a subfolder."""
+    from PIL import Image
+    for split in ("train", "val"):
+        for name in ("cat", "dog"):
+            for folder in (root / split / name, root / split / name / "more", root / split / name / "more" / "deep"):
+                folder.mkdir(parents=True, exist_ok=True)
+                for i in (2, 10, 1):
+                    Image.new("RGB", (20, 20)).save(folder / f"{i}.png")
+    return root
+
+
+def test_an_image_folder_lists_the_samples_torchvision_lists_in_its_order(tmp_path):
+    root = _nested_folder(tmp_path)
+    train, val, _ = build_datasets(ImageDataConfig(source=str(root), image_size=16), SyntheticImagesConfig(), seed=0)
+    datasets = import_torchvision().datasets
+    for split, ours in (("train", train), ("val", val)):
+        assert ours.samples == datasets.ImageFolder(root / split).samples and len(ours.samples) == 18
+
+
+@pytest.mark.parametrize("where", ["cat", "cat/more"])
+def test_a_folder_below_a_split_this_user_may_not_list_is_a_usage_error_naming_data_and_the_folder(tmp_path, where):
+    """torchvision's os.walk passed over a subfolder without a word (its images were silently not
+    trained on), and said 'Found no valid file for the classes cat' for a class folder."""
+    from cli_sweep import denied_as_a_user
+
+    root = _nested_folder(tmp_path)
+    (root / "train" / where).chmod(0)
+    with denied_as_a_user(), pytest.raises(UsageError) as err:
+        build_datasets(ImageDataConfig(source=str(root), image_size=16), SyntheticImagesConfig(), seed=0)
+    assert str(err.value) == f"--data: cannot list {root / 'train' / where} (Permission denied)"

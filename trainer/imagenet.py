@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from config.paths import creatable_dir, is_dir
+from config.paths import creatable_dir, input_dir, is_dir
 from trainer import imagenet_reencode
 from trainer.cli import UsageError, checked_path, create_folder
 
@@ -129,6 +129,11 @@ def read_val_solution(path: Path, wnids: set[str]) -> dict[str, str]:
     return labels
 
 
+def _listing(folder: Path) -> list[Path]:
+    """The folder's entries; one this user may not enter or list is named (iterdir raised)."""
+    return list(checked_path("--src", input_dir, folder).iterdir())
+
+
 def plan(src: Path, out: Path) -> tuple[list[tuple[Path, Path]], Report]:
     """Every (source image, ImageFolder path) pair, and the counts found."""
     root = image_root(src)
@@ -139,14 +144,14 @@ def plan(src: Path, out: Path) -> tuple[list[tuple[Path, Path]], Report]:
             raise UsageError("--src", f"{root} has no {part}/ folder")
     report, pairs = Report(val_listed=len(labels)), []
     known = set(wnids)
-    for class_dir in sorted(p for p in (root / "train").iterdir() if p.is_dir()):
+    for class_dir in sorted(p for p in _listing(root / "train") if p.is_dir()):
         if class_dir.name not in known:
             raise UsageError("--src", f"{class_dir} is not a class of {SYNSETS}")
-        images = sorted(p for p in class_dir.iterdir() if p.name.endswith(IMAGE_SUFFIX))
+        images = sorted(p for p in _listing(class_dir) if p.name.endswith(IMAGE_SUFFIX))
         pairs += [(p, out / "train" / class_dir.name / p.name) for p in images]
         report.classes += 1
         report.train_images += len(images)
-    val_files = {p.name[:-len(IMAGE_SUFFIX)]: p for p in (root / "val").iterdir()
+    val_files = {p.name[:-len(IMAGE_SUFFIX)]: p for p in _listing(root / "val")
                  if p.is_file() and p.name.endswith(IMAGE_SUFFIX)}
     unlisted = sorted(set(val_files) - set(labels))
     if unlisted:

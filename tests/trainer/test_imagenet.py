@@ -193,3 +193,18 @@ def test_a_copy_that_fails_leaves_no_partial_file_and_is_one_line(release, tmp_p
     with pytest.raises(UsageError, match=r"^--out: cannot write .*\.JPEG: No space left on device$"):
         imagenet.rearrange(src, tmp_path / "out")
     assert not list((tmp_path / "out").rglob("*.partial")) and not list((tmp_path / "out").rglob("*.JPEG"))
+
+
+@pytest.mark.parametrize("where", ["a class folder", "train", "val"])
+def test_a_folder_of_the_release_this_user_may_not_list_is_one_line_naming_src(release, tmp_path, where):
+    """Path.iterdir raised its PermissionError: a traceback and exit 1."""
+    from cli_sweep import denied_as_a_user
+
+    src, _ = release
+    images = src / "ILSVRC/Data/CLS-LOC"
+    folder = sorted((images / "train").iterdir())[0] if where == "a class folder" else images / where
+    folder.chmod(0)
+    with denied_as_a_user(), pytest.raises(UsageError) as err:
+        imagenet.rearrange(src, tmp_path / "out")
+    assert str(err.value) == f"--src: cannot enter {folder} (Permission denied)"
+    assert not (tmp_path / "out").exists()

@@ -22,7 +22,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from config.options import positive_int
-from config.paths import exists, is_dir, is_file, walk
+from config.paths import exists, input_dir, is_dir, is_file, walk
 from trainer.cli import Parser, UsageError, checked_path, staging_folder
 
 SUFFIXES = (".txt", ".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
@@ -201,7 +201,7 @@ def prepare(tokenizer_path: Path, inputs: list[Path], output: Path, shard_tokens
     if eos and eos_id is None:
         raise UsageError("--eos-token", f"{eos!r} is not in the tokenizer's vocabulary")
     if checked_path("--output", exists, output) and (not checked_path("--output", is_dir, output)
-                                                     or any(output.iterdir())):
+                                                     or any(checked_path("--output", input_dir, output).iterdir())):
         raise UsageError("--output", f"{output} exists and is not an empty folder")
     vocab = tok.get_vocab_size()
     dtype = "uint16" if vocab <= 2**16 else "uint32"

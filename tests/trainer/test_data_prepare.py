@@ -230,3 +230,16 @@ def test_a_subfolder_of_input_this_user_may_not_list_is_one_line_naming_input_an
                                  "--output", str(tmp_path / "out")], capsys)
     assert (code, err) == (2, f"error: --input: cannot list {inputs / 'more'} (Permission denied)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]  # no output, no staging folder
+
+
+def test_an_output_folder_this_user_may_enter_but_not_list_is_one_line_naming_output(corpus, tmp_path, capsys):
+    """Path.iterdir raised its PermissionError while checking that the folder is empty: a traceback."""
+    from cli_sweep import denied_as_a_user
+
+    output = tmp_path / "out"
+    output.mkdir(mode=0o100)
+    with denied_as_a_user():
+        code, err = run_prepare(["--tokenizer", str(corpus / "model"), "--input", str(corpus / "in" / "a.jsonl"),
+                                 "--output", str(output)], capsys)
+    assert (code, err) == (2, f"error: --output: cannot list {output} (Permission denied)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

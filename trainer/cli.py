@@ -69,8 +69,10 @@ def create_folder(path: Path, field: str, *, wanted: Path | None = None) -> Path
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(field, f"cannot create {wanted}: {exc.strerror or exc}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise UsageError(field, f"{path} is not writable by this user (uid {os.getuid()})")
+    try:  # tried, not asked of os.access(): root's answer there comes from its capabilities
+        os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=path))
+    except OSError:
+        raise UsageError(field, f"{path} is not writable by this user (uid {os.getuid()})") from None
     return path
 
 

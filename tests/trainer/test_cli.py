@@ -37,12 +37,16 @@ def test_a_staging_folder_is_made_beside_the_output_and_named_for_it(tmp_path, b
         staging_folder(blocker / "out", "--output")
 
 
-@pytest.mark.skipif(os.getuid() == 0, reason="root writes anywhere; the check is for the image's uid")
 def test_a_folder_this_user_cannot_write_is_refused(tmp_path):
+    """Asked of os.access(), root's answer came from its capabilities: it said yes."""
+    from cli_sweep import denied_as_a_user
+
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
-    with pytest.raises(UsageError, match="is not writable by this user"):
+    with denied_as_a_user(), pytest.raises(UsageError) as err:
         create_folder(locked, "--out")
+    assert str(err.value) == f"--out: {locked} is not writable by this user (uid {os.getuid()})"
+    assert list(locked.iterdir()) == []
 
 
 def test_an_append_file_that_is_a_folder_or_below_a_file_is_one_line(tmp_path, blocker):

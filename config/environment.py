@@ -34,6 +34,10 @@ FSX_DEPLOYMENT_TYPE = "PERSISTENT_2"
 # Kubeflow Trainer 2.3.0 (TrainJob on JobSet). README "Training API: v1 or v2" says how to choose.
 TRAINING_APIS = ("v1", "v2")
 RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
+# Where Fluent Bit (application, dataplane, host) and the CloudWatch agent (performance) of the
+# amazon-cloudwatch-observability add-on write; they create these groups, without expiry or key,
+# unless they exist.
+CONTAINER_INSIGHTS_LOG_GROUPS = ("application", "dataplane", "host", "performance")
 
 # Addresses AWS keeps in every subnet.
 AWS_RESERVED_IPS_PER_SUBNET = 5
@@ -150,6 +154,21 @@ class Environment:
     def cluster_name(self) -> str:
         """The EKS cluster's name, fixed so its log groups can be created before it."""
         return f"{self.name}-training"
+
+    @property
+    def control_plane_log_group_name(self) -> str:
+        # Amazon EKS User Guide, "Send control plane logs to CloudWatch Logs".
+        return f"/aws/eks/{self.cluster_name}/cluster"
+
+    def container_insights_log_group_name(self, kind: str) -> str:
+        return f"/aws/containerinsights/{self.cluster_name}/{kind}"
+
+    @property
+    def cluster_log_group_names(self) -> tuple[str, ...]:
+        """The log groups the Cluster stack creates under fixed names, before EKS and the CloudWatch
+        add-on would; a leftover of one stops the next deploy (ops preflight looks for them)."""
+        return (self.control_plane_log_group_name,
+                *(self.container_insights_log_group_name(kind) for kind in CONTAINER_INSIGHTS_LOG_GROUPS))
 
     def update_kubeconfig_command(self, role_arn: str | None = None) -> list[str]:
         """The AWS CLI command that writes this cluster's kubeconfig entry; with `role_arn`, kubectl

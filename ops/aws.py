@@ -86,7 +86,8 @@ class AwsClients:
     iam: Any = None  # admin roles and the caller's own role (preflight's access rows, ops whoami)
     simulator: Any = None  # IAM's policy simulator, its own client: moto does not answer it
     ssm: Any = None  # the CDK bootstrap version parameter
-    cloudformation: Any = None  # the CDKToolkit stack
+    cloudformation: Any = None  # the CDKToolkit stack, the environment's Cluster stack
+    logs: Any = None  # log groups a destroyed cluster left under the names its stack creates
 
 
 def session(region: str) -> boto3.Session:
@@ -105,7 +106,7 @@ def clients(region: str, boto_session: boto3.Session | None = None) -> AwsClient
     return AwsClients(sts=make("sts"), ec2=make("ec2"), reservations=make("ec2"),
                       quotas=make("service-quotas"), eks=make("eks"), fsx=make("fsx"), addons=make("eks"),
                       autoscaling=make("autoscaling"), iam=make("iam"), simulator=make("iam"), ssm=make("ssm"),
-                      cloudformation=make("cloudformation"))
+                      cloudformation=make("cloudformation"), logs=make("logs"))
 
 
 def caller_identity(sts: Any) -> dict:

@@ -17,6 +17,7 @@ from config import Environment
 from config.addons import MANAGED_ADDONS, configuration_values
 from config.environment import FSX_DEPLOYMENT_TYPE
 from config.instance_types import INSTANCE_TYPES
+from config.outputs import CLUSTER_STACK_ID, stack_name
 from ops.aws import AwsClients, api_failure_types, caller_account, error_code, explain, paginate
 from ops.capacity_blocks import EKS_SCALEDOWN_BEFORE_END, utc
 from ops.checks import FAIL, PASS, WARN, Check
@@ -37,6 +38,9 @@ USABLE_RESERVATION_STATES = ("active", "scheduled")
 # A block this close to its end leaves no time for a deploy and a job (EKS scales it to 0 forty
 # minutes before the end, EC2 stops instances thirty minutes before).
 BLOCK_ENDING_SOON = timedelta(hours=1)
+LEFTOVER_LOG_GROUPS = "leftover log groups"
+# A Cluster stack in this state is deleted by `cdk deploy` and created afresh, groups included.
+_STACK_CREATED_AGAIN = ("ROLLBACK_COMPLETE",)
 
 
 def run(env: Environment, aws: AwsClients, now: datetime | None = None) -> list[Check]:
@@ -57,6 +61,7 @@ def run(env: Environment, aws: AwsClients, now: datetime | None = None) -> list[
         ("EKS add-ons", lambda: _addons(env, aws)),
         ("FSx quota", lambda: _fsx_quota(env, aws)),
         ("VPC and EIP quotas", lambda: _network_quotas(env, aws)),
+        (LEFTOVER_LOG_GROUPS, lambda: _leftover_log_groups(env, aws)),
     ]
     return rows + guarded(steps)
 
@@ -393,3 +398,29 @@ def _network_quotas(env: Environment, aws: AwsClients) -> list[Check]:
         quota_row("Elastic IPs", aws.quotas, EIPS_PER_REGION, need=nat, in_use=eips,
                   what="EIPs (one per NAT gateway)"),
     ]
+
+
+def _leftover_log_groups(env: Environment, aws: AwsClients) -> list[Check]:
+    """The Cluster stack creates the cluster's log groups under fixed names, and CloudFormation
+    cannot create a log group whose name exists. After a destroy, EKS's service-linked role can
+    create the control plane's group again for its last events, and Fluent Bit its Container
+    Insights groups: the next deploy would fail on them once the Network stack is up. While the
+    Cluster stack exists they are its own."""
+    stack = stack_name(env.name, CLUSTER_STACK_ID)
+    try:
+        [found] = aws.cloudformation.describe_stacks(StackName=stack)["Stacks"]
+        if found["StackStatus"] not in _STACK_CREATED_AGAIN:
+            return [Check(LEFTOVER_LOG_GROUPS, PASS, f"the cluster's log groups are stack {stack}'s own")]
+    except api_failure_types() as err:
+        if "does not exist" not in str(err):
+            raise
+    left = [name for name in env.cluster_log_group_names
+            if any(g["logGroupName"] == name
+                   for g in paginate(aws.logs, "describe_log_groups", "logGroups", logGroupNamePrefix=name))]
+    if not left:
+        return [Check(LEFTOVER_LOG_GROUPS, PASS, f"none of the {len(env.cluster_log_group_names)} log groups "
+                                                 f"stack {stack} creates exists yet")]
+    deletes = "; ".join(f"aws logs delete-log-group --region {env.region} --log-group-name {name}" for name in left)
+    return [Check(LEFTOVER_LOG_GROUPS, FAIL,
+                  f"{', '.join(left)} left by an earlier cluster {env.cluster_name}: CloudFormation cannot create "
+                  f"a log group that exists, so the deploy would fail there; export what you need, then: {deletes}")]

@@ -16,6 +16,7 @@ from cdk_constructs.managed_nodegroup import ManagedNodegroup, NodegroupOptions
 from config import Environment, Nodegroup
 from config import addons as addon_names
 from config.addons import TAKES_OVER_SELF_MANAGED, configuration_values
+from config.environment import CONTAINER_INSIGHTS_LOG_GROUPS
 from config.kubernetes import KUBE_SYSTEM_NAMESPACE, SYSTEM_NODEGROUP, SYSTEM_ROLE, TRAINING_NAMESPACE, TRAINING_ROLE
 from config.outputs import (
     CLUSTER_NAME_OUTPUT, CLUSTER_SECURITY_GROUP_OUTPUT, EFA_SECURITY_GROUP_OUTPUT, KUBECONFIG_COMMAND_DEPLOYER_OUTPUT,
@@ -37,19 +38,6 @@ VPC_CNI_SERVICE_ACCOUNT = "aws-node"
 FSX_CSI_SERVICE_ACCOUNT = "fsx-csi-controller-sa"
 CLOUDWATCH_NAMESPACE = "amazon-cloudwatch"
 CLOUDWATCH_SERVICE_ACCOUNT = "cloudwatch-agent"
-# Where Fluent Bit (application, dataplane, host) and the CloudWatch agent (performance) of the
-# amazon-cloudwatch-observability add-on write; they create these groups, without expiry or key,
-# unless they exist.
-CONTAINER_INSIGHTS_LOG_GROUPS = ("application", "dataplane", "host", "performance")
-
-
-def control_plane_log_group_name(cluster_name: str) -> str:
-    # Amazon EKS User Guide, "Send control plane logs to CloudWatch Logs".
-    return f"/aws/eks/{cluster_name}/cluster"
-
-
-def container_insights_log_group_name(cluster_name: str, kind: str) -> str:
-    return f"/aws/containerinsights/{cluster_name}/{kind}"
 
 
 class ClusterStack(cdk.Stack):
@@ -71,7 +59,7 @@ class ClusterStack(cdk.Stack):
         self.logs = EncryptedLogs(self, "Logs", retain=config.retain,
                                   description=f"{config.name}: EKS control-plane and Container Insights logs")
         control_plane_logs = self.logs.group(
-            "ControlPlane", name=control_plane_log_group_name(self.cluster_name))
+            "ControlPlane", name=config.control_plane_log_group_name)
         self.cluster = eks.Cluster(
             self, "Cluster",
             cluster_name=self.cluster_name,
@@ -218,7 +206,7 @@ class ClusterStack(cdk.Stack):
                                           namespace=CLOUDWATCH_NAMESPACE, service_account=CLOUDWATCH_SERVICE_ACCOUNT)
         cw_role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name("CloudWatchAgentServerPolicy"))
         insights_logs = [self.logs.group(f"ContainerInsights-{kind}",
-                                         name=container_insights_log_group_name(self.cluster_name, kind))
+                                         name=self.config.container_insights_log_group_name(kind))
                          for kind in CONTAINER_INSIGHTS_LOG_GROUPS]
         self._addon(addon_names.CLOUDWATCH_OBSERVABILITY, after=[system_nodes, pod_identity_agent, *insights_logs],
                     pod_identity={CLOUDWATCH_SERVICE_ACCOUNT: cw_role})

@@ -352,3 +352,38 @@ def test_addon_calls_the_api_refuses_are_warnings(aws, moto_clients):
     assert by_name["add-on coredns"].status == WARN
     assert "not permitted" in by_name["add-on coredns"].reason
     assert not checks.failed(rows)
+
+
+CONTROL_PLANE_LOGS = "/aws/eks/prod-training/cluster"
+
+
+def test_a_log_group_a_destroyed_cluster_left_fails_naming_the_command_that_deletes_it(aws, moto_clients):
+    """The Cluster stack creates its log groups under fixed names; after `make destroy`, EKS (or
+    Fluent Bit) can create one again, and CloudFormation cannot create a log group whose name
+    exists: the next deploy would fail once the Network stack is up. A name that merely starts
+    like one of them is no leftover."""
+    logs = boto3.client("logs", region_name="us-east-1")
+    logs.create_log_group(logGroupName=CONTROL_PLANE_LOGS)
+    logs.create_log_group(logGroupName="/aws/containerinsights/prod-training/application-archive")
+    by_name, rows = run_prod(moto_clients)
+    row = by_name["leftover log groups"]
+    assert row.status == FAIL, row
+    assert CONTROL_PLANE_LOGS in row.reason and "application-archive" not in row.reason
+    assert f"aws logs delete-log-group --region us-east-1 --log-group-name {CONTROL_PLANE_LOGS}" in row.reason
+    assert checks.failed(rows)
+
+
+def test_no_leftover_log_group_passes(aws, moto_clients):
+    by_name, _ = run_prod(moto_clients)
+    assert by_name["leftover log groups"].status == PASS
+
+
+def test_log_groups_of_a_deployed_cluster_stack_are_its_own_not_leftovers(aws, moto_clients):
+    """A deploy of a live environment updates the groups its Cluster stack owns."""
+    boto3.client("cloudformation", region_name="us-east-1").create_stack(
+        StackName="prod-Cluster", TemplateBody=json.dumps(
+            {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}}))
+    boto3.client("logs", region_name="us-east-1").create_log_group(logGroupName=CONTROL_PLANE_LOGS)
+    by_name, _ = run_prod(moto_clients)
+    assert by_name["leftover log groups"].status == PASS
+    assert "prod-Cluster" in by_name["leftover log groups"].reason

@@ -111,6 +111,23 @@ def test_nothing_kept_after_destroy_has_a_name_the_next_deploy_would_take_again(
             assert value is None or not _fixed(value), f"{name}/{logical_id} is kept under the fixed name {value}"
 
 
+@pytest.mark.parametrize("variant", ["dev", "prod"])
+def test_every_log_group_created_under_a_fixed_name_is_one_preflight_looks_for_after_a_destroy(variant):
+    """The stack deletes the cluster's log groups after the cluster, yet EKS's service-linked role
+    can create /aws/eks/<cluster>/cluster again for the control plane's last events
+    (terraform-aws-modules/terraform-aws-eks#2446 and #2763 saw it in CloudTrail), and Fluent Bit
+    creates its Container Insights groups whenever they are missing. CloudFormation cannot create a
+    log group whose name exists, so such a leftover would fail the environment's next deploy:
+    `ops preflight` (which `make deploy` runs first) looks for exactly these names
+    (tests/ops/test_ops_preflight.py)."""
+    s = synth(variant)
+    fixed = {group["Properties"]["LogGroupName"]
+             for name in (*STACKS, "validation")
+             for group in Template.from_stack(getattr(s.stage, name)).find_resources("AWS::Logs::LogGroup").values()
+             if "LogGroupName" in group["Properties"] and _fixed(group["Properties"]["LogGroupName"])}
+    assert fixed and fixed == set(s.config.cluster_log_group_names)
+
+
 def test_retain_environment_keeps_the_file_systems_network_home(prod):
     assert set(policies(prod["network"], "AWS::EC2::VPC")) == {("Retain", "Retain")}
     assert set(policies(prod["network"], "AWS::EC2::Subnet")) == {("Retain", "Retain")}

@@ -54,3 +54,13 @@ class EncryptedLogs(Construct):
         group = logs.LogGroup(self, id, log_group_name=name, encryption_key=self.key, retention=self.retention)
         self.groups[id] = group
         return group
+
+
+def send_function_logs(function: cdk.CfnResource, group: logs.ILogGroup) -> None:
+    """`function`, an AWS::Lambda::Function that aws-cdk-lib makes without a log group, writes to
+    `group`. Otherwise CloudWatch creates /aws/lambda/<function> at its first invocation (Lambda
+    Developer Guide, "Configuring CloudWatch log groups",
+    https://docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-loggroups.html): a group
+    no stack knows, without expiry or key, that every destroy leaves behind. The function's role
+    needs no more: aws-cdk-lib gives it AWSLambdaBasicExecutionRole, which may write to any group."""
+    function.add_property_override("LoggingConfig.LogGroup", group.log_group_name)

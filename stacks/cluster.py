@@ -11,7 +11,7 @@ from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
 from cdk_constructs.efa_nodegroup import EfaNodegroup, efa_self_referencing_security_group
-from cdk_constructs.log_groups import EncryptedLogs
+from cdk_constructs.log_groups import EncryptedLogs, send_function_logs
 from cdk_constructs.managed_nodegroup import ManagedNodegroup, NodegroupOptions
 from config import Environment, Nodegroup
 from config import addons as addon_names
@@ -79,6 +79,13 @@ class ClusterStack(cdk.Stack):
             # private endpoint is on), so it reaches the API even when the public one is allow-listed.
             kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=KubectlV35Layer(self, "KubectlLayer")),
         )
+        # The kubectl handler and its custom-resource framework run for every manifest; their logs go
+        # with the cluster they served.
+        kubectl = self.cluster.node.find_child("KubectlProvider")
+        kubectl_logs = self.logs.group("KubectlProvider")
+        for function in (kubectl.node.find_child("Handler"),
+                         kubectl.node.find_child("Provider").node.find_child("framework-onEvent")):
+            send_function_logs(function.node.default_child, kubectl_logs)
         control_plane: eks.CfnCluster = self.cluster.node.default_child
         # EKS creates the group itself (no expiry, no key) if it does not exist yet.
         control_plane.node.add_dependency(control_plane_logs)

@@ -9,7 +9,7 @@ from constructs import Construct
 from config import Environment
 from config.environment import PUBLIC_SUBNET_MASK
 from config.outputs import TRAINING_AZ_OUTPUT, TRAINING_SUBNET_ID_OUTPUT, VPC_ID_OUTPUT
-from cdk_constructs.log_groups import EncryptedLogs
+from cdk_constructs.log_groups import EncryptedLogs, send_function_logs
 from cdk_constructs.teardown import EniJanitor
 from stacks.removal import KEPT_NETWORK_HOME, apply_removal_policy
 
@@ -64,6 +64,11 @@ class NetworkStack(cdk.Stack):
             destination=ec2.FlowLogDestination.to_cloud_watch_logs(self.flow_log_group),
             traffic_type=ec2.FlowLogTrafficType.ALL,
         )
+        # aws-cdk-lib's handler that strips the default security group's rules (the
+        # restrictDefaultSecurityGroup flag in cdk.json) runs at the first deploy and at the destroy.
+        default_group_handler = self.node.find_child("Custom::VpcRestrictDefaultSGCustomResourceProvider")
+        send_function_logs(default_group_handler.node.find_child("Handler"),
+                           self.logs.group("DefaultSecurityGroupHandler"))
 
         self.training_subnet: ec2.ISubnet = self._subnet_in(config.training_availability_zone)
         self.training_availability_zone: str = config.training_availability_zone

@@ -128,6 +128,23 @@ def test_every_log_group_created_under_a_fixed_name_is_one_preflight_looks_for_a
     assert fixed and fixed == set(s.config.cluster_log_group_names)
 
 
+@pytest.mark.parametrize("variant", ["dev", "prod"])
+def test_every_lambda_logs_to_a_group_its_stack_creates(variant):
+    """Without a log group of its own, CloudWatch creates /aws/lambda/<function> at the first
+    invocation (Lambda Developer Guide, "Configuring CloudWatch log groups",
+    https://docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-loggroups.html): a group
+    no stack knows, without expiry or key, that every destroy leaves behind (aws-cdk-lib's kubectl
+    handler, its framework and the default-security-group handler had none)."""
+    s = synth(variant)
+    for name in (*STACKS, "validation"):
+        resources = Template.from_stack(getattr(s.stage, name)).to_json()["Resources"]
+        for logical_id, function in resources.items():
+            if function["Type"] != "AWS::Lambda::Function":
+                continue
+            group = function["Properties"].get("LoggingConfig", {}).get("LogGroup", {})
+            assert resources.get(group.get("Ref"), {}).get("Type") == "AWS::Logs::LogGroup", f"{name}/{logical_id}"
+
+
 def test_retain_environment_keeps_the_file_systems_network_home(prod):
     assert set(policies(prod["network"], "AWS::EC2::VPC")) == {("Retain", "Retain")}
     assert set(policies(prod["network"], "AWS::EC2::Subnet")) == {("Retain", "Retain")}

@@ -10,10 +10,10 @@ changed after it is created, only suspended or resumed (`runPolicy.suspend`; a T
 while newer code deploys. Every run of a preset writes the preset's one checkpoint folder, so
 `ops` never lets two of them be active at once (H1's trainer-side lease guards the same folder):
 
-- start: the run of this spec exists: resume it when suspended, else say what it is doing. It does
-  not exist: create it, unless another run of the preset is active (neither suspended nor
-  finished), which is one line naming that run and the choice: keep it, or stop it and start
-  again, and the new run resumes from the shared checkpoint folder.
+- start: while another run of the preset is active (neither suspended nor finished), one line
+  naming that run and the choice: keep it, or stop it and start again, and this spec's run resumes
+  from the shared checkpoint folder. Otherwise, the run of this spec exists: resume it when
+  suspended, else say what it is doing; it does not exist: create it.
 - submit: create exactly this run (`--name` may rename it); an existing name is a conflict.
 - stop: suspend a run by name, or every active run of a preset: its pods stop, the run stays.
 """
@@ -107,15 +107,17 @@ def start(client: Any, manifest: Manifest, *, resume: bool = True) -> list[str]:
     name, namespace, preset, image = _identity(manifest)
     runs = [r for r in api.runs(namespace) if r.preset == preset and not r.validation]
     same = next((r for r in runs if r.name == name), None)
-    if same is not None and resume:
-        return [_resume(api, same, namespace, preset)]
     folder = get_preset(preset).job_dir(CLUSTER_CHECKPOINT_ROOT)
+    # Before a resume as before a create: this spec's suspended run, resumed beside another active
+    # one (a rollback to older code), would write the one checkpoint folder with it.
     for other in runs:
         if other.active and other.name != name:
             raise OpsError(f"preset {preset} already runs as {api.kind} {namespace}/{other.describe()}; this code "
                            f"and these settings are run {name} (image {image}). Keep it, or "
                            f"`python -m ops stop {other.name}{api.flags}` and start again: the new run resumes "
                            f"from {folder}")
+    if same is not None and resume:
+        return [_resume(api, same, namespace, preset)]
     created = api.create(manifest)
     lines = [f"created {api.kind} {created} (image {image}); it checkpoints to {folder}"]
     older = [r for r in runs if r.name != name]

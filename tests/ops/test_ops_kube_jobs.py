@@ -121,6 +121,21 @@ def test_start_refuses_while_a_run_of_older_code_is_active_and_names_the_choice(
     assert [c.method for c in api.calls] == ["GET"], "nothing created, nothing stopped"
 
 
+def test_start_refuses_to_resume_a_suspended_run_while_another_run_of_the_preset_is_active(api, dev, capsys):
+    """Resuming this spec's suspended run beside an active one (a rollback to older code after newer code
+    started) would put two runs on one checkpoint folder, as creating one would."""
+    name = run_name(dev, "cpu-ddp")
+    api.on("GET", JOBS, listing(
+        job(name, "Created", "Suspended", suspend=True, preset="cpu-ddp", image=IMAGE, created="2026-11-01T00:00:00Z"),
+        job("cpu-ddp-n3wn3w00", "Created", "Running", preset="cpu-ddp", image="registry/trainer:3")))
+    api.on("GET", f"{JOBS}/{name}", job(name, "Created", "Suspended", suspend=True))
+    assert start("cpu-ddp") == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert "already runs as PyTorchJob training/cpu-ddp-n3wn3w00 (Running, image registry/trainer:3)" in line
+    assert "`python -m ops stop cpu-ddp-n3wn3w00`" in line
+    assert [c.method for c in api.calls] == ["GET"], "nothing resumed"
+
+
 def test_validations_smoke_run_is_no_run_of_its_preset(api, dev, capsys):
     """It checkpoints to a folder of its own, so it does not block `ops start cpu-ddp`."""
     smoke = job("validation-cpu-ddp", "Created", "Running", preset="cpu-ddp")

@@ -246,6 +246,20 @@ def test_start_refuses_while_another_run_of_the_preset_is_active(cluster, capsys
     assert not cluster.writes()
 
 
+def test_start_refuses_to_resume_a_suspended_run_while_another_run_of_the_preset_is_active(cluster, capsys):
+    assert submit() == 0
+    name = the_run(cluster)
+    assert ops("stop", name) == 0
+    cluster.put(TRAINJOBS, trainjob("cpu-ddp-n3wn3w00", active=2))
+    capsys.readouterr()
+    cluster.server.calls.clear()
+    assert ops("start", "cpu-ddp", "--image", IMAGE) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert "already runs as TrainJob training/cpu-ddp-n3wn3w00 (Running" in line
+    assert "`python -m ops stop cpu-ddp-n3wn3w00 --env ENV`" in line
+    assert not cluster.writes() and cluster.objects[TRAINJOBS][name]["spec"]["suspend"] is True
+
+
 # --- stop and start ---------------------------------------------------------------------------------
 
 def test_stop_suspends_the_trainjob_and_start_resumes_it_by_merge_patches_of_spec_suspend(cluster, capsys, dev):

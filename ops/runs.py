@@ -153,7 +153,15 @@ def stop(client: Any, target: str, namespace: str) -> list[str]:
     if not active:
         raise OpsError(f"no active run of preset {target} in {namespace}; `python -m ops status{api.flags}` lists "
                        "the runs")
-    return [api.set_suspended(r.name, True, namespace) for r in active]
+    done, failed = [], []
+    for r in active:  # every one that can be stopped is, and the line says which were
+        try:
+            done.append(api.set_suspended(r.name, True, namespace))
+        except OpsError as err:
+            failed.append(str(err))
+    if failed:
+        raise OpsError("; ".join([*done, *failed]))
+    return done
 
 
 def run_manifest(env: Any, preset: str, *, name: str | None, image: str | None, overrides: dict | None) -> Manifest:

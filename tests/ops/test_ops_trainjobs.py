@@ -290,6 +290,21 @@ def test_under_kueue_stop_deactivates_the_workload_and_never_touches_spec_suspen
                                        "trainjob-cpu-ddp-a-1a2b3, and its pods stop\n")
 
 
+def test_stop_of_a_preset_says_which_runs_it_stopped_when_another_cannot_be(cluster, capsys):
+    """A run already stopped is never silent: the error line names it beside the one that failed."""
+    cluster.queue_with_kueue()
+    cluster.put(TRAINJOBS, trainjob("cpu-ddp-a", suspend=False, active=2, queue=True))
+    cluster.put(WORKLOADS, workload("cpu-ddp-a", admitted=True))
+    late = trainjob("cpu-ddp-b", suspend=False, queue=True)
+    late["metadata"]["creationTimestamp"] = "2026-11-26T11:00:00Z"
+    cluster.put(TRAINJOBS, late)  # Kueue has not made its Workload yet
+    assert ops("stop", "cpu-ddp") == 2
+    out = capsys.readouterr()
+    assert cluster.objects[WORKLOADS]["trainjob-cpu-ddp-a-1a2b3"]["spec"]["active"] is False
+    [line] = (out.out + out.err).splitlines()
+    assert "TrainJob training/cpu-ddp-a stopped" in line and "cpu-ddp-b has no Kueue Workload yet" in line
+
+
 def test_under_kueue_start_of_a_stopped_run_activates_its_workload_again(cluster, capsys, dev):
     from ops import runs
 

@@ -71,10 +71,11 @@ def find_etcd(explicit: str | None) -> str:
 PORT_ATTEMPTS = 3  # a loopback port chosen free can be taken before etcd binds it
 
 
-def _start_etcd(binary: str, data_dir: str, deadline: float):
-    """One etcd on two ports chosen free: (process, client port), or None where another process
-    bound a port first (etcd's log says "address already in use" and it exits)."""
-    client, peer = _free_port(), _free_port()
+def _start_etcd(binary: str, data_dir: str, deadline: float, ports: tuple[int, int] | None = None):
+    """One etcd on two ports chosen free (or the client and peer `ports` given, where a test starts
+    it again in place): (process, client port), or None where another process bound a port first
+    (etcd's log says "address already in use" and it exits)."""
+    client, peer = ports or (_free_port(), _free_port())
     log_path = Path(data_dir) / "etcd.log"
     argv = [binary, "--name", "local", "--data-dir", str(Path(data_dir) / "data"), "--enable-v2",
             "--listen-client-urls", f"http://127.0.0.1:{client}", "--advertise-client-urls", f"http://127.0.0.1:{client}",

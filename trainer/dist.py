@@ -51,8 +51,9 @@ def _per_attempt_store(timeout: timedelta) -> dist.Store | None:
     then read the address a killed worker published in the previous round, and gloo's connect
     fails ("Connection refused") or hangs until the timeout, round after round; seen here in
     about half of the SIGKILL runs. Keying the round's keys by the restart count fixes that.
-    The count is the same for all workers only when one agent started them all (one node);
-    multi-node jobs use the etcd-v2 rendezvous, where rank 0 hosts a fresh store each round.
+    The count is the same for all workers only when one agent started them all (one node). The
+    etcd-v2 rendezvous shares rank 0's agent store across rounds in the same way, so the training
+    pods turn the sharing off (k8s/pods/torchrun_env.py AGENT_ENV) and get no agent store here.
     """
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or os.environ.get("GROUP_WORLD_SIZE", "1") != "1":
         return None

@@ -29,6 +29,7 @@ from k8s.pods.devices import device_resources, pod_resource_claims
 from k8s.pods.kueue_queues import queue_labels
 from k8s.pods.resources import gpu_toleration, node_share, shm_size
 from k8s.pods.security import TRAINER_UID, container_security_context, pod_security_context
+from k8s.pods.torchrun_env import AGENT_ENV
 
 FLIGHT_RECORDER_DIR = "nccl-flight-recorder"
 API_VERSION = "kubeflow.org/v1"
@@ -172,6 +173,7 @@ def worker_template(config: Environment, spec: JobSpec, *, container_name: str =
         # How long torchrun lets its workers save after it forwards SIGTERM (its default is 30 s);
         # the pod's grace period adds torchrun's own exit (config/checkpoint_time.py).
         {"name": "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "value": str(stop.shutdown_timeout_s)},
+        *({"name": k, "value": v} for k, v in AGENT_ENV.items()),
         *(flight_recorder_env(preset.job_dir(CLUSTER_CHECKPOINT_ROOT)) if instance.is_gpu else ()),
         *(compile_cache_env(spec.preset, spec.image) if instance.is_gpu else ()),
         # No HF_TOKEN: a run reads models from FSx (--init-from-hf is a directory there), never the

@@ -34,3 +34,12 @@ def local_env(*, nproc_per_node: int, master_port: int, backend: str, endpoint: 
         "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(master_port),
         **rendezvous_env(backend=backend, endpoint=endpoint, run_id=run_id, max_restarts=max_restarts),
     }
+
+# What every training pod's torchrun agent gets. torch 2.13's dynamic rendezvous (etcd-v2 and c10d)
+# has rank 0's agent host one store for the job's whole life and hands it to the workers of every
+# round without a per-round prefix: the workers of a round after a failure read the failed round's
+# addresses there, and gloo's connect is refused ("Gloo connectFullMesh failed") round after round
+# until the restarts run out (tests/trainer/test_preemption.py). Unshared, rank 0's worker of each
+# round hosts a store of its own. trainer/dist.py keys the shared store by restart round instead
+# where one agent starts every worker (`make local`), which the count is the same for.
+AGENT_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}

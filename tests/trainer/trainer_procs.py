@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from ops import proc  # noqa: E402
+from ops import local, proc  # noqa: E402
 from trainer.dist import JOB_VARS  # noqa: E402
 
 
@@ -73,6 +73,35 @@ def elastic_agent_args(endpoint: str, run_id: str, *, nnodes: str = "2", max_res
             "--monitor-interval=0.2"]
 
 
+class RestartableEtcd:
+    """A real etcd on loopback that a test can SIGKILL and start again on the same ports, as the
+    rendezvous Service's address outlives its pod: with the data kept, or empty (a new data folder,
+    as a rescheduled pod's emptyDir)."""
+
+    def __init__(self, data_root: Path):
+        self.root, self.binary = Path(data_root), local.find_etcd(None)
+        self.ports = (local._free_port(), local._free_port())
+        self.endpoint = f"127.0.0.1:{self.ports[0]}"
+        self.server, self.starts = None, 0
+
+    def start(self, *, keep_data: bool = True) -> None:
+        if not keep_data:
+            self.starts += 1
+        data_dir = self.root / f"etcd-{self.starts}"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        started = local._start_etcd(self.binary, str(data_dir), time.monotonic() + 30, ports=self.ports)
+        assert started, f"another process took etcd's port {self.ports}"
+        self.server = started[0]
+
+    def kill(self) -> None:
+        self.server.kill()
+        self.server.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            proc.stop(self.server, grace_s=10)
+
+
 def wait_any(jobs: list["Job"], pattern: str, timeout: float) -> "Job":
     """The first of `jobs` to print a line matching `pattern` (^ and $ match at each line)."""
     rx, deadline = re.compile(pattern, re.MULTILINE), time.monotonic() + timeout
@@ -87,10 +116,11 @@ def wait_any(jobs: list["Job"], pattern: str, timeout: float) -> "Job":
 
 
 class Job:
-    def __init__(self, argv: list[str], **popen):
+    def __init__(self, argv: list[str], env: dict | None = None, **popen):
+        """`env`: variables the job gets beyond the test's own (a pod's, say)."""
         # Its own process group, killed with this test process whatever happens to it (ops/proc.py).
-        self.proc = proc.start(argv, cwd=REPO, env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, **popen)
+        self.proc = proc.start(argv, cwd=REPO, env=job_env(**(env or {})), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, **popen)
         self.lines: list[str] = []
         self.cond = threading.Condition()
         self.reader = threading.Thread(target=self._read, daemon=True)

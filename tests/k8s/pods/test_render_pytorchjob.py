@@ -155,3 +155,18 @@ def test_imagenet_jobs_request_what_the_llm_jobs_on_p4d_request_and_run_elastic_
 def test_an_explicit_node_range_past_the_node_group_is_still_an_error(dev):
     with pytest.raises(ConfigError, match="nodes_max"):
         render_pytorchjob(dev, "resnet50-imagenet", image=IMAGE, overrides={"nodes_max": 3})
+
+
+def test_every_pods_torchrun_gives_each_rendezvous_round_a_store_of_its_own(environments, dev):
+    """Shared across rounds, rank 0's agent store kept a failed round's addresses for the next
+    (tests/trainer/test_preemption.py); every training pod, of either training API, turns it off."""
+    from k8s.pods.torchrun_env import AGENT_ENV
+    from k8s.pods.trainjob import node_pod_template, render_trainjob_run
+    from preset_pods import rendered
+
+    assert AGENT_ENV == {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    for env, preset, spec, env_vars in rendered(environments):
+        assert env_vars["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1", (env.name, preset.name)
+    runtime, _ = render_trainjob_run(dev, "cpu-ddp", image=IMAGE)
+    node = node_pod_template(runtime)["spec"]["containers"][0]
+    assert {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"} in node["env"]

@@ -66,6 +66,7 @@ NOT_PATHS = {
     "trainer.vision --max-nonfinite-steps": "a count",
     "trainer.vision --startup-timeout": "seconds", "trainer.ddp --startup-timeout": "seconds",
     "trainer.llm --activation-checkpointing": "none|selective|full",
+    "ops preflight --abandon-file-system": "an FSx file system id (fs-...)",
 }
 
 

@@ -196,9 +196,22 @@ def output_dir(path: str | Path) -> Path:
     except OSError as err:
         raise PathProblem(f"cannot create directory {path} ({_reason(err)})") from None
     is_dir(path)
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise PathProblem(f"{path} is not writable by this user (uid {os.getuid()})")
-    return path
+    return writable_dir(path)
+
+
+def _make_and_remove_a_folder(folder: str | Path) -> None:
+    """Tried, not asked of os.access(): root's answer there comes from its permitted capabilities,
+    not the mode, so a folder of mode 500 passes where creating in it then fails."""
+    os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=folder))
+
+
+def writable_dir(path: str | Path) -> Path:
+    """An existing directory in which this user can create files and folders."""
+    try:
+        _make_and_remove_a_folder(path)
+    except OSError:
+        raise PathProblem(f"{path} is not writable by this user (uid {os.getuid()})") from None
+    return Path(path)
 
 
 def creatable_dir(path: str | Path) -> Path:
@@ -214,7 +227,7 @@ def creatable_dir(path: str | Path) -> Path:
     if not is_dir(ancestor):
         raise PathProblem(f"cannot create directory {path} ({ancestor} is not a directory)")
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=ancestor))
+        _make_and_remove_a_folder(ancestor)
     except OSError as err:
         raise PathProblem(f"cannot create directory {path} ({_reason(err)})") from None
     return path

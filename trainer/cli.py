@@ -59,7 +59,7 @@ def create_folder(path: Path, field: str, *, wanted: Path | None = None) -> Path
     """`path` as a folder, created with its parents; UsageError naming `field` and `wanted` (what
     the folder is for, default `path`) when it cannot be: a parent that is a file, a read-only or
     missing mount."""
-    from config.paths import exists, is_dir
+    from config.paths import exists, is_dir, writable_dir
 
     wanted = wanted or path
     for folder in (path, *path.parents):
@@ -69,11 +69,7 @@ def create_folder(path: Path, field: str, *, wanted: Path | None = None) -> Path
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(field, f"cannot create {wanted}: {exc.strerror or exc}") from None
-    try:  # tried, not asked of os.access(): root's answer there comes from its capabilities
-        os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=path))
-    except OSError:
-        raise UsageError(field, f"{path} is not writable by this user (uid {os.getuid()})") from None
-    return path
+    return checked_path(field, writable_dir, path)
 
 
 def staging_folder(out: Path, field: str) -> Path:

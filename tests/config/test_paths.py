@@ -94,3 +94,16 @@ def test_a_path_in_a_folder_this_user_may_not_enter_is_a_problem_not_an_exceptio
     for path in (locked / "inside", *([locked] if check in (paths.is_dir, paths.input_dir, paths.output_dir) else [])):
         with denied_as_a_user(), pytest.raises(PathProblem, match="Permission denied"):
             check(path)
+
+
+@pytest.mark.parametrize("check", [paths.output_dir, paths.creatable_dir])
+def test_a_folder_this_user_may_enter_but_not_write_is_refused_as_output(tmp_path, check):
+    """Tried, not asked of os.access(): for root that answer comes from its permitted capabilities,
+    so a folder of mode 500 passed even where writing into it then fails."""
+    from cli_sweep import denied_as_a_user
+
+    folder = tmp_path / "read-only"
+    folder.mkdir(mode=0o500)
+    with denied_as_a_user(), pytest.raises(PathProblem, match=f"{folder} is not writable by this user"):
+        check(folder)
+    assert list(folder.iterdir()) == []

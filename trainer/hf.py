@@ -33,7 +33,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from config.models import ModelConfig
 from config.options import positive_float
 from trainer.cli import Parser, UsageError, checked_path, run_main, staging_folder
-from config.paths import exists, is_dir, read_json
+from config.paths import exists, input_dir, is_dir, read_json
 from trainer.hf_config import TOKENIZER_FILES, hf_names, special_token_ids, to_hf_config
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -243,7 +243,7 @@ def _staging(out: Path) -> Path:
     """An empty folder beside `out`, renamed onto it when the export is whole."""
     if checked_path("--out", exists, out) and not checked_path("--out", is_dir, out):
         raise UsageError("--out", f"{out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()):
+    if checked_path("--out", exists, out) and any(checked_path("--out", input_dir, out).iterdir()):
         raise UsageError("--out", f"{out} exists and is not empty")
     return staging_folder(out, "--out")
 

@@ -155,6 +155,19 @@ def test_an_output_that_cannot_be_created_is_one_line_and_exit_2(run_dirs, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 
+def test_an_output_folder_this_user_may_enter_but_not_list_is_one_line_naming_out(run_dirs, tmp_path, capsys):
+    """Checking that --out is empty, Path.iterdir raised its PermissionError: a traceback and exit 1."""
+    from cli_sweep import denied_as_a_user
+
+    _, ckpt = run_dirs
+    out = tmp_path / "out"
+    out.mkdir(mode=0o300)
+    with denied_as_a_user():
+        code, _, err = run_cli(["export", "--checkpoint", str(ckpt), "--out", str(out)], capsys)
+    assert (code, err) == (2, f"error: --out: cannot list {out} (Permission denied)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging folder beside it
+
+
 def test_a_tokenizer_that_is_not_a_directory_is_one_line_and_exit_2(run_dirs, tmp_path, capsys):
     source, ckpt = run_dirs
     code, _, err = run_cli(["export", "--checkpoint", str(ckpt), "--out", str(tmp_path / "out"),

@@ -48,7 +48,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trainer.cli import UsageError, write_whole
+from config.paths import input_dir
+from trainer.cli import UsageError, checked_path, write_whole
 
 MANIFEST = "reencode.json"
 # Ordinary photographic qualities around FFCV's 90 (README): below, the copy trades more of the
@@ -138,7 +139,8 @@ def check_serves(root: Path, image_size: int) -> None:
 
 
 def _holds_images(out: Path) -> bool:
-    return any(any(split.iterdir()) for split in (out / "train", out / "val") if split.is_dir())
+    return any(any(checked_path("--out", input_dir, split).iterdir())
+               for split in (out / "train", out / "val") if split.is_dir())
 
 
 def claim(out: Path, settings: Settings | None) -> None:

@@ -21,6 +21,7 @@ from PIL import Image, JpegImagePlugin
 from ops import proc
 
 from trainer import imagenet, imagenet_reencode
+from trainer.cli import UsageError
 from trainer.imagenet_reencode import Settings
 from ilsvrc_tiny import write_tiny_ilsvrc
 
@@ -258,3 +259,18 @@ def test_a_source_replaced_since_the_last_run_is_re_encoded_again_the_others_kep
     with Image.open(output_of(out, replaced)) as image:
         assert image.size == (341, 256)
     assert Image.open(replaced).size == (640, 480)  # the source untouched
+
+
+@pytest.mark.parametrize("split, mode", [("train", 0o300), ("val", 0o100)])
+def test_a_split_of_out_this_user_may_enter_but_not_list_is_one_line_naming_out(tmp_path, split, mode):
+    """Checking that --out holds no images placed without --reencode, Path.iterdir raised its
+    PermissionError: a traceback."""
+    from cli_sweep import denied_as_a_user
+
+    write_tiny_ilsvrc(tmp_path / "src", classes=1, train_per_class=1, val_per_class=1)
+    out = tmp_path / "out"
+    (out / split).mkdir(parents=True, mode=mode)
+    with denied_as_a_user(), pytest.raises(UsageError) as err:
+        imagenet.rearrange(tmp_path / "src", out, Settings(short_side=256, jpeg_quality=90), workers=1)
+    assert str(err.value) == f"--out: cannot list {out / split} (Permission denied)"
+    assert sorted(p.name for p in out.iterdir()) == [split]  # no manifest claimed the folder

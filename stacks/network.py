@@ -64,11 +64,13 @@ class NetworkStack(cdk.Stack):
             destination=ec2.FlowLogDestination.to_cloud_watch_logs(self.flow_log_group),
             traffic_type=ec2.FlowLogTrafficType.ALL,
         )
-        # aws-cdk-lib's handler that strips the default security group's rules (the
-        # restrictDefaultSecurityGroup flag in cdk.json) runs at the first deploy and at the destroy.
-        default_group_handler = self.node.find_child("Custom::VpcRestrictDefaultSGCustomResourceProvider")
-        send_function_logs(default_group_handler.node.find_child("Handler"),
-                           self.logs.group("DefaultSecurityGroupHandler"))
+        # aws-cdk-lib's handler that strips the default security group's rules runs at the first
+        # deploy and at the destroy. It exists only under the restrictDefaultSecurityGroup flag,
+        # which cdk.json sets and an App built without that context (a test's) does not.
+        default_group_handler = self.node.try_find_child("Custom::VpcRestrictDefaultSGCustomResourceProvider")
+        if default_group_handler is not None:
+            send_function_logs(default_group_handler.node.find_child("Handler"),
+                               self.logs.group("DefaultSecurityGroupHandler"))
 
         self.training_subnet: ec2.ISubnet = self._subnet_in(config.training_availability_zone)
         self.training_availability_zone: str = config.training_availability_zone

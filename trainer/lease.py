@@ -10,7 +10,12 @@ and renews it every RENEW_S seconds from a background thread while the run lives
   invocation. Without torchrun it is host:pid. TRAINER_RUN_ID, where set, wins: a TrainJob
   (trainingApi v2) rendezvouses under a new id on every JobSet attempt, and names the run in it. A lease of the same run is taken over at once:
   torchrun restarting its workers, or a pod restarted on another node, is the same run.
-- A lease of another run is refused while it is live, with one line naming its owner.
+- A lease of another run is refused while it is live, with one line naming its owner. Asked to
+  wait (acquire(wait_s=...)), rank 0 first reads the record again every POLL_S seconds for up to
+  wait_s: a run stopped moments ago (`ops stop OLD-RUN`, then `ops start PRESET`) keeps its lease
+  for a restart that never comes, and refusing at once would spend the new job's restarts until
+  it went stale. WAIT_S, the lease's life and one renewal more, is long enough for a stopped run's
+  lease to go stale; a live run's is renewed all along and still refused, once WAIT_S has passed.
 - It is stale, and taken over with a log line, when it was not renewed for TTL_S seconds, or at
   once when its owner ran on this host and its process is gone (a local run that was killed).
 - A run that finishes releases it; one that stops early (preempted, failed) keeps it, so that
@@ -45,10 +50,16 @@ LEASE_FILE = "LEASE"
 LOCK_FILE = ".LEASE.lock"
 TTL_S = 120.0
 RENEW_S = 20.0
+POLL_S = 5.0
+WAIT_S = TTL_S + RENEW_S
 
 
 class LeaseHeld(Exception):
     """Another live run owns the directory."""
+
+    def __init__(self, message: str, holder: str = "", age: float = 0.0):
+        super().__init__(message)
+        self.holder, self.age = holder, age
 
 
 @dataclass(frozen=True)
@@ -67,9 +78,9 @@ class Owner:
 
 
 class Lease:
-    def __init__(self, directory: Path, owner: Owner, *, ttl_s: float = TTL_S, clock=time.time):
+    def __init__(self, directory: Path, owner: Owner, *, ttl_s: float = TTL_S, clock=time.time, sleep=time.sleep):
         self.path, self.lock_path = Path(directory) / LEASE_FILE, Path(directory) / LOCK_FILE
-        self.owner, self.ttl_s, self.clock = owner, ttl_s, clock
+        self.owner, self.ttl_s, self.clock, self.sleep = owner, ttl_s, clock, sleep
         self.acquired_at: float | None = None
         self.lost_to: str | None = None  # set when another run took the lease over
         self._stop = threading.Event()
@@ -77,8 +88,26 @@ class Lease:
 
     # --- taking and giving back ------------------------------------------------------------------
 
-    def acquire(self) -> None:
-        """Take the lease, or raise LeaseHeld naming the live owner."""
+    def acquire(self, *, wait_s: float = 0.0) -> None:
+        """Take the lease, or raise LeaseHeld naming the live owner; with `wait_s`, only once a
+        lease of another run has stayed live for that long. The flock is not held while waiting:
+        the owner must be able to renew, and another run to look."""
+        deadline = None
+        while True:
+            try:
+                return self._try_acquire()
+            except LeaseHeld as held:
+                now = self.clock()
+                if deadline is None and wait_s > 0:
+                    deadline = now + wait_s
+                    log(f"The lease on {self.path.parent} is held by {held.holder}, renewed {held.age:.0f} s ago; "
+                        f"waiting up to {wait_s:.0f} s for it to go stale (a stopped run's does after "
+                        f"{self.ttl_s:.0f} s)")
+                if deadline is None or now >= deadline:
+                    raise
+                self.sleep(min(POLL_S, deadline - now))
+
+    def _try_acquire(self) -> None:
         with self._locked():
             record = self._read()
             now = self.clock()
@@ -88,7 +117,7 @@ class Lease:
                 if age < self.ttl_s and not self._gone(record):
                     raise LeaseHeld(f"{self.path.parent} is in use by {holder}, renewed {age:.0f} s ago; "
                                     f"a lease not renewed for {self.ttl_s:.0f} s is taken over, or remove "
-                                    f"{self.path} once that run is gone")
+                                    f"{self.path} once that run is gone", holder, age)
                 why = "its process is gone" if self._gone(record) else f"not renewed for {age:.0f} s"
                 warn(f"taking over the lease on {self.path.parent} from {holder}: {why}")
             elif record is not None:

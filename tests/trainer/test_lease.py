@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from trainer.lease import LEASE_FILE, Lease, LeaseHeld, Owner
+from trainer.lease import LEASE_FILE, POLL_S, RENEW_S, TTL_S, Lease, LeaseHeld, Owner
 from trainer_procs import REPO, Job, file_size_limited, job_env, llm_args, torchrun_args
 
 A = Owner("job-a-1234567890", "job-a-worker-0", 57)
@@ -24,6 +24,19 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class Sleep:
+    """Sleeping on the fake clock: time passes at once, and `meanwhile` runs after each nap (the
+    other run, renewing or not)."""
+
+    def __init__(self, clock: Clock, meanwhile=lambda: None):
+        self.clock, self.meanwhile, self.naps = clock, meanwhile, []
+
+    def __call__(self, seconds: float) -> None:
+        self.naps.append(seconds)
+        self.clock.now += seconds
+        self.meanwhile()
 
 
 def record(directory) -> dict:
@@ -58,6 +71,57 @@ def test_a_lease_not_renewed_within_its_life_is_taken_over_with_a_warning(tmp_pa
     Lease(tmp_path, B, clock=clock).acquire()
     assert record(tmp_path)["run"] == B.run
     assert "taking over the lease" in capsys.readouterr().err
+
+
+def test_a_lease_its_run_stopped_renewing_moments_ago_is_waited_for_and_then_taken_over(tmp_path, capsys):
+    # `ops stop OLD-RUN` then `ops start PRESET`: the stopped run keeps its lease (for a restart that
+    # now never comes); the new run must not spend its restarts on refusals until it goes stale.
+    clock = Clock()
+    Lease(tmp_path, A, clock=clock).acquire()
+    stopped = clock.now
+    clock.now += 10
+    sleep = Sleep(clock)
+    Lease(tmp_path, B, clock=clock, sleep=sleep).acquire(wait_s=TTL_S + RENEW_S)
+    assert record(tmp_path)["run"] == B.run
+    out, err = capsys.readouterr()
+    assert re.search(rf"held by run {A.run} \(host job-a-worker-0, pid 57\), renewed 10 s ago; waiting up to "
+                     r"140 s for it to go stale", out), out
+    assert "taking over the lease" in err
+    # It read the record again every few seconds and took over as soon as the lease was stale.
+    assert sleep.naps and max(sleep.naps) <= POLL_S
+    assert TTL_S <= record(tmp_path)["acquired"] - stopped <= TTL_S + POLL_S
+
+
+def test_a_lease_its_run_keeps_renewing_is_refused_after_the_bounded_wait_in_one_line(tmp_path):
+    clock = Clock()
+    a = Lease(tmp_path, A, clock=clock)
+    a.acquire()
+    renewed = [clock.now]
+
+    def a_lives():  # a live run renews every RENEW_S seconds
+        if clock.now - renewed[0] >= RENEW_S:
+            a.renew()
+            renewed[0] = clock.now
+
+    sleep = Sleep(clock, a_lives)
+    with pytest.raises(LeaseHeld, match=rf"^{re.escape(str(tmp_path))} is in use by run {A.run} \(host job-a-worker-0, "
+                                        r"pid 57\), renewed \d+ s ago; a lease not renewed for 120 s is taken over"):
+        Lease(tmp_path, B, clock=clock, sleep=sleep).acquire(wait_s=TTL_S + RENEW_S)
+    assert record(tmp_path)["run"] == A.run
+    assert TTL_S + RENEW_S <= sum(sleep.naps) and max(sleep.naps) <= POLL_S  # bounded: no nap past the wait
+    assert sum(sleep.naps) <= TTL_S + RENEW_S + 1e-9
+
+
+def test_a_restart_of_the_same_run_takes_the_lease_at_once_without_waiting(tmp_path):
+    clock = Clock()
+    Lease(tmp_path, A, clock=clock).acquire()
+    clock.now += 5
+
+    def no_sleep(seconds):
+        raise AssertionError(f"waited {seconds} s for its own run's lease")
+
+    Lease(tmp_path, Owner(A.run, "job-a-worker-1", 9), clock=clock, sleep=no_sleep).acquire(wait_s=TTL_S + RENEW_S)
+    assert record(tmp_path)["pid"] == 9
 
 
 def test_renewal_keeps_a_lease_alive_and_notices_a_takeover(tmp_path):

@@ -41,7 +41,7 @@ from trainer import safe_load
 from trainer.checkpoint_load import FAILED, REFUSED, Verdict, agree, classify, describe, precheck
 from trainer.cli import UsageError, WorkerExit, checked_path, create_folder, write_whole
 from trainer.dist import Runtime
-from trainer.lease import Lease, LeaseHeld, Owner
+from trainer.lease import WAIT_S, Lease, LeaseHeld, Owner
 from trainer.log import log, warn
 from trainer.retention import TRASH, BackgroundRemover
 
@@ -255,12 +255,16 @@ class CheckpointManager:
 
     def _take_lease(self) -> None:
         """Rank 0 takes the directory's lease (trainer/lease.py) before anything here is touched;
-        every rank stops with its one-line refusal when another live run holds it."""
+        every rank stops with its one-line refusal when another live run holds it. Rank 0 first
+        waits for such a lease to go stale (a run stopped moments ago keeps it), while the other
+        ranks wait in the broadcast below, bounded by the start-up timeout (1800 s by default,
+        against WAIT_S's 140 s): the wait takes at most half of that bound, so a short
+        --startup-timeout shortens the wait rather than failing the broadcast first."""
         refusal = [None]
         if self.rt.is_main:
             self.lease = Lease(self.directory, Owner.of_this_process())
             try:
-                self.lease.acquire()
+                self.lease.acquire(wait_s=min(WAIT_S, self.rt.startup_timeout_s / 2))
                 self.lease.start_renewing()
             except LeaseHeld as exc:
                 refusal = [(str(exc), EXIT_USAGE)]

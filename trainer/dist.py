@@ -39,6 +39,7 @@ class Runtime:
     backend: str
     checkpoint_group: dist.ProcessGroup | None = None
     timeout_s: float = DistConfig.timeout_s  # the steady-state bound end_startup() sets
+    startup_timeout_s: float = DistConfig.startup_timeout_s  # the bound until then, and of checkpoint_group
 
     @property
     def is_main(self) -> bool:
@@ -114,7 +115,8 @@ def init(cfg: DistConfig = DistConfig(), *, checkpoint_group: bool = False) -> R
         # gloo group they never interleave with the training collectives, and they keep the
         # start-up bound because reading or writing a large model's state takes minutes.
         ckpt_pg = dist.new_group(backend="gloo", timeout=timeout)
-    return Runtime(dist.get_rank(), dist.get_world_size(), local_rank, device, backend, ckpt_pg, cfg.timeout_s)
+    return Runtime(dist.get_rank(), dist.get_world_size(), local_rank, device, backend, ckpt_pg, cfg.timeout_s,
+                   cfg.startup_timeout_s)
 
 
 def end_startup(rt: Runtime) -> None:

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -195,9 +196,14 @@ def test_a_second_run_on_a_directory_in_use_is_refused_in_one_line_and_the_first
     first = Job(torchrun_args("trainer.llm", llm_args(tmp_path, steps=5000, every=1000)))
     try:
         first.wait_for(r"^step\s+5 ")
-        second = subprocess.run([sys.executable, "-m", "trainer.llm", *llm_args(tmp_path, steps=10)], cwd=REPO,
-                                env=job_env(), capture_output=True, text=True, timeout=120)
+        # It waits (for half its start-up bound, here) for the lease to go stale before refusing:
+        # the first run renews it all along.
+        second = subprocess.run([sys.executable, "-m", "trainer.llm", *llm_args(tmp_path, steps=10),
+                                 "--startup-timeout", "16"], cwd=REPO, env=job_env(), capture_output=True, text=True,
+                                timeout=120)
         assert second.returncode == 2, second.stderr[-2000:]
+        assert re.search(rf"^The lease on {tmp_path} is held by run \S+ \(host \S+, pid \d+\), renewed \d+ s ago; "
+                         r"waiting up to 8 s for it to go stale", second.stdout, re.M), second.stdout[-2000:]
         [line] = second.stderr.strip().splitlines()[-1:]
         assert re.match(rf"error: {tmp_path} is in use by run \S+ \(host \S+, pid \d+\), renewed \d+ s ago", line), line
         assert "step " not in second.stdout
@@ -206,3 +212,17 @@ def test_a_second_run_on_a_directory_in_use_is_refused_in_one_line_and_the_first
         first.wait_for(r"^step\s+\d+ ", start=seen)
     finally:
         first.stop()
+
+
+@pytest.mark.slow
+def test_a_run_started_moments_after_another_was_stopped_waits_for_its_lease_to_go_stale_and_trains(tmp_path):
+    # `ops stop OLD-RUN` then `ops start PRESET`: the stopped run's rank 0 (another pod) renewed its
+    # lease a moment ago and never will again (20 s before it goes stale: more than this start-up takes).
+    stopped = {**vars(A), "acquired": time.time() - 3600, "renewed": time.time() - (TTL_S - 20), "ttl_s": TTL_S}
+    (tmp_path / LEASE_FILE).write_text(json.dumps(stopped) + "\n")
+    new = subprocess.run([sys.executable, "-m", "trainer.llm", *llm_args(tmp_path, steps=10)], cwd=REPO,
+                         env=job_env(), capture_output=True, text=True, timeout=180)
+    assert new.returncode == 0, new.stderr[-2000:]
+    assert re.search(rf"^The lease on {tmp_path} is held by run {A.run} .*waiting up to 140 s", new.stdout, re.M)
+    assert f"taking over the lease on {tmp_path} from run {A.run}" in new.stderr
+    assert re.search(r"^step\s+10 ", new.stdout, re.M) and not (tmp_path / LEASE_FILE).exists()

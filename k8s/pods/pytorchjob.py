@@ -251,7 +251,13 @@ def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
             "runPolicy": {
                 # Keep finished pods so `ops logs` can read them; they hold no GPUs once done.
                 "cleanPodPolicy": "None",
-                "backoffLimit": spec.max_restarts,
+                # max_restarts is restarts of the whole group. The operator sums restartCount
+                # over every container of every Running pod and fails the job once the sum is
+                # >= backoffLimit (Training Operator v1.9.4, kubeflow/trainer pkg/core/job.go:
+                # 101-132), and an event that stops the group (etcd lost: every agent exits 1)
+                # restarts each pod once: nodes_max per group restart, one more so that the
+                # max_restarts-th still runs.
+                "backoffLimit": spec.max_restarts * spec.nodes_max + 1,
             },
             "pytorchReplicaSpecs": {
                 "Worker": {

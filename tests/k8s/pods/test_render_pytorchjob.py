@@ -170,3 +170,29 @@ def test_every_pods_torchrun_gives_each_rendezvous_round_a_store_of_its_own(envi
     runtime, _ = render_trainjob_run(dev, "cpu-ddp", image=IMAGE)
     node = node_pod_template(runtime)["spec"]["containers"][0]
     assert {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"} in node["env"]
+
+
+def past_backoff_limit(backoff_limit: int, restart_counts: list[int]) -> bool:
+    """Training Operator v1.9.4's PastBackoffLimit (kubeflow/trainer, tag v1.9.4, commit 4445c12a,
+    pkg/core/job.go:93-133, called from pkg/controller.v1/common/job.go:200): the SUM of the
+    restartCount of every container of every Running pod of the job (replicas under OnFailure,
+    Always or ExitCode), compared with `>=` (with `> 0` when the limit is 0). `restart_counts`
+    holds one Running pod's container restarts each."""
+    total = sum(restart_counts)
+    return total > 0 if backoff_limit == 0 else total >= backoff_limit
+
+
+@pytest.mark.parametrize("nodes,max_restarts", [(1, 0), (1, 3), (2, 3), (3, 3), (4, 0), (4, 5)])
+def test_max_restarts_counts_restarts_of_the_whole_group_not_of_each_pod(dev, nodes, max_restarts):
+    """An event that stops the group (etcd lost mid-run: every torchrun agent exits 1 after its
+    workers save) restarts every pod's container once, and the operator sums restarts over pods:
+    with backoffLimit = max_restarts one etcd eviction ended a 3-node job Failed with its
+    checkpoint saved. The job survives `max_restarts` whole-group restarts and fails on the next,
+    as the v2 JobSet's failurePolicy.maxRestarts does."""
+    m = render_pytorchjob(dev, "cpu-ddp", image=IMAGE,
+                          overrides={"nodes_min": nodes, "nodes_max": nodes, "max_restarts": max_restarts})
+    assert m["spec"]["elasticPolicy"]["maxReplicas"] == nodes
+    limit = m["spec"]["runPolicy"]["backoffLimit"]
+    for group_restarts in range(max_restarts + 1):
+        assert not past_backoff_limit(limit, [group_restarts] * nodes), (group_restarts, limit)
+    assert past_backoff_limit(limit, [max_restarts + 1] * nodes)

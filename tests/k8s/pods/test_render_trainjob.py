@@ -157,7 +157,8 @@ def test_the_jobset_policies_give_the_stated_fault_semantics(runs):
         policy = spec["failurePolicy"]
         assert policy["rules"] == [{"name": "disruption", "action": "RestartJobSetAndIgnoreMaxRestarts",
                                     "onJobFailureReasons": ["PodFailurePolicy"]}]
-        assert policy["maxRestarts"] == job["spec"]["runPolicy"]["backoffLimit"]
+        # A JobSet restart is one restart of the whole gang: the same budget as v1's max_restarts.
+        assert policy["maxRestarts"] == job["spec"]["elasticPolicy"]["maxRestarts"] == preset.max_restarts
         # No new pod while an old one may still be writing its checkpoint.
         assert policy["restartStrategy"] == "BlockingRecreate"
 

@@ -249,8 +249,12 @@ def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
         "spec": {
             "elasticPolicy": elastic,
             "runPolicy": {
-                # Keep finished pods so `ops logs` can read them; they hold no GPUs once done.
-                "cleanPodPolicy": "None",
+                # Once the job is Succeeded or Failed, the operator deletes its Running and Pending
+                # pods and keeps the rest (Training Operator v1.9.4, kubeflow/trainer pkg/controller.
+                # v1/common/job.go:53-59). A job failed by its backoff limit still has every pod
+                # Running (OnFailure restarts containers in place): with None they went on holding
+                # their GPUs. A worker that exited 0 is Succeeded and stays, for `ops logs`.
+                "cleanPodPolicy": "Running",
                 # max_restarts is restarts of the whole group. The operator sums restartCount
                 # over every container of every Running pod and fails the job once the sum is
                 # >= backoffLimit (Training Operator v1.9.4, kubeflow/trainer pkg/core/job.go:

@@ -196,3 +196,29 @@ def test_max_restarts_counts_restarts_of_the_whole_group_not_of_each_pod(dev, no
     for group_restarts in range(max_restarts + 1):
         assert not past_backoff_limit(limit, [group_restarts] * nodes), (group_restarts, limit)
     assert past_backoff_limit(limit, [max_restarts + 1] * nodes)
+
+
+def deleted_once_finished(clean_pod_policy: str, pod_phase: str) -> bool:
+    """Training Operator v1.9.4's DeletePodsAndServices for a Succeeded or Failed job (kubeflow/
+    trainer, tag v1.9.4, commit 4445c12a, pkg/controller.v1/common/job.go:43-69; called at :229
+    when the backoff limit fails the job, after the Failed condition is set at :227, and at :124 on
+    every later sync of a finished job): None deletes nothing, Running deletes the pods still
+    Running or Pending, All deletes every pod (values: pkg/apis/kubeflow.org/v1/common_types.go:
+    166-169; the CRD's field is a free string)."""
+    if clean_pod_policy == "None":
+        return False
+    if clean_pod_policy == "Running":
+        return pod_phase in ("Running", "Pending")
+    assert clean_pod_policy == "All", clean_pod_policy
+    return True
+
+
+def test_a_failed_job_gives_back_its_gpus_and_a_succeeded_job_keeps_its_pods_for_ops_logs(dev):
+    """Under restartPolicy OnFailure the kubelet restarts a failed container in place, so when the
+    backoff limit fails the job every pod is still Running: with cleanPodPolicy None they went on
+    restarting and holding their GPUs (8 per p5 node) with the job shown Failed. A worker that
+    exits 0 ends Succeeded, and `ops logs` reads worker 0's pod: that pod must stay."""
+    m = render_pytorchjob(dev, "llama3-8b-fsdp", image=IMAGE)
+    policy = m["spec"]["runPolicy"]["cleanPodPolicy"]
+    assert deleted_once_finished(policy, "Running") and deleted_once_finished(policy, "Pending")
+    assert not deleted_once_finished(policy, "Succeeded")

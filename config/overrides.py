@@ -25,7 +25,7 @@ OVERRIDES: dict[str, Override] = {
     "nodes_max": Override(int, "nodes_min to the node group's maxSize", "2"),
     "nproc_per_node": Override(int, "1 to the instance's GPUs (1 on a CPU group)", "4"),
     "rendezvous": Override(str, " or ".join(RENDEZVOUS_BACKENDS), RENDEZVOUS_BACKENDS[-1]),
-    "max_restarts": Override(int, "0 or more", "5"),
+    "max_restarts": Override(int, "0 to (2**31 - 2) // nodes_max (backoffLimit, an int32)", "5"),
     "env": Override(dict, "a plain variable, repeatable; names with TOKEN, SECRET or PASSWORD are "
                           "refused (use a Secret)", "LOGLEVEL=DEBUG"),
 }

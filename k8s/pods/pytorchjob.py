@@ -40,6 +40,7 @@ PRESET_LABEL = f"{LABEL_PREFIX}/preset"
 # A run's spec digest (render_run): on the PyTorchJob's labels, and the end of its default name.
 SPEC_DIGEST_LABEL = f"{LABEL_PREFIX}/spec-digest"
 SPEC_DIGEST_LENGTH = 8
+INT32_MAX = 2**31 - 1
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -116,8 +117,12 @@ def job_spec(config: Environment, preset: JobPreset, *, image: str, job_name: st
     if values["rendezvous"] not in RENDEZVOUS_BACKENDS:
         raise ConfigError("overrides.rendezvous", f"must be one of {', '.join(RENDEZVOUS_BACKENDS)}, "
                                                   f"got {values['rendezvous']!r}")
-    if values["max_restarts"] < 0:
-        raise ConfigError("overrides.max_restarts", f"must be 0 or more, got {values['max_restarts']}")
+    # backoffLimit (max_restarts x nodes_max + 1) is an int32 the API server refuses beyond 2**31 - 1.
+    most_restarts = (INT32_MAX - 1) // values["nodes_max"]
+    if not 0 <= values["max_restarts"] <= most_restarts:
+        source = "overrides" if "max_restarts" in (overrides or {}) else f"presets.{preset.name}"
+        raise ConfigError(f"{source}.max_restarts", f"must be 0 to {most_restarts} with nodes_max "
+                                                    f"{values['nodes_max']}, got {values['max_restarts']}")
     env = values["env"]
     for key, value in env.items():
         if not _ENV_NAME.match(key):

@@ -153,6 +153,16 @@ def test_an_image_that_is_no_pinned_oci_reference_is_a_usage_error_naming_image(
     assert out == "" and err.count("\n") == 1 and err.startswith("error: argument --image: "), err
 
 
+@pytest.mark.parametrize("command", [IMAGE_COMMANDS["submit"], IMAGE_COMMANDS["start"]], ids=["submit", "start"])
+@pytest.mark.parametrize("value", [str(2**30), str(2**63)])
+def test_a_max_restarts_whose_backoff_limit_would_not_fit_int32_is_one_line_naming_it(command, value, offline):
+    """backoffLimit is max_restarts x nodes_max + 1 and an int32 in the PyTorchJob CRD, which the API
+    server refuses past 2**31 - 1: cpu-ddp (2 nodes) with 2**30 rendered 2147483649, exit 0."""
+    result = run_ops([*command, "--image", "img:1", "--set", f"max_restarts={value}"], offline)
+    assert_one_line_error(result, "max_restarts", str((2**31 - 2) // 2))
+    assert result.stdout == ""
+
+
 @pytest.mark.parametrize("name", ["BAD", "run\n", "a" * 49, "", "1run"])
 def test_a_submit_name_that_is_no_run_name_is_a_usage_error_naming_name(name, capsys):
     """The error named the renderer's field, job_name, which is no flag of `ops submit`."""

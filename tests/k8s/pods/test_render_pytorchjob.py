@@ -222,3 +222,27 @@ def test_a_failed_job_gives_back_its_gpus_and_a_succeeded_job_keeps_its_pods_for
     policy = m["spec"]["runPolicy"]["cleanPodPolicy"]
     assert deleted_once_finished(policy, "Running") and deleted_once_finished(policy, "Pending")
     assert not deleted_once_finished(policy, "Succeeded")
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 3])
+def test_max_restarts_is_bounded_so_the_backoff_limit_fits_int32(dev, nodes):
+    """runPolicy.backoffLimit is `format: int32` in the PyTorchJob CRD, and the API server refuses a
+    larger value: the largest max_restarts renders a backoffLimit of at most 2**31 - 1, one more is
+    a ConfigError naming max_restarts."""
+    largest = (2**31 - 2) // nodes
+    m = render_pytorchjob(dev, "cpu-ddp", image=IMAGE,
+                          overrides={"nodes_min": nodes, "nodes_max": nodes, "max_restarts": largest})
+    assert m["spec"]["runPolicy"]["backoffLimit"] <= 2**31 - 1
+    with pytest.raises(ConfigError, match="max_restarts"):
+        render_pytorchjob(dev, "cpu-ddp", image=IMAGE,
+                          overrides={"nodes_min": nodes, "nodes_max": nodes, "max_restarts": largest + 1})
+
+
+def test_a_presets_own_max_restarts_past_the_int32_bound_names_the_preset_field(dev):
+    from dataclasses import replace
+
+    from k8s.pods.pytorchjob import job_spec
+
+    preset = replace(PRESETS["cpu-ddp"], max_restarts=2**31)
+    with pytest.raises(ConfigError, match=r"presets\.cpu-ddp\.max_restarts"):
+        job_spec(dev, preset, image=IMAGE)

@@ -22,6 +22,7 @@ from ops.aws import AwsClients, api_failure_types, caller_account, error_code, e
 from ops.capacity_blocks import EKS_SCALEDOWN_BEFORE_END, utc
 from ops.checks import FAIL, PASS, WARN, Check
 from ops.quotas import QuotaReading, quota_row, read_quota
+from ops.stacks import deployed_stack
 
 # Service Quotas codes (service code, quota code). On-Demand vCPU buckets are per instance family.
 VCPU_QUOTA_CODES = {"P": "L-417A185B", "G": "L-DB2E81BA", "Standard": "L-1216C47A"}
@@ -406,20 +407,19 @@ def _leftover_log_groups(env: Environment, aws: AwsClients) -> list[Check]:
     create the control plane's group again for its last events, and Fluent Bit its Container
     Insights groups: the next deploy would fail on them once the Network stack is up. While the
     Cluster stack exists they are its own."""
-    stack = stack_name(env.name, CLUSTER_STACK_ID)
-    try:
-        [found] = aws.cloudformation.describe_stacks(StackName=stack)["Stacks"]
-        if found["StackStatus"] not in _STACK_CREATED_AGAIN:
-            return [Check(LEFTOVER_LOG_GROUPS, PASS, f"the cluster's log groups are stack {stack}'s own")]
-    except api_failure_types() as err:
-        if "does not exist" not in str(err):
-            raise
+    try:  # by either deploy path's name: the pipeline's stage is Pipeline-<env>-*
+        stack = deployed_stack(aws.cloudformation, env, CLUSTER_STACK_ID)
+    except OpsError as err:
+        return [Check(LEFTOVER_LOG_GROUPS, WARN, f"could not tell which stack is the cluster's ({err})")]
+    if stack is not None and stack["StackStatus"] not in _STACK_CREATED_AGAIN:
+        return [Check(LEFTOVER_LOG_GROUPS, PASS, f"the cluster's log groups are stack {stack['StackName']}'s own")]
+    creator = stack["StackName"] if stack is not None else stack_name(env.name, CLUSTER_STACK_ID)
     left = [name for name in env.cluster_log_group_names
             if any(g["logGroupName"] == name
                    for g in paginate(aws.logs, "describe_log_groups", "logGroups", logGroupNamePrefix=name))]
     if not left:
         return [Check(LEFTOVER_LOG_GROUPS, PASS, f"none of the {len(env.cluster_log_group_names)} log groups "
-                                                 f"stack {stack} creates exists yet")]
+                                                 f"stack {creator} creates exists yet")]
     deletes = "; ".join(f"aws logs delete-log-group --region {env.region} --log-group-name {name}" for name in left)
     return [Check(LEFTOVER_LOG_GROUPS, FAIL,
                   f"{', '.join(left)} left by an earlier cluster {env.cluster_name}: CloudFormation cannot create "

@@ -378,12 +378,15 @@ def test_no_leftover_log_group_passes(aws, moto_clients):
     assert by_name["leftover log groups"].status == PASS
 
 
-def test_log_groups_of_a_deployed_cluster_stack_are_its_own_not_leftovers(aws, moto_clients):
-    """A deploy of a live environment updates the groups its Cluster stack owns."""
+@pytest.mark.parametrize("stack", ["prod-Cluster", "Pipeline-prod-Cluster"])
+def test_log_groups_of_a_deployed_cluster_stack_are_its_own_not_leftovers(aws, moto_clients, stack):
+    """A deploy of a live environment updates the groups its Cluster stack owns, whichever path
+    deployed it: the pipeline's stage names its stacks Pipeline-<env>-*, and a row that looked
+    only for <env>-Cluster told the user to delete the live cluster's groups."""
     boto3.client("cloudformation", region_name="us-east-1").create_stack(
-        StackName="prod-Cluster", TemplateBody=json.dumps(
+        StackName=stack, TemplateBody=json.dumps(
             {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}}))
     boto3.client("logs", region_name="us-east-1").create_log_group(logGroupName=CONTROL_PLANE_LOGS)
     by_name, _ = run_prod(moto_clients)
-    assert by_name["leftover log groups"].status == PASS
-    assert "prod-Cluster" in by_name["leftover log groups"].reason
+    assert by_name["leftover log groups"].status == PASS, by_name["leftover log groups"]
+    assert stack in by_name["leftover log groups"].reason

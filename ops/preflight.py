@@ -21,6 +21,7 @@ from config.outputs import CLUSTER_STACK_ID, stack_name
 from ops.aws import AwsClients, api_failure_types, caller_account, error_code, explain, paginate
 from ops.capacity_blocks import EKS_SCALEDOWN_BEFORE_END, utc
 from ops.checks import FAIL, PASS, WARN, Check
+from ops.errors import OpsError
 from ops.quotas import QuotaReading, quota_row, read_quota
 from ops.stacks import deployed_stack
 

@@ -378,6 +378,16 @@ def test_no_leftover_log_group_passes(aws, moto_clients):
     assert by_name["leftover log groups"].status == PASS
 
 
+def test_two_stacks_that_could_be_the_clusters_are_a_warning_not_a_guess(aws, moto_clients):
+    cloudformation = boto3.client("cloudformation", region_name="us-east-1")
+    for stack in ("Pipeline-prod-Cluster", "Other-prod-Cluster"):
+        cloudformation.create_stack(StackName=stack, TemplateBody=json.dumps(
+            {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}}))
+    by_name, _ = run_prod(moto_clients)
+    row = by_name["leftover log groups"]
+    assert row.status == WARN and "several stacks end in -prod-Cluster" in row.reason, row
+
+
 @pytest.mark.parametrize("stack", ["prod-Cluster", "Pipeline-prod-Cluster"])
 def test_log_groups_of_a_deployed_cluster_stack_are_its_own_not_leftovers(aws, moto_clients, stack):
     """A deploy of a live environment updates the groups its Cluster stack owns, whichever path

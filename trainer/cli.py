@@ -12,7 +12,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn, TypeVar
+from typing import BinaryIO, NoReturn, TypeVar
 
 from config.options import add_to_parser, build
 
@@ -82,15 +82,19 @@ def staging_folder(out: Path, field: str) -> Path:
         raise UsageError(field, f"cannot create {out}: {exc.strerror or exc}") from None
 
 
-def write_whole(path: Path, text: str) -> None:
-    """`text` as the file `path`, which readers see whole or not at all: written beside it under a
-    temporary name of this process, flushed to disk, and renamed over it. A write that fails
-    (a full disk) removes its temporary file before the error goes on: every restart fails alike,
-    and each one's half-written file would take more of the space."""
+def write_whole(path: Path, content: str | Callable[[BinaryIO], object]) -> None:
+    """`content` as the file `path`, which readers see whole or not at all: written beside it under
+    a temporary name of this process, flushed to disk, and renamed over it. `content` is text, or
+    a function that writes the bytes to the open file (torch.save, a figure's savefig). A write
+    that fails (a full disk) removes its temporary file before the error goes on: every restart
+    fails alike, and each one's half-written file would take more of the space."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            if isinstance(content, str):
+                f.write(content.encode("utf-8"))
+            else:
+                content(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

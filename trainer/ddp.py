@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from config.paths import output_file
 from config.workloads.ddp import DdpJobConfig
 from trainer import dist as tdist
-from trainer.cli import UsageError, checked_path, parse_config, run_main
+from trainer.cli import UsageError, checked_path, parse_config, run_main, write_whole
 from trainer.log import log
 from trainer.preemption import Preemption
 from trainer.safe_load import weights_only_refusal
@@ -57,26 +57,16 @@ def make_model(cfg: TaskConfig) -> nn.Module:
 # --- snapshot -----------------------------------------------------------------------------------
 
 def save_snapshot(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, epochs_run: int) -> None:
-    """Write to a temporary file, fsync it, rename over the old one, fsync the folder: a reader
-    sees the old snapshot or the new one, never half of one."""
+    """Written whole (trainer.cli.write_whole), then the folder fsynced: a reader sees the old
+    snapshot or the new one, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     state = {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "epochs_run": epochs_run,
         "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
     }
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        # A full disk fails every restart alike: each one's half-written file would take more of the space.
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
+    write_whole(path, lambda f: torch.save(state, f))
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 import sys
 from pathlib import Path
 
 from config.paths import is_dir, read_text
-from trainer.cli import Parser, UsageError, checked_path, create_folder, run_main
+from trainer.cli import Parser, UsageError, checked_path, create_folder, run_main, write_whole
 
 
 def read_metrics(path: Path, field: str = "METRICS") -> list[dict]:
@@ -63,13 +62,9 @@ def _save(fig, output: Path) -> None:
     """Written under a temporary name and renamed: a reader never sees half an image."""
     fig.tight_layout()
     fmt = check_output(output)
-    tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
-            fig.savefig(f, dpi=100, format=fmt)
-        os.replace(tmp, output)
+        write_whole(output, lambda f: fig.savefig(f, dpi=100, format=fmt))
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise UsageError("--output", f"cannot write {output}: {exc.strerror or exc}") from None
 
 

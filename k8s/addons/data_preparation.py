@@ -14,11 +14,12 @@ from k8s.pods.data_job import DATA_SOURCE_LABEL
 
 
 def service_accounts(config: Environment) -> list[dict]:
-    # The Pod Identity credentials need the token mounted (k8s/pods/data_job.py).
+    # No Kubernetes API token for any pod that runs as them: Pod Identity projects its own
+    # (k8s/pods/fsx_job.py), and the data Jobs never call the API.
     return [{"apiVersion": "v1", "kind": "ServiceAccount",
              "metadata": {"name": source.service_account, "namespace": TRAINING_NAMESPACE,
                           "labels": {DATA_SOURCE_LABEL: source.name}},
-             "automountServiceAccountToken": True}
+             "automountServiceAccountToken": False}
             for source in config.data_sources if source.copies]
 
 

@@ -68,6 +68,6 @@ def data_job_manifest(config: Environment, source: DataSource, *, image: str) ->
         env=[{"name": "HOME", "value": "/tmp"}],
         cpu=cpu, memory=memory, tmp_size=TMP_SIZE, backoff_limit=BACKOFF_LIMIT,
         ttl_after_finished_s=TTL_AFTER_FINISHED_S,
-        # The Pod Identity role's ServiceAccount; its token stays mounted (PeerDB-io/peerdb-enterprise#43:
-        # Pod Identity credentials need it), though the Job makes no Kubernetes API calls.
+        # The Pod Identity role's ServiceAccount. The Job makes no Kubernetes API calls, so it mounts
+        # no API token; Pod Identity's token is a separate projected volume (k8s/pods/fsx_job.py).
         service_account=source.service_account if source.copies else None)

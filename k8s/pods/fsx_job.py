@@ -25,8 +25,9 @@ def fsx_job(config: Environment, *, metadata: dict, nodegroup: str, container: s
             command: list[str], env: list[dict], cpu: str, memory: str, tmp_size: str, backoff_limit: int,
             ttl_after_finished_s: int | None = None, service_account: str | None = None) -> dict:
     """A batch/v1 Job in the training namespace. `metadata` gives its name (or generateName),
-    labels and annotations; the pod carries the same labels. Without `service_account` the pod
-    mounts no API token."""
+    labels and annotations; the pod carries the same labels. `service_account` names the
+    ServiceAccount an EKS Pod Identity role is bound to; the pod mounts no Kubernetes API token
+    either way (none of these Jobs calls the API, and Pod Identity projects its own token)."""
     instance = config.nodegroup(nodegroup).instance_type
     spec_container: dict[str, Any] = {
         "name": container,
@@ -49,8 +50,10 @@ def fsx_job(config: Environment, *, metadata: dict, nodegroup: str, container: s
     }
     if service_account:
         pod_spec["serviceAccountName"] = service_account
-    else:
-        pod_spec["automountServiceAccountToken"] = False
+    # The Pod Identity webhook adds its own projected token (audience pods.eks.amazonaws.com) to a
+    # pod whose ServiceAccount has an association, whatever this field says; this field only drops
+    # the Kubernetes API credential (tests/k8s/pods/test_data_job.py cites both sources).
+    pod_spec["automountServiceAccountToken"] = False
     job_spec: dict[str, Any] = {
         "backoffLimit": backoff_limit,
         "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {

@@ -14,7 +14,6 @@ from rendered import cluster_objects, pods
 API_CLIENTS = {
     "Deployment/training-operator": "the operator reconciles jobs",
     "Launcher": "the MPI launcher runs `kubectl exec` into its workers (the operator's per-job Role)",
-    "Job/data-": "Pod Identity hands the data Job AWS credentials for its ServiceAccount's token",
 }
 # Node agents in kube-system (upstream manifests, compared in the conformance tests).
 DEVICE_PLUGINS = "DaemonSet/"
@@ -60,8 +59,6 @@ def test_only_pods_that_call_the_api_mount_a_service_account_token(rendered_pods
             continue
         mounts = pod.spec.get("automountServiceAccountToken", True)
         needs = any(key in pod.where for key in API_CLIENTS)
-        if pod.where.startswith("Job/data-") and "serviceAccountName" not in pod.spec:
-            needs = False  # a source FSx already links copies nothing: no role, no token
         assert mounts == needs, f"{pod.where}: automountServiceAccountToken={mounts}"
 
 

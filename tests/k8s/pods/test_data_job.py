@@ -59,6 +59,26 @@ def test_the_job_is_a_strictly_valid_hardened_batch_job_on_the_cpu_group_with_fs
     assert rule == {"action": "FailJob", "onExitCodes": {"containerName": "data", "operator": "In", "values": [2]}}
 
 
+def test_the_copying_job_gets_its_pod_identity_role_but_no_kubernetes_api_token(dev):
+    """The Job calls S3, never the Kubernetes API, so a compromised copy (it reads whatever the
+    bucket holds) gets no API credential. Pod Identity does not need one:
+    - the EKS Pod Identity webhook (aws/amazon-eks-pod-identity-webhook v0.6.9, commit 3bf80a34,
+      pkg/handler/handler.go:346-360 with main.go:87-90) adds its own projected volume
+      `eks-pod-identity-token`, a serviceAccountToken of audience pods.eks.amazonaws.com, and reads
+      no automount setting anywhere in the repository;
+    - automountServiceAccountToken governs only the API credential the ServiceAccount admission
+      plugin mounts ("Opt out of API credential automounting",
+      https://kubernetes.io/docs/tasks/configure-pod-container/configure-service-account/#opt-out-of-api-credential-automounting).
+    """
+    from k8s.addons.data_preparation import service_accounts
+
+    spec = data_job_manifest(dev, dev.data_source("imagenet"), image=IMAGE)["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "data-imagenet"  # the Pod Identity association's subject
+    assert spec["automountServiceAccountToken"] is False
+    # Nor does any other pod that would run as these ServiceAccounts get one by default.
+    assert [account["automountServiceAccountToken"] for account in service_accounts(dev)] == [False, False]
+
+
 def test_imagenet_copies_the_prefix_then_rearranges_the_copy(dev):
     assert script(data_job_manifest(dev, dev.data_source("imagenet"), image=IMAGE)) == [
         ["python", "-m", "trainer.s3sync", "--src", "s3://example-datasets-111111111111/imagenet/ILSVRC2012/",

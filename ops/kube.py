@@ -382,6 +382,15 @@ def logs(client: Any, name: str, namespace: str | None = None, follow: bool = Fa
     leader = {"replica_type": "worker", "replica_index": 0}
     pods = _call(lambda: client.get_job_pods(name, namespace=namespace, is_master=False, **leader))
     if not pods:
+        job = _call(lambda: client.get_job(name, namespace=namespace),
+                    {404: f"`python -m ops status` lists the jobs in {namespace or client.namespace}"})
+        phase, _ = phase_of(job)
+        if phase in ("Succeeded", "Failed"):
+            # cleanPodPolicy Running (k8s/pods/pytorchjob.py) deletes the pods still running when a
+            # run ends; the CloudWatch add-on has shipped each container's log as it was written.
+            raise OpsError(f"job {name} has ended ({phase}) and its worker 0 pod is gone; its log stays in "
+                           f"CloudWatch Logs: group /aws/containerinsights/ENV-training/application, "
+                           f"the streams that name {name}-worker-0")
         raise OpsError(f"job {name} has no worker 0 pod (yet); see `python -m ops status {name}`")
     if all(p.status is not None and p.status.phase == "Pending" for p in pods):
         raise OpsError(f"worker pod {pods[0].metadata.name} is Pending; its log starts when it runs")

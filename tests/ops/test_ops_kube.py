@@ -152,6 +152,30 @@ def test_logs_of_a_pending_worker_say_so(api):
         kube.logs(client, "smoke")
 
 
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+def test_logs_of_an_ended_run_whose_pods_are_gone_say_where_the_log_is(api, phase):
+    """cleanPodPolicy Running deletes the pods still running when a run ends: a Failed run's worker 0
+    is gone, and "no pod (yet)" would send the user waiting for one that never comes."""
+    client, server = api
+    server.on("GET", PODS, {"kind": "PodList", "items": []})
+    server.on("GET", f"{JOBS}/llm", job("llm", ("Running", "True"), (phase, "True")))
+    with pytest.raises(OpsError) as caught:
+        kube.logs(client, "llm")
+    assert str(caught.value) == (
+        f"job llm has ended ({phase}) and its worker 0 pod is gone; its log stays in CloudWatch Logs: "
+        "group /aws/containerinsights/ENV-training/application, the streams that name llm-worker-0")
+
+
+def test_logs_of_a_run_not_started_yet_or_not_there_say_so(api):
+    client, server = api
+    server.on("GET", PODS, {"kind": "PodList", "items": []})
+    server.on("GET", f"{JOBS}/smoke", job("smoke", ("Created", "True")))
+    with pytest.raises(OpsError, match=r"job smoke has no worker 0 pod \(yet\)"):
+        kube.logs(client, "smoke")
+    with pytest.raises(OpsError, match="lists the jobs in training"):
+        kube.logs(client, "ghost")
+
+
 def test_delete_deletes_the_job_and_a_missing_one_is_one_line(api):
     client, server = api
     server.on("DELETE", f"{JOBS}/smoke", {"kind": "Status", "status": "Success"})

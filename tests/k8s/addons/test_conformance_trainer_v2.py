@@ -159,3 +159,37 @@ def test_the_gate_fails_on_an_undeclared_difference_and_on_a_stale_row(ours):
     assert any("undeclared" in p for p in declared_problems(differences(broken, upstream_view()), DEVIATIONS))
     stale = (*DEVIATIONS, Deviation("pod.hostNetwork", False, False, "no longer differs"))
     assert any("no longer differs" in p for p in declared_problems(differences(mine, upstream_view()), stale))
+
+
+def test_secrets_stay_granted_cluster_wide_because_the_controller_watches_them_in_every_namespace(ours):
+    """Not narrowed to a Role in kubeflow-system as the v1 operator's, JobSet's and Kueue's are, and
+    not declared a deviation. At v2.3.0 (commit 658725bd) the manager's cache spans the cluster:
+    pkg/config/config.go:101-123 builds ctrl.Options with no Cache (no DefaultNamespaces, no ByObject
+    for Secrets). The MPI and Flux plugins are registered whatever the runtimes
+    (pkg/runtime/framework/plugins/registry.go:41-52) and each adds Watches(&corev1.Secret{}) to the
+    TrainJob controller (mpi/mpi.go:235-253, flux/flux.go:241-258), so the controller lists and
+    watches Secrets in every namespace: under a namespaced grant that informer is forbidden, its cache
+    never syncs and the controller does not start. They also read and write Secrets in the TrainJob's
+    own namespace, which a TrainingRuntime there chooses through mlPolicy.mpi or mlPolicy.flux: the
+    SSH key (mpi.go:266 Get, mpi.go:296 apply; RBAC marker mpi.go:66) and the Flux CURVE certificate
+    (flux.go:531). Only the cert rotator (pkg/util/cert/cert.go:61,73-76, through cert-controller
+    v0.16.0's namespaced cache) and the TrainJobStatus plugin (trainjobstatus.go:179-183) read in
+    kubeflow-system alone."""
+    def secret_verbs(role: dict) -> set[str]:
+        return {v for rule in role["rules"] if "" in rule["apiGroups"] and "secrets" in rule["resources"]
+                for v in rule["verbs"]}
+
+    upstream = upstream_rbac()
+    role = one(upstream, "ClusterRole")
+    # list and watch: the informer; get and create: the MPI plugin's Get and its SSH key Secret.
+    assert {"get", "list", "watch", "create"} <= secret_verbs(role)
+    assert one(upstream, "ClusterRoleBinding")["roleRef"]["name"] == role["metadata"]["name"]
+    [crd] = _docs("base-crds-trainer.kubeflow.org_trainingruntimes.yaml")
+    ml_policy = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["mlPolicy"]
+    assert crd["spec"]["scope"] == "Namespaced" and {"mpi", "flux"} <= set(ml_policy["properties"])
+
+    mine = one(ours, "ClusterRole")
+    assert secret_verbs(mine) == secret_verbs(role)
+    assert one(ours, "ClusterRoleBinding")["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",
+                                                        "kind": "ClusterRole", "name": mine["metadata"]["name"]}
+    assert not any(secret_verbs(d) for d in ours if d["kind"] == "Role")

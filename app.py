@@ -32,7 +32,26 @@ def environment_stage(app: cdk.App, config: Environment, pipeline: PipelineSetti
     return TrainingClusterStage(app, config.name, config=config, pipeline_account=pipeline_account)
 
 
+def repeated_keys_problem(settings: Path) -> str | None:
+    """Why the CDK CLI's settings file cannot be trusted, or None. The CLI hands app.py the context
+    it parsed with JSON.parse, which keeps the last of two equal keys: a second `dev` would silently
+    replace the first environment in the template. config.paths.read_json refuses the repeat."""
+    from config.paths import PathProblem, read_json
+
+    if not settings.is_file():
+        return None  # context from -c or CDK_CONTEXT_JSON alone: nothing here to check
+    try:
+        read_json(settings)
+    except PathProblem as problem:
+        return str(problem)
+    return None
+
+
 def main() -> int:
+    # The CLI runs the app in the folder of the cdk.json it read.
+    if problem := repeated_keys_problem(Path("cdk.json")):
+        print(f"config error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     app = cdk.App()
     try:
         # Only an absent env means dev: `-c env=` (an empty ENV) names none and is refused.

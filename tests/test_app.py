@@ -66,6 +66,27 @@ def test_unknown_environment_name_exits_nonzero_with_one_line(tmp_path):
     assert line == "config error: environments.staging: unknown environment; defined environments are dev, prod"
 
 
+def test_a_cdk_json_that_repeats_an_environment_stops_a_bare_synth(tmp_path):
+    """The CDK CLI parses cdk.json with JSON.parse, which keeps the last of two equal keys, and hands
+    the app only what is left: a second "dev" pasted below the first would deploy it in place of the
+    first without a word. The app reads the cdk.json of the folder the CLI runs it in again."""
+    settings = json.loads((REPO_ROOT / "cdk.json").read_text())
+    text = json.dumps(settings, indent=1)
+    first_dev = '"dev": {'
+    assert text.count(first_dev) == 1
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / "cdk.json").write_text(text.replace(first_dev, '"dev": {"account": "111111111111"},\n' + first_dev))
+    (tmp_path / "cdk.out").mkdir()
+    env = {**os.environ, "CDK_CONTEXT_JSON": json.dumps(CONTEXT), "CDK_OUTDIR": str(tmp_path / "cdk.out"),
+           **JSII_QUIET}
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "app.py")], cwd=workdir, env=env,
+                            capture_output=True, text=True, timeout=120)
+    line = assert_stopped_with_one_line(result, tmp_path, "config error: cdk.json repeats the key 'dev'")
+    assert line == ("config error: cdk.json repeats the key 'dev' in context.environments (JSON keeps only the "
+                    "last one; remove or rename the other)")
+
+
 def test_an_empty_env_context_is_refused_not_taken_for_dev(tmp_path):
     """`cdk synth -c env=` (or `make deploy ENV=`) names no environment; it must not build dev."""
     context = {**copy.deepcopy(CONTEXT), "env": ""}

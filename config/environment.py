@@ -28,6 +28,10 @@ QUEUEING = ("none", "kueue")
 REMOVAL_POLICIES = ("destroy", "retain")
 ENDPOINT_ACCESS_TYPES = ("private", "public")
 FSX_THROUGHPUTS = (125, 250, 500, 1000)
+# Construct ids of the cluster-admin access entries: ADMIN_ENTRY plus the role's place in
+# adminRoleArns, and DEPLOYER_ENTRY for deployerPrincipalArn (Environment.admin_access_entries).
+ADMIN_ENTRY = "Admin"
+DEPLOYER_ENTRY = "Deployer"
 # The file system's deployment type; another one is a new file system (ops/redeploy.py).
 FSX_DEPLOYMENT_TYPE = "PERSISTENT_2"
 # Which Kubeflow training API runs the presets: v1 is Training Operator 1.9.4 (PyTorchJob), v2 is
@@ -145,6 +149,16 @@ class Environment:
     def admin_principal_arns(self) -> tuple[str, ...]:
         """Every principal the stack gives a cluster-admin access entry."""
         return self.admin_role_arns + ((self.deployer_principal_arn,) if self.deployer_principal_arn else ())
+
+    @property
+    def admin_access_entries(self) -> tuple[tuple[str, str], ...]:
+        """(construct id, principal ARN) of each cluster-admin access entry, as the Cluster stack
+        creates them and preflight (ops/redeploy.py) compares them with the deployed ones. The ids
+        are positions, so every deployed cluster keeps its logical ids: a principal that moves to
+        another id cannot be deployed in one step (ops/redeploy.py says why and how instead)."""
+        ids = [f"{ADMIN_ENTRY}{i}" for i in range(len(self.admin_role_arns))]
+        ids += [DEPLOYER_ENTRY] if self.deployer_principal_arn else []
+        return tuple(zip(ids, self.admin_principal_arns))
 
     @property
     def retain(self) -> bool:

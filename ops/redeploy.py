@@ -21,17 +21,27 @@ compare it with the configuration:
 - `vpcCidr` other than the VPC's: a VPC's CIDR block cannot change, so CloudFormation would replace the
   VPC, and refuses because other stacks import its exports ("Export ... cannot be updated as it is in
   use by ...").
+- `adminRoleArns` (or `deployerPrincipalArn`) edits that move a principal to another access entry:
+  the entries' construct ids are positions (Environment.admin_access_entries), and PrincipalArn is
+  create-only ("Update requires: Replacement", ACCESS_ENTRY_PAGE; cfn-lint's schema lists it in
+  createOnlyProperties). CloudFormation creates the replacement before it deletes the old entry,
+  which still holds the principal, and EKS allows one entry per principal (ResourceInUseException):
+  the Cluster stack fails and rolls back. Read from the Cluster stack's deployed template.
 Nothing deployed yet (a first deploy) passes. The throughput per TiB, like the rest of the file
 system's settings we change, is updated in place (LustreConfiguration: "Update requires: No interruption").
 """
 
 from __future__ import annotations
 
+import itertools
+import json
+import re
 from typing import Any, Callable, Iterable
 
 from config import Environment
-from config.environment import FSX_DEPLOYMENT_TYPE
-from config.outputs import FSX_FILE_SYSTEM_ID_OUTPUT, NETWORK_STACK_ID, STORAGE_STACK_ID, VPC_ID_OUTPUT, stack_name
+from config.environment import ADMIN_ENTRY, DEPLOYER_ENTRY, FSX_DEPLOYMENT_TYPE
+from config.outputs import (CLUSTER_STACK_ID, FSX_FILE_SYSTEM_ID_OUTPUT, NETWORK_STACK_ID, STORAGE_STACK_ID, VPC_ID_OUTPUT,
+                            stack_name)
 from ops.aws import AwsClients, api_failure_types, error_code
 from ops.checks import FAIL, PASS, WARN, Check
 from ops.errors import OpsError
@@ -41,6 +51,7 @@ CAPACITY_ROW = "fsx.storageCapacityGiB"
 FILE_SYSTEM_ROW = "FSx replacement"
 KUBERNETES_ROW = "kubernetesVersion"
 VPC_ROW = "vpcCidr"
+ADMINS_ROW = "adminRoleArns"
 
 MANAGING_CAPACITY = "https://docs.aws.amazon.com/fsx/latest/LustreGuide/managing-storage-capacity.html"
 FSX_FILE_SYSTEM_PAGE = ("https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/"
@@ -48,16 +59,22 @@ FSX_FILE_SYSTEM_PAGE = ("https://docs.aws.amazon.com/AWSCloudFormation/latest/Te
 LUSTRE_CONFIGURATION_PAGE = ("https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/"
                              "aws-properties-fsx-filesystem-lustreconfiguration.html")
 UPDATE_CLUSTER = "https://docs.aws.amazon.com/eks/latest/userguide/update-cluster.html"
+ACCESS_ENTRY_PAGE = ("https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/"
+                     "aws-resource-eks-accessentry.html")
+# cdk's logical id of the Cluster stack's entry Cluster/<construct id>: the path's ids, then 8 hex
+# digits of its hash (tests/stacks/test_cluster.py holds it to a synth).
+_ACCESS_ENTRY_ID = re.compile(rf"Cluster({ADMIN_ENTRY}\d+|{DEPLOYER_ENTRY})[0-9A-F]{{8}}")
 
 
 def steps(env: Environment, aws: AwsClients,
           abandon: str | None = None) -> list[tuple[str, Callable[[], Iterable[Check]]]]:
-    """Preflight's steps (ops/preflight.py guarded) for the four rows; `abandon` is the file system
+    """Preflight's steps (ops/preflight.py guarded) for the five rows; `abandon` is the file system
     the user lets this deploy replace, or None."""
     return [
         (FILE_SYSTEM_ROW, lambda: file_system_rows(env, aws, abandon)),
         (KUBERNETES_ROW, lambda: [kubernetes_row(env, aws.eks)]),
         (VPC_ROW, lambda: [vpc_row(env, aws)]),
+        (ADMINS_ROW, lambda: [admin_entries_row(env, aws.cloudformation)]),
     ]
 
 
@@ -203,3 +220,91 @@ def vpc_row(env: Environment, aws: AwsClients) -> Check:
                                     "range is another environment)")
     return Check(VPC_ROW, PASS, f"{vpc_id} is {deployed}, unchanged")
 
+
+def admin_entries_row(env: Environment, cloudformation: Any) -> Check:
+    name = stack_name(env.name, CLUSTER_STACK_ID)
+    configured = dict(env.admin_access_entries)
+    try:
+        stack = deployed_stack(cloudformation, env, CLUSTER_STACK_ID)
+    except OpsError as err:
+        return Check(ADMINS_ROW, WARN, f"could not tell which stack is {name} ({err})")
+    if stack is None:
+        return Check(ADMINS_ROW, PASS, f"no {name} stack yet: the deploy creates {len(configured)} admin access entries")
+    name = stack["StackName"]
+    template = cloudformation.get_template(StackName=name, TemplateStage="Original")["TemplateBody"]
+    if isinstance(template, str):  # botocore decodes a JSON body; cdk deploys JSON
+        try:
+            template = json.loads(template)
+        except ValueError:
+            return Check(ADMINS_ROW, WARN, f"the template of {name} is not JSON; the access entries were not compared")
+    deployed = deployed_access_entries(template)
+    moves = access_entry_conflicts(deployed, configured)
+    if moves:
+        admins, deployer = first_of_two_deploys(deployed, configured)
+        first = f"adminRoleArns [{', '.join(admins)}]"
+        if not admins and not deployer:
+            first += (" and deployerPrincipalArn set to a principal outside the new list (adminRoleArns may be empty "
+                      "only with deployerPrincipalArn)")
+        elif DEPLOYER_ENTRY in deployed:
+            first += f" and deployerPrincipalArn {deployer}" if deployer else " and no deployerPrincipalArn"
+        moved = "; ".join(f"{arn} moves from {_field(held)} to {_field(to)}" for arn, held, to in moves)
+        return Check(ADMINS_ROW, FAIL, f"environments.{env.name}.adminRoleArns: {moved} ({name}): the access entries "
+                                       "are keyed by position and an entry's PrincipalArn cannot change in place "
+                                       f"(\"Update requires: Replacement\", {ACCESS_ENTRY_PAGE}), so CloudFormation "
+                                       "creates the moved entry while the old one still holds the role, EKS refuses a "
+                                       "second entry for it (ResourceInUseException) and the stack rolls back. Keep "
+                                       "each deployed role at its place (add roles at the end, remove roles only from "
+                                       f"the end), or deploy twice: first with {first}, then with the new list")
+    changes = [f"adds {arn} ({_field(cid)})" for cid, arn in configured.items() if cid not in deployed]
+    changes += [f"gives {_field(cid)} to {arn}" for cid, arn in configured.items() if deployed.get(cid, arn) != arn]
+    removed = [cid for cid in deployed if cid not in configured]
+    if removed:
+        changes.append(f"removes {', '.join(map(_field, removed))} ({', '.join(deployed[c] for c in removed)})")
+    if not changes:
+        return Check(ADMINS_ROW, PASS, f"the {len(deployed)} admin access entries keep their principals ({name})")
+    return Check(ADMINS_ROW, PASS, f"{'; '.join(changes)}: no principal moves to another entry ({name})")
+
+
+def deployed_access_entries(template: dict) -> dict[str, str]:
+    """Construct id (Environment.admin_access_entries) to principal ARN of each admin access entry
+    in a Cluster stack template; the kubectl handler's own entry (a GetAtt) is not one."""
+    found = {}
+    for logical_id, resource in (template.get("Resources") or {}).items():
+        match = _ACCESS_ENTRY_ID.fullmatch(logical_id)
+        principal = (resource.get("Properties") or {}).get("PrincipalArn")
+        if match and resource.get("Type") == "AWS::EKS::AccessEntry" and isinstance(principal, str):
+            found[match[1]] = principal
+    return found
+
+
+def access_entry_conflicts(deployed: dict[str, str], configured: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(principal, the entry holding it, the entry the deploy gives it) for each entry the deploy
+    creates (a new id, or a replacement: another PrincipalArn) while a deployed entry still holds its
+    principal: CloudFormation deletes the old entries only after every creation."""
+    holder = {arn: cid for cid, arn in deployed.items()}
+    return [(arn, holder[arn], cid) for cid, arn in configured.items() if deployed.get(cid) != arn and arn in holder]
+
+
+def first_of_two_deploys(deployed: dict[str, str], configured: dict[str, str]) -> tuple[tuple[str, ...], str | None]:
+    """adminRoleArns and deployerPrincipalArn of a deploy that only deletes entries and leaves every
+    principal either at its configured entry or out of the configuration, so that the configuration
+    then deploys without a conflict: the longest run of deployed admin roles from the first that
+    each stay or go, and the deployer if it stays or goes."""
+    wanted = set(configured.values())
+
+    def stays_or_goes(cid: str) -> bool:
+        return configured.get(cid) == deployed[cid] or deployed[cid] not in wanted
+
+    admins = []
+    for cid in (f"{ADMIN_ENTRY}{i}" for i in itertools.count()):
+        if cid not in deployed or not stays_or_goes(cid):
+            break
+        admins.append(deployed[cid])
+    deployer = deployed.get(DEPLOYER_ENTRY) if DEPLOYER_ENTRY in deployed and stays_or_goes(DEPLOYER_ENTRY) else None
+    return tuple(admins), deployer
+
+
+def _field(construct_id: str) -> str:
+    if construct_id == DEPLOYER_ENTRY:
+        return "deployerPrincipalArn"
+    return f"adminRoleArns[{construct_id.removeprefix(ADMIN_ENTRY)}]"

@@ -92,10 +92,8 @@ class ClusterStack(cdk.Stack):
         # The EKS API's default is EXTENDED: at the end of standard support a cluster would stay on
         # its version and pay the extended-support rate. STANDARD upgrades it instead.
         control_plane.upgrade_policy = eks.CfnCluster.UpgradePolicyProperty(support_type=config.upgrade_policy.upper())
-        admin_ids = [f"Admin{i}" for i in range(len(config.admin_role_arns))]
         # deployerPrincipalArn: the identity that runs `cdk deploy`, by choice and by name.
-        admin_ids += ["Deployer"] if config.deployer_principal_arn else []
-        for construct_id, arn in zip(admin_ids, config.admin_principal_arns):
+        for construct_id, arn in config.admin_access_entries:
             self.cluster.grant_access(construct_id, arn, [eks.AccessPolicy.from_access_policy_name(
                 CLUSTER_ADMIN_POLICY, access_scope_type=eks.AccessScopeType.CLUSTER)])
 

@@ -1,8 +1,9 @@
 """preflight compares what is deployed with cdk.json (ops/redeploy.py): the edits CloudFormation or
 EKS refuse only after a long wait (a smaller file system, a Kubernetes downgrade or skip, another
-vpcCidr), and the one that succeeds and loses every run's progress (a file system replaced by an
-empty one). The deployed environment is built on a moto server: its Network and Storage stacks'
-outputs, the VPC and subnet, the FSx file system and the EKS cluster."""
+vpcCidr, an admin role that moves to another access entry), and the one that succeeds and loses
+every run's progress (a file system replaced by an empty one). The deployed environment is built on
+a moto server: its Network, Storage and Cluster stacks (outputs, the Cluster stack's access entries
+in its template), the VPC and subnet, the FSx file system and the EKS cluster."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from config.outputs import FSX_FILE_SYSTEM_ID_OUTPUT, TRAINING_SUBNET_ID_OUTPUT, VPC_ID_OUTPUT
 from ops import redeploy
+from ops.redeploy import access_entry_conflicts, first_of_two_deploys
 from ops.preflight import guarded
 from ops.aws import clients
 from ops.checks import FAIL, PASS, WARN
@@ -60,7 +62,7 @@ def deploy(endpoint: str, env, *, stack_prefix: str = "", deployment_type: str =
 
 def judged(env, aws_clients, abandon: str | None = None) -> dict:
     rows = guarded(redeploy.steps(env, aws_clients, abandon))
-    assert len({r.name for r in rows}) == len(rows) == 4, rows
+    assert len({r.name for r in rows}) == len(rows) == 5, rows
     for row in rows:
         assert "\n" not in row.reason, row.reason
     return {r.name: r for r in rows}
@@ -76,6 +78,7 @@ def test_the_first_deploy_passes_every_row_saying_nothing_is_deployed_yet(aws, m
     assert "no prod-Storage stack yet" in rows[redeploy.CAPACITY_ROW].reason
     assert "no cluster of prod yet" in rows[redeploy.KUBERNETES_ROW].reason
     assert "no prod-Network stack yet" in rows[redeploy.VPC_ROW].reason
+    assert "no prod-Cluster stack yet" in rows[redeploy.ADMINS_ROW].reason
 
 
 def test_an_unchanged_configuration_passes_every_row(aws, moto_endpoint, moto_clients, tmp_path):
@@ -223,3 +226,171 @@ def test_a_malformed_abandon_file_system_is_a_one_line_usage_error(tmp_path, val
     assert result.returncode == 2 and "Traceback" not in result.stderr
     [line] = result.stderr.splitlines()
     assert "--abandon-file-system" in line and "fs-" in line, line
+
+
+# Logical ids as cdk synth gives the Cluster stack's access entries (tests/stacks/test_cluster.py
+# pins them against a synth): the construct path Cluster/<id> and 8 hex digits of its hash.
+ENTRY_IDS = {"Admin0": "ClusterAdmin0100BBD4C", "Admin1": "ClusterAdmin10A10DA7C", "Admin2": "ClusterAdmin2924602D3",
+             "Deployer": "ClusterDeployer2A7FDA0A"}
+A, B, C, D = (f"arn:aws:iam::222222222222:role/{n}" for n in ("RoleA", "RoleB", "RoleC", "RoleD"))
+
+
+def deploy_cluster_stack(endpoint: str, admins: list[str], deployer: str | None = None, *, name: str = "prod-Cluster",
+                         handler: bool = True) -> None:
+    """The Cluster stack as a deploy of `admins` (and `deployer`) leaves it: an access entry per
+    principal, keyed by position, beside the kubectl handler's own (its role's ARN is a GetAtt)."""
+    entries = [(f"Admin{i}", arn) for i, arn in enumerate(admins)] + ([("Deployer", deployer)] if deployer else [])
+    resources = {ENTRY_IDS[cid]: {"Type": "AWS::EKS::AccessEntry",
+                                  "Properties": {"ClusterName": "prod-training", "PrincipalArn": arn}}
+                 for cid, arn in entries}
+    if handler:
+        resources["ClusterClusterAdminRoleAccessF2BFF759"] = {
+            "Type": "AWS::EKS::AccessEntry", "Properties": {
+                "ClusterName": "prod-training",
+                "PrincipalArn": {"Fn::GetAtt": ["ClusterKubectlProviderHandlerServiceRoleB460AA6D", "Arn"]}}}
+    cloudformation = boto3.client("cloudformation", region_name=REGION, endpoint_url=endpoint)
+    cloudformation.create_stack(StackName=name, TemplateBody=json.dumps({"Resources": resources}))
+
+
+def entries(admins: list[str], deployer: str | None = None) -> dict[str, str]:
+    return {**{f"Admin{i}": arn for i, arn in enumerate(admins)}, **({"Deployer": deployer} if deployer else {})}
+
+
+def creations(deployed: dict[str, str], configured: dict[str, str]) -> list[tuple[str, str]]:
+    """What CloudFormation creates, in the update's first phase, for an update from `deployed` to
+    `configured`: a new id, or an id whose PrincipalArn changes (create-only, so a replacement,
+    created before the old one is deleted in the clean-up phase)."""
+    return [(cid, arn) for cid, arn in configured.items() if deployed.get(cid) != arn]
+
+
+def refused(deployed: dict[str, str], configured: dict[str, str]) -> bool:
+    """Whether EKS refuses one of that update's creations: every deployed entry still exists while
+    the update creates, and EKS holds one access entry per principal (ResourceInUseException)."""
+    return any(arn in deployed.values() for _, arn in creations(deployed, configured))
+
+
+@pytest.mark.parametrize("deployed, configured", [
+    (entries([A, B]), entries([A, B])),
+    (entries([A, B]), entries([A, B, C])),  # appended
+    (entries([A, B, C]), entries([A, B])),  # removed from the end
+    (entries([A, B]), entries([A, C])),  # replaced in place by a role nobody holds
+    (entries([A], D), entries([A], C)),  # another deployer
+    (entries([A], D), entries([A])),  # deployer dropped
+])
+def test_edits_that_keep_each_deployed_principal_at_its_entry_conflict_with_nothing(deployed, configured):
+    assert not refused(deployed, configured)
+    assert access_entry_conflicts(deployed, configured) == []
+
+
+@pytest.mark.parametrize("deployed, configured, moves", [
+    (entries([A, B]), entries([B]), [(B, "Admin1", "Admin0")]),  # the first role removed
+    (entries([A, B]), entries([B, A]), [(B, "Admin1", "Admin0"), (A, "Admin0", "Admin1")]),  # reordered
+    (entries([A]), entries([C, A]), [(A, "Admin0", "Admin1")]),  # a role put first
+    (entries([A, B, C]), entries([A, C]), [(C, "Admin2", "Admin1")]),  # a middle role removed
+    (entries([A], D), entries([A, D]), [(D, "Deployer", "Admin1")]),  # the deployer made an admin role
+    (entries([A, D]), entries([A], D), [(D, "Admin1", "Deployer")]),  # an admin role made the deployer
+])
+def test_a_principal_that_moves_to_another_entry_is_a_conflict(deployed, configured, moves):
+    """AWS::EKS::AccessEntry's PrincipalArn is create-only (cfn-lint 1.58.0's schema,
+    cfnlint/data/schemas/resources/7e47c035c1923d24.json: createOnlyProperties PrincipalArn,
+    ClusterName, Type; "Update requires: Replacement" in
+    https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-eks-accessentry.html),
+    so CloudFormation creates the entry with the moved principal while the entry that holds it is
+    still there, and EKS answers 409 ResourceInUseException "The specified access entry resource is
+    already in use on this cluster" (as terraform-aws-modules/terraform-aws-eks#3293 met it)."""
+    assert refused(deployed, configured)
+    assert access_entry_conflicts(deployed, configured) == moves
+
+
+@pytest.mark.parametrize("deployed, configured", [
+    (entries([A, B]), entries([B])),
+    (entries([A, B]), entries([B, A])),
+    (entries([A, B, C]), entries([A, C])),
+    (entries([A, B, C]), entries([C, B, A], D)),
+    (entries([A], D), entries([A, D])),
+    (entries([A, D]), entries([A], D)),
+    (entries([A, B], D), entries([D, B], A)),
+])
+def test_the_two_deploys_the_row_advises_are_each_conflict_free(deployed, configured):
+    """The first deploy keeps the longest prefix of deployed admin roles that each stay at their
+    entry or leave the configuration, and the deployer if it stays or leaves: it only deletes
+    entries, so it creates nothing EKS could refuse. The second creates each entry whose principal
+    changes; a principal still held then sits, after the first deploy, at an entry other than its
+    new one, so it is in the new configuration at another place, which the first deploy removed.
+    Both steps are checked here with the create-before-delete model above, not with the row's code."""
+    admins, deployer = first_of_two_deploys(deployed, configured)
+    first = entries(list(admins), deployer)
+    assert first.items() <= deployed.items(), "the first deploy only deletes"
+    assert not refused(deployed, first) and not refused(first, configured)
+    assert access_entry_conflicts(first, configured) == []
+
+
+def test_the_first_of_two_deploys_keeps_what_it_can():
+    assert first_of_two_deploys(entries([A, B, C]), entries([A, C])) == ((A, B), None)  # B leaves: kept a deploy longer
+    assert first_of_two_deploys(entries([A, B], D), entries([B, A], D)) == ((), D)
+    assert first_of_two_deploys(entries([A, B, C]), entries([B, C])) == ((A,), None)
+
+
+def test_an_admin_role_removed_from_the_front_fails_naming_the_moves_and_the_safe_way(aws, moto_endpoint,
+                                                                                    moto_clients, tmp_path):
+    deploy_cluster_stack(moto_endpoint, [A, B, C])
+    rows = judged(prod(tmp_path, adminRoleArns=[B, C]), moto_clients)
+    assert_only_failing(rows, redeploy.ADMINS_ROW)
+    row = rows[redeploy.ADMINS_ROW]
+    assert row.status == FAIL
+    for words in ("environments.prod.adminRoleArns", f"{B} moves from adminRoleArns[1] to adminRoleArns[0]",
+                  f"{C} moves from adminRoleArns[2] to adminRoleArns[1]", "ResourceInUseException",
+                  "aws-resource-eks-accessentry.html", "remove roles only from the end",
+                  f"first with adminRoleArns [{A}], then with the new list"):
+        assert words in row.reason, row.reason
+
+
+def test_the_deployer_made_an_admin_role_fails_naming_deployer_principal_arn(aws, moto_endpoint, moto_clients,
+                                                                             tmp_path):
+    deploy_cluster_stack(moto_endpoint, [A], D)
+    row = judged(prod(tmp_path, adminRoleArns=[A, D]), moto_clients)[redeploy.ADMINS_ROW]
+    assert row.status == FAIL
+    assert f"{D} moves from deployerPrincipalArn to adminRoleArns[1]" in row.reason, row.reason
+    assert f"first with adminRoleArns [{A}] and no deployerPrincipalArn" in row.reason, row.reason
+
+
+def test_no_deployed_role_left_for_the_first_deploy_says_to_name_a_deployer_for_it(aws, moto_endpoint, moto_clients,
+                                                                                   tmp_path):
+    deploy_cluster_stack(moto_endpoint, [A])
+    row = judged(prod(tmp_path, adminRoleArns=[C, A]), moto_clients)[redeploy.ADMINS_ROW]
+    assert row.status == FAIL
+    assert "adminRoleArns may be empty only with deployerPrincipalArn" in row.reason, row.reason
+
+
+@pytest.mark.parametrize("deployed, configured, words", [
+    ([A, B], [A, B], "2 admin access entries keep their principals"),
+    ([A, B], [A, B, C], f"adds {C}"),
+    ([A, B, C], [A], "removes adminRoleArns[1], adminRoleArns[2]"),
+])
+def test_admin_roles_unchanged_appended_or_cut_from_the_end_pass(aws, moto_endpoint, moto_clients, tmp_path,
+                                                                 deployed, configured, words):
+    deploy_cluster_stack(moto_endpoint, deployed)
+    row = judged(prod(tmp_path, adminRoleArns=configured), moto_clients)[redeploy.ADMINS_ROW]
+    assert row.status == PASS and words in row.reason, row.reason
+
+
+def test_a_pipeline_deployed_cluster_stack_is_read_too(aws, moto_endpoint, moto_clients, tmp_path):
+    deploy_cluster_stack(moto_endpoint, [A, B], name="Pipeline-prod-Cluster")
+    row = judged(prod(tmp_path, adminRoleArns=[B]), moto_clients)[redeploy.ADMINS_ROW]
+    assert row.status == FAIL and "Pipeline-prod-Cluster" in row.reason, row.reason
+
+
+def test_a_template_the_role_may_not_read_warns(aws, moto_endpoint, tmp_path):
+    """A read-only role without cloudformation:GetTemplate: the row warns, the others still judge."""
+    from botocore.stub import Stubber
+
+    deploy_cluster_stack(moto_endpoint, [A, B])
+    aws_clients = clients(REGION)
+    stubber = Stubber(aws_clients.cloudformation)
+    stubber.add_response("describe_stacks", aws_clients.cloudformation.describe_stacks(StackName="prod-Cluster"),
+                         {"StackName": "prod-Cluster"})
+    stubber.add_client_error("get_template", "AccessDenied", "not authorized to perform: cloudformation:GetTemplate")
+    step = [s for s in redeploy.steps(prod(tmp_path, adminRoleArns=[B]), aws_clients) if s[0] == redeploy.ADMINS_ROW]
+    with stubber:
+        [row] = guarded(step)
+    assert row.status == WARN and "GetTemplate not permitted (AccessDenied)" in row.reason, row.reason

@@ -8,7 +8,7 @@ from aws_cdk.assertions import Match
 
 from config.addons import MANAGED_ADDONS
 from config.kubernetes import EFA_LABEL, GPU_LABEL, GPU_TAINT_KEY, GPU_TAINT_VALUE, NODEGROUP_LABEL, ROLE_LABEL
-from synth_helpers import DEPLOYER, only, synth
+from synth_helpers import DEPLOYER, only, raw_environment, synth, synthesize
 
 
 @pytest.fixture(scope="module")
@@ -262,3 +262,17 @@ def test_a_configured_deployer_gets_a_cluster_admin_access_entry_and_its_own_com
     assert only(split.find_outputs("KubeconfigCommandDeployer"))["Value"] == (
         "aws eks update-kubeconfig --name split-training --region us-west-2")
     assert not split.find_outputs("KubeconfigCommand")
+
+
+def test_preflight_reads_each_admin_access_entry_by_the_logical_id_synth_gives_it():
+    """ops/redeploy.py finds which principal each deployed entry holds by its logical id in the
+    deployed template (the construct ids are positions: Admin0, Admin1, ..., Deployer), to fail an
+    adminRoleArns edit that moves a principal to another entry before CloudFormation does."""
+    from ops.redeploy import deployed_access_entries
+
+    raw = raw_environment("dev")
+    raw["adminRoleArns"] = [f"arn:aws:iam::111111111111:role/Admin{n}" for n in "ABC"]
+    raw["deployerPrincipalArn"] = DEPLOYER
+    admins = synthesize("admins", raw)
+    assert deployed_access_entries(admins.template_json("cluster")) == dict(admins.config.admin_access_entries)
+    assert len(admins.config.admin_access_entries) == 4

@@ -30,7 +30,7 @@ from config.reader import ObjectReader, check_type, one_of, string_list
 # ASCII: AWS ids and names take ASCII digits and letters, where \d and \w would take any script's.
 _ACCOUNT = re.compile(r"^\d{12}$", re.ASCII)
 _REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$", re.ASCII)
-_ROLE_ARN = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$", re.ASCII)
+ROLE_ARN = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$", re.ASCII)
 _PRINCIPAL_ARN = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:(role|user)/[\w+=,.@/-]{1,512}$", re.ASCII)
 _SESSION_ARN = re.compile(r"^arn:(?P<partition>aws(-[a-z]+)*):sts::(?P<account>\d{12}):assumed-role/(?P<role>[\w+=,.@-]+)/")
 # The name prefixes the EKS cluster (CreateCluster: ^[0-9A-Za-z][A-Za-z0-9-_]*, 100 characters) and
@@ -83,7 +83,7 @@ def parse_environment(name: str, raw: Any) -> Environment:
 
     admin_roles = string_list(r.optional("adminRoleArns", list, []), r.at("adminRoleArns"))
     for i, arn in enumerate(admin_roles):
-        if not _ROLE_ARN.fullmatch(arn):
+        if not ROLE_ARN.fullmatch(arn):
             raise ConfigError(f"{r.at('adminRoleArns')}[{i}]",
                               f"must be an IAM role ARN (arn:aws:iam::<12 digits>:role/<name>), got {arn!r}")
 

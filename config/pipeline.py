@@ -18,6 +18,9 @@ _CONNECTION_ARN = re.compile(
 )
 _REPOSITORY = re.compile(r"^[\w.-]+/[\w.-]+$", re.ASCII)
 _BRANCH = re.compile(r"^[\w./-]{1,255}$")
+# The CDK bootstrap's qualifier. cdk.json sets no `@aws-cdk/core:bootstrapQualifier`, so every stack
+# synthesizes with DefaultStackSynthesizer's default and each account's bootstrap roles carry it.
+BOOTSTRAP_QUALIFIER = "hnb659fds"
 
 
 @dataclass(frozen=True)
@@ -84,3 +87,10 @@ def stack_selector(settings: PipelineSettings | None, env_name: str) -> str:
     stage (`dev/*`). Both carry the same stack names (`<env>-<stack id>`), so either pattern
     addresses the one set of CloudFormation stacks the environment has."""
     return f"{PIPELINE_STACK_ID}/{env_name}/*" if owned_by_pipeline(settings, env_name) else f"{env_name}/*"
+
+
+def lookup_role_name(account: str, region: str) -> str:
+    """The read-only role `cdk bootstrap` creates in every account and region (its template's
+    LookupRole: the ReadOnlyAccess managed policy, kms:Decrypt denied, trusted by the accounts given
+    to --trust and --trust-for-lookup). The pipeline's preflight step reads each environment as it."""
+    return f"cdk-{BOOTSTRAP_QUALIFIER}-lookup-role-{account}-{region}"

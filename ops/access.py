@@ -239,6 +239,13 @@ def kubeconfig_command(env: Environment, who: Caller | None, role_arn: str | Non
     return env.update_kubeconfig_command(env.admin_role_arns[0] if env.admin_role_arns else None)
 
 
+def admin_role_rows(env: Environment, aws: AwsClients, who: Caller) -> list[Check]:
+    """One row per admin role: does it exist."""
+    rows: list[Check] = []
+    _look_up_roles(env, aws, who, rows)
+    return rows
+
+
 def admin_rows(env: Environment, aws: AwsClients, who: Caller) -> list[Check]:
     """One row per admin role (does it exist), then the caller's own path to cluster admin."""
     rows: list[Check] = []

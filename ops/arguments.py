@@ -58,6 +58,16 @@ def file_system_id(text: str) -> str:
     return text
 
 
+def role_arn(text: str) -> str:
+    """An IAM role ARN (preflight's --assume-role), by the rule adminRoleArns is checked with."""
+    from config.environment_parser import ROLE_ARN
+
+    if not ROLE_ARN.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"must be an IAM role ARN such as arn:aws:iam::123456789012:role/NAME, "
+                                         f"got {text!r}")
+    return text
+
+
 def _checked(check: Callable[[str], str], text: str) -> str:
     """`check(text)`, its ConfigError a usage error that argparse names the flag in."""
     from config.errors import ConfigError

@@ -109,6 +109,22 @@ def clients(region: str, boto_session: boto3.Session | None = None) -> AwsClient
                       cloudformation=make("cloudformation"), logs=make("logs"))
 
 
+def assumed_credentials(sts: Any, role_arn: str, session_name: str, duration_s: int) -> dict:
+    """AssumeRole's Credentials for `role_arn`; OpsError with the one-line reason when it cannot be assumed."""
+    try:
+        return sts.assume_role(RoleArn=role_arn, RoleSessionName=session_name,
+                               DurationSeconds=duration_s)["Credentials"]
+    except api_failure_types() as err:
+        raise OpsError(explain(err)) from None
+
+
+def credentials_session(credentials: dict, region: str) -> boto3.Session:
+    """A session that signs with AssumeRole's `credentials`; it still honours AWS_ENDPOINT_URL."""
+    return boto3.Session(aws_access_key_id=credentials["AccessKeyId"],
+                         aws_secret_access_key=credentials["SecretAccessKey"],
+                         aws_session_token=credentials["SessionToken"], region_name=region)
+
+
 def caller_identity(sts: Any) -> dict:
     """GetCallerIdentity's answer (Account, Arn, UserId); OpsError when there are no credentials."""
     try:

@@ -24,7 +24,6 @@ from typing import Any
 
 from config import Environment, Nodegroup
 from config.kubernetes import KUBEFLOW_NAMESPACE, NODEGROUP_LABEL, TRAINING_NAMESPACE, TRAINING_OPERATOR
-from k8s.pods.capacity_block_stop import stop_cronjob
 from ops.errors import OpsError
 from ops.kube import api_error_line
 from ops.kubeconfig import find_cluster
@@ -132,6 +131,10 @@ def put_stop_cronjob(env: Environment, kube_client: Any, group: Nodegroup, *, en
     """Create or replace `group`'s stop CronJob; returns when it stops the runs, as text."""
     from kubernetes.client import BatchV1Api
     from kubernetes.client.exceptions import ApiException
+
+    # Here, not at the top: k8s.pods validates with kubernetes-validate, and preflight imports this
+    # module for its dates in the pipeline's preflight step, which installs only boto3 and jsonschema.
+    from k8s.pods.capacity_block_stop import stop_cronjob
 
     body = stop_cronjob(env, group.name, reservation_id=group.capacity.reservation_id, end=end,
                         image=kubectl_image(kube_client), now=now)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
+# A row that does not apply where the command runs (preflight in the pipeline): shown with why, never a verdict.
+SKIP = "skip"
 
 
 @dataclass(frozen=True)
@@ -22,8 +24,9 @@ def render(rows: list[Check]) -> str:
     width = max(len(r.name) for r in rows)
     lines = [f"{'CHECK':<{width}}  STATUS  REASON"]
     lines += [f"{r.name:<{width}}  {r.status.upper():<6}  {r.reason}" for r in rows]
-    counts = {s: sum(r.status == s for r in rows) for s in (PASS, WARN, FAIL)}
-    lines.append(f"{counts[PASS]} passed, {counts[WARN]} warned, {counts[FAIL]} failed")
+    counts = {s: sum(r.status == s for r in rows) for s in (PASS, WARN, FAIL, SKIP)}
+    skipped = f", {counts[SKIP]} skipped" if counts[SKIP] else ""
+    lines.append(f"{counts[PASS]} passed, {counts[WARN]} warned, {counts[FAIL]} failed{skipped}")
     return "\n".join(lines)
 
 

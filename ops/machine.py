@@ -14,14 +14,14 @@ import shutil
 import subprocess
 
 from config import Environment
+from config.pipeline import BOOTSTRAP_QUALIFIER
 from ops.aws import AwsClients, api_failure_types, error_code, explain
 from ops import proc
 from ops.checks import FAIL, PASS, WARN, Check
 
-# DefaultStackSynthesizer's qualifier and the version its templates require (aws-cdk-lib 2.275.0,
+# The version DefaultStackSynthesizer's templates require, under the qualifier (aws-cdk-lib 2.275.0,
 # stack-synthesizers/default-synthesizer.js: MIN_BOOTSTRAP_STACK_VERSION=6,
 # DEFAULT_BOOTSTRAP_STACK_VERSION_SSM_PARAMETER="/cdk-bootstrap/${Qualifier}/version").
-BOOTSTRAP_QUALIFIER = "hnb659fds"
 BOOTSTRAP_PARAMETER = f"/cdk-bootstrap/{BOOTSTRAP_QUALIFIER}/version"
 MIN_BOOTSTRAP_VERSION = 6
 TOOLKIT_STACK = "CDKToolkit"

@@ -20,7 +20,7 @@ from config.instance_types import INSTANCE_TYPES
 from config.outputs import CLUSTER_STACK_ID, stack_name
 from ops.aws import AwsClients, api_failure_types, caller_account, error_code, explain, paginate
 from ops.capacity_blocks import EKS_SCALEDOWN_BEFORE_END, utc
-from ops.checks import FAIL, PASS, WARN, Check
+from ops.checks import FAIL, PASS, SKIP, WARN, Check
 from ops.errors import OpsError
 from ops.quotas import QuotaReading, quota_row, read_quota
 from ops.stacks import deployed_stack
@@ -43,6 +43,37 @@ BLOCK_ENDING_SOON = timedelta(hours=1)
 LEFTOVER_LOG_GROUPS = "leftover log groups"
 # A Cluster stack in this state is deleted by `cdk deploy` and created afresh, groups included.
 _STACK_CREATED_AGAIN = ("ROLLBACK_COMPLETE",)
+# The rows of `make deploy`'s preflight that the pipeline's preflight step skips, each with why. That step
+# runs in CodeBuild in the pipeline account, outside every VPC, as the environment's CDK bootstrap lookup
+# role (read-only). The names are those the rows have under `make deploy`; "trainingApi" is
+# ops/api_switch.py's ROW, not imported: that module renders pods, which this step cannot import.
+PIPELINE_SKIPS = (
+    ("API endpoint", "whether this machine's public IP reaches the cluster's endpoint matters to whoever runs "
+                     "kubectl; the pipeline calls no Kubernetes API from here (its validation runner works "
+                     "inside the VPC)"),
+    ("cluster admin", "the caller here is the CDK bootstrap lookup role, not someone who will use the cluster; "
+                      "the admin roles an access entry names are checked above"),
+    ("trainingApi", "counting the old API's runs needs the Kubernetes API, which this step has no access entry "
+                    "for (and a private endpoint does not admit)"),
+    ("Docker", "the pipeline builds the trainer images in its Assets stage, on a Docker-enabled CodeBuild project"),
+    ("AWS CLI", "kubectl's tokens concern the machine that runs kubectl; the pipeline runs none here"),
+    ("Node", "the pipeline's Synth step runs the CDK CLI on its own Node.js"),
+)
+
+
+def pipeline_skips(env: Environment) -> list[Check]:
+    """PIPELINE_SKIPS as skip rows; the trainingApi row says what covers the switch in `env`'s deploy."""
+    rows = []
+    for name, why in PIPELINE_SKIPS:
+        if name == "trainingApi":
+            # stacks/workloads.py gives only a removalPolicy destroy environment the drain.
+            why += ("; in the deploy the training drain refuses the switch while such runs exist, and rolls it "
+                    "back (cdk_constructs/training_drain.py)" if not env.retain else
+                    f"; a removalPolicy retain environment has no training drain, so nothing in the deploy "
+                    f"refuses it: before you push a trainingApi change, run `python -m ops preflight --env "
+                    f"{env.name}` where the cluster's API is reachable")
+        rows.append(Check(name, SKIP, f"not checked in the pipeline: {why}"))
+    return rows
 
 
 def run(env: Environment, aws: AwsClients, now: datetime | None = None) -> list[Check]:
@@ -99,6 +130,21 @@ def run_for_deploy(env: Environment, aws: AwsClients, *, checkip_url: str | None
         *redeploy.steps(env, aws, abandon_file_system),
         ("CDK bootstrap", lambda: [machine.bootstrap_row(env, aws, account)]),
     ]) + machine.tool_rows(path)
+
+
+def run_for_pipeline(env: Environment, aws: AwsClients, now: datetime | None = None) -> list[Check]:
+    """What the pipeline's preflight step runs before it deploys the environment (stacks/pipeline.py):
+    `run_for_deploy`'s rows that a read-only role in the environment's account can judge, then
+    PIPELINE_SKIPS as skip rows. A file system replacement fails: nobody is there to acknowledge it."""
+    from ops import access, machine, redeploy
+
+    rows = run(env, aws, now)
+    account = caller_account(aws.sts)
+    return rows + guarded([
+        ("admin roles", lambda: access.admin_role_rows(env, aws, access.caller(aws))),
+        *redeploy.steps(env, aws, pipeline=True),
+        ("CDK bootstrap", lambda: [machine.bootstrap_row(env, aws, account)]),
+    ]) + pipeline_skips(env)
 
 
 def _account_row(env: Environment, account: str) -> Check:

@@ -16,6 +16,8 @@ compare it with the configuration:
   Such a deploy fails here unless the file system is named as abandoned (--abandon-file-system,
   `make deploy ABANDON_FSX=fs-...`): naming it, not a yes/no flag, so an acknowledgement given for
   one file system never lets another go.
+  The pipeline takes no acknowledgement (nobody types one there): its preflight step fails, and the row
+  says to deploy that one change by hand, where the file system can be named.
 - `kubernetesVersion` below the cluster's (EKS cannot downgrade) or more than one minor version above
   it (EKS updates one minor version at a time): UPDATE_CLUSTER.
 - `vpcCidr` other than the VPC's: a VPC's CIDR block cannot change, so CloudFormation would replace the
@@ -66,19 +68,20 @@ ACCESS_ENTRY_PAGE = ("https://docs.aws.amazon.com/AWSCloudFormation/latest/Templ
 _ACCESS_ENTRY_ID = re.compile(rf"Cluster({ADMIN_ENTRY}\d+|{DEPLOYER_ENTRY})[0-9A-F]{{8}}")
 
 
-def steps(env: Environment, aws: AwsClients,
-          abandon: str | None = None) -> list[tuple[str, Callable[[], Iterable[Check]]]]:
+def steps(env: Environment, aws: AwsClients, abandon: str | None = None, *,
+          pipeline: bool = False) -> list[tuple[str, Callable[[], Iterable[Check]]]]:
     """Preflight's steps (ops/preflight.py guarded) for the five rows; `abandon` is the file system
-    the user lets this deploy replace, or None."""
+    the user lets this deploy replace, or None; `pipeline`: the pipeline's preflight step runs them."""
     return [
-        (FILE_SYSTEM_ROW, lambda: file_system_rows(env, aws, abandon)),
+        (FILE_SYSTEM_ROW, lambda: file_system_rows(env, aws, abandon, pipeline=pipeline)),
         (KUBERNETES_ROW, lambda: [kubernetes_row(env, aws.eks)]),
         (VPC_ROW, lambda: [vpc_row(env, aws)]),
         (ADMINS_ROW, lambda: [admin_entries_row(env, aws.cloudformation)]),
     ]
 
 
-def file_system_rows(env: Environment, aws: AwsClients, abandon: str | None = None) -> list[Check]:
+def file_system_rows(env: Environment, aws: AwsClients, abandon: str | None = None, *,
+                     pipeline: bool = False) -> list[Check]:
     """The capacity row and the replacement row, from the file system the Storage stack made."""
     name = stack_name(env.name, STORAGE_STACK_ID)
     try:
@@ -103,7 +106,7 @@ def file_system_rows(env: Environment, aws: AwsClients, abandon: str | None = No
         return _both(WARN, f"{fs_id}, the file system stack {stack['StackName']} names, does not exist "
                            "(deleted outside CloudFormation?); the deploy cannot update it")
     fs = found[0]
-    return [_capacity_row(env, fs), _replacement_row(env, aws, fs, abandon)]
+    return [_capacity_row(env, fs), _replacement_row(env, aws, fs, abandon, pipeline)]
 
 
 def _both(status: str, reason: str) -> list[Check]:
@@ -129,7 +132,7 @@ def _capacity_row(env: Environment, fs: dict) -> Check:
     return Check(CAPACITY_ROW, PASS, f"{fs_id} stays at {deployed} GiB")
 
 
-def _replacement_row(env: Environment, aws: AwsClients, fs: dict, abandon: str | None) -> Check:
+def _replacement_row(env: Environment, aws: AwsClients, fs: dict, abandon: str | None, pipeline: bool) -> Check:
     fs_id = fs["FileSystemId"]
     lustre = fs.get("LustreConfiguration") or {}
     changes, pages = [], []
@@ -163,6 +166,14 @@ def _replacement_row(env: Environment, aws: AwsClients, fs: dict, abandon: str |
     if abandon:
         return Check(FILE_SYSTEM_ROW, FAIL, f"{replaced}; --abandon-file-system names {abandon}, but the deployed "
                                             f"file system is {fs_id}")
+    if pipeline:
+        # `make deploy ... FORCE=1` deploys the pipeline's own stage from a checkout (ops/stacks.py), so
+        # deploying the pipeline's commit by hand is the same deploy, with the file system named.
+        return Check(FILE_SYSTEM_ROW, FAIL, f"{replaced}. The pipeline cannot acknowledge a replacement: undo the "
+                                            "change on the pipeline's branch, or deploy this commit once by hand with "
+                                            f"`make deploy ENV={env.name} FORCE=1 ABANDON_FSX={fs_id}` (the old file "
+                                            "system is kept, outside the stack); the pipeline's next run then finds "
+                                            "nothing to replace")
     return Check(FILE_SYSTEM_ROW, FAIL, f"{replaced}. Undo the change, or start over on a new file system with "
                                         f"`make deploy ENV={env.name} ABANDON_FSX={fs_id}` (the old one is kept, "
                                         "outside the stack)")

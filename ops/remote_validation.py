@@ -21,7 +21,8 @@ from typing import Any, Callable
 
 import boto3
 
-from ops.aws import CLIENT_CONFIG, api_failure_types, explain
+from ops.aws import CLIENT_CONFIG, api_failure_types, assumed_credentials, credentials_session, explain
+from ops.errors import OpsError
 
 POLL_SECONDS = 30
 SESSION_SECONDS = 3600  # the most role chaining allows
@@ -35,10 +36,7 @@ class StepError(Exception):
 
 
 def _codebuild_client(credentials: dict, region: str) -> Any:
-    return boto3.client("codebuild", region_name=region, config=CLIENT_CONFIG,
-                        aws_access_key_id=credentials["AccessKeyId"],
-                        aws_secret_access_key=credentials["SecretAccessKey"],
-                        aws_session_token=credentials["SessionToken"])
+    return credentials_session(credentials, region).client("codebuild", config=CLIENT_CONFIG)
 
 
 class StarterSession:
@@ -54,11 +52,10 @@ class StarterSession:
     def codebuild(self) -> Any:
         if self._client is None or self._clock() - self._assumed_at >= REASSUME_AFTER_S:
             try:
-                answer = self._sts.assume_role(RoleArn=self._role_arn, RoleSessionName=SESSION_NAME,
-                                               DurationSeconds=SESSION_SECONDS)
-            except api_failure_types() as err:
-                raise StepError(explain(err)) from None
-            self._client = self._make_client(answer["Credentials"], self._region)
+                credentials = assumed_credentials(self._sts, self._role_arn, SESSION_NAME, SESSION_SECONDS)
+            except OpsError as err:
+                raise StepError(str(err)) from None
+            self._client = self._make_client(credentials, self._region)
             self._assumed_at = self._clock()
         return self._client
 

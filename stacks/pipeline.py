@@ -3,7 +3,15 @@
 Source (a CodeConnections connection) -> Synth (the README's install, `make test`, `cdk synth`)
 -> self-mutation -> asset publishing (the trainer images, docker-enabled) -> one stage per
 environment in `promotion` order, each into its own account and region, a manual approval
-before every environment after the first, and a post-deploy validation step per stage.
+before every environment after the first, a pre-deploy preflight step and a post-deploy
+validation step per stage.
+
+The preflight step runs `python -m ops preflight --pipeline` before CloudFormation touches the
+environment: the edits it cannot take (a smaller or replaced file system, a Kubernetes downgrade or
+skip, another vpcCidr, log groups left by an earlier cluster) and the account's capacity fail the
+stage there. It reads the account as the CDK bootstrap's lookup role, which `cdk bootstrap --trust
+PIPELINE` creates in every environment account with ReadOnlyAccess (config/pipeline.py); its own
+role may assume that role and nothing else.
 
 The validation step cannot run the checks itself: it runs here, outside every environment's VPC,
 and prod's API endpoint is private. Each stage carries its own runner inside its VPC
@@ -21,7 +29,7 @@ from aws_cdk import pipelines
 from constructs import Construct
 
 from config.environment import Environment
-from config.pipeline import PipelineSettings
+from config.pipeline import PipelineSettings, lookup_role_name
 from stacks.pipeline_nag import apply_pipeline_nag
 from stacks.stage import TrainingClusterStage
 from stacks.validation import (
@@ -31,6 +39,15 @@ from stacks.validation import (
 CDK = "node_modules/.bin/cdk"
 # The step outlives its runner by the time a build may wait in CodeBuild's queue.
 VALIDATION_STEP_TIMEOUT = RUNNER_TIMEOUT.plus(cdk.Duration.minutes(30))
+PREFLIGHT_STEP_TIMEOUT = cdk.Duration.minutes(15)
+# What `python -m ops preflight --pipeline` imports beyond the standard library and this repository
+# (boto3, jsonschema) and everything those need on Python 3.11, installed with --no-deps so that the
+# step runs exactly these pins: tests/ops/test_ops_preflight_pipeline.py runs the step's command with
+# nothing else importable.
+PREFLIGHT_PACKAGES = ("boto3", "botocore", "jmespath", "s3transfer", "python-dateutil", "six", "urllib3",
+                      "jsonschema", "attrs", "jsonschema-specifications", "referencing", "rpds-py",
+                      "typing_extensions")
+LOOKUP_ROLE_VARIABLE = "LOOKUP_ROLE_ARN"
 
 
 def approval_step_id(env_name: str) -> str:
@@ -39,6 +56,18 @@ def approval_step_id(env_name: str) -> str:
 
 def validation_step_id(env_name: str) -> str:
     return f"Validate-{env_name}"
+
+
+def preflight_step_id(env_name: str) -> str:
+    return f"Preflight-{env_name}"
+
+
+def preflight_install_command() -> str:
+    return "python3 -m pip install --quiet --no-deps " + " ".join(pinned_requirement(p) for p in PREFLIGHT_PACKAGES)
+
+
+def preflight_command(env_name: str) -> str:
+    return f'python3 -m ops preflight --env {env_name} --pipeline --assume-role "${LOOKUP_ROLE_VARIABLE}"'
 
 
 def _as_sub(parts: list) -> str:
@@ -85,8 +114,15 @@ class PipelineStack(cdk.Stack):
         self.stages: dict[str, TrainingClusterStage] = {}
         for i, env in enumerate(settings.stages):
             stage = TrainingClusterStage(self, env.name, config=env, pipeline_account=settings.account)
-            pre = [pipelines.ManualApprovalStep(
-                approval_step_id(env.name), comment=f"Promote to {env.name} ({env.account}, {env.region})?")] if i else []
+            preflight = self._preflight_step(env, source)
+            pre = [preflight]
+            if i:
+                approval = pipelines.ManualApprovalStep(
+                    approval_step_id(env.name), comment=f"Promote to {env.name} ({env.account}, {env.region})?")
+                # Steps in `pre` run side by side unless ordered: the check runs on what is deployed
+                # when the promotion is approved, not when the approval was first asked for.
+                preflight.add_step_dependency(approval)
+                pre = [approval, preflight]
             post = [self._validation_step(env, stage, source)]
             self.pipeline.add_stage(stage, pre=pre, post=post)
             self.stages[env.name] = stage
@@ -132,4 +168,25 @@ class PipelineStack(cdk.Stack):
             commands=[f'python3 -m ops.remote_validation --project "$RUNNER_PROJECT" --role-arn "$STARTER_ROLE_ARN" '
                       f'--region {env.region}'],
             timeout=VALIDATION_STEP_TIMEOUT,
+        )
+
+    def _preflight_step(self, env: Environment, source: pipelines.IFileSetProducer) -> pipelines.CodeBuildStep:
+        lookup_role = f"arn:{cdk.Aws.PARTITION}:iam::{env.account}:role/{lookup_role_name(env.account, env.region)}"
+        role = iam.Role(
+            self, f"PreflightRole-{env.name}",
+            assumed_by=iam.ServicePrincipal("codebuild.amazonaws.com"),
+            description=f"Reads {env.name}'s account as its CDK bootstrap lookup role before the deploy",
+        )
+        role.add_to_policy(iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[lookup_role]))
+        return pipelines.CodeBuildStep(
+            preflight_step_id(env.name),
+            input=source,
+            role=role,
+            env={LOOKUP_ROLE_VARIABLE: lookup_role},
+            install_commands=[preflight_install_command()],
+            # A fail row is exit 1, which fails the step and so the stage before its deploy actions.
+            commands=[preflight_command(env.name)],
+            build_environment=codebuild.BuildEnvironment(build_image=BUILD_IMAGE,
+                                                         compute_type=codebuild.ComputeType.SMALL),
+            timeout=PREFLIGHT_STEP_TIMEOUT,
         )

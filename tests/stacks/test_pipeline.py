@@ -228,3 +228,121 @@ def test_pipeline_templates_pass_cfn_lint_and_stay_small(built):
     result = subprocess.run([str(lint), "--format", "json", *files], capture_output=True, text=True, timeout=300)
     findings = json.loads(result.stdout)
     assert [f"{f['Rule']['Id']} {f['Message']}" for f in findings if f["Level"] == "Error"] == []
+
+
+# ---- the pre-deploy preflight step ----------------------------------------------------------------
+
+BOOTSTRAP_TEMPLATE = Path(__file__).resolve().parents[2] / "node_modules/aws-cdk/lib/api/bootstrap/bootstrap-template.yaml"
+
+
+def test_each_stage_runs_its_preflight_after_its_approval_and_before_any_deploy_action(stages):
+    from stacks.pipeline import preflight_step_id
+
+    for i, name in enumerate(PROMOTION):
+        ordered = actions(stages[name])
+        [preflight] = [a for a in ordered if a["Name"] == preflight_step_id(name)]
+        assert preflight["ActionTypeId"]["Provider"] == "CodeBuild"
+        deploys = [a for a in ordered if a["ActionTypeId"]["Provider"] == "CloudFormation"]
+        assert preflight["RunOrder"] < min(d["RunOrder"] for d in deploys)
+        approvals = [a for a in ordered if a["ActionTypeId"]["Category"] == "Approval"]
+        assert all(a["RunOrder"] < preflight["RunOrder"] for a in approvals) and len(approvals) == (1 if i else 0)
+
+
+def test_preflight_step_installs_only_its_pins_and_runs_the_environments_pipeline_preflight(built, stages):
+    from stacks.pipeline import PREFLIGHT_PACKAGES, preflight_step_id
+
+    _, template, _ = built
+    for name in PROMOTION:
+        [preflight] = [a for a in stages[name]["Actions"] if a["Name"] == preflight_step_id(name)]
+        spec = _buildspec(template, _project_of(preflight))
+        [install] = spec["phases"]["install"]["commands"]
+        assert install.startswith("python3 -m pip install --quiet --no-deps ")
+        assert install.split()[6:] == [_requirement(p) for p in PREFLIGHT_PACKAGES]
+        assert spec["phases"]["build"]["commands"] == [
+            f'python3 -m ops preflight --env {name} --pipeline --assume-role "$LOOKUP_ROLE_ARN"']
+        project = template.to_json()["Resources"][_project_of(preflight)]["Properties"]
+        variables = {v["Name"]: v["Value"] for v in project["Environment"]["EnvironmentVariables"]}
+        assert variables["LOOKUP_ROLE_ARN"] == _lookup_role_arn(name)
+        assert "VpcConfig" not in project
+
+
+def _lookup_role_arn(env_name: str) -> dict:
+    env = CONTEXT["environments"][env_name]
+    return {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"},
+                              f':iam::{env["account"]}:role/cdk-hnb659fds-lookup-role-{env["account"]}-{env["region"]}']]}
+
+
+def test_preflight_step_role_may_reach_nothing_but_the_environments_lookup_role(built, stages):
+    from stacks.pipeline import preflight_step_id
+
+    _, template, _ = built
+    housekeeping = ("logs:", "codebuild:CreateReport", "codebuild:UpdateReport", "codebuild:BatchPutTestCases",
+                    "codebuild:BatchPutCodeCoverages", "s3:", "kms:")
+    for name in PROMOTION:
+        [preflight] = [a for a in stages[name]["Actions"] if a["Name"] == preflight_step_id(name)]
+        project = template.to_json()["Resources"][_project_of(preflight)]["Properties"]
+        role = project["ServiceRole"]["Fn::GetAtt"][0]
+        reach = [s for s in _policy_statements(template, role)
+                 if not all(a.startswith(housekeeping) for a in _as_list(s["Action"]))]
+        assert len(reach) == 1 and reach[0]["Action"] == "sts:AssumeRole", reach
+        assert reach[0]["Resource"] == _lookup_role_arn(name)
+
+
+def test_the_lookup_role_is_the_read_only_role_the_projects_cdk_bootstrap_creates():
+    """The CLI's own bootstrap template (the aws-cdk package the project installs) creates, in every
+    account bootstrapped with `--trust PIPELINE`, the role the preflight step assumes: named by the
+    qualifier we synthesize with, trusted by TrustedAccounts, ReadOnlyAccess, no kms:Decrypt."""
+    import yaml
+
+    from config.pipeline import BOOTSTRAP_QUALIFIER, lookup_role_name
+
+    assert BOOTSTRAP_TEMPLATE.is_file(), f"{BOOTSTRAP_TEMPLATE} is missing: run `make install` (npm installs aws-cdk)"
+    template = yaml.safe_load(BOOTSTRAP_TEMPLATE.read_text())
+    assert template["Parameters"]["Qualifier"]["Default"] == BOOTSTRAP_QUALIFIER
+    role = template["Resources"]["LookupRole"]["Properties"]
+    pattern = role["RoleName"]["Fn::Sub"]
+    assert pattern == "cdk-${Qualifier}-lookup-role-${AWS::AccountId}-${AWS::Region}"
+    assert lookup_role_name("111111111111", "us-east-1") == pattern.replace("${Qualifier}", BOOTSTRAP_QUALIFIER).replace(
+        "${AWS::AccountId}", "111111111111").replace("${AWS::Region}", "us-east-1")
+    trusted = [s["Fn::If"][1] for s in role["AssumeRolePolicyDocument"]["Statement"]
+               if isinstance(s, dict) and "Fn::If" in s and s["Fn::If"][0] == "HasTrustedAccounts"]
+    assert {"Action": ["sts:AssumeRole"], "Effect": "Allow", "Principal": {"AWS": {"Ref": "TrustedAccounts"}}}.items() \
+        <= next(s for s in trusted if "sts:AssumeRole" in s["Action"]).items()
+    assert role["ManagedPolicyArns"] == [{"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/ReadOnlyAccess"}]
+    [policy] = role["Policies"]
+    assert {"Effect": "Deny", "Action": ["kms:Decrypt"], "Resource": "*"}.items() <= policy["PolicyDocument"][
+        "Statement"][0].items()
+
+
+def test_the_pipeline_deploys_through_bootstrap_roles_of_the_same_qualifier(stages):
+    """The lookup role's name and the deploy roles the stage's actions use come from one qualifier:
+    an app that set another (`@aws-cdk/core:bootstrapQualifier`) would fail here."""
+    from config.pipeline import BOOTSTRAP_QUALIFIER
+
+    for name in PROMOTION:
+        env = CONTEXT["environments"][name]
+        deploys = [a for a in stages[name]["Actions"] if a["ActionTypeId"]["Provider"] == "CloudFormation"]
+        for action in deploys:
+            role = json.dumps(action["RoleArn"])
+            assert f"cdk-{BOOTSTRAP_QUALIFIER}-deploy-role-{env['account']}-{env['region']}" in role, role
+
+
+def test_preflight_step_installs_boto3_and_jsonschema_with_what_they_need_and_nothing_else():
+    """The step installs with --no-deps, so its list must hold every distribution the two need
+    (markers read for this Python, the image's); tests/ops/test_ops_preflight_pipeline.py shows the
+    command imports nothing else."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    from stacks.pipeline import PREFLIGHT_PACKAGES
+
+    needed, todo = set(), ["boto3", "jsonschema"]
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name not in needed:
+            needed.add(name)
+            todo += [r.name for r in map(Requirement, metadata.requires(name) or [])
+                     if r.marker is None or r.marker.evaluate({"extra": ""})]
+    assert {canonicalize_name(p) for p in PREFLIGHT_PACKAGES} == needed

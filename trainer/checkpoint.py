@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 from concurrent.futures import Future
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -391,7 +392,15 @@ class CheckpointManager:
         # Rank 0's save finishes by writing DCP's metadata, which it does only after gathering
         # every rank's write results: when it returns, all ranks' files are on disk.
         path = step_dir(self.directory, step)
-        write_whole(path / MARKER, f"{step}\n")
+        with self.lease.held() if self.lease is not None else nullcontext(True) as held:
+            # A run that stalled past the lease's life with this save in flight: the run that took
+            # the directory over would resume from it at its next restart.
+            if held:
+                write_whole(path / MARKER, f"{step}\n")
+        if not held:
+            warn(f"the lease on {self.directory} was taken over by {self.lease.lost_to}; checkpoint {path} is left "
+                 "incomplete (not marked COMPLETE) and this run writes no more checkpoints there")
+            return
         log(f"Checkpoint saved: {path}")
         self.remover.run(lambda: self._retire(step))
 

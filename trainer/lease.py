@@ -143,6 +143,17 @@ class Lease:
                 return
             self._write(self.clock())
 
+    @contextmanager
+    def held(self):
+        """Whether this run still holds the lease, read now (the renewal thread finds a takeover
+        only at its next renewal), and the record locked while the caller writes on that answer:
+        another run cannot take the directory over between the check and the write."""
+        with self._locked():
+            record = self._read()
+            if record is not None and record.get("run") != self.owner.run:
+                self.lost_to = _describe(record)
+            yield self.lost_to is None
+
     def start_renewing(self, every_s: float = RENEW_S) -> None:
         def loop():
             while not self._stop.wait(every_s) and self.lost_to is None:
@@ -150,9 +161,9 @@ class Lease:
                     self.renew()
                 except OSError as exc:  # a file-system hiccup: the next renewal may succeed
                     warn(f"could not renew the lease {self.path}: {exc}")
-            if self.lost_to is not None:
-                warn(f"the lease on {self.path.parent} was taken over by {self.lost_to}; no more checkpoints "
-                     "are written by this run")
+                if self.lost_to is not None:  # said here only when a renewal found it (held() says its own)
+                    warn(f"the lease on {self.path.parent} was taken over by {self.lost_to}; no more checkpoints "
+                         "are written by this run")
 
         self._thread = threading.Thread(target=loop, name="checkpoint-lease", daemon=True)
         self._thread.start()

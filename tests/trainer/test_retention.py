@@ -1,18 +1,23 @@
 """Old and unfinished checkpoint folders are deleted off the training thread: the save that
 retires a checkpoint returns while its deletion waits; a folder leaves its name at once (renamed
 into DIR/.deleting/), so a half-done deletion never looks like a checkpoint; nothing is deleted
-once the lease is lost; what a run left half-deleted, the next one deletes."""
+once the lease is lost, nor is a save that finishes after it marked complete; what a run left
+half-deleted, the next one deletes."""
 
 from __future__ import annotations
 
+import re
 import threading
+import time
 
 import pytest
 import torch
 
 from config.workloads.common import CheckpointConfig
+from config.kubernetes import RUN_ID_ENV
 from trainer import dist as tdist
 from trainer.checkpoint import MARKER, CheckpointManager, list_steps, step_dir
+from trainer.lease import LEASE_FILE, TTL_S, Lease, Owner
 from trainer.retention import TRASH, BackgroundRemover
 
 
@@ -36,9 +41,9 @@ def rt():
     tdist.shutdown()
 
 
-def manager(rt, directory, keep=1) -> CheckpointManager:
+def manager(rt, directory, keep=1, synchronous=True) -> CheckpointManager:
     directory.mkdir(exist_ok=True)
-    return CheckpointManager(CheckpointConfig(str(directory), every=1, keep=keep, synchronous=True), rt,
+    return CheckpointManager(CheckpointConfig(str(directory), every=1, keep=keep, synchronous=synchronous), rt,
                              {"app": Weights()})
 
 
@@ -91,6 +96,30 @@ def test_nothing_is_deleted_once_the_lease_is_lost(tmp_path):
     remover.run(remover.empty_trash)
     remover.close(wait=True)
     assert [p.name.split(".")[0] for p in (tmp_path / TRASH).iterdir()] == ["step-00000001"]
+
+
+def test_a_save_that_finishes_after_its_run_lost_the_lease_is_never_marked_complete(rt, tmp_path, monkeypatch,
+                                                                                      capsys):
+    # Run A stalls past the lease's life with a save in flight and run B takes the directory over
+    # (the real lease files). Were A's save then marked COMPLETE, B's next restart would resume
+    # from A's diverged step.
+    monkeypatch.setenv(RUN_ID_ENV, "job-a-1234567890")
+    ckpt = manager(rt, tmp_path, keep=3, synchronous=False)
+    assert ckpt.resume() == 0
+    ckpt.save(1)
+    ckpt.wait()
+    ckpt.save(2)  # written in the background
+    Lease(tmp_path, Owner("job-b-0987654321", "job-b-worker-0", 61), clock=lambda: time.time() + TTL_S + 1).acquire()
+    capsys.readouterr()
+    ckpt.close()
+    assert list_steps(tmp_path) == [1] and not (step_dir(tmp_path, 2) / MARKER).exists()
+    assert '"run": "job-b-0987654321"' in (tmp_path / LEASE_FILE).read_text()
+    out = capsys.readouterr()
+    assert re.fullmatch(rf"WARNING: the lease on {re.escape(str(tmp_path))} was taken over by run job-b-0987654321 "
+                        rf"\(host job-b-worker-0, pid 61\); checkpoint {re.escape(str(step_dir(tmp_path, 2)))} is "
+                        r"left incomplete \(not marked COMPLETE\) and this run writes no more checkpoints there\n",
+                        out.err), out.err
+    assert "Checkpoint saved" not in out.out
 
 
 def test_a_failing_deletion_is_logged_and_never_raised_into_training(tmp_path, capsys):

@@ -25,7 +25,7 @@ from typing import Any, Union
 from config.presets import CLUSTER_CHECKPOINT_ROOT, get_preset
 from ops import kube
 from ops.errors import OpsError
-from ops.run_state import Run
+from ops.run_state import FINISHED, Run
 
 
 def run_of(job: Any) -> Run:
@@ -61,6 +61,10 @@ class PyTorchJobs:
 
     def set_suspended(self, name: str, suspend: bool, namespace: str) -> str:
         return kube.set_suspended(self.client, name, suspend=suspend, namespace=namespace)
+
+    def pods(self, namespace: str, label_selector: str) -> list:
+        return kube.api_call(lambda: self.client.core_api.list_namespaced_pod(
+            namespace, label_selector=label_selector)).items
 
 
 Runs = Any  # PyTorchJobs or ops.trainjobs.TrainJobs
@@ -118,6 +122,7 @@ def start(client: Any, manifest: Manifest, *, resume: bool = True) -> list[str]:
                            f"from {folder}")
     if same is not None and resume:
         return [_resume(api, same, namespace, preset)]
+    _refuse_while_pods_of_another_run_stop(api, name, namespace, preset)
     created = api.create(manifest)
     lines = [f"created {api.kind} {created} (image {image}); it checkpoints to {folder}"]
     older = [r for r in runs if r.name != name]
@@ -125,6 +130,24 @@ def start(client: Any, manifest: Manifest, *, resume: bool = True) -> list[str]:
         lines.append(f"older runs of {preset}, left as they are: {', '.join(r.describe() for r in older)}; "
                      f"`python -m ops delete NAME{api.flags}` removes one")
     return lines
+
+
+def _refuse_while_pods_of_another_run_stop(api: Runs, name: str, namespace: str, preset: str) -> None:
+    """A run just stopped (or deleted) is not gone until its pods are: each saves a checkpoint on
+    SIGTERM, which can take minutes for a large model, and its rank 0 renews the checkpoint
+    folder's lease until then, while the new run's rank 0 waits only WAIT_S (trainer/lease.py)
+    for that lease before it gives up and spends a restart."""
+    from k8s.pods.pytorchjob import JOB_LABEL, PRESET_LABEL
+    from k8s.pods.validation import SMOKE_RUN
+
+    folder = get_preset(preset).job_dir(CLUSTER_CHECKPOINT_ROOT)
+    stopping = sorted(p.metadata.name for p in api.pods(namespace, f"{PRESET_LABEL}={preset}")
+                      if (p.metadata.labels or {}).get(JOB_LABEL) not in (name, SMOKE_RUN)
+                      and (p.status is None or p.status.phase not in FINISHED))
+    if stopping:
+        raise OpsError(f"the pods of a stopped run of preset {preset} are still stopping ({', '.join(stopping)}): "
+                       f"they save a checkpoint into {folder} first, which can take minutes; start again once "
+                       f"they are gone (`kubectl get pods -n {namespace} -l {PRESET_LABEL}={preset}`)")
 
 
 def _resume(api: Runs, run: Run, namespace: str, preset: str) -> str:
@@ -135,6 +158,8 @@ def _resume(api: Runs, run: Run, namespace: str, preset: str) -> str:
     if run.phase == "Failed":
         raise OpsError(f"{api.kind} {namespace}/{run.name} failed (`python -m ops logs {run.name}{api.flags}` says "
                        f"why); {delete} and start again to resume from {folder}")
+    if run.suspended:
+        _refuse_while_pods_of_another_run_stop(api, run.name, namespace, preset)
     return api.set_suspended(run.name, False, namespace)
 
 

@@ -281,6 +281,9 @@ class TrainJobs:
                                        str(created) if created else "-"))
         return rows, problem
 
+    def pods(self, namespace: str, label_selector: str) -> list:
+        return _call(lambda: self.core.list_namespaced_pod(namespace, label_selector=label_selector)).items
+
     # --- logs and delete -------------------------------------------------------------------------
 
     def logs(self, name: str, namespace: str, follow: bool, echo: Callable[[str], None]) -> None:

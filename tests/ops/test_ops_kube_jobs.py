@@ -40,11 +40,28 @@ def listing(*jobs: dict) -> dict:
     return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJobList", "items": list(jobs)}
 
 
+PODS = "/api/v1/namespaces/training/pods"
+
+
+def pod(name: str, run: str, phase: str, *, preset: str = "cpu-ddp", deleted: bool = False) -> dict:
+    """A worker pod as k8s/pods/pytorchjob.py labels it; `deleted`: terminating (its grace period runs)."""
+    metadata = {"name": name, "namespace": "training",
+                "labels": {"eks-distributed-training.io/job": run, "eks-distributed-training.io/preset": preset}}
+    if deleted:
+        metadata["deletionTimestamp"] = "2026-11-22T10:05:00Z"
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "status": {"phase": phase}}
+
+
+def pod_list(*pods: dict) -> dict:
+    return {"apiVersion": "v1", "kind": "PodList", "items": list(pods)}
+
+
 @pytest.fixture
 def api(monkeypatch):
     """The fake server, and `python -m ops` in this process talking to it through a real TrainingClient."""
     server = FakeApiServer()
     server.answer(jobs_and_their_policies(server))
+    server.on("GET", PODS, pod_list())
     client = training_client_on(server)
     monkeypatch.setattr(kube, "training_client", lambda *args, **kwargs: client)
     return server
@@ -159,6 +176,30 @@ def test_start_beside_a_suspended_or_finished_older_run_creates_and_says_which_s
                             "image registry/trainer:1), cpu-ddp-bbbbbbbb (Suspended, ")
 
 
+def test_start_refuses_while_the_pods_of_a_stopped_run_still_save_and_names_them(api, dev, capsys):
+    """`ops stop OLD` then `ops start`: the old pods save on SIGTERM (minutes, for a large model) and
+    renew the checkpoint folder's lease meanwhile; the new run's rank 0 waits only 140 s for that
+    lease (trainer/lease.py WAIT_S), then fails and spends a restart."""
+    old = "cpu-ddp-0ld0ld00"
+    api.on("GET", JOBS, listing(job(old, "Created", "Suspended", suspend=True, preset="cpu-ddp")))
+    api.on("POST", JOBS, {}, status=201)
+    api.on("GET", PODS, pod_list(
+        pod(f"{old}-worker-0", old, "Running", deleted=True), pod(f"{old}-worker-1", old, "Running", deleted=True),
+        pod("cpu-ddp-aaaaaaaa-worker-0", "cpu-ddp-aaaaaaaa", "Succeeded"),  # a finished run's: it stays, saving nothing
+        pod("validation-cpu-ddp-worker-0", "validation-cpu-ddp", "Running")))  # its own checkpoint folder
+    assert start("cpu-ddp") == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert (f"the pods of a stopped run of preset cpu-ddp are still stopping ({old}-worker-0, {old}-worker-1): they "
+            "save a checkpoint into /fsx/checkpoints/cpu-ddp first") in line, line
+    assert "start again once they are gone" in line
+    [listed] = [c for c in api.calls if c.path == PODS]
+    assert listed.query["labelSelector"] == "eks-distributed-training.io/preset=cpu-ddp"
+    assert not [c for c in api.calls if c.method != "GET"], "nothing created"
+    api.on("GET", PODS, pod_list(pod("cpu-ddp-aaaaaaaa-worker-0", "cpu-ddp-aaaaaaaa", "Succeeded")))
+    assert start("cpu-ddp") == 0  # once they are gone
+    assert created_jobs(api)[-1]["metadata"]["name"] == run_name(dev, "cpu-ddp")
+
+
 @pytest.mark.parametrize("phase, code, words", [
     ("Succeeded", 0, "has finished (Succeeded): nothing to start"), ("Failed", 2, "failed (`python -m ops logs")])
 def test_a_finished_run_of_this_spec_is_not_restarted(api, dev, capsys, phase, code, words):
@@ -230,9 +271,9 @@ def test_submit_creates_the_runs_peers_policy_first_and_hands_it_to_the_run(api)
     api.on("POST", JOBS, {}, status=201)
     assert cli.main(["submit", "--env", "dev", "--preset", "cpu-ddp", "--image", "img:1", "--name", "run-7"]) == 0
     steps = [(c.method, c.path) for c in api.calls]
-    assert steps == [("GET", JOBS), ("POST", POLICIES), ("POST", JOBS), ("GET", f"{JOBS}/run-7"),
+    assert steps == [("GET", JOBS), ("GET", PODS), ("POST", POLICIES), ("POST", JOBS), ("GET", f"{JOBS}/run-7"),
                      ("PATCH", f"{POLICIES}/run-7-peers")]
-    policy = api.calls[1].body
+    policy = api.calls[2].body
     same_job = {"matchLabels": {"training.kubeflow.org/job-name": "run-7"}}
     assert policy["spec"]["podSelector"] == same_job
     assert policy["spec"]["ingress"] == [{"from": [{"podSelector": same_job}], "ports": [{"protocol": "TCP"}]}]
@@ -246,9 +287,9 @@ def test_start_creates_the_runs_peers_policy_as_submit_does(api, dev):
     assert start("cpu-ddp") == 0
     name = run_name(dev, "cpu-ddp")
     steps = [(c.method, c.path) for c in api.calls]
-    assert steps[1:] == [("POST", POLICIES), ("POST", JOBS), ("GET", f"{JOBS}/{name}"),
+    assert steps[1:] == [("GET", PODS), ("POST", POLICIES), ("POST", JOBS), ("GET", f"{JOBS}/{name}"),
                          ("PATCH", f"{POLICIES}/{name}-peers")]
-    assert api.calls[1].body["spec"]["podSelector"] == {"matchLabels": {"training.kubeflow.org/job-name": name}}
+    assert api.calls[2].body["spec"]["podSelector"] == {"matchLabels": {"training.kubeflow.org/job-name": name}}
 
 
 def test_a_refused_run_takes_its_new_peers_policy_with_it_but_never_an_existing_one(api, capsys):

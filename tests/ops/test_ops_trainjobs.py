@@ -276,6 +276,24 @@ def test_stop_suspends_the_trainjob_and_start_resumes_it_by_merge_patches_of_spe
                                                          f"TrainJob training/{name} resumed: its pods start"]
 
 
+def test_start_refuses_while_the_pods_of_a_stopped_run_still_save_and_names_them(cluster, capsys):
+    """The old pods save on SIGTERM and renew the checkpoint folder's lease meanwhile, longer than the
+    new run's rank 0 waits for it (trainer/lease.py WAIT_S)."""
+    cluster.put(TRAINJOBS, trainjob("cpu-ddp-0ld0ld00", suspend=True))
+    cluster.put(PODS, {"metadata": {"name": "cpu-ddp-0ld0ld00-node-0-0-abcde", "deletionTimestamp": "2026-11-26T10:05:00Z",
+                                    "labels": {"eks-distributed-training.io/job": "cpu-ddp-0ld0ld00",
+                                               "eks-distributed-training.io/preset": "cpu-ddp"}},
+                       "status": {"phase": "Running"}})
+    assert ops("start", "cpu-ddp", "--image", IMAGE) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert ("the pods of a stopped run of preset cpu-ddp are still stopping (cpu-ddp-0ld0ld00-node-0-0-abcde)"
+            in line), line
+    assert not cluster.writes()
+    del cluster.objects[PODS]["cpu-ddp-0ld0ld00-node-0-0-abcde"]
+    assert ops("start", "cpu-ddp", "--image", IMAGE) == 0
+    assert len(cluster.objects[TRAINJOBS]) == 2
+
+
 def test_under_kueue_stop_deactivates_the_workload_and_never_touches_spec_suspend(cluster, capsys):
     """Kueue unsuspends a suspended job whose Workload is admitted: stop goes through the Workload."""
     cluster.queue_with_kueue()

@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from config.workloads.llm import SequenceBatchConfig, TokenDataConfig
 from config.paths import is_dir, read_json
@@ -85,6 +86,16 @@ class TokenShards:
         return sum(size // length for size in self.sizes)
 
     def window(self, index: int, length: int) -> torch.Tensor:
+        window, problem = self._checked(index, length)
+        if problem:
+            raise UsageError("--data", problem)
+        return window
+
+    def problem(self, index: int, length: int) -> str | None:
+        """What window() would refuse window `index` for; None when it is fine."""
+        return self._checked(index, length)[1]
+
+    def _checked(self, index: int, length: int) -> tuple[torch.Tensor, str | None]:
         index %= self.num_windows(length)  # past the end, start another pass over the data
         for shard, size, name in zip(self.shards, self.sizes, self.names):
             if index < size // length:
@@ -95,9 +106,9 @@ class TokenShards:
                 # instead would read the whole corpus (about 1 s per 100M-token shard in page cache).
                 top = int(window.max())
                 if top >= self.vocab_size:
-                    raise UsageError("--data", f"{name} holds token id {top}, outside the model's vocabulary of "
-                                               f"{self.vocab_size} (ids 0 to {self.vocab_size - 1})")
-                return window
+                    return window, (f"{name} holds token id {top}, outside the model's vocabulary of "
+                                    f"{self.vocab_size} (ids 0 to {self.vocab_size - 1})")
+                return window, None
             index -= size // length
         raise AssertionError("unreachable")
 
@@ -127,18 +138,48 @@ class RankBatches:
                 raise UsageError("--data", f"{path} holds {self.window_count} windows of {self.seq_len + 1} tokens, "
                                            f"fewer than one step needs (the global batch, {global_batch})")
         self.position = 0
-        self._order: tuple[int, torch.Tensor] | None = None  # (epoch, its permutation of the windows)
+        # Each epoch's permutation of the windows; the one before is kept too, for the steps a
+        # look-ahead (check_ahead) reads into the next epoch while training finishes this one.
+        self._orders: dict[int, torch.Tensor] = {}
+        self.problem: str | None = None  # the first this rank's look-ahead found
 
     def window(self, sample: int) -> int:
         """The window that global sample `sample` reads: its place in its epoch's permutation."""
         if self.window_count is None:
             return sample
         epoch, offset = divmod(sample, self.window_count)
-        if self._order is None or self._order[0] != epoch:
+        if epoch not in self._orders:
             g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
             dtype = torch.int32 if self.window_count < 2**31 else torch.int64  # 4 bytes a window
-            self._order = (epoch, torch.randperm(self.window_count, generator=g, dtype=dtype))
-        return int(self._order[1][offset])
+            self._orders = {e: order for e, order in self._orders.items() if e == epoch - 1}
+            self._orders[epoch] = torch.randperm(self.window_count, generator=g, dtype=dtype)
+        return int(self._orders[epoch][offset])
+
+    def check_ahead(self, steps: range) -> bool:
+        """Check, on the host, the windows this rank reads in the steps `steps` after the next one
+        (0: the next); True once this one or an earlier check found a problem (kept in
+        `problem`). Only this rank knows: the ranks agree on it in a collective they already make
+        (trainer/llm.py), before the step that would read it, and raise_agreed_problem() then
+        stops every rank with the same line."""
+        if self.problem is None and self.window_count is not None:  # synthetic tokens are always in range
+            for ahead in steps:
+                for samples in self.step_samples(self.position + ahead * self.global_batch):
+                    for sample in samples:
+                        self.problem = self.problem or self.source.problem(self.window(sample), self.seq_len + 1)
+        return self.problem is not None
+
+    def raise_agreed_problem(self) -> None:
+        """On every rank at once: UsageError with the lowest rank's problem, the same line on every
+        rank, when any rank has one. One collective, at start-up and when the ranks stop for it."""
+        if self.window_count is None:
+            return  # synthetic tokens, on every rank alike: none can have a problem
+        problems = [self.problem]
+        if dist.is_initialized():
+            problems = [None] * dist.get_world_size()
+            dist.all_gather_object(problems, self.problem)
+        found = next((p for p in problems if p is not None), None)
+        if found is not None:
+            raise UsageError("--data", found)
 
     def step_samples(self, position: int) -> list[list[int]]:
         """This rank's global sample indices for the step that starts at `position`, one list per

@@ -26,6 +26,7 @@ from trainer.checkpoint import CheckpointManager, ModelAndOptimizer, check_direc
 from trainer.cli import run_main
 from trainer.data import RankBatches
 from trainer.float8 import check_supported, precompute_scales_after_each_step
+from trainer.late_read import LAG_STEPS
 from trainer.llm_job import parse_job
 from trainer.log import log
 from trainer.metrics import MetricsLogger
@@ -99,6 +100,12 @@ def train(job: LlmJobConfig, rt: tdist.Runtime, global_batch: int) -> int:
     metrics = MetricsLogger(job.metrics, rt, tokens_per_step_per_device=tokens_per_step // rt.world_size,
                             flops_per_token=shape.flops_per_token(job.batch.seq_len), last_step=job.steps)
     nonfinite = NonFiniteSteps(rt, job.optimizer.max_nonfinite_steps, optimizer)
+    # Bad data (a token id past the vocabulary) found on one rank must stop every rank, before any
+    # trains on it. Each step checks the batch LAG_STEPS + 1 steps ahead and sends the answer with
+    # the preemption flag, which every rank reads LAG_STEPS steps later: just before that batch.
+    # The first steps' batches, before any flag could arrive, are agreed on once, here.
+    batches.check_ahead(range(min(LAG_STEPS + 1, job.steps - start)))
+    batches.raise_agreed_problem()
 
     # Nothing in a step waits for the device: values the host needs are read a few steps late
     # (trainer/late_read.py), or once per metrics line; only checkpoint saves synchronise.
@@ -121,9 +128,11 @@ def train(job: LlmJobConfig, rt: tdist.Runtime, global_batch: int) -> int:
             if step == start + 1:
                 tdist.end_startup(rt)  # start-up, the first step's compile warm-up included, is over
             # A stop asked for in the last steps is read only after the last one: the run is complete then.
-            if step < job.steps and preemption.agreed():
+            bad_ahead = step + LAG_STEPS < job.steps and batches.check_ahead(range(LAG_STEPS, LAG_STEPS + 1))
+            if step < job.steps and preemption.agreed(bad_data=bad_ahead):
                 ckpt.save_now(step)
-                preemption.stopped_at(f"step {step}")
+                if not preemption.bad_data:
+                    preemption.stopped_at(f"step {step}")
                 break
     except NonFiniteLoss:
         ckpt.close()  # a save in flight holds the last good weights: let it complete
@@ -131,6 +140,8 @@ def train(job: LlmJobConfig, rt: tdist.Runtime, global_batch: int) -> int:
         raise
     ckpt.close(finished=step >= job.steps)
     metrics.close()
+    if preemption.bad_data:
+        batches.raise_agreed_problem()
     elapsed = time.perf_counter() - t0
     if rt.is_main:
         done = step - start

@@ -18,6 +18,8 @@ from trainer import dist as tdist
 from trainer.late_read import LateRead
 from trainer.log import log
 
+BAD_DATA = 2.0  # above a stop request's 1.0: the all-reduce's maximum keeps it
+
 
 class Preemption:
     """The signal can reach ranks at different steps, so they agree through an all-reduce of a flag
@@ -29,22 +31,27 @@ class Preemption:
 
     def __init__(self, rt: tdist.Runtime):
         self.rt, self.requested = rt, False
+        self.bad_data = False  # the agreed flag was BAD_DATA: a rank's data a few steps ahead is unusable
         self.late = LateRead(rt.device)
         signal.signal(signal.SIGTERM, self._handle)
 
     def _handle(self, signum, frame):
         self.requested = True
 
-    def agreed(self, *, now: bool = False) -> bool:
+    def agreed(self, *, now: bool = False, bad_data: bool = False) -> bool:
         """True once any rank has been asked to stop: as of LAG_STEPS calls ago or, with `now` (the
-        last step of a run or an epoch, which then waits for the device), as of this call."""
+        last step of a run or an epoch, which then waits for the device), as of this call.
+        `bad_data` (this rank's data of a later step is unusable) rides on the same flag, so that
+        every rank learns of it without a collective of its own; `self.bad_data` says it was that."""
         # fill_ launches a kernel with the value as an argument; building the tensor from a host
         # list would copy from pageable memory, which synchronises the stream every step.
-        flag = torch.empty(1, device=self.rt.device).fill_(1.0 if self.requested else 0.0)
+        flag = torch.empty(1, device=self.rt.device).fill_(BAD_DATA if bad_data else 1.0 if self.requested else 0.0)
         if torch.distributed.is_initialized():  # on one rank too: one GPU then runs the cluster's path
             torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
         self.late.push(flag)
-        return any(value[0] > 0 for _, value in (self.late.drain() if now else self.late.due()))
+        values = [value[0] for _, value in (self.late.drain() if now else self.late.due())]
+        self.bad_data = any(v >= BAD_DATA for v in values)
+        return any(v > 0 for v in values)
 
     def stopped_at(self, where: str) -> None:
         """Say, on every rank (each pod's log shows it), that the loop stops early, its checkpoint

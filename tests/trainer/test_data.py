@@ -100,3 +100,12 @@ def test_token_ids_outside_the_models_vocabulary_are_a_usage_error_naming_data_a
             batches.next_step()
     assert re.fullmatch(r"--data: .*/shard-0000[01]\.bin holds token id (6[4-9]|[7-9]\d|10[0-3]), outside the "
                         r"model's vocabulary of 64 \(ids 0 to 63\)", str(err.value)), str(err.value)
+
+
+def test_looking_ahead_across_an_epoch_changes_neither_the_position_nor_the_batches(shards):
+    # 13 windows, 8 samples a step: the look-ahead reads into the next epoch's order every other step.
+    ahead, plain = _batches(shards), _batches(shards)
+    for _ in range(5):
+        assert ahead.check_ahead(range(3)) is False
+        assert all(torch.equal(x, y) for a, p in zip(ahead.next_step(), plain.next_step()) for x, y in zip(a, p))
+        assert ahead.position == plain.position

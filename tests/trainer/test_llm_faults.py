@@ -17,6 +17,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from config.kubernetes import (
     EXIT_CHECKPOINT_READ_FAILED, EXIT_CHECKPOINTS_UNLOADABLE, EXIT_PREEMPTED, TORCHRUN_FAILED,
@@ -199,6 +200,45 @@ def test_a_transient_read_error_on_one_rank_stops_every_rank_and_leaves_every_ch
                      r"Input/output error \(injected\)", out), out[-3000:]
     assert "falling back" not in out and not logged_steps(out)
     assert tree(tmp_path) == before and list_steps(tmp_path) == [5, 10]
+
+
+def token_shards_with_one_bad_id(directory, *, step: int, rank: int) -> None:
+    """64 windows of 65 tokens (llm_args' --seq-len 64) inside the tiny model's vocabulary of 1024,
+    but for one id past it in a window that `rank` of two (a global batch of 4) reads at `step`.
+    meta.json names no vocab_size, so nothing at start-up catches it."""
+    from config.workloads.llm import SequenceBatchConfig, TokenDataConfig
+    from trainer.data import RankBatches
+
+    directory.mkdir()
+    (directory / "meta.json").write_text(json.dumps({"dtype": "uint16", "shards": ["shard-00000.bin"]}))
+    tokens = torch.randint(1024, (64 * 65,), generator=torch.Generator().manual_seed(0)).to(torch.int32)
+    (directory / "shard-00000.bin").write_bytes(tokens.to(torch.uint16).numpy().tobytes())
+    batches = RankBatches(TokenDataConfig(str(directory)), SequenceBatchConfig(batch_size=2, seq_len=64), seed=0,
+                          rank=rank, world_size=2, vocab_size=1024, global_batch=4)
+    [[sample, _]] = batches.step_samples((step - 1) * 4)
+    tokens[batches.window(sample) * 65 + 5] = 5000
+    (directory / "shard-00000.bin").write_bytes(tokens.to(torch.uint16).numpy().tobytes())
+
+
+# Found at start-up (which checks the first LAG_STEPS + 1 steps), or by step 4's look-ahead (read at step 6).
+@pytest.mark.parametrize("bad_step, trained", [(2, 0), (7, 6)])
+def test_a_token_id_past_the_vocabulary_on_one_rank_stops_every_rank_with_the_same_line(tmp_path, bad_step, trained):
+    # Only the rank that read the id stopped (exit 2); the other waited in the step's collectives,
+    # for the collective timeout across nodes, or crashed with a traceback when its peer's socket closed.
+    data, ckpt = tmp_path / "data", tmp_path / "ckpt"
+    token_shards_with_one_bad_id(data, step=bad_step, rank=1)
+    rc, out = run(torchrun_args("trainer.llm", llm(ckpt, "--data", str(data), "--log-every", "1", steps=20)))
+    assert rc == TORCHRUN_FAILED, out[-3000:]
+    line = (f"error: --data: {data / 'shard-00000.bin'} holds token id 5000, outside the model's vocabulary of 1024 "
+            "(ids 0 to 1023)")
+    # The two workers share torchrun's stderr: their lines may interleave mid-line.
+    assert out.count(line) == 2 and out.count("error:") == 2, out[-3000:]
+    assert re.findall(r"exitcode\s*:\s*(-?\d+)", out) and set(re.findall(r"exitcode\s*:\s*(-?\d+)", out)) == {"2"}, \
+        out[-3000:]
+    assert "crashed" not in out and "failed unexpectedly" not in out
+    # Every rank stopped before training on the bad batch, and kept the steps it did train.
+    assert logged_steps(out) == list(range(1, trained + 1)), out[-3000:]
+    assert list_steps(ckpt) == ([trained] if trained else [])
 
 
 @pytest.mark.parametrize("model", MODELS)

@@ -30,9 +30,32 @@ def _reason(err: OSError) -> str:
     return err.strerror or type(err).__name__
 
 
-def read_bytes(path: str | Path, limit: int = TEXT_LIMIT_BYTES) -> bytes:
-    """The content of a file (or a pipe, as `<(command)` gives), at most `limit` bytes."""
+def _special(mode: int) -> str | None:
+    """What a file of this mode is when it is neither a regular file nor a directory."""
+    for test, what in ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return what
+    return None
+
+
+def file_status(path: str | Path) -> os.stat_result | None:
+    """The status of a path where a regular file belongs (a directory is the caller's to judge),
+    None when nothing is there. A named pipe, a socket or a device is a PathProblem: opening a pipe
+    to read or to write waits for its other end, for ever when none comes, and an output written
+    under a temporary name and renamed would replace a device (/dev/null, for root) machine-wide."""
+    found = _stat(path)
+    if found is not None and (what := _special(found.st_mode)):
+        raise PathProblem(f"{path} is {what}, expected a regular file")
+    return found
+
+
+def read_bytes(path: str | Path, limit: int = TEXT_LIMIT_BYTES, pipes: bool = False) -> bytes:
+    """The content of a regular file, at most `limit` bytes. With pipes=True, for an argument that
+    reads a pipe on purpose (`--from-file <(pass show hf)`), a pipe or a device is read too."""
     path = Path(path)
+    if not pipes:
+        file_status(path)
     try:
         with open(path, "rb") as f:
             data = f.read(limit + 1)
@@ -47,9 +70,9 @@ def read_bytes(path: str | Path, limit: int = TEXT_LIMIT_BYTES) -> bytes:
     return data
 
 
-def read_text(path: str | Path, limit: int = TEXT_LIMIT_BYTES) -> str:
+def read_text(path: str | Path, limit: int = TEXT_LIMIT_BYTES, pipes: bool = False) -> str:
     """A UTF-8 text file; binary content (a NUL byte, invalid UTF-8) is refused."""
-    data = read_bytes(path, limit)
+    data = read_bytes(path, limit, pipes)
     nul = data.find(b"\0")
     if nul >= 0:
         raise PathProblem(f"{path} holds binary data (a NUL byte at offset {nul}), expected text")
@@ -239,7 +262,7 @@ def output_file(path: str | Path) -> Path:
     path at once), because root passes every access() check on a file system that still refuses
     new files (/proc, a read-only mount)."""
     path = Path(path)
-    found = _stat(path)
+    found = file_status(path)
     if found is not None and stat.S_ISDIR(found.st_mode):
         raise PathProblem(f"{path} is a directory, expected a file")
     if path.name in ("", ".", ".."):

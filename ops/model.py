@@ -48,7 +48,7 @@ def read_token(from_env: str | None, from_file: str | None) -> tuple[str, str]:
     if from_file is not None:
         source, field = f"file {from_file}", "--from-file"
         try:
-            token = read_text(from_file, limit=TOKEN_LIMIT_BYTES).strip()
+            token = read_text(from_file, limit=TOKEN_LIMIT_BYTES, pipes=True).strip()
         except PathProblem as problem:
             raise OpsError(f"--from-file: {problem}") from None
     else:

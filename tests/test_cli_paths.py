@@ -4,7 +4,8 @@ and nothing half-written.
 Every path-like argument of every `python -m ops` command and of every trainer command is found
 from the parsers themselves (a new command or argument is swept, or this module fails until it is
 listed), then given: a missing path, a directory where a file belongs (a file where a directory
-belongs), a binary file, a non-UTF-8 file, a file of the wrong shape, and for outputs a path that
+belongs), a binary file, a non-UTF-8 file, a named pipe (opened, it waits for ever for its other
+end), a file of the wrong shape, and for outputs a path that
 cannot be created (under a regular file, or under /proc: the tests run as root, and root may write
 anywhere else). Commands run in this process with a deadline (tests/cli_sweep.py).
 """
@@ -119,24 +120,38 @@ def _in_unenterable(tmp: Path) -> Path:
     return unenterable(tmp) / "out"
 
 
+def _fifo(tmp: Path) -> Path:
+    """A named pipe no one writes to or reads from: opening it, to read or to write, waits for the
+    other end for ever."""
+    os.mkfifo(tmp / "fifo")
+    return tmp / "fifo"
+
+
 IN_LOCKED = {f"in an {UNENTERABLE} folder": _in_unenterable}
 LOCKED = {UNENTERABLE: unenterable, **IN_LOCKED}
+FIFO = "a named pipe"
 KINDS = {
     "in-file": {"missing": lambda tmp: tmp / "missing", "directory": _dir, "binary": _file("binary", BINARY),
-                "non-utf8": _file("latin1", NOT_UTF8), **IN_LOCKED},
-    "in-dir": {"missing": lambda tmp: tmp / "missing", "a file": _file("a-file", "a file, not a directory\n"), **LOCKED},
+                "non-utf8": _file("latin1", NOT_UTF8), FIFO: _fifo, **IN_LOCKED},
+    "in-dir": {"missing": lambda tmp: tmp / "missing", "a file": _file("a-file", "a file, not a directory\n"),
+               FIFO: _fifo, **LOCKED},
     "in-any": {"missing": lambda tmp: tmp / "missing", "binary": _file("binary", BINARY),
-               "non-utf8": _file("latin1", NOT_UTF8), **LOCKED},
+               "non-utf8": _file("latin1", NOT_UTF8), FIFO: _fifo, **LOCKED},
     "out-file": {"directory": _dir, "under a file": _under_file, "under /proc": lambda tmp: PROC / "cli-sweep.txt",
-                 **IN_LOCKED},
+                 FIFO: _fifo, **IN_LOCKED},
     "out-dir": {"a file": _file("a-file", "keep me\n"), "under a file": _under_file,
-                "under /proc": lambda tmp: PROC / "cli-sweep", **LOCKED},
+                "under /proc": lambda tmp: PROC / "cli-sweep", FIFO: _fifo, **LOCKED},
     # Read when it exists (a missing one is a fresh start), written as the run goes.
     "state-file": {"directory": _dir, "binary": _file("binary", BINARY), "non-utf8": _file("latin1", NOT_UTF8),
-                   "under a file": _under_file, "under /proc": lambda tmp: PROC / "cli-sweep.txt", **IN_LOCKED},
+                   "under a file": _under_file, "under /proc": lambda tmp: PROC / "cli-sweep.txt", FIFO: _fifo,
+                   **IN_LOCKED},
     "exe": {"missing": lambda tmp: tmp / "missing", "directory": _dir,
-            "not executable": _file("etcd", "#!/bin/sh\n", 0o644), "binary": _file("etcd", BINARY, 0o755)},
+            "not executable": _file("etcd", "#!/bin/sh\n", 0o644), "binary": _file("etcd", BINARY, 0o755),
+            FIFO: _fifo},
 }
+# Arguments that read a pipe on purpose (`--from-file <(pass show hf)`): a named pipe is read as
+# its writer gives it, as `cat` would; tests/ops/test_ops_model.py reads a token from one.
+READS_PIPES = {"--from-file"}
 
 CHECKPOINT_STEP = {"step-00000001__COMPLETE": ""}
 SHAPES = {
@@ -275,6 +290,8 @@ def _cases() -> list:
         kinds, argv = _spec(arg)
         makers = {what: make for kind in kinds.split() for what, make in KINDS[kind].items()}
         makers.update(_shapes(arg))
+        if arg.name in READS_PIPES:
+            del makers[FIFO]
         for what, make in makers.items():
             case = Case(arg.cli, arg.key, arg.names, what, tuple(argv), make)
             marks = [pytest.mark.xfail(strict=True, reason=XFAIL[case.id])] if case.id in XFAIL else []
@@ -379,5 +396,5 @@ def test_every_runnable_module_is_swept_or_says_why_not():
 def test_the_sweep_covers_each_kind_of_hostile_path():
     whats = {c.values[0].what for c in CASES}
     assert {"missing", "directory", "binary", "non-utf8", "a file", "under a file", "under /proc", UNENTERABLE,
-            f"in an {UNENTERABLE} folder"} <= whats
+            f"in an {UNENTERABLE} folder", FIFO} <= whats
     assert len(CASES) > 100

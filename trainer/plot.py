@@ -15,7 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from config.paths import is_dir, read_text
+from config.paths import file_status, is_dir, read_text
 from trainer.cli import Parser, UsageError, checked_path, create_folder, run_main, write_whole
 
 
@@ -54,6 +54,7 @@ def check_output(output: Path) -> str:
         raise UsageError("--output", f"{output}: {fmt!r} is not an image format matplotlib writes (png, svg, pdf)")
     if checked_path("--output", is_dir, output):
         raise UsageError("--output", f"{output} is a folder, expected an image file name")
+    checked_path("--output", file_status, output)  # the image is renamed onto it: a pipe or device would go
     create_folder(output.parent, "--output")
     return fmt
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -13,16 +15,45 @@ from config.paths import PathProblem
 
 def test_an_endless_file_is_refused_at_the_limit_not_read_forever():
     with pytest.raises(PathProblem, match="larger than 1,024 bytes"):
-        paths.read_bytes("/dev/zero", limit=1024)
+        paths.read_bytes("/dev/zero", limit=1024, pipes=True)
 
 
-def test_a_pipe_is_read_like_a_file(tmp_path):
+def test_a_pipe_is_read_like_a_file_where_pipes_are_read_on_purpose(tmp_path):
     """`--from-file <(pass show hf)` gives a pipe, not a regular file."""
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     writer = threading.Thread(target=lambda: fifo.write_text("hf_token\n"), daemon=True)
     writer.start()
-    assert paths.read_text(fifo) == "hf_token\n"
+    assert paths.read_text(fifo, pipes=True) == "hf_token\n"
+
+
+def _special_files(tmp_path):
+    fifo, sock = tmp_path / "fifo", tmp_path / "sock"
+    os.mkfifo(fifo)
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(sock))
+    listener.close()  # the socket file stays
+    return [(fifo, "a named pipe"), (sock, "a socket"), (Path("/dev/null"), "a character device")]
+
+
+@pytest.mark.parametrize("check", [paths.read_bytes, paths.read_text, paths.read_json, paths.read_yaml,
+                                   paths.output_file])
+def test_a_pipe_socket_or_device_where_a_regular_file_belongs_is_refused_without_opening_it(tmp_path, check):
+    """Opening a named pipe, to read or to write, waits for its other end, for ever when none
+    comes; a device is no file to read a context file from, nor to replace with an output."""
+    from cli_sweep import run_in_process
+
+    for path, what in _special_files(tmp_path):
+        problems = []
+
+        def attempt(_):
+            with pytest.raises(PathProblem) as err:
+                check(path)
+            problems.append(str(err.value))
+
+        outcome = run_in_process(attempt, [], timeout_s=60)  # the pipe, opened, would never answer
+        assert not outcome.hung and not outcome.escaped, outcome.escaped or f"{path}: no answer in 60 s"
+        assert problems == [f"{path} is {what}, expected a regular file"]
 
 
 @pytest.mark.parametrize("data, problem", [(b"a\0b", "binary data (a NUL byte at offset 1)"),
@@ -107,3 +138,4 @@ def test_a_folder_this_user_may_enter_but_not_write_is_refused_as_output(tmp_pat
     with denied_as_a_user(), pytest.raises(PathProblem, match=f"{folder} is not writable by this user"):
         check(folder)
     assert list(folder.iterdir()) == []
+

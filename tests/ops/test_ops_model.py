@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 
 import pytest
 
@@ -72,6 +73,21 @@ def test_token_replaces_an_existing_secret(server, tmp_path, capsys):
     out = capsys.readouterr()
     assert out.out.startswith("replaced Secret training/hf-token from file ")
     assert TOKEN not in out.out + out.err
+
+
+def test_token_from_a_pipe_as_process_substitution_gives_it(server, capsys):
+    """`--from-file <(pass show hf)`: the shell hands a /dev/fd/N pipe, read on purpose, where the
+    other file arguments refuse a pipe."""
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, (TOKEN + "\n").encode())
+        os.close(write_end)
+        server.on("POST", SECRETS, {"kind": "Secret", "metadata": {"name": "hf-token"}}, status=201)
+        assert ops("model", "token", "--env", "dev", "--from-file", f"/dev/fd/{read_end}") == 0
+    finally:
+        os.close(read_end)
+    assert secret_token(server.calls[0].body) == TOKEN
+    assert TOKEN not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("setup, argv", [

@@ -272,8 +272,10 @@ def output_file(path: str | Path) -> Path:
     except PathProblem as problem:
         raise PathProblem(f"cannot create {path}: {problem}") from None
     if found is not None:
-        if not os.access(path, os.W_OK):
-            raise PathProblem(f"{path} exists and is not writable by this user (uid {os.getuid()})")
+        try:  # opened to append, not asked of os.access(): nothing is created, truncated or written
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC))
+        except OSError:
+            raise PathProblem(f"{path} exists and is not writable by this user (uid {os.getuid()})") from None
         return path
     try:
         fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)

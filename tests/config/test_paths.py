@@ -139,3 +139,15 @@ def test_a_folder_this_user_may_enter_but_not_write_is_refused_as_output(tmp_pat
         check(folder)
     assert list(folder.iterdir()) == []
 
+
+def test_an_existing_output_file_this_user_may_not_write_is_refused(tmp_path):
+    """Tried, not asked of os.access(): for root that answer comes from its permitted capabilities,
+    so a file of mode 444 passed and the metrics file's open failed only after the model was built."""
+    from cli_sweep import denied_as_a_user
+
+    target = tmp_path / "metrics.jsonl"
+    target.write_text("kept\n")
+    target.chmod(0o444)
+    with denied_as_a_user(), pytest.raises(PathProblem, match=f"{target} exists and is not writable by this user"):
+        paths.output_file(target)
+    assert target.read_text() == "kept\n"

@@ -124,9 +124,11 @@ def existing_checkpoints(cfg: CheckpointConfig) -> tuple[Path, dict | None] | No
     path = create_folder(Path(cfg.directory), "--checkpoint-dir")
     for entry in path.iterdir():
         # Resume and retention move such names into the trash to delete them: someone's file there
-        # is not the trainer's to delete, and would never leave the trash or free its name.
-        if (_STEP_DIR.match(entry.name) or entry.name == TRASH) and not entry.is_dir():
-            raise UsageError("--checkpoint-dir", f"{entry} is not a folder, but the trainer keeps folders of its "
+        # is not the trainer's to delete, and would never leave the trash or free its name. A link
+        # is not followed: its target is someone else's (a linked trash would be emptied there).
+        if (_STEP_DIR.match(entry.name) or entry.name == TRASH) and (entry.is_symlink() or not entry.is_dir()):
+            what = "a symbolic link" if entry.is_symlink() else "not a folder"
+            raise UsageError("--checkpoint-dir", f"{entry} is {what}, but the trainer keeps folders of its "
                                                  f"own under that name; move it out of {path}")
     record = checked_path("--checkpoint-dir", read_model_record, path)
     return (path, record) if list_steps(path) else None

@@ -177,6 +177,24 @@ def test_a_file_where_the_trainer_keeps_a_folder_is_refused_in_one_line_and_left
     assert (tmp_path / name).read_text() == "a user's file"
 
 
+@pytest.mark.parametrize("name", ["step-00000008", TRASH])
+def test_a_symlink_where_the_trainer_keeps_a_folder_is_refused_in_one_line_and_its_target_left_alone(tmp_path, name):
+    # Followed, a link named .deleting had the trash emptied into its target: every folder there was
+    # deleted, outside the checkpoint directory. A link named like a checkpoint was resumed from
+    # and, once retired, its link sat in the trash for good (rmtree refuses links), warned of at
+    # every run.
+    ckpt, elsewhere = tmp_path / "ckpt", tmp_path / "someone-elses"
+    ckpt.mkdir()
+    (elsewhere / "data").mkdir(parents=True)
+    (elsewhere / "data" / MARKER).write_text("")
+    (ckpt / name).symlink_to(elsewhere / "data" if name != TRASH else elsewhere)
+    with pytest.raises(UsageError) as refused:
+        existing_checkpoints(CheckpointConfig(str(ckpt)))
+    assert str(refused.value) == (f"--checkpoint-dir: {ckpt / name} is a symbolic link, but the trainer keeps "
+                                  f"folders of its own under that name; move it out of {ckpt}")
+    assert (ckpt / name).is_symlink() and (elsewhere / "data" / MARKER).exists()
+
+
 def test_every_rank_refuses_a_file_where_a_checkpoint_folder_belongs_before_the_process_group(tmp_path):
     (tmp_path / "step-00000008").write_text("a user's file")
     # Rank 1 of 2 alone, with no rank 0 to meet: it must stop on its own, not wait for a rendezvous

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from config.models import FieldError, ModelConfig, RopeScaling
-from config.paths import is_dir, read_json
+from config.paths import is_dir, read_json, read_text
 from trainer.cli import UsageError, checked_path
 
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "mixtral": "MixtralForCausalLM"}
@@ -22,6 +22,9 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 
 
 SPECIAL_TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+# Published tokenizer.json files are tens of MB (Gemma 3's 262k vocabulary: 33 MB); the bound
+# stops a huge or endless file before it is read into memory whole.
+TOKENIZER_LIMIT_BYTES = 256 << 20
 
 # ModelConfig's (and RopeScaling's) field -> the config.json key it comes from.
 HF_KEYS = {"dim": "hidden_size", "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads",
@@ -46,6 +49,18 @@ def _is_token_id(value) -> bool:
     return all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
 
 
+def read_tokenizer(file: Path, field: str):
+    """The tokenizers Tokenizer of a tokenizer.json, read through config.paths (at most
+    TOKENIZER_LIMIT_BYTES, a regular file): Tokenizer.from_file reads the whole file into memory."""
+    from tokenizers import Tokenizer
+
+    text = checked_path(field, lambda path: read_text(path, TOKENIZER_LIMIT_BYTES), file)
+    try:
+        return Tokenizer.from_str(text)
+    except Exception as exc:  # the tokenizers library raises its own untyped errors
+        raise UsageError(field, f"{file} is not a tokenizer.json ({exc})") from None
+
+
 def special_token_ids(directory: Path, field: str) -> dict[str, int | list[int]]:
     """bos/eos/pad token ids of a Hugging Face directory: those its config.json sets, else the
     ids of the special tokens its tokenizer_config.json names, numbered by its tokenizer.json."""
@@ -55,12 +70,8 @@ def special_token_ids(directory: Path, field: str) -> dict[str, int | list[int]]
     missing = [key for key in SPECIAL_TOKEN_IDS if key not in ids]
     if not missing or not (names_file.is_file() and tokenizer_file.is_file()):
         return ids
-    from tokenizers import Tokenizer
     names = checked_path(field, read_json, names_file)
-    try:
-        tokenizer = Tokenizer.from_file(str(tokenizer_file))
-    except Exception as exc:  # the tokenizers library raises its own untyped errors
-        raise UsageError(field, f"{tokenizer_file} is not a tokenizer.json ({exc})") from None
+    tokenizer = read_tokenizer(tokenizer_file, field)
     for key in missing:
         name = names.get(key.removesuffix("_id"))
         name = name.get("content") if isinstance(name, dict) else name  # AddedToken's serialised form

@@ -24,6 +24,7 @@ from pathlib import Path
 from config.options import positive_int
 from config.paths import exists, input_dir, is_dir, is_file, walk
 from trainer.cli import Parser, UsageError, checked_path, staging_folder
+from trainer.hf_config import read_tokenizer
 
 SUFFIXES = (".txt", ".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
 EOS_CANDIDATES = ("<|end_of_text|>", "</s>", "<|endoftext|>", "<eos>")
@@ -59,14 +60,10 @@ def find_inputs(inputs: list[Path]) -> list[Path]:
 
 
 def load_tokenizer(path: Path):
-    from tokenizers import Tokenizer
     file = path / "tokenizer.json" if checked_path("--tokenizer", is_dir, path) else path
     if not file.is_file():
         raise UsageError("--tokenizer", f"{path} is neither a tokenizer.json nor a directory holding one")
-    try:
-        return Tokenizer.from_file(str(file)), file
-    except Exception as exc:
-        raise UsageError("--tokenizer", f"{file} is not a tokenizer.json ({exc})") from None
+    return read_tokenizer(file, "--tokenizer"), file
 
 
 def documents(path: Path, text_field: str, progress) -> Iterator[list[str]]:

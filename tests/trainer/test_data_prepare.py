@@ -15,6 +15,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from trainer.cli import UsageError, run_main
+from trainer.hf_config import TOKENIZER_LIMIT_BYTES
 from trainer.hf_tiny import write_tiny
 from trainer.prepare import main, prepare
 
@@ -174,7 +175,7 @@ def test_an_output_that_cannot_be_created_is_one_line_and_exit_2(corpus, tmp_pat
 
 @pytest.mark.parametrize("tokenizer, message", [
     ("folder-without-one", "is neither a tokenizer.json nor a directory holding one"),
-    ("binary-file", "is not a tokenizer.json"),
+    ("binary-file", "holds binary data (a NUL byte at offset 0), expected text"),
     ("tokenizer-json-is-a-folder", "is neither a tokenizer.json nor a directory holding one"),
 ])
 def test_a_tokenizer_path_of_the_wrong_kind_is_one_line(corpus, tmp_path, capsys, tokenizer, message):
@@ -186,6 +187,19 @@ def test_a_tokenizer_path_of_the_wrong_kind_is_one_line(corpus, tmp_path, capsys
     code, err = run_prepare(["--tokenizer", str(path), "--input", str(corpus / "in" / "a.jsonl"),
                              "--output", str(tmp_path / "out")], capsys)
     assert code == 2 and err.startswith("error: --tokenizer: ") and message in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_huge_tokenizer_json_is_refused_at_a_bound_not_read_whole(corpus, tmp_path, capsys):
+    """tokenizers' Tokenizer.from_file reads the whole file into memory, whatever its size: a 3 GB
+    file took 3.3 GB, and a 50 GB one (sparse here) asks for 50 GB."""
+    huge = tmp_path / "model" / "tokenizer.json"
+    huge.parent.mkdir()
+    with open(huge, "wb") as f:
+        f.truncate(50 << 30)
+    code, err = run_prepare(["--tokenizer", str(huge.parent), "--input", str(corpus / "in" / "a.jsonl"),
+                             "--output", str(tmp_path / "out")], capsys)
+    assert (code, err) == (2, f"error: --tokenizer: {huge} is larger than {TOKENIZER_LIMIT_BYTES:,} bytes")
     assert not (tmp_path / "out").exists()
 
 

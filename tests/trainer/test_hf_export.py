@@ -19,7 +19,7 @@ transformers = pytest.importorskip("transformers", reason="transformers is a pin
 from crafted import CreatesMarker  # noqa: E402
 from trainer.cli import run_main  # noqa: E402
 from trainer.hf import load_hf_weights, main  # noqa: E402
-from trainer.hf_config import from_hf_config, read_config  # noqa: E402
+from trainer.hf_config import TOKENIZER_LIMIT_BYTES, from_hf_config, read_config  # noqa: E402
 from trainer.hf_tiny import write_tiny  # noqa: E402
 from trainer.model import Transformer  # noqa: E402
 from trainer.torchvision_compat import prepare  # noqa: E402
@@ -173,6 +173,24 @@ def test_a_tokenizer_that_is_not_a_directory_is_one_line_and_exit_2(run_dirs, tm
     code, _, err = run_cli(["export", "--checkpoint", str(ckpt), "--out", str(tmp_path / "out"),
                             "--tokenizer", str(source / "tokenizer.json")], capsys)
     assert code == 2 and err.startswith(f"error: --tokenizer: {source / 'tokenizer.json'} is not a directory")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_huge_tokenizer_json_is_refused_at_a_bound_not_read_whole(run_dirs, tmp_path, capsys):
+    """Its ids are looked up in the tokenizer when config.json lacks them: tokenizers'
+    Tokenizer.from_file reads the whole file, and a 50 GB one (sparse here) asks for 50 GB."""
+    source, ckpt = run_dirs
+    bare = tmp_path / "hf"
+    shutil.copytree(source, bare)
+    config = json.loads((bare / "config.json").read_text())
+    config.pop("eos_token_id")
+    (bare / "config.json").write_text(json.dumps(config))
+    with open(bare / "tokenizer.json", "wb") as f:
+        f.truncate(50 << 30)
+    code, _, err = run_cli(["export", "--checkpoint", str(ckpt), "--out", str(tmp_path / "out"),
+                            "--tokenizer", str(bare)], capsys)
+    assert (code, err) == (2, f"error: --tokenizer: {bare / 'tokenizer.json'} is larger than "
+                              f"{TOKENIZER_LIMIT_BYTES:,} bytes\n")
     assert not (tmp_path / "out").exists()
 
 

@@ -18,6 +18,7 @@ import sys
 from typing import Sequence
 
 from config import ConfigError
+from config.errors import one_line
 from config.kubernetes import EXIT_INTERRUPTED, EXIT_USAGE
 from ops import commands
 from ops.arguments import typed
@@ -54,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         print(err.line(), file=sys.stderr)
     except OpsError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {one_line(str(err))}", file=sys.stderr)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as err:  # an AWS or Kubernetes failure outside a check: still one line

@@ -127,15 +127,17 @@ def _fifo(tmp: Path) -> Path:
     return tmp / "fifo"
 
 
+# A name may hold a line break; the line that names it must stay one line.
+NEWLINE = {"missing, a line break in its name": lambda tmp: tmp / "missing\nname"}
 IN_LOCKED = {f"in an {UNENTERABLE} folder": _in_unenterable}
 LOCKED = {UNENTERABLE: unenterable, **IN_LOCKED}
 FIFO = "a named pipe"
 KINDS = {
-    "in-file": {"missing": lambda tmp: tmp / "missing", "directory": _dir, "binary": _file("binary", BINARY),
+    "in-file": {"missing": lambda tmp: tmp / "missing", **NEWLINE, "directory": _dir, "binary": _file("binary", BINARY),
                 "non-utf8": _file("latin1", NOT_UTF8), FIFO: _fifo, **IN_LOCKED},
-    "in-dir": {"missing": lambda tmp: tmp / "missing", "a file": _file("a-file", "a file, not a directory\n"),
-               FIFO: _fifo, **LOCKED},
-    "in-any": {"missing": lambda tmp: tmp / "missing", "binary": _file("binary", BINARY),
+    "in-dir": {"missing": lambda tmp: tmp / "missing", **NEWLINE,
+               "a file": _file("a-file", "a file, not a directory\n"), FIFO: _fifo, **LOCKED},
+    "in-any": {"missing": lambda tmp: tmp / "missing", **NEWLINE, "binary": _file("binary", BINARY),
                "non-utf8": _file("latin1", NOT_UTF8), FIFO: _fifo, **LOCKED},
     "out-file": {"directory": _dir, "under a file": _under_file, "under /proc": lambda tmp: PROC / "cli-sweep.txt",
                  FIFO: _fifo, **IN_LOCKED},
@@ -145,7 +147,7 @@ KINDS = {
     "state-file": {"directory": _dir, "binary": _file("binary", BINARY), "non-utf8": _file("latin1", NOT_UTF8),
                    "under a file": _under_file, "under /proc": lambda tmp: PROC / "cli-sweep.txt", FIFO: _fifo,
                    **IN_LOCKED},
-    "exe": {"missing": lambda tmp: tmp / "missing", "directory": _dir,
+    "exe": {"missing": lambda tmp: tmp / "missing", **NEWLINE, "directory": _dir,
             "not executable": _file("etcd", "#!/bin/sh\n", 0o644), "binary": _file("etcd", BINARY, 0o755),
             FIFO: _fifo},
 }

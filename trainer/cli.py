@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, NoReturn, TypeVar
 
+from config.errors import one_line
 from config.options import add_to_parser, build
 
 T = TypeVar("T")
@@ -23,7 +24,7 @@ class UsageError(Exception):
     """A bad argument or input file, found after parsing (a missing shard, a foreign tokenizer)."""
 
     def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
+        super().__init__(one_line(f"{field}: {message}"))
 
 
 class WorkerExit(Exception):

@@ -106,6 +106,9 @@ class Fsx:
     throughput_per_tib: int
     s3_import_path: str | None = None
     s3_export_path: str | None = None
+    # The FSx backup the file system is created from (AWS::FSx::FileSystem BackupId, create-only:
+    # ops/redeploy.py fails a deploy that changes it under a deployed file system).
+    backup_id: str | None = None
 
     @property
     def throughput_mbps(self) -> float:

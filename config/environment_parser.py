@@ -36,6 +36,8 @@ _SESSION_ARN = re.compile(r"^arn:(?P<partition>aws(-[a-z]+)*):sts::(?P<account>\
 # The name prefixes the EKS cluster (CreateCluster: ^[0-9A-Za-z][A-Za-z0-9-_]*, 100 characters) and
 # IAM role names (64 characters), so keep it short and plain.
 _ENVIRONMENT_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,31}$")
+# The FSx API's BackupId (pattern ^(backup-[0-9a-f]{8,})$, at most 128 characters).
+_BACKUP_ID = re.compile(r"^backup-[0-9a-f]{8,121}$", re.ASCII)
 _S3_URL = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?P<prefix>/[^\s]*)?$")
 
 
@@ -197,10 +199,15 @@ def parse_fsx(raw: dict, path: str) -> Fsx:
                           f"must be one of {', '.join(map(str, FSX_THROUGHPUTS))} MB/s/TiB, got {throughput}")
     import_path = _parse_s3_path(r.optional("s3ImportPath", str), r.at("s3ImportPath"))
     export_path = _parse_s3_path(r.optional("s3ExportPath", str), r.at("s3ExportPath"))
+    backup_id = r.optional("backupId", str)
+    if backup_id is not None and not _BACKUP_ID.fullmatch(backup_id):
+        raise ConfigError(r.at("backupId"), "must be an FSx backup id: backup- and 8 to 121 lowercase hexadecimal "
+                                            "digits, such as backup-0123456789abcdef0 (`aws fsx describe-backups` "
+                                            f"lists them), got {backup_id!r}")
     r.finish()
     if import_path and export_path and import_path != export_path and (
         export_path.startswith(import_path + "/") or import_path.startswith(export_path + "/")
     ):
         raise ConfigError(r.at("s3ExportPath"),
                           "must equal s3ImportPath or not overlap it (FSx data repository paths cannot nest)")
-    return Fsx(capacity, throughput, import_path, export_path)
+    return Fsx(capacity, throughput, import_path, export_path, backup_id)

@@ -38,6 +38,10 @@ def put(raw: dict, path: str, value) -> dict:
 
 
 DELETE = object()
+# The FSx API's BackupId shape (botocore/data/fsx/2018-03-01/service-2.json: pattern ^(backup-[0-9a-f]{8,})$,
+# 12 to 128 characters), which AWS::FSx::FileSystem BackupId takes.
+BACKUP_ID_RULE = ("must be an FSx backup id: backup- and 8 to 121 lowercase hexadecimal digits, such as "
+                  "backup-0123456789abcdef0 (`aws fsx describe-backups` lists them)")
 GPU0 = "gpuNodegroups[0]"
 NAME_RULE = ("must be 1-32 lowercase letters, digits or '-', starting with a letter and ending with a letter or digit "
              "(Kubernetes names are made from it: capacity-block-stop-<name>, at most 52 characters), ")
@@ -267,7 +271,13 @@ CASES = [
     ("removal policy unknown", [("removalPolicy", "snapshot")],
      "removalPolicy: must be one of destroy, retain, got 'snapshot'"),
     ("nested unknown key", [("fsx.storageCapacityGb", 1200)],
-     "fsx.storageCapacityGb: unknown key; allowed keys are s3ExportPath, s3ImportPath, storageCapacityGiB, throughputPerTiB"),
+     "fsx.storageCapacityGb: unknown key; allowed keys are backupId, s3ExportPath, s3ImportPath, storageCapacityGiB, "
+     "throughputPerTiB"),
+    *[(f"fsx backup id {what}", [("fsx.backupId", value)], f"fsx.backupId: {BACKUP_ID_RULE}, got {value!r}")
+      for what, value in [("of a file system", "fs-0123456789abcdef0"), ("in capitals", "backup-0123456789ABCDEF0"),
+                          ("too short", "backup-0123456"), ("too long", "backup-" + "0" * 122),
+                          ("with a line break", "backup-01234567\n")]],
+    ("fsx backup id not a string", [("fsx.backupId", 123)], "fsx.backupId: must be a string, got 123"),
 ]
 
 
@@ -440,3 +450,9 @@ def test_a_name_holding_a_newline_is_refused_in_one_line():
     assert err.value.line() == ("config error: environments.dev.dataSources.x\\n: source names must be 1-40 "
                                 "lowercase letters, digits or '-', starting with a letter (the Job is data-NAME), "
                                 "got 'x\\n'")
+
+
+def test_fsx_backup_id_is_optional_and_names_the_backup_the_file_system_is_created_from():
+    assert load_environment({"dev": dev()}, "dev").fsx.backup_id is None
+    raw = put(dev(), "fsx.backupId", "backup-0123456789abcdef0")
+    assert load_environment({"dev": raw}, "dev").fsx.backup_id == "backup-0123456789abcdef0"

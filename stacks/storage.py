@@ -69,6 +69,8 @@ class StorageStack(cdk.Stack):
             self, "FileSystem",
             vpc=vpc, vpc_subnet=training_subnet, security_group=self.security_group,
             storage_capacity_gib=settings.storage_capacity_gib, kms_key=self.kms_key,
+            # Create-only: ops/redeploy.py fails a deploy that would change it under a deployed file system.
+            backup_id=settings.backup_id,
             file_system_type_version=fsx.FileSystemTypeVersion.V_2_15,
             lustre_configuration=fsx.LustreConfiguration(
                 deployment_type=fsx.LustreDeploymentType(FSX_DEPLOYMENT_TYPE),

@@ -25,6 +25,7 @@ CDK_JSON = json.loads((REPO_ROOT / "cdk.json").read_text())
 CONTEXT = CDK_JSON["context"]
 RESERVATION = "cr-0123456789abcdef0"
 BLOCK = "cr-0fedcba9876543210"
+FINAL_BACKUP = "backup-0123456789abcdef0"
 # Test data for version pins (the shipped environments pin none and take EKS's default).
 DEPLOYER = "arn:aws:iam::111111111111:role/ci/Deployer"
 ADDON_PINS = {"vpc-cni": "v1.20.4-eksbuild.1", "eks-node-monitoring-agent": "v1.7.0-eksbuild.1"}
@@ -81,6 +82,13 @@ def _linked() -> dict[str, Any]:
     return raw
 
 
+def _restored() -> dict[str, Any]:
+    """prod deployed again after a destroy, its file system created from the kept one's final backup."""
+    raw = raw_environment("prod")
+    raw["fsx"] = {**raw["fsx"], "backupId": FINAL_BACKUP}
+    return raw
+
+
 def _trainer_v2() -> dict[str, Any]:
     """dev running its presets on Kubeflow Trainer v2 (TrainJob on JobSet) instead of PyTorchJob."""
     raw = raw_environment("dev")
@@ -106,6 +114,7 @@ VARIANTS = {
     "blocks": _blocks,
     "split": _split,
     "linked": _linked,
+    "restored": _restored,
     "trainerv2": _trainer_v2,
     "kueue": _kueue,
 }

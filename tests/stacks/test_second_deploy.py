@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from synth_helpers import ADDON_PINS, REPO_ROOT, raw_environment, synth, synthesize
+from synth_helpers import ADDON_PINS, FINAL_BACKUP, REPO_ROOT, raw_environment, synth, synthesize
 
 MANIFEST_TYPE = "Custom::AWSCDK-EKS-KubernetesResource"
 OBJECT_VALUE_TYPE = "Custom::AWSCDK-EKS-KubernetesObjectValue"
@@ -104,6 +104,14 @@ def moved():
     raw = raw_environment("dev")
     assert raw["trainingAvailabilityZone"] != "us-west-2c"
     raw["trainingAvailabilityZone"] = "us-west-2c"
+    return synthesize("dev", raw)
+
+
+@pytest.fixture(scope="module")
+def restored():
+    """dev with its file system created from a backup."""
+    raw = raw_environment("dev")
+    raw["fsx"] = {**raw["fsx"], "backupId": FINAL_BACKUP}
     return synthesize("dev", raw)
 
 
@@ -282,3 +290,14 @@ def test_moving_the_training_zone_replaces_the_file_system_and_no_environment_de
     for env in (moved, synth("prod")):
         [fs] = [r for r in templates(env)["storage"]["Resources"].values() if r["Type"] == "AWS::FSx::FileSystem"]
         assert fs["UpdateReplacePolicy"] == "Retain", env.config.name
+
+
+def test_adding_or_removing_fsx_backup_id_replaces_the_file_system(first, restored):
+    """BackupId is create-only (cfn-lint's schema of AWS::FSx::FileSystem; "Update requires:
+    Replacement", aws-resource-fsx-filesystem.html): once an environment is deployed, adding
+    fsx.backupId, changing it or removing it gives a new file system, the old one kept outside the
+    stack. Nothing in the template can refuse that; preflight's FSx replacement row does."""
+    stage = first.stage
+    fsx = f"storage/{stage.storage.get_logical_id(stage.storage.file_system.node.default_child)}"
+    assert replaced(first, restored) == {fsx: "BackupId"}
+    assert replaced(restored, first) == {fsx: "BackupId"}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from synth_helpers import only, synth
+from synth_helpers import FINAL_BACKUP, only, synth
 
 LUSTRE = {(988, 988), (1018, 1023)}
 
@@ -106,6 +106,19 @@ def test_retain_environment_linked_to_s3_keeps_the_file_system_without_backups()
     assert fs["Properties"]["LustreConfiguration"]["AutomaticBackupRetentionDays"] == 0
     assert linked.stage.storage.backups_enabled is False
     assert not linked.templates["storage"].find_resources("Custom::FsxFinalBackup")
+
+
+def test_a_backup_id_creates_the_file_system_from_that_backup(file_system):
+    """AWS::FSx::FileSystem BackupId: the file system is created from that backup
+    (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-resource-fsx-filesystem.html;
+    FSx CreateFileSystemFromBackup). Its StorageCapacity stays the configured one, which preflight holds to
+    the backup's (ops/redeploy.py); without backupId the file system starts empty."""
+    restored = synth("restored")
+    fs = only(restored.templates["storage"].find_resources("AWS::FSx::FileSystem"))
+    assert fs["Properties"]["BackupId"] == restored.config.fsx.backup_id == FINAL_BACKUP
+    assert fs["Properties"]["StorageCapacity"] == restored.config.fsx.storage_capacity_gib
+    assert fs["DeletionPolicy"] == "Retain" and fs["UpdateReplacePolicy"] == "Retain"
+    assert "BackupId" not in file_system["Properties"]
 
 
 def test_same_import_and_export_path_is_one_two_way_association():

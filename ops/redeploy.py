@@ -18,6 +18,11 @@ compare it with the configuration:
   one file system never lets another go.
   The pipeline takes no acknowledgement (nobody types one there): its preflight step fails, and the row
   says to deploy that one change by hand, where the file system can be named.
+- `fsx.backupId` other than the deployed file system's: BackupId is create-only too (FSX_FILE_SYSTEM_PAGE),
+  so adding it to an environment whose file system exists, changing it or removing it is the same
+  replacement. FSx DescribeFileSystems does not say what a file system was created from; the Storage
+  stack's deployed template does.
+- Before the restore deploy (fsx.backupId set, no Storage stack yet), the backup itself: ops/fsx_backup.py.
 - `kubernetesVersion` below the cluster's (EKS cannot downgrade) or more than one minor version above
   it (EKS updates one minor version at a time): UPDATE_CLUSTER.
 - `vpcCidr` other than the VPC's: a VPC's CIDR block cannot change, so CloudFormation would replace the
@@ -44,9 +49,10 @@ from config import Environment
 from config.environment import ADMIN_ENTRY, DEPLOYER_ENTRY, FSX_DEPLOYMENT_TYPE
 from config.outputs import (CLUSTER_STACK_ID, FSX_FILE_SYSTEM_ID_OUTPUT, NETWORK_STACK_ID, STORAGE_STACK_ID, VPC_ID_OUTPUT,
                             stack_name)
-from ops.aws import AwsClients, api_failure_types, error_code
+from ops.aws import AwsClients, api_failure_types, error_code, explain
 from ops.checks import FAIL, PASS, WARN, Check
 from ops.errors import OpsError
+from ops.fsx_backup import backup_row
 from ops.stacks import deployed_stack, stack_output
 
 CAPACITY_ROW = "fsx.storageCapacityGiB"
@@ -89,9 +95,9 @@ def file_system_rows(env: Environment, aws: AwsClients, abandon: str | None = No
     except OpsError as err:
         return _both(WARN, f"could not tell which stack is {name} ({err})")
     if stack is None:
-        return [Check(CAPACITY_ROW, PASS, f"no {name} stack yet: the deploy creates "
-                                          f"{env.fsx.storage_capacity_gib} GiB"),
+        rows = [Check(CAPACITY_ROW, PASS, f"no {name} stack yet: the deploy creates {env.fsx.storage_capacity_gib} GiB"),
                 _unused(abandon, f"no {name} stack yet, so no file system to replace")]
+        return rows + ([backup_row(env, aws.fsx)] if env.fsx.backup_id else [])
     fs_id = stack_output(stack, FSX_FILE_SYSTEM_ID_OUTPUT)
     if not fs_id:
         return _both(WARN, f"stack {stack['StackName']} has no output {FSX_FILE_SYSTEM_ID_OUTPUT}; "
@@ -106,7 +112,7 @@ def file_system_rows(env: Environment, aws: AwsClients, abandon: str | None = No
         return _both(WARN, f"{fs_id}, the file system stack {stack['StackName']} names, does not exist "
                            "(deleted outside CloudFormation?); the deploy cannot update it")
     fs = found[0]
-    return [_capacity_row(env, fs), _replacement_row(env, aws, fs, abandon, pipeline)]
+    return [_capacity_row(env, fs), _replacement_row(env, aws, stack["StackName"], fs, abandon, pipeline)]
 
 
 def _both(status: str, reason: str) -> list[Check]:
@@ -132,7 +138,39 @@ def _capacity_row(env: Environment, fs: dict) -> Check:
     return Check(CAPACITY_ROW, PASS, f"{fs_id} stays at {deployed} GiB")
 
 
-def _replacement_row(env: Environment, aws: AwsClients, fs: dict, abandon: str | None, pipeline: bool) -> Check:
+def _deployed_backup(cloudformation: Any, name: str) -> tuple[str | None, str | None]:
+    """The BackupId the file system in stack `name`'s deployed template was created from (None: none),
+    and why it could not be read (None: it was)."""
+    try:
+        template = deployed_template(cloudformation, name)
+    except api_failure_types() as err:
+        return None, explain(err)
+    if template is None:
+        return None, f"the template of {name} is not JSON"
+    systems = [r for r in (template.get("Resources") or {}).values() if r.get("Type") == "AWS::FSx::FileSystem"]
+    if len(systems) != 1:
+        return None, f"the template of {name} holds {len(systems)} AWS::FSx::FileSystem resources, not one"
+    backup_id = (systems[0].get("Properties") or {}).get("BackupId")
+    if backup_id is not None and not isinstance(backup_id, str):
+        return None, f"the BackupId in the template of {name} is not a literal id"
+    return backup_id, None
+
+
+def _backup_change(env: Environment, fs_id: str, deployed: str | None) -> str | None:
+    configured, field = env.fsx.backup_id, f"environments.{env.name}.fsx.backupId"
+    if deployed == configured:
+        return None
+    if deployed is None:
+        return (f"{field} is {configured}, but {fs_id} exists, created empty: a file system is created from a backup "
+                "only when it is made")
+    keep = f"keep fsx.backupId {deployed} as deployed"
+    if configured is None:
+        return f"{field} is not set, {fs_id} was created from {deployed}: {keep}"
+    return f"{field} is {configured}, {fs_id} was created from {deployed}: {keep}"
+
+
+def _replacement_row(env: Environment, aws: AwsClients, stack: str, fs: dict, abandon: str | None,
+                     pipeline: bool) -> Check:
     fs_id = fs["FileSystemId"]
     lustre = fs.get("LustreConfiguration") or {}
     changes, pages = [], []
@@ -154,11 +192,23 @@ def _replacement_row(env: Environment, aws: AwsClients, fs: dict, abandon: str |
         changes.append(f"environments.{env.name}.removalPolicy and fsx.s3ImportPath/s3ExportPath turn backups "
                        f"{'on' if env.fsx_backups else 'off'}, which sets CopyTagsToBackups")
         pages.append(LUSTRE_CONFIGURATION_PAGE)
+    deployed_backup, unread = _deployed_backup(aws.cloudformation, stack)
+    backup_change = None if unread else _backup_change(env, fs_id, deployed_backup)
+    if backup_change:
+        changes.append(backup_change)
+        pages.append(FSX_FILE_SYSTEM_PAGE)
     if not changes:
+        if unread:
+            return Check(FILE_SYSTEM_ROW, WARN, f"{fs_id} stays ({zone}, {deployment_type}) unless fsx.backupId differs "
+                                                f"from what it was created from: fsx.backupId was not compared "
+                                                f"({unread})")
         return _unused(abandon, f"{fs_id} stays ({zone}, {deployment_type})")
     cited = ", ".join(dict.fromkeys(pages))
-    replaced = (f"this deploy replaces {fs_id} with a new, empty file system ({'; '.join(changes)}; \"Update "
-                f"requires: Replacement\", {cited}): every run would start again from step 0")
+    new = f"a new file system created from {env.fsx.backup_id}" if env.fsx.backup_id else "a new, empty file system"
+    lost = (f"every run would go back to what {env.fsx.backup_id} holds" if env.fsx.backup_id else
+            "every run would start again from step 0")
+    replaced = (f"this deploy replaces {fs_id} with {new} ({'; '.join(changes)}; \"Update requires: Replacement\", "
+                f"{cited}): {lost}")
     if abandon == fs_id:
         return Check(FILE_SYSTEM_ROW, WARN, f"{replaced}; acknowledged (--abandon-file-system {fs_id}): {fs_id} is "
                                             "kept outside the stack; copy what you need from it to the new one, then "
@@ -242,12 +292,9 @@ def admin_entries_row(env: Environment, cloudformation: Any) -> Check:
     if stack is None:
         return Check(ADMINS_ROW, PASS, f"no {name} stack yet: the deploy creates {len(configured)} admin access entries")
     name = stack["StackName"]
-    template = cloudformation.get_template(StackName=name, TemplateStage="Original")["TemplateBody"]
-    if isinstance(template, str):  # botocore decodes a JSON body; cdk deploys JSON
-        try:
-            template = json.loads(template)
-        except ValueError:
-            return Check(ADMINS_ROW, WARN, f"the template of {name} is not JSON; the access entries were not compared")
+    template = deployed_template(cloudformation, name)
+    if template is None:
+        return Check(ADMINS_ROW, WARN, f"the template of {name} is not JSON; the access entries were not compared")
     deployed = deployed_access_entries(template)
     moves = access_entry_conflicts(deployed, configured)
     if moves:
@@ -274,6 +321,17 @@ def admin_entries_row(env: Environment, cloudformation: Any) -> Check:
     if not changes:
         return Check(ADMINS_ROW, PASS, f"the {len(deployed)} admin access entries keep their principals ({name})")
     return Check(ADMINS_ROW, PASS, f"{'; '.join(changes)}: no principal moves to another entry ({name})")
+
+
+def deployed_template(cloudformation: Any, name: str) -> dict | None:
+    """Stack `name`'s template as deployed; None when it is not JSON (cdk deploys JSON)."""
+    template = cloudformation.get_template(StackName=name, TemplateStage="Original")["TemplateBody"]
+    if isinstance(template, str):  # botocore decodes a JSON body
+        try:
+            template = json.loads(template)
+        except ValueError:
+            return None
+    return template if isinstance(template, dict) else None
 
 
 def deployed_access_entries(template: dict) -> dict[str, str]:

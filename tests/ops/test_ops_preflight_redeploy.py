@@ -13,7 +13,7 @@ import boto3
 import pytest
 
 from config.outputs import FSX_FILE_SYSTEM_ID_OUTPUT, TRAINING_SUBNET_ID_OUTPUT, VPC_ID_OUTPUT
-from ops import redeploy
+from ops import fsx_backup, redeploy
 from ops.redeploy import access_entry_conflicts, first_of_two_deploys
 from ops.preflight import guarded
 from ops.aws import clients
@@ -38,9 +38,10 @@ def prod(tmp_path, **changes):
 
 
 def deploy(endpoint: str, env, *, stack_prefix: str = "", deployment_type: str = "PERSISTENT_2",
-           copy_tags: bool | None = None, version: str | None = None) -> str:
-    """`env` as a deploy of it leaves it: the Network and Storage stacks with their outputs, the VPC
-    and training subnet, the file system in it and the cluster. The file system's id."""
+           copy_tags: bool | None = None, version: str | None = None, backup_id: str | None = None) -> str:
+    """`env` as a deploy of it leaves it: the Network and Storage stacks with their outputs (the
+    Storage stack's template holds the file system, created from `env`'s fsx.backupId or `backup_id`),
+    the VPC and training subnet, the file system in it and the cluster. The file system's id."""
     kw = dict(region_name=REGION, endpoint_url=endpoint)
     ec2, fsx, eks = (boto3.client(s, **kw) for s in ("ec2", "fsx", "eks"))
     vpc = ec2.create_vpc(CidrBlock=env.vpc_cidr)["Vpc"]["VpcId"]
@@ -56,13 +57,23 @@ def deploy(endpoint: str, env, *, stack_prefix: str = "", deployment_type: str =
                        roleArn=f"arn:aws:iam::{env.account}:role/cluster", resourcesVpcConfig={"subnetIds": [subnet]})
     deploy_registry(endpoint, f"{stack_prefix}{env.name}-Network",
                     {VPC_ID_OUTPUT: vpc, TRAINING_SUBNET_ID_OUTPUT: subnet}, region=REGION)
-    deploy_registry(endpoint, f"{stack_prefix}{env.name}-Storage", {FSX_FILE_SYSTEM_ID_OUTPUT: fs}, region=REGION)
+    deploy_storage_stack(endpoint, f"{stack_prefix}{env.name}-Storage", fs, backup_id or env.fsx.backup_id)
     return fs
 
 
-def judged(env, aws_clients, abandon: str | None = None) -> dict:
+def deploy_storage_stack(endpoint: str, name: str, fs: str, backup_id: str | None) -> None:
+    """The Storage stack as cdk deploys it, reduced to what preflight reads: the file system's id
+    output, and the file system resource with its BackupId when it was created from a backup."""
+    properties = {"FileSystemType": "LUSTRE", **({"BackupId": backup_id} if backup_id else {})}
+    template = {"Resources": {"FileSystemFE279E47": {"Type": "AWS::FSx::FileSystem", "Properties": properties}},
+                "Outputs": {FSX_FILE_SYSTEM_ID_OUTPUT: {"Value": fs}}}
+    cloudformation = boto3.client("cloudformation", region_name=REGION, endpoint_url=endpoint)
+    cloudformation.create_stack(StackName=name, TemplateBody=json.dumps(template))
+
+
+def judged(env, aws_clients, abandon: str | None = None, *, count: int = 5) -> dict:
     rows = guarded(redeploy.steps(env, aws_clients, abandon))
-    assert len({r.name for r in rows}) == len(rows) == 5, rows
+    assert len({r.name for r in rows}) == len(rows) == count, rows
     for row in rows:
         assert "\n" not in row.reason, row.reason
     return {r.name: r for r in rows}
@@ -218,6 +229,153 @@ def test_make_deploys_preflight_fails_on_a_zone_move_and_passes_with_the_acknowl
     assert f"ABANDON_FSX={fs}" in refused.stdout and refused.returncode == 1, refused.stderr
     acknowledged = run_ops(base + ["--abandon-file-system", fs], env)
     assert f"acknowledged (--abandon-file-system {fs})" in acknowledged.stdout, acknowledged.stderr
+
+
+BACKUP, OTHER_BACKUP = "backup-0123456789abcdef0", "backup-0fedcba9876543210"
+
+
+def test_a_file_system_created_from_a_backup_stays_while_fsx_backup_id_stays(aws, moto_endpoint, moto_clients,
+                                                                             tmp_path):
+    env = prod(tmp_path, fsx={"backupId": BACKUP})
+    fs = deploy(moto_endpoint, env)
+    rows = judged(env, moto_clients)
+    assert {r.status for r in rows.values()} == {PASS}, rows
+    assert f"{fs} stays" in rows[redeploy.FILE_SYSTEM_ROW].reason
+
+
+@pytest.mark.parametrize("deployed, configured, words", [
+    (BACKUP, None, f"environments.prod.fsx.backupId is not set, {{fs}} was created from {BACKUP}: keep fsx.backupId "
+                   f"{BACKUP} as deployed"),
+    (BACKUP, OTHER_BACKUP, f"environments.prod.fsx.backupId is {OTHER_BACKUP}, {{fs}} was created from {BACKUP}: keep "
+                           f"fsx.backupId {BACKUP} as deployed"),
+    (None, BACKUP, f"environments.prod.fsx.backupId is {BACKUP}, but {{fs}} exists, created empty: a file system is "
+                   "created from a backup only when it is made"),
+])
+def test_a_changed_removed_or_added_backup_id_fails_as_a_replacement(aws, moto_endpoint, moto_clients, tmp_path,
+                                                                     deployed, configured, words):
+    """AWS::FSx::FileSystem BackupId is "Update requires: Replacement" (aws-resource-fsx-filesystem.html;
+    createOnlyProperties in cfn-lint's schema): FSx DescribeFileSystems does not say what a file
+    system was created from, so the row reads the Storage stack's deployed template."""
+    fs = deploy(moto_endpoint, prod(tmp_path), backup_id=deployed)
+    rows = judged(prod(tmp_path, fsx={"backupId": configured}), moto_clients)
+    assert_only_failing(rows, redeploy.FILE_SYSTEM_ROW)
+    row = rows[redeploy.FILE_SYSTEM_ROW]
+    assert row.status == FAIL
+    for text in (words.format(fs=fs), "Update requires: Replacement", "aws-resource-fsx-filesystem.html",
+                 f"ABANDON_FSX={fs}"):
+        assert text in row.reason, row.reason
+    new = f"a new file system created from {configured}" if configured else "a new, empty file system"
+    assert f"replaces {fs} with {new}" in row.reason, row.reason
+
+
+def test_restoring_a_backup_over_a_deployed_file_system_on_purpose_is_acknowledged_like_any_replacement(
+        aws, moto_endpoint, moto_clients, tmp_path):
+    fs = deploy(moto_endpoint, prod(tmp_path))
+    row = judged(prod(tmp_path, fsx={"backupId": BACKUP}), moto_clients, abandon=fs)[redeploy.FILE_SYSTEM_ROW]
+    assert row.status == WARN and f"acknowledged (--abandon-file-system {fs})" in row.reason, row.reason
+    assert f"a new file system created from {BACKUP}" in row.reason, row.reason
+
+
+def test_a_storage_template_the_role_may_not_read_warns_that_backup_id_was_not_compared(aws, moto_endpoint, tmp_path):
+    from botocore.stub import Stubber
+
+    env = prod(tmp_path, fsx={"backupId": BACKUP})
+    fs = deploy(moto_endpoint, env)
+    aws_clients = clients(REGION)
+    stubber = Stubber(aws_clients.cloudformation)
+    stubber.add_response("describe_stacks", aws_clients.cloudformation.describe_stacks(StackName="prod-Storage"),
+                         {"StackName": "prod-Storage"})
+    stubber.add_client_error("get_template", "AccessDenied", "not authorized to perform: cloudformation:GetTemplate")
+    with stubber:
+        rows = {r.name: r for r in redeploy.file_system_rows(env, aws_clients)}
+    assert rows[redeploy.CAPACITY_ROW].status == PASS
+    row = rows[redeploy.FILE_SYSTEM_ROW]
+    assert row.status == WARN and fs in row.reason, row.reason
+    assert "fsx.backupId was not compared" in row.reason and "GetTemplate not permitted (AccessDenied)" in row.reason
+
+
+def backup(lifecycle: str = "AVAILABLE", capacity: int = 4800, deployment_type: str = "PERSISTENT_2",
+           fs_type: str = "LUSTRE") -> dict:
+    """DescribeBackups' answer for BACKUP: a backup of fs-0aaaaaaaaaaaaaaaa (moto keeps no file
+    system metadata with a backup and never finishes one, so these rows use botocore's Stubber)."""
+    from datetime import datetime, timezone
+
+    return {"Backups": [{
+        "BackupId": BACKUP, "Lifecycle": lifecycle, "Type": "USER_INITIATED",
+        "CreationTime": datetime(2026, 11, 20, 18, 5, tzinfo=timezone.utc),
+        "FileSystem": {"FileSystemId": "fs-0aaaaaaaaaaaaaaaa", "FileSystemType": fs_type, "StorageCapacity": capacity,
+                       "LustreConfiguration": {"DeploymentType": deployment_type}}}]}
+
+
+def backup_row(env, answer: dict | tuple[str, str]):
+    """The rows of a deploy of `env` with no Storage stack yet, DescribeBackups answering `answer`
+    (a response, or an error code and message)."""
+    from botocore.stub import Stubber
+
+    aws_clients = clients(REGION)
+    stubber = Stubber(aws_clients.fsx)
+    if isinstance(answer, tuple):
+        stubber.add_client_error("describe_backups", *answer)
+    else:
+        stubber.add_response("describe_backups", answer, {"BackupIds": [BACKUP]})
+    with stubber:
+        rows = {r.name: r for r in redeploy.file_system_rows(env, aws_clients)}
+    stubber.assert_no_pending_responses()
+    assert [r.status for n, r in rows.items() if n != fsx_backup.BACKUP_ROW] == [PASS, PASS], rows
+    assert "\n" not in rows[fsx_backup.BACKUP_ROW].reason
+    return rows[fsx_backup.BACKUP_ROW]
+
+
+def test_a_restore_deploy_passes_an_available_lustre_backup_of_the_configured_capacity(aws, tmp_path):
+    row = backup_row(prod(tmp_path, fsx={"backupId": BACKUP}), backup())
+    assert row.status == PASS, row.reason
+    for words in (f"{BACKUP} is AVAILABLE", "fs-0aaaaaaaaaaaaaaaa", "4800 GiB", "2026-11-20 18:05 UTC"):
+        assert words in row.reason, row.reason
+
+
+@pytest.mark.parametrize("answer, words", [
+    (backup(capacity=9600), ["environments.prod.fsx.storageCapacityGiB is 4800", f"{BACKUP} is of a 9600 GiB",
+                             "takes the backup's capacity", "API_CreateFileSystemFromBackup.html",
+                             "set storageCapacityGiB to 9600"]),
+    (backup(capacity=2400), ["environments.prod.fsx.storageCapacityGiB is 4800", "set storageCapacityGiB to 2400"]),
+    (backup(lifecycle="CREATING"), [f"environments.prod.fsx.backupId is {BACKUP}, which is CREATING",
+                                    "wait until", "AVAILABLE"]),
+    (backup(lifecycle="FAILED"), [f"{BACKUP}, which is FAILED", "choose another backup",
+                                  "Name=file-system-id,Values=fs-0aaaaaaaaaaaaaaaa"]),
+    (backup(fs_type="OPENZFS"), [f"{BACKUP} is a backup of an OPENZFS file system", "Lustre"]),
+    ({"Backups": []}, [f"environments.prod.fsx.backupId is {BACKUP}, which does not exist in us-east-1"]),
+    (("BackupNotFound", "No Backup with ID found"), [f"{BACKUP}, which does not exist in us-east-1",
+                                                     "aws fsx describe-backups --region us-east-1"]),
+])
+def test_a_restore_deploy_fails_on_a_backup_it_cannot_create_the_file_system_from(aws, tmp_path, answer, words):
+    row = backup_row(prod(tmp_path, fsx={"backupId": BACKUP}), answer)
+    assert row.status == FAIL
+    for text in words:
+        assert text in row.reason, row.reason
+
+
+@pytest.mark.parametrize("answer, words", [
+    (backup(deployment_type="PERSISTENT_1"), [f"{BACKUP} is of a PERSISTENT_1 file system",
+                                              "this deploy creates PERSISTENT_2"]),
+    (("AccessDenied", "not authorized to perform: fsx:DescribeBackups"),
+     [f"could not read {BACKUP}", "DescribeBackups not permitted (AccessDenied)"]),
+])
+def test_a_restore_deploy_warns_where_it_cannot_tell(aws, tmp_path, answer, words):
+    row = backup_row(prod(tmp_path, fsx={"backupId": BACKUP}), answer)
+    assert row.status == WARN
+    for text in words:
+        assert text in row.reason, row.reason
+
+
+def test_make_deploys_preflight_fails_on_a_backup_that_does_not_exist(aws, tmp_path):
+    """moto answers DescribeBackups with no backup for an id it does not hold."""
+    context = write_context(tmp_path, "prod", fsx={**json.loads(CDK_JSON.read_text())["context"]["environments"]
+                                                         ["prod"]["fsx"], "backupId": BACKUP})
+    result = run_ops(["preflight", "--env", "prod", "--context-file", str(context), "-o", "json"],
+                     isolated_aws_env(tmp_path, aws))
+    assert result.returncode == 1, result.stderr
+    [row] = [r for r in json.loads(result.stdout)["checks"] if r["name"] == "fsx.backupId"]
+    assert row["status"] == "fail" and "does not exist" in row["reason"], row
 
 
 @pytest.mark.parametrize("value", ["fs-XYZ", "subnet-0123456789abcdef0", ""])

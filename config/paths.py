@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 TEXT_LIMIT_BYTES = 16 << 20  # a context file or kubeconfig is kilobytes; /dev/zero is endless
+LINE_LIMIT_BYTES = 1 << 20  # a line of a log read line by line (a metrics line is a few hundred bytes)
 
 
 class PathProblem(ValueError):
@@ -59,15 +60,44 @@ def read_bytes(path: str | Path, limit: int = TEXT_LIMIT_BYTES, pipes: bool = Fa
     try:
         with open(path, "rb") as f:
             data = f.read(limit + 1)
-    except IsADirectoryError:
-        raise PathProblem(f"{path} is a directory, expected a file") from None
-    except FileNotFoundError:
-        raise PathProblem(f"{path} not found") from None
     except OSError as err:
-        raise PathProblem(f"cannot read {path} ({_reason(err)})") from None
+        raise _read_problem(path, err) from None
     if len(data) > limit:
         raise PathProblem(f"{path} is larger than {limit:,} bytes")
     return data
+
+
+def _read_problem(path: Path, err: OSError) -> PathProblem:
+    if isinstance(err, IsADirectoryError):
+        return PathProblem(f"{path} is a directory, expected a file")
+    if isinstance(err, FileNotFoundError):
+        return PathProblem(f"{path} not found")
+    return PathProblem(f"cannot read {path} ({_reason(err)})")
+
+
+def read_lines(path: str | Path, line_limit: int = LINE_LIMIT_BYTES) -> Iterator[tuple[int, str]]:
+    """The lines of a UTF-8 text file of any length, numbered from 1, each read alone and at most
+    `line_limit` bytes: a log that grows with the run (a metrics file) costs the memory of what the
+    caller keeps, not of the file. A longer line, binary data or invalid UTF-8 is a PathProblem
+    naming its line, found without reading further."""
+    path = Path(path)
+    file_status(path)
+    number = 0
+    try:
+        with open(path, "rb") as f:
+            while line := f.readline(line_limit + 1):
+                number += 1
+                if b"\0" in line:
+                    raise PathProblem(f"{path}:{number} holds binary data (a NUL byte), expected text")
+                if len(line) > line_limit:
+                    raise PathProblem(f"{path}:{number} is longer than {line_limit:,} bytes")
+                try:
+                    text = line.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise PathProblem(f"{path}:{number} is not UTF-8 text (byte 0x{line[err.start]:02x})") from None
+                yield number, text
+    except OSError as err:
+        raise _read_problem(path, err) from None
 
 
 def read_text(path: str | Path, limit: int = TEXT_LIMIT_BYTES, pipes: bool = False) -> str:

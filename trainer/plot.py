@@ -15,26 +15,35 @@ import statistics
 import sys
 from pathlib import Path
 
-from config.paths import file_status, is_dir, read_text
+from config.paths import PathProblem, file_status, is_dir, read_lines
 from trainer.cli import Parser, UsageError, checked_path, create_folder, run_main, write_whole
 
 
+# What the curves and the scaling figure read of a record; the rest of a line is not kept, so a
+# long run's file costs memory by its number of points only.
+PLOTTED = ("step", "kind", "loss", "tokens_per_sec", "mfu", "images_per_sec", "data_wait_ms", "epoch", "top1", "top5",
+           "world_size", "epoch_time_s")
+
+
 def read_metrics(path: Path, field: str = "METRICS") -> list[dict]:
-    records = []
-    for number, line in enumerate(checked_path(field, read_text, path).splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            # A loss of null: every step of that window was skipped as non-finite (trainer.metrics).
-            int(record["step"]), record["loss"] is None or float(record["loss"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise UsageError(field, f"{path}:{number} is not a metrics line ({exc})") from None
-        records.append(record)
-    if not records:
+    """The records of a metrics file, read line by line: a run of any length plots."""
+    latest = {}
+    try:
+        for number, line in read_lines(path):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                # A loss of null: every step of that window was skipped as non-finite (trainer.metrics).
+                int(record["step"]), record["loss"] is None or float(record["loss"])
+                # A resumed run appends to the same file: keep the latest record of each (kind, step).
+                latest[record.get("kind", "step"), record["step"]] = {k: record[k] for k in PLOTTED if k in record}
+            except (ValueError, KeyError, TypeError) as exc:
+                raise UsageError(field, f"{path}:{number} is not a metrics line ({exc})") from None
+    except PathProblem as problem:
+        raise UsageError(field, str(problem)) from None
+    if not latest:
         raise UsageError(field, f"{path} holds no metrics lines")
-    # A resumed run appends to the same file: keep the latest record of each (kind, step).
-    latest = {(r.get("kind", "step"), r["step"]): r for r in records}
     return sorted(latest.values(), key=lambda r: (r["step"], r.get("kind", "step")))
 
 

@@ -35,6 +35,7 @@ def metrics(tmp_path):
     ("binary", "is not UTF-8 text"),
     ("folder", "is a directory, expected a file"),
     ("list-lines", ":1 is not a metrics line"),
+    ("unhashable-kind", ":1 is not a metrics line"),
 ])
 def test_a_metrics_file_of_the_wrong_kind_is_one_line(tmp_path, capsys, kind, message):
     path = tmp_path / "m"
@@ -42,10 +43,44 @@ def test_a_metrics_file_of_the_wrong_kind_is_one_line(tmp_path, capsys, kind, me
         path.write_bytes(bytes(range(128, 256)))
     elif kind == "folder":
         path.mkdir()
+    elif kind == "unhashable-kind":
+        path.write_text('{"step": 1, "loss": 1.0, "kind": ["epoch"]}\n')
     else:
         path.write_text("[1, 2]\n")
     code, err = run_plot([str(path), "-o", str(tmp_path / "c.png")], capsys)
     assert code == 2 and err.startswith(f"error: METRICS: {path}") and message in err and err.count("\n") == 1, err
+
+
+def test_a_metrics_file_longer_than_a_whole_file_read_is_plotted_line_by_line(tmp_path, capsys):
+    from config.paths import TEXT_LIMIT_BYTES
+    line = json.dumps({"step": 7, "loss": 2.5, "lr": 3e-4, "grad_norm": 1.25, "tokens_per_sec": 1234.5,
+                       "mfu": 0.41, "peak_mem_gib": 60.1}) + "\n"
+    path = tmp_path / "long.jsonl"
+    path.write_text(line * (TEXT_LIMIT_BYTES // len(line) + 1000))  # a 100k-step run is larger still
+    code, err = run_plot([str(path), "-o", str(tmp_path / "c.png")], capsys)
+    assert (code, err) == (0, "")
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("content, message", [
+    (b'{"step": 1, "loss": 1.0}\n{"step": 2, "loss": "' + b"9" * (2 << 20) + b'"}\n', ":2 is longer than"),
+    (b'{"step": 1, "loss": 1.0}\n\x7fELF\x02\x01\x01\0\0\0\n', ":2 holds binary data"),
+])
+def test_a_giant_line_or_binary_garbage_in_a_metrics_file_is_one_line(tmp_path, capsys, content, message):
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(content)
+    code, err = run_plot([str(path), "-o", str(tmp_path / "c.png")], capsys)
+    assert code == 2 and err.startswith(f"error: METRICS: {path}") and message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "c.png").exists()
+
+
+def test_a_huge_metrics_file_without_line_breaks_is_refused_without_reading_it_whole(tmp_path, capsys):
+    path = tmp_path / "m.jsonl"
+    with path.open("wb") as f:
+        f.write(b'{"step": 1, "loss": "' + b"9" * 4096)
+        f.truncate(64 << 30)  # sparse: 64 GiB that no reader of the whole file gets through
+    code, err = run_plot([str(path), "-o", str(tmp_path / "c.png")], capsys)
+    assert code == 2 and err.startswith(f"error: METRICS: {path}:1 ") and err.count("\n") == 1, err
 
 
 @pytest.mark.parametrize("output, message", [

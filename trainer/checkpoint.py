@@ -169,6 +169,7 @@ class CheckpointManager:
         self.last_saved = 0
         self.stager = None
         self.lease: Lease | None = None  # rank 0's, taken by resume()
+        self.unmarked: str | None = None  # rank 0's: a save left incomplete because the lease was lost
         self.remover = None  # rank 0 deletes old and incomplete checkpoint folders in the background
         if self.enabled and rt.is_main:
             self.remover = BackgroundRemover(self.directory,
@@ -357,8 +358,14 @@ class CheckpointManager:
     def close(self, *, finished: bool = False) -> None:
         """Wait for the save in flight; a run that `finished` also waits for the deletions under
         way and gives the directory's lease back, one that stops early leaves them (the next run
-        finishes them) and keeps the lease for its restart (trainer/lease.py)."""
+        finishes them) and keeps the lease for its restart (trainer/lease.py). A finished run whose
+        last save was not marked complete (another run took the directory over meanwhile) raises
+        WorkerExit on every rank: a worker that exited 0 would mark the job Succeeded without its
+        final model."""
         self.wait()
+        unmarked = [self.unmarked]
+        if finished and self.enabled:
+            dist.broadcast_object_list(unmarked, src=0, group=self.rt.checkpoint_group)
         if self.stager is not None:
             self.stager.close()
             self.stager = None
@@ -371,6 +378,8 @@ class CheckpointManager:
                 self.lease.release()
             else:
                 self.lease.stop_renewing()
+        if finished and unmarked[0]:
+            raise WorkerExit(unmarked[0], EXIT_USAGE)
 
     def poll(self) -> None:
         """Finalise a background save that has finished; never blocks the training loop."""
@@ -400,6 +409,11 @@ class CheckpointManager:
             if held:
                 write_whole(path / MARKER, f"{step}\n")
         if not held:
+            # The next save stops every rank (_check_lease); when there is none, close() does.
+            self.unmarked = (f"this run reached its end, but the lease on {self.directory} was taken over by "
+                             f"{self.lease.lost_to} while its last checkpoint {path} was being written: that "
+                             "checkpoint is left incomplete (not marked COMPLETE), so this run's final model is not "
+                             "there")
             warn(f"the lease on {self.directory} was taken over by {self.lease.lost_to}; checkpoint {path} is left "
                  "incomplete (not marked COMPLETE) and this run writes no more checkpoints there")
             return

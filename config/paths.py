@@ -239,9 +239,18 @@ def walk(path: str | Path, follow_symlinks: bool = False) -> Iterator[tuple[str,
     return os.walk(path, onerror=refuse, followlinks=follow_symlinks)
 
 
+def refuse_dangling_link(path: str | Path) -> None:
+    """A symbolic link to nothing where an output goes is a PathProblem: creating the output there
+    fails (EEXIST), and an output built beside it and renamed onto it fails (ENOTDIR) only once the
+    work is done (a download, an export)."""
+    if os.path.islink(path) and not exists(path):
+        raise PathProblem(f"{path} is a symbolic link to {os.readlink(path)}, which does not exist")
+
+
 def output_dir(path: str | Path) -> Path:
     """The directory, created with its parents if needed, and writable by this user."""
     path = Path(path)
+    refuse_dangling_link(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -272,6 +281,7 @@ def creatable_dir(path: str | Path) -> Path:
     fails on another argument. A missing directory is probed by making (and removing) a
     temporary one in its nearest existing ancestor."""
     path = Path(path)
+    refuse_dangling_link(path)
     if exists(path):
         return output_dir(path)
     ancestor = path.parent

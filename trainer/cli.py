@@ -76,6 +76,9 @@ def create_folder(path: Path, field: str, *, wanted: Path | None = None) -> Path
 def staging_folder(out: Path, field: str) -> Path:
     """A new empty folder beside `out`, on its file system, for an output that appears whole or
     not at all: fill it, then os.replace it onto `out`."""
+    from config.paths import refuse_dangling_link
+
+    checked_path(field, refuse_dangling_link, out)
     create_folder(out.parent, field, wanted=out)
     try:
         return Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))

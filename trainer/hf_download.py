@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from config.paths import is_dir, output_dir, output_file
+from config.paths import is_dir, output_dir, output_file, refuse_dangling_link
 from trainer.cli import Parser, UsageError, checked_path, run_main, write_whole
 
 MARKER = ".download-complete.json"
@@ -125,6 +125,7 @@ def main(argv=None) -> int:
         raise UsageError("--out", f"must name a directory that does not start with '.', got {args.out!r}")
     staging = staging_dir(out)
     checked_path("--out", is_dir, out)  # a folder it may not enter would fail the look for a completed download
+    checked_path("--out", refuse_dangling_link, out)  # the finished download is renamed onto --out
     if completed(out) is None:  # the staging folder beside --out must be possible before the hub is asked
         checked_path("--out", output_dir if checked_path("--out", is_dir, staging) else output_file, staging)
     download(args.repo, args.revision, out)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import BinaryIO, NoReturn, TypeVar
 
 from config.errors import one_line
+from trainer.log import log
 from config.options import add_to_parser, build
 
 T = TypeVar("T")
@@ -44,7 +45,7 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # argparse's own errors, e.g. an invalid int
         from config.kubernetes import EXIT_USAGE
 
-        print(f"error: {message.replace('argument ', '')}", file=sys.stderr)
+        log(f"error: {message.replace('argument ', '')}", sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
 
@@ -192,15 +193,15 @@ def _exit_status(main: Callable, exc: BaseException) -> int:
     from trainer.nccl_net import NotOnEfa
 
     if isinstance(exc, UsageError):
-        print(f"error: {exc}", file=sys.stderr)
+        log(f"error: {exc}", sys.stderr)
         return EXIT_USAGE
     if isinstance(exc, NotOnEfa):
-        print(exc, file=sys.stderr, flush=True)
+        log(str(exc), sys.stderr)
         return EXIT_NOT_ON_EFA
     if isinstance(exc, WorkerExit):
         # Every rank raises it (they agree before they stop); one line per pod's log is enough.
         if os.environ.get("LOCAL_RANK", "0") == "0":
-            print(f"error: {exc}", file=sys.stderr, flush=True)
+            log(f"error: {exc}", sys.stderr)
         return exc.code
     report_crash(main, exc)  # a crash, not a user error: see report_crash
     return EXIT_CRASH
@@ -226,12 +227,11 @@ def report_crash(main: Callable, exc: BaseException) -> None:
         spec = getattr(sys.modules.get("__main__"), "__spec__", None)
         module = spec.name if spec is not None else sys.argv[0]
     rank = f" (rank {os.environ['RANK']})" if "RANK" in os.environ else ""
-    print(CRASH_MARKER.format(command=module), file=sys.stderr)
-    traceback.print_exception(exc, file=sys.stderr)
-    print(CRASH_END, file=sys.stderr)
+    log(CRASH_MARKER.format(command=module), sys.stderr)
+    log("".join(traceback.format_exception(exc)).rstrip("\n"), sys.stderr)  # in pieces, ranks' lines would mix
+    log(CRASH_END, sys.stderr)
     what = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-    print(f"error: python -m {module}{rank} failed unexpectedly ({what}); the traceback is above", file=sys.stderr,
-          flush=True)
+    log(f"error: python -m {module}{rank} failed unexpectedly ({what}); the traceback is above", sys.stderr)
     if os.environ.get("TORCHELASTIC_ERROR_FILE"):
         try:
             from torch.distributed.elastic.multiprocessing.errors import ErrorHandler

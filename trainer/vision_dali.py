@@ -66,6 +66,7 @@ from config.workloads.vision import DALI_REGIONS
 from trainer.cli import UsageError
 from trainer.vision_data import DeviceImages, UnreadableImages
 from trainer.image_files import probe_jpeg, region_stays_on_gpu
+from trainer.log import log
 from trainer.vision_decode import DECODED, CodecImages, crops_of, indexed, release_finished
 
 
@@ -178,8 +179,8 @@ class DaliImages:
                 torch.cuda.synchronize(self.device)
         except Exception as error:  # noqa: BLE001 (any failure to build or run it: said, and the other graph used)
             reason = what_dali_said(error)
-            print(f"note: DALI's per-file training graph did not run here ({reason}); each training image is "
-                  "decoded whole", file=sys.stderr, flush=True)
+            log(f"note: DALI's per-file training graph did not run here ({reason}); each training image is "
+                "decoded whole", sys.stderr)
             self.regions = "none"
         self.pipes.pop(True, None)  # built for two images: the first micro-batch builds its own
 
@@ -306,8 +307,8 @@ class DaliImages:
         else:
             name = names[sample] if names and sample < len(names) else f"image {sample} of a micro-batch"
         reason = reason.strip() or "no reason given"
-        print(f"warning: DALI could not decode {name} ({reason}); nvImageCodec decodes its micro-batch instead",
-              file=sys.stderr, flush=True)
+        log(f"warning: DALI could not decode {name} ({reason}); nvImageCodec decodes its micro-batch instead",
+            sys.stderr)
         out = self.fallback(encoded, labels, crops, names)
         # Its own finding, not the epoch's count: loader processes add to that at any moment.
         if self.fallback.stood_in:

@@ -30,6 +30,7 @@ from config.workloads.vision import GPU_DECODERS, ImageDataConfig, SyntheticImag
 from trainer.cli import UsageError, checked_path
 from trainer.encoded_images import EncodedImages
 from trainer.imagenet_reencode import check_serves
+from trainer.log import log
 from trainer.torchvision_compat import import_torchvision
 from trainer.vision_jpeg import ReducedRandomResizedCrop, ReducedResizeCenterCrop, open_image
 
@@ -252,8 +253,8 @@ class UnreadableImages:
             self.counts[epoch % 2] += 1
         # The epoch is named: the next epoch's reads start during this one's evaluation, so its
         # warnings can come before this epoch's evaluation line.
-        print(f"warning: cannot read {name} ({type(error).__name__}: {error}) in epoch {epoch}; {instead} is used in "
-              "its place (--max-bad-images)", file=sys.stderr, flush=True)
+        log(f"warning: cannot read {name} ({type(error).__name__}: {error}) in epoch {epoch}; {instead} is used in "
+            "its place (--max-bad-images)", sys.stderr)
 
     def this_epoch(self) -> int:
         return self.counts[self.epoch.value % 2]

@@ -46,7 +46,7 @@ import numpy as np
 from trainer.cli import UsageError
 from trainer.encoded_images import NO_CROP
 from trainer.image_files import JPEG_MAGIC, probe_jpeg, region_stays_on_gpu
-from trainer.log import warn
+from trainer.log import log, warn
 from trainer.torchvision_compat import import_torchvision
 from trainer.vision_data import DeviceImages, UnreadableImages, unreadable_errors
 from trainer.vision_resize import resized_crops
@@ -364,8 +364,8 @@ class CodecImages:
                 if not self.said_pil and not isinstance(images[-1], BaseException):
                     self.said_pil = True
                     name = names[i] if names else f"image {i} of a micro-batch"
-                    print(f"note: nvImageCodec did not decode {name}; PIL decodes each such file whole on the CPU "
-                          "(said once)", file=sys.stderr, flush=True)
+                    log(f"note: nvImageCodec did not decode {name}; PIL decodes each such file whole on the CPU "
+                        "(said once)", sys.stderr)
                 continue
             images.append(torch.from_dlpack(image) if self.cuda else torch.from_numpy(np.array(image)))
             relative.append([0, 0, *box[2:]] if alone else box)  # the box is all that was decoded

@@ -4,12 +4,17 @@ half-made."""
 
 from __future__ import annotations
 
+import io
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from trainer.cli import UsageError, create_folder, open_for_append, staging_folder
+from trainer_procs import REPO, job_env
 
 
 @pytest.fixture
@@ -57,3 +62,67 @@ def test_an_append_file_that_is_a_folder_or_below_a_file_is_one_line(tmp_path, b
     with open_for_append(tmp_path / "logs" / "m.jsonl", "--metrics-file") as f:
         f.write("{}\n")
     assert (tmp_path / "logs" / "m.jsonl").read_text() == "{}\n"
+
+
+# --- error lines stay whole on a shared pipe -----------------------------------------------------
+
+class Writes(io.RawIOBase):
+    """What reaches the file descriptor, one entry per write(): python -u's stderr (PYTHONUNBUFFERED,
+    set in the training image) is a TextIOWrapper writing straight through to it."""
+
+    def __init__(self):
+        self.calls: list[bytes] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self.calls.append(bytes(data))
+        return len(data)
+
+
+def test_each_line_a_worker_ends_with_is_one_write_so_ranks_sharing_a_pipe_never_split_it(monkeypatch):
+    # Two workers of one torchrun share its stderr. A write of up to PIPE_BUF (4096) bytes to a
+    # pipe is never interleaved with another; a line written as text and then its newline is.
+    from trainer.cli import Parser, WorkerExit, _exit_status
+    from trainer.nccl_net import NotOnEfa
+
+    raw = Writes()
+    monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(raw, write_through=True))
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    _exit_status(None, UsageError("--data", "x" * 2000))
+    _exit_status(None, WorkerExit("the lease was taken over", 2))
+    _exit_status(None, NotOnEfa("NCCL is on Socket, not EFA"))
+    with pytest.raises(SystemExit):
+        Parser(prog="p").parse_args(["--no-such"])
+    assert [c.count(b"\n") for c in raw.calls] == [1, 1, 1, 1] and all(c.endswith(b"\n") for c in raw.calls), \
+        raw.calls
+
+
+LINES = r"""
+import sys
+from trainer.cli import UsageError, _exit_status
+sys.stdin.read(1)  # all start writing together
+for n in range(300):
+    _exit_status(None, UsageError("--data", f"rank {sys.argv[1]} line {n:03d} " + "x" * 1000))
+"""
+
+
+def test_error_lines_of_many_processes_on_one_pipe_arrive_whole():
+    read_end, write_end = os.pipe()
+    try:  # `timeout`: a child that hung would otherwise keep the pipe open, and the read below, for ever
+        procs = [subprocess.Popen(["timeout", "60", sys.executable, "-c", LINES, str(rank)], cwd=REPO, env=job_env(),
+                                  stdin=subprocess.PIPE, stderr=write_end) for rank in range(8)]
+    finally:
+        os.close(write_end)
+    for p in procs:
+        p.stdin.write(b"g")
+        p.stdin.close()
+    with os.fdopen(read_end, "rb") as pipe:
+        out = pipe.read().decode()
+    for p in procs:
+        assert p.wait(timeout=60) == 0
+    lines = out.splitlines()
+    pattern = re.compile(r"error: --data: rank [0-7] line \d{3} x{1000}")
+    assert len(lines) == 8 * 300 and all(pattern.fullmatch(line) for line in lines), \
+        next((line[:200] for line in lines if not pattern.fullmatch(line)), f"{len(lines)} lines")

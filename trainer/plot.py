@@ -39,6 +39,8 @@ def read_metrics(path: Path, field: str = "METRICS") -> list[dict]:
                 # A resumed run appends to the same file: keep the latest record of each (kind, step).
                 latest[record.get("kind", "step"), record["step"]] = {k: record[k] for k in PLOTTED if k in record}
             except (ValueError, KeyError, TypeError) as exc:
+                if not line.endswith("\n"):
+                    continue  # the last line of a run still writing: the rest of it is on its way
                 raise UsageError(field, f"{path}:{number} is not a metrics line ({exc})") from None
     except PathProblem as problem:
         raise UsageError(field, str(problem)) from None

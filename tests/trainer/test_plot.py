@@ -62,6 +62,19 @@ def test_a_metrics_file_longer_than_a_whole_file_read_is_plotted_line_by_line(tm
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_the_metrics_of_a_run_still_writing_plot_without_its_unfinished_last_line(metrics, tmp_path, capsys):
+    """A user plots a run while it trains: the trainer may be half-way through its newest line.
+    That line is left out; a broken line that ends in a line break is still refused."""
+    whole = metrics.read_text()
+    metrics.write_text(whole + '{"step": 4, "loss": 1.')
+    code, err = run_plot([str(metrics), "-o", str(tmp_path / "c.png")], capsys)
+    assert (code, err) == (0, "")
+    assert len(tplot.read_metrics(metrics)) == 3
+    metrics.write_text(whole + '{"step": 4, "loss": 1.\n' + whole)
+    code, err = run_plot([str(metrics), "-o", str(tmp_path / "d.png")], capsys)
+    assert code == 2 and ":4 is not a metrics line" in err and len(err.splitlines()) == 1
+
+
 @pytest.mark.parametrize("content, message", [
     (b'{"step": 1, "loss": 1.0}\n{"step": 2, "loss": "' + b"9" * (2 << 20) + b'"}\n', ":2 is longer than"),
     (b'{"step": 1, "loss": 1.0}\n\x7fELF\x02\x01\x01\0\0\0\n', ":2 holds binary data"),

@@ -22,10 +22,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from config.workloads.llm import SequenceBatchConfig, TokenDataConfig
 from config.paths import is_dir, read_json
+from trainer import dist as tdist
 from trainer.cli import UsageError, checked_path, run_main
 
 
@@ -173,11 +173,7 @@ class RankBatches:
         rank, when any rank has one. One collective, at start-up and when the ranks stop for it."""
         if self.window_count is None:
             return  # synthetic tokens, on every rank alike: none can have a problem
-        problems = [self.problem]
-        if dist.is_initialized():
-            problems = [None] * dist.get_world_size()
-            dist.all_gather_object(problems, self.problem)
-        found = next((p for p in problems if p is not None), None)
+        found = tdist.lowest_ranks(self.problem)
         if found is not None:
             raise UsageError("--data", found)
 

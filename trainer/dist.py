@@ -149,3 +149,14 @@ def all_reduce_mean(value: float, rt: Runtime) -> float:
                      device=rt.device)
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t.item() / rt.world_size
+
+
+def lowest_ranks(problem: str | None) -> str | None:
+    """The problem (a line) of the lowest rank that has one, None where none has: the same on every
+    rank, so that all stop with the same line. One collective, made only when the ranks stop or
+    start, never per step."""
+    problems = [problem]
+    if dist.is_initialized():
+        problems = [None] * dist.get_world_size()
+        dist.all_gather_object(problems, problem)
+    return next((p for p in problems if p is not None), None)

@@ -137,7 +137,7 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
     accumulation = global_batch // (rt.world_size * micro)
     sampler = ElasticSampler(train_set, num_replicas=rt.world_size, rank=rt.rank, global_batch=global_batch,
                              seed=job.seed)
-    unreadable = UnreadableImages(job.data.max_bad_images)
+    unreadable = UnreadableImages(job.data.max_bad_images, rank=rt.rank)
     to_input = device_input(job.data, rt.device, unreadable)
     if rt.is_main and hasattr(to_input, "describe"):  # a decoder that says where it decodes
         log(to_input.describe())
@@ -179,7 +179,6 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
                     group["lr"] = lr
                 optimizer.zero_grad(set_to_none=True)
                 loss = accumulate_gradients(ddp, forward, micro_batches, accumulation, job, metrics, rt.device)
-                unreadable.check()  # shared memory, no collective: the rank over the limit ends the job
                 # Decided on the device, the same on every rank; fused SGD skips the step itself when
                 # it is 1.0 (found_inf). Nothing in a step waits for the device: the metrics and the
                 # non-finite limit read their values LAG_STEPS steps late (trainer/late_read.py).
@@ -195,9 +194,11 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
                     ckpt.step_done(step)
                 if step == first_step:
                     tdist.end_startup(rt)  # start-up, the first step included, is over
-                if preemption.agreed(now=i + 1 == steps_left):
+                # A rank's unreadable images past the limit ride on the flag too (UnreadableImages: when they stop).
+                if preemption.agreed(now=i + 1 == steps_left, bad_data=unreadable.over_limit()):
                     ckpt.save_now(step)
-                    preemption.stopped_at(f"step {step} (epoch {epoch})")
+                    if not preemption.bad_data:
+                        preemption.stopped_at(f"step {step} (epoch {epoch})")
                     stopped = True
                     break
             micro_batches.close()  # a decoder thread ends with its epoch
@@ -208,8 +209,14 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
             # step does not wait for them to fill (a whole micro-batch per process, a second or more
             # on a GPU node, where an ImageNet epoch over many GPUs is a few hundred steps or fewer).
             batches = start_reading(epoch + 1, 0) if epoch + 1 < job.epochs else None
-            last = metrics.epoch_done(step, epoch, evaluate(model, evaluation, to_input, rt))
-            unreadable.check()
+            result = evaluate(model, evaluation, to_input, rt)
+            # Once an epoch, what the evaluation met: past the limit, the epoch is saved as trained,
+            # not evaluated. A stop request read here stays requested: the next step's flag sends it again.
+            if preemption.agreed(now=True, bad_data=unreadable.over_limit()) and preemption.bad_data:
+                ckpt.save_now(step)
+                stopped = True
+                break
+            last = metrics.epoch_done(step, epoch, result)
             progress.epoch, progress.epoch_images_done = epoch + 1, 0
             if ckpt.enabled:
                 ckpt.save(step)
@@ -223,6 +230,8 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
             micro_batches.close()
     ckpt.close(finished=not stopped)
     metrics.close()
+    if preemption.bad_data:
+        unreadable.raise_agreed_problem()
     if rt.is_main:
         summary = {"workload": "vision", "model": job.model.name, "epochs": job.epochs,
                    "epochs_this_run": progress.epoch - start[0], "resumed_from": {"epoch": start[0], "image": start[1]},

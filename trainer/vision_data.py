@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from config.paths import PathProblem, is_dir, walk
 from config.workloads.vision import GPU_DECODERS, ImageDataConfig, SyntheticImagesConfig
+from trainer import dist as tdist
 from trainer.cli import UsageError, checked_path
 from trainer.encoded_images import EncodedImages
 from trainer.imagenet_reencode import check_serves
@@ -228,12 +229,27 @@ class UnreadableImages:
     processes start reading while this one evaluates (trainer.vision), so each read is counted in
     the epoch it is for: a training read passes its epoch (the sampler's key), anything else (the
     evaluation's loader, a GPU decoder in the training process) counts in the epoch the training
-    process is in. Two epochs are open at most, so two counters, by the epoch's parity."""
+    process is in. Two epochs are open at most, so two counters, by the epoch's parity.
 
-    def __init__(self, limit: int):
-        self.limit = limit
+    Only this rank knows its count, and a rank that stopped alone left the others in the step's
+    collectives (for the collective timeout, or a traceback once its socket closed). So the step
+    loop (trainer.vision) asks over_limit() after each step, on the host, and sends the answer on
+    the preemption flag's all-reduce (trainer/preemption.py BAD_DATA): every rank reads it
+    LAG_STEPS steps later, or at once at the epoch's last step and after its evaluation, saves that
+    step as on preemption and raises the lowest such rank's line (raise_agreed_problem). The loader
+    processes read ahead (several micro-batches, and the next epoch's first during this one's
+    evaluation), so the count can pass the limit before the step that trains on the file that
+    passed it; the run stops within LAG_STEPS steps of the first step whose check saw the count
+    past it. The steps between train on stand-ins (the next readable image) like every step with
+    a bad image: the checkpoint holds them, and a resume continues from it. An evaluation past the
+    limit is not counted as done: the checkpoint's position is the end of the epoch's training,
+    so a resume evaluates it again."""
+
+    def __init__(self, limit: int, *, rank: int = 0):
+        self.limit, self.rank = limit, rank
         self.counts = multiprocessing.Array("q", 2)
         self.epoch = multiprocessing.Value("q", 0)  # the epoch the training process trains or evaluates
+        self.found: str | None = None  # the line of the first check that saw the count past the limit
 
     def reading(self, epoch: int) -> None:
         """Epoch `epoch`'s loader is about to read its first image: its count starts at 0 (the
@@ -259,11 +275,27 @@ class UnreadableImages:
     def this_epoch(self) -> int:
         return self.counts[self.epoch.value % 2]
 
-    def check(self) -> None:
-        if self.this_epoch() > self.limit:
-            raise UsageError("--max-bad-images", f"{self.this_epoch()} images of this epoch could not be read on "
-                                                 f"this rank, more than the {self.limit} allowed; the warnings "
-                                                 "above name each file (replace or remove them, or raise the limit)")
+    def problem(self) -> str | None:
+        """The line that says this epoch's count on this rank is past the limit; None within it."""
+        count = self.this_epoch()
+        if count <= self.limit:
+            return None
+        return (f"{count} images of epoch {self.epoch.value} could not be read on rank {self.rank}, more than the "
+                f"{self.limit} allowed; that rank's warnings name each file (replace or remove them, or raise the "
+                "limit)")
+
+    def over_limit(self) -> bool:
+        """True once a call saw this rank's count past the limit (its line kept in `found`). Shared
+        memory read on the host: no collective, no wait for the device."""
+        self.found = self.found or self.problem()
+        return self.found is not None
+
+    def raise_agreed_problem(self) -> None:
+        """On every rank at once, when the agreed flag said BAD_DATA: UsageError with the lowest
+        over-limit rank's line, the same on every rank."""
+        found = tdist.lowest_ranks(self.found)
+        if found is not None:
+            raise UsageError("--max-bad-images", found)
 
 
 class Substitutes(Dataset):

@@ -207,7 +207,7 @@ def test_an_unreadable_image_is_replaced_by_the_next_counted_and_named(tmp_path,
     labels = torch.cat([batch[1] for batch in loader])
     assert len(labels) == 12  # every position of the epoch filled
     assert unreadable.this_epoch() == 3
-    unreadable.check()  # 3 of 3 allowed
+    assert unreadable.problem() is None  # 3 of 3 allowed
     err = capfd.readouterr().err
     for path in bad.values():
         assert f"warning: cannot read {path} (" in err, err
@@ -218,10 +218,14 @@ def test_an_unreadable_image_is_replaced_by_the_next_counted_and_named(tmp_path,
     torch.manual_seed(7)
     expected = train[index + 1]
     assert torch.equal(got[0], expected[0]) and got[1] == expected[1] == 0
-    with pytest.raises(UsageError, match=r"^--max-bad-images: 4 images of this epoch could not be read on this rank, "
+    unreadable.met("f.jpg", OSError("broken"), "the next image")
+    assert unreadable.problem().startswith("4 images of epoch 0 could not be read on rank 0, more than the 3 allowed")
+    assert unreadable.over_limit()
+    unreadable.reading(0)
+    assert unreadable.over_limit()  # kept until the ranks stop on it
+    with pytest.raises(UsageError, match=r"^--max-bad-images: 4 images of epoch 0 could not be read on rank 0, "
                                          r"more than the 3 allowed"):
-        unreadable.met("f.jpg", OSError("broken"), "the next image")
-        unreadable.check()
+        unreadable.raise_agreed_problem()  # one process: no group to agree in
     unreadable.reading(1)  # a new epoch counts afresh
     unreadable.epoch_start(1)
     assert unreadable.this_epoch() == 0
@@ -250,11 +254,10 @@ def test_the_next_epochs_reads_during_this_ones_evaluation_count_in_the_next_epo
     assert unreadable.this_epoch() == 3  # epoch 0's, as it was
     unreadable.met("val/b/1.jpg", OSError("broken"), "the next image")  # its evaluation's
     assert unreadable.this_epoch() == 4
-    with pytest.raises(UsageError, match="^--max-bad-images: 4 images of this epoch"):
-        unreadable.check()
+    assert unreadable.problem().startswith("4 images of epoch 0 could not")
     unreadable.epoch_start(1)
     assert unreadable.this_epoch() == 3  # epoch 1's three, read before it started
-    unreadable.check()
+    assert unreadable.problem() is None
     assert capfd.readouterr().err.count("warning: cannot read") == 3 + 3 + 1
     assert len(bad) == 3
 

@@ -11,8 +11,10 @@ import re
 import shutil
 import signal
 import uuid
+from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("torchvision", reason="torchvision is a pinned dependency")
 
@@ -176,3 +178,60 @@ def test_sigterm_with_a_gpu_decoder_stops_its_thread_saves_and_the_next_run_resu
     assert [int(s) for s in RESUMED.findall(out)] == [step]
     assert starts(out) == [(1, 1, (step - 6) * 8, step)]  # world size 1, epoch 1, global images 8 a step
     assert summary(out)["steps"] == 18 and summary(out)["epochs_this_run"] == 2 and summary(out)["world_size"] == 1
+
+
+def unreadable_on_rank_1(image_folder, root, split: str) -> list:
+    """A copy of `image_folder` in which 3 of the images rank 1 of 2 reads are not images: in
+    train/ 3 of the 4 it trains on in step 2 of epoch 0 (a global batch of 8, seed 0), in val/ 3
+    of those it evaluates (images 1, 3, 5, ...). Each one's stand-in, the next image, is readable."""
+    from config.workloads.vision import ImageDataConfig, SyntheticImagesConfig
+    from trainer.vision_data import build_datasets
+
+    shutil.copytree(image_folder, root)
+    train, val, _ = build_datasets(ImageDataConfig(source=str(root), image_size=16), SyntheticImagesConfig(), seed=0)
+    if split == "train":
+        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(0)).tolist()
+        step_2 = sorted(order[8 + 4:8 + 8])  # step 2 starts at image 8; rank 1 reads its second half
+        chosen = [train.samples[i][0] for i in step_2 if i + 1 not in step_2][:3]
+    else:
+        chosen = [val.samples[i][0] for i in (1, 3, 5)]
+    for path in chosen:
+        Path(path).write_bytes(b"<html>404 Not Found</html>" * 8)
+    return chosen
+
+
+@pytest.mark.parametrize("split, trained", [("train", 4), ("val", 6)])
+def test_unreadable_images_past_the_limit_on_one_rank_stop_every_rank_with_the_same_line(image_folder, tmp_path,
+                                                                                         split, trained):
+    """Only the rank over --max-bad-images stopped (exit 2); the other waited in the step's
+    all-reduce until the collective timeout, or crashed with a traceback once its peer's socket
+    closed ("Connection reset by peer"). Now the count rides on the preemption flag: every rank
+    stops at the same step with the same line and exit 2, saved as on preemption. Found in step 2's
+    training, it stops after step 4 (LAG_STEPS later); found in epoch 0's evaluation, after it,
+    with the checkpoint at the end of the epoch's training, so that a resume (the files replaced)
+    evaluates it again."""
+    data = tmp_path / "data"
+    bad = unreadable_on_rank_1(image_folder, data, split)
+    args = ["--data", str(data), "--image-size", "16", "--batch-size", "4", "--workers", "0", "--epochs", "2",
+            "--lr", "0.2", "--warmup-epochs", "0", "--log-every", "1", "--checkpoint-dir", str(tmp_path / "ck"),
+            "--checkpoint-every", "1000", "--dist-timeout", "60"]
+    rc, out = run(torchrun_args("trainer.vision", [*args, "--max-bad-images", "2"]), timeout=120)
+    assert rc == TORCHRUN_FAILED, out[-3000:]
+    lines = re.findall(r"error: --max-bad-images: \d+ images of epoch 0 could not be read on rank 1, more than the 2 "
+                       r"allowed; that rank's warnings name each file \(replace or remove them, or raise the limit\)",
+                       out)
+    # The two workers share torchrun's stderr.
+    assert len(lines) == 2 and len(set(lines)) == 1 and out.count("error:") == 2, out[-3000:]
+    assert set(re.findall(r"exitcode\s*:\s*(-?\d+)", out)) == {"2"}, out[-3000:]
+    assert "crashed" not in out and "failed unexpectedly" not in out and "SIGTERM" not in out, out[-3000:]
+    assert [int(s) for s in re.findall(r"^step\s+(\d+) \|", out, re.M)] == list(range(1, trained + 1)), out[-3000:]
+    assert list_steps(tmp_path / "ck") == [trained]
+    assert "epoch 0 done" not in out, out[-3000:]  # nor an evaluation over too many stand-ins
+
+    for path in bad:  # replaced: the resume continues where every rank stopped
+        shutil.copy(next(p for p in Path(path).parent.iterdir() if str(p) not in bad), path)
+    rc, out = run(torchrun_args("trainer.vision", args), timeout=120)
+    assert rc == 0, out[-3000:]
+    assert [int(s) for s in RESUMED.findall(out)] == [trained]
+    assert starts(out) == [(2, 0, trained * 8, trained)]
+    assert summary(out)["steps"] == 12 and summary(out)["epochs_this_run"] == 2

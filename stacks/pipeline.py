@@ -33,7 +33,8 @@ from config.pipeline import PipelineSettings, lookup_role_name
 from stacks.pipeline_nag import apply_pipeline_nag
 from stacks.stage import TrainingClusterStage
 from stacks.validation import (
-    BUILD_IMAGE, RUNNER_TIMEOUT, pinned_requirement, validation_starter_role_name, validation_trigger_role_name,
+    BUILD_IMAGE, PYTHON_RUNTIME, RUNNER_TIMEOUT, pinned_requirement, validation_starter_role_name,
+    validation_trigger_role_name,
 )
 
 CDK = "node_modules/.bin/cdk"
@@ -109,7 +110,9 @@ class PipelineStack(cdk.Stack):
             docker_enabled_for_self_mutation=True,
             code_build_defaults=pipelines.CodeBuildOptions(
                 build_environment=codebuild.BuildEnvironment(build_image=BUILD_IMAGE,
-                                                             compute_type=codebuild.ComputeType.LARGE)),
+                                                             compute_type=codebuild.ComputeType.LARGE),
+                # Every step's Python by version, not the image's changing default (stacks/validation.py).
+                partial_build_spec=codebuild.BuildSpec.from_object({"phases": {"install": PYTHON_RUNTIME}})),
         )
         self.stages: dict[str, TrainingClusterStage] = {}
         for i, env in enumerate(settings.stages):

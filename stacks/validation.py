@@ -52,6 +52,11 @@ CHECK_TIMEOUT_S = 1800
 # GPU checks and NCCL tests run one after another, each bounded by CHECK_TIMEOUT_S.
 RUNNER_TIMEOUT = cdk.Duration.hours(3)
 BUILD_IMAGE = codebuild.LinuxBuildImage.STANDARD_7_0
+# The Python every CodeBuild project of ours runs: the image's default can change when a version
+# reaches its end of life (CodeBuild User Guide, "Available runtimes"), and `make install` calls
+# python3.11 by name. Ubuntu standard:7.0 offers it (aws/aws-codebuild-docker-images
+# ubuntu/standard/7.0/runtimes.yml; tests/stacks/test_pipeline.py says where).
+PYTHON_RUNTIME = {"runtime-versions": {"python": "3.11"}}
 
 
 def pinned_requirement(name: str) -> str:
@@ -78,7 +83,7 @@ def runner_buildspec(config: Environment) -> dict:
     return {
         "version": "0.2",
         "phases": {
-            "install": {"commands": [
+            "install": {**PYTHON_RUNTIME, "commands": [
                 f"curl -fsSLo /usr/local/bin/kubectl https://dl.k8s.io/release/{kubectl_version}/bin/linux/amd64/kubectl",
                 f'echo "{kubectl_sha256}  /usr/local/bin/kubectl" | sha256sum --check',
                 "chmod +x /usr/local/bin/kubectl",

@@ -89,6 +89,25 @@ def test_synth_step_installs_like_the_readme_runs_the_tests_then_synthesizes(bui
     assert commands.index("make test") < next(i for i, c in enumerate(commands) if " synth" in c)
 
 
+def test_every_codebuild_project_of_the_pipeline_runs_python_3_11_by_name(built):
+    """CodeBuild runs the image's default runtime unless the buildspec names one, and the default
+    "can change when a previously default version reaches end of life" (CodeBuild User Guide,
+    "Available runtimes", https://docs.aws.amazon.com/codebuild/latest/userguide/available-runtimes.html).
+    The Synth step's `make install` calls python3.11 by name, and the preflight step's pinned
+    packages are resolved for it. Ubuntu standard:7.0 offers `python: 3.11` (and makes it the
+    default today): aws/aws-codebuild-docker-images at 1590e487, ubuntu/standard/7.0/runtimes.yml
+    and Dockerfile:396,586."""
+    from stacks.validation import BUILD_IMAGE
+
+    _, template, _ = built
+    assert BUILD_IMAGE.image_id == "aws/codebuild/standard:7.0"
+    projects = resources(template, "AWS::CodeBuild::Project")
+    assert len(projects) >= 2 + 2 * len(PROMOTION)  # synth, self-mutation, a preflight and a validation each
+    for logical_id, project in projects.items():
+        spec = json.loads(project["Properties"]["Source"]["BuildSpec"])
+        assert spec["phases"]["install"]["runtime-versions"] == {"python": "3.11"}, logical_id
+
+
 def _requirement(name: str) -> str:
     for line in (Path(__file__).resolve().parents[2] / "requirements.txt").read_text().splitlines():
         if line.startswith(f"{name}=="):

@@ -101,6 +101,8 @@ def test_runner_runs_the_checks_and_a_failed_check_fails_its_build(dev, project)
     # The smoke run's image placeholder, resolved by CloudFormation to the asset `cdk deploy` pushed.
     image = json.dumps(env["TRAINER_IMAGE_CPU"])
     assert dev.stage.registry.trainer_images["cpu"].image_tag in image
+    # The Python it runs by version, as every pipeline step (tests/stacks/test_pipeline.py says why).
+    assert spec["phases"]["install"]["runtime-versions"] == {"python": "3.11"}
     install = spec["phases"]["install"]["commands"]
     # kubectl matching the cluster, checked against the digest of the binary the kubectl layer ships.
     assert any("dl.k8s.io/release/v1.35.2/bin/linux/amd64/kubectl" in c for c in install)

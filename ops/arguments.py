@@ -149,7 +149,12 @@ class ClusterOptions:
         """A kubernetes ApiClient for the core, apps and batch APIs (ops/kube.py: one-line errors)."""
         from ops import kube
 
-        return kube.api_client(self.kubeconfig, self.context)
+        return kube.api_client(self.kubeconfig, self.context, environment=self.cluster_environment())
+
+    def cluster_environment(self) -> Any:
+        """The environment whose cluster the context must point at (ops.kube.check_cluster), or None
+        for any cluster."""
+        return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,7 +171,8 @@ class KubeOptions(ClusterOptions):
         """The Kubeflow SDK's client for the namespace (ops/kube.py: bounded, one-line errors)."""
         from ops import kube
 
-        return kube.training_client(self.kubeconfig, self.context, self.namespace)
+        return kube.training_client(self.kubeconfig, self.context, self.namespace,
+                                    environment=self.cluster_environment())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,6 +189,12 @@ class RunsOptions(KubeOptions):
         parser.add_argument("--env", help="environment name in cdk.json context `environments`: needed for a "
                                           "trainingApi v2 environment's TrainJobs (default: PyTorchJobs)")
         parser.add_argument("--context-file", help="read environments from this file instead of cdk.json")
+
+    def cluster_environment(self) -> Any:
+        """With --env, the runs are that environment's: its cluster only."""
+        from ops.envconfig import load
+
+        return load(self.env, self.context_file) if self.env else None
 
     def trainjobs(self) -> Any:
         """ops.trainjobs.TrainJobs on the cluster when --env names a trainingApi v2 environment, else
@@ -243,6 +255,10 @@ class RunOptions(EnvOptions, KubeOptions):
         from config.overrides import help_lines
 
         return "--set keys (checked against the environment when the run is rendered):\n" + "\n".join(help_lines())
+
+    def cluster_environment(self) -> Any:
+        """The run is rendered for --env's cluster, so it is created there only."""
+        return self.environment()
 
     def launch(self, preset: str, *, name: str | None, resume: bool) -> int:
         """Print the run (--dry-run), or create it (resume=False) or resume or create it (resume=True)."""

@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from config import Environment
 from config.kubernetes import EFA_CHECK_FAILED, EFA_CHECK_PASSED, TRAINING_NAMESPACE
 from config.paths import PathProblem, exists, read_yaml
 from ops.errors import OpsError
@@ -22,20 +24,26 @@ _PHASES = ("Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed
 
 
 def training_client(kubeconfig: str | None = None, context: str | None = None,
-                    namespace: str = TRAINING_NAMESPACE) -> Any:
+                    namespace: str = TRAINING_NAMESPACE, environment: Environment | None = None) -> Any:
+    """With `environment` (the command's --env), the context must be that environment's cluster
+    (check_cluster)."""
     from kubeflow.training import TrainingClient
 
     check_kubeconfig(kubeconfig)
+    check_cluster(environment, kubeconfig, context)
     client = _from_kubeconfig(lambda: TrainingClient(config_file=kubeconfig, context=context, namespace=namespace),
                               kubeconfig)
     return guard(client)
 
 
-def api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
-    """A plain kubernetes ApiClient (for the core and apps APIs), with the same one-line errors."""
+def api_client(kubeconfig: str | None = None, context: str | None = None,
+               environment: Environment | None = None) -> Any:
+    """A plain kubernetes ApiClient (for the core and apps APIs), with the same one-line errors and
+    the same check of `environment`'s cluster."""
     from kubernetes.config import new_client_from_config
 
     check_kubeconfig(kubeconfig)
+    check_cluster(environment, kubeconfig, context)
     return guard(_from_kubeconfig(lambda: new_client_from_config(config_file=kubeconfig, context=context), kubeconfig))
 
 
@@ -64,6 +72,40 @@ def check_kubeconfig(kubeconfig: str | None, *, allow_empty: bool = False) -> No
             raise OpsError(f"{name}: {path} holds {len(documents)} YAML documents; a kubeconfig is one YAML mapping")
         if not isinstance(documents[0], dict):
             raise OpsError(f"{name}: {path} must hold a kubeconfig (a YAML mapping), got {type(documents[0]).__name__}")
+
+
+# The cluster entry `aws eks update-kubeconfig` (so `ops kubeconfig`) writes, and its context's
+# default name: the cluster's ARN.
+EKS_CLUSTER_ARN = re.compile(r"arn:aws[a-z-]*:eks:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):cluster/(?P<name>.+)")
+
+
+def check_cluster(environment: Environment | None, kubeconfig: str | None, context: str | None) -> None:
+    """With --env, a context (--context, else the current one) on the EKS cluster of another account,
+    region or name is refused before any request: the environment's run would be rendered for one
+    cluster and created on another, resuming from that cluster's checkpoints of the same preset.
+    The cluster is known offline only where the context names it by its EKS ARN, as the AWS CLI
+    writes it; a context whose cluster is named otherwise (an entry renamed by hand, a kind cluster)
+    is taken as it is. A kubeconfig the client cannot use is left to the client to report."""
+    if environment is None:
+        return
+    from kubernetes.config.config_exception import ConfigException
+    from kubernetes.config.kube_config import list_kube_config_contexts
+
+    try:
+        contexts, current = list_kube_config_contexts(kubeconfig)
+        chosen = context or current["name"]
+        [cluster] = [c["context"]["cluster"] for c in contexts if c["name"] == chosen]
+    except (ConfigException, OSError, TypeError, KeyError, AttributeError, ValueError, IndexError):
+        return
+    arn = EKS_CLUSTER_ARN.fullmatch(cluster) if isinstance(cluster, str) else None
+    if arn is None or (arn["account"], arn["region"], arn["name"]) == \
+            (environment.account, environment.region, environment.cluster_name):
+        return
+    chosen_by = "--context" if context else "the current context"
+    raise OpsError(f"--env {environment.name}: {chosen_by} {chosen!r} points at cluster {cluster}, not "
+                   f"{environment.name}'s cluster {environment.cluster_name} (account {environment.account}, "
+                   f"{environment.region}); run `python -m ops kubeconfig --env {environment.name}` or pass "
+                   f"--context of {environment.name}'s cluster")
 
 
 def _from_kubeconfig(make: Callable[[], Any], kubeconfig: str | None) -> Any:

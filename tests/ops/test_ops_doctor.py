@@ -386,7 +386,7 @@ def test_cli_prints_the_table_and_exits_1_on_a_failure(monkeypatch, capsys):
     routes = healthy_routes()
     routes[("GET", PVC)] = {"metadata": {"name": FSX_CLAIM_NAME}, "spec": {}, "status": {"phase": "Pending"}}
     client, _ = api(routes)
-    monkeypatch.setattr(kube, "api_client", lambda kubeconfig, context: client)
+    monkeypatch.setattr(kube, "api_client", lambda kubeconfig, context, **_: client)
     monkeypatch.setattr(images, "published_images", lambda env: (IMAGES, ""))
     monkeypatch.setattr(doctor, "run", functools.partial(doctor.run, now=NOW))
     assert cli.main(["doctor", "--env", "prod"]) == 1
@@ -399,7 +399,7 @@ def test_cli_prints_the_table_and_exits_1_on_a_failure(monkeypatch, capsys):
 
 def test_cli_json_output_and_exit_0_when_healthy(monkeypatch, capsys):
     client, _ = api(healthy_routes())
-    monkeypatch.setattr(kube, "api_client", lambda kubeconfig, context: client)
+    monkeypatch.setattr(kube, "api_client", lambda kubeconfig, context, **_: client)
     monkeypatch.setattr(images, "published_images", lambda env: (IMAGES, ""))
     monkeypatch.setattr(doctor, "run", functools.partial(doctor.run, now=NOW))
     assert cli.main(["doctor", "--env", "prod", "-o", "json"]) == 0

@@ -21,6 +21,7 @@ from ops import cli, kube
 from ops.errors import OpsError
 from kube_fakes import JOBS_PATH as JOBS, POLICIES_PATH as POLICIES
 from kube_fakes import FakeApiServer, created_jobs, jobs_and_their_policies, training_client_on
+from kube_http import RESOURCES, RecordingApiServer
 from ops_fakes import isolated_aws_env, run_ops
 
 
@@ -435,3 +436,88 @@ def test_expired_aws_credentials_behind_the_kubeconfig_are_one_line(tmp_path):
                            "An error occurred (ExpiredToken)")
     assert line.endswith("the AWS credentials have expired or are missing; refresh them (`aws sso login`, "
                          "or new keys) and retry")
+
+
+# ---- the environment's cluster ----------------------------------------------------------------
+
+DEV_ARN = "arn:aws:eks:us-west-2:111111111111:cluster/dev-training"
+PROD_ARN = "arn:aws:eks:us-east-1:222222222222:cluster/prod-training"
+
+
+@pytest.fixture
+def cluster():
+    """The recording API server over real HTTP, serving the kinds `start` creates."""
+    server = RecordingApiServer(resources={**RESOURCES, "networking.k8s.io/v1": {
+        "networkpolicies": ("NetworkPolicy", True)}})
+    yield server
+    server.close()
+
+
+def eks_kubeconfig(tmp_path, server, *clusters: str, current: str | None = None):
+    """A kubeconfig as `aws eks update-kubeconfig` writes it: cluster, user and context each named
+    by the cluster's ARN; every entry reaches `server`."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": current or clusters[0],
+        "clusters": [{"name": c, "cluster": {"server": server.url}} for c in clusters],
+        "users": [{"name": c, "user": {"token": "t"}} for c in clusters],
+        "contexts": [{"name": c, "context": {"cluster": c, "user": c}} for c in clusters]}))
+    return path
+
+
+def writes(server) -> list[str]:
+    return [f"{r.method} {r.path}" for r in server.requests if r.method != "GET"]
+
+
+@pytest.mark.parametrize("command", [
+    ["start", "cpu-ddp", "--image", IMAGE], ["submit", "--preset", "cpu-ddp", "--image", IMAGE], ["status"],
+    ["stop", "cpu-ddp"], ["delete", "cpu-ddp-0"], ["logs", "cpu-ddp-0"]], ids=lambda c: c[0])
+def test_a_command_for_one_environment_on_another_environments_cluster_is_refused_before_any_request(
+        command, cluster, tmp_path):
+    """prod's run, rendered for prod's node groups and image, was created on dev's cluster (whose
+    FSx holds dev's checkpoints of the same preset), and stop/delete acted on dev's runs."""
+    path = eks_kubeconfig(tmp_path, cluster, DEV_ARN)
+    result = run_ops([*command, "--env", "prod", "--kubeconfig", str(path)], isolated_aws_env(tmp_path))
+    assert result.returncode == 2 and result.stdout == "", result.stdout
+    [line] = result.stderr.splitlines()
+    assert line == (f"error: --env prod: the current context '{DEV_ARN}' points at cluster {DEV_ARN}, not prod's "
+                    "cluster prod-training (account 222222222222, us-east-1); run `python -m ops kubeconfig "
+                    "--env prod` or pass --context of prod's cluster")
+    assert cluster.requests == []
+
+
+@pytest.mark.parametrize("other", [
+    "arn:aws:eks:us-east-1:333333333333:cluster/prod-training", "arn:aws:eks:us-west-2:222222222222:cluster/prod-training",
+    "arn:aws:eks:us-east-1:222222222222:cluster/prod-training-2"], ids=["account", "region", "name"])
+def test_a_cluster_of_another_account_region_or_name_is_another_cluster(other, cluster, tmp_path):
+    path = eks_kubeconfig(tmp_path, cluster, PROD_ARN, other, current=PROD_ARN)
+    result = run_ops(["start", "cpu-ddp", "--image", IMAGE, "--env", "prod", "--kubeconfig", str(path),
+                      "--context", other], isolated_aws_env(tmp_path))
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"error: --env prod: --context '{other}' points at cluster {other}, not prod's cluster ")
+    assert writes(cluster) == []
+
+
+@pytest.mark.parametrize("current, context", [(DEV_ARN, PROD_ARN), (PROD_ARN, None)], ids=["--context", "current"])
+def test_a_context_on_the_environments_own_cluster_creates_the_run(current, context, cluster, tmp_path):
+    path = eks_kubeconfig(tmp_path, cluster, DEV_ARN, PROD_ARN, current=current)
+    result = run_ops(["start", "cpu-ddp", "--image", IMAGE, "--env", "prod", "--kubeconfig", str(path),
+                      *(["--context", context] if context else [])], isolated_aws_env(tmp_path))
+    assert "--env prod" not in result.stderr
+    assert "POST /apis/kubeflow.org/v1/namespaces/training/pytorchjobs" in writes(cluster)
+
+
+def test_a_cluster_not_named_by_an_eks_arn_is_taken_as_it_is(cluster, tmp_path):
+    """A kind cluster, or an entry renamed by hand: nothing says whose it is."""
+    result = run_ops(["start", "cpu-ddp", "--image", IMAGE, "--env", "prod",
+                      "--kubeconfig", str(cluster.kubeconfig(tmp_path / "kubeconfig"))], isolated_aws_env(tmp_path))
+    assert "--env prod" not in result.stderr
+    assert "POST /apis/kubeflow.org/v1/namespaces/training/pytorchjobs" in writes(cluster)
+
+
+def test_without_env_any_cluster_is_the_one_meant(cluster, tmp_path):
+    path = eks_kubeconfig(tmp_path, cluster, DEV_ARN)
+    result = run_ops(["status", "--kubeconfig", str(path)], isolated_aws_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert [r.path for r in cluster.requests] == ["/apis/kubeflow.org/v1/namespaces/training/pytorchjobs"]

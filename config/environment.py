@@ -43,6 +43,9 @@ RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
 # unless they exist.
 CONTAINER_INSIGHTS_LOG_GROUPS = ("application", "dataplane", "host", "performance")
 
+# An environment's EKS cluster is named <env>-training (Environment.cluster_name).
+CLUSTER_NAME_SUFFIX = "-training"
+
 # Addresses AWS keeps in every subnet.
 AWS_RESERVED_IPS_PER_SUBNET = 5
 PUBLIC_SUBNET_MASK = 24
@@ -170,7 +173,7 @@ class Environment:
     @property
     def cluster_name(self) -> str:
         """The EKS cluster's name, fixed so its log groups can be created before it."""
-        return f"{self.name}-training"
+        return f"{self.name}{CLUSTER_NAME_SUFFIX}"
 
     @property
     def control_plane_log_group_name(self) -> str:

@@ -133,6 +133,10 @@ class EnvOptions:
 
         return load(self.env, self.context_file)
 
+    def cluster_environment(self) -> Any:
+        """A command for one environment acts on that environment's cluster only (ops.kube.check_cluster)."""
+        return self.environment()
+
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterOptions:
@@ -255,10 +259,6 @@ class RunOptions(EnvOptions, KubeOptions):
         from config.overrides import help_lines
 
         return "--set keys (checked against the environment when the run is rendered):\n" + "\n".join(help_lines())
-
-    def cluster_environment(self) -> Any:
-        """The run is rendered for --env's cluster, so it is created there only."""
-        return self.environment()
 
     def launch(self, preset: str, *, name: str | None, resume: bool) -> int:
         """Print the run (--dry-run), or create it (resume=False) or resume or create it (resume=True)."""

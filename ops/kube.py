@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from config import Environment
+from config.environment import CLUSTER_NAME_SUFFIX
 from config.kubernetes import EFA_CHECK_FAILED, EFA_CHECK_PASSED, TRAINING_NAMESPACE
 from config.paths import PathProblem, exists, read_yaml
 from ops.errors import OpsError
@@ -85,7 +86,10 @@ def check_cluster(environment: Environment | None, kubeconfig: str | None, conte
     cluster and created on another, resuming from that cluster's checkpoints of the same preset.
     The cluster is known offline only where the context names it by its EKS ARN, as the AWS CLI
     writes it; a context whose cluster is named otherwise (an entry renamed by hand, a kind cluster)
-    is taken as it is. A kubeconfig the client cannot use is left to the client to report."""
+    is taken as it is. In the environment's own account and region, another name is refused where
+    it is one of ours (<env>-training: another environment's cluster); a cluster an earlier release
+    created under a generated name (ops/kubeconfig.py finds those by their stack tag) is taken as
+    it is. A kubeconfig the client cannot use is left to the client to report."""
     if environment is None:
         return
     from kubernetes.config.config_exception import ConfigException
@@ -98,8 +102,8 @@ def check_cluster(environment: Environment | None, kubeconfig: str | None, conte
     except (ConfigException, OSError, TypeError, KeyError, AttributeError, ValueError, IndexError):
         return
     arn = EKS_CLUSTER_ARN.fullmatch(cluster) if isinstance(cluster, str) else None
-    if arn is None or (arn["account"], arn["region"], arn["name"]) == \
-            (environment.account, environment.region, environment.cluster_name):
+    if arn is None or ((arn["account"], arn["region"]) == (environment.account, environment.region)
+                       and (arn["name"] == environment.cluster_name or not arn["name"].endswith(CLUSTER_NAME_SUFFIX))):
         return
     chosen_by = "--context" if context else "the current context"
     raise OpsError(f"--env {environment.name}: {chosen_by} {chosen!r} points at cluster {cluster}, not "

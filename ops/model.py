@@ -21,10 +21,11 @@ from ops.kube import api_call as _api
 TOKEN_LIMIT_BYTES = 4096  # Hugging Face tokens are tens of characters
 
 
-def api_client(kubeconfig: str | None, context: str | None) -> Any:
+def api_client(kubeconfig: str | None, context: str | None, environment: Any = None) -> Any:
+    """With `environment`, only a context on its cluster (ops.kube.check_cluster)."""
     from ops import kube
 
-    return kube.api_client(kubeconfig, context)
+    return kube.api_client(kubeconfig, context, environment=environment)
 
 
 def _created(fn: Callable[[], Any]) -> bool:

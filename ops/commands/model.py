@@ -29,6 +29,10 @@ class Options(KubeOptions):
     def environment(self):
         return EnvOptions(env=self.env, context_file=self.context_file).environment()
 
+    def cluster_environment(self):
+        """token and download write to --env's cluster (its Secret, its FSx): that cluster only."""
+        return self.environment() if self.env else None
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="subcommand", required=True, parser_class=type(parser))
@@ -64,13 +68,13 @@ def run(options: Options) -> int:
     if options.subcommand == "token":
         env = options.environment()
         token, source = model.read_token(options.from_env, options.from_file)
-        core = client.CoreV1Api(model.api_client(options.kubeconfig, options.context))
+        core = client.CoreV1Api(model.api_client(options.kubeconfig, options.context, options.cluster_environment()))
         done = model.put_token(core, options.namespace, token)
         print(f"{done} Secret {options.namespace}/{HF_TOKEN_SECRET} from {source} for {env.name}")
         return 0
     if options.subcommand == "download":
         return _download(options)
-    api = model.api_client(options.kubeconfig, options.context)
+    api = model.api_client(options.kubeconfig, options.context, options.cluster_environment())
     if options.subcommand == "status":
         print(model.render_status(model.status(client.BatchV1Api(api), options.namespace, options.name)))
     else:
@@ -88,7 +92,7 @@ def _download(options: Options) -> int:
     env = options.environment()
     download = ModelDownload.of(options.repo, options.name, options.revision)
     image = options.image or published_image(env, "cpu")
-    api = None if options.dry_run else model.api_client(options.kubeconfig, options.context)
+    api = None if options.dry_run else model.api_client(options.kubeconfig, options.context, options.cluster_environment())
     manifest = model_download_manifest(env, download, image=image)
     if options.dry_run:
         import yaml

@@ -486,9 +486,27 @@ def test_a_command_for_one_environment_on_another_environments_cluster_is_refuse
     assert cluster.requests == []
 
 
+@pytest.mark.parametrize("command, env_name, other_arn", [
+    (["data", "--source", "c4", "--image", IMAGE, "--no-follow"], "dev", PROD_ARN),
+    (["model", "token"], "prod", DEV_ARN),
+    (["model", "download", "--repo", "org/model", "--image", IMAGE], "prod", DEV_ARN)],
+    ids=["data", "model token", "model download"])
+def test_jobs_and_secrets_for_one_environment_are_not_written_to_another_environments_cluster(
+        command, env_name, other_arn, cluster, tmp_path):
+    """The data Job writes the cluster's FSx, the token Secret and the download Job its models: on
+    another environment's cluster they land in that environment's storage."""
+    path = eks_kubeconfig(tmp_path, cluster, other_arn)
+    result = run_ops([*command, "--env", env_name, "--kubeconfig", str(path)],
+                     {**isolated_aws_env(tmp_path), "HF_TOKEN": "hf_" + "x" * 34})
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"error: --env {env_name}: the current context '{other_arn}' points at cluster {other_arn}")
+    assert cluster.requests == []
+
+
 @pytest.mark.parametrize("other", [
     "arn:aws:eks:us-east-1:333333333333:cluster/prod-training", "arn:aws:eks:us-west-2:222222222222:cluster/prod-training",
-    "arn:aws:eks:us-east-1:222222222222:cluster/prod-training-2"], ids=["account", "region", "name"])
+    "arn:aws:eks:us-east-1:222222222222:cluster/staging-training"], ids=["account", "region", "name"])
 def test_a_cluster_of_another_account_region_or_name_is_another_cluster(other, cluster, tmp_path):
     path = eks_kubeconfig(tmp_path, cluster, PROD_ARN, other, current=PROD_ARN)
     result = run_ops(["start", "cpu-ddp", "--image", IMAGE, "--env", "prod", "--kubeconfig", str(path),
@@ -504,6 +522,18 @@ def test_a_context_on_the_environments_own_cluster_creates_the_run(current, cont
     path = eks_kubeconfig(tmp_path, cluster, DEV_ARN, PROD_ARN, current=current)
     result = run_ops(["start", "cpu-ddp", "--image", IMAGE, "--env", "prod", "--kubeconfig", str(path),
                       *(["--context", context] if context else [])], isolated_aws_env(tmp_path))
+    assert "--env prod" not in result.stderr
+    assert "POST /apis/kubeflow.org/v1/namespaces/training/pytorchjobs" in writes(cluster)
+
+
+def test_a_cluster_an_earlier_release_named_is_taken_as_the_environments(cluster, tmp_path):
+    """Clusters created before the stack named them <env>-training carry a generated name, which
+    ops/kubeconfig.py finds by its stack tag: in the environment's own account and region, a name
+    that is not one of ours is not another environment's cluster."""
+    legacy = "arn:aws:eks:us-east-1:222222222222:cluster/ClusterEB0386A7-1f2e3d4c5b6a"
+    path = eks_kubeconfig(tmp_path, cluster, legacy, current=legacy)
+    result = run_ops(["start", "cpu-ddp", "--image", IMAGE, "--env", "prod", "--kubeconfig", str(path)],
+                     isolated_aws_env(tmp_path))
     assert "--env prod" not in result.stderr
     assert "POST /apis/kubeflow.org/v1/namespaces/training/pytorchjobs" in writes(cluster)
 

@@ -32,7 +32,7 @@ JOB = "model-download-llama-2-7b-hf"
 def server(monkeypatch):
     fake = FakeApiServer()
     client = api_client_on(fake)
-    monkeypatch.setattr(model, "api_client", lambda kubeconfig, context: client)
+    monkeypatch.setattr(model, "api_client", lambda kubeconfig, context, environment=None: client)
     return fake
 
 

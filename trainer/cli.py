@@ -203,8 +203,43 @@ def _exit_status(main: Callable, exc: BaseException) -> int:
         if os.environ.get("LOCAL_RANK", "0") == "0":
             log(f"error: {exc}", sys.stderr)
         return exc.code
+    gone = peer_gone(exc)
+    if gone is not None:
+        # Not a crash of its own: the reason is in the log of the rank that stopped first, and a
+        # traceback here would bury it. No TORCHELASTIC_ERROR_FILE either, so torchrun's summary
+        # names that rank as the root cause. Exit 1 keeps it a failure torchrun restarts on.
+        rank = f"rank {os.environ['RANK']}" if "RANK" in os.environ else "this process"
+        log(f"error: {rank} stops: another rank of the run stopped first ({gone}); that rank's log says why",
+            sys.stderr)
+        return EXIT_CRASH
     report_crash(main, exc)  # a crash, not a user error: see report_crash
     return EXIT_CRASH
+
+
+# How a collective fails in a rank whose peer process went away, as torch 2.13 words it: gloo's TCP
+# pair raises "[.../gloo/transport/tcp/pair.cc:553] Connection closed by peer [addr]:port. This is
+# typically caused by a remote worker crashing..." (a RuntimeError; seen under torchrun when a peer
+# exits mid-step), or a read's or write's strerror. NCCL's wording is not matched: this torch build
+# has no NCCL to take it from, and an NCCL error (DistBackendError) also reports bugs such as
+# invalid usage, whose traceback must stay.
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+
+
+def peer_gone(exc: BaseException) -> str | None:
+    """'gloo: <words>' when `exc` is torch.distributed's error for a peer process that went away
+    (gloo's RuntimeError, or a DistError with the same words); None for anything else, a bug's
+    RuntimeError and an OSError of a socket of our own included."""
+    import torch.distributed
+
+    if not isinstance(exc, RuntimeError):
+        return None
+    text = str(exc)
+    if "gloo" not in text and not isinstance(exc, getattr(torch.distributed, "DistError", ())):
+        return None
+    words = next((words for words in PEER_GONE if words in text), None)
+    if words is None:
+        return None
+    return f"gloo: {words}" if "gloo" in text else words
 
 
 CRASH_MARKER = "----- {command} crashed: traceback follows -----"

@@ -39,8 +39,8 @@ from trainer.log import log
 from trainer.metrics import check_metrics_file
 from trainer.optim import build_sgd, image_learning_rate
 from trainer.preemption import Preemption
-from trainer.vision_data import (ElasticSampler, Progress, UnreadableImages, build_datasets, train_loader,
-                                 val_loader)
+from trainer.vision_data import (IN_A_ROW, ElasticSampler, FolderUnreadable, Progress, UnreadableImages,
+                                 build_datasets, train_loader, val_loader)
 from trainer.vision_decode import model_inputs
 from trainer.vision_input import check_decode, device_input
 from trainer.vision_metrics import VisionMetrics
@@ -85,6 +85,10 @@ def main(argv=None) -> int:
     rt = tdist.init(job.dist, checkpoint_group=bool(job.checkpoint.directory))
     try:
         return train(job, rt, train_set, val_set, classes, {**record, GLOBAL_BATCH: global_batch})
+    except FolderUnreadable:
+        raise UsageError("--data", f"{IN_A_ROW} files in a row of {job.data.source} could not be read (a volume "
+                                   f"gone or a wrong folder?); this rank's warnings name {IN_A_ROW - 1} of them"
+                         ) from None
     finally:
         tdist.shutdown()
 

@@ -207,9 +207,17 @@ class SeededAugmentation(Dataset):
             return self.dataset[key]  # Substitutes: the epoch is the one a bad file counts in
 
 
-# Files tried for one image before its error is raised: that many unreadable in a row is no longer
+# Files tried for one image before the rank stops: that many unreadable in a row is no longer
 # a few bad files but data that cannot be read (a volume gone, a wrong folder).
 IN_A_ROW = 16
+
+
+class FolderUnreadable(Exception):
+    """IN_A_ROW files in a row could not be read (the last one's error is its cause). Raised in a
+    loader process, it reaches the training process as its own type (torch re-raises a loader
+    process's exception as its type, built from one argument, the process's traceback as its text),
+    where trainer.vision turns it into the --data line; UsageError, which takes two, would come back
+    as a RuntimeError."""
 
 
 def unreadable_errors() -> tuple[type[BaseException], ...]:
@@ -302,7 +310,7 @@ class Substitutes(Dataset):
     """`dataset` where an image that cannot be read is replaced by the next readable one in the
     dataset's order, drawing the crop the bad one would have drawn: the same every time, so a
     resumed run sees what the first saw. Each is counted (UnreadableImages) and named on stderr;
-    after IN_A_ROW unreadable files in a row the error is raised. A GPU decoder's loader reads only
+    after IN_A_ROW unreadable files in a row FolderUnreadable is raised. A GPU decoder's loader reads only
     the file, its header and its end here (trainer.image_files.check_complete); a file that passes them
     and still fails to decode is replaced in the training process (vision_decode.stand_ins)."""
 
@@ -329,7 +337,11 @@ class Substitutes(Dataset):
             except errors as error:
                 torch.random.set_rng_state(draws)
                 self.unreadable.met(self.name(i), error, "the next image", epoch=epoch)
-        return self.dataset[(index + IN_A_ROW - 1) % len(self.dataset)]  # its error is raised
+        i = (index + IN_A_ROW - 1) % len(self.dataset)
+        try:
+            return self.dataset[i]
+        except errors as error:
+            raise FolderUnreadable(f"{self.name(i)}: {type(error).__name__}: {error}") from error
 
 
 def leave_sigterm_to_the_rank(worker_id: int) -> None:

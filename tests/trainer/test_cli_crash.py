@@ -87,3 +87,44 @@ def test_a_failed_distributed_worker_exits_without_destroying_what_its_failure_h
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == code, p.stdout + p.stderr
     assert "destructor entered" not in p.stdout
+
+
+GLOO_CLOSED = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+               "[127.0.0.1]:5317. This is typically caused by a remote worker crashing. Check the logs of the remote "
+               "worker before reporting an error. GLHF!")  # what torch 2.13's gloo raised in test_vision_faults
+
+
+@pytest.mark.parametrize("exc, words", [
+    (RuntimeError(GLOO_CLOSED), "gloo: Connection closed by peer"),
+    (RuntimeError("[../gloo/transport/tcp/pair.cc:598] Read error [10.0.0.2]:41234: Connection reset by peer"),
+     "gloo: Connection reset by peer"),
+])
+def test_a_collective_that_lost_its_peer_is_one_line_saying_another_rank_stopped_first(monkeypatch, capsys, exc,
+                                                                                         words):
+    """The rank whose peer stopped first printed a crash report for gloo's socket error, which buried
+    the peer's own line; now one line, exit 1 (torchrun restarts on it), and no error file, so that
+    torchrun's summary names the rank that stopped first."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
+
+    def main():
+        raise exc
+    with pytest.raises(SystemExit) as exit_:
+        run_main(main)
+    assert exit_.value.code == 1
+    assert capsys.readouterr().err == (f"error: rank 0 stops: another rank of the run stopped first ({words}); "
+                                       "that rank's log says why\n")
+
+
+@pytest.mark.parametrize("exc", [
+    RuntimeError("Connection closed by peer"),  # a bug's RuntimeError, not torch.distributed's
+    ConnectionResetError(104, "Connection reset by peer"),  # a socket of our own (S3, the hub)
+    RuntimeError("[../gloo/transport/tcp/pair.cc:446] op.preamble.length <= op.nbytes. 8 vs 4"),  # a bug in gloo use
+])
+def test_other_errors_that_name_a_peer_or_gloo_keep_their_traceback(capsys, exc):
+    def main():
+        raise exc
+    with pytest.raises(SystemExit) as exit_:
+        run_main(main)
+    assert exit_.value.code == 1
+    assert "traceback follows" in capsys.readouterr().err

@@ -269,9 +269,25 @@ def test_a_folder_that_cannot_be_read_at_all_raises_the_error_not_a_substitute(t
     for path, _ in train.samples:  # the volume is gone
         Path(path).unlink()
     unreadable = vision_data.UnreadableImages(limit=1000)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(vision_data.FolderUnreadable) as raised:
         vision_data.Substitutes(train, unreadable)[0]
+    assert isinstance(raised.value.__cause__, FileNotFoundError)
     assert unreadable.this_epoch() == vision_data.IN_A_ROW - 1
+
+
+def test_a_folder_that_cannot_be_read_at_all_reaches_the_training_process_as_itself_from_a_loader_process(tmp_path):
+    """trainer.vision turns FolderUnreadable into one line naming --data; raised in a loader
+    process, torch re-raises it in the training process, as its own type only where it can be
+    built from one argument (a UsageError would come back as a RuntimeError)."""
+    _folder_with_bad_files(tmp_path)
+    data = ImageDataConfig(source=str(tmp_path), image_size=16, workers=1)
+    train, _, _ = build_datasets(data, SyntheticImagesConfig(), seed=0)
+    for path, _ in train.samples:
+        Path(path).unlink()
+    loader = torch.utils.data.DataLoader(vision_data.Substitutes(train, vision_data.UnreadableImages(limit=1000)),
+                                         batch_size=2, num_workers=1)
+    with pytest.raises(vision_data.FolderUnreadable):
+        next(iter(loader))
 
 
 def _nested_folder(root: Path) -> Path:

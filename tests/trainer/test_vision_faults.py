@@ -235,3 +235,45 @@ def test_unreadable_images_past_the_limit_on_one_rank_stop_every_rank_with_the_s
     assert [int(s) for s in RESUMED.findall(out)] == [trained]
     assert starts(out) == [(2, 0, trained * 8, trained)]
     assert summary(out)["steps"] == 12 and summary(out)["epochs_this_run"] == 2
+
+
+def unreadable_in_a_row_on_rank_1(image_folder, root) -> None:
+    """A copy of `image_folder` in which IN_A_ROW training images in a row of the dataset's order
+    are not images, the first of them one that rank 1 of 2 trains on in epoch 0 (a global batch of
+    8, seed 0): only that rank meets a bad file with IN_A_ROW - 1 more after it; rank 0 reads a
+    few and uses their stand-ins."""
+    from config.workloads.vision import ImageDataConfig, SyntheticImagesConfig
+    from trainer.vision_data import IN_A_ROW, build_datasets
+
+    shutil.copytree(image_folder, root)
+    train, _, _ = build_datasets(ImageDataConfig(source=str(root), image_size=16), SyntheticImagesConfig(), seed=0)
+    order = torch.randperm(len(train), generator=torch.Generator().manual_seed(0)).tolist()
+    first = next(i for i in range(len(train) - IN_A_ROW + 1) if order.index(i) % 8 >= 4)
+    for path, _ in train.samples[first:first + IN_A_ROW]:
+        Path(path).write_bytes(b"<html>404 Not Found</html>" * 8)
+
+
+def test_a_rank_that_cannot_read_its_folder_stops_in_one_line_and_its_peer_in_one_line_naming_it(image_folder,
+                                                                                                    tmp_path):
+    """IN_A_ROW unreadable files in a row on rank 1: before, that rank crashed with the read error's
+    traceback (exit 1), and rank 0, whose collective lost its peer, crashed with gloo's ('Connection
+    closed by peer'), two crash reports hiding the reason. Now rank 1 names --data, the folder and
+    the files in a row (exit 2), and rank 0 says in one line that another rank stopped first
+    (exit 1, which torchrun restarts on)."""
+    from trainer.vision_data import IN_A_ROW
+
+    data = tmp_path / "data"
+    unreadable_in_a_row_on_rank_1(image_folder, data)
+    args = ["--data", str(data), "--image-size", "16", "--batch-size", "4", "--workers", "0", "--epochs", "1",
+            "--lr", "0.2", "--warmup-epochs", "0", "--log-every", "1", "--dist-timeout", "60"]
+    rc, out = run(torchrun_args("trainer.vision", args), timeout=120)
+    assert rc == TORCHRUN_FAILED, out[-3000:]
+    errors = sorted(line for line in out.splitlines() if line.startswith("error:"))
+    assert len(errors) == 2, out[-3000:]
+    assert errors[0] == (f"error: --data: {IN_A_ROW} files in a row of {data} could not be read (a volume gone or a "
+                         f"wrong folder?); this rank's warnings name {IN_A_ROW - 1} of them"), out[-3000:]
+    assert re.fullmatch(r"error: rank 0 stops: another rank of the run stopped first \(gloo: Connection (closed|reset) "
+                        r"by peer\); that rank's log says why", errors[1]), out[-3000:]
+    assert "traceback follows" not in out and "failed unexpectedly" not in out, out[-3000:]
+    assert dict(re.findall(r"^\s*rank\s*: (\d) .*\n\s*exitcode\s*: (-?\d+) ", out, re.M)) == {"0": "1", "1": "2"}, \
+        out[-3000:]

@@ -74,7 +74,8 @@ def _progress_class():
 def download(repo: str, revision: str, out: Path) -> dict:
     """Fetch `repo` at `revision` into `out`; returns the marker. Raises UsageError (exit 2) when
     access is refused or `out` holds something else."""
-    from huggingface_hub import HfApi, snapshot_download
+    import httpx2  # huggingface_hub's HTTP client
+    from huggingface_hub import HfApi, constants, snapshot_download
     from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
     done = completed(out)
@@ -102,6 +103,10 @@ def download(repo: str, revision: str, out: Path) -> dict:
     except HfHubHTTPError as err:
         status = err.response.status_code if err.response is not None else "?"
         raise SystemExit(f"error: the hub answered HTTP {status} for {repo}; a re-run resumes") from None
+    except httpx2.TransportError as err:  # no answer at all: refused, reset, timed out, a name that does not resolve
+        what = " ".join(f"{type(err).__name__}: {err}".split())
+        raise SystemExit(f"error: cannot reach the Hugging Face hub at {constants.ENDPOINT} ({what}); a re-run "
+                         "resumes") from None
     files = [p for p in staging.rglob("*") if p.is_file() and ".cache" not in p.relative_to(staging).parts]
     marker = {"repo": repo, "revision": revision, "commit": info.sha, "files": len(files),
               "bytes": sum(p.stat().st_size for p in files)}

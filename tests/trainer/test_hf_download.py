@@ -152,3 +152,19 @@ def test_a_transfer_cut_short_resumes_with_a_range_request_in_the_same_run(hub, 
     assert tree(out) == files
     assert hub.ranges == [("big.safetensors", f"bytes={DOWNLOAD_CHUNK_SIZE}-")]
     assert hub.gets("big.safetensors") == 2
+
+
+def test_a_hub_that_cannot_be_reached_is_one_line_naming_the_endpoint_and_exit_1(tmp_path):
+    """Before: a crash report (httpx's ConnectError traceback). Now one line naming the endpoint and
+    the error, exit 1 (a re-run may find the hub back), and nothing left in --out."""
+    import socket
+
+    with socket.socket() as closed:  # bound and not listening: a connection is refused at once
+        closed.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        out = tmp_path / "models" / "Tiny-2-hf"
+        refused = run(out, HF_ENDPOINT=endpoint)
+    assert refused.returncode == 1
+    assert refused.stderr.count("\n") == 1 and refused.stderr.startswith(
+        f"error: cannot reach the Hugging Face hub at {endpoint} (ConnectError: "), refused.stderr
+    assert "traceback" not in refused.stderr and not out.exists()

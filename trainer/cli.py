@@ -229,12 +229,13 @@ def peer_gone(exc: BaseException) -> str | None:
     """'gloo: <words>' when `exc` is torch.distributed's error for a peer process that went away
     (gloo's RuntimeError, or a DistError with the same words); None for anything else, a bug's
     RuntimeError and an OSError of a socket of our own included."""
-    import torch.distributed
-
-    if not isinstance(exc, RuntimeError):
+    # A process that never imported torch.distributed made no collective (and a crash report of a
+    # tool that never imported torch should not wait seconds for it).
+    distributed = sys.modules.get("torch.distributed")
+    if distributed is None or not isinstance(exc, RuntimeError):
         return None
     text = str(exc)
-    if "gloo" not in text and not isinstance(exc, getattr(torch.distributed, "DistError", ())):
+    if "gloo" not in text and not isinstance(exc, getattr(distributed, "DistError", ())):
         return None
     words = next((words for words in PEER_GONE if words in text), None)
     if words is None:

@@ -191,6 +191,9 @@ class RankBatches:
             rows = torch.stack([self.source.window(self.window(s), self.seq_len + 1) for s in samples])
             out.append((rows[:, :-1], rows[:, 1:]))  # inputs, and the next token of each as the label
         self.position += self.global_batch
+        if self.window_count is not None:  # an epoch training has left is not read again: free its order
+            current = self.position // self.window_count
+            self._orders = {e: order for e, order in self._orders.items() if e >= current}
         return out
 
     # A checkpoint holds the position (DCP's Stateful), so a resume on any world size, or with a

@@ -109,3 +109,5 @@ def test_looking_ahead_across_an_epoch_changes_neither_the_position_nor_the_batc
         assert ahead.check_ahead(range(3)) is False
         assert all(torch.equal(x, y) for a, p in zip(ahead.next_step(), plain.next_step()) for x, y in zip(a, p))
         assert ahead.position == plain.position
+        # 4 bytes a window each: an order is held only while training or the look-ahead is in its epoch.
+        assert min(ahead._orders) == ahead.position // 13 and len(ahead._orders) <= 2

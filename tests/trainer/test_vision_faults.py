@@ -223,7 +223,10 @@ def test_unreadable_images_past_the_limit_on_one_rank_stop_every_rank_with_the_s
     # The two workers share torchrun's stderr.
     assert len(lines) == 2 and len(set(lines)) == 1 and out.count("error:") == 2, out[-3000:]
     assert set(re.findall(r"exitcode\s*:\s*(-?\d+)", out)) == {"2"}, out[-3000:]
-    assert "crashed" not in out and "failed unexpectedly" not in out and "SIGTERM" not in out, out[-3000:]
+    # Not a preemption stop. torchrun's own "Sending process N closing signal SIGTERM" may appear: the
+    # ranks exit within moments of each other, and the agent signals whichever is still running.
+    assert "crashed" not in out and "failed unexpectedly" not in out and "SIGTERM: checkpoint" not in out, \
+        out[-3000:]
     assert [int(s) for s in re.findall(r"^step\s+(\d+) \|", out, re.M)] == list(range(1, trained + 1)), out[-3000:]
     assert list_steps(tmp_path / "ck") == [trained]
     assert "epoch 0 done" not in out, out[-3000:]  # nor an evaluation over too many stand-ins

@@ -99,10 +99,10 @@ VALIDATION_RUNNER_GROUP = "eks-distributed-training-validation-runner"
 
 # A training worker's exit statuses (trainer/cli.py). Only a run that reached its last step
 # exits 0: the Training Operator marks an elastic PyTorchJob Succeeded as soon as one worker
-# pod succeeds (tests/k8s/test_operator_exit_rule.py). torchrun, the container's command, exits
-# TORCHRUN_FAILED when a worker failed or it got SIGTERM itself (measured in
-# tests/trainer/test_preemption.py), so these reach the pod log and torchrun's failure report,
-# not the pod's status.
+# pod succeeds (tests/k8s/test_operator_exit_rule.py). torchrun exits TORCHRUN_FAILED when a
+# worker failed or it got SIGTERM itself (measured in tests/trainer/test_preemption.py); the
+# container's command, trainer.launch, runs it and exits with the workers' status instead
+# (trainer.launch.pod_exit_status), so the pod's status tells PERMANENT_EXITS from the rest.
 TORCHRUN_FAILED = 1
 EXIT_CRASH = 1  # an unexpected exception (trainer.cli.report_crash): retryable, like any failure
 # Bad input, or a refusal (another run's lease on the checkpoint directory): every command line of
@@ -113,6 +113,11 @@ EXIT_CHECKPOINTS_UNLOADABLE = 65  # sysexits.h EX_DATAERR: checkpoints exist and
 EXIT_CHECKPOINT_READ_FAILED = 75  # sysexits.h EX_TEMPFAIL: a load failed for a reason not of the checkpoint's own
 EXIT_NOT_ON_EFA = 78  # sysexits.h EX_CONFIG: NCCL is not on the EFA network the job was promised
 EXIT_PREEMPTED = 143  # 128 + SIGTERM: stopped before the last step, after a checkpoint; resume it
+# The statuses every restart would repeat: the same arguments and data, or the other run's lease
+# (a usage error; a final save refused by the lease's new owner), and checkpoints none of which
+# loads (every attempt finds the same ones). A pod that exits with one ends its job at once
+# instead of spending the job's restarts (k8s/pods/trainjob.py).
+PERMANENT_EXITS = (EXIT_USAGE, EXIT_CHECKPOINTS_UNLOADABLE)
 
 # The run's own id, for the trainer's lease on its checkpoint folder (trainer/lease.py), where the
 # rendezvous id changes between attempts of one run: a TrainJob's (k8s/pods/trainjob.py).

@@ -80,9 +80,10 @@ class JobPreset:
         return [a.replace("{checkpoint_root}", root) for a in self.workload.argv(self.job_dir(root))]
 
     def command(self, checkpoint_root: str = CLUSTER_CHECKPOINT_ROOT) -> list[str]:
-        """The container command: torchrun reads nodes, processes and rendezvous from the PET_*
+        """The container command: torchrun (run by trainer.launch, which exits with the workers'
+        status rather than torchrun's 1) reads nodes, processes and rendezvous from the PET_*
         variables the Training Operator sets, so only the workload is spelled out here."""
-        return ["torchrun", "--module", self.module, *self.workload_args(checkpoint_root)]
+        return ["python", "-m", "trainer.launch", "--module", self.module, *self.workload_args(checkpoint_root)]
 
 
 def fitting_checkpointing(model: str, nodegroup: str, nodes: int, *, batch_size: int, seq_len: int,

@@ -133,9 +133,9 @@ def etcd_server(binary: str, timeout_s: float = 30.0):
 
 
 def torchrun_command(preset: JobPreset, checkpoint_root: str) -> list[str]:
-    """The preset's container command, run by this Python; the topology comes from torchrun_env."""
-    return [sys.executable, "-m", "torch.distributed.run", "--module", preset.module,
-            *preset.workload_args(checkpoint_root=checkpoint_root)]
+    """The preset's container command (trainer.launch running torchrun), run by this Python; the
+    topology comes from torchrun_env."""
+    return [sys.executable, *preset.command(checkpoint_root)[1:]]
 
 
 def torchrun_env(preset: JobPreset, endpoint: str, run_id: str) -> dict[str, str]:
@@ -158,8 +158,8 @@ def run_job(preset: JobPreset, endpoint: str, checkpoint_root: str,
             timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[int, dict | None, float]:
     argv = torchrun_command(preset, checkpoint_root)
     topology = torchrun_env(preset, endpoint, f"local-{preset.name}-{uuid.uuid4().hex[:8]}")
-    # argv is [python, -m, torch.distributed.run, ...]
-    print("$ " + " ".join([*(f"{k}={v}" for k, v in topology.items()), *argv[2:]]), flush=True)
+    # argv is [this python, -m, trainer.launch, ...]: shown as the pod's command
+    print("$ " + " ".join([*(f"{k}={v}" for k, v in topology.items()), "python", *argv[1:]]), flush=True)
     env = {**child_env(), **topology}
     summary, t0 = None, time.monotonic()
     job = proc.start(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -21,7 +21,7 @@ def test_cluster_and_local_commands_differ_only_in_checkpoint_root():
 
 def test_command_runs_the_preset_module_under_torchrun():
     command = get_preset("llm-tiny").command()
-    assert command[:3] == ["torchrun", "--module", "trainer.llm"]
+    assert command[:5] == ["python", "-m", "trainer.launch", "--module", "trainer.llm"]
     assert "{checkpoint_root}" not in " ".join(command)
 
 

@@ -35,7 +35,7 @@ def test_the_local_command_is_the_preset_command_and_the_topology_the_pet_variab
 
     preset = PRESETS["cpu-ddp"]
     argv = local.torchrun_command(preset, "/tmp/ck")
-    assert argv[2:] == ["torch.distributed.run", *preset.command("/tmp/ck")[1:]]  # the pods' command, unchanged
+    assert argv == [sys.executable, *preset.command("/tmp/ck")[1:]]  # the pods' command, unchanged
     env = local.torchrun_env(preset, "127.0.0.1:2379", "run-1")
     # Every variable a TrainJob's pod gets (Trainer's five, our runtime's four), nothing else.
     assert set(env) == set(TRAINER_INJECTED) | set(RENDEZVOUS)

@@ -21,10 +21,11 @@ the kubelet restarts a container that exits non-zero under restartPolicy OnFailu
 Running); a pod whose containers have all terminated and will not restart is Succeeded when all
 exited 0, else Failed. A pod being deleted (drained, preempted) restarts nothing.
 
-The pod's exit code is torchrun's, the container's command: 0 when every worker exited 0, else
-TORCHRUN_FAILED, also when torchrun itself got SIGTERM (tests/trainer/test_preemption.py measures
-both agents of a preempted two-pod job). With restarts left, torchrun restarts a failed worker
-in the pod instead of exiting.
+torchrun exits 0 when every worker exited 0, else TORCHRUN_FAILED, also when it got SIGTERM
+itself (tests/trainer/test_preemption.py measures both agents of a preempted two-pod job). With
+restarts left, torchrun restarts a failed worker in the pod instead of exiting. The model below is
+of torchrun's status; the container's command, trainer.launch, passes the workers' permanent
+statuses and 143 through instead (tests/trainer/test_launch.py), which OnFailure retries alike.
 """
 
 from __future__ import annotations

@@ -149,7 +149,7 @@ def test_imagenet_jobs_request_what_the_llm_jobs_on_p4d_request_and_run_elastic_
     # The preset's range is 1..3 nodes; dev's p4d group holds 2, so the job grows to 2 there.
     assert (ep["rdzvBackend"], ep["minReplicas"], ep["maxReplicas"]) == ("etcd-v2", 1, 2)
     assert _worker(vision)["replicas"] == 2
-    assert _container(vision)["command"][:3] == ["torchrun", "--module", "trainer.vision"]
+    assert _container(vision)["command"][:5] == ["python", "-m", "trainer.launch", "--module", "trainer.vision"]
 
 
 def test_an_explicit_node_range_past_the_node_group_is_still_an_error(dev):

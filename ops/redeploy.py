@@ -34,6 +34,7 @@ compare it with the configuration:
   createOnlyProperties). CloudFormation creates the replacement before it deletes the old entry,
   which still holds the principal, and EKS allows one entry per principal (ResourceInUseException):
   the Cluster stack fails and rolls back. Read from the Cluster stack's deployed template.
+- A GPU node group this deploy rolls or replaces while it has nodes: ops/redeploy_nodegroups.py.
 Nothing deployed yet (a first deploy) passes. The throughput per TiB, like the rest of the file
 system's settings we change, is updated in place (LustreConfiguration: "Update requires: No interruption").
 """
@@ -49,6 +50,7 @@ from config import Environment
 from config.environment import ADMIN_ENTRY, DEPLOYER_ENTRY, FSX_DEPLOYMENT_TYPE
 from config.outputs import (CLUSTER_STACK_ID, FSX_FILE_SYSTEM_ID_OUTPUT, NETWORK_STACK_ID, STORAGE_STACK_ID, VPC_ID_OUTPUT,
                             stack_name)
+from ops import redeploy_nodegroups
 from ops.aws import AwsClients, api_failure_types, error_code, explain
 from ops.checks import FAIL, PASS, WARN, Check
 from ops.errors import OpsError
@@ -76,13 +78,14 @@ _ACCESS_ENTRY_ID = re.compile(rf"Cluster({ADMIN_ENTRY}\d+|{DEPLOYER_ENTRY})[0-9A
 
 def steps(env: Environment, aws: AwsClients, abandon: str | None = None, *,
           pipeline: bool = False) -> list[tuple[str, Callable[[], Iterable[Check]]]]:
-    """Preflight's steps (ops/preflight.py guarded) for the five rows; `abandon` is the file system
+    """Preflight's steps (ops/preflight.py guarded) for the six rows; `abandon` is the file system
     the user lets this deploy replace, or None; `pipeline`: the pipeline's preflight step runs them."""
     return [
         (FILE_SYSTEM_ROW, lambda: file_system_rows(env, aws, abandon, pipeline=pipeline)),
         (KUBERNETES_ROW, lambda: [kubernetes_row(env, aws.eks)]),
         (VPC_ROW, lambda: [vpc_row(env, aws)]),
         (ADMINS_ROW, lambda: [admin_entries_row(env, aws.cloudformation)]),
+        (redeploy_nodegroups.ROW, lambda: [redeploy_nodegroups.nodegroup_row(env, aws)]),
     ]
 
 

@@ -71,7 +71,7 @@ def deploy_storage_stack(endpoint: str, name: str, fs: str, backup_id: str | Non
     cloudformation.create_stack(StackName=name, TemplateBody=json.dumps(template))
 
 
-def judged(env, aws_clients, abandon: str | None = None, *, count: int = 5) -> dict:
+def judged(env, aws_clients, abandon: str | None = None, *, count: int = 6) -> dict:
     rows = guarded(redeploy.steps(env, aws_clients, abandon))
     assert len({r.name for r in rows}) == len(rows) == count, rows
     for row in rows:

@@ -1,0 +1,193 @@
+"""preflight names each GPU node group the deploy would roll or replace (ops/redeploy_nodegroups.py),
+judged by whether the live group has nodes. On a moto server: prod deployed as a deploy leaves it
+(test_ops_preflight_redeploy.deploy), its Cluster stack's template reduced to the GPU node groups and
+their launch templates as tests/stacks/test_nodegroup_rolls.py holds a synth to, and the live node
+groups with their labels and desired sizes."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+
+from cdk_constructs.node_user_data import node_user_data
+from config.instance_types import INSTANCE_TYPES
+from config.kubernetes import GPU_LABEL, NODEGROUP_LABEL
+from ops import redeploy, redeploy_nodegroups
+from ops.checks import FAIL, PASS, WARN
+from test_ops_preflight_redeploy import REGION, deploy, judged, prod
+
+ROW = redeploy_nodegroups.ROW
+RESERVATION = "cr-0123456789abcdef0"  # prod's p5 in cdk.json
+OTHER = "cr-0aaaaaaaaaaaaaaaa"
+BLOCK = "cr-0fedcba9876543210"
+
+
+@pytest.fixture(scope="module")
+def moto_clients(moto_endpoint):
+    from ops.aws import clients
+
+    return clients(REGION)
+
+
+def gpu_group(name: str, instance_type: str = "p5.48xlarge", *, reservation: str | None = RESERVATION,
+              block: bool = False, placement: bool | None = None, instance_types: bool = False,
+              nodes: int | None = 0) -> dict:
+    """One deployed GPU group: how the template holds it, and `nodes` its live desired size (None: no
+    live node group)."""
+    itype = INSTANCE_TYPES[instance_type]
+    placement = itype.supports_efa and not reservation if placement is None else placement
+    data = {"InstanceType": instance_type,
+            "NetworkInterfaces": [{"NetworkCardIndex": i.network_card_index, "DeviceIndex": i.device_index,
+                                   "InterfaceType": i.interface_type, "DeleteOnTermination": True,
+                                   "Groups": ["sg-0123456789abcdef0"]}
+                                  for i in itype.network_interfaces()],
+            "MetadataOptions": {"HttpTokens": "required"}}
+    if reservation:
+        data["CapacityReservationSpecification"] = {"CapacityReservationTarget": {"CapacityReservationId": reservation}}
+    if block:
+        data["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
+    if placement:
+        data["Placement"] = {"GroupName": f"prod-Cluster-Gpu{name}PlacementGroup"}
+    user_data = node_user_data(itype)
+    if user_data:
+        data["UserData"] = {"Fn::Base64": user_data}
+    nodegroup = {"AmiType": "AL2023_x86_64_NVIDIA", "CapacityType": "CAPACITY_BLOCK" if block else "ON_DEMAND",
+                 "Labels": {NODEGROUP_LABEL: name, GPU_LABEL: "true"},
+                 "LaunchTemplate": {"Id": {"Ref": f"Gpu{name}GroupLaunchTemplate"},
+                                    "Version": {"Fn::GetAtt": [f"Gpu{name}GroupLaunchTemplate", "LatestVersionNumber"]}}}
+    if instance_types:
+        nodegroup["InstanceTypes"] = [instance_type]
+    return {"name": name, "nodes": nodes, "resources": {
+        f"Gpu{name}GroupLaunchTemplate": {"Type": "AWS::EC2::LaunchTemplate",
+                                          "Properties": {"LaunchTemplateData": data}},
+        f"Gpu{name}GroupNodegroupABCDEF12": {"Type": "AWS::EKS::Nodegroup", "Properties": nodegroup}}}
+
+
+def deploy_groups(endpoint: str, env, *groups: dict) -> str:
+    """`env` deployed (deploy), with a Cluster stack holding `groups` and their live node groups.
+    The file system's id."""
+    fs = deploy(endpoint, env)
+    resources = {k: v for g in groups for k, v in g["resources"].items()}
+    kw = dict(region_name=REGION, endpoint_url=endpoint)
+    boto3.client("cloudformation", **kw).create_stack(StackName="prod-Cluster",
+                                                      TemplateBody=json.dumps({"Resources": resources}))
+    eks = boto3.client("eks", **kw)
+    for g in groups:
+        if g["nodes"] is None:
+            continue
+        eks.create_nodegroup(clusterName=env.cluster_name, nodegroupName=f"Gpu{g['name']}-generated",
+                             nodeRole=f"arn:aws:iam::{env.account}:role/node", subnets=["subnet-00000000"],
+                             labels={NODEGROUP_LABEL: g["name"], GPU_LABEL: "true"},
+                             scalingConfig={"minSize": 0, "maxSize": 16, "desiredSize": g["nodes"]})
+    return fs
+
+
+def p5(**capacity_and_type) -> list[dict]:
+    """prod's gpuNodegroups with its p5 group changed."""
+    group = {"name": "p5", "instanceType": "p5.48xlarge", "minSize": 0, "maxSize": 16, "desiredSize": 0,
+             "capacity": {"type": "reserved", "reservationId": RESERVATION}}
+    return [{**group, **capacity_and_type}]
+
+
+def test_an_unchanged_configuration_rolls_and_replaces_no_group(aws, moto_endpoint, moto_clients, tmp_path):
+    env = prod(tmp_path)
+    deploy_groups(moto_endpoint, env, gpu_group("p5", nodes=4))
+    rows = judged(env, moto_clients)
+    assert {r.status for r in rows.values()} == {PASS}, rows
+    assert "no GPU node group is rolled or replaced (1 deployed, prod-Cluster)" in rows[ROW].reason
+
+
+def test_the_first_deploy_passes_saying_it_creates_the_groups(aws, moto_clients, tmp_path):
+    row = judged(prod(tmp_path), moto_clients)[ROW]
+    assert row.status == PASS and "no prod-Cluster stack yet: the deploy creates 1 GPU node groups" in row.reason
+
+
+def test_a_new_instance_type_under_running_nodes_warns_that_the_group_rolls(aws, moto_endpoint, moto_clients,
+                                                                           tmp_path):
+    deploy_groups(moto_endpoint, prod(tmp_path), gpu_group("p5", nodes=4))
+    rows = judged(prod(tmp_path, gpuNodegroups=p5(instanceType="p5en.48xlarge")), moto_clients)
+    assert [n for n, r in rows.items() if r.status != PASS] == [ROW], rows
+    row = rows[ROW]
+    assert row.status == WARN
+    for words in ("rolls p5 (instanceType p5en.48xlarge, deployed p5.48xlarge", "which has 4 nodes",
+                  "one node at a time", "managed-node-update-behavior.html", "aws-resource-ec2-launchtemplate.html",
+                  "last checkpoint"):
+        assert words in row.reason, row.reason
+
+
+def test_a_roll_of_a_group_at_desired_size_0_passes_naming_it(aws, moto_endpoint, moto_clients, tmp_path):
+    deploy_groups(moto_endpoint, prod(tmp_path), gpu_group("p5", nodes=0))
+    row = judged(prod(tmp_path, gpuNodegroups=p5(instanceType="p5en.48xlarge")), moto_clients)[ROW]
+    assert row.status == PASS and "rolls p5 (instanceType p5en.48xlarge" in row.reason, row.reason
+    assert "at desired size 0" in row.reason and "no run loses work" in row.reason, row.reason
+
+
+def test_another_reservation_rolls_the_group(aws, moto_endpoint, moto_clients, tmp_path):
+    deploy_groups(moto_endpoint, prod(tmp_path), gpu_group("p5", nodes=2))
+    row = judged(prod(tmp_path, gpuNodegroups=p5(capacity={"type": "reserved", "reservationId": OTHER})),
+                 moto_clients)[ROW]
+    assert row.status == WARN, row.reason
+    assert f"rolls p5 (capacity.reservationId {OTHER}, deployed {RESERVATION})" in row.reason, row.reason
+
+
+def test_a_reserved_group_made_a_capacity_block_group_under_running_nodes_fails(aws, moto_endpoint, moto_clients,
+                                                                                 tmp_path):
+    deploy_groups(moto_endpoint, prod(tmp_path), gpu_group("p5", nodes=4))
+    env = prod(tmp_path, gpuNodegroups=p5(capacity={"type": "capacityBlock", "reservationId": BLOCK}))
+    row = judged(env, moto_clients)[ROW]
+    assert row.status == FAIL
+    for words in ("replaces p5 (capacity.type makes CapacityType CAPACITY_BLOCK, deployed ON_DEMAND)",
+                  "which has 4 nodes", "aws-resource-eks-nodegroup.html", "Update requires: Replacement",
+                  "must be at desired size 0 first", "update-nodegroup-config"):
+        assert words in row.reason, row.reason
+
+
+def test_a_renamed_reserved_group_under_running_nodes_fails_saying_it_is_deleted(aws, moto_endpoint, moto_clients,
+                                                                                 tmp_path):
+    deploy_groups(moto_endpoint, prod(tmp_path), gpu_group("p5", nodes=4))
+    row = judged(prod(tmp_path, gpuNodegroups=p5(name="p5-reserved")), moto_clients)[ROW]
+    assert row.status == FAIL
+    assert "gpuNodegroups has no group p5 (renamed or removed): the group is deleted" in row.reason, row.reason
+
+
+def test_a_capacity_block_group_rolled_while_it_has_nodes_fails_citing_the_desired_size_rule(aws, moto_endpoint,
+                                                                                             moto_clients, tmp_path):
+    block = p5(capacity={"type": "capacityBlock", "reservationId": BLOCK})
+    deploy_groups(moto_endpoint, prod(tmp_path, gpuNodegroups=block),
+                  gpu_group("p5", reservation=BLOCK, block=True, nodes=2))
+    other = "cr-0bbbbbbbbbbbbbbbb"
+    row = judged(prod(tmp_path, gpuNodegroups=p5(capacity={"type": "capacityBlock", "reservationId": other})),
+                 moto_clients)[ROW]
+    assert row.status == FAIL
+    for words in (f"rolls p5 (capacity.reservationId {other}, deployed {BLOCK})", "capacity-blocks-mng.html",
+                  "python -m ops capacity-block scale-to-zero --env prod --group GROUP"):
+        assert words in row.reason, row.reason
+
+
+def test_an_on_demand_group_replaced_under_running_nodes_warns(aws, moto_endpoint, moto_clients, tmp_path):
+    """A release before this one set InstanceTypes on the group; moving it to the launch template is
+    a replacement (README, "What replaces GPU nodes")."""
+    on_demand = p5(capacity={"type": "onDemand"})
+    deploy_groups(moto_endpoint, prod(tmp_path, gpuNodegroups=on_demand),
+                  gpu_group("p5", reservation=None, instance_types=True, nodes=2))
+    row = judged(prod(tmp_path, gpuNodegroups=on_demand), moto_clients)[ROW]
+    assert row.status == WARN
+    assert "replaces p5 (InstanceTypes leaves the node group for its launch template" in row.reason, row.reason
+
+
+def test_a_group_whose_nodes_cannot_be_counted_is_judged_as_running(aws, moto_endpoint, moto_clients, tmp_path):
+    deploy_groups(moto_endpoint, prod(tmp_path), gpu_group("p5", nodes=None))
+    row = judged(prod(tmp_path, gpuNodegroups=p5(capacity={"type": "capacityBlock", "reservationId": BLOCK})),
+                 moto_clients)[ROW]
+    assert row.status == FAIL and "whose nodes could not be counted" in row.reason, row.reason
+
+
+def test_moving_the_training_zone_replaces_the_groups_too(aws, moto_endpoint, moto_clients, tmp_path):
+    deploy_groups(moto_endpoint, prod(tmp_path, trainingAvailabilityZone="us-east-1b"), gpu_group("p5", nodes=2))
+    rows = judged(prod(tmp_path), moto_clients)
+    assert rows[redeploy.FILE_SYSTEM_ROW].status == FAIL
+    row = rows[ROW]
+    assert row.status == FAIL
+    assert "replaces p5 (Subnets: trainingAvailabilityZone us-east-1a, deployed us-east-1b)" in row.reason, row.reason

@@ -21,7 +21,10 @@ that failed makes its Job fail at once (`backoffLimit: 0`), and the JobSet recre
 (`BlockingRecreate`: no new pod until every old one is gone, so no rank of the old attempt still
 writes a checkpoint the new one loads), up to `maxRestarts` times. A pod that failed because it
 was evicted, drained or preempted (condition DisruptionTarget) fails its Job with reason
-PodFailurePolicy, which restarts the JobSet without counting. Success needs every index of the
+PodFailurePolicy, which restarts the JobSet without counting. A pod whose status is permanent (a
+usage error, bad data, a final save refused by another run's lease, checkpoints none of which
+loads: every attempt would repeat it) fails the Job by the second podFailurePolicy rule, and the
+JobSet with it, instead of spending maxRestarts. Success needs every index of the
 Job to complete (JobSet's default success policy, stated), so one rank exiting 0 early never
 marks the run Succeeded. Every attempt runs the same command, which resumes from the newest
 checkpoint in the preset's folder.
@@ -33,7 +36,7 @@ import copy
 from dataclasses import replace
 
 from config.environment import Environment
-from config.kubernetes import JOBSET_NAME_LABEL, LABEL_PREFIX, RUN_ID_ENV, TRAINING_NAMESPACE
+from config.kubernetes import JOBSET_NAME_LABEL, LABEL_PREFIX, PERMANENT_EXITS, RUN_ID_ENV, TRAINING_NAMESPACE
 from config.kubernetes import JOBSET_RESTART_ATTEMPT_LABEL as RESTART_ATTEMPT_LABEL
 from config.presets import CLUSTER_CHECKPOINT_ROOT, get_preset
 from k8s.pods.kueue_queues import queue_labels
@@ -56,6 +59,20 @@ FRAMEWORK_LABEL = f"{GROUP}/framework"
 RESTART_ATTEMPT_ENV = "JOBSET_RESTART_ATTEMPT"
 # The Job failure reason a podFailurePolicy FailJob rule gives (batch/v1 JobFailed reasons).
 POD_FAILURE_POLICY = "PodFailurePolicy"
+# The Job's podFailurePolicy, in order (the Job controller applies the first rule that matches): an
+# evicted, drained or preempted pod, whatever its status; then a status every restart would repeat
+# (trainer.launch gives the pod a worker's permanent status, config.kubernetes.PERMANENT_EXITS).
+POD_FAILURE_RULES = [
+    {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+    {"action": "FailJob", "onExitCodes": {"containerName": NODE, "operator": "In", "values": list(PERMANENT_EXITS)}},
+]
+PERMANENT_RULE_INDEX = 1
+# Both rules fail the Job with the same reason; the Job controller's message names the rule's index,
+# "Container node for pod NS/NAME failed with exit code 2 matching FailJob rule at index 1" (Kubernetes,
+# "Handling retriable and non-retriable pod failures with Pod failure policy",
+# https://kubernetes.io/docs/tasks/job/pod-failure-policy/), and a JobSet rule may match the message
+# with an RE2 pattern (JobSet v0.12.0 FailurePolicyRule.onJobFailureMessagePatterns).
+PERMANENT_FAILURE_MESSAGE = rf"matching FailJob rule at index {PERMANENT_RULE_INDEX}$"
 
 
 def rendezvous_endpoint(spec: JobSpec) -> str:
@@ -106,7 +123,12 @@ def runtime_manifest(config: Environment, spec: JobSpec) -> dict:
                 "failurePolicy": {
                     "maxRestarts": spec.max_restarts,
                     "restartStrategy": "BlockingRecreate",
-                    "rules": [{"name": "disruption", "action": "RestartJobSetAndIgnoreMaxRestarts",
+                    # JobSet applies the first rule that matches; a failure no rule names restarts
+                    # the JobSet and counts against maxRestarts (a crash, BackoffLimitExceeded).
+                    "rules": [{"name": "permanent", "action": "FailJobSet",
+                               "onJobFailureReasons": [POD_FAILURE_POLICY],
+                               "onJobFailureMessagePatterns": [PERMANENT_FAILURE_MESSAGE]},
+                              {"name": "disruption", "action": "RestartJobSetAndIgnoreMaxRestarts",
                                "onJobFailureReasons": [POD_FAILURE_POLICY]}],
                 },
                 "replicatedJobs": [{
@@ -118,9 +140,7 @@ def runtime_manifest(config: Environment, spec: JobSpec) -> dict:
                             "completionMode": "Indexed",
                             "backoffLimit": 0,
                             "podReplacementPolicy": "Failed",  # the only value podFailurePolicy allows
-                            "podFailurePolicy": {"rules": [{
-                                "action": "FailJob",
-                                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
+                            "podFailurePolicy": {"rules": copy.deepcopy(POD_FAILURE_RULES)},
                             "template": template,
                         },
                     },

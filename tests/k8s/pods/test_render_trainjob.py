@@ -149,18 +149,69 @@ def test_the_jobset_policies_give_the_stated_fault_semantics(runs):
         # Success only when every index completes: one rank exiting 0 early never marks the run done.
         assert spec["successPolicy"] == {"operator": "All"} and job_spec["completionMode"] == "Indexed"
         assert job_spec["template"]["spec"]["restartPolicy"] == "Never" and job_spec["backoffLimit"] == 0
-        # Evicted, drained, preempted: the Job fails with reason PodFailurePolicy ...
+        # Evicted, drained, preempted: the Job fails with reason PodFailurePolicy by rule 0; a
+        # permanent status of the trainer container, by rule 1 ...
         assert job_spec["podFailurePolicy"]["rules"] == [
-            {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+            {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            {"action": "FailJob", "onExitCodes": {"containerName": "node", "operator": "In", "values": [2, 65]}}]
         assert job_spec["podReplacementPolicy"] == "Failed"
-        # ... which restarts the JobSet without counting; a crash counts, up to the preset's budget.
+        # ... rule 1 fails the JobSet; rule 0 restarts it without counting; a crash counts, up to the
+        # preset's budget.
         policy = spec["failurePolicy"]
-        assert policy["rules"] == [{"name": "disruption", "action": "RestartJobSetAndIgnoreMaxRestarts",
-                                    "onJobFailureReasons": ["PodFailurePolicy"]}]
+        assert policy["rules"] == [
+            {"name": "permanent", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"],
+             "onJobFailureMessagePatterns": ["matching FailJob rule at index 1$"]},
+            {"name": "disruption", "action": "RestartJobSetAndIgnoreMaxRestarts",
+             "onJobFailureReasons": ["PodFailurePolicy"]}]
         # A JobSet restart is one restart of the whole gang: the same budget as v1's max_restarts.
         assert policy["maxRestarts"] == job["spec"]["elasticPolicy"]["maxRestarts"] == preset.max_restarts
         # No new pod while an old one may still be writing its checkpoint.
         assert policy["restartStrategy"] == "BlockingRecreate"
+
+
+def _job_failure(job_spec: dict, exit_code: int, *, disrupted: bool) -> tuple[str, str]:
+    """(reason, message) of the JobFailed condition when one pod of the Job fails so. The Job
+    controller applies the first podFailurePolicy rule that matches and names its index in the
+    message; with no rule, backoffLimit 0 fails the Job at its first failed pod (Kubernetes, "Pod
+    failure policy" and "Handling retriable and non-retriable pod failures with Pod failure policy",
+    https://kubernetes.io/docs/tasks/job/pod-failure-policy/, whose example message this follows)."""
+    for index, rule in enumerate(job_spec["podFailurePolicy"]["rules"]):
+        if disrupted and {"type": "DisruptionTarget", "status": "True"} in rule.get("onPodConditions", []):
+            return "PodFailurePolicy", f"Pod training/x has condition DisruptionTarget matching FailJob rule at index {index}"
+        codes = rule.get("onExitCodes")
+        if codes and codes["containerName"] == NODE and (exit_code in codes["values"]) == (codes["operator"] == "In"):
+            return ("PodFailurePolicy",
+                    f"Container {NODE} for pod training/x failed with exit code {exit_code} matching FailJob rule at index {index}")
+    assert job_spec["backoffLimit"] == 0
+    return "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+
+
+def _jobset_action(policy: dict, reason: str, message: str) -> str:
+    """JobSet v0.12.0: the first rule whose reasons (empty: any) and message patterns (RE2, empty:
+    any) both match; none matching is RestartJobSet (FailurePolicy.rules in the contract's CRD)."""
+    for rule in policy["rules"]:
+        if reason in rule.get("onJobFailureReasons", [reason]) and \
+                any(re.search(p, message) for p in rule.get("onJobFailureMessagePatterns", ["."])):
+            return rule["action"]
+    return "RestartJobSet"
+
+
+@pytest.mark.parametrize(("exit_code", "disrupted", "action"), [
+    (2, False, "FailJobSet"),  # a usage error, bad data, a final save refused by the lease's new owner
+    (65, False, "FailJobSet"),  # checkpoints exist and none loads
+    (1, False, "RestartJobSet"),  # a crash, or a peer that stopped first: counts against maxRestarts
+    (75, False, "RestartJobSet"),  # a checkpoint read that failed for a cause not of the checkpoint's own
+    (143, False, "RestartJobSet"),  # SIGTERM without a disruption (`kubectl delete pod`)
+    (143, True, "RestartJobSetAndIgnoreMaxRestarts"),  # drained, evicted, preempted
+    (2, True, "RestartJobSetAndIgnoreMaxRestarts"),  # a disruption wins over the status it died with
+])
+def test_a_permanent_status_fails_the_run_at_once_and_only_a_disruption_restarts_it_free(runs, exit_code, disrupted,
+                                                                                        action):
+    for env, preset, job, (runtime, _) in runs:
+        spec = runtime["spec"]["template"]["spec"]
+        (node,) = spec["replicatedJobs"]
+        reason, message = _job_failure(node["template"]["spec"], exit_code, disrupted=disrupted)
+        assert _jobset_action(spec["failurePolicy"], reason, message) == action, (env, preset.name, message)
 
 
 def test_each_jobset_attempt_rendezvouses_under_its_own_id(runs):

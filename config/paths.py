@@ -14,6 +14,7 @@ import json
 import os
 import re
 import stat
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -154,9 +155,13 @@ def read_json(path: str | Path, kind: type = dict, limit: int = TEXT_LIMIT_BYTES
     text = read_text(path, limit)
     try:
         value = json.loads(text, object_pairs_hook=_object)
+        found = _first_repeat(value)
     except json.JSONDecodeError as err:
         raise PathProblem(f"{path} is not valid JSON (line {err.lineno}: {err.msg})") from None
-    if found := _first_repeat(value):
+    except RecursionError:  # both recurse per level: a few hundred KB of brackets reach Python's limit
+        raise PathProblem(f"{path} nests arrays or objects more deeply than Python's parser allows (about "
+                          f"{sys.getrecursionlimit()} levels)") from None
+    if found:
         where, key = found
         raise PathProblem(f"{path} repeats the key {key!r} in {where or 'its top-level object'} (JSON keeps only "
                           "the last one; remove or rename the other)")

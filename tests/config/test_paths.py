@@ -151,3 +151,12 @@ def test_an_existing_output_file_this_user_may_not_write_is_refused(tmp_path):
     with denied_as_a_user(), pytest.raises(PathProblem, match=f"{target} exists and is not writable by this user"):
         paths.output_file(target)
     assert target.read_text() == "kept\n"
+
+
+@pytest.mark.parametrize("opening, closing", [("[", "]"), ('{"a": ', "}")])
+def test_json_nested_past_the_parsers_depth_is_refused_in_one_line_not_a_recursion_error(tmp_path, opening, closing):
+    """A crafted file on shared storage (a shard index, a model's config.json) of a few hundred KB
+    of brackets: Python's parser raises RecursionError, which read_json's callers do not catch."""
+    (tmp_path / "f.json").write_text(opening * 100_000 + "1" + closing * 100_000)
+    with pytest.raises(PathProblem, match=r"f\.json nests arrays or objects more deeply than"):
+        paths.read_json(tmp_path / "f.json")

@@ -66,6 +66,11 @@ class TokenShards:
             raise UsageError("--data", f"{meta_path}: dtype must be one of {', '.join(_DTYPES)}, got {dtype_name!r}")
         if not (isinstance(names, list) and names and all(isinstance(n, str) and n for n in names)):
             raise UsageError("--data", f"{meta_path}: shards must be a non-empty list of file names, got {names!r}")
+        # meta.json is on shared storage: a name must not reach past the folder (prepare writes plain names).
+        outside = next((n for n in names if "/" in n or "\0" in n or n in (".", "..")), None)
+        if outside is not None:
+            raise UsageError("--data", f"{meta_path}: shards must name files in its own folder (no '/', '.' or '..'), "
+                                       f"got {outside!r}")
         if meta_vocab is not None and (type(meta_vocab) is not int or meta_vocab < 1):
             raise UsageError("--data", f"{meta_path}: vocab_size must be a positive integer, got {meta_vocab!r}")
         if (meta_vocab or 0) > vocab_size:

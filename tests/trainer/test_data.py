@@ -86,6 +86,22 @@ def test_a_shard_index_field_of_the_wrong_type_is_one_usage_error_naming_data_an
     assert str(err.value).startswith(f"--data: {Path(shards) / 'meta.json'}: {field} must be ")
 
 
+@pytest.mark.parametrize("name", ["../outside.bin", "{outside}", "sub\0x.bin", "..", "."])
+def test_a_shard_name_that_leaves_the_data_folder_is_one_usage_error_naming_data_and_the_name(shards, name):
+    """meta.json sits on shared storage: a name in it that climbs out of --data ('..', an absolute
+    path) had the run train on, and look up token ids in, a file of someone else's; a NUL byte
+    ended in a ValueError traceback."""
+    outside = Path(shards).parent / "outside.bin"
+    outside.write_bytes(torch.arange(13 * (SEQ + 1), dtype=torch.int32).to(torch.uint16).numpy().tobytes())
+    name = name.format(outside=outside)
+    meta = json.loads((Path(shards) / "meta.json").read_text())
+    (Path(shards) / "meta.json").write_text(json.dumps({**meta, "shards": ["shard-00000.bin", name]}))
+    with pytest.raises(UsageError) as err:
+        _batches(shards)
+    assert str(err.value) == (f"--data: {Path(shards) / 'meta.json'}: shards must name files in its own folder "
+                              f"(no '/', '.' or '..'), got {name!r}")
+
+
 @pytest.mark.parametrize("vocab_size", [None, 50])  # missing, or smaller than the ids in the shards
 def test_token_ids_outside_the_models_vocabulary_are_a_usage_error_naming_data_and_the_shard(shards, vocab_size):
     """The shards hold ids up to 103: an embedding of 64 rows would fail at the first step with

@@ -52,6 +52,13 @@ def file_status(path: str | Path) -> os.stat_result | None:
     return found
 
 
+def is_plain_name(name: object) -> bool:
+    """Whether `name`, read from a file (an index of shards or weights), is a plain file name: one
+    that joined to the file's folder stays in it. Such files sit on shared storage, and a name
+    with a '/' or '..' reaches another user's files."""
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
+
+
 def read_bytes(path: str | Path, limit: int = TEXT_LIMIT_BYTES, pipes: bool = False) -> bytes:
     """The content of a regular file, at most `limit` bytes. With pipes=True, for an argument that
     reads a pipe on purpose (`--from-file <(pass show hf)`), a pipe or a device is read too."""

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from config.workloads.llm import SequenceBatchConfig, TokenDataConfig
-from config.paths import is_dir, read_json
+from config.paths import is_dir, is_plain_name, read_json
 from trainer import dist as tdist
 from trainer.cli import UsageError, checked_path, run_main
 
@@ -66,8 +66,7 @@ class TokenShards:
             raise UsageError("--data", f"{meta_path}: dtype must be one of {', '.join(_DTYPES)}, got {dtype_name!r}")
         if not (isinstance(names, list) and names and all(isinstance(n, str) and n for n in names)):
             raise UsageError("--data", f"{meta_path}: shards must be a non-empty list of file names, got {names!r}")
-        # meta.json is on shared storage: a name must not reach past the folder (prepare writes plain names).
-        outside = next((n for n in names if "/" in n or "\0" in n or n in (".", "..")), None)
+        outside = next((n for n in names if not is_plain_name(n)), None)  # prepare writes plain names
         if outside is not None:
             raise UsageError("--data", f"{meta_path}: shards must name files in its own folder (no '/', '.' or '..'), "
                                        f"got {outside!r}")

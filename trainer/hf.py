@@ -33,7 +33,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from config.models import ModelConfig
 from config.options import positive_float
 from trainer.cli import Parser, UsageError, checked_path, run_main, staging_folder
-from config.paths import exists, input_dir, is_dir, read_json
+from config.paths import exists, input_dir, is_dir, is_plain_name, read_json
 from trainer.hf_config import TOKENIZER_FILES, hf_names, special_token_ids, to_hf_config
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -54,7 +54,11 @@ class SafetensorsDirectory:
             weight_map = checked_path("--init-from-hf", read_json, index).get("weight_map")
             if not isinstance(weight_map, dict):
                 raise UsageError("--init-from-hf", f"{index} has no weight_map object")
-            self.files = {name: directory / str(f) for name, f in weight_map.items()}
+            outside = next(((name, f) for name, f in weight_map.items() if not is_plain_name(f)), None)
+            if outside is not None:
+                raise UsageError("--init-from-hf", f"{index}: weight_map must name files in its own folder (no '/', "
+                                                   f"'.' or '..'), got {outside[1]!r} for {outside[0]}")
+            self.files = {name: directory / f for name, f in weight_map.items()}
         else:
             single = directory / "model.safetensors"
             if not single.is_file():

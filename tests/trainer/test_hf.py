@@ -154,6 +154,24 @@ def test_weights_that_do_not_load_are_one_usage_error_naming_init_from_hf(damage
     assert str(err.value).startswith("--init-from-hf: ") and str(tmp_path) in str(err.value)
 
 
+@pytest.mark.parametrize("name", ["../elsewhere/model.safetensors", "{elsewhere}", "model\0.safetensors", 7])
+def test_an_index_naming_a_weights_file_outside_the_folder_is_one_usage_error_naming_init_from_hf(name, tmp_path):
+    """The index sits on shared storage: a weight_map entry that climbs out of the folder ('..',
+    an absolute path) loaded another directory's weights without a word."""
+    src, elsewhere = tmp_path / "hf", tmp_path / "elsewhere"
+    save_hf("llama", src)
+    save_hf("llama", elsewhere, seed=1)
+    name = name.format(elsewhere=elsewhere / "model.safetensors") if isinstance(name, str) else name
+    names = load_file(src / "model.safetensors")
+    index = {"metadata": {}, "weight_map": {t: "model.safetensors" for t in names}}
+    index["weight_map"]["model.norm.weight"] = name
+    (src / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(UsageError) as err:
+        ours(src)
+    assert str(err.value) == (f"--init-from-hf: {src / 'model.safetensors.index.json'}: weight_map must name files "
+                              f"in its own folder (no '/', '.' or '..'), got {name!r} for model.norm.weight")
+
+
 SCRIPT = r"""
 import sys, torch
 from trainer import dist as tdist

@@ -15,12 +15,16 @@ from collections.abc import Sequence
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
+from config.paths import read_bytes
 from trainer.image_files import check_complete
 from trainer.torchvision_compat import import_torchvision
 
 # RandomResizedCrop's defaults, which the CPU path uses as well.
 SCALE, RATIO = (0.08, 1.0), (3.0 / 4.0, 4.0 / 3.0)
 NO_CROP = (-1, -1, -1, -1, 0)  # evaluation: resize and centre-crop on the device
+# The largest image file a loader reads into memory: a JPEG of 100 megapixels is tens of MB, and
+# ImageNet's largest under 20 MB.
+MAX_FILE_BYTES = 256 << 20
 
 
 class EncodedImages(Dataset):
@@ -39,8 +43,10 @@ class EncodedImages(Dataset):
         from PIL import Image
 
         path, label = self.samples[index]
-        with open(path, "rb") as f:
-            data = f.read()
+        # A regular file of bounded size (a PathProblem, unreadable, otherwise): the folder is on
+        # shared storage, where a named pipe would hold this process in open() for ever and a link
+        # to /dev/zero or a huge file would be read into memory whole.
+        data = read_bytes(path, MAX_FILE_BYTES)
         check_complete(data)
         crop = NO_CROP
         # The header only (PIL decodes lazily), for evaluation too: PIL refuses a decompression bomb

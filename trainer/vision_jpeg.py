@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 
+from config.paths import file_status
 from trainer.torchvision_compat import import_torchvision
 
 REDUCTIONS = (8, 4, 2)  # the scales libjpeg decodes at besides 1, largest first
@@ -34,8 +35,10 @@ REDUCTIONS = (8, 4, 2)  # the scales libjpeg decodes at besides 1, largest first
 
 def open_image(path: str):
     """ImageFolder's loader: the file opened, its header read, nothing decoded yet (the transform
-    decodes, at the size it needs). torchvision's default loader decodes at once."""
+    decodes, at the size it needs). torchvision's default loader decodes at once. A named pipe (a
+    PathProblem, an unreadable image) would hold the loader in open() for ever."""
     from PIL import Image
+    file_status(path)
     return Image.open(path)
 
 

@@ -290,6 +290,48 @@ def test_a_folder_that_cannot_be_read_at_all_reaches_the_training_process_as_its
         next(iter(loader))
 
 
+@pytest.mark.parametrize("decode", ["cpu", "nvjpeg"])  # PIL opens the file; a GPU decoder's loader reads it whole
+@pytest.mark.parametrize("kind", ["named pipe", "device", "huge"])
+def test_a_file_that_cannot_be_read_in_bounded_time_and_memory_is_an_unreadable_image_named_and_replaced(
+        tmp_path, capfd, decode, kind):
+    """Anyone may write to the shared volume: a named pipe called 2.jpg held the loader in open()
+    for ever (the run hung), and a link to /dev/zero or a file of many GB was read whole by a
+    GPU decoder's loader (MemoryError, or the OOM killer at every restart)."""
+    import os
+    import threading
+
+    _folder_with_bad_files(tmp_path)
+    bad = tmp_path / "train" / "a" / "2.jpg"
+    bad.unlink()
+    writer = threading.Thread(daemon=True)
+    if kind == "named pipe":
+        os.mkfifo(bad)
+        # Opens the other end once a reader opens it, and closes it: a reader that opens the pipe
+        # then reads an empty file instead of hanging this test.
+        writer = threading.Thread(target=lambda: os.close(os.open(bad, os.O_WRONLY)), daemon=True)
+        writer.start()
+    elif kind == "device":
+        bad.symlink_to("/dev/zero")
+    else:
+        with open(bad, "wb") as f:
+            f.truncate(1 << 30)  # past the bound, and sparse: no disk
+    data = ImageDataConfig(source=str(tmp_path), image_size=16, workers=0, decode=decode)
+    train, _, _ = build_datasets(data, SyntheticImagesConfig(), seed=0)
+    index = [p for p, _ in train.samples].index(str(bad))
+    try:
+        got = vision_data.Substitutes(train, vision_data.UnreadableImages(limit=1000))[index]
+        opened = not writer.is_alive() and kind == "named pipe"
+    finally:
+        if writer.is_alive():  # nothing opened the pipe: release the writer
+            os.close(os.open(bad, os.O_RDONLY | os.O_NONBLOCK))
+    assert got[1] == train[index + 1][1]  # the next image stands in
+    warning = next(line for line in capfd.readouterr().err.splitlines() if str(bad) in line)
+    what = {"named pipe": "is a named pipe", "device": "is a character device", "huge": "is larger than"}[kind]
+    if decode != "cpu" or kind != "huge":  # PIL reads a huge file's header only, and says it is no image
+        assert what in warning, warning
+    assert not opened
+
+
 def _nested_folder(root: Path) -> Path:
     """Two classes per split, each with images beside and inside a subfolder."""
     from PIL import Image

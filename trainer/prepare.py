@@ -30,6 +30,9 @@ SUFFIXES = (".txt", ".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
 EOS_CANDIDATES = ("<|end_of_text|>", "</s>", "<|endoftext|>", "<eos>")
 BATCH_DOCUMENTS = 256  # documents tokenized per call (the tokenizer parallelises over a batch)
 TEXT_BLOCK_BYTES = 1 << 20  # plain text is read and tokenized a block of whole lines at a time
+# The longest line read, a JSON line (one document) or a line of text: a book is a few MB. A gzip
+# of 70 KB inflates to a line of 64 MiB, and a line is held in memory whole.
+LINE_LIMIT_BYTES = 64 << 20
 
 
 def _kind(path: Path) -> str | None:
@@ -106,15 +109,21 @@ def documents(path: Path, text_field: str, progress) -> Iterator[list[str]]:
         # One handle: raw.tell() is the progress in the file's own bytes, compressed or not.
         with open(path, "rb") as raw, (gzip.open(raw, "rb") if kind.endswith(".gz") else nullcontext(raw)) as f:
             batch, last = [], 0
-            for number, line in enumerate(f, 1):
+            while line := f.readline(LINE_LIMIT_BYTES + 1):
+                number += 1
+                if len(line) > LINE_LIMIT_BYTES:
+                    raise UsageError("--input", f"{path}:{number}: a line longer than {LINE_LIMIT_BYTES:,} bytes")
                 line = line.decode("utf-8")  # per line, so an error names its line
                 if not line.strip():
                     continue
                 try:
                     text = json.loads(line)[text_field]
-                except (ValueError, KeyError, TypeError):
+                except (ValueError, KeyError, TypeError, RecursionError):  # the last: brackets nested past the parser
                     raise UsageError("--input", f"{path}:{number}: not a JSON object with a {text_field!r} field "
                                                 "(see --text-field)") from None
+                if not isinstance(text, str):
+                    raise UsageError("--input", f"{path}:{number}: its {text_field!r} field must be a string, got "
+                                                f"{'null' if text is None else type(text).__name__}")
                 batch.append(text)
                 if len(batch) == BATCH_DOCUMENTS:
                     progress(raw.tell() - last)
@@ -142,9 +151,12 @@ def _read_block(f, path: Path) -> bytes:
     """The next block of whole lines of a text file."""
     try:
         block = f.read(TEXT_BLOCK_BYTES)
-        return block + f.readline() if block else block  # end on a line boundary
+        rest = f.readline(LINE_LIMIT_BYTES + 1) if block else block  # end on a line boundary
     except OSError as exc:
         raise UsageError("--input", f"{path}: unreadable ({exc.strerror or exc})") from None
+    if len(block) - 1 - block.rfind(b"\n") + len(rest) > LINE_LIMIT_BYTES:  # the line the block ends in, whole
+        raise UsageError("--input", f"{path}: a line longer than {LINE_LIMIT_BYTES:,} bytes")
+    return block + rest
 
 
 class ShardWriter:

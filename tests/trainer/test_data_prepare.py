@@ -73,6 +73,45 @@ def test_a_malformed_json_line_names_the_file_and_line_and_leaves_no_output(corp
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*"))
 
 
+@pytest.mark.parametrize("line, says", [
+    ('{"text": null}', "its 'text' field must be a string, got null"),
+    ('{"text": 5}', "its 'text' field must be a string, got int"),
+    ('{"text": ' + "[" * 100_000 + "]" * 100_000 + "}", "not a JSON object with a 'text' field"),
+])
+def test_a_json_line_whose_text_is_not_a_string_or_nests_too_deeply_is_one_line_naming_the_line(
+        corpus, tmp_path, capsys, line, says):
+    """Before, a crash report: the tokenizer's TypeError for a null or a number, the parser's
+    RecursionError for a few hundred KB of brackets."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"text": "fine"}) + "\n" + line + "\n")
+    code, err = run_prepare(["--tokenizer", str(corpus / "model"), "--input", str(bad),
+                             "--output", str(tmp_path / "out")], capsys)
+    assert (code, err) == (2, f"error: --input: {bad}:2: {says}" + (" (see --text-field)" if "JSON" in says else ""))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]
+
+
+@pytest.mark.parametrize("name", ["bomb.jsonl.gz", "one-line.txt"])
+def test_a_line_past_the_bound_is_one_line_naming_the_file_not_read_into_memory_whole(corpus, tmp_path, capsys,
+                                                                                       monkeypatch, name):
+    """A gzip of 70 KB that inflates to one line of 64 MiB (or a text file without a newline, of
+    any size) was read whole into memory: a gzip bomb, or a damaged file, took the machine's memory."""
+    from trainer import prepare as prepare_module
+
+    bad = tmp_path / name
+    if name.endswith(".gz"):
+        bad.write_bytes(gzip.compress(b"a" * ((64 << 20) + 1), compresslevel=1))
+        where, limit = f"{bad}:1", 64 << 20
+    else:  # at a small bound here: the text path checks the same bound
+        bad.write_bytes(b"short\n" + b"a" * 5000)
+        monkeypatch.setattr(prepare_module, "TEXT_BLOCK_BYTES", 1024)
+        monkeypatch.setattr(prepare_module, "LINE_LIMIT_BYTES", 4096, raising=False)
+        where, limit = str(bad), 4096
+    code, err = run_prepare(["--tokenizer", str(corpus / "model"), "--input", str(bad),
+                             "--output", str(tmp_path / "out")], capsys)
+    assert (code, err) == (2, f"error: --input: {where}: a line longer than {limit:,} bytes")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
 def test_a_parquet_file_without_the_text_column_names_the_field(corpus, tmp_path):
     with pytest.raises(UsageError, match="--text-field: .* has no column 'content'"):
         prepare(corpus / "model", [corpus / "in" / "c.parquet"], tmp_path / "out", 100, None, text_field="content")

@@ -77,6 +77,7 @@ def test_retain_environment_deletes_the_clusters_logs_and_keys(prod, type_):
 NAME_PROPERTIES = {"AWS::Logs::LogGroup": "LogGroupName", "AWS::ECR::Repository": "RepositoryName",
                    "AWS::KMS::Alias": "AliasName", "AWS::S3::Bucket": "BucketName", "AWS::IAM::Role": "RoleName",
                    "AWS::EKS::Cluster": "Name", "AWS::EC2::SecurityGroup": "GroupName",
+                   "AWS::SecretsManager::Secret": "Name", "AWS::SSM::Parameter": "Name",
                    "AWS::FSx::FileSystem": None, "AWS::KMS::Key": None, "AWS::EC2::VPC": None,
                    "AWS::EC2::Subnet": None, "Custom::AWSCDK-EKS-KubernetesResource": None}
 

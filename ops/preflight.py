@@ -23,8 +23,10 @@ from ops.errors import OpsError
 from ops.stacks import deployed_stack
 
 LEFTOVER_LOG_GROUPS = "leftover log groups"
-# A Cluster stack in this state is deleted by `cdk deploy` and created afresh, groups included.
-_STACK_CREATED_AGAIN = ("ROLLBACK_COMPLETE",)
+# A Cluster stack in these states owns no log group yet: one whose first create rolled back is deleted
+# by `cdk deploy` and created afresh, and one still in review has a change set (the pipeline's Prepare
+# action) that has not run.
+_STACK_CREATED_AGAIN = ("ROLLBACK_COMPLETE", "REVIEW_IN_PROGRESS")
 # The rows of `make deploy`'s preflight that the pipeline's preflight step skips, each with why. That step
 # runs in CodeBuild in the pipeline account, outside every VPC, as the environment's CDK bootstrap lookup
 # role (read-only). The names are those the rows have under `make deploy`; "trainingApi" is

@@ -388,6 +388,21 @@ def test_two_stacks_that_could_be_the_clusters_are_a_warning_not_a_guess(aws, mo
     assert row.status == WARN and "several stacks end in -prod-Cluster" in row.reason, row
 
 
+def test_a_cluster_stack_whose_change_set_was_never_executed_owns_no_log_group(aws, moto_clients):
+    """Both paths deploy through change sets (the pipeline's Prepare, then Deploy; `cdk deploy`): one
+    created for a new stack and never executed (a run stopped or superseded between the two, a
+    `cdk deploy` that bailed) leaves the stack in REVIEW_IN_PROGRESS, with no template or resources
+    (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/using-cfn-describing-stacks.html;
+    aws-cdk#7731). Executing one creates the groups, so a leftover group still fails the deploy."""
+    boto3.client("cloudformation", region_name="us-east-1").create_change_set(
+        StackName="prod-Cluster", ChangeSetName="PipelineChange", ChangeSetType="CREATE",
+        TemplateBody=json.dumps({"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}}))
+    boto3.client("logs", region_name="us-east-1").create_log_group(logGroupName=CONTROL_PLANE_LOGS)
+    by_name, _ = run_prod(moto_clients)
+    row = by_name["leftover log groups"]
+    assert row.status == FAIL and CONTROL_PLANE_LOGS in row.reason, row
+
+
 @pytest.mark.parametrize("stack", ["prod-Cluster", "Pipeline-prod-Cluster"])
 def test_log_groups_of_a_deployed_cluster_stack_are_its_own_not_leftovers(aws, moto_clients, stack):
     """A deploy of a live environment updates the groups its Cluster stack owns, whichever path

@@ -31,7 +31,7 @@ from trainer.llm_job import parse_job
 from trainer.log import log
 from trainer.metrics import MetricsLogger
 from trainer.optim import TrainState, build_adamw
-from trainer.parallel import build_decoder
+from trainer.parallel import build_decoder, check_expert_sharding
 from trainer.preemption import Preemption
 
 
@@ -50,6 +50,7 @@ def main(argv=None) -> int:
     record = check_directory(job.checkpoint, job.model.shape)
     # Before the process group: a global batch that does not divide is one line on every rank.
     global_batch = resolve_global_batch(job.batch, (record or {}).get(GLOBAL_BATCH), world_size_from_env())
+    check_expert_sharding(job.model.name, job.model.shape, world_size_from_env(), job.fsdp)
     rt = tdist.init(job.dist, checkpoint_group=job.checkpoint.directory is not None)
     try:
         return train(job, rt, global_batch)

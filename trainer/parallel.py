@@ -10,6 +10,7 @@ mixed-precision policy.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import gcd
 
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -18,6 +19,7 @@ from torch.distributed.tensor import Shard
 from config.models import ModelConfig
 from config.workloads.llm import EfficiencyConfig, FsdpConfig
 from trainer import dist as tdist
+from trainer.cli import UsageError
 from trainer.float8 import convert_to_float8
 from trainer.model import Transformer
 from trainer.moe import MoEFeedForward
@@ -28,6 +30,19 @@ def _expert_placement(model: Transformer):
     leave half the ranks without expert weights. Shard them along `out` instead."""
     experts = {id(p) for m in model.modules() if isinstance(m, MoEFeedForward) for p in (m.w1, m.w2, m.w3)}
     return lambda param: Shard(1) if id(param) in experts else None
+
+
+def check_expert_sharding(name: str, cfg: ModelConfig, world_size: int, fsdp: FsdpConfig) -> None:
+    """Before the process group: FSDP2 splits a dim other than 0 only evenly, and an elastic job
+    can re-form on a number of ranks that does not divide the experts' rows (w1 and w3 have ffn_dim
+    of them, w2 dim: trainer/moe.py). One line then, not every rank's crash report after the rendezvous."""
+    if not cfg.is_moe or not fsdp.shards(world_size):
+        return
+    rows = (cfg.ffn_dim, cfg.dim)
+    if any(n % world_size for n in rows):
+        raise UsageError("--model", f"{name} shards its expert weights along rows of {rows[0]} and {rows[1]}, "
+                                    f"which {world_size} ranks do not divide (FSDP2 shards them evenly); run it on a "
+                                    f"number of ranks that divides {gcd(*rows)}")
 
 
 @dataclass(frozen=True)

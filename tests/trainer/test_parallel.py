@@ -6,6 +6,9 @@ loss and activation checkpointing."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +19,7 @@ from config.models import MODELS
 from trainer import dist as tdist
 from trainer.float8 import precompute_scales_after_each_step
 from trainer.parallel import build_decoder
-from trainer_procs import run, torchrun_args
+from trainer_procs import REPO, lone_rank_env, run, torchrun_args
 
 # (model, loss chunk tokens, activation checkpointing)
 CONFIGS = {
@@ -165,3 +168,18 @@ def test_float8_weights_are_all_gathered_in_float8_and_the_rest_is_not(two_ranks
         f"layers.{i}.{m}.weight" for i in range(cfg.n_layers)
         for m in ("attention.wq", "attention.wk", "attention.wv", "attention.wo", "feed_forward.w1",
                   "feed_forward.w2", "feed_forward.w3"))
+
+
+def test_a_mixture_of_experts_on_ranks_that_do_not_divide_its_expert_rows_stops_every_rank_in_one_line():
+    # An elastic job re-formed on 3 ranks: tiny-moe's expert rows (ffn 96, dim 64) shard along dim 1,
+    # which FSDP2 cannot split unevenly. Rank 1 of 3 alone, with no rank 0 to meet: it must exit at
+    # once, before the process group, not after a rendezvous with a crash report.
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "trainer.llm", "--model", "tiny-moe", "--batch-size", "2",
+                        "--global-batch-size", "6", "--dist-timeout", "60"], cwd=REPO, env=lone_rank_env(1, 3),
+                       capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - t0 < 30
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert p.stderr.strip() == ("error: --model: tiny-moe shards its expert weights along rows of 96 and 64, which 3 "
+                                "ranks do not divide (FSDP2 shards them evenly); run it on a number of ranks that "
+                                "divides 32")

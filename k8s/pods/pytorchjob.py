@@ -114,6 +114,7 @@ def job_spec(config: Environment, preset: JobPreset, *, image: str, job_name: st
     if values["nodes_max"] > group.max_size:
         raise ConfigError("overrides.nodes_max", f"{values['nodes_max']} nodes exceed node group "
                                                  f"{group.name}'s maxSize {group.max_size} in {config.name}")
+    _check_global_batch_divides(preset, values["nodes_min"], values["nodes_max"], nproc, overrides or {})
     if values["rendezvous"] not in RENDEZVOUS_BACKENDS:
         raise ConfigError("overrides.rendezvous", f"must be one of {', '.join(RENDEZVOUS_BACKENDS)}, "
                                                   f"got {values['rendezvous']!r}")
@@ -139,6 +140,27 @@ def job_spec(config: Environment, preset: JobPreset, *, image: str, job_name: st
         rendezvous=values["rendezvous"], max_restarts=values["max_restarts"],
         env=tuple(sorted(env.items())),
     )
+
+
+def _check_global_batch_divides(preset: JobPreset, nodes_min: int, nodes_max: int, nproc: int,
+                                overrides: dict) -> None:
+    """The trainer stops with exit 2 on a world size that does not divide its global batch
+    (trainer/batching.py): an elastic job that re-forms on such a node count, or a job started on
+    one, would end Failed only once its nodes are up. The presets divide on their own range
+    (tests/config/test_presets.py); an override of the range or the processes may not."""
+    batch = getattr(preset.workload.trainer_config, "batch", None)
+    global_batch = getattr(batch, "global_batch_size", None)
+    if global_batch is None:  # none given: the trainer takes ranks x --batch-size, which always divides
+        return
+    for nodes in range(nodes_min, nodes_max + 1):
+        ranks = nodes * nproc
+        if global_batch % (ranks * batch.batch_size):
+            changed = [k for k in ("nproc_per_node", "nodes_max", "nodes_min", "nodegroup") if k in overrides]
+            field = f"overrides.{changed[0]}" if changed else f"presets.{preset.name}"
+            raise ConfigError(field, f"{preset.name}'s global batch of {global_batch} does not divide over {ranks} "
+                                     f"ranks x --batch-size {batch.batch_size} ({nodes} node(s) x {nproc} processes), "
+                                     "and the trainer stops there with exit 2; choose nodes and processes whose "
+                                     f"ranks x {batch.batch_size} divide {global_batch}")
 
 
 def _nodegroup(config: Environment, name: str, preset: str) -> Nodegroup:

@@ -157,6 +157,23 @@ def test_an_explicit_node_range_past_the_node_group_is_still_an_error(dev):
         render_pytorchjob(dev, "resnet50-imagenet", image=IMAGE, overrides={"nodes_max": 3})
 
 
+@pytest.mark.parametrize("preset,overrides,field,world", [
+    ("llm-tiny", {"nodes_min": 1, "nodes_max": 3}, "overrides.nodes_max", 6),  # 16 sequences over 6 ranks x 4
+    ("vision-tiny", {"nproc_per_node": 3}, "overrides.nproc_per_node", 3),  # 64 images over 3 ranks x 16
+])
+def test_a_node_range_on_which_the_global_batch_does_not_divide_is_refused_naming_the_override(dev, preset,
+                                                                                               overrides, field, world):
+    """The trainer stops with exit 2 on a world size that does not divide its global batch: an
+    elastic job re-formed there would end Failed once its nodes are up. Refused when rendered."""
+    workload = PRESETS[preset].workload.values
+    with pytest.raises(ConfigError) as err:
+        render_pytorchjob(dev, preset, image=IMAGE, overrides=overrides)
+    assert str(err.value).startswith(f"{field}: ")
+    assert (f"global batch of {workload['global_batch_size']} does not divide over {world} ranks x --batch-size "
+            f"{workload['batch_size']}") in str(err.value)
+    assert "\n" not in str(err.value)
+
+
 def test_every_pods_torchrun_gives_each_rendezvous_round_a_store_of_its_own(environments, dev):
     """Shared across rounds, rank 0's agent store kept a failed round's addresses for the next
     (tests/trainer/test_preemption.py); every training pod, of either training API, turns it off."""

@@ -257,7 +257,7 @@ def _leftover_log_groups(env: Environment, aws: AwsClients) -> list[Check]:
     create the control plane's group again for its last events, and Fluent Bit its Container
     Insights groups: the next deploy would fail on them once the Network stack is up. While the
     Cluster stack exists they are its own."""
-    try:  # by either deploy path's name: the pipeline's stage is Pipeline-<env>-*
+    try:  # <env>-Cluster on both deploy paths, or an older release's name that ends in it
         stack = deployed_stack(aws.cloudformation, env, CLUSTER_STACK_ID)
     except OpsError as err:
         return [Check(LEFTOVER_LOG_GROUPS, WARN, f"could not tell which stack is the cluster's ({err})")]

@@ -88,6 +88,10 @@ def parse_environment(name: str, raw: Any) -> Environment:
         if not ROLE_ARN.fullmatch(arn):
             raise ConfigError(f"{r.at('adminRoleArns')}[{i}]",
                               f"must be an IAM role ARN (arn:aws:iam::<12 digits>:role/<name>), got {arn!r}")
+        if arn in admin_roles[:i]:
+            raise ConfigError(f"{r.at('adminRoleArns')}[{i}]",
+                              f"{arn} is already adminRoleArns[{admin_roles.index(arn)}] (a principal can have "
+                              "only one access entry); remove one of them")
 
     deployer = _parse_deployer(r.optional("deployerPrincipalArn", str), r.at("deployerPrincipalArn"), admin_roles)
     endpoint = parse_endpoint(r.required("endpointAccess", dict), r.at("endpointAccess"))

@@ -191,6 +191,13 @@ CASES = [
     ("deployer already an admin role", [("deployerPrincipalArn", "arn:aws:iam::111111111111:role/PlatformAdmin")],
      "deployerPrincipalArn: arn:aws:iam::111111111111:role/PlatformAdmin is already in adminRoleArns (a principal "
      "can have only one access entry); remove one of them"),
+    # CDK keys access entries by principal, so a repeat merges into one entry whose policy list holds
+    # the same policy twice (cfn-lint F3037 at synth); EKS gives a principal one access entry.
+    ("admin role listed twice",
+     [("adminRoleArns", ["arn:aws:iam::111111111111:role/PlatformAdmin", "arn:aws:iam::111111111111:role/Ops",
+                         "arn:aws:iam::111111111111:role/PlatformAdmin"])],
+     "adminRoleArns[2]: arn:aws:iam::111111111111:role/PlatformAdmin is already adminRoleArns[0] (a principal "
+     "can have only one access entry); remove one of them"),
     ("no admin at all", [("adminRoleArns", [])],
      "deployerPrincipalArn: is required when adminRoleArns is empty: without either, no one can administer the cluster"),
     ("endpoint type unknown", [("endpointAccess.type", "open")],

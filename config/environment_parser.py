@@ -22,7 +22,8 @@ from config.environment import FSX_THROUGHPUTS, QUEUEING, REMOVAL_POLICIES, TRAI
 from config.errors import ConfigError
 from config.network_parser import parse_availability_zones, parse_endpoint, parse_vpc_cidr
 from config.nodegroup_parser import (
-    check_dra_kubernetes_version, check_unique_names, parse_nodegroup, parse_system_nodegroup,
+    check_dra_kubernetes_version, check_shared_reservations, check_unique_names, parse_nodegroup,
+    parse_system_nodegroup,
 )
 from config.queueing import check_queueing
 from config.reader import ObjectReader, check_type, one_of, string_list
@@ -105,6 +106,7 @@ def parse_environment(name: str, raw: Any) -> Environment:
         for i, g in enumerate(r.optional("cpuNodegroups", list, []))
     )
     check_unique_names(gpu_groups, cpu_groups, path)
+    check_shared_reservations(gpu_groups, path)
     check_dra_kubernetes_version(gpu_groups, k8s_version, r.at("gpuNodegroups"))
     queueing = one_of(r.optional("queueing", str, "none"), QUEUEING, r.at("queueing"))
     fsx = parse_fsx(r.required("fsx", dict), r.at("fsx"))

@@ -171,3 +171,22 @@ def check_unique_names(gpu: tuple[Nodegroup, ...], cpu: tuple[Nodegroup, ...], p
                 raise ConfigError(f"{path}.{key}[{i}].name",
                                   f"{group.name!r} is already used by {seen[group.name]}; names must be unique")
             seen[group.name] = f"{key}[{i}]"
+
+
+def check_shared_reservations(gpu: tuple[Nodegroup, ...], path: str) -> None:
+    """A capacity reservation holds one instance type and is an On-Demand Capacity Reservation or a
+    capacity block (EC2 DescribeCapacityReservations: InstanceType, ReservationType); groups that
+    share one must agree on both, or one of them never launches a node."""
+    first: dict[str, int] = {}
+    for i, group in enumerate(gpu):
+        rid = group.capacity.reservation_id
+        if rid is None:
+            continue
+        j = first.setdefault(rid, i)
+        other = gpu[j]
+        if (other.instance_type_name, other.capacity.type) != (group.instance_type_name, group.capacity.type):
+            raise ConfigError(f"{path}.gpuNodegroups[{i}].capacity.reservationId",
+                              f"{rid} is already the reservation of gpuNodegroups[{j}] ({other.capacity.type} "
+                              f"{other.instance_type_name}); a reservation holds one instance type and is either "
+                              f"reserved or a capacityBlock, so this group ({group.capacity.type} "
+                              f"{group.instance_type_name}) could never launch from it")

@@ -295,6 +295,7 @@ def test_rule_reports_one_line_naming_the_field(changes, expected):
 
 # Node-group rules of issue 11: reserved names, the repair switch, capacity blocks at rest.
 BLOCK = {"type": "capacityBlock", "reservationId": "cr-0123456789abcdef0"}
+RESERVED = {"type": "reserved", "reservationId": "cr-0123456789abcdef0"}
 NODEGROUP_CASES = [
     ("gpu group named system", [(f"{GPU0}.name", "system")],
      f"{GPU0}.name: 'system' is reserved (the system node group carries it); choose another name"),
@@ -309,12 +310,32 @@ NODEGROUP_CASES = [
                                      (f"{GPU0}.desiredSize", 1)],
      f"{GPU0}.minSize: must be 0 with capacity type capacityBlock (the group must be able to rest at 0 "
      "before an update and after the block ends), got 1"),
+    # A reservation holds one instance type and is an ODCR or a capacity block, never both: of two
+    # groups that disagree on either, one could never launch a node from it.
+    ("one reservation for two instance types",
+     [(f"{GPU0}.capacity", RESERVED), ("gpuNodegroups[1].capacity", RESERVED)],
+     "gpuNodegroups[1].capacity.reservationId: cr-0123456789abcdef0 is already the reservation of "
+     "gpuNodegroups[0] (reserved p4d.24xlarge); a reservation holds one instance type and is either reserved "
+     "or a capacityBlock, so this group (reserved p5.48xlarge) could never launch from it"),
+    ("one reservation as an ODCR and as a capacity block",
+     [(f"{GPU0}.capacity", BLOCK), ("gpuNodegroups[1].instanceType", "p4d.24xlarge"),
+      ("gpuNodegroups[1].capacity", RESERVED)],
+     "gpuNodegroups[1].capacity.reservationId: cr-0123456789abcdef0 is already the reservation of "
+     "gpuNodegroups[0] (capacityBlock p4d.24xlarge); a reservation holds one instance type and is either "
+     "reserved or a capacityBlock, so this group (reserved p4d.24xlarge) could never launch from it"),
 ]
 
 
 @pytest.mark.parametrize("changes, expected", [pytest.param(c, e, id=i) for i, c, e in NODEGROUP_CASES])
 def test_nodegroup_rule_reports_one_line_naming_the_field(changes, expected):
     assert error_line(*changes) == P + expected
+
+
+def test_two_groups_of_one_instance_type_may_share_a_reservation():
+    raw = put(put(dev(), f"{GPU0}.capacity", RESERVED), "gpuNodegroups[1].capacity", RESERVED)
+    put(raw, "gpuNodegroups[1].instanceType", "p4d.24xlarge")
+    env = load_environment({"dev": raw}, "dev")
+    assert [g.capacity.reservation_id for g in env.gpu_nodegroups] == ["cr-0123456789abcdef0"] * 2
 
 
 def test_node_auto_repair_is_on_unless_a_group_turns_it_off():

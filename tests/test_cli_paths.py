@@ -38,6 +38,8 @@ NOT_SWEPT = {
     "ops.remote_validation": "the pipeline's step: a project name, a role ARN and a region, no paths",
     "ops.lockfile": "a maintainer's tool run by `make lock`: its paths come from the Makefile",
     "ops.policy_scan": "run by `make lint` and its test: its paths come from the Makefile",
+    "trainer.launch": "the pod's command: torchrun's own options (its argparse refuses a bad one, exit 2), then the "
+                      "workload module's arguments, whose paths are swept as that module's",
     "bench.gpu_mfu": "benchmark: no path arguments",
     "bench.recovery": "benchmark: no path arguments",
     "bench.preemption": "benchmark: no path arguments",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import sys
@@ -34,7 +35,7 @@ from config.models import ModelConfig
 from config.options import positive_float
 from trainer.cli import Parser, UsageError, checked_path, run_main, staging_folder
 from config.paths import exists, input_dir, is_dir, is_plain_name, read_json
-from trainer.hf_config import TOKENIZER_FILES, hf_names, special_token_ids, to_hf_config
+from trainer.hf_config import HF_KEYS, TOKENIZER_FILES, hf_names, special_token_ids, to_hf_config
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
@@ -74,11 +75,21 @@ class SafetensorsDirectory:
                                                    f"({type(exc).__name__}: {exc})") from None
         return self._handles[path]
 
-    def rows(self, name: str, dim: int, start: int, stop: int, shape: tuple[int, ...]) -> torch.Tensor:
-        """Rows start:stop along `dim` of tensor `name`, after checking its full shape."""
+    def _slice(self, name: str):
         if name not in self.files:
             raise UsageError("--init-from-hf", f"{self.directory} lacks tensor {name}")
-        sliced = self._handle(self.files[name]).get_slice(name)
+        try:
+            return self._handle(self.files[name]).get_slice(name)
+        except Exception as exc:  # an index that puts the tensor in a file not holding it
+            raise UsageError("--init-from-hf", f"{self.files[name]} does not hold {name} ({exc})") from None
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The shape in the file's header; no tensor data is read."""
+        return tuple(self._slice(name).get_shape())
+
+    def rows(self, name: str, dim: int, start: int, stop: int, shape: tuple[int, ...]) -> torch.Tensor:
+        """Rows start:stop along `dim` of tensor `name`, after checking its full shape."""
+        sliced = self._slice(name)
         if tuple(sliced.get_shape()) != tuple(shape):
             raise UsageError("--init-from-hf", f"tensor {name} has shape {tuple(sliced.get_shape())}, the "
                                                f"config says {tuple(shape)}")
@@ -102,6 +113,55 @@ def _local_rows(param: torch.Tensor) -> tuple[torch.Tensor, int, int, int]:
     count = min(size, start + chunk) - start
     assert local.shape[dim] == count, (local.shape, dim, count)
     return local, dim, start, count
+
+
+def _shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Our parameters' shapes, from a model built on the meta device: nothing is allocated."""
+    from trainer.model import Transformer
+    with torch.device("meta"):
+        return {n: tuple(p.shape) for n, p in Transformer(cfg).named_parameters()}
+
+
+# The fields that size each kind of parameter (by a part of its name) besides dim, which sizes all.
+_SIZED_BY = {"tok_embeddings.": ("vocab_size",), "output.": ("vocab_size",), ".wk.": ("n_kv_heads",),
+             ".wv.": ("n_kv_heads",), ".router.": ("n_experts",), "feed_forward.w": ("n_experts", "ffn_dim")}
+
+
+def _field_setting(cfg: ModelConfig, ours: str, expected: tuple[int, ...], actual: tuple[int, ...]) -> str | None:
+    """The field of `cfg` that sets the first size in which parameter `ours`'s `expected` shape
+    differs from `actual`; where it and dim give the same size, it (the embedding, compared
+    first, has settled dim by then)."""
+    sizes = {"vocab_size": cfg.vocab_size, "n_kv_heads": cfg.n_kv_heads * cfg.head_dim, "n_experts": cfg.n_experts,
+             "ffn_dim": cfg.ffn_dim, "dim": cfg.dim}
+    fields = [f for part, named in _SIZED_BY.items() if part in ours for f in named] + ["dim"]
+    differing = [e for e, a in zip(expected, actual) if e != a] if len(expected) == len(actual) else []
+    return next((f for f in fields if differing and sizes[f] == differing[0]), None)
+
+
+def check_hf_weights(directory: str | Path, cfg: ModelConfig) -> None:
+    """Compare the shape `cfg` gives each tensor with the safetensors headers (no tensor is read),
+    before a model of that size is built: a config.json claiming 2^20-wide layers beside small
+    weights died in the allocator, or was OOM-killed when the claim fitted just under the RAM."""
+    directory = Path(directory)
+    source, config = SafetensorsDirectory(directory), directory / "config.json"
+    # The counts first: the name map and the meta model grow with them.
+    for key, count, name in (("num_hidden_layers", cfg.n_layers,
+                              f"model.layers.{cfg.n_layers - 1}.input_layernorm.weight"),
+                             ("num_local_experts", cfg.n_experts,
+                              f"model.layers.0.block_sparse_moe.experts.{cfg.n_experts - 1}.w1.weight")):
+        if count and name not in source.files:
+            raise UsageError("--init-from-hf", f"{config}: {key} is {count} but {directory} holds no {name}")
+    shapes = _shapes(cfg)
+    for ours, theirs in hf_names(cfg).items():
+        expected = shapes[ours][1:] if len(shapes[ours]) == 3 else shapes[ours]  # one tensor per expert
+        for name in theirs:
+            actual = source.shape(name)
+            if actual != expected:
+                field = _field_setting(cfg, ours, expected, actual)
+                what = f"{HF_KEYS[field]} {getattr(cfg, field)}" if field else "it"
+                raise UsageError("--init-from-hf", f"{config}: {what} does not fit the weights: {name} in "
+                                                   f"{source.files[name]} has shape {actual}, the config makes it "
+                                                   f"{expected}")
 
 
 @torch.no_grad()
@@ -200,12 +260,10 @@ def tokenizer_files(source: Path, field: str, vocab_size: int) -> tuple[list[Pat
 
 def _plan_shards(cfg: ModelConfig, max_bytes: float, element: int) -> list[list[str]]:
     """Our parameter names grouped into output files of at most `max_bytes` (one tensor may exceed)."""
-    from trainer.model import Transformer
-    with torch.device("meta"):
-        shapes = {n: p.numel() for n, p in Transformer(cfg).named_parameters()}
+    shapes = _shapes(cfg)
     shards, current, size = [], [], 0
     for name in hf_names(cfg):
-        nbytes = shapes[name] * element
+        nbytes = math.prod(shapes[name]) * element
         if current and size + nbytes > max_bytes:
             shards.append(current)
             current, size = [], 0
@@ -214,12 +272,41 @@ def _plan_shards(cfg: ModelConfig, max_bytes: float, element: int) -> list[list[
     return shards + ([current] if current else [])
 
 
+def check_record(step: Path, record_file: Path, cfg: ModelConfig) -> None:
+    """Compare model.json's shapes with the checkpoint's metadata, and its tensors' bytes with the
+    data files', before _read allocates them: a hand-edited model.json of 2^20-wide layers died in
+    the allocator (or was OOM-killed when the claim fitted just under the RAM)."""
+    from trainer.safe_load import SafeFileSystemReader
+    try:
+        saved = SafeFileSystemReader(str(step)).read_metadata().state_dict_metadata
+    except Exception as exc:
+        raise UsageError("--checkpoint", f"{step} cannot be read ({_first_cause(exc)})") from None
+    last = f"layers.{cfg.n_layers - 1}.attention_norm.weight"  # first: the meta model grows with n_layers
+    if f"app.model.{last}" not in saved:
+        raise UsageError("--checkpoint", f"{record_file}: model.n_layers is {cfg.n_layers} but {step} holds no {last}")
+    needed = 0
+    for ours, expected in _shapes(cfg).items():
+        entry = saved.get(f"app.model.{ours}")
+        if entry is None or not hasattr(entry, "size"):
+            continue  # _read says what is missing
+        actual = tuple(entry.size)
+        if actual != expected:
+            field = _field_setting(cfg, ours, expected, actual)
+            what = f"model.{field} {getattr(cfg, field)}" if field else "it"
+            raise UsageError("--checkpoint", f"{record_file}: {what} does not fit the checkpoint: {ours} in {step} "
+                                             f"has shape {actual}, model.json makes it {expected}")
+        needed += math.prod(actual) * entry.properties.dtype.itemsize
+    # The metadata is a file too: it and model.json may claim the same absurd shapes.
+    held = sum(f.stat().st_size for f in step.glob("*.distcp"))
+    if held < needed:
+        raise UsageError("--checkpoint", f"{step} cannot be read (its data files hold {held:,} bytes, fewer than "
+                                         f"the {needed:,} its model's tensors take)")
+
+
 def _read(step: Path, cfg: ModelConfig, names: list[str]) -> dict[str, torch.Tensor]:
     from trainer import safe_load
-    from trainer.model import Transformer
-    with torch.device("meta"):
-        meta = dict(Transformer(cfg).named_parameters())
-    wanted = {n: torch.empty(meta[n].shape, dtype=torch.float32) for n in names}
+    shapes = _shapes(cfg)
+    wanted = {n: torch.empty(shapes[n], dtype=torch.float32) for n in names}
     with warnings.catch_warnings():  # one process reading on purpose: DCP's warning says so
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         # DCP logs each failed metadata read with its traceback on the root logger; the one line
@@ -262,6 +349,7 @@ def export(checkpoint: Path, out: Path, dtype: torch.dtype, max_shard_gb: float 
     from trainer.checkpoint import MODEL_FILE
     root, step = find_checkpoint(checkpoint)
     cfg, started_from = model_from_record(root / MODEL_FILE)
+    check_record(step, root / MODEL_FILE, cfg)
     note, copies, token_ids = None, [], {}
     if tokenizer is not None:
         copies, token_ids = tokenizer_files(tokenizer, "--tokenizer", cfg.vocab_size)

@@ -48,6 +48,9 @@ def main(argv=None) -> int:
     if job.efficiency.float8:
         check_supported()  # one line on a GPU without float8 matmuls (or none), before the group forms
     record = check_directory(job.checkpoint, job.model.shape)
+    if record is None and job.model.init_from_hf:
+        from trainer.hf import check_hf_weights
+        check_hf_weights(job.model.init_from_hf, job.model.shape)  # before a model of its size is built
     # Before the process group: a global batch that does not divide is one line on every rank.
     global_batch = resolve_global_batch(job.batch, (record or {}).get(GLOBAL_BATCH), world_size_from_env())
     check_expert_sharding(job.model.name, job.model.shape, world_size_from_env(), job.fsdp)

@@ -268,3 +268,55 @@ def test_rotary_frequencies_and_a_tied_output_layer_on_disk_are_not_weights_left
     tensors["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(8)
     save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
     torch.testing.assert_close(ours(tmp_path).tok_embeddings.weight, hf.model.embed_tokens.weight)
+
+
+def _four_gib_address_space():
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # an unfixed trainer fails fast, not the machine
+
+
+def test_a_config_json_claiming_sizes_its_weights_do_not_have_stops_trainer_llm_in_one_line_before_any_allocation(
+        tmp_path):
+    """Before, trainer.llm built the model of config.json's sizes before any shape was compared with
+    the weights: hidden_size 2^20 ended in 'DefaultCPUAllocator: can't allocate memory' (exit 1),
+    and a claim just under the machine's RAM was allocated and OOM-killed."""
+    save_hf("llama", tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "hidden_size": 2**20, "intermediate_size": 2**20,
+                                                      "head_dim": None}))
+    done = subprocess.run([sys.executable, "-m", "trainer.llm", "--init-from-hf", str(tmp_path), "--steps", "1",
+                           "--seq-len", "32", "--batch-size", "2"], cwd=REPO, env=job_env(), capture_output=True,
+                          text=True, timeout=120, preexec_fn=_four_gib_address_space)
+    assert (done.returncode, done.stderr) == (2, (
+        f"error: --init-from-hf: {tmp_path / 'config.json'}: hidden_size 1048576 does not fit the weights: "
+        f"model.embed_tokens.weight in {tmp_path / 'model.safetensors'} has shape (128, 64), the config makes it "
+        "(128, 1048576)\n"))
+
+
+@pytest.mark.parametrize("kind, changes, message", [
+    ("llama", {"intermediate_size": 2**20}, "intermediate_size 1048576 does not fit the weights: "
+     "model.layers.0.mlp.gate_proj.weight in {weights} has shape (96, 64), the config makes it (1048576, 64)"),
+    ("llama", {"vocab_size": 2**30}, "vocab_size 1073741824 does not fit the weights: model.embed_tokens.weight in "
+     "{weights} has shape (128, 64), the config makes it (1073741824, 64)"),
+    ("llama", {"num_key_value_heads": 4}, "num_key_value_heads 4 does not fit the weights: "
+     "model.layers.0.self_attn.k_proj.weight in {weights} has shape (32, 64), the config makes it (64, 64)"),
+    ("llama", {"num_hidden_layers": 2**30}, "num_hidden_layers is 1073741824 but {dir} holds no "
+     "model.layers.1073741823.input_layernorm.weight"),
+    ("mixtral", {"num_local_experts": 2**30}, "num_local_experts is 1073741824 but {dir} holds no "
+     "model.layers.0.block_sparse_moe.experts.1073741823.w1.weight"),
+])
+def test_a_config_json_its_weights_do_not_fit_is_refused_from_the_headers_naming_the_field(kind, changes, message,
+                                                                                            tmp_path):
+    """Counts first (a billion layers would make a billion modules, even on the meta device), then
+    each tensor's shape as the safetensors header gives it; no weight is read."""
+    from trainer.hf import check_hf_weights
+
+    save_hf(kind, tmp_path)
+    config = {**json.loads((tmp_path / "config.json").read_text()), **changes}
+    if kind == "mixtral":
+        config["num_experts_per_tok"] = 2
+    with pytest.raises(UsageError) as err:
+        check_hf_weights(tmp_path, from_hf_config(config))
+    assert str(err.value) == f"--init-from-hf: {tmp_path / 'config.json'}: " + message.format(
+        weights=tmp_path / "model.safetensors", dir=tmp_path)
+    check_hf_weights(tmp_path, from_hf_config(read_config(tmp_path)))  # the directory as saved fits

@@ -257,3 +257,40 @@ def test_verify_never_runs_code_a_directory_names_even_when_stdin_says_yes(carri
     assert code == 2 and stdout == "", stdout  # no question asked
     lines = [line for line in err.split("\n") if line.strip() and "\r" not in line]  # not the weights' progress bar
     assert len(lines) == 1 and lines[0].startswith(f"error: DIRECTORY: {out} does not load and run in transformers (")
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"dim": 2**20, "ffn_dim": 2**20}, "{record}: model.dim 1048576 does not fit the checkpoint: "
+     "tok_embeddings.weight in {step} has shape (1024, 64), model.json makes it (1024, 1048576)"),
+    ({"ffn_dim": 2**30}, "{record}: model.ffn_dim 1073741824 does not fit the checkpoint: "
+     "layers.0.feed_forward.w1.weight in {step} has shape (192, 64), model.json makes it (1073741824, 64)"),
+    ({"n_layers": 2**30}, "{record}: model.n_layers is 1073741824 but {step} holds no "
+     "layers.1073741823.attention_norm.weight"),
+    # The metadata claims the same sizes as model.json: the data files do not hold them.
+    ({"dim": 2**20, "metadata too": True}, "{step} cannot be read (its data files hold"),
+])
+def test_a_model_json_claiming_sizes_the_checkpoint_does_not_hold_is_one_line_before_any_allocation(
+        run_dirs, tmp_path, capsys, changes, message):
+    """Before, export allocated model.json's shapes first: a hand-edited dim of 2^20 ended in
+    'DefaultCPUAllocator: can't allocate memory' (exit 1), a claim just under the RAM in the OOM
+    killer."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    from config.models import ModelConfig
+    from trainer.hf import _shapes
+    from trainer.safe_load import SafeFileSystemReader
+    _, ckpt = run_dirs
+    metadata_too = changes.pop("metadata too", False)
+    bad = copy_checkpoint(ckpt, tmp_path, _record(ckpt, **changes))
+    step = bad / "step-00000002"
+    if metadata_too:
+        metadata = SafeFileSystemReader(str(step)).read_metadata()
+        claimed = _shapes(ModelConfig.from_dict(_record(ckpt, **changes)["model"]))
+        for name, entry in metadata.state_dict_metadata.items():
+            if isinstance(entry, TensorStorageMetadata) and name.removeprefix("app.model.") in claimed:
+                entry.size = torch.Size(claimed[name.removeprefix("app.model.")])
+        (step / ".metadata").write_bytes(pickle.dumps(metadata))
+    code, out, err = run_cli(["export", "--checkpoint", str(bad), "--out", str(tmp_path / "out")], capsys)
+    assert (code, out) == (2, "") and err.count("\n") == 1
+    assert err.startswith("error: --checkpoint: " + message.format(record=bad / "model.json", step=step)), err
+    assert not (tmp_path / "out").exists()

@@ -6,6 +6,7 @@ this module only turns it into the SDK's model and calls TrainingClient.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -155,6 +156,31 @@ CONNECT_TIMEOUT_S = 10
 # client's own default waits forever). The guard below applies it to every read that is not a
 # stream, and the reports (ops.kube_reads) pass it with each call.
 READ_TIMEOUT_S = 30
+# The longest Retry-After (429 from API priority and fairness, 503 from an API server starting) that
+# is waited for, up to three times as urllib3 retries: its own Retry waits whatever the header says,
+# and `Retry-After: 3600` held `ops status` for three hours. A longer wait is the answer: one line
+# saying when to retry (api_error_line).
+RETRY_AFTER_CAP_S = 10
+
+
+def _retries() -> Any:
+    return _capped_retry()(total=3, raise_on_status=False)
+
+
+@functools.cache
+def _capped_retry() -> type:
+    import urllib3
+
+    class CappedRetry(urllib3.Retry):
+        def increment(self, method: str | None = None, url: str | None = None, response: Any = None,
+                      *args: Any, **kwargs: Any) -> Any:
+            wait = self.get_retry_after(response) if response is not None else None
+            if wait is not None and wait > RETRY_AFTER_CAP_S:
+                # With raise_on_status off, urllib3 hands this response back instead of retrying.
+                raise urllib3.exceptions.MaxRetryError(None, url or "", None)
+            return super().increment(method, url, response, *args, **kwargs)
+
+    return CappedRetry
 
 
 def guard(client: Any) -> Any:
@@ -183,6 +209,7 @@ class _Reach:
             # but never answers held `status`, `stop` and `delete` forever.
             read = None if kwargs.get("preload_content") is False else READ_TIMEOUT_S
             kwargs["timeout"] = urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=read)
+        kwargs.setdefault("retries", _retries())
         try:
             response = self.pool_manager.request(method, url, **kwargs)
         except urllib3.exceptions.HTTPError as err:
@@ -246,7 +273,9 @@ def api_error_line(err: Any) -> str:
         message = json.loads(err.body).get("message", message) if err.body else message
     except (ValueError, AttributeError):
         pass
-    return f"HTTP {err.status} {' '.join(str(message).split())}"
+    wait = (err.headers or {}).get("Retry-After") if err.status in (429, 503) else None
+    asks = f" (the API server asks to retry in {wait} s)" if wait and wait.isdigit() else ""
+    return f"HTTP {err.status} {' '.join(str(message).split())}{asks}"
 
 
 def api_call(fn: Callable[[], Any]) -> Any:

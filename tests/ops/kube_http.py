@@ -10,9 +10,11 @@ namespace, name) an RBAC authorizer would judge.
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable
@@ -52,6 +54,24 @@ class RbacRequest:
     resource: str  # with its subresource, e.g. pods/log
     namespace: str
     name: str
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What `RecordingApiServer(answer=...)` says to a request instead of the store: a status with a
+    body and headers (429 with Retry-After, 500, 409, 410), or, with `reset_after`, that many bytes
+    of `body` under a longer Content-Length and then a TCP reset, as when a load balancer or the
+    API server drops a connection mid-answer."""
+
+    status: int = 200
+    body: dict | bytes = b""
+    headers: dict = field(default_factory=dict)
+    reset_after: int | None = None
+
+
+def status_body(code: int, reason: str, message: str) -> dict:
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "message": message,
+            "code": code}
 
 
 def rbac_requests(requests: list[Request]) -> list[RbacRequest]:
@@ -101,8 +121,11 @@ class RecordingApiServer:
 
     def __init__(self, *, status_for=None, logs: str | Callable[[dict], str] = "PASS\n", linger: bool = False,
                  pods_for: Callable[[str, dict], list[dict]] | None = None,
-                 before: Callable[[Request], None] | None = None, resources: dict = RESOURCES):
+                 before: Callable[[Request], None] | None = None, resources: dict = RESOURCES,
+                 answer: Callable[[Request], Answer | None] | None = None):
         self.requests: list[Request] = []
+        # answer(request): an Answer that replaces the store's for this request, or None.
+        self.answer = answer
         self.resources = resources  # what discovery serves: RESOURCES, or RESOURCES_V2
         # before(request): called with each request before it is answered, so a test can move the
         # cluster along as a client polls it (a job's status, a replaced pod).
@@ -171,6 +194,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.api.requests.append(Request(method, parts.path, query))
             if self.api.before is not None:
                 self.api.before(self.api.requests[-1])
+            answer = self.api.answer(self.api.requests[-1]) if self.api.answer is not None else None
+        if answer is not None:
+            return self._answer(answer)
         body = None
         if method in ("POST", "PUT", "PATCH"):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")
@@ -187,6 +213,24 @@ class _Handler(BaseHTTPRequestHandler):
         if rest[0] == "namespaces" and len(rest) >= 3:
             namespace, rest = rest[1], rest[2:]
         self._resource(method, group_version, rest, namespace, query, body)
+
+    def _answer(self, answer: Answer) -> None:
+        data = answer.body if isinstance(answer.body, bytes) else json.dumps(answer.body).encode()
+        self.send_response(answer.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in answer.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if answer.reset_after is None:
+            self.wfile.write(data)
+            return
+        self.wfile.write(data[:answer.reset_after])
+        self.wfile.flush()
+        # SO_LINGER with a zero timeout: close() sends RST, not FIN.
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.connection.close()
+        self.close_connection = True
 
     def _discovery(self, segments: list[str]) -> bool:
         if segments == ["api"]:

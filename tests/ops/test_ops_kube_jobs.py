@@ -21,7 +21,7 @@ from ops import cli, kube
 from ops.errors import OpsError
 from kube_fakes import JOBS_PATH as JOBS, POLICIES_PATH as POLICIES
 from kube_fakes import FakeApiServer, created_jobs, jobs_and_their_policies, training_client_on
-from kube_http import RESOURCES, RecordingApiServer
+from kube_http import RESOURCES, Answer, RecordingApiServer, status_body
 from ops_fakes import isolated_aws_env, run_ops
 
 
@@ -42,6 +42,7 @@ def listing(*jobs: dict) -> dict:
 
 
 PODS = "/api/v1/namespaces/training/pods"
+JOBS_PATH_LIST = JOBS
 
 
 def pod(name: str, run: str, phase: str, *, preset: str = "cpu-ddp", deleted: bool = False) -> dict:
@@ -551,3 +552,50 @@ def test_without_env_any_cluster_is_the_one_meant(cluster, tmp_path):
     result = run_ops(["status", "--kubeconfig", str(path)], isolated_aws_env(tmp_path))
     assert result.returncode == 0, result.stderr
     assert [r.path for r in cluster.requests] == ["/apis/kubeflow.org/v1/namespaces/training/pytorchjobs"]
+
+
+# ---- an API server that answers badly ---------------------------------------------------------
+
+def answering(*answers: Answer, path: str = JOBS_PATH_LIST):
+    """An answer for RecordingApiServer: `answers` in turn to the requests for `path`, then the store."""
+    left = list(answers)
+
+    def answer(request):
+        return left.pop(0) if request.path == path and left else None
+    return answer
+
+
+def too_many(retry_after: str) -> Answer:
+    return Answer(429, status_body(429, "TooManyRequests", "Too many requests, please try again later."),
+                  {"Retry-After": retry_after})
+
+
+def test_a_throttled_read_is_retried_after_the_wait_the_api_server_asks_for(tmp_path):
+    """API priority and fairness answers 429 with Retry-After; the wait asked for is honoured."""
+    server = RecordingApiServer(answer=answering(too_many("1")))
+    try:
+        server.add("kubeflow.org/v1", "pytorchjobs", "training", job("cpu-ddp-aaaaaaaa", "Created", "Running"))
+        result = run_ops(["status", "--kubeconfig", str(server.kubeconfig(tmp_path / "kubeconfig"))],
+                         isolated_aws_env(tmp_path))
+    finally:
+        server.close()
+    assert result.returncode == 0, result.stderr
+    assert "cpu-ddp-aaaaaaaa  Running" in result.stdout
+    assert [r.path for r in server.requests] == [JOBS_PATH_LIST, JOBS_PATH_LIST]
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_wait_past_the_cap_is_not_waited_for_and_is_one_line_saying_when_to_retry(status, tmp_path):
+    """urllib3 waits as long as Retry-After says, three times over: `ops status` sat for three hours."""
+    answer = Answer(status, status_body(status, "TooManyRequests" if status == 429 else "ServiceUnavailable",
+                                        "try again later"), {"Retry-After": "3600"})
+    server = RecordingApiServer(answer=answering(answer, answer, answer, answer))
+    try:
+        result = run_ops(["status", "--kubeconfig", str(server.kubeconfig(tmp_path / "kubeconfig"))],
+                         isolated_aws_env(tmp_path), timeout=60)
+    finally:
+        server.close()
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert f"HTTP {status} try again later" in line and "the API server asks to retry in 3600 s" in line
+    assert [r.path for r in server.requests] == [JOBS_PATH_LIST]

@@ -469,10 +469,45 @@ def logs(client: Any, name: str, namespace: str | None = None, follow: bool = Fa
         raise OpsError(f"job {name} has no worker 0 pod (yet); see `python -m ops status {name}`")
     if all(p.status is not None and p.status.phase == "Pending" for p in pods):
         raise OpsError(f"worker pod {pods[0].metadata.name} is Pending; its log starts when it runs")
-    found, _ = _call(lambda: client.get_job_logs(name, namespace=namespace, is_master=False, follow=follow,
-                                                 **leader))
-    if not follow:
-        echo_logs(found, echo)
+    if follow:
+        # Not the SDK's get_job_logs(follow=True): it reads each stream in a thread of its own, and a
+        # stream that fails there (a reset, the pod deleted) leaves it waiting for lines forever.
+        from kubeflow.training.constants import constants
+
+        pod = next(p for p in pods if p.status is None or p.status.phase != "Pending")
+        follow_log(client.core_api, pod.metadata.name, namespace or client.namespace,
+                   constants.JOB_PARAMETERS[constants.PYTORCHJOB_KIND]["container"], echo,
+                   again=f"`python -m ops logs {name} -f`")
+        return
+    found, _ = _call(lambda: client.get_job_logs(name, namespace=namespace, is_master=False, **leader))
+    echo_logs(found, echo)
+
+
+def follow_log(core: Any, pod: str, namespace: str, container: str, echo: Callable[[str], None], *,
+               again: str, prefix: bool = True) -> None:
+    """Echo `pod`'s log line by line as it is written, until the container ends. A stream the API
+    server refuses, or one that breaks on the way (a reset, the API server or kubelet restarting),
+    is one line after what came through; `again` is the command that follows it anew."""
+    import urllib3
+
+    response = api_call(lambda: core.read_namespaced_pod_log(pod, namespace, container=container, follow=True,
+                                                          _preload_content=False))
+    head = f"[{pod}] " if prefix else ""
+    pending = b""
+    try:
+        for chunk in response.stream(4096):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                echo(head + line.decode(errors="replace"))
+    except urllib3.exceptions.HTTPError as err:
+        reason = getattr(err, "reason", None) or (err.args[-1] if err.args else err)
+        raise OpsError(f"the log stream of pod {pod} broke ({' '.join(str(reason).split())[:120]}); {again} "
+                       "follows it again, from the log's start") from None
+    finally:
+        response.release_conn()
+    if pending:
+        echo(head + pending.decode(errors="replace"))
 
 
 def echo_logs(found: dict[str, str], echo: Callable[[str], None]) -> None:

@@ -60,8 +60,8 @@ class RbacRequest:
 class Answer:
     """What `RecordingApiServer(answer=...)` says to a request instead of the store: a status with a
     body and headers (429 with Retry-After, 500, 409, 410), or, with `reset_after`, that many bytes
-    of `body` under a longer Content-Length and then a TCP reset, as when a load balancer or the
-    API server drops a connection mid-answer."""
+    of `body` as the first chunk of a chunked answer and then a TCP reset, as when a load balancer
+    or the API server drops a connection mid-answer."""
 
     status: int = 200
     body: dict | bytes = b""
@@ -218,14 +218,19 @@ class _Handler(BaseHTTPRequestHandler):
         data = answer.body if isinstance(answer.body, bytes) else json.dumps(answer.body).encode()
         self.send_response(answer.status)
         self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
         for name, value in answer.headers.items():
             self.send_header(name, value)
-        self.end_headers()
         if answer.reset_after is None:
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
             self.wfile.write(data)
             return
-        self.wfile.write(data[:answer.reset_after])
+        # Chunked, as the API server streams a followed log or a long list: the client has the first
+        # chunk in hand when the connection goes.
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        first = data[:answer.reset_after]
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(first), first))
         self.wfile.flush()
         # SO_LINGER with a zero timeout: close() sends RST, not FIN.
         self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

@@ -118,7 +118,7 @@ def test_logs_follow_streams_worker_0(api, capsys):
     assert stream.path == f"{PODS}/smoke-worker-0/log"
     assert stream.query["container"] == "pytorch" and stream.query["follow"] is True
     out = capsys.readouterr().out.splitlines()
-    assert out == ["[Pod smoke-worker-0]: epoch 1 loss 0.9", "[Pod smoke-worker-0]: epoch 2 loss 0.5"]
+    assert out == ["[smoke-worker-0] epoch 1 loss 0.9", "[smoke-worker-0] epoch 2 loss 0.5"]
 
 
 def test_logs_without_follow_prints_what_is_there(api):

@@ -599,3 +599,53 @@ def test_a_wait_past_the_cap_is_not_waited_for_and_is_one_line_saying_when_to_re
     [line] = result.stderr.splitlines()
     assert f"HTTP {status} try again later" in line and "the API server asks to retry in 3600 s" in line
     assert [r.path for r in server.requests] == [JOBS_PATH_LIST]
+
+
+def worker_0(run: str, phase: str = "Running") -> dict:
+    """Worker 0's pod as the Training Operator labels it, which the SDK finds it by."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{run}-worker-0", "labels": {
+        "training.kubeflow.org/job-name": run, "training.kubeflow.org/replica-type": "worker",
+        "training.kubeflow.org/replica-index": "0"}}, "status": {"phase": phase}}
+
+
+WORKER_0_LOG = "/api/v1/namespaces/training/pods/cpu-ddp-aaaaaaaa-worker-0/log"
+
+
+@pytest.mark.parametrize("broken, words", [
+    (Answer(200, b"epoch 1 loss 0.9\n" + b"x" * 4096, reset_after=17), "the log stream of pod cpu-ddp-aaaaaaaa-worker-0 broke"),
+    (Answer(404, status_body(404, "NotFound", 'pods "cpu-ddp-aaaaaaaa-worker-0" not found')),
+     'HTTP 404 pods "cpu-ddp-aaaaaaaa-worker-0" not found'),
+    (Answer(500, status_body(500, "InternalError", "dial tcp 10.0.1.5:10250: i/o timeout")),
+     "HTTP 500 dial tcp 10.0.1.5:10250: i/o timeout")], ids=["reset mid-log", "pod deleted", "kubelet unreachable"])
+def test_a_followed_log_that_breaks_or_whose_pod_is_gone_ends_in_one_line(broken, words, tmp_path):
+    """The SDK follows each pod in a thread of its own: an error there printed that thread's
+    traceback, and `ops logs -f` then waited forever for a line that would never come."""
+    server = RecordingApiServer(answer=answering(broken, path=WORKER_0_LOG))
+    try:
+        server.add("kubeflow.org/v1", "pytorchjobs", "training", job("cpu-ddp-aaaaaaaa", "Created", "Running"))
+        server.add("v1", "pods", "training", worker_0("cpu-ddp-aaaaaaaa"))
+        result = run_ops(["logs", "-f", "cpu-ddp-aaaaaaaa", "--kubeconfig",
+                          str(server.kubeconfig(tmp_path / "kubeconfig"))], isolated_aws_env(tmp_path), timeout=60)
+    finally:
+        server.close()
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: ") and words in line
+    if broken.reset_after:  # what came before the break is shown, and following again is the way on
+        assert result.stdout == "[cpu-ddp-aaaaaaaa-worker-0] epoch 1 loss 0.9\n"
+        assert "`python -m ops logs cpu-ddp-aaaaaaaa -f` follows it again" in line
+
+
+def test_a_followed_log_that_ends_ends_the_command(tmp_path):
+    server = RecordingApiServer(logs="epoch 1 loss 0.9\nepoch 2 loss 0.5")
+    try:
+        server.add("v1", "pods", "training", worker_0("cpu-ddp-aaaaaaaa"))
+        result = run_ops(["logs", "-f", "cpu-ddp-aaaaaaaa", "--kubeconfig",
+                          str(server.kubeconfig(tmp_path / "kubeconfig"))], isolated_aws_env(tmp_path), timeout=60)
+    finally:
+        server.close()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["[cpu-ddp-aaaaaaaa-worker-0] epoch 1 loss 0.9",
+                                          "[cpu-ddp-aaaaaaaa-worker-0] epoch 2 loss 0.5"]
+    [stream] = [r for r in server.requests if r.path == WORKER_0_LOG]
+    assert stream.query["follow"] in ("true", "True") and stream.query["container"] == "pytorch"

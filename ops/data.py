@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from config.kubernetes import TRAINING_NAMESPACE
 from ops.errors import OpsError
-from ops.kube import JOB_NAME_LABEL, api_call, job_phase
+from ops.kube import JOB_NAME_LABEL, api_call, follow_log, job_phase
 
 POLL_SECONDS = 5.0
 
@@ -57,6 +57,8 @@ def follow(api: Any, name: str, namespace: str = TRAINING_NAMESPACE, *, echo: Ca
     """Stream the Job's pods' logs and phase changes until it ends; 0 complete, 1 failed."""
     from kubernetes import client
 
+    from k8s.pods.data_job import CONTAINER
+
     batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
     streamed: set[str] = set()
     last = None
@@ -74,7 +76,9 @@ def follow(api: Any, name: str, namespace: str = TRAINING_NAMESPACE, *, echo: Ca
         for pod in sorted(pods, key=lambda p: p.metadata.name):
             if pod.metadata.name in streamed or not pod.status or pod.status.phase == "Pending":
                 continue
-            _stream(core, pod.metadata.name, namespace, echo)
+            # A broken stream ends this follow, not the Job: the line says how to follow it on.
+            follow_log(core, pod.metadata.name, namespace, CONTAINER, echo,
+                       again=f"`kubectl -n {namespace} logs -f job/{name}`")
             streamed.add(pod.metadata.name)
             progressed = True
         if current in ("Complete", "Failed") and not progressed:
@@ -84,18 +88,3 @@ def follow(api: Any, name: str, namespace: str = TRAINING_NAMESPACE, *, echo: Ca
             return 0
         if not progressed:
             sleep(poll_seconds)
-
-
-def _stream(core: Any, pod: str, namespace: str, echo: Callable[[str], None]) -> None:
-    from k8s.pods.data_job import CONTAINER
-
-    response = api_call(lambda: core.read_namespaced_pod_log(pod, namespace, container=CONTAINER, follow=True,
-                                                          _preload_content=False))
-    pending = b""
-    for chunk in response.stream(4096):
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            echo(f"[{pod}] {line.decode(errors='replace')}")
-    if pending:
-        echo(f"[{pod}] {pending.decode(errors='replace')}")

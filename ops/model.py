@@ -137,9 +137,8 @@ def render_status(rows: list[tuple[str, ...]]) -> str:
 
 def logs(core: Any, namespace: str, model: str, follow: bool = False, echo: Callable[[str], None] = print) -> None:
     """The newest pod's log (each retry is a new pod); with follow, line by line as it is written."""
-    from kubernetes import watch
-
     from k8s.pods.model_download import CONTAINER
+    from ops.kube import follow_log
 
     job = _job(model)
     pods = _api(lambda: core.list_namespaced_pod(namespace, label_selector=f"{JOB_NAME_LABEL}={job}")).items
@@ -149,9 +148,8 @@ def logs(core: Any, namespace: str, model: str, follow: bool = False, echo: Call
     if pod.status is not None and pod.status.phase == "Pending":
         raise OpsError(f"pod {pod.metadata.name} is Pending; its log starts when it runs")
     if follow:
-        for line in watch.Watch().stream(core.read_namespaced_pod_log, name=pod.metadata.name,
-                                         namespace=namespace, container=CONTAINER, follow=True):
-            echo(line)
+        follow_log(core, pod.metadata.name, namespace, CONTAINER, echo,
+                   again=f"`python -m ops model logs {model} -f`", prefix=False)
         return
     text = _api(lambda: core.read_namespaced_pod_log(pod.metadata.name, namespace, container=CONTAINER))
     for line in text.splitlines():

@@ -288,7 +288,7 @@ class TrainJobs:
 
     def logs(self, name: str, namespace: str, follow: bool, echo: Callable[[str], None]) -> None:
         """Rank 0's node pod (completion index 0, the newest JobSet attempt), container `node`."""
-        from ops.kube import echo_logs
+        from ops.kube import echo_logs, follow_log
 
         pods = _call(lambda: self.core.list_namespaced_pod(
             namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}")).items
@@ -303,16 +303,7 @@ class TrainJobs:
             text = _call(lambda: self.core.read_namespaced_pod_log(pod_name, namespace, container=NODE))
             echo_logs({pod_name: text}, echo)
             return
-        response = _call(lambda: self.core.read_namespaced_pod_log(pod_name, namespace, container=NODE, follow=True,
-                                                                   _preload_content=False))
-        pending = b""
-        for chunk in response.stream(decode_content=True):
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                echo(f"[{pod_name}] {line.decode(errors='replace')}")
-        if pending:
-            echo(f"[{pod_name}] {pending.decode(errors='replace')}")
+        follow_log(self.core, pod_name, namespace, NODE, echo, again=f"`python -m ops logs {name} -f{self.flags}`")
 
     def delete(self, name: str, namespace: str) -> str:
         """The TrainJob (its JobSet, pods and Workload go with it), then its runtime and peers policy,

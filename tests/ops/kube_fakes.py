@@ -7,6 +7,7 @@ Routes answer by (method, path); every request is recorded.
 
 from __future__ import annotations
 
+import http.client
 import io
 import json
 from dataclasses import dataclass, field
@@ -36,6 +37,41 @@ class _Body(io.BytesIO):
         return self.closed or self.tell() >= self._size
 
 
+@dataclass(frozen=True)
+class Reset:
+    """A route's body that breaks after `data`: the connection reset mid-answer (a followed log
+    when the API server, a load balancer or the kubelet drops it)."""
+    data: bytes
+
+
+class _ResetAfter(io.RawIOBase):
+    """A socket's read side that gives its bytes and then fails as a reset connection does."""
+
+    def __init__(self, data: bytes):
+        self._data = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self._data.readinto(buffer)
+        if n == 0:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        return n
+
+
+def _reset_response(status: int, data: bytes, preload_content: bool) -> urllib3.HTTPResponse:
+    """`data` as the one chunk of a chunked answer (as the API server streams a followed log), read by
+    http.client as urllib3 reads a real connection, and then the reset."""
+    wire = (b"HTTP/1.1 %d OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n"
+            % (status, len(data), data))
+    sock = type("Socket", (), {"makefile": lambda self, mode: io.BufferedReader(_ResetAfter(wire))})()
+    raw = http.client.HTTPResponse(sock, method="GET")
+    raw.begin()
+    return urllib3.HTTPResponse(body=raw, headers=dict(raw.getheaders()), status=raw.status,
+                                preload_content=preload_content, original_response=raw)
+
+
 class FakeApiServer:
     """Stands in for urllib3.PoolManager: answers by (method, path), records every request."""
 
@@ -62,6 +98,8 @@ class FakeApiServer:
         status, payload = answered or (404, {
             "kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404,
             "message": f"{parts.path} not found"})
+        if isinstance(payload, Reset):
+            return _reset_response(status, payload.data, preload_content)
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         return urllib3.HTTPResponse(body=_Body(data), status=status, preload_content=preload_content,
                                     headers={"Content-Type": "application/json"})

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from k8s.pods.data_job import DATA_SOURCE_LABEL
-from kube_fakes import FakeApiServer, api_client_on
+from kube_fakes import FakeApiServer, Reset, api_client_on
 from ops import data
 from ops.cli import main
 from ops.envconfig import load
@@ -75,6 +75,20 @@ def test_follow_streams_every_pods_log_and_ends_with_the_jobs_result(api):
     log_calls = [c for c in server.calls if c.path.endswith("/log")]
     assert all(c.query["follow"] is True and c.query["container"] == "data" for c in log_calls)
     assert [c.query["labelSelector"] for c in server.calls if c.path == PODS][0] == "batch.kubernetes.io/job-name=data-imagenet-7xk2p"
+
+
+def test_a_followed_log_that_breaks_is_one_line_saying_the_job_goes_on(api):
+    """A reset mid-log (the API server or kubelet restarting) was a crash report: 'a bug in ops'."""
+    client, server = api
+    server.on("GET", f"{JOBS}/data-x", job("data-x", active=1))
+    server.on("GET", PODS, pods(("data-x-a", "Running")))
+    server.on("GET", f"{PODS}/data-x-a/log", Reset(b"s3sync: 0/17 files\n"))
+    lines: list[str] = []
+    with pytest.raises(OpsError) as err:
+        data.follow(client, "data-x", echo=lines.append, sleep=pytest.fail)
+    assert lines == ["job training/data-x: Running", "[data-x-a] s3sync: 0/17 files"]
+    assert str(err.value).startswith("the log stream of pod data-x-a broke (")
+    assert "`kubectl -n training logs -f job/data-x` follows it again" in str(err.value)
 
 
 def test_follow_of_a_failed_job_says_why_and_returns_1(api):

@@ -17,7 +17,7 @@ from config.outputs import trainer_image_output
 from k8s.pods.model_download import ModelDownload, model_download_manifest
 from ops import cli, model
 from ops.envconfig import load
-from kube_fakes import FakeApiServer, api_client_on
+from kube_fakes import FakeApiServer, Reset, api_client_on
 from ops_fakes import deploy_registry
 
 NS = "/api/v1/namespaces/training"
@@ -203,6 +203,23 @@ def test_logs_follow_the_newest_attempts_pod(server, capsys):
     assert listing.query["labelSelector"] == f"batch.kubernetes.io/job-name={JOB}"
     assert stream.query["container"] == "download" and stream.query["follow"] is True
     assert capsys.readouterr().out.splitlines() == ["progress: Fetching 3 files: 1/3", "complete: done"]
+
+
+def test_a_followed_log_that_breaks_or_is_refused_is_one_line(server, capsys):
+    """A reset mid-log, or a pod gone before its log is read, was a crash report: 'a bug in ops'."""
+    server.on("GET", f"{NS}/pods", {"kind": "PodList", "items": [pod(f"{JOB}-bbbbb", "Running", "2026-11-23T10:05:00Z")]})
+    server.on("GET", f"{NS}/pods/{JOB}-bbbbb/log", Reset(b"progress: Fetching 3 files: 1/3\n"))
+    assert ops("model", "logs", "Llama-2-7b-hf", "-f") == 2
+    out = capsys.readouterr()
+    assert out.out.splitlines() == ["progress: Fetching 3 files: 1/3"]
+    [line] = out.err.splitlines()
+    assert line.startswith(f"error: the log stream of pod {JOB}-bbbbb broke (")
+    assert "`python -m ops model logs Llama-2-7b-hf -f` follows it again" in line
+    server.on("GET", f"{NS}/pods/{JOB}-bbbbb/log", {"kind": "Status", "code": 404, "reason": "NotFound",
+                                                    "message": f'pods "{JOB}-bbbbb" not found'}, status=404)
+    assert ops("model", "logs", "Llama-2-7b-hf", "-f") == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: ") and f'HTTP 404 pods "{JOB}-bbbbb" not found' in line
 
 
 def test_logs_of_a_pending_pod_say_so_in_one_line(server, capsys):

@@ -19,7 +19,7 @@ import yaml
 
 from ops import cli, envconfig, kube
 from kube_fakes import POLICIES_PATH as POLICIES
-from kube_fakes import Call, FakeApiServer, api_client_on, training_client_on
+from kube_fakes import Call, FakeApiServer, Reset, api_client_on, training_client_on
 
 TRAINER = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/training"
 TRAINJOBS, RUNTIMES = f"{TRAINER}/trainjobs", f"{TRAINER}/trainingruntimes"
@@ -441,6 +441,18 @@ def test_logs_follow_streams_rank_0(cluster, capsys):
     cluster.server.on("GET", f"{PODS}/r-node-0-0-y/log", b"a\nb")
     assert ops("logs", "r", "-f") == 0
     assert capsys.readouterr().out.splitlines() == ["[r-node-0-0-y] a", "[r-node-0-0-y] b"]
+
+
+def test_a_followed_log_that_breaks_is_one_line_after_what_came_through(cluster, capsys):
+    """A reset mid-log (the API server or kubelet restarting) was a crash report: 'a bug in ops'."""
+    cluster.put(PODS, pod("r-node-0-0-y", "r", 0, 0))
+    cluster.server.on("GET", f"{PODS}/r-node-0-0-y/log", Reset(b"a\nb\n"))
+    assert ops("logs", "r", "-f") == 2
+    out = capsys.readouterr()
+    assert out.out.splitlines() == ["[r-node-0-0-y] a", "[r-node-0-0-y] b"]
+    [line] = out.err.splitlines()
+    assert line.startswith("error: the log stream of pod r-node-0-0-y broke (")
+    assert "Connection reset by peer" in line and "`python -m ops logs r -f --env ENV` follows it again" in line
 
 
 def test_logs_of_a_run_without_pods_is_one_line(cluster, capsys):

@@ -240,6 +240,12 @@ def unreachable(endpoint: str, err: Exception) -> str:
     if isinstance(reason, urllib3.exceptions.SSLError) or "certificate" in text:
         return (f"TLS with the Kubernetes API endpoint {endpoint} failed ({type(reason).__name__}): the kubeconfig's "
                 "certificate authority is not this cluster's; rerun `python -m ops kubeconfig --env NAME`")
+    if isinstance(reason, urllib3.exceptions.ProtocolError):
+        # The endpoint answered, then the connection went: the way there is open.
+        cause = reason.args[-1] if reason.args else reason
+        what = getattr(cause, "strerror", None) or " ".join(str(cause).split())[:120]
+        return (f"the connection to the Kubernetes API endpoint {endpoint} broke mid-answer ({what}): the API server "
+                "or a load balancer before it dropped it (a restart, an upgrade); retry")
     # Before the timeout test: urllib3's NewConnectionError subclasses ConnectTimeoutError.
     if "refused" in text:
         what = "connection refused"

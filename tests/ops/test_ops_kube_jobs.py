@@ -649,3 +649,22 @@ def test_a_followed_log_that_ends_ends_the_command(tmp_path):
                                           "[cpu-ddp-aaaaaaaa-worker-0] epoch 2 loss 0.5"]
     [stream] = [r for r in server.requests if r.path == WORKER_0_LOG]
     assert stream.query["follow"] in ("true", "True") and stream.query["container"] == "pytorch"
+
+
+def test_a_connection_reset_mid_answer_is_one_line_that_does_not_blame_the_network_path(tmp_path):
+    """The endpoint answered and the connection then broke (an API server or load balancer
+    restarting): retried as urllib3 retries reads, then one line; not 'cannot reach', whose
+    publicCidrs and VPN advice is for an endpoint that never answers."""
+    reset = Answer(200, b'{"kind": "PyTorchJobList", "items": [' + b" " * 4096 + b"]}", reset_after=20)
+    server = RecordingApiServer(answer=answering(*[reset] * 8))
+    try:
+        result = run_ops(["status", "--kubeconfig", str(server.kubeconfig(tmp_path / "kubeconfig"))],
+                         isolated_aws_env(tmp_path))
+    finally:
+        server.close()
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"error: the connection to the Kubernetes API endpoint {server.url} broke mid-answer "
+                           "(Connection reset by peer)")
+    assert "publicCidrs" not in line and "retry" in line
+    assert len(server.requests) == 4  # the first try and urllib3's three retries of a read

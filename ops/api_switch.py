@@ -64,13 +64,13 @@ def rows(env: Environment, eks: Any, connect: Callable[[], Any]) -> list[Check]:
     """One row: whether this deploy switches the cluster's training API, and whether runs would be
     lost by it. `connect` builds the kubernetes ApiClient (ops.kube.api_client); it is called only
     when the environment's cluster exists."""
-    from ops.kubeconfig import find_cluster
+    from ops.kubeconfig import NoCluster, find_cluster
 
     try:
         cluster = find_cluster(eks, env)
+    except NoCluster:
+        return [Check(ROW, PASS, f"{env.training_api}: no cluster of {env.name} yet, so no runs to lose")]
     except OpsError as err:
-        if str(err).startswith("no EKS cluster"):
-            return [Check(ROW, PASS, f"{env.training_api}: no cluster of {env.name} yet, so no runs to lose")]
         return [Check(ROW, WARN, f"could not tell which cluster is {env.name}'s ({err}); {_unchecked(env)}")]
     except api_failure_types() as err:
         return [Check(ROW, WARN, f"could not look up the cluster: {explain(err)}; {_unchecked(env)}")]

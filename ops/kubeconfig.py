@@ -24,12 +24,17 @@ STACK_NAME_TAG = "aws:cloudformation:stack-name"
 UPDATE_TIMEOUT_S = 60
 
 
+class NoCluster(OpsError):
+    """No EKS cluster of that name, or none of the environment: preflight's rows read it as
+    "not deployed yet", any other OpsError of find_cluster as a lookup that failed."""
+
+
 def find_cluster(eks: Any, env: Environment, cluster_name: str | None = None) -> dict:
     if cluster_name:
         try:
             return eks.describe_cluster(name=cluster_name)["cluster"]
         except eks.exceptions.ResourceNotFoundException:
-            raise OpsError(f"no EKS cluster named {cluster_name!r} in {env.region}") from None
+            raise NoCluster(f"no EKS cluster named {cluster_name!r} in {env.region}") from None
     try:
         return eks.describe_cluster(name=env.cluster_name)["cluster"]
     except eks.exceptions.ResourceNotFoundException:
@@ -45,7 +50,7 @@ def find_cluster(eks: Any, env: Environment, cluster_name: str | None = None) ->
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise OpsError(f"no EKS cluster of environment {env.name} in {env.region} (none named {env.cluster_name} "
+        raise NoCluster(f"no EKS cluster of environment {env.name} in {env.region} (none named {env.cluster_name} "
                        f"or tagged {STACK_NAME_TAG}={stack}); deploy first or pass --cluster-name")
     found = ", ".join(c["name"] for c in matches)
     raise OpsError(f"several clusters belong to environment {env.name} ({found}); pass --cluster-name")

@@ -88,8 +88,21 @@ def test_kubeconfig_finds_the_cluster_by_the_name_the_stack_gives_it(aws, moto_c
 
 def test_kubeconfig_without_a_cluster_of_the_environment_says_how_to_proceed(aws, moto_clients):
     make_cluster("someone-elses", "prod-Clusterless")
-    with pytest.raises(OpsError, match="no EKS cluster of environment prod .* pass --cluster-name"):
+    with pytest.raises(kubeconfig.NoCluster, match="no EKS cluster of environment prod .* pass --cluster-name"):
         kubeconfig.find_cluster(moto_clients.eks, load("prod"))
+
+
+def test_no_cluster_is_a_type_of_its_own_so_preflight_tells_it_from_a_lookup_that_failed(aws, moto_clients):
+    """Preflight's Kubernetes-version and training-API rows pass with no cluster yet and warn when
+    the lookup failed; they told the two apart by the words of the message."""
+    assert issubclass(kubeconfig.NoCluster, OpsError)
+    with pytest.raises(kubeconfig.NoCluster):
+        kubeconfig.find_cluster(moto_clients.eks, load("prod"), "ghost")
+    make_cluster("Cluster9EE0221C-prod", "prod-Cluster")
+    make_cluster("Cluster1A2B3C4D-prod", "prod-Cluster")
+    with pytest.raises(OpsError, match="several clusters belong to environment prod") as err:
+        kubeconfig.find_cluster(moto_clients.eks, load("prod"))
+    assert not isinstance(err.value, kubeconfig.NoCluster)
 
 
 def recording_aws(tmp_path, script: str = ""):

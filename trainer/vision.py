@@ -249,7 +249,14 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
 
 
 def evaluate(model, loader, to_input, rt: tdist.Runtime) -> dict:
-    """Loss, top-1 and top-5 over the validation set, every image counted once over all ranks."""
+    """Loss, top-1 and top-5 over the validation set, every image counted once over all ranks, of
+    rank 0's model. Each rank's BatchNorm running statistics last moved with its own micro-batch
+    (DDP broadcasts rank 0's only at the next training forward): rank 0's are broadcast first, so
+    every rank evaluates the model the checkpoint saves, whatever the world size. (SyncBatchNorm's
+    are already the same on every rank.)"""
+    if rt.world_size > 1:
+        for buffer in model.buffers():
+            dist.broadcast(buffer, 0)
     model.eval()
     totals = torch.zeros(4, dtype=torch.float64, device=rt.device)  # loss sum, top-1, top-5, count
     with torch.no_grad(), autocast(rt.device):

@@ -280,3 +280,37 @@ def test_a_rank_that_cannot_read_its_folder_stops_in_one_line_and_its_peer_in_on
     assert "traceback follows" not in out and "failed unexpectedly" not in out, out[-3000:]
     assert dict(re.findall(r"^\s*rank\s*: (\d) .*\n\s*exitcode\s*: (-?\d+) ", out, re.M)) == {"0": "1", "1": "2"}, \
         out[-3000:]
+
+
+def test_the_validation_two_ranks_report_is_that_of_the_model_they_save(tmp_path):
+    # BatchNorm's running statistics are updated by each rank's own micro-batches; DDP broadcasts
+    # rank 0's only at the next training forward. Every rank must evaluate the buffers the
+    # checkpoint holds, or the reported accuracy belongs to no saved model (and to the world size).
+    import torch.distributed.checkpoint as dcp
+
+    from trainer.checkpoint import ModelAndOptimizer
+    from trainer.dist import Runtime
+    from trainer.optim import build_sgd
+    from trainer.vision import evaluate, parse_job
+    from trainer.vision_data import UnreadableImages, build_datasets, val_loader
+    from trainer.vision_input import device_input
+    from trainer.vision_model import build_classifier
+
+    argv = vision(tmp_path, "--metrics-file", str(tmp_path / "m.jsonl"), every=100)
+    rc, out = run(torchrun_args("trainer.vision", argv, nproc=2), timeout=300)
+    assert rc == 0, out
+    reported = [r for r in map(json.loads, (tmp_path / "m.jsonl").read_text().splitlines()) if r["kind"] == "epoch"]
+    assert len(reported) == 1
+    job = parse_job(argv)
+    _, val_set, classes = build_datasets(job.data, job.synthetic, job.seed)
+    model = build_classifier(job.model, classes)
+    dcp.load({"app": ModelAndOptimizer(model, build_sgd(model, job.optimizer))},
+             checkpoint_id=str(step_dir(tmp_path, reported[0]["step"])))
+    unreadable = UnreadableImages(job.data.max_bad_images, rank=0)
+    cpu = torch.device("cpu")
+    loader = val_loader(val_set, job.data, batch_size=BATCH, rank=0, world_size=1, pin=False, unreadable=unreadable)
+    saved = evaluate(model, loader, device_input(job.data, cpu, unreadable),
+                     Runtime(rank=0, world_size=1, local_rank=0, device=cpu, backend="gloo"))
+    assert saved["val_images"] == reported[0]["val_images"] == 64
+    assert saved["top1"] == reported[0]["top1"]
+    assert saved["val_loss"] == pytest.approx(reported[0]["val_loss"], abs=1e-4)

@@ -114,6 +114,17 @@ def accumulate_gradients(ddp, forward, micro_batches, accumulation: int, job: Vi
     return loss
 
 
+def seed_dropout(seed: int, rank: int, step: int) -> None:
+    """Seeds this rank's torch generators (CPU and GPU), which draw the dropout and stochastic depth
+    masks, from (seed, rank, the step the run starts after): each rank's micro-batches get their
+    own masks, as one GPU's would over the whole global batch, and a resume at step N does not
+    replay step 1's. Re-seeding rather than saving each rank's generator state: a resume may be on
+    another number of ranks, where saved per-rank states have no rank to go to, and the masks are
+    noise whose only duty is to be independent. Augmentations do not draw from this stream
+    (trainer.vision_data.SeededAugmentation)."""
+    torch.manual_seed(((seed * 1_000_003 + step) * 1_000_000_007 + rank) % 2**63)
+
+
 def autocast(device: torch.device):
     """bf16 autocast on GPU; off on CPU, which has no fast bf16 path."""
     return torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
@@ -130,6 +141,7 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
     ckpt = CheckpointManager(job.checkpoint, rt, {"app": ModelAndOptimizer(model, optimizer), "train": progress},
                              model_record=record)
     step = ckpt.resume()
+    seed_dropout(job.seed, rt.rank, step)
     first_step = step + 1
     start = (progress.epoch, progress.epoch_images_done)
     # Gradients live in DDP's buckets (no second copy to reduce from, and no copy back).

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 pytest.importorskip("torchvision", reason="torchvision is a pinned dependency")
 
@@ -189,3 +190,40 @@ def test_files_only_the_gpu_decoder_finds_bad_are_stood_in_for_in_training_and_e
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stdout[-3000:] + p.stderr[-3000:]
     assert p.stderr.strip().splitlines()[-1].startswith("error: --max-bad-images: 2 images of epoch 0 could not be "
                                                         "read on rank 0, more than the 1 allowed"), p.stderr
+
+
+def test_dropout_masks_differ_between_ranks_and_after_a_resume_and_leave_augmentation_alone():
+    """Every rank seeded torch alike at every start: all ranks drew the same dropout and stochastic
+    depth masks for their different micro-batches (EfficientNet), and a resume replayed step 1's."""
+    from trainer.vision import seed_dropout
+    from trainer.vision_data import SeededAugmentation
+
+    dropout = torch.nn.Dropout(0.5)
+
+    def mask(seed, rank, step):
+        seed_dropout(seed, rank, step)
+        return dropout(torch.ones(4096)) == 0
+
+    first = mask(7, 0, 0)
+    assert torch.equal(first, mask(7, 0, 0))  # a run is reproducible from its seed
+    assert not torch.equal(first, mask(7, 1, 0))  # rank 1's micro-batch gets its own masks
+    assert not torch.equal(first, mask(7, 0, 40))  # a resume at step 40 does not replay step 1's
+    assert not torch.equal(mask(7, 0, 40), mask(7, 1, 40))
+    # Augmentations (torchvision's transforms draw from the process's generator) come from (seed,
+    # epoch, image) alone, whatever the rank's seeding, and leave its dropout stream as it was.
+    images = SeededAugmentation(_Draws(), seed=7)
+    seed_dropout(7, 0, 0)
+    crop = images[(1, 3)]
+    assert torch.equal(dropout(torch.ones(4096)) == 0, first)
+    seed_dropout(7, 1, 40)
+    assert torch.equal(images[(1, 3)], crop)
+
+
+class _Draws(torch.utils.data.Dataset):
+    """An image whose augmentation is a draw from the process's generator."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, key):
+        return torch.rand(4)

@@ -48,10 +48,12 @@ def resolve_global_batch(batch: GlobalBatchConfig, recorded: int | None, world_s
                                                 "it, or drop --global-batch-size to keep it")
     value = requested or recorded or world_size * micro_batch
     if value % (world_size * micro_batch):
-        source = "--global-batch-size" if requested else f"the checkpoints' global batch"
+        # The checkpoints' value changes only with the flag: a multiple alone would be refused above.
+        source, hint = (("--global-batch-size", "choose a multiple, or another --batch-size") if requested else
+                        ("the checkpoints' global batch", "choose another --batch-size, or pass a multiple as "
+                                                          "--global-batch-size with --allow-global-batch-change"))
         raise UsageError("--global-batch-size", f"{source} {value} is not a multiple of {world_size} ranks x "
-                                                f"--batch-size {micro_batch} = {world_size * micro_batch}; choose a "
-                                                "multiple, or another --batch-size")
+                                                f"--batch-size {micro_batch} = {world_size * micro_batch}; {hint}")
     return value
 
 

@@ -65,6 +65,17 @@ def test_the_global_batch_is_recorded_and_one_that_does_not_divide_is_one_line(t
     assert json.loads((tmp_path / "model.json").read_text())["global_batch_size"] == 32
     changed = _vision(tmp_path, "--global-batch-size", "64", "--train-samples", "64", "--epochs", "2")
     assert changed.returncode == 2 and "global batch of 32 images, not 64" in changed.stderr
+    # The checkpoints' global batch is kept, so the hint names what changes it: the flag, not just a multiple.
+    kept = _vision(tmp_path, "--batch-size", "24", "--train-samples", "64", "--epochs", "2")
+    assert kept.returncode == 2 and "step " not in kept.stdout
+    assert kept.stderr.strip() == (
+        "error: --global-batch-size: the checkpoints' global batch 32 is not a multiple of 1 ranks x --batch-size 24 "
+        "= 24; choose another --batch-size, or pass a multiple as --global-batch-size with "
+        "--allow-global-batch-change")
+    allowed = _vision(tmp_path, "--batch-size", "24", "--global-batch-size", "48", "--allow-global-batch-change",
+                      "--train-samples", "64", "--epochs", "2")
+    assert allowed.returncode == 0, allowed.stderr[-2000:]
+    assert json.loads((tmp_path / "model.json").read_text())["global_batch_size"] == 48
 
 
 def test_a_two_rank_checkpoint_resumes_mid_epoch_on_three_ranks_with_the_losses_of_the_uninterrupted_run(tmp_path):

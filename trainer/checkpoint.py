@@ -41,7 +41,7 @@ from config.workloads.common import CheckpointConfig
 from trainer import safe_load
 from trainer.checkpoint_load import FAILED, REFUSED, Verdict, agree, classify, describe, precheck
 from trainer.cli import UsageError, WorkerExit, checked_path, create_folder, write_whole
-from trainer.dist import Runtime
+from trainer.dist import Runtime, same_buffers
 from trainer.lease import WAIT_S, Lease, LeaseHeld, Owner
 from trainer.log import log, warn
 from trainer.retention import TRASH, BackgroundRemover
@@ -68,12 +68,16 @@ class CheckpointWriteFailed(RuntimeError):
 
 class ModelAndOptimizer(Stateful):
     """Model and optimizer state as DCP wants them: sharded tensors keyed by parameter name, so
-    a checkpoint written by N ranks loads on M."""
+    a checkpoint written by N ranks loads on M. A replicated model's (DDP's) buffers are rank 0's
+    on every rank first (trainer.dist.same_buffers): DCP writes each replicated tensor from
+    whichever rank its plan balances it to, so a save mixed the ranks' BatchNorm statistics."""
 
-    def __init__(self, model, optimizer):
-        self.model, self.optimizer = model, optimizer
+    def __init__(self, model, optimizer, *, replicated_buffers: bool = False):
+        self.model, self.optimizer, self.replicated_buffers = model, optimizer, replicated_buffers
 
     def state_dict(self) -> dict[str, Any]:
+        if self.replicated_buffers:
+            same_buffers(self.model)  # every rank calls this in a save (and a load, where it is overwritten)
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         # An asynchronous save stages the tensors while training goes on. Parameters and optimizer
         # state change only in the optimizer step, which waits for staging, but buffers such as

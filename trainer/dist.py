@@ -151,6 +151,15 @@ def all_reduce_mean(value: float, rt: Runtime) -> float:
     return t.item() / rt.world_size
 
 
+def same_buffers(module: torch.nn.Module) -> None:
+    """Rank 0's buffers (BatchNorm's running statistics) on every rank of a replicated model. Each
+    rank's last moved with its own micro-batch, and DDP broadcasts rank 0's only before the next
+    training forward; what is evaluated or saved must be one model, whatever the world size."""
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        for buffer in module.buffers():
+            dist.broadcast(buffer, 0)
+
+
 def lowest_ranks(problem: str | None) -> str | None:
     """The problem (a line) of the lowest rank that has one, None where none has: the same on every
     rank, so that all stop with the same line. One collective, made only when the ranks stop or

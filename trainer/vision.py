@@ -138,7 +138,7 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
     model = place(build_classifier(job.model, classes), job.efficiency, rt.device, rt.world_size)
     optimizer = build_sgd(model, job.optimizer)
     progress = Progress()
-    ckpt = CheckpointManager(job.checkpoint, rt, {"app": ModelAndOptimizer(model, optimizer), "train": progress},
+    ckpt = CheckpointManager(job.checkpoint, rt, {"app": ModelAndOptimizer(model, optimizer, replicated_buffers=True), "train": progress},
                              model_record=record)
     step = ckpt.resume()
     seed_dropout(job.seed, rt.rank, step)
@@ -266,9 +266,7 @@ def evaluate(model, loader, to_input, rt: tdist.Runtime) -> dict:
     (DDP broadcasts rank 0's only at the next training forward): rank 0's are broadcast first, so
     every rank evaluates the model the checkpoint saves, whatever the world size. (SyncBatchNorm's
     are already the same on every rank.)"""
-    if rt.world_size > 1:
-        for buffer in model.buffers():
-            dist.broadcast(buffer, 0)
+    tdist.same_buffers(model)
     model.eval()
     totals = torch.zeros(4, dtype=torch.float64, device=rt.device)  # loss sum, top-1, top-5, count
     with torch.no_grad(), autocast(rt.device):

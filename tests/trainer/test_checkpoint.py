@@ -163,6 +163,50 @@ def test_an_async_save_holds_the_batchnorm_statistics_of_its_step_though_the_nex
     assert "CHANGED []" in p.stdout, p.stdout
 
 
+RANKS_BUFFERS_SCRIPT = r"""
+import json, sys, torch
+import torch.distributed.checkpoint as dcp
+from trainer import dist as tdist
+from config.workloads.common import CheckpointConfig
+from trainer.checkpoint import CheckpointManager, ModelAndOptimizer
+
+directory = sys.argv[1]
+rt = tdist.init(checkpoint_group=True)
+net = lambda: torch.nn.Sequential(*(torch.nn.BatchNorm1d(4) for _ in range(8)))
+torch.manual_seed(0)
+model = net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+ckpt = CheckpointManager(CheckpointConfig(directory, every=1), rt,
+                         {"app": ModelAndOptimizer(model, opt, replicated_buffers=True)})
+model(torch.randn(16, 4) + 3 * rt.rank)  # each rank's own micro-batch moves its running statistics
+if rt.rank == 0:
+    at_save = {k: v.clone() for k, v in model.state_dict().items()}
+ckpt.save(1, blocking=True)
+ckpt.close()
+tdist.shutdown()
+if rt.rank == 0:
+    fresh = net()
+    dcp.load({"app": ModelAndOptimizer(fresh, torch.optim.SGD(fresh.parameters(), lr=0.1))},
+             checkpoint_id=f"{directory}/step-00000001")
+    print("NOT_RANK_0", sorted(k for k, v in fresh.state_dict().items() if not torch.equal(v, at_save[k])))
+from trainer.cli import exit_without_finalization
+exit_without_finalization(0)
+"""
+
+
+def test_a_checkpoint_of_a_replicated_model_holds_rank_0s_batchnorm_statistics_whichever_rank_writes_them(tmp_path):
+    # DCP writes each replicated tensor once, from whichever rank its plan balances it to; each
+    # rank's running statistics last moved with its own micro-batch (DDP broadcasts rank 0's only
+    # before the next training forward), so a save mid-epoch mixed the ranks' statistics.
+    script = tmp_path / "ranks_buffers.py"
+    script.write_text(RANKS_BUFFERS_SCRIPT)
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                        "--max-restarts=0", str(script), str(tmp_path / "ckpt")],
+                       cwd=REPO, env=job_env(), capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "NOT_RANK_0 []" in p.stdout, p.stdout
+
+
 @pytest.mark.parametrize("name", ["step-00000008", TRASH])
 def test_a_file_where_the_trainer_keeps_a_folder_is_refused_in_one_line_and_left_alone(tmp_path, name):
     # Not the trainer's to delete: resume would move a file named like a checkpoint into .deleting/

@@ -118,6 +118,17 @@ EXIT_PREEMPTED = 143  # 128 + SIGTERM: stopped before the last step, after a che
 # loads (every attempt finds the same ones). A pod that exits with one ends its job at once
 # instead of spending the job's restarts (k8s/pods/trainjob.py).
 PERMANENT_EXITS = (EXIT_USAGE, EXIT_CHECKPOINTS_UNLOADABLE)
+# Each status in one phrase, as `ops status` shows a worker pod's last exit (README's table says more).
+EXIT_MEANINGS = {
+    0: "reached its last step",
+    EXIT_CRASH: "a crash, or a peer stopped first",
+    EXIT_USAGE: "bad input, or another run's lease on the checkpoints",
+    EXIT_NONFINITE: "a non-finite loss or gradient",
+    EXIT_CHECKPOINTS_UNLOADABLE: "checkpoints exist and none loads",
+    EXIT_CHECKPOINT_READ_FAILED: "a checkpoint read failed, not by its own fault",
+    EXIT_NOT_ON_EFA: "NCCL is not on EFA",
+    EXIT_PREEMPTED: "preempted after a checkpoint",
+}
 
 # The run's own id, for the trainer's lease on its checkpoint folder (trainer/lease.py), where the
 # rendezvous id changes between attempts of one run: a TrainJob's (k8s/pods/trainjob.py).

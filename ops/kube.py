@@ -434,7 +434,11 @@ def status(client: Any, name: str | None = None, namespace: str | None = None) -
         phase, message = phase_of(job)
         created = job.metadata.creation_timestamp
         rows.append(JobStatus(job.metadata.name, phase, message, str(created) if created else "-"))
-    return rows
+    from k8s.pods.names import PYTORCH_CONTAINER
+    from ops.pod_notes import with_pod_notes
+
+    return with_pod_notes(rows, name, lambda selector: api_call(lambda: client.core_api.list_namespaced_pod(
+        namespace or client.namespace, label_selector=selector)).items, container=PYTORCH_CONTAINER, flags="")
 
 
 def render_status(rows: list[JobStatus]) -> str:

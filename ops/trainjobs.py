@@ -279,7 +279,10 @@ class TrainJobs:
             created = o.trainjob["metadata"].get("creationTimestamp")
             rows.append(TrainJobStatus(o.trainjob["metadata"]["name"], phase, o.restarts(), message,
                                        str(created) if created else "-"))
-        return rows, problem
+        from ops.pod_notes import with_pod_notes
+
+        return with_pod_notes(rows, name, lambda selector: self.pods(namespace, selector), container=NODE,
+                              flags=self.flags), problem
 
     def pods(self, namespace: str, label_selector: str) -> list:
         return _call(lambda: self.core.list_namespaced_pod(namespace, label_selector=label_selector)).items

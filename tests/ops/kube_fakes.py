@@ -159,3 +159,18 @@ def jobs_and_their_policies(server: FakeApiServer):
 
 def created_jobs(server: FakeApiServer) -> list[dict]:
     return [c.body for c in server.calls if (c.method, c.path) == ("POST", JOBS_PATH)]
+
+
+def worker_status(container: str, *, exited: int | None = None, last_exited: int | None = None,
+                  unschedulable: str | None = None) -> dict:
+    """A training pod's status as the kubelet and scheduler write it: its container `exited` (state
+    terminated), or running again after it `last_exited` (lastState terminated, a restart in place),
+    or the pod `unschedulable` (PodScheduled False with the scheduler's message)."""
+    if unschedulable is not None:
+        return {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": unschedulable}]}
+    terminated = {"exitCode": exited if exited is not None else last_exited, "reason": "Error"}
+    state = {"terminated": terminated} if exited is not None else {"running": {}}
+    return {"phase": "Failed" if exited is not None else "Running", "containerStatuses": [
+        {"name": container, "ready": exited is None, "restartCount": 0 if last_exited is None else 1, "image": "i",
+         "imageID": "", "state": state, "lastState": {"terminated": terminated} if last_exited is not None else {}}]}

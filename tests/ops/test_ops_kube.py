@@ -90,6 +90,7 @@ def test_status_reports_the_current_phase_of_each_job(api):
         job("b", ("Created", "True"), ("Running", "True"), ("Succeeded", "True")),
         job("c", ("Created", "True"), ("Running", "False"), ("Failed", "True")),
         job("d")]})
+    server.on("GET", PODS, {"kind": "PodList", "items": []})
     rows = {r.name: r for r in kube.status(client)}
     assert {n: r.phase for n, r in rows.items()} == {"a": "Running", "b": "Succeeded", "c": "Failed", "d": "Pending"}
     assert rows["c"].message == "c is failed"
@@ -100,6 +101,7 @@ def test_status_reports_the_current_phase_of_each_job(api):
 def test_status_of_one_job_reads_that_job(api):
     client, server = api
     server.on("GET", f"{JOBS}/smoke", job("smoke", ("Created", "True")))
+    server.on("GET", PODS, {"kind": "PodList", "items": []})
     [row] = kube.status(client, "smoke")
     assert row.phase == "Created"
     assert server.calls[0].path == f"{JOBS}/smoke"

@@ -20,7 +20,7 @@ from config.presets import PRESETS
 from ops import cli, kube
 from ops.errors import OpsError
 from kube_fakes import JOBS_PATH as JOBS, POLICIES_PATH as POLICIES
-from kube_fakes import FakeApiServer, created_jobs, jobs_and_their_policies, training_client_on
+from kube_fakes import FakeApiServer, created_jobs, jobs_and_their_policies, training_client_on, worker_status
 from kube_http import RESOURCES, Answer, RecordingApiServer, status_body
 from ops_fakes import isolated_aws_env, run_ops
 
@@ -45,13 +45,15 @@ PODS = "/api/v1/namespaces/training/pods"
 JOBS_PATH_LIST = JOBS
 
 
-def pod(name: str, run: str, phase: str, *, preset: str = "cpu-ddp", deleted: bool = False) -> dict:
-    """A worker pod as k8s/pods/pytorchjob.py labels it; `deleted`: terminating (its grace period runs)."""
+def pod(name: str, run: str, phase: str, *, preset: str = "cpu-ddp", deleted: bool = False,
+        status: dict | None = None) -> dict:
+    """A worker pod as k8s/pods/pytorchjob.py labels it; `deleted`: terminating (its grace period runs);
+    `status`: the pod's whole status (kube_fakes.worker_status) instead of only `phase`."""
     metadata = {"name": name, "namespace": "training",
                 "labels": {"eks-distributed-training.io/job": run, "eks-distributed-training.io/preset": preset}}
     if deleted:
         metadata["deletionTimestamp"] = "2026-11-22T10:05:00Z"
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "status": {"phase": phase}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "status": status or {"phase": phase}}
 
 
 def pod_list(*pods: dict) -> dict:
@@ -334,6 +336,43 @@ def test_status_json_is_one_document_of_the_jobs(api, capsys):
     assert set(rows[0]) == {"name", "phase", "message", "created"}
 
 
+def exited(run: str, index: int, **status) -> dict:
+    return pod(f"{run}-worker-{index}", run, "", status=worker_status("pytorch", **status))
+
+
+def test_status_shows_each_worker_pods_last_exit_and_what_it_means_and_when_restarts_cannot_help(api, capsys):
+    """The pod's status is its workers' (trainer.launch). The PyTorchJob (restartPolicy OnFailure) restarts a
+    pod that exits 65 until its backoff limit, and its conditions never say why: only the pods do."""
+    api.on("GET", JOBS, listing(job("cpu-ddp-aaaaaaaa", "Created", "Running", preset="cpu-ddp"),
+                                job("vision-tiny-bbbbbbbb", "Created", "Running", preset="vision-tiny")))
+    api.on("GET", PODS, pod_list(
+        exited("cpu-ddp-aaaaaaaa", 0, last_exited=65), exited("cpu-ddp-aaaaaaaa", 1, exited=1),
+        exited("vision-tiny-bbbbbbbb", 0, last_exited=143), exited("vision-tiny-bbbbbbbb", 1, last_exited=143)))
+    assert cli.main(["status"]) == 0
+    first, second = capsys.readouterr().out.splitlines()[1:]
+    assert first.split()[:2] == ["cpu-ddp-aaaaaaaa", "Running"]
+    assert first.endswith("cpu-ddp-aaaaaaaa is running; cpu-ddp-aaaaaaaa-worker-0 exited 65 (checkpoints exist and "
+                          "none loads); cpu-ddp-aaaaaaaa-worker-1 exited 1 (a crash, or a peer stopped first); exit 65 "
+                          "will not get better by restarting: `python -m ops logs cpu-ddp-aaaaaaaa` says why"), first
+    assert second.endswith("vision-tiny-bbbbbbbb is running; vision-tiny-bbbbbbbb-worker-0, vision-tiny-bbbbbbbb-worker-1 "
+                           "exited 143 (preempted after a checkpoint)"), second
+    [listed] = [c for c in api.calls if c.path == PODS]  # one list for every run
+    assert listed.query["labelSelector"] == "eks-distributed-training.io/job"
+
+
+def test_status_of_one_run_reads_only_its_pods_and_none_for_a_run_that_has_none(api, capsys):
+    api.on("GET", f"{JOBS}/cpu-ddp-aaaaaaaa", job("cpu-ddp-aaaaaaaa", "Created", "Running"))
+    assert cli.main(["status", "cpu-ddp-aaaaaaaa"]) == 0
+    [listed] = [c for c in api.calls if c.path == PODS]
+    assert listed.query["labelSelector"] == "eks-distributed-training.io/job=cpu-ddp-aaaaaaaa"
+    assert capsys.readouterr().out.splitlines()[1].endswith("cpu-ddp-aaaaaaaa is running")
+    api.calls.clear()
+    api.on("GET", JOBS, listing(job("cpu-ddp-aaaaaaaa", "Created", "Succeeded"),
+                                job("cpu-ddp-bbbbbbbb", "Created", "Suspended", suspend=True)))
+    assert cli.main(["status"]) == 0
+    assert [c.path for c in api.calls] == [JOBS], "a finished or suspended run has no pods to read"
+
+
 # ---- an API server that cannot be reached -----------------------------------------------------
 
 def closed_port() -> int:
@@ -581,7 +620,7 @@ def test_a_throttled_read_is_retried_after_the_wait_the_api_server_asks_for(tmp_
         server.close()
     assert result.returncode == 0, result.stderr
     assert "cpu-ddp-aaaaaaaa  Running" in result.stdout
-    assert [r.path for r in server.requests] == [JOBS_PATH_LIST, JOBS_PATH_LIST]
+    assert [r.path for r in server.requests] == [JOBS_PATH_LIST, JOBS_PATH_LIST, PODS]  # then the running run's pods
 
 
 @pytest.mark.parametrize("status", [429, 503])

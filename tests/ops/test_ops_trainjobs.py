@@ -19,7 +19,7 @@ import yaml
 
 from ops import cli, envconfig, kube
 from kube_fakes import POLICIES_PATH as POLICIES
-from kube_fakes import Call, FakeApiServer, Reset, api_client_on, training_client_on
+from kube_fakes import Call, FakeApiServer, Reset, api_client_on, training_client_on, worker_status
 
 TRAINER = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/training"
 TRAINJOBS, RUNTIMES = f"{TRAINER}/trainjobs", f"{TRAINER}/trainingruntimes"
@@ -75,9 +75,10 @@ class Cluster:
         if call.method == "GET" and not name:
             selector = call.query.get("labelSelector")
             items = list(store.values())
-            if selector:
-                key, _, value = selector.partition("=")
-                items = [i for i in items if (i["metadata"].get("labels") or {}).get(key) == value]
+            if selector:  # key=value, or key alone: the label is there
+                key, equals, value = selector.partition("=")
+                labels = [i["metadata"].get("labels") or {} for i in items]
+                items = [i for i, ls in zip(items, labels) if (ls.get(key) == value if equals else key in ls)]
             return 200, {"kind": "List", "items": items}
         if name not in store:
             return 404, {"kind": "Status", "code": 404, "reason": "NotFound", "message": f"{name} not found"}
@@ -398,6 +399,36 @@ def test_status_without_kueues_visibility_api_prints_the_table_and_one_line(clus
     [line] = err.splitlines()
     assert line.startswith("error: Kueue's visibility API (visibility.kueue.x-k8s.io/v1beta2) is not available "
                            "(HTTP 404 ") and "Traceback" not in err
+
+
+def node_pod(run: str, index: int, **status) -> dict:
+    """A TrainJob's node pod as k8s/pods/trainjob.py labels it, with its status (kube_fakes.worker_status)."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{run}-node-0-{index}-x", "namespace": "training",
+                         "labels": {"eks-distributed-training.io/job": run, "jobset.sigs.k8s.io/jobset-name": run}},
+            "status": worker_status("node", **status)}
+
+
+def test_status_shows_each_node_pods_exit_and_what_it_means_and_when_restarts_cannot_help(cluster, capsys):
+    """A permanent exit fails the TrainJob through the podFailurePolicy, whose condition message names
+    only the rule; the pods say which status and what it means."""
+    cluster.put(TRAINJOBS, trainjob("a-failed", "Failed"))
+    cluster.put(TRAINJOBS, trainjob("b-running", active=2))
+    cluster.put(TRAINJOBS, trainjob("c-suspended", "Suspended", suspend=True))
+    cluster.put(PODS, node_pod("a-failed", 0, exited=2))
+    cluster.put(PODS, node_pod("a-failed", 1, exited=1))
+    cluster.put(PODS, node_pod("b-running", 0, exited=75))
+    cluster.put(PODS, {**node_pod("validation", 0, exited=2), "metadata": {"name": "not-a-run", "labels": {}}})
+    assert ops("status") == 0
+    failed, running, suspended = capsys.readouterr().out.splitlines()[1:]
+    assert failed.endswith("a-failed is failed; a-failed-node-0-0-x exited 2 (bad input, or another run's lease on the "
+                           "checkpoints); a-failed-node-0-1-x exited 1 (a crash, or a peer stopped first); exit 2 will "
+                           "not get better by restarting: `python -m ops logs a-failed --env ENV` says why"), failed
+    assert running.split()[:2] == ["b-running", "Running"]
+    assert running.endswith("  b-running-node-0-0-x exited 75 (a checkpoint read failed, not by its own fault)"), running
+    assert suspended.endswith("c-suspended is suspended")
+    [listed] = [c for c in cluster.server.calls if c.path == PODS]  # one list for every run
+    assert listed.query["labelSelector"] == "eks-distributed-training.io/job"
 
 
 def test_status_json_has_the_same_rows(cluster, capsys):

@@ -1,0 +1,62 @@
+"""What a run's pods say that the run's own status does not, for `ops status`: each worker's last
+exit status with its meaning (config.kubernetes.EXIT_MEANINGS), whether restarting can help, and
+why a pod waits for a node. A PyTorchJob restarts a pod that exits with a permanent status until its
+backoff limit, and a TrainJob's condition names only the podFailurePolicy rule: the pods are where a
+user learns it early.
+
+One pod list per `ops status`, whatever the number of runs: the pods carry their run's name
+(JOB_LABEL, on PyTorchJob and TrainJob pods alike)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from config.kubernetes import EXIT_MEANINGS, PERMANENT_EXITS
+from k8s.pods.pytorchjob import JOB_LABEL
+
+# Phases whose run has no pods worth reading: finished cleanly, stopped, or not yet admitted.
+_NO_PODS = ("Succeeded", "Suspended", "Stopped", "Queued")
+
+
+def with_pod_notes(rows: list, name: str | None, list_pods: Callable[[str], list], *, container: str,
+                   flags: str) -> list:
+    """`rows` (dataclasses with name, phase and message) with what their pods say appended to the
+    message. `list_pods(label_selector)` is called once, and not at all when no row can have pods."""
+    if not any(r.phase not in _NO_PODS for r in rows):
+        return rows
+    by_run: dict[str, list] = {}
+    for pod in list_pods(f"{JOB_LABEL}={name}" if name else JOB_LABEL):
+        by_run.setdefault((pod.metadata.labels or {}).get(JOB_LABEL), []).append(pod)
+    found = []
+    for row in rows:
+        notes = _notes(row.name, sorted(by_run.get(row.name, []), key=lambda p: p.metadata.name), container, flags)
+        if notes and row.phase not in _NO_PODS:
+            row = dataclasses.replace(row, message="; ".join(filter(None, [row.message, *notes])))
+        found.append(row)
+    return found
+
+
+def _notes(run: str, pods: list, container: str, flags: str) -> list[str]:
+    exits: dict[tuple[int, str], list[str]] = {}
+    for pod in pods:
+        terminated = _last_terminated(pod, container)
+        if terminated is not None:
+            exits.setdefault((terminated.exit_code, terminated.reason or ""), []).append(pod.metadata.name)
+    notes = [f"{', '.join(names)} exited {code} ({EXIT_MEANINGS.get(code) or reason or 'unknown'})"
+             for (code, reason), names in exits.items()]
+    permanent = sorted({code for code, _ in exits if code in PERMANENT_EXITS})
+    if permanent:
+        notes.append(f"exit {', '.join(map(str, permanent))} will not get better by restarting: "
+                     f"`python -m ops logs {run}{flags}` says why")
+    return notes
+
+
+def _last_terminated(pod: Any, container: str) -> Any:
+    """The container's termination: its current state, or the one before its restart in place."""
+    for status in (pod.status.container_statuses if pod.status else None) or []:
+        if status.name == container:
+            for state in (status.state, status.last_state):
+                if state is not None and state.terminated is not None:
+                    return state.terminated
+    return None

@@ -1,8 +1,8 @@
 """What a run's pods say that the run's own status does not, for `ops status`: each worker's last
 exit status with its meaning (config.kubernetes.EXIT_MEANINGS), whether restarting can help, and
-why a pod waits for a node. A PyTorchJob restarts a pod that exits with a permanent status until its
-backoff limit, and a TrainJob's condition names only the podFailurePolicy rule: the pods are where a
-user learns it early.
+why a pod waits for a node (the scheduler's Unschedulable reason). A PyTorchJob restarts a pod that
+exits with a permanent status until its backoff limit, a TrainJob's condition names only the
+podFailurePolicy rule, and neither says that no node fits: the pods are where a user learns it early.
 
 One pod list per `ops status`, whatever the number of runs: the pods carry their run's name
 (JOB_LABEL, on PyTorchJob and TrainJob pods alike)."""
@@ -39,17 +39,32 @@ def with_pod_notes(rows: list, name: str | None, list_pods: Callable[[str], list
 
 def _notes(run: str, pods: list, container: str, flags: str) -> list[str]:
     exits: dict[tuple[int, str], list[str]] = {}
+    waiting: dict[str, int] = {}
     for pod in pods:
         terminated = _last_terminated(pod, container)
         if terminated is not None:
             exits.setdefault((terminated.exit_code, terminated.reason or ""), []).append(pod.metadata.name)
+        unschedulable = _unschedulable(pod)
+        if unschedulable is not None:
+            waiting[unschedulable] = waiting.get(unschedulable, 0) + 1
     notes = [f"{', '.join(names)} exited {code} ({EXIT_MEANINGS.get(code) or reason or 'unknown'})"
              for (code, reason), names in exits.items()]
     permanent = sorted({code for code, _ in exits if code in PERMANENT_EXITS})
     if permanent:
         notes.append(f"exit {', '.join(map(str, permanent))} will not get better by restarting: "
                      f"`python -m ops logs {run}{flags}` says why")
+    notes.extend(f"{n} pod{'s' if n > 1 else ''} unschedulable: {why}" for why, n in waiting.items())
     return notes
+
+
+def _unschedulable(pod: Any) -> str | None:
+    """The scheduler's reason in one line, without the preemption half it appends ("preemption:
+    0/3 nodes are available: 3 No preemption victims found ..."), which repeats the first."""
+    for condition in (pod.status.conditions if pod.status else None) or []:
+        if (condition.type, condition.status, condition.reason) == ("PodScheduled", "False", "Unschedulable"):
+            message = " ".join((condition.message or "").split())
+            return message.split(" preemption:")[0].rstrip(".") or "no reason given"
+    return None
 
 
 def _last_terminated(pod: Any, container: str) -> Any:

@@ -360,6 +360,22 @@ def test_status_shows_each_worker_pods_last_exit_and_what_it_means_and_when_rest
     assert listed.query["labelSelector"] == "eks-distributed-training.io/job"
 
 
+SCHEDULER_SAYS = ("0/3 nodes are available: 3 Insufficient nvidia.com/gpu.\n preemption: 0/3 nodes are available: "
+                  "3 No preemption victims found for incoming pod.")
+
+
+def test_status_says_why_a_run_waits_when_its_pods_are_unschedulable_in_one_line(api, capsys):
+    """The PyTorchJob stays Created, its conditions silent, while the scheduler finds no node for its pods."""
+    api.on("GET", JOBS, listing(job("cpu-ddp-aaaaaaaa", "Created", preset="cpu-ddp")))
+    api.on("GET", PODS, pod_list(*(pod(f"cpu-ddp-aaaaaaaa-worker-{i}", "cpu-ddp-aaaaaaaa", "",
+                                       status=worker_status("pytorch", unschedulable=SCHEDULER_SAYS)) for i in (0, 1))))
+    assert cli.main(["status"]) == 0
+    [row] = capsys.readouterr().out.splitlines()[1:]
+    assert row.split()[:2] == ["cpu-ddp-aaaaaaaa", "Created"]
+    assert row.endswith("cpu-ddp-aaaaaaaa is created; 2 pods unschedulable: 0/3 nodes are available: 3 Insufficient "
+                        "nvidia.com/gpu"), row
+
+
 def test_status_of_one_run_reads_only_its_pods_and_none_for_a_run_that_has_none(api, capsys):
     api.on("GET", f"{JOBS}/cpu-ddp-aaaaaaaa", job("cpu-ddp-aaaaaaaa", "Created", "Running"))
     assert cli.main(["status", "cpu-ddp-aaaaaaaa"]) == 0

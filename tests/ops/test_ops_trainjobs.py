@@ -431,6 +431,15 @@ def test_status_shows_each_node_pods_exit_and_what_it_means_and_when_restarts_ca
     assert listed.query["labelSelector"] == "eks-distributed-training.io/job"
 
 
+def test_status_says_why_a_run_waits_when_its_pods_are_unschedulable_in_one_line(cluster, capsys):
+    cluster.put(TRAINJOBS, trainjob("e-pending", active=1))
+    cluster.put(PODS, node_pod("e-pending", 0,
+                               unschedulable="0/3 nodes are available:\n 3 Insufficient vpc.amazonaws.com/efa."))
+    assert ops("status") == 0
+    [row] = capsys.readouterr().out.splitlines()[1:]
+    assert row.endswith("  1 pod unschedulable: 0/3 nodes are available: 3 Insufficient vpc.amazonaws.com/efa"), row
+
+
 def test_status_json_has_the_same_rows(cluster, capsys):
     import json
 

@@ -164,7 +164,8 @@ def _resume(api: Runs, run: Run, namespace: str, preset: str) -> str:
 
 
 def stop(client: Any, target: str, namespace: str) -> list[str]:
-    """Suspend the run named `target`, or every active run of the preset `target`."""
+    """Suspend the run named `target`, or every active run of the preset `target` (none: a line
+    saying so, not an error)."""
     from config.presets import PRESETS
 
     api = runs_api(client)
@@ -175,9 +176,8 @@ def stop(client: Any, target: str, namespace: str) -> list[str]:
         raise OpsError(f"no {api.kind} {namespace}/{target}, and no preset of that name; "
                        f"`python -m ops status{api.flags}` lists the runs")
     active = [r for r in runs_of(api, target, namespace) if r.active]
-    if not active:
-        raise OpsError(f"no active run of preset {target} in {namespace}; `python -m ops status{api.flags}` lists "
-                       "the runs")
+    if not active:  # done already, as for a run by name that is already suspended: `stop X && start X` holds
+        return [f"nothing of preset {target} is running in {namespace}: nothing to stop"]
     done, failed = [], []
     for r in active:  # every one that can be stopped is, and the line says which were
         try:

@@ -234,13 +234,23 @@ def test_stop_takes_a_run_by_name(api, capsys):
     assert "my-run suspended" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("target, words", [("gpt5", "no PyTorchJob training/gpt5, and no preset of that name"),
-                                           ("cpu-ddp", "no active run of preset cpu-ddp")])
-def test_stopping_nothing_is_one_line(api, capsys, target, words):
+def test_stopping_what_is_neither_a_run_nor_a_preset_is_one_line(api, capsys):
     api.on("GET", JOBS, listing(job("cpu-ddp-aaaaaaaa", "Created", "Succeeded", preset="cpu-ddp")))
-    assert cli.main(["stop", target]) == 2
+    assert cli.main(["stop", "gpt5"]) == 2
     [line] = capsys.readouterr().err.splitlines()
-    assert words in line
+    assert "no PyTorchJob training/gpt5, and no preset of that name" in line
+
+
+@pytest.mark.parametrize("runs", [(), (job("cpu-ddp-aaaaaaaa", "Created", "Succeeded", preset="cpu-ddp"),
+                                       job("cpu-ddp-bbbbbbbb", "Created", "Suspended", suspend=True, preset="cpu-ddp"))],
+                         ids=["no run", "finished and suspended runs"])
+def test_stopping_a_preset_with_nothing_running_succeeds_and_says_so(api, capsys, runs):
+    """As stopping a run that is already suspended does: `ops stop X && ops start X` is a second day's script."""
+    api.on("GET", JOBS, listing(*runs))
+    assert cli.main(["stop", "cpu-ddp"]) == 0
+    out = capsys.readouterr()
+    assert out.out == "nothing of preset cpu-ddp is running in training: nothing to stop\n" and out.err == ""
+    assert {c.method for c in api.calls} == {"GET"}, "nothing changed"
 
 
 def test_start_takes_only_presets(capsys):

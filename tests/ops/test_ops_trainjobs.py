@@ -277,6 +277,15 @@ def test_stop_suspends_the_trainjob_and_start_resumes_it_by_merge_patches_of_spe
                                                          f"TrainJob training/{name} resumed: its pods start"]
 
 
+def test_stop_of_a_preset_a_second_time_succeeds_so_stop_then_start_can_be_scripted(cluster, capsys):
+    assert submit() == 0
+    name = the_run(cluster)
+    assert ops("stop", "cpu-ddp") == 0 and ops("stop", "cpu-ddp") == 0 and ops("start", "cpu-ddp", "--image", IMAGE) == 0
+    assert capsys.readouterr().out.splitlines()[-3:] == [
+        f"TrainJob training/{name} suspended: its pods stop", "nothing of preset cpu-ddp is running in training: "
+        "nothing to stop", f"TrainJob training/{name} resumed: its pods start"]
+
+
 def test_start_refuses_while_the_pods_of_a_stopped_run_still_save_and_names_them(cluster, capsys):
     """The old pods save on SIGTERM and renew the checkpoint folder's lease meanwhile, longer than the
     new run's rank 0 waits for it (trainer/lease.py WAIT_S)."""

@@ -8,6 +8,11 @@ therefore 1 for a usage error, a lost final save and a preemption alike, and not
 pod (the Job's podFailurePolicy, the operator) could tell a fault that every restart repeats from
 one a restart cures. This runs torchrun's own entry point in this process (its signal handling
 and PET_* options unchanged) and exits with `pod_exit_status` of what its workers reported.
+
+torchrun's agent also restarts its workers (--max-restarts) whatever their status, so a permanent
+one ran again as many times as allowed before the pod could report it: each attempt waiting up to
+140 s for another run's lease, or loading a model for minutes, to stop the same way. The agent
+this runs (`stop_restarting_on_permanent_failures`) stops at the first permanent status instead.
 """
 
 from __future__ import annotations
@@ -38,11 +43,50 @@ def pod_exit_status(worker_codes: Iterable[int], *, agent_signal: int | None = N
     return TORCHRUN_FAILED
 
 
+def stop_restarting_on_permanent_failures() -> None:
+    """Make torchrun's launcher (in this process only) build an agent that spends no restart on a
+    round in which a worker of this pod exited with a permanent status: it stops the round's other
+    workers and returns the failure, as when no restart is left. Any other failure (1, 75, 143, a
+    signal) restarts as before; a node joining restarts the workers without a failure, as before.
+
+    The permanent cases (a usage error, bad data every rank agrees on, the other run's lease,
+    checkpoints none of which loads) stop every rank, so every pod's agent stops. Where one rank
+    alone stops permanently, its pod exits with that status (2 or 65) while the other pods' agents
+    see their workers fail with 1 (a peer gone) and restart them without this pod; what ends them
+    is the job's answer to this pod's status (a TrainJob's podFailurePolicy fails the job and
+    deletes them; a PyTorchJob restarts this pod in place, OnFailure, and it stops the same way).
+    Within a pod the agent judges the statuses of one poll: a peer exiting 1 that is seen before
+    the permanent rank has exited ends that round as retryable, and the next round's permanent
+    exit stops the agent.
+
+    torch is pinned (requirements.txt): the hook is torch 2.13's SimpleElasticAgent._invoke_run,
+    which restarts a FAILED round only while `_remaining_restarts` is above 0, and launch_agent's
+    module-level `LocalElasticAgent`. tests/trainer/test_launch.py runs real torchrun against both
+    (test_a_permanent_worker_status_is_not_restarted_inside_the_pod)."""
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+    from torch.distributed.launcher import api
+
+    class StopOnPermanentFailure(LocalElasticAgent):
+        def _monitor_workers(self, worker_group):
+            result = super()._monitor_workers(worker_group)
+            permanent = sorted({failure.exitcode for failure in result.failures.values()
+                                if failure.exitcode in PERMANENT_EXITS})
+            if result.is_failed() and permanent and self._remaining_restarts > 0:
+                log(f"error: torchrun: a worker exited {', '.join(map(str, permanent))}, which every "
+                    f"restart would repeat; not restarting ({self._remaining_restarts} restart(s) unused)",
+                    sys.stderr)
+                self._remaining_restarts = 0
+            return result
+
+    api.LocalElasticAgent = StopOnPermanentFailure
+
+
 def main(argv: list[str] | None = None) -> NoReturn:
     from torch.distributed import run
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+    stop_restarting_on_permanent_failures()
     try:
         run.main(argv)
     except ChildFailedError as failed:

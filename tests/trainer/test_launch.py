@@ -10,8 +10,8 @@ import textwrap
 import pytest
 
 from config.kubernetes import (
-    EXIT_CHECKPOINTS_UNLOADABLE, EXIT_CRASH, EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_USAGE, PERMANENT_EXITS,
-    TORCHRUN_FAILED,
+    EXIT_CHECKPOINT_READ_FAILED, EXIT_CHECKPOINTS_UNLOADABLE, EXIT_CRASH, EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_USAGE,
+    PERMANENT_EXITS, TORCHRUN_FAILED,
 )
 from trainer.launch import pod_exit_status
 from trainer_procs import Job, llm_args, run
@@ -42,9 +42,9 @@ def test_a_crash_or_any_other_status_is_torchruns_own_1_and_retryable(codes):
     assert pod_exit_status(codes) == TORCHRUN_FAILED == EXIT_CRASH
 
 
-def _launch(*torchrun_options: str) -> list[str]:
-    return [sys.executable, "-m", "trainer.launch", "--standalone", "--nproc-per-node=2", "--max-restarts=0",
-            "--monitor-interval=0.2", *torchrun_options]
+def _launch(*torchrun_options: str, max_restarts: int = 0) -> list[str]:
+    return [sys.executable, "-m", "trainer.launch", "--standalone", "--nproc-per-node=2",
+            f"--max-restarts={max_restarts}", "--monitor-interval=0.2", *torchrun_options]
 
 
 def _torchrun(*torchrun_options: str) -> list[str]:
@@ -105,3 +105,66 @@ def test_sigterm_to_the_pods_command_is_143_where_torchrun_reports_1(tmp_path):
             job.stop()
     assert codes == {"torchrun": TORCHRUN_FAILED, "launch": EXIT_PREEMPTED}, job.output[-3000:]
 
+
+
+# Each worker appends "RANK ROUND" to this file as it starts; a round ends only when a worker of it
+# has failed, and that worker wrote its line first, so the rounds in the file are the rounds run.
+_COUNT_ATTEMPT = textwrap.dedent("""
+    import os, sys
+    rank = int(os.environ["RANK"])
+    with open(sys.argv[1], "a") as attempts:
+        attempts.write(f"{rank} {os.environ['TORCHELASTIC_RESTART_COUNT']}\\n")
+""")
+
+
+def _rounds(attempts) -> set[int]:
+    return {int(line.split()[1]) for line in attempts.read_text().splitlines()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("permanent", PERMANENT_EXITS)
+def test_a_permanent_worker_status_is_not_restarted_inside_the_pod(tmp_path, permanent):
+    """torchrun's --max-restarts would run the same failure again (the lease's wait, a model's
+    load) as many times as it allows before the pod could report it."""
+    worker = _worker(tmp_path, _COUNT_ATTEMPT + f"sys.exit({permanent})\n")
+    attempts = tmp_path / "attempts"
+    rc, out = run(_launch(worker, str(attempts), max_restarts=2), timeout=120)
+    assert (rc, _rounds(attempts)) == (permanent, {0}), out[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("status", [EXIT_CRASH, EXIT_CHECKPOINT_READ_FAILED, EXIT_PREEMPTED])
+def test_any_other_worker_failure_still_spends_torchruns_restarts(tmp_path, status):
+    worker = _worker(tmp_path, _COUNT_ATTEMPT + f"sys.exit({status})\n")
+    attempts = tmp_path / "attempts"
+    rc, out = run(_launch(worker, str(attempts), max_restarts=2), timeout=120)
+    assert (rc, _rounds(attempts)) == (pod_exit_status([status]), {0, 1, 2}), out[-3000:]
+
+
+@pytest.mark.slow
+def test_one_rank_stopping_permanently_ends_the_pods_restarts_though_its_peer_stopped_with_1(tmp_path):
+    """Rank 0 stops with a usage error; rank 1 stops with 1 once rank 0 has exited (what
+    trainer.cli.peer_gone does), so that torchrun sees rank 0's status no later than rank 1's."""
+    worker = _worker(tmp_path, _COUNT_ATTEMPT + textwrap.dedent("""
+        import select
+        fifo = os.path.join(os.path.dirname(sys.argv[1]), "rank0-pid")
+        try:
+            os.mkfifo(fifo)
+        except FileExistsError:
+            pass
+        if rank == 0:
+            with open(fifo, "w") as peer:
+                peer.write(str(os.getpid()))
+            sys.exit(2)
+        with open(fifo) as peer:
+            rank0 = int(peer.read())
+        try:
+            # Readable once rank 0 has exited, as torchrun's poll of it would see.
+            select.select([os.pidfd_open(rank0)], [], [], 60)
+        except ProcessLookupError:
+            pass  # torchrun has reaped it already
+        sys.exit(1)
+    """))
+    attempts = tmp_path / "attempts"
+    rc, out = run(_launch(worker, str(attempts), max_restarts=2), timeout=120)
+    assert (rc, _rounds(attempts)) == (EXIT_USAGE, {0}), out[-3000:]

@@ -122,7 +122,7 @@ PERMANENT_EXITS = (EXIT_USAGE, EXIT_CHECKPOINTS_UNLOADABLE)
 EXIT_MEANINGS = {
     0: "reached its last step",
     EXIT_CRASH: "a crash, or a peer stopped first",
-    EXIT_USAGE: "bad input, or another run's lease on the checkpoints",
+    EXIT_USAGE: "bad input or data, or another run's lease on the checkpoints",
     EXIT_NONFINITE: "a non-finite loss or gradient",
     EXIT_CHECKPOINTS_UNLOADABLE: "checkpoints exist and none loads",
     EXIT_CHECKPOINT_READ_FAILED: "a checkpoint read failed, not by its own fault",

@@ -430,7 +430,7 @@ def test_status_shows_each_node_pods_exit_and_what_it_means_and_when_restarts_ca
     cluster.put(PODS, {**node_pod("validation", 0, exited=2), "metadata": {"name": "not-a-run", "labels": {}}})
     assert ops("status") == 0
     failed, running, suspended = capsys.readouterr().out.splitlines()[1:]
-    assert failed.endswith("a-failed is failed; a-failed-node-0-0-x exited 2 (bad input, or another run's lease on the "
+    assert failed.endswith("a-failed is failed; a-failed-node-0-0-x exited 2 (bad input or data, or another run's lease on the "
                            "checkpoints); a-failed-node-0-1-x exited 1 (a crash, or a peer stopped first); exit 2 will "
                            "not get better by restarting: `python -m ops logs a-failed --env ENV` says why"), failed
     assert running.split()[:2] == ["b-running", "Running"]

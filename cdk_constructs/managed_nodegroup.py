@@ -20,7 +20,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from cdk_constructs.node_launch_template import NetworkInterfaceSpec, NodeLaunchTemplate
-from cdk_constructs.node_user_data import node_user_data
+from config.node_user_data import node_user_data
 from config.environment import CAPACITY_TYPES, EFA_ALLOCATIONS, GPU_ALLOCATIONS, RESERVATION_ID
 from config.instance_types import InstanceType
 from config.kubernetes import (

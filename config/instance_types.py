@@ -118,7 +118,7 @@ class InstanceType:
         slot of card 0; with our EFA layout fewer are left, so EFA types count what remains:
         ENIs x (addresses per ENI - 1) + 2 host-network pods, the same formula. On p5 that is
         1 x 49 + 2 = 51, not 100. The subnet plan counts this figure (ips_per_node). Kubelet's own
-        maxPods is EKS's on managed nodes without a custom AMI (cdk_constructs/node_user_data.py):
+        maxPods is EKS's on managed nodes without a custom AMI (config/node_user_data.py):
         larger on p5, harmless while a training node runs one training pod and the DaemonSets.
         EKS caps maxPods at 110 below 30 vCPUs and 250 above."""
         cni = self.vpc_cni_max_pods

@@ -79,7 +79,7 @@ FSX_MOUNT_PATH = "/fsx"
 
 # RLIMIT_MEMLOCK of every container on a GPU node, as `ulimit -l` prints it inside the pod. EFA
 # registers (locks) its buffers, and a non-root process cannot raise its own limit; containers
-# inherit containerd's, which the GPU nodes' user data raises (cdk_constructs/node_user_data.py).
+# inherit containerd's, which the GPU nodes' user data raises (config/node_user_data.py).
 # The GPU check verifies it from a non-root pod.
 GPU_CONTAINER_MEMLOCK = "unlimited"
 
@@ -119,7 +119,7 @@ EXIT_PREEMPTED = 143  # 128 + SIGTERM: stopped before the last step, after a che
 # instead of spending the job's restarts (k8s/pods/trainjob.py).
 PERMANENT_EXITS = (EXIT_USAGE, EXIT_CHECKPOINTS_UNLOADABLE)
 # Each status in one phrase, as `ops status` shows a worker pod's last exit (README's table says more).
-EXIT_MEANINGS = {
+STATUS_MEANINGS = {
     0: "reached its last step",
     EXIT_CRASH: "a crash, or a peer stopped first",
     EXIT_USAGE: "bad input or data, or another run's lease on the checkpoints",
@@ -154,7 +154,7 @@ EFA_RESOURCE = "vpc.amazonaws.com/efa"
 HUGEPAGES_RESOURCE = "hugepages-2Mi"
 HUGEPAGE_MIB = 2
 # Per-pod huge pages for libfabric's EFA bounce buffers, as the EFA guide sizes them. An EFA node
-# reserves them at boot for the pods it runs (cdk_constructs/node_user_data.py); a training pod takes
+# reserves them at boot for the pods it runs (config/node_user_data.py); a training pod takes
 # all of its node's GPUs and EFA interfaces, so one EFA pod per node.
 EFA_POD_HUGEPAGES_MIB = 5120
 EFA_HUGEPAGES_2MI = f"{EFA_POD_HUGEPAGES_MIB}Mi"

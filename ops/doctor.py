@@ -9,7 +9,7 @@ Read-only checks against the live API server, one row each (ops/checks.py):
 - allocatable <node>: on GPU nodes, nvidia.com/gpu and vpc.amazonaws.com/efa equal the
   instance-type table's GPUs and EFA interfaces (none of either on a node whose group takes it
   through DRA: a node advertising it there runs both agents of that device), and hugepages-2Mi covers the 2 MiB pages the node's
-  user data reserves for EFA (cdk_constructs/node_user_data.py; it never lowers a larger reservation);
+  user data reserves for EFA (config/node_user_data.py; it never lowers a larger reservation);
 - node-health <node>: the conditions the EKS node monitoring agent sets (NODE_HEALTH_CONDITIONS);
 - dra <node>: on a DRA group's node, the EFA devices the DRA driver published as ResourceSlices,
   as many as the instance type's EFA interfaces; on a device-plugin node, none (ops/doctor_dra.py);

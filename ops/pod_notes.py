@@ -1,5 +1,5 @@
 """What a run's pods say that the run's own status does not, for `ops status`: each worker's last
-exit status with its meaning (config.kubernetes.EXIT_MEANINGS), whether restarting can help, and
+exit status with its meaning (config.kubernetes.STATUS_MEANINGS), whether restarting can help, and
 why a pod waits for a node (the scheduler's Unschedulable reason). A PyTorchJob restarts a pod that
 exits with a permanent status until its backoff limit, a TrainJob's condition names only the
 podFailurePolicy rule, and neither says that no node fits: the pods are where a user learns it early.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from config.kubernetes import EXIT_MEANINGS, PERMANENT_EXITS
+from config.kubernetes import STATUS_MEANINGS, PERMANENT_EXITS
 from k8s.pods.pytorchjob import JOB_LABEL
 
 # Phases whose run has no pods worth reading: finished cleanly, stopped, or not yet admitted.
@@ -47,7 +47,7 @@ def _notes(run: str, pods: list, container: str, flags: str) -> list[str]:
         unschedulable = _unschedulable(pod)
         if unschedulable is not None:
             waiting[unschedulable] = waiting.get(unschedulable, 0) + 1
-    notes = [f"{', '.join(names)} exited {code} ({EXIT_MEANINGS.get(code) or reason or 'unknown'})"
+    notes = [f"{', '.join(names)} exited {code} ({STATUS_MEANINGS.get(code) or reason or 'unknown'})"
              for (code, reason), names in exits.items()]
     permanent = sorted({code for code, _ in exits if code in PERMANENT_EXITS})
     if permanent:

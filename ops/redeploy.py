@@ -42,7 +42,6 @@ system's settings we change, is updated in place (LustreConfiguration: "Update r
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from typing import Any, Callable, Iterable
 
@@ -55,7 +54,7 @@ from ops.aws import AwsClients, api_failure_types, error_code, explain
 from ops.checks import FAIL, PASS, WARN, Check
 from ops.errors import OpsError
 from ops.fsx_backup import backup_row
-from ops.stacks import deployed_stack, stack_output
+from ops.stacks import deployed_stack, deployed_template, stack_output
 
 CAPACITY_ROW = "fsx.storageCapacityGiB"
 FILE_SYSTEM_ROW = "FSx replacement"
@@ -324,17 +323,6 @@ def admin_entries_row(env: Environment, cloudformation: Any) -> Check:
     if not changes:
         return Check(ADMINS_ROW, PASS, f"the {len(deployed)} admin access entries keep their principals ({name})")
     return Check(ADMINS_ROW, PASS, f"{'; '.join(changes)}: no principal moves to another entry ({name})")
-
-
-def deployed_template(cloudformation: Any, name: str) -> dict | None:
-    """Stack `name`'s template as deployed; None when it is not JSON (cdk deploys JSON)."""
-    template = cloudformation.get_template(StackName=name, TemplateStage="Original")["TemplateBody"]
-    if isinstance(template, str):  # botocore decodes a JSON body
-        try:
-            template = json.loads(template)
-        except ValueError:
-            return None
-    return template if isinstance(template, dict) else None
 
 
 def deployed_access_entries(template: dict) -> dict[str, str]:

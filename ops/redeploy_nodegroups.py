@@ -30,7 +30,7 @@ schedule` and people scale groups) loses nothing, so it passes. Otherwise:
 
 The deployed side is the Cluster stack's template as deployed (GetTemplate), where CloudFormation
 decides what changes; the new side is computed from the configuration with what the constructs use
-(config/instance_types.py's interface layout, cdk_constructs/node_user_data.py's user data) rather
+(config/instance_types.py's interface layout, config/node_user_data.py's user data) rather
 than a synth, which the pipeline's preflight step (boto3 and jsonschema only) cannot run. What is not
 computed here (the root volume, the metadata options: constants of cdk_constructs, not of cdk.json)
 rolls only with a code change. tests/stacks/test_nodegroup_rolls.py holds what this module reads
@@ -42,13 +42,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdk_constructs.node_user_data import node_user_data
+from config.node_user_data import node_user_data
 from config import Environment, Nodegroup
 from config.kubernetes import GPU_LABEL, NODEGROUP_LABEL
 from config.outputs import CLUSTER_STACK_ID, NETWORK_STACK_ID, TRAINING_SUBNET_ID_OUTPUT, stack_name
 from ops.checks import FAIL, PASS, WARN, Check
 from ops.errors import OpsError
-from ops.stacks import deployed_stack, stack_output
+from ops.stacks import deployed_stack, deployed_template, stack_output
 
 ROW = "GPU node groups"
 
@@ -202,8 +202,6 @@ def nodegroup_row(env: Environment, aws: Any) -> Check:
         return Check(ROW, WARN, f"could not tell which stack is {name} ({err})")
     if stack is None:
         return Check(ROW, PASS, f"no {name} stack yet: the deploy creates {len(env.gpu_nodegroups)} GPU node groups")
-    from ops.redeploy import deployed_template
-
     name = stack["StackName"]
     template = deployed_template(aws.cloudformation, name)
     if template is None:

@@ -11,6 +11,7 @@ this checkout. `make diff` and `make destroy` use the same pattern without askin
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from config import Environment
@@ -58,3 +59,14 @@ def deployed_stack(cloudformation: Any, env: Environment, stack_id: str) -> dict
 
 def stack_output(stack: dict, key: str) -> str | None:
     return next((o["OutputValue"] for o in stack.get("Outputs") or [] if o.get("OutputKey") == key), None)
+
+
+def deployed_template(cloudformation: Any, name: str) -> dict | None:
+    """Stack `name`'s template as deployed; None when it is not JSON (cdk deploys JSON)."""
+    template = cloudformation.get_template(StackName=name, TemplateStage="Original")["TemplateBody"]
+    if isinstance(template, str):  # botocore decodes a JSON body
+        try:
+            template = json.loads(template)
+        except ValueError:
+            return None
+    return template if isinstance(template, dict) else None

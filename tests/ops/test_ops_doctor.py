@@ -162,7 +162,7 @@ def test_a_healthy_cluster_passes_every_row(prod):
 
 
 def test_the_hugepage_floor_is_what_the_efa_node_user_data_reserves():
-    """cdk_constructs/node_user_data.py reserves 2560 pages of 2 MiB on EFA nodes."""
+    """config/node_user_data.py reserves 2560 pages of 2 MiB on EFA nodes."""
     assert doctor.expected_allocatable(P5)["hugepages-2Mi"] == (">=", 2560 * 2 * 2**20)
 
 

@@ -11,7 +11,7 @@ import json
 import boto3
 import pytest
 
-from cdk_constructs.node_user_data import node_user_data
+from config.node_user_data import node_user_data
 from config.instance_types import INSTANCE_TYPES
 from config.kubernetes import GPU_LABEL, NODEGROUP_LABEL
 from ops import redeploy, redeploy_nodegroups

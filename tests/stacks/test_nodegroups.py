@@ -220,7 +220,7 @@ def test_gpu_groups_let_containers_lock_memory_before_containerd_starts(synthesi
     (config.kubernetes.GPU_CONTAINER_MEMLOCK); CPU and system groups keep the default."""
     import subprocess
 
-    from cdk_constructs.node_user_data import CONTAINERD_DROP_IN
+    from config.node_user_data import CONTAINERD_DROP_IN
     from config.kubernetes import GPU_CONTAINER_MEMLOCK
 
     assert GPU_CONTAINER_MEMLOCK == "unlimited"

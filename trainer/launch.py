@@ -21,7 +21,7 @@ import sys
 from collections.abc import Iterable
 from typing import NoReturn
 
-from config.kubernetes import EXIT_PREEMPTED, PERMANENT_EXITS, TORCHRUN_FAILED
+from config.kubernetes import EXIT_PREEMPTED, PERMANENT_EXITS, STATUS_MEANINGS, TORCHRUN_FAILED
 from trainer.log import log
 
 
@@ -30,8 +30,8 @@ def pod_exit_status(worker_codes: Iterable[int], *, agent_signal: int | None = N
     the workers of this pod only). A permanent status wins over every other: the first rank to
     stop names the fault, and its peers then stop with 1 ("another rank stopped first") or are
     stopped by torchrun with a signal. Next a signal torchrun itself got (128 + it: the kubelet's
-    SIGTERM is 143), then a preemption (a worker saved and exited 143), then torchrun's own 1:
-    retryable."""
+    SIGTERM is 143), then a preemption (a worker saved and exited 143), then the first other
+    status of ours (3, 75, 78: retryable, but `ops status` can say which), then torchrun's own 1."""
     codes = list(worker_codes)
     permanent = [code for code in codes if code in PERMANENT_EXITS]
     if permanent:
@@ -40,7 +40,8 @@ def pod_exit_status(worker_codes: Iterable[int], *, agent_signal: int | None = N
         return 128 + agent_signal
     if EXIT_PREEMPTED in codes:
         return EXIT_PREEMPTED
-    return TORCHRUN_FAILED
+    ours = [code for code in codes if code in STATUS_MEANINGS and code not in (0, TORCHRUN_FAILED)]
+    return ours[0] if ours else TORCHRUN_FAILED
 
 
 def stop_restarting_on_permanent_failures() -> None:

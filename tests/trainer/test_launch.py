@@ -10,8 +10,8 @@ import textwrap
 import pytest
 
 from config.kubernetes import (
-    EXIT_CHECKPOINT_READ_FAILED, EXIT_CHECKPOINTS_UNLOADABLE, EXIT_CRASH, EXIT_INTERRUPTED, EXIT_PREEMPTED, EXIT_USAGE,
-    PERMANENT_EXITS, TORCHRUN_FAILED,
+    EXIT_CHECKPOINT_READ_FAILED, EXIT_CHECKPOINTS_UNLOADABLE, EXIT_CRASH, EXIT_INTERRUPTED, EXIT_NONFINITE,
+    EXIT_NOT_ON_EFA, EXIT_PREEMPTED, EXIT_USAGE, PERMANENT_EXITS, STATUS_MEANINGS, TORCHRUN_FAILED,
 )
 from trainer.launch import pod_exit_status
 from trainer_procs import Job, llm_args, run
@@ -37,9 +37,17 @@ def test_a_preemption_save_or_a_sigterm_to_torchrun_is_143_and_retryable():
     assert EXIT_PREEMPTED not in PERMANENT_EXITS
 
 
-@pytest.mark.parametrize("codes", [[EXIT_CRASH], [EXIT_CRASH, KILLED_BY_TORCHRUN], [-signal.SIGKILL], [3], [75], [78]])
-def test_a_crash_or_any_other_status_is_torchruns_own_1_and_retryable(codes):
+@pytest.mark.parametrize("codes", [[EXIT_CRASH], [EXIT_CRASH, KILLED_BY_TORCHRUN], [-signal.SIGKILL], [4], [127]])
+def test_a_crash_or_any_status_not_of_ours_is_torchruns_own_1_and_retryable(codes):
     assert pod_exit_status(codes) == TORCHRUN_FAILED == EXIT_CRASH
+
+
+@pytest.mark.parametrize("status", [EXIT_NONFINITE, EXIT_CHECKPOINT_READ_FAILED, EXIT_NOT_ON_EFA])
+@pytest.mark.parametrize("peers", [[], [EXIT_CRASH], [KILLED_BY_TORCHRUN]])
+def test_another_status_of_ours_reaches_the_pod_so_ops_status_can_name_it_and_stays_retryable(status, peers):
+    # A run on a node whose NCCL is not on EFA read "exited 1 (a crash, or a peer stopped first)".
+    assert pod_exit_status([*peers, status]) == status == pod_exit_status([status, *peers])
+    assert status not in PERMANENT_EXITS and status in STATUS_MEANINGS
 
 
 def _launch(*torchrun_options: str, max_restarts: int = 0) -> list[str]:

@@ -5,6 +5,7 @@ role in prod's account, prod deployed there as a deploy leaves it (test_ops_pref
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import shlex
@@ -21,6 +22,7 @@ from ops.envconfig import load
 from ops.preflight import PIPELINE_SKIPS, pipeline_skips
 from ops_fakes import REPO_ROOT, isolated_aws_env, run_ops, write_context
 from test_ops_preflight_redeploy import REGION, deploy, prod
+from test_ops_preflight_redeploy_nodegroups import OTHER, deploy_groups, gpu_group
 
 PIPELINE_ACCOUNT = "333333333333"  # cdk.json's pipeline.account
 PROD_ACCOUNT = "222222222222"
@@ -214,3 +216,127 @@ def test_the_steps_command_runs_with_only_the_packages_the_step_installs(pipelin
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:] + result.stdout[-2000:]
     assert f"0 failed, {len(PIPELINE_SKIPS)} skipped" in result.stdout.splitlines()[-1], result.stdout
+
+
+# What the lookup role may call: the Action patterns of the AWS managed policy ReadOnlyAccess
+# (https://docs.aws.amazon.com/aws-managed-policy/latest/reference/ReadOnlyAccess.html, its JSON policy
+# document) for the services the pipeline's preflight calls, and only those services: a call to any other
+# fails the test below until someone checks the policy. Taken from policy version v178 (the document as
+# GetPolicyVersion returns it, mirrored in github.com/zoph-io/MAMIP policies/ReadOnlyAccess); for logs
+# only the reads. The lookup role's kms:Decrypt deny does not touch ssm:GetParameter of a String.
+READ_ONLY_ACCESS = (
+    "cloudformation:BatchDescribeTypeConfigurations", "cloudformation:Describe*", "cloudformation:Detect*",
+    "cloudformation:Estimate*", "cloudformation:Get*", "cloudformation:List*", "cloudformation:ValidateTemplate",
+    "ec2:Describe*", "ec2:Get*", "ec2:ListImagesInRecycleBin", "ec2:ListSnapshotsInRecycleBin",
+    "ec2:SearchLocalGatewayRoutes", "ec2:SearchTransitGatewayRoutes",
+    "eks:Describe*", "eks:List*",
+    "fsx:Describe*", "fsx:List*",
+    "iam:Generate*", "iam:Get*", "iam:List*", "iam:Simulate*",
+    "logs:Describe*", "logs:FilterLogEvents", "logs:Get*", "logs:ListTagsForResource", "logs:ListTagsLogGroup",
+    # Named one by one: the policy has no servicequotas:Get* or servicequotas:List*.
+    "servicequotas:GetAssociationForServiceQuotaTemplate", "servicequotas:GetAutoManagementConfiguration",
+    "servicequotas:GetAWSDefaultServiceQuota", "servicequotas:GetQuotaUtilizationReport",
+    "servicequotas:GetRequestedServiceQuotaChange", "servicequotas:GetServiceQuota",
+    "servicequotas:GetServiceQuotaIncreaseRequestFromTemplate", "servicequotas:ListAWSDefaultServiceQuotas",
+    "servicequotas:ListRequestedServiceQuotaChangeHistory",
+    "servicequotas:ListRequestedServiceQuotaChangeHistoryByQuota",
+    "servicequotas:ListServiceQuotaIncreaseRequestsInTemplate", "servicequotas:ListServiceQuotas",
+    "servicequotas:ListServices",
+    "ssm:Describe*", "ssm:Get*", "ssm:List*",
+    "sts:GetAccessKeyInfo", "sts:GetCallerIdentity", "sts:GetSessionToken",
+)
+# The step's own role may assume the lookup role and nothing else (stacks/pipeline.py _preflight_step;
+# tests/stacks/test_pipeline.py holds the synthesized role to it).
+STEP_ROLE_ACTIONS = ("sts:AssumeRole",)
+# botocore's service name -> the service prefix IAM authorizes its operations under. A service missing
+# here fails the test: its prefix, and whether ReadOnlyAccess covers it, are to be looked up first.
+IAM_PREFIX = {"cloudformation": "cloudformation", "ec2": "ec2", "eks": "eks", "fsx": "fsx", "iam": "iam",
+              "logs": "logs", "service-quotas": "servicequotas", "ssm": "ssm", "sts": "sts"}
+
+# The step's command with every AWS call recorded as botocore is about to make it: service, operation and
+# the access key that signs it, one JSON line each (in a call's before-call event: retries and a call the
+# endpoint refuses count once, a call that never leaves the process does not happen anyway).
+RECORDING = """
+import json, runpy, sys
+import boto3
+path = sys.argv[1]
+built = boto3.Session.__init__
+def recording(self, *args, **kwargs):
+    built(self, *args, **kwargs)
+    def record(model, **_):
+        with open(path, "a") as out:
+            out.write(json.dumps([model.service_model.service_name, model.name,
+                                  self.get_credentials().access_key]) + "\\n")
+    self.events.register("before-call", record)
+boto3.Session.__init__ = recording
+sys.argv = ["ops", *sys.argv[2:]]
+runpy.run_module("ops", run_name="__main__", alter_sys=True)
+"""
+
+
+def allowed(action: str, patterns=READ_ONLY_ACCESS) -> bool:
+    """IAM's match of an action against a policy's Action element: case-insensitive, * any characters."""
+    return any(fnmatch.fnmatchcase(action.lower(), pattern.lower()) for pattern in patterns)
+
+
+def recorded_step(tmp_path, env: dict, **changes) -> tuple[dict, list[str], list[str]]:
+    """The step's command run with RECORDING: (rows by name, the IAM actions signed with the step's own keys,
+    those signed with any other key, i.e. the assumed lookup role's)."""
+    calls = tmp_path / "calls.jsonl"
+    context = write_context(tmp_path, "prod", **changes)
+    result = subprocess.run([sys.executable, "-c", RECORDING, str(calls), "preflight", "--env", "prod",
+                             "--context-file", str(context), "--pipeline", "--assume-role", LOOKUP_ROLE, "-o", "json"],
+                            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode in (0, 1) and "Traceback" not in result.stderr, result.stderr[-2000:]
+    rows = {r["name"]: r for r in json.loads(result.stdout)["checks"]}
+    own, assumed = [], []
+    for service, operation, key in map(json.loads, calls.read_text().splitlines()):
+        assert service in IAM_PREFIX, (f"preflight calls {service}.{operation}: add the service's IAM prefix and "
+                                       f"ReadOnlyAccess's patterns for it, or call something else")
+        (own if key == env["AWS_ACCESS_KEY_ID"] else assumed).append(f"{IAM_PREFIX[service]}:{operation}")
+    return rows, own, assumed
+
+
+NOTHING = "nothing, fsx.backupId set"
+ROLLED = "prod, its p5 node group on another reservation"
+
+
+@pytest.mark.parametrize("deployed", [NOTHING, ROLLED])
+def test_every_call_of_the_step_is_one_the_lookup_roles_read_only_access_allows(pipeline, aws, monkeypatch, tmp_path,
+                                                                                 deployed):
+    """Each AWS call the step makes as the CDK bootstrap lookup role is one that ReadOnlyAccess allows: a call
+    the role is denied is only a warn row, so a missing permission would let the step pass unchecked. The
+    step's own keys make the AssumeRole and nothing else. Two deployments, so that most reads happen: nothing
+    deployed yet (the leftover log groups and the configured backup are read), and a deployed prod whose p5
+    group the deploy would roll (the Cluster stack's template, the cluster and its live node groups)."""
+    env, _ = pipeline
+    changes = {}
+    if deployed == NOTHING:
+        fsx = json.loads(write_context(tmp_path, "prod").read_text())["context"]["environments"]["prod"]["fsx"]
+        changes = {"fsx": dict(fsx, backupId="backup-0123456789abcdef0")}
+    else:
+        as_account(monkeypatch, PROD_ACCOUNT)
+        deploy_groups(aws, prod(tmp_path), gpu_group("p5", reservation=OTHER, nodes=4))
+        as_account(monkeypatch, None)
+    rows, own, assumed = recorded_step(tmp_path, env, **changes)
+    assert own == list(STEP_ROLE_ACTIONS), own
+    assert rows["credentials"]["status"] == PASS, rows["credentials"]  # the rest was read in prod's account
+    denied = sorted({action for action in assumed if not allowed(action)})
+    assert not denied, f"ReadOnlyAccess does not allow {denied}: the lookup role's preflight would only warn there"
+    # The reads each account sends the rows to: had they not happened, the recording would prove little.
+    called = set(assumed)
+    assert {"sts:GetCallerIdentity", "ec2:DescribeInstanceTypeOfferings", "servicequotas:GetServiceQuota",
+            "eks:DescribeAddonVersions", "cloudformation:DescribeStacks", "iam:GetRole",
+            "ssm:GetParameter"} <= called, sorted(called)
+    assert ({"logs:DescribeLogGroups", "fsx:DescribeBackups"} if deployed == NOTHING else
+            {"cloudformation:GetTemplate", "eks:DescribeCluster", "eks:ListNodegroups", "eks:DescribeNodegroup",
+             "fsx:DescribeFileSystems", "ec2:DescribeSubnets"}) <= called, sorted(called)
+
+
+def test_the_read_only_table_refuses_what_read_only_access_does_not_grant():
+    """The matcher the test above relies on: a write, another service's action and the step role's own
+    AssumeRole are outside the table; IAM compares actions case-insensitively."""
+    for action in ("eks:UpdateNodegroupConfig", "ec2:CreateTags", "servicequotas:RequestServiceQuotaIncrease",
+                   "sts:AssumeRole", "ssm:PutParameter", "logs:DeleteLogGroup", "kms:Decrypt"):
+        assert not allowed(action), action
+    assert allowed("EKS:describeaddonconfiguration", ["eks:Describe*"])

@@ -178,6 +178,18 @@ def model_config(name: str, *, n_layers: int | None = None) -> ModelConfig:
     return replace(cfg, n_layers=n_layers) if n_layers else cfg
 
 
+def expert_rows_problem(cfg: ModelConfig, world_size: int) -> str | None:
+    """Why `world_size` ranks cannot shard `cfg`'s expert weights, or None. FSDP2 shards them along
+    their rows (trainer/parallel.py: w1 and w3 have ffn_dim of them, w2 dim) and splits a dim other
+    than 0 only evenly. The trainer stops on it before its process group, and the job renderer
+    refuses a node range that reaches it (k8s/pods/pytorchjob.py): one rule for both."""
+    rows = (cfg.ffn_dim, cfg.dim)
+    if not cfg.is_moe or not any(n % world_size for n in rows):
+        return None
+    return (f"shards its expert weights along rows of {rows[0]} and {rows[1]}, which {world_size} ranks do not "
+            f"divide (FSDP2 shards them evenly); run it on a number of ranks that divides {math.gcd(*rows)}")
+
+
 def shape_difference(saved: dict, current: ModelConfig) -> str | None:
     """The first shape field in which `saved` (ModelConfig.shape() of a checkpoint) differs."""
     for name in ModelConfig.SHAPE_FIELDS:

@@ -10,13 +10,12 @@ mixed-precision policy.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import gcd
 
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import Shard
 
-from config.models import ModelConfig
+from config.models import ModelConfig, expert_rows_problem
 from config.workloads.llm import EfficiencyConfig, FsdpConfig
 from trainer import dist as tdist
 from trainer.cli import UsageError
@@ -33,16 +32,12 @@ def _expert_placement(model: Transformer):
 
 
 def check_expert_sharding(name: str, cfg: ModelConfig, world_size: int, fsdp: FsdpConfig) -> None:
-    """Before the process group: FSDP2 splits a dim other than 0 only evenly, and an elastic job
-    can re-form on a number of ranks that does not divide the experts' rows (w1 and w3 have ffn_dim
-    of them, w2 dim: trainer/moe.py). One line then, not every rank's crash report after the rendezvous."""
-    if not cfg.is_moe or not fsdp.shards(world_size):
-        return
-    rows = (cfg.ffn_dim, cfg.dim)
-    if any(n % world_size for n in rows):
-        raise UsageError("--model", f"{name} shards its expert weights along rows of {rows[0]} and {rows[1]}, "
-                                    f"which {world_size} ranks do not divide (FSDP2 shards them evenly); run it on a "
-                                    f"number of ranks that divides {gcd(*rows)}")
+    """Before the process group: an elastic job can re-form on a number of ranks that does not
+    divide the experts' rows (config.models.expert_rows_problem). One line then, not every rank's
+    crash report after the rendezvous."""
+    problem = expert_rows_problem(cfg, world_size) if fsdp.shards(world_size) else None
+    if problem:
+        raise UsageError("--model", f"{name} {problem}")
 
 
 @dataclass(frozen=True)

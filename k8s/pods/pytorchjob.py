@@ -17,8 +17,10 @@ from config.errors import ConfigError
 from config.kubernetes import (
     FSX_CLAIM_NAME, FSX_MOUNT_PATH, JOB_NAME_PATTERN, LABEL_PREFIX, MAX_JOB_NAME, NODEGROUP_LABEL, TRAINING_NAMESPACE,
 )
+from config.models import expert_rows_problem, model_config
 from config.overrides import OVERRIDES
 from config.checkpoint_time import stop_budget
+from config.workloads.llm import DecoderConfig
 from config.presets import (
     CLUSTER_CHECKPOINT_ROOT, CLUSTER_COMPILE_CACHE_ROOT, RENDEZVOUS_BACKENDS, JobPreset, get_preset,
 )
@@ -115,6 +117,7 @@ def job_spec(config: Environment, preset: JobPreset, *, image: str, job_name: st
         raise ConfigError("overrides.nodes_max", f"{values['nodes_max']} nodes exceed node group "
                                                  f"{group.name}'s maxSize {group.max_size} in {config.name}")
     _check_global_batch_divides(preset, values["nodes_min"], values["nodes_max"], nproc, overrides or {})
+    _check_expert_rows_divide(preset, values["nodes_min"], values["nodes_max"], nproc, overrides or {})
     if values["rendezvous"] not in RENDEZVOUS_BACKENDS:
         raise ConfigError("overrides.rendezvous", f"must be one of {', '.join(RENDEZVOUS_BACKENDS)}, "
                                                   f"got {values['rendezvous']!r}")
@@ -155,12 +158,35 @@ def _check_global_batch_divides(preset: JobPreset, nodes_min: int, nodes_max: in
     for nodes in range(nodes_min, nodes_max + 1):
         ranks = nodes * nproc
         if global_batch % (ranks * batch.batch_size):
-            changed = [k for k in ("nproc_per_node", "nodes_max", "nodes_min", "nodegroup") if k in overrides]
-            field = f"overrides.{changed[0]}" if changed else f"presets.{preset.name}"
-            raise ConfigError(field, f"{preset.name}'s global batch of {global_batch} does not divide over {ranks} "
+            raise ConfigError(_range_field(preset, overrides), f"{preset.name}'s global batch of {global_batch} does not divide over {ranks} "
                                      f"ranks x --batch-size {batch.batch_size} ({nodes} node(s) x {nproc} processes), "
                                      "and the trainer stops there with exit 2; choose nodes and processes whose "
                                      f"ranks x {batch.batch_size} divide {global_batch}")
+
+
+def _check_expert_rows_divide(preset: JobPreset, nodes_min: int, nodes_max: int, nproc: int,
+                              overrides: dict) -> None:
+    """The trainer stops with exit 2 on a world size that does not divide a mixture of experts'
+    expert rows (config.models.expert_rows_problem), as it does on a global batch that does not
+    divide. A model that only a Hugging Face config.json names is known first in the pod."""
+    trainer = preset.workload.trainer_config
+    model = getattr(trainer, "model", None)
+    if not isinstance(model, DecoderConfig) or model.name is None:
+        return
+    shape = model_config(model.name, n_layers=model.layers)
+    for nodes in range(nodes_min, nodes_max + 1):
+        ranks = nodes * nproc
+        problem = expert_rows_problem(shape, ranks) if trainer.fsdp.shards(ranks) else None
+        if problem:
+            raise ConfigError(_range_field(preset, overrides),
+                              f"{preset.name} on {nodes} node(s) x {nproc} processes stops in the trainer with "
+                              f"exit 2: {model.name} {problem}")
+
+
+def _range_field(preset: JobPreset, overrides: dict) -> str:
+    """The field to blame for a world size of the node range: the override that changed it, else the preset."""
+    changed = [k for k in ("nproc_per_node", "nodes_max", "nodes_min", "nodegroup") if k in overrides]
+    return f"overrides.{changed[0]}" if changed else f"presets.{preset.name}"
 
 
 def _nodegroup(config: Environment, name: str, preset: str) -> Nodegroup:

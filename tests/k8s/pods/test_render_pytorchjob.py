@@ -174,6 +174,41 @@ def test_a_node_range_on_which_the_global_batch_does_not_divide_is_refused_namin
     assert "\n" not in str(err.value)
 
 
+def _tiny_moe_with(monkeypatch, **batch):
+    """llm-tiny-moe with another batch, under a name of its own. No shipped mixture of experts can
+    reach the rule through --set alone: the world sizes that divide their global batches (16
+    sequences of tiny-moe, 16 of Mixtral 8x7B) all divide their expert rows (gcd 32 and 2048)."""
+    from dataclasses import replace
+    base = PRESETS["llm-tiny-moe"]
+    values = {k: v for k, v in base.workload.values.items() if k not in ("batch_size", "global_batch_size")}
+    changed = replace(base, name="llm-tiny-moe-probe", workload=type(base.workload)(**values, **batch))
+    monkeypatch.setitem(PRESETS, changed.name, changed)
+    return changed.name
+
+
+@pytest.mark.parametrize("batch,overrides,field,world,fitting", [
+    # 2, 4 and 6 ranks divide 48 sequences, but 6 does not divide tiny-moe's 64 rows of w2.
+    ({"batch_size": 1, "global_batch_size": 48}, {"nodes_min": 1, "nodes_max": 3}, "overrides.nodes_max", 6,
+     {"nodes_min": 1, "nodes_max": 2}),
+    # No global batch (ranks x --batch-size, which always divides): 2 nodes x 3 processes.
+    ({"batch_size": 1}, {"nproc_per_node": 3}, "overrides.nproc_per_node", 6, {"nproc_per_node": 4}),
+])
+def test_a_node_range_on_which_the_expert_rows_do_not_divide_is_refused_naming_the_override(dev, monkeypatch, batch,
+                                                                                           overrides, field, world,
+                                                                                           fitting):
+    """The trainer stops with exit 2 on a world size that does not divide a mixture of experts'
+    expert rows (FSDP2 shards them evenly, trainer/parallel.py): refused when rendered, for every
+    world size of the node range, with the trainer's own reason."""
+    preset = _tiny_moe_with(monkeypatch, **batch)
+    with pytest.raises(ConfigError) as err:
+        render_pytorchjob(dev, preset, image=IMAGE, overrides=overrides)
+    assert str(err.value).startswith(f"{field}: ")
+    assert (f"tiny-moe shards its expert weights along rows of 96 and 64, which {world} ranks do not divide "
+            "(FSDP2 shards them evenly)") in str(err.value)
+    assert "exit 2" in str(err.value) and "\n" not in str(err.value)
+    render_pytorchjob(dev, preset, image=IMAGE, overrides=fitting)  # 2, 4 or 8 ranks divide 96 and 64
+
+
 def test_every_pods_torchrun_gives_each_rendezvous_round_a_store_of_its_own(environments, dev):
     """Shared across rounds, rank 0's agent store kept a failed round's addresses for the next
     (tests/trainer/test_preemption.py); every training pod, of either training API, turns it off."""

@@ -159,6 +159,10 @@ def check_hf_weights(directory: str | Path, cfg: ModelConfig) -> None:
             if actual != expected:
                 field = _field_setting(cfg, ours, expected, actual)
                 what = f"{HF_KEYS[field]} {getattr(cfg, field)}" if field else "it"
+                if field == "n_kv_heads":
+                    # k/v rows are kv heads x hidden_size / heads, and q's are hidden_size whatever
+                    # the head count: the weights cannot tell a wrong kv head count from a wrong head count.
+                    what += f" with {HF_KEYS['n_heads']} {cfg.n_heads}"
                 raise UsageError("--init-from-hf", f"{config}: {what} does not fit the weights: {name} in "
                                                    f"{source.files[name]} has shape {actual}, the config makes it "
                                                    f"{expected}")

@@ -298,8 +298,13 @@ def test_a_config_json_claiming_sizes_its_weights_do_not_have_stops_trainer_llm_
      "model.layers.0.mlp.gate_proj.weight in {weights} has shape (96, 64), the config makes it (1048576, 64)"),
     ("llama", {"vocab_size": 2**30}, "vocab_size 1073741824 does not fit the weights: model.embed_tokens.weight in "
      "{weights} has shape (128, 64), the config makes it (1073741824, 64)"),
-    ("llama", {"num_key_value_heads": 4}, "num_key_value_heads 4 does not fit the weights: "
-     "model.layers.0.self_attn.k_proj.weight in {weights} has shape (32, 64), the config makes it (64, 64)"),
+    ("llama", {"num_key_value_heads": 4}, "num_key_value_heads 4 with num_attention_heads 4 does not fit the "
+     "weights: model.layers.0.self_attn.k_proj.weight in {weights} has shape (32, 64), the config makes it (64, 64)"),
+    # Llama 2's config.json has no head_dim: a wrong head count changes only the k/v rows (heads x
+    # head_dim is hidden_size, so q keeps its shape), which a wrong kv head count explains as well.
+    ("llama", {"num_attention_heads": 8, "head_dim": None}, "num_key_value_heads 2 with num_attention_heads 8 does "
+     "not fit the weights: model.layers.0.self_attn.k_proj.weight in {weights} has shape (32, 64), the config makes "
+     "it (16, 64)"),
     ("llama", {"num_hidden_layers": 2**30}, "num_hidden_layers is 1073741824 but {dir} holds no "
      "model.layers.1073741823.input_layernorm.weight"),
     ("mixtral", {"num_local_experts": 2**30}, "num_local_experts is 1073741824 but {dir} holds no "

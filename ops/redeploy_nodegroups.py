@@ -27,6 +27,10 @@ schedule` and people scale groups) loses nothing, so it passes. Otherwise:
   and nothing brings the released capacity back to this account), and a capacity-block group rolled
   while it has nodes (EKS requires desired size 0). Scaling the group to 0 first is the way through.
 - warn: any other roll or replacement of a group with nodes, naming the group and what changes.
+A group whose nodes cannot be counted (no live group found, or EKS answers an error for it or for
+the cluster) is judged as one with nodes, so a reserved or capacity-block group replaced then fails:
+passing it would risk the reservation, which a re-run of preflight once EKS answers cannot give
+back. Such an error is that group's alone; the other groups are still counted and judged.
 
 The deployed side is the Cluster stack's template as deployed (GetTemplate), where CloudFormation
 decides what changes; the new side is computed from the configuration with what the constructs use
@@ -46,6 +50,7 @@ from config.node_user_data import node_user_data
 from config import Environment, Nodegroup
 from config.kubernetes import GPU_LABEL, NODEGROUP_LABEL
 from config.outputs import CLUSTER_STACK_ID, NETWORK_STACK_ID, TRAINING_SUBNET_ID_OUTPUT, stack_name
+from ops.aws import api_failure_types, explain
 from ops.checks import FAIL, PASS, WARN, Check
 from ops.errors import OpsError
 from ops.stacks import deployed_stack, deployed_template, stack_output
@@ -210,10 +215,14 @@ def nodegroup_row(env: Environment, aws: Any) -> Check:
     found = changes(env, deployed, _training_subnet_moved(env, aws))
     if not found:
         return Check(ROW, PASS, f"no GPU node group is rolled or replaced ({len(deployed)} deployed, {name})")
-    cluster = _cluster_name(env, aws.eks)
+    uncounted = None
+    try:
+        cluster = _cluster_name(env, aws.eks)
+    except api_failure_types() as err:
+        cluster, uncounted = None, explain(err)
     fails, warns, idle = [], [], []
     for change in found:
-        nodes = _desired_size(aws.eks, cluster, change.group.name)
+        nodes = _desired_size(aws.eks, cluster, change.group.name) if cluster else uncounted
         said = _said(change, nodes)
         if nodes == 0:
             idle.append(said)
@@ -239,11 +248,13 @@ def nodegroup_row(env: Environment, aws: Any) -> Check:
     return Check(ROW, PASS, f"{'; '.join(idle)}: no node runs there now, so no run loses work")
 
 
-def _said(change: Change, nodes: int | None) -> str:
+def _said(change: Change, nodes: int | str | None) -> str:
     how = (f"replaces {change.group.name} ({', '.join(change.replaced)})" if change.replaced else
            f"rolls {change.group.name} ({', '.join(change.rolled)})")
     if nodes is None:
         return f"{how}, whose nodes could not be counted"
+    if isinstance(nodes, str):
+        return f"{how}, whose nodes could not be counted ({nodes})"
     return f"{how}, which has {nodes} nodes" if nodes else f"{how} at desired size 0"
 
 
@@ -273,14 +284,14 @@ def _cluster_name(env: Environment, eks: Any) -> str | None:
         return None
 
 
-def _desired_size(eks: Any, cluster: str | None, group: str) -> int | None:
-    """The live node group's desired size (None: not found), which people and `ops capacity-block`
-    change outside the template."""
+def _desired_size(eks: Any, cluster: str, group: str) -> int | str | None:
+    """The live node group's desired size, which people and `ops capacity-block` change outside the
+    template; None: not found; text: why EKS would not say."""
     from ops.capacity_blocks import nodegroup_of
 
-    if cluster is None:
-        return None
     try:
         return int(nodegroup_of(eks, cluster, group)["scalingConfig"]["desiredSize"])
     except OpsError:
         return None
+    except api_failure_types() as err:
+        return explain(err)

@@ -191,3 +191,50 @@ def test_moving_the_training_zone_replaces_the_groups_too(aws, moto_endpoint, mo
     row = rows[ROW]
     assert row.status == FAIL
     assert "replaces p5 (Subnets: trainingAvailabilityZone us-east-1a, deployed us-east-1b)" in row.reason, row.reason
+
+
+@pytest.mark.parametrize("code", ["AccessDenied", "ThrottlingException"])
+def test_a_group_eks_will_not_count_leaves_the_other_groups_judged(aws, moto_endpoint, tmp_path, code):
+    """EKS answers an error for one group's DescribeNodegroup: that group alone is uncountable, and
+    the reserved group replaced under its 4 nodes still fails the row. (EKS lists node groups by
+    name, so finding p5's describes Gpup5-generated before Gputuning-generated.)"""
+    from botocore.exceptions import ClientError
+    from ops.aws import clients
+
+    tuning = {"name": "tuning", "instanceType": "g5.48xlarge", "minSize": 0, "maxSize": 4, "desiredSize": 0,
+          "capacity": {"type": "onDemand"}}
+    deploy_groups(moto_endpoint, prod(tmp_path, gpuNodegroups=p5() + [tuning]), gpu_group("p5", nodes=4),
+                  gpu_group("tuning", "g5.48xlarge", reservation=None, nodes=2))
+    aws_clients = clients(REGION)
+
+    def refuse_tuning(params, **_):
+        if params.get("nodegroupName") == "Gputuning-generated":
+            raise ClientError({"Error": {"Code": code, "Message": "not this one"}}, "DescribeNodegroup")
+
+    aws_clients.eks.meta.events.register("before-parameter-build.eks.DescribeNodegroup", refuse_tuning)
+    env = prod(tmp_path, gpuNodegroups=p5(capacity={"type": "capacityBlock", "reservationId": BLOCK})
+               + [{**tuning, "instanceType": "g5.24xlarge"}])
+    row = judged(env, aws_clients)[ROW]
+    assert row.status == FAIL, row.reason
+    assert "replaces p5 (capacity.type makes CapacityType CAPACITY_BLOCK, deployed ON_DEMAND), which has 4 nodes" \
+        in row.reason, row.reason
+    assert "rolls tuning (instanceType g5.24xlarge, deployed g5.48xlarge), whose nodes could not be counted" \
+        in row.reason, row.reason
+    assert code in row.reason, row.reason
+
+
+def test_a_cluster_eks_will_not_describe_leaves_a_replaced_reserved_group_failing(aws, moto_endpoint, tmp_path):
+    from botocore.exceptions import ClientError
+    from ops.aws import clients
+
+    deploy_groups(moto_endpoint, prod(tmp_path), gpu_group("p5", nodes=4))
+    aws_clients = clients(REGION)
+
+    def refuse(**_):
+        raise ClientError({"Error": {"Code": "AccessDenied", "Message": "no"}}, "DescribeCluster")
+
+    aws_clients.eks.meta.events.register("before-parameter-build.eks.DescribeCluster", refuse)
+    row = judged(prod(tmp_path, gpuNodegroups=p5(capacity={"type": "capacityBlock", "reservationId": BLOCK})),
+                 aws_clients)[ROW]
+    assert row.status == FAIL, row.reason
+    assert "whose nodes could not be counted (DescribeCluster not permitted (AccessDenied)" in row.reason, row.reason

@@ -54,7 +54,7 @@ from ops.aws import AwsClients, api_failure_types, error_code, explain
 from ops.checks import FAIL, PASS, WARN, Check
 from ops.errors import OpsError
 from ops.fsx_backup import backup_row
-from ops.stacks import deployed_stack, deployed_template, stack_output
+from ops.stacks import deployed_stack_for, deployed_template, stack_output
 
 CAPACITY_ROW = "fsx.storageCapacityGiB"
 FILE_SYSTEM_ROW = "FSx replacement"
@@ -92,10 +92,9 @@ def file_system_rows(env: Environment, aws: AwsClients, abandon: str | None = No
                      pipeline: bool = False) -> list[Check]:
     """The capacity row and the replacement row, from the file system the Storage stack made."""
     name = stack_name(env.name, STORAGE_STACK_ID)
-    try:
-        stack = deployed_stack(aws.cloudformation, env, STORAGE_STACK_ID)
-    except OpsError as err:
-        return _both(WARN, f"could not tell which stack is {name} ({err})")
+    stack, unknown = deployed_stack_for(CAPACITY_ROW, aws.cloudformation, env, STORAGE_STACK_ID)
+    if unknown:
+        return _both(WARN, unknown.reason)
     if stack is None:
         rows = [Check(CAPACITY_ROW, PASS, f"no {name} stack yet: the deploy creates {env.fsx.storage_capacity_gib} GiB"),
                 _unused(abandon, f"no {name} stack yet, so no file system to replace")]
@@ -263,10 +262,9 @@ def _version(text: str) -> tuple[int, int]:
 
 def vpc_row(env: Environment, aws: AwsClients) -> Check:
     name = stack_name(env.name, NETWORK_STACK_ID)
-    try:
-        stack = deployed_stack(aws.cloudformation, env, NETWORK_STACK_ID)
-    except OpsError as err:
-        return Check(VPC_ROW, WARN, f"could not tell which stack is {name} ({err})")
+    stack, unknown = deployed_stack_for(VPC_ROW, aws.cloudformation, env, NETWORK_STACK_ID)
+    if unknown:
+        return unknown
     if stack is None:
         return Check(VPC_ROW, PASS, f"{env.vpc_cidr}: no {name} stack yet")
     vpc_id = stack_output(stack, VPC_ID_OUTPUT)
@@ -287,10 +285,9 @@ def vpc_row(env: Environment, aws: AwsClients) -> Check:
 def admin_entries_row(env: Environment, cloudformation: Any) -> Check:
     name = stack_name(env.name, CLUSTER_STACK_ID)
     configured = dict(env.admin_access_entries)
-    try:
-        stack = deployed_stack(cloudformation, env, CLUSTER_STACK_ID)
-    except OpsError as err:
-        return Check(ADMINS_ROW, WARN, f"could not tell which stack is {name} ({err})")
+    stack, unknown = deployed_stack_for(ADMINS_ROW, cloudformation, env, CLUSTER_STACK_ID)
+    if unknown:
+        return unknown
     if stack is None:
         return Check(ADMINS_ROW, PASS, f"no {name} stack yet: the deploy creates {len(configured)} admin access entries")
     name = stack["StackName"]

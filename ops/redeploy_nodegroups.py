@@ -53,7 +53,7 @@ from config.outputs import CLUSTER_STACK_ID, NETWORK_STACK_ID, TRAINING_SUBNET_I
 from ops.aws import api_failure_types, explain
 from ops.checks import FAIL, PASS, WARN, Check
 from ops.errors import OpsError
-from ops.stacks import deployed_stack, deployed_template, stack_output
+from ops.stacks import deployed_stack, deployed_stack_for, deployed_template, stack_output
 
 ROW = "GPU node groups"
 
@@ -201,10 +201,9 @@ def _launch_change(key: str, was: Any, now: Any) -> str:
 
 def nodegroup_row(env: Environment, aws: Any) -> Check:
     name = stack_name(env.name, CLUSTER_STACK_ID)
-    try:
-        stack = deployed_stack(aws.cloudformation, env, CLUSTER_STACK_ID)
-    except OpsError as err:
-        return Check(ROW, WARN, f"could not tell which stack is {name} ({err})")
+    stack, unknown = deployed_stack_for(ROW, aws.cloudformation, env, CLUSTER_STACK_ID)
+    if unknown:
+        return unknown
     if stack is None:
         return Check(ROW, PASS, f"no {name} stack yet: the deploy creates {len(env.gpu_nodegroups)} GPU node groups")
     name = stack["StackName"]

@@ -18,6 +18,7 @@ from config import Environment
 from config.outputs import stack_name
 from config.pipeline import owned_by_pipeline, stack_selector
 from ops import envconfig
+from ops.checks import WARN, Check
 from ops.errors import OpsError
 
 _GONE = ("DELETE_COMPLETE",)
@@ -55,6 +56,16 @@ def deployed_stack(cloudformation: Any, env: Environment, stack_id: str) -> dict
     if len(found) > 1:
         raise OpsError(f"several stacks end in -{name} ({', '.join(s['StackName'] for s in found)})")
     return found[0] if found else None
+
+
+def deployed_stack_for(row: str, cloudformation: Any, env: Environment,
+                       stack_id: str) -> tuple[dict | None, Check | None]:
+    """deployed_stack for a preflight row: (the stack or None, None), or (None, a warn row saying
+    which stack could not be told) when several match."""
+    try:
+        return deployed_stack(cloudformation, env, stack_id), None
+    except OpsError as err:
+        return None, Check(row, WARN, f"could not tell which stack is {stack_name(env.name, stack_id)} ({err})")
 
 
 def stack_output(stack: dict, key: str) -> str | None:

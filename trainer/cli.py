@@ -7,9 +7,11 @@ needs; here every user error is a single `error: --field: what is wrong` line an
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, NoReturn, TypeVar
@@ -206,14 +208,30 @@ def _exit_status(main: Callable, exc: BaseException) -> int:
     gone = peer_gone(exc)
     if gone is not None:
         # Not a crash of its own: the reason is in the log of the rank that stopped first, and a
-        # traceback here would bury it. No TORCHELASTIC_ERROR_FILE either, so torchrun's summary
-        # names that rank as the root cause. Exit 1 keeps it a failure torchrun restarts on.
+        # traceback here would bury it. Exit 1 keeps it a failure torchrun restarts on.
         rank = f"rank {os.environ['RANK']}" if "RANK" in os.environ else "this process"
-        log(f"error: {rank} stops: another rank of the run stopped first ({gone}); that rank's log says why",
-            sys.stderr)
+        line = f"error: {rank} stops: another rank of the run stopped first ({gone}); that rank's log says why"
+        log(line, sys.stderr)
+        _record_as_consequence(line)
         return EXIT_CRASH
     report_crash(main, exc)  # a crash, not a user error: see report_crash
     return EXIT_CRASH
+
+
+def _record_as_consequence(line: str) -> None:
+    """TORCHELASTIC_ERROR_FILE for a rank that stopped because another did, dated one second later
+    than now. torchrun's summary names as root cause the failure of the lowest whole-second
+    timestamp, and gives a failure without an error file the time it reads it (torch 2.13
+    ProcessFailure, ChildFailedError.get_first_failure): with no file, or a file of this second,
+    a peer that stopped in the same second as the rank that failed first was named instead of it."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    try:
+        with open(path, "w") as f:
+            json.dump({"message": line, "timestamp": int(time.time()) + 1}, f)
+    except OSError:  # the line above is in the log; the summary is a convenience
+        pass
 
 
 # How a collective fails in a rank whose peer process went away, as torch 2.13 words it: gloo's TCP

@@ -102,8 +102,8 @@ GLOO_CLOSED = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.c
 def test_a_collective_that_lost_its_peer_is_one_line_saying_another_rank_stopped_first(monkeypatch, capsys, exc,
                                                                                          words):
     """The rank whose peer stopped first printed a crash report for gloo's socket error, which buried
-    the peer's own line; now one line, exit 1 (torchrun restarts on it), and no error file, so that
-    torchrun's summary names the rank that stopped first."""
+    the peer's own line; now one line, exit 1 (torchrun restarts on it); its error file (below) lets
+    torchrun's summary name the rank that stopped first."""
     monkeypatch.setenv("RANK", "0")
     monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
 
@@ -114,6 +114,32 @@ def test_a_collective_that_lost_its_peer_is_one_line_saying_another_rank_stopped
     assert exit_.value.code == 1
     assert capsys.readouterr().err == (f"error: rank 0 stops: another rank of the run stopped first ({words}); "
                                        "that rank's log says why\n")
+
+
+def test_torchruns_summary_names_the_rank_that_stopped_first_not_its_peer_in_the_same_second(monkeypatch, tmp_path):
+    """torchrun's summary names as root cause the failure of the lowest timestamp, in whole seconds,
+    and one without an error file gets the time torchrun reads it (torch 2.13 ProcessFailure,
+    ChildFailedError.get_first_failure): a peer that stopped in the same second as the rank that
+    crashed was named instead, as 'error_file: <N/A>' (seen once in CI in
+    test_a_save_that_the_disk_refuses_ends_the_run_with_one_line_naming_it_and_keeps_the_checkpoints_before).
+    The peer's error file records it one second later, with its line as the message."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    crash, peer = tmp_path / "crash.json", tmp_path / "peer.json"
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(crash))
+    with pytest.raises(SystemExit):
+        run_main(lambda: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(peer))
+    with pytest.raises(SystemExit) as exit_:
+        run_main(lambda: (_ for _ in ()).throw(RuntimeError(GLOO_CLOSED)))
+    assert exit_.value.code == 1  # still a failure torchrun restarts on
+    failures = {0: ProcessFailure(local_rank=0, pid=10, exitcode=1, error_file=str(peer)),
+                1: ProcessFailure(local_rank=1, pid=11, exitcode=1, error_file=str(crash))}
+    root, failure = ChildFailedError("trainer.llm", failures).get_first_failure()
+    assert root == 1 and "No space left on device" in failure.message["message"]
+    assert "another rank of the run stopped first" in failures[0].message
 
 
 @pytest.mark.parametrize("exc", [

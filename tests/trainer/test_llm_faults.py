@@ -311,11 +311,13 @@ def test_a_save_that_the_disk_refuses_ends_the_run_with_one_line_naming_it_and_k
     before = tree(tmp_path)
     rc, out = run(file_size_limited(torchrun_args("trainer.llm", llm(tmp_path, steps=40)), 200_000))  # a shard is about 1.5 MB
     assert rc == TORCHRUN_FAILED, out[-3000:]
-    ends = [line for line in out.splitlines() if line.startswith("error: python -m trainer.llm")]
-    assert len(ends) == 2, out[-3000:]  # each worker's log ends with its line
     # Each rank learns of the failed background write when it polls its own save, which may be a
     # step apart: the first to know stops, and the other may end on the broken step collective
-    # instead. Whichever ranks say it, the cause is named, and no line is a traceback.
+    # instead, saying so (trainer.cli.peer_gone). Whichever ranks say it, the cause is named, and no
+    # line is a traceback.
+    ends = [line for line in out.splitlines()
+            if line.startswith("error: python -m trainer.llm") or re.match(r"error: rank \d stops: another rank", line)]
+    assert len(ends) == 2, out[-3000:]  # each worker's log ends with its line
     named = [line for line in ends if re.search(
         r"failed unexpectedly \(CheckpointWriteFailed: checkpoint \S+step-00000030 was not written; the "
         r"checkpoints before it are kept \(ranks? [01].*: \w+: .+\)", line)]

@@ -138,8 +138,8 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
     model = place(build_classifier(job.model, classes), job.efficiency, rt.device, rt.world_size)
     optimizer = build_sgd(model, job.optimizer)
     progress = Progress()
-    ckpt = CheckpointManager(job.checkpoint, rt, {"app": ModelAndOptimizer(model, optimizer, replicated_buffers=True), "train": progress},
-                             model_record=record)
+    state = {"app": ModelAndOptimizer(model, optimizer, replicated_buffers=True), "train": progress}
+    ckpt = CheckpointManager(job.checkpoint, rt, state, model_record=record)
     step = ckpt.resume()
     seed_dropout(job.seed, rt.rank, step)
     first_step = step + 1

@@ -158,10 +158,11 @@ def _check_global_batch_divides(preset: JobPreset, nodes_min: int, nodes_max: in
     for nodes in range(nodes_min, nodes_max + 1):
         ranks = nodes * nproc
         if global_batch % (ranks * batch.batch_size):
-            raise ConfigError(_range_field(preset, overrides), f"{preset.name}'s global batch of {global_batch} does not divide over {ranks} "
-                                     f"ranks x --batch-size {batch.batch_size} ({nodes} node(s) x {nproc} processes), "
-                                     "and the trainer stops there with exit 2; choose nodes and processes whose "
-                                     f"ranks x {batch.batch_size} divide {global_batch}")
+            raise ConfigError(_range_field(preset, overrides),
+                              f"{preset.name}'s global batch of {global_batch} does not divide over {ranks} ranks x "
+                              f"--batch-size {batch.batch_size} ({nodes} node(s) x {nproc} processes), and the trainer "
+                              "stops there with exit 2; choose nodes and processes whose ranks x "
+                              f"{batch.batch_size} divide {global_batch}")
 
 
 def _check_expert_rows_divide(preset: JobPreset, nodes_min: int, nodes_max: int, nproc: int,

@@ -33,7 +33,10 @@ compare it with the configuration:
   create-only ("Update requires: Replacement", ACCESS_ENTRY_PAGE; cfn-lint's schema lists it in
   createOnlyProperties). CloudFormation creates the replacement before it deletes the old entry,
   which still holds the principal, and EKS allows one entry per principal (ResourceInUseException):
-  the Cluster stack fails and rolls back. Read from the Cluster stack's deployed template.
+  the Cluster stack fails and rolls back. Read from the Cluster stack's deployed template. For the
+  same reason an entry the deploy creates for a principal that already holds one made outside the
+  stack (the console, `aws eks create-access-entry`) fails it: read from the cluster's own list
+  (eks:ListAccessEntries, CREATE_ACCESS_ENTRY_PAGE).
 - A GPU node group this deploy rolls or replaces while it has nodes: ops/redeploy_nodegroups.py.
 Nothing deployed yet (a first deploy) passes. The throughput per TiB, like the rest of the file
 system's settings we change, is updated in place (LustreConfiguration: "Update requires: No interruption").
@@ -68,6 +71,7 @@ FSX_FILE_SYSTEM_PAGE = ("https://docs.aws.amazon.com/AWSCloudFormation/latest/Te
 LUSTRE_CONFIGURATION_PAGE = ("https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/"
                              "aws-properties-fsx-filesystem-lustreconfiguration.html")
 UPDATE_CLUSTER = "https://docs.aws.amazon.com/eks/latest/userguide/update-cluster.html"
+CREATE_ACCESS_ENTRY_PAGE = "https://docs.aws.amazon.com/eks/latest/APIReference/API_CreateAccessEntry.html"
 ACCESS_ENTRY_PAGE = ("https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/"
                      "aws-resource-eks-accessentry.html")
 # cdk's logical id of the Cluster stack's entry Cluster/<construct id>: the path's ids, then 8 hex
@@ -83,7 +87,7 @@ def steps(env: Environment, aws: AwsClients, abandon: str | None = None, *,
         (FILE_SYSTEM_ROW, lambda: file_system_rows(env, aws, abandon, pipeline=pipeline)),
         (KUBERNETES_ROW, lambda: [kubernetes_row(env, aws.eks)]),
         (VPC_ROW, lambda: [vpc_row(env, aws)]),
-        (ADMINS_ROW, lambda: [admin_entries_row(env, aws.cloudformation)]),
+        (ADMINS_ROW, lambda: [admin_entries_row(env, aws.cloudformation, aws.eks)]),
         (redeploy_nodegroups.ROW, lambda: [redeploy_nodegroups.nodegroup_row(env, aws)]),
     ]
 
@@ -282,7 +286,7 @@ def vpc_row(env: Environment, aws: AwsClients) -> Check:
     return Check(VPC_ROW, PASS, f"{vpc_id} is {deployed}, unchanged")
 
 
-def admin_entries_row(env: Environment, cloudformation: Any) -> Check:
+def admin_entries_row(env: Environment, cloudformation: Any, eks: Any) -> Check:
     name = stack_name(env.name, CLUSTER_STACK_ID)
     configured = dict(env.admin_access_entries)
     stack, unknown = deployed_stack_for(ADMINS_ROW, cloudformation, env, CLUSTER_STACK_ID)
@@ -312,6 +316,22 @@ def admin_entries_row(env: Environment, cloudformation: Any) -> Check:
                                        "second entry for it (ResourceInUseException) and the stack rolls back. Keep "
                                        "each deployed role at its place (add roles at the end, remove roles only from "
                                        f"the end), or deploy twice: first with {first}, then with the new list")
+    created = [arn for cid, arn in configured.items() if deployed.get(cid) != arn]
+    outside = entries_outside_the_stack(env, eks, created)
+    if isinstance(outside, Check):
+        return outside
+    if outside:
+        cluster, arns = outside
+        deletes = "; ".join(f"aws eks delete-access-entry --cluster-name {cluster} --principal-arn {arn}"
+                            for arn in arns)
+        return Check(ADMINS_ROW, FAIL, f"environments.{env.name}.adminRoleArns: {', '.join(arns)} already "
+                                       f"{'has an access entry' if len(arns) == 1 else 'have access entries'} on "
+                                       f"cluster {cluster} that {name} did not create (made with the console or "
+                                       "the CLI?), and EKS holds one entry per principal (\"You can't specify the "
+                                       f"same ARN in more than one access entry\", {CREATE_ACCESS_ENTRY_PAGE}): the "
+                                       "deploy's creation fails with ResourceInUseException and the stack rolls "
+                                       f"back. Delete {'it' if len(arns) == 1 else 'them'} first ({deletes}); the "
+                                       "deploy's entry gives the same cluster admin policy")
     changes = [f"adds {arn} ({_field(cid)})" for cid, arn in configured.items() if cid not in deployed]
     changes += [f"gives {_field(cid)} to {arn}" for cid, arn in configured.items() if deployed.get(cid, arn) != arn]
     removed = [cid for cid in deployed if cid not in configured]
@@ -320,6 +340,30 @@ def admin_entries_row(env: Environment, cloudformation: Any) -> Check:
     if not changes:
         return Check(ADMINS_ROW, PASS, f"the {len(deployed)} admin access entries keep their principals ({name})")
     return Check(ADMINS_ROW, PASS, f"{'; '.join(changes)}: no principal moves to another entry ({name})")
+
+
+def entries_outside_the_stack(env: Environment, eks: Any,
+                              created: list[str]) -> tuple[str, list[str]] | Check | None:
+    """(cluster, the principals of `created` that already hold an access entry on the cluster) for
+    the entries a deploy creates: an entry made outside CloudFormation is not in the template, so
+    only the cluster's own list shows it. None: nothing to create, no cluster, or no such principal;
+    a warn row when the list could not be read."""
+    from ops.kubeconfig import NoCluster, find_cluster
+
+    if not created:
+        return None
+    try:
+        cluster = find_cluster(eks, env)["name"]
+        pages = eks.get_paginator("list_access_entries").paginate(clusterName=cluster)
+        held = {arn for page in pages for arn in page.get("accessEntries", [])}
+    except NoCluster:
+        return None
+    except (OpsError, *api_failure_types()) as err:
+        return Check(ADMINS_ROW, WARN, f"the cluster's access entries were not read ({explain(err)}), so an entry "
+                                       f"made outside the stack for {', '.join(created)} would fail the deploy "
+                                       "unseen (EKS holds one entry per principal)")
+    found = [arn for arn in created if arn in held]
+    return (cluster, found) if found else None
 
 
 def deployed_access_entries(template: dict) -> dict[str, str]:

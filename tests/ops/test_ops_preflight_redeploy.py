@@ -552,3 +552,56 @@ def test_a_template_the_role_may_not_read_warns(aws, moto_endpoint, tmp_path):
     with stubber:
         [row] = guarded(step)
     assert row.status == WARN and "GetTemplate not permitted (AccessDenied)" in row.reason, row.reason
+
+
+def admins_row_with_cluster_entries(tmp_path, configured: list[str], answer: list[str] | tuple[str, str]):
+    """The admins row of a deploy of `configured` over a Cluster stack of [A, B], the cluster's own
+    access entries answering `answer` (principal ARNs, or an error code and message). moto has no
+    access entries, so the EKS client is a Stubber: the cluster found by name, then its list."""
+    from botocore.stub import Stubber
+
+    aws_clients = clients(REGION)
+    stubber = Stubber(aws_clients.eks)
+    stubber.add_response("describe_cluster", {"cluster": {"name": "prod-training"}}, {"name": "prod-training"})
+    if isinstance(answer, tuple):
+        stubber.add_client_error("list_access_entries", *answer)
+    else:
+        stubber.add_response("list_access_entries", {"accessEntries": answer}, {"clusterName": "prod-training"})
+    step = [s for s in redeploy.steps(prod(tmp_path, adminRoleArns=configured), aws_clients)
+            if s[0] == redeploy.ADMINS_ROW]
+    with stubber:
+        [row] = guarded(step)
+    stubber.assert_no_pending_responses()
+    assert "\n" not in row.reason
+    return row
+
+
+HANDLER_ROLE = "arn:aws:iam::222222222222:role/prod-Cluster-KubectlHandlerRole-1A2B3C"
+
+
+def test_a_role_the_deploy_adds_that_already_has_an_entry_made_outside_the_stack_fails(aws, moto_endpoint, tmp_path):
+    """Someone gave C cluster access with the console; adding C to adminRoleArns creates a second
+    entry for it, which EKS refuses (one entry per principal), after the Cluster stack's wait."""
+    deploy_cluster_stack(moto_endpoint, [A, B])
+    row = admins_row_with_cluster_entries(tmp_path, [A, B, C], [A, B, C, HANDLER_ROLE])
+    assert row.status == FAIL, row.reason
+    for words in ("environments.prod.adminRoleArns", f"{C} already has an access entry on cluster prod-training",
+                  "prod-Cluster did not create", "You can't specify the same ARN in more than one access entry",
+                  "API_CreateAccessEntry.html", "ResourceInUseException",
+                  f"aws eks delete-access-entry --cluster-name prod-training --principal-arn {C}"):
+        assert words in row.reason, row.reason
+    assert A not in row.reason.split("already")[0], "A and B are the stack's own entries"
+
+
+def test_a_role_the_deploy_adds_that_holds_no_entry_yet_passes(aws, moto_endpoint, tmp_path):
+    deploy_cluster_stack(moto_endpoint, [A, B])
+    row = admins_row_with_cluster_entries(tmp_path, [A, B, C], [A, B, HANDLER_ROLE])
+    assert row.status == PASS and f"adds {C}" in row.reason, row.reason
+
+
+def test_a_cluster_whose_entries_the_role_may_not_list_warns_naming_the_roles_unchecked(aws, moto_endpoint, tmp_path):
+    deploy_cluster_stack(moto_endpoint, [A, B])
+    row = admins_row_with_cluster_entries(tmp_path, [A, B, C], ("AccessDeniedException",
+                                                                "not authorized to perform: eks:ListAccessEntries"))
+    assert row.status == WARN, row.reason
+    assert "ListAccessEntries not permitted (AccessDeniedException)" in row.reason and C in row.reason, row.reason

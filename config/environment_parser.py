@@ -31,8 +31,12 @@ from config.reader import ObjectReader, check_type, one_of, string_list
 # ASCII: AWS ids and names take ASCII digits and letters, where \d and \w would take any script's.
 _ACCOUNT = re.compile(r"^\d{12}$", re.ASCII)
 _REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$", re.ASCII)
-ROLE_ARN = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$", re.ASCII)
-_PRINCIPAL_ARN = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:(role|user)/[\w+=,.@/-]{1,512}$", re.ASCII)
+# IAM (CreateRole, CreateUser): a name is 1-64 of [\w+=,.@-] after an optional path that ends in '/'.
+_IAM_NAME = r"(?P<path>[\w+=,.@/-]{0,510}/)?(?P<name>[\w+=,.@-]{1,64})"
+ROLE_ARN = re.compile(rf"^arn:(?P<partition>aws(-[a-z]+)*):iam::(?P<account>\d{{12}}):(?P<kind>role)/{_IAM_NAME}$",
+                      re.ASCII)
+_PRINCIPAL_ARN = re.compile(
+    rf"^arn:(?P<partition>aws(-[a-z]+)*):iam::(?P<account>\d{{12}}):(?P<kind>role|user)/{_IAM_NAME}$", re.ASCII)
 _SESSION_ARN = re.compile(r"^arn:(?P<partition>aws(-[a-z]+)*):sts::(?P<account>\d{12}):assumed-role/(?P<role>[\w+=,.@-]+)/")
 # The name prefixes the EKS cluster (CreateCluster: ^[0-9A-Za-z][A-Za-z0-9-_]*, 100 characters) and
 # IAM role names (64 characters), so keep it short and plain.
@@ -87,12 +91,12 @@ def parse_environment(name: str, raw: Any) -> Environment:
     admin_roles = string_list(r.optional("adminRoleArns", list, []), r.at("adminRoleArns"))
     for i, arn in enumerate(admin_roles):
         if not ROLE_ARN.fullmatch(arn):
-            raise ConfigError(f"{r.at('adminRoleArns')}[{i}]",
-                              f"must be an IAM role ARN (arn:aws:iam::<12 digits>:role/<name>), got {arn!r}")
+            raise ConfigError(f"{r.at('adminRoleArns')}[{i}]", f"{_ROLE_ARN_RULE}, got {arn!r}")
         if arn in admin_roles[:i]:
             raise ConfigError(f"{r.at('adminRoleArns')}[{i}]",
                               f"{arn} is already adminRoleArns[{admin_roles.index(arn)}] (a principal can have "
                               "only one access entry); remove one of them")
+        _refuse_same_principal(arn, admin_roles[:i], f"{r.at('adminRoleArns')}[{i}]")
 
     deployer = _parse_deployer(r.optional("deployerPrincipalArn", str), r.at("deployerPrincipalArn"), admin_roles)
     endpoint = parse_endpoint(r.required("endpointAccess", dict), r.at("endpointAccess"))
@@ -181,7 +185,31 @@ def _parse_deployer(arn: str | None, path: str, admin_roles: tuple[str, ...]) ->
     if arn in admin_roles:
         raise ConfigError(path, f"{arn} is already in adminRoleArns (a principal can have only one access entry); "
                                 "remove one of them")
+    _refuse_same_principal(arn, admin_roles, path)
     return arn
+
+
+_ROLE_ARN_RULE = ("must be an IAM role ARN (arn:aws:iam::<12 digits>:role/<name> or :role/<path>/<name>, the name "
+                  "1-64 letters, digits or +=,.@_-)")
+
+
+def _principal_key(arn: str) -> tuple[str, ...]:
+    """What IAM tells principals apart by: IAM names are unique per account and kind whatever their
+    case, and the path is not part of the name (IAM User Guide, reference_iam-quotas.html and
+    reference_identifiers.html)."""
+    m = _PRINCIPAL_ARN.fullmatch(arn)
+    return (m["partition"], m["account"], m["kind"], m["name"].lower()) if m else (arn,)
+
+
+def _refuse_same_principal(arn: str, admin_roles: tuple[str, ...], path: str) -> None:
+    """Two ARNs of one principal make two access entries for it, and EKS refuses the second at deploy
+    ("An IAM principal can't be included in more than one access entry", creating-access-entries.html)."""
+    for i, other in enumerate(admin_roles):
+        if other != arn and _principal_key(other) == _principal_key(arn):
+            raise ConfigError(path, f"{arn} names the same IAM role as adminRoleArns[{i}] ({other}): role names are "
+                                    "unique in an account whatever their case or path, so both name one role at "
+                                    "most, and a principal can have only one access entry; keep the ARN `aws iam "
+                                    "get-role` prints, once")
 
 
 def _parse_s3_path(value: str | None, path: str) -> str | None:

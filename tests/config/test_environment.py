@@ -45,6 +45,8 @@ BACKUP_ID_RULE = ("must be an FSx backup id: backup- and 8 to 121 lowercase hexa
 GPU0 = "gpuNodegroups[0]"
 NAME_RULE = ("must be 1-32 lowercase letters, digits or '-', starting with a letter and ending with a letter or digit "
              "(Kubernetes names are made from it: capacity-block-stop-<name>, at most 52 characters), ")
+ROLE_ARN_RULE = ("must be an IAM role ARN (arn:aws:iam::<12 digits>:role/<name> or :role/<path>/<name>, the name "
+                 "1-64 letters, digits or +=,.@_-)")
 
 
 def error_line(*changes: tuple[str, object]) -> str:
@@ -178,7 +180,7 @@ CASES = [
      "vpcCidr: 10.0.0.0/20 gives each of 3 private subnets /23 (507 usable addresses), but the training AZ needs "
      "10616 with every node group at maxSize (node and pod IPs); use a larger CIDR or lower maxSize"),
     ("admin role not a role ARN", [("adminRoleArns[0]", "arn:aws:iam::111111111111:user/alice")],
-     "adminRoleArns[0]: must be an IAM role ARN (arn:aws:iam::<12 digits>:role/<name>), "
+     f"adminRoleArns[0]: {ROLE_ARN_RULE}, "
      "got 'arn:aws:iam::111111111111:user/alice'"),
     ("deployer given as an STS session",
      [("deployerPrincipalArn", "arn:aws:sts::111111111111:assumed-role/Deployer/alice@example.com")],
@@ -440,7 +442,7 @@ WHOLE_VALUE_CASES = [
     ("region with a trailing newline", [("region", "us-west-2\n")],
      "region: must be an AWS region such as us-west-2, got 'us-west-2\\n'"),
     ("admin role with a non-ASCII name", [("adminRoleArns", ["arn:aws:iam::111111111111:role/\u00c4dmin"])],
-     "adminRoleArns[0]: must be an IAM role ARN (arn:aws:iam::<12 digits>:role/<name>), "
+     f"adminRoleArns[0]: {ROLE_ARN_RULE}, "
      "got 'arn:aws:iam::111111111111:role/\u00c4dmin'"),
     ("deployer with a trailing newline", [("deployerPrincipalArn", "arn:aws:iam::111111111111:role/D\n")],
      "deployerPrincipalArn: must be an IAM role or user ARN (arn:aws:iam::<12 digits>:role/<name> or "
@@ -484,3 +486,51 @@ def test_fsx_backup_id_is_optional_and_names_the_backup_the_file_system_is_creat
     assert load_environment({"dev": dev()}, "dev").fsx.backup_id is None
     raw = put(dev(), "fsx.backupId", "backup-0123456789abcdef0")
     assert load_environment({"dev": raw}, "dev").fsx.backup_id == "backup-0123456789abcdef0"
+
+
+# IAM: "Names of users, groups, roles, and instance profiles must be unique within the account. They
+# aren't distinguished by case" (IAM User Guide, "IAM and AWS STS quotas, name requirements, and character
+# limits", https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html), and a path is not
+# part of the name (IAM User Guide, "IAM identifiers", reference_identifiers.html). EKS takes a role ARN
+# with or without its path, and "An IAM principal can't be included in more than one access entry" (EKS
+# User Guide, "Create access entries", https://docs.aws.amazon.com/eks/latest/userguide/creating-access-entries.html).
+# So two ARNs of one account whose role names differ only by case or path name one role at most: the
+# deploy fails on the second access entry (the principal is taken, or no such role) after the cluster is up.
+ROLE = "arn:aws:iam::111111111111:role/"
+SAME_ROLE_RULE = ("role names are unique in an account whatever their case or path, so both name one role at most, "
+                  "and a principal can have only one access entry; keep the ARN `aws iam get-role` prints, once")
+SAME_PRINCIPAL_CASES = [
+    ("admin role differing only by case", [("adminRoleArns", [ROLE + "PlatformAdmin", ROLE + "platformadmin"])],
+     f"adminRoleArns[1]: {ROLE}platformadmin names the same IAM role as adminRoleArns[0] ({ROLE}PlatformAdmin): "
+     + SAME_ROLE_RULE),
+    ("admin role differing only by path",
+     [("adminRoleArns", [ROLE + "PlatformAdmin", ROLE + "some/path/PlatformAdmin"])],
+     f"adminRoleArns[1]: {ROLE}some/path/PlatformAdmin names the same IAM role as adminRoleArns[0] "
+     f"({ROLE}PlatformAdmin): " + SAME_ROLE_RULE),
+    ("deployer is an admin role under a path", [("deployerPrincipalArn", ROLE + "ci/PlatformAdmin")],
+     f"deployerPrincipalArn: {ROLE}ci/PlatformAdmin names the same IAM role as adminRoleArns[0] "
+     f"({ROLE}PlatformAdmin): " + SAME_ROLE_RULE),
+    ("deployer is an admin role in capitals", [("deployerPrincipalArn", ROLE + "PLATFORMADMIN")],
+     f"deployerPrincipalArn: {ROLE}PLATFORMADMIN names the same IAM role as adminRoleArns[0] "
+     f"({ROLE}PlatformAdmin): " + SAME_ROLE_RULE),
+    # CreateRole: RoleName is 1-64 of [\w+=,.@-]; a path begins and ends with '/'. An ARN that ends in
+    # '/' or whose name is longer names no role, and CreateAccessEntry refuses it at deploy.
+    ("admin role ARN with no name after its path", [("adminRoleArns", [ROLE + "ops/"])],
+     f"adminRoleArns[0]: {ROLE_ARN_RULE}, got '{ROLE}ops/'"),
+    ("admin role name over 64 characters", [("adminRoleArns", [ROLE + "r" * 65])],
+     f"adminRoleArns[0]: {ROLE_ARN_RULE}, got '{ROLE}{'r' * 65}'"),
+]
+
+
+@pytest.mark.parametrize("changes, expected", [pytest.param(c, e, id=i) for i, c, e in SAME_PRINCIPAL_CASES])
+def test_two_arns_of_one_iam_role_are_refused_before_the_deploy_makes_two_access_entries(changes, expected):
+    assert error_line(*changes) == P + expected
+
+
+def test_roles_of_one_name_in_other_accounts_and_a_user_of_that_name_are_distinct_principals():
+    """Names are unique per account and per kind (a user and a role may share one)."""
+    raw = put(dev(), "adminRoleArns", [ROLE + "PlatformAdmin", "arn:aws:iam::222222222222:role/PlatformAdmin",
+                                       ROLE + "ops/" + "r" * 64])
+    raw["deployerPrincipalArn"] = "arn:aws:iam::111111111111:user/PlatformAdmin"
+    env = load_environment({"dev": raw}, "dev")
+    assert len(env.admin_principal_arns) == 4

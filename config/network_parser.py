@@ -31,14 +31,26 @@ def parse_availability_zones(r: ObjectReader, region: str) -> tuple[tuple[str, .
     return azs, training_az
 
 
+# RFC 1918's three blocks; ipaddress's is_private also holds loopback, link-local and reserved ones.
+_RFC_1918 = tuple(ipaddress.IPv4Network(b) for b in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
+
+
+def _written_as_cidr(net: ipaddress.IPv4Network, value: str, path: str) -> None:
+    """The value goes on as written, and EKS and CDK take address/prefix length only, where
+    ipaddress also reads a netmask, a host mask, a zero-padded prefix or a bare address."""
+    if str(net) != value:
+        raise ConfigError(path, f"must be written as {net} (address/prefix length), got {value!r}")
+
+
 def parse_vpc_cidr(value: str, path: str, az_count: int) -> str:
     try:
         net = ipaddress.IPv4Network(value, strict=True)
     except ValueError:
         raise ConfigError(path, f"must be an IPv4 CIDR block such as 10.0.0.0/16, got {value!r}") from None
+    _written_as_cidr(net, value, path)
     if not 16 <= net.prefixlen <= 24:
         raise ConfigError(path, f"prefix must be between /16 and /24 (AWS VPC limits), got /{net.prefixlen}")
-    if not net.is_private:
+    if not any(net.subnet_of(block) for block in _RFC_1918):
         raise ConfigError(path, f"must be a private (RFC 1918) range, got {value}")
     # Public subnets take /24 each from the second half; both halves must fit.
     if private_subnet_mask(value, az_count) > 27 or az_count * 2 ** (32 - PUBLIC_SUBNET_MASK) > net.num_addresses // 2:
@@ -63,8 +75,12 @@ def parse_endpoint(raw: dict, path: str) -> EndpointAccess:
             net = ipaddress.IPv4Network(cidr, strict=True)
         except ValueError:
             raise ConfigError(f"{r.at('publicCidrs')}[{i}]", f"must be an IPv4 CIDR block, got {cidr!r}") from None
+        _written_as_cidr(net, cidr, f"{r.at('publicCidrs')}[{i}]")
         if net.prefixlen == 0:
             raise ConfigError(f"{r.at('publicCidrs')}[{i}]", "0.0.0.0/0 opens the API to the internet; list your own ranges")
+        if net in networks:
+            raise ConfigError(f"{r.at('publicCidrs')}[{i}]",
+                              f"{net} is already publicCidrs[{networks.index(net)}]; list each block once")
         networks.append(net)
     refuse_every_address(networks, r.at("publicCidrs"))
     return EndpointAccess(kind, cidrs)

@@ -534,3 +534,43 @@ def test_roles_of_one_name_in_other_accounts_and_a_user_of_that_name_are_distinc
     raw["deployerPrincipalArn"] = "arn:aws:iam::111111111111:user/PlatformAdmin"
     env = load_environment({"dev": raw}, "dev")
     assert len(env.admin_principal_arns) == 4
+
+
+# A CIDR block is passed on as written: EKS's publicAccessCidrs and CDK's IpAddresses.cidr take
+# address/prefix-length only. Python's ipaddress also reads a netmask, a host mask, a zero-padded
+# prefix or a bare address, which reached the deploy (a bare address: EKS refuses it) or stopped
+# the synth with CDK's "x.x.x.x/Infinity is not a valid VPC CIDR range" and a traceback.
+CIDR_FORM_CASES = [
+    ("public cidr with a netmask", [("endpointAccess.publicCidrs[0]", "203.0.113.0/255.255.255.0")],
+     "endpointAccess.publicCidrs[0]: must be written as 203.0.113.0/24 (address/prefix length), "
+     "got '203.0.113.0/255.255.255.0'"),
+    ("public cidr with a host mask", [("endpointAccess.publicCidrs[0]", "203.0.113.0/0.0.0.255")],
+     "endpointAccess.publicCidrs[0]: must be written as 203.0.113.0/24 (address/prefix length), "
+     "got '203.0.113.0/0.0.0.255'"),
+    ("public cidr as a bare address", [("endpointAccess.publicCidrs[0]", "203.0.113.5")],
+     "endpointAccess.publicCidrs[0]: must be written as 203.0.113.5/32 (address/prefix length), got '203.0.113.5'"),
+    ("public cidr with a zero-padded prefix", [("endpointAccess.publicCidrs[0]", "203.0.113.0/024")],
+     "endpointAccess.publicCidrs[0]: must be written as 203.0.113.0/24 (address/prefix length), got '203.0.113.0/024'"),
+    ("public cidr listed twice", [("endpointAccess.publicCidrs", ["203.0.113.0/24", "198.51.100.0/24",
+                                                                  "203.0.113.0/24"])],
+     "endpointAccess.publicCidrs[2]: 203.0.113.0/24 is already publicCidrs[0]; list each block once"),
+    ("vpc cidr with a netmask", [("vpcCidr", "10.0.0.0/255.255.0.0")],
+     "vpcCidr: must be written as 10.0.0.0/16 (address/prefix length), got '10.0.0.0/255.255.0.0'"),
+    ("vpc cidr with a zero-padded prefix", [("vpcCidr", "10.0.0.0/016")],
+     "vpcCidr: must be written as 10.0.0.0/16 (address/prefix length), got '10.0.0.0/016'"),
+    # ipaddress's is_private also holds loopback, link-local, "this network", reserved and benchmarking
+    # blocks, none of them RFC 1918 (https://www.rfc-editor.org/rfc/rfc1918), which the rule names.
+    *[(f"vpc cidr {block} is not RFC 1918", [("vpcCidr", block)],
+       f"vpcCidr: must be a private (RFC 1918) range, got {block}")
+      for block in ("127.0.0.0/16", "169.254.0.0/16", "0.0.0.0/16", "240.0.0.0/16", "198.18.0.0/16")],
+]
+
+
+@pytest.mark.parametrize("changes, expected", [pytest.param(c, e, id=i) for i, c, e in CIDR_FORM_CASES])
+def test_a_cidr_block_is_refused_unless_written_as_address_and_prefix_length_once(changes, expected):
+    assert error_line(*changes) == P + expected
+
+
+def test_every_rfc_1918_range_makes_a_vpc():
+    for block in ("10.0.0.0/16", "172.16.0.0/16", "172.31.0.0/16", "192.168.0.0/16"):
+        assert load_environment({"dev": put(dev(), "vpcCidr", block)}, "dev").vpc_cidr == block

@@ -20,18 +20,13 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from cdk_constructs.node_launch_template import NetworkInterfaceSpec, NodeLaunchTemplate
+from config.node_launch import root_volume
 from config.node_user_data import node_user_data
 from config.environment import CAPACITY_TYPES, EFA_ALLOCATIONS, GPU_ALLOCATIONS, RESERVATION_ID
 from config.instance_types import InstanceType
 from config.kubernetes import (
     EFA_DRA, GPU_TAINT_EFFECT, GPU_TAINT_KEY, GPU_TAINT_VALUE, SYSTEM_ROLE, TRAINING_ROLE, nodegroup_labels,
 )
-
-# The root volume holds the OS; with NVMe instance storage, nodeadm moves kubelet, containerd
-# (images) and pod logs onto the RAID0 array. Without it, GPU images of tens of GiB and the NVIDIA
-# AMI (~30 GiB) share the root volume, so it is large and faster than gp3's baseline.
-OS_ROOT_VOLUME = {"root_volume_gib": 100}  # gp3 baseline: 3,000 IOPS, 125 MB/s
-GPU_IMAGES_ROOT_VOLUME = {"root_volume_gib": 500, "root_volume_iops": 6000, "root_volume_throughput_mbps": 500}
 
 # "Understand each phase of node updates", EKS User Guide (managed-node-update-behavior.html):
 # DEFAULT launches new nodes before terminating old ones (scale-up by up to twice the zone count);
@@ -46,13 +41,6 @@ _TAINT_EFFECTS = {"NoSchedule": eks.TaintEffect.NO_SCHEDULE, "PreferNoSchedule":
                   "NoExecute": eks.TaintEffect.NO_EXECUTE}
 _CAPACITY_TYPES = {"onDemand": eks.CapacityType.ON_DEMAND, "reserved": eks.CapacityType.ON_DEMAND,
                    "capacityBlock": eks.CapacityType.CAPACITY_BLOCK}
-
-
-def root_volume(instance_type: InstanceType) -> dict[str, int]:
-    """NodeLaunchTemplate's root-volume arguments for `instance_type`."""
-    if instance_type.is_gpu and not instance_type.local_nvme_disks:
-        return dict(GPU_IMAGES_ROOT_VOLUME)
-    return dict(OS_ROOT_VOLUME)
 
 
 @dataclass(frozen=True)

@@ -18,15 +18,10 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-# AL2023 EKS AMIs boot from /dev/xvda.
-ROOT_DEVICE = "/dev/xvda"
+from config.node_launch import GP3_BASELINE, METADATA_OPTIONS, ROOT_DEVICE, ROOT_VOLUME_TYPE
+
 MIN_ROOT_VOLUME_GIB = 20
 MAX_ROOT_VOLUME_GIB = 16384
-# One hop: IMDS answers the host (and hostNetwork pods) but drops its reply to any other pod, so
-# no pod can take the node role's credentials (Amazon EKS Best Practices Guide, "Restrict access
-# to the instance profile assigned to the worker node"). Pods get AWS permissions from EKS Pod
-# Identity; add-ons that used to ask IMDS for their region are told it (config/addons.py).
-IMDS_HOP_LIMIT = 1
 
 
 @dataclass(frozen=True)
@@ -50,8 +45,8 @@ class NodeLaunchTemplate(Construct):
         *,
         instance_type: str,
         root_volume_gib: int,
-        root_volume_iops: int = 3000,
-        root_volume_throughput_mbps: int = 125,
+        root_volume_iops: int = GP3_BASELINE["root_volume_iops"],
+        root_volume_throughput_mbps: int = GP3_BASELINE["root_volume_throughput_mbps"],
         network_interfaces: Sequence[NetworkInterfaceSpec] = (),
         placement_group_name: str | None = None,
         capacity_reservation_id: str | None = None,
@@ -71,14 +66,15 @@ class NodeLaunchTemplate(Construct):
         data = ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
             instance_type=instance_type,
             metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
-                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=IMDS_HOP_LIMIT,
+                http_endpoint=METADATA_OPTIONS["HttpEndpoint"], http_tokens=METADATA_OPTIONS["HttpTokens"],
+                http_put_response_hop_limit=METADATA_OPTIONS["HttpPutResponseHopLimit"],
             ),
             block_device_mappings=[
                 ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
                     device_name=ROOT_DEVICE,
                     ebs=ec2.CfnLaunchTemplate.EbsProperty(
-                        volume_size=root_volume_gib, volume_type="gp3", encrypted=True, delete_on_termination=True,
-                        iops=root_volume_iops, throughput=root_volume_throughput_mbps,
+                        volume_size=root_volume_gib, volume_type=ROOT_VOLUME_TYPE, encrypted=True,
+                        delete_on_termination=True, iops=root_volume_iops, throughput=root_volume_throughput_mbps,
                     ),
                 )
             ],

@@ -35,10 +35,12 @@ back. Such an error is that group's alone; the other groups are still counted an
 The deployed side is the Cluster stack's template as deployed (GetTemplate), where CloudFormation
 decides what changes; the new side is computed from the configuration with what the constructs use
 (config/instance_types.py's interface layout, config/node_user_data.py's user data) rather
-than a synth, which the pipeline's preflight step (boto3 and jsonschema only) cannot run. What is not
-computed here (the root volume, the metadata options: constants of cdk_constructs, not of cdk.json)
-rolls only with a code change. tests/stacks/test_nodegroup_rolls.py holds what this module reads
-and computes to a synth of every capacity type and EFA layout.
+than a synth, which the pipeline's preflight step (boto3 and jsonschema only) cannot run. The root
+volume and the metadata options are not in cdk.json but roll the nodes all the same when a release
+changes them (config/node_launch.py), so they are compared too. The interfaces' security groups are
+references to the cluster's and the EFA group's, whose ids change only when those are replaced.
+tests/stacks/test_nodegroup_rolls.py holds what this module reads and computes to a synth of every
+capacity type and EFA layout.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from config.node_launch import GP3_BASELINE, METADATA_OPTIONS, ROOT_DEVICE, ROOT_VOLUME_TYPE, root_volume
 from config.node_user_data import node_user_data
 from config import Environment, Nodegroup
 from config.kubernetes import GPU_LABEL, NODEGROUP_LABEL
@@ -89,12 +92,24 @@ def launch_data(group: Nodegroup) -> dict[str, Any]:
         # cdk_constructs/efa_nodegroup.py: a cluster placement group only for on-demand EFA groups.
         "PlacementGroup": itype.supports_efa and group.capacity.type == "onDemand",
         "UserData": node_user_data(itype),
+        "RootVolume": _root_volume(itype),
+        "MetadataOptions": [METADATA_OPTIONS[k] for k in _METADATA_KEYS],
     }
+
+
+_METADATA_KEYS = ("HttpEndpoint", "HttpTokens", "HttpPutResponseHopLimit")
+
+
+def _root_volume(itype: Any) -> list[Any]:
+    size = {**GP3_BASELINE, **root_volume(itype)}
+    return [size["root_volume_gib"], ROOT_VOLUME_TYPE, size["root_volume_iops"], size["root_volume_throughput_mbps"]]
 
 
 def deployed_launch_data(data: dict[str, Any]) -> dict[str, Any]:
     """launch_data's keys read from a deployed LaunchTemplateData."""
     user_data = data.get("UserData")
+    root = [m for m in data.get("BlockDeviceMappings") or [] if m.get("DeviceName") == ROOT_DEVICE]
+    ebs = (root[0].get("Ebs") or {}) if root else {}
     return {
         "InstanceType": data.get("InstanceType"),
         "CapacityReservationId": ((data.get("CapacityReservationSpecification") or {})
@@ -104,13 +119,16 @@ def deployed_launch_data(data: dict[str, Any]) -> dict[str, Any]:
                               for i in data.get("NetworkInterfaces") or []],
         "PlacementGroup": bool((data.get("Placement") or {}).get("GroupName")),
         "UserData": user_data.get("Fn::Base64") if isinstance(user_data, dict) else user_data,
+        "RootVolume": [ebs.get(k) for k in ("VolumeSize", "VolumeType", "Iops", "Throughput")],
+        "MetadataOptions": [(data.get("MetadataOptions") or {}).get(k) for k in _METADATA_KEYS],
     }
 
 
 _LAUNCH_FIELDS = {"InstanceType": "instanceType", "CapacityReservationId": "capacity.reservationId",
                   "MarketType": "capacity.type", "NetworkInterfaces": "the EFA interfaces of instanceType",
                   "PlacementGroup": "the placement group (on-demand EFA groups only)",
-                  "UserData": "the node user data (instance storage, huge pages, locked memory)"}
+                  "UserData": "the node user data (instance storage, huge pages, locked memory)",
+                  "RootVolume": "the root volume", "MetadataOptions": "the instance metadata options"}
 
 
 @dataclass
@@ -196,7 +214,16 @@ def _launch_change(key: str, was: Any, now: Any) -> str:
     what = _LAUNCH_FIELDS[key]
     if key in ("InstanceType", "CapacityReservationId", "MarketType"):
         return f"{what} {now or 'none'}, deployed {was or 'none'}"
+    if key in _SAID:
+        return f"{what} {_SAID[key](now)}, deployed {_SAID[key](was)}"
     return f"{what} changes"
+
+
+_SAID = {
+    "RootVolume": lambda v: "none" if v[0] is None else
+    f"{v[0]} GiB {v[1]} {v[2] or 'default'} IOPS {v[3] or 'default'} MB/s",
+    "MetadataOptions": lambda v: f"IMDS {v[0] or 'default'}, tokens {v[1] or 'default'}, hop limit {v[2] or 'default'}",
+}
 
 
 def nodegroup_row(env: Environment, aws: Any) -> Check:

@@ -11,6 +11,7 @@ import json
 import boto3
 import pytest
 
+from config.node_launch import GP3_BASELINE, METADATA_OPTIONS, ROOT_DEVICE, root_volume
 from config.node_user_data import node_user_data
 from config.instance_types import INSTANCE_TYPES
 from config.kubernetes import GPU_LABEL, NODEGROUP_LABEL
@@ -33,17 +34,23 @@ def moto_clients(moto_endpoint):
 
 def gpu_group(name: str, instance_type: str = "p5.48xlarge", *, reservation: str | None = RESERVATION,
               block: bool = False, placement: bool | None = None, instance_types: bool = False,
-              nodes: int | None = 0) -> dict:
-    """One deployed GPU group: how the template holds it, and `nodes` its live desired size (None: no
-    live node group)."""
+              nodes: int | None = 0, volume: dict | None = None, metadata: dict | None = None) -> dict:
+    """One deployed GPU group: how the template holds it (`volume` and `metadata`: the root volume's
+    Ebs and the MetadataOptions, by default what this release writes), and `nodes` its live desired
+    size (None: no live node group)."""
     itype = INSTANCE_TYPES[instance_type]
+    size = {**GP3_BASELINE, **root_volume(itype)}
+    ebs = volume or {"VolumeSize": size["root_volume_gib"], "VolumeType": "gp3", "Encrypted": True,
+                     "DeleteOnTermination": True, "Iops": size["root_volume_iops"],
+                     "Throughput": size["root_volume_throughput_mbps"]}
     placement = itype.supports_efa and not reservation if placement is None else placement
     data = {"InstanceType": instance_type,
             "NetworkInterfaces": [{"NetworkCardIndex": i.network_card_index, "DeviceIndex": i.device_index,
                                    "InterfaceType": i.interface_type, "DeleteOnTermination": True,
                                    "Groups": ["sg-0123456789abcdef0"]}
                                   for i in itype.network_interfaces()],
-            "MetadataOptions": {"HttpTokens": "required"}}
+            "MetadataOptions": metadata or dict(METADATA_OPTIONS),
+            "BlockDeviceMappings": [{"DeviceName": ROOT_DEVICE, "Ebs": ebs}]}
     if reservation:
         data["CapacityReservationSpecification"] = {"CapacityReservationTarget": {"CapacityReservationId": reservation}}
     if block:
@@ -238,3 +245,20 @@ def test_a_cluster_eks_will_not_describe_leaves_a_replaced_reserved_group_failin
                  aws_clients)[ROW]
     assert row.status == FAIL, row.reason
     assert "whose nodes could not be counted (DescribeCluster not permitted (AccessDenied)" in row.reason, row.reason
+
+
+def test_a_release_that_changes_the_root_volume_or_the_metadata_options_warns_that_the_group_rolls(
+        aws, moto_endpoint, moto_clients, tmp_path):
+    """Neither is in cdk.json, but a release that changes them (cdk_constructs, config/node_launch.py)
+    makes a new launch template version like any other launch data, and EKS rolls the group
+    (AWS::EC2::LaunchTemplate LaunchTemplateData: "Update requires: No interruption")."""
+    older = {"VolumeSize": 200, "VolumeType": "gp2", "Encrypted": True, "DeleteOnTermination": True}
+    deploy_groups(moto_endpoint, prod(tmp_path), gpu_group(
+        "p5", nodes=4, volume=older, metadata={"HttpEndpoint": "enabled", "HttpTokens": "optional",
+                                               "HttpPutResponseHopLimit": 2}))
+    row = judged(prod(tmp_path), moto_clients)[ROW]
+    assert row.status == WARN, row.reason
+    for words in ("rolls p5 (the root volume 100 GiB gp3 3000 IOPS 125 MB/s, deployed 200 GiB gp2",
+                  "the instance metadata options IMDS enabled, tokens required, hop limit 1, deployed IMDS enabled, "
+                  "tokens optional, hop limit 2", "which has 4 nodes"):
+        assert words in row.reason, row.reason

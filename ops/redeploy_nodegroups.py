@@ -238,8 +238,15 @@ def nodegroup_row(env: Environment, aws: Any) -> Check:
     if template is None:
         return Check(ROW, WARN, f"the template of {name} is not JSON; the GPU node groups were not compared")
     deployed = deployed_gpu_groups(template)
-    found = changes(env, deployed, _training_subnet_moved(env, aws))
+    moved, unread = _training_subnet_moved(env, aws)
+    found = changes(env, deployed, moved)
+    # Only the Subnets comparison needs the subnet: the rest is still judged, and the row says what it missed.
+    missed = (f"the training subnet could not be read ({unread}), so it was not compared: a moved training subnet "
+              "would replace every GPU group") if unread else ""
     if not found:
+        if missed:
+            return Check(ROW, WARN, f"no GPU node group is rolled or replaced by its launch template or node group "
+                                    f"properties ({len(deployed)} deployed, {name}), but {missed}")
         return Check(ROW, PASS, f"no GPU node group is rolled or replaced ({len(deployed)} deployed, {name})")
     uncounted = None
     try:
@@ -267,10 +274,13 @@ def nodegroup_row(env: Environment, aws: Any) -> Check:
                                 f"let its runs checkpoint, then `python -m ops capacity-block scale-to-zero --env "
                                 f"{env.name} --group GROUP` for a capacity-block group, or `aws eks "
                                 "update-nodegroup-config --scaling-config minSize=0,desiredSize=0` for a reserved one, "
-                                "and deploy once it has no nodes")
+                                f"and deploy once it has no nodes{'; ' + missed if missed else ''}")
     if warns:
         return Check(ROW, WARN, f"{'; '.join(warns + idle)}: {rules}. Each restart costs a run the work since its "
-                                "last checkpoint; deploy between runs, or scale the group to 0 first")
+                                f"last checkpoint; deploy between runs, or scale the group to 0 first"
+                                f"{'; ' + missed if missed else ''}")
+    if missed:
+        return Check(ROW, WARN, f"{'; '.join(idle)}: no node runs there now, but {missed}")
     return Check(ROW, PASS, f"{'; '.join(idle)}: no node runs there now, so no run loses work")
 
 
@@ -284,21 +294,26 @@ def _said(change: Change, nodes: int | str | None) -> str:
     return f"{how}, which has {nodes} nodes" if nodes else f"{how} at desired size 0"
 
 
-def _training_subnet_moved(env: Environment, aws: Any) -> str | None:
+def _training_subnet_moved(env: Environment, aws: Any) -> tuple[str | None, str | None]:
+    """(how the training subnet moves, None: it does not; why it could not be read, None: it was)."""
     try:
         stack = deployed_stack(aws.cloudformation, env, NETWORK_STACK_ID)
     except OpsError:
-        return None
+        return None, None
     subnet_id = stack_output(stack, TRAINING_SUBNET_ID_OUTPUT) if stack else None
     if not subnet_id:
-        return None
-    [subnet] = aws.ec2.describe_subnets(SubnetIds=[subnet_id])["Subnets"]
+        return None, None
+    try:
+        [subnet] = aws.ec2.describe_subnets(SubnetIds=[subnet_id])["Subnets"]
+    except api_failure_types() as err:
+        return None, f"{subnet_id}: {explain(err)}"
     zone, cidr = subnet.get("AvailabilityZone"), subnet.get("CidrBlock")
     if zone != env.training_availability_zone:
-        return f"trainingAvailabilityZone {env.training_availability_zone}, deployed {zone}"
+        return f"trainingAvailabilityZone {env.training_availability_zone}, deployed {zone}", None
     if cidr != env.training_subnet_cidr:
-        return f"the training subnet becomes {env.training_subnet_cidr} (availabilityZones, vpcCidr), deployed {cidr}"
-    return None
+        return (f"the training subnet becomes {env.training_subnet_cidr} (availabilityZones, vpcCidr), deployed {cidr}",
+                None)
+    return None, None
 
 
 def _cluster_name(env: Environment, eks: Any) -> str | None:

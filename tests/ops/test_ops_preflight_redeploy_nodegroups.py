@@ -262,3 +262,49 @@ def test_a_release_that_changes_the_root_volume_or_the_metadata_options_warns_th
                   "the instance metadata options IMDS enabled, tokens required, hop limit 1, deployed IMDS enabled, "
                   "tokens optional, hop limit 2", "which has 4 nodes"):
         assert words in row.reason, row.reason
+
+
+def _refusing_subnets(code: str = "UnauthorizedOperation"):
+    """Clients whose EC2 DescribeSubnets answers `code`, as a role without ec2:DescribeSubnets gets."""
+    from botocore.exceptions import ClientError
+    from ops.aws import clients
+
+    aws_clients = clients(REGION)
+
+    def refuse(**_):
+        raise ClientError({"Error": {"Code": code, "Message": "not allowed"}}, "DescribeSubnets")
+
+    aws_clients.ec2.meta.events.register("before-parameter-build.ec2.DescribeSubnets", refuse)
+    return aws_clients
+
+
+def node_group_row(env, aws_clients):
+    """The row alone, as preflight runs it (guarded: an API error that escapes it warns the whole row)."""
+    from ops.preflight import guarded
+
+    [row] = guarded([(ROW, lambda: [redeploy_nodegroups.nodegroup_row(env, aws_clients)])])
+    return row
+
+
+def test_a_subnet_ec2_will_not_describe_leaves_the_groups_judged_on_the_rest(aws, moto_endpoint, tmp_path):
+    """Only the Subnets comparison needs the training subnet: a reserved group replaced under its 4
+    nodes still fails, and the row names the subnet it could not read."""
+    deploy_groups(moto_endpoint, prod(tmp_path), gpu_group("p5", nodes=4))
+    row = node_group_row(prod(tmp_path, gpuNodegroups=p5(capacity={"type": "capacityBlock", "reservationId": BLOCK})),
+                         _refusing_subnets())
+    assert row.status == FAIL, row.reason
+    for words in ("replaces p5 (capacity.type makes CapacityType CAPACITY_BLOCK, deployed ON_DEMAND), which has 4 nodes",
+                  "the training subnet could not be read", "UnauthorizedOperation",
+                  "a moved training subnet would replace every GPU group"):
+        assert words in row.reason, row.reason
+
+
+def test_an_unchanged_configuration_whose_subnet_ec2_will_not_describe_warns_naming_only_that(aws, moto_endpoint,
+                                                                                          tmp_path):
+    deploy_groups(moto_endpoint, prod(tmp_path), gpu_group("p5", nodes=4))
+    row = node_group_row(prod(tmp_path), _refusing_subnets())
+    assert row.status == WARN, row.reason
+    assert row.reason.startswith("no GPU node group is rolled or replaced by its launch template or node group "
+                                 "properties (1 deployed, prod-Cluster), but the training subnet could not be read"), \
+        row.reason
+    assert "could not check" not in row.reason, row.reason

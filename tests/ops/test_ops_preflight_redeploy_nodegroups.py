@@ -293,7 +293,8 @@ def test_a_subnet_ec2_will_not_describe_leaves_the_groups_judged_on_the_rest(aws
     row = node_group_row(prod(tmp_path, gpuNodegroups=p5(capacity={"type": "capacityBlock", "reservationId": BLOCK})),
                          _refusing_subnets())
     assert row.status == FAIL, row.reason
-    for words in ("replaces p5 (capacity.type makes CapacityType CAPACITY_BLOCK, deployed ON_DEMAND), which has 4 nodes",
+    for words in ("replaces p5 (capacity.type makes CapacityType CAPACITY_BLOCK, deployed ON_DEMAND), "
+                  "which has 4 nodes",
                   "the training subnet could not be read", "UnauthorizedOperation",
                   "a moved training subnet would replace every GPU group"):
         assert words in row.reason, row.reason

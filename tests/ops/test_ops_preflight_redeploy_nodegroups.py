@@ -17,7 +17,7 @@ from config.instance_types import INSTANCE_TYPES
 from config.kubernetes import GPU_LABEL, NODEGROUP_LABEL
 from ops import redeploy, redeploy_nodegroups
 from ops.checks import FAIL, PASS, WARN
-from test_ops_preflight_redeploy import REGION, deploy, judged, prod
+from test_ops_preflight_redeploy import ENTRY_IDS, REGION, deploy, judged, prod
 
 ROW = redeploy_nodegroups.ROW
 RESERVATION = "cr-0123456789abcdef0"  # prod's p5 in cdk.json
@@ -77,6 +77,9 @@ def deploy_groups(endpoint: str, env, *groups: dict) -> str:
     The file system's id."""
     fs = deploy(endpoint, env)
     resources = {k: v for g in groups for k, v in g["resources"].items()}
+    # env's own access entries, as its deploy made them: the admins row then has none to create.
+    resources.update({ENTRY_IDS[cid]: {"Type": "AWS::EKS::AccessEntry", "Properties": {
+        "ClusterName": env.cluster_name, "PrincipalArn": arn}} for cid, arn in env.admin_access_entries})
     kw = dict(region_name=REGION, endpoint_url=endpoint)
     boto3.client("cloudformation", **kw).create_stack(StackName="prod-Cluster",
                                                       TemplateBody=json.dumps({"Resources": resources}))

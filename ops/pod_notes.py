@@ -1,8 +1,9 @@
 """What a run's pods say that the run's own status does not, for `ops status`: each worker's last
-exit status with its meaning (config.kubernetes.STATUS_MEANINGS), whether restarting can help, and
-why a pod waits for a node (the scheduler's Unschedulable reason). A PyTorchJob restarts a pod that
-exits with a permanent status until its backoff limit, a TrainJob's condition names only the
-podFailurePolicy rule, and neither says that no node fits: the pods are where a user learns it early.
+exit status with its meaning (config.kubernetes.STATUS_MEANINGS), whether restarting can help,
+why a pod waits for a node (the scheduler's Unschedulable reason), and that a run whose pods all
+wait is Pending, not Running. A PyTorchJob restarts a pod that exits with a permanent status until
+its backoff limit, a TrainJob's condition names only the podFailurePolicy rule, and neither says
+that no node fits: the pods are where a user learns it early.
 
 One pod list per `ops status`, whatever the number of runs: the pods carry their run's name
 (JOB_LABEL, on PyTorchJob and TrainJob pods alike)."""
@@ -30,11 +31,22 @@ def with_pod_notes(rows: list, name: str | None, list_pods: Callable[[str], list
         by_run.setdefault((pod.metadata.labels or {}).get(JOB_LABEL), []).append(pod)
     found = []
     for row in rows:
-        notes = _notes(row.name, sorted(by_run.get(row.name, []), key=lambda p: p.metadata.name), container, flags)
+        pods = sorted(by_run.get(row.name, []), key=lambda p: p.metadata.name)
+        notes = _notes(row.name, pods, container, flags)
         if notes and row.phase not in _NO_PODS:
             row = dataclasses.replace(row, message="; ".join(filter(None, [row.message, *notes])))
+        if row.phase == "Running" and _all_wait(pods):
+            row = dataclasses.replace(row, phase="Pending")
         found.append(row)
     return found
+
+
+def _all_wait(pods: list) -> bool:
+    """Pods that wait and none that runs: a TrainJob's child Job counts Pending pods as active, and a
+    PyTorchJob keeps its Running condition while its pods are made again, so their Running would
+    say that a run trains which waits for nodes or its image."""
+    phases = [pod.status.phase if pod.status else None for pod in pods]
+    return "Pending" in phases and "Running" not in phases
 
 
 def _notes(run: str, pods: list, container: str, flags: str) -> list[str]:

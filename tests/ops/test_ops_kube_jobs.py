@@ -386,6 +386,19 @@ def test_status_says_why_a_run_waits_when_its_pods_are_unschedulable_in_one_line
                         "nvidia.com/gpu"), row
 
 
+def test_a_running_job_whose_pods_all_wait_for_nodes_again_is_shown_pending(api, capsys):
+    """The operator leaves a job's Running condition True when its nodes go and its pods are made
+    again; until one of them runs, nothing trains."""
+    api.on("GET", JOBS, listing(job("cpu-ddp-aaaaaaaa", "Created", "Running", preset="cpu-ddp")))
+    api.on("GET", PODS, pod_list(*(pod(f"cpu-ddp-aaaaaaaa-worker-{i}", "cpu-ddp-aaaaaaaa", "",
+                                       status=worker_status("pytorch", unschedulable=SCHEDULER_SAYS)) for i in (0, 1))))
+    assert cli.main(["status"]) == 0
+    [row] = capsys.readouterr().out.splitlines()[1:]
+    assert row.split()[:2] == ["cpu-ddp-aaaaaaaa", "Pending"], row
+    assert row.endswith("cpu-ddp-aaaaaaaa is running; 2 pods unschedulable: 0/3 nodes are available: 3 Insufficient "
+                        "nvidia.com/gpu"), row
+
+
 def test_status_of_one_run_reads_only_its_pods_and_none_for_a_run_that_has_none(api, capsys):
     api.on("GET", f"{JOBS}/cpu-ddp-aaaaaaaa", job("cpu-ddp-aaaaaaaa", "Created", "Running"))
     assert cli.main(["status", "cpu-ddp-aaaaaaaa"]) == 0

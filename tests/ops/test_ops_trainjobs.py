@@ -449,6 +449,21 @@ def test_status_says_why_a_run_waits_when_its_pods_are_unschedulable_in_one_line
     assert row.endswith("  1 pod unschedulable: 0/3 nodes are available: 3 Insufficient vpc.amazonaws.com/efa"), row
 
 
+def test_a_run_whose_pods_all_wait_for_nodes_is_pending_not_running_with_how_many_and_why(cluster, capsys):
+    """A child Job counts its Pending pods as active, so the TrainJob's jobsStatus alone read as Running
+    while the scheduler found no node for any pod: nothing trains."""
+    cluster.put(TRAINJOBS, trainjob("e-pending", active=1))
+    for index in (0, 1):
+        cluster.put(PODS, node_pod("e-pending", index, unschedulable="0/3 nodes are available: 3 Insufficient "
+                                                                     "vpc.amazonaws.com/efa."))
+    assert ops("status") == 0
+    [row] = capsys.readouterr().out.splitlines()[1:]
+    assert row.split()[:2] == ["e-pending", "Pending"], row
+    assert row.endswith("  2 pods unschedulable: 0/3 nodes are available: 3 Insufficient vpc.amazonaws.com/efa"), row
+    [listed] = [c for c in cluster.server.calls if c.path == PODS]  # the one list the notes read
+    assert listed.query["labelSelector"] == "eks-distributed-training.io/job"
+
+
 def test_status_json_has_the_same_rows(cluster, capsys):
     import json
 

@@ -1,9 +1,10 @@
 """What a run's pods say that the run's own status does not, for `ops status`: each worker's last
 exit status with its meaning (config.kubernetes.STATUS_MEANINGS), whether restarting can help,
-why a pod waits for a node (the scheduler's Unschedulable reason), and that a run whose pods all
-wait is Pending, not Running. A PyTorchJob restarts a pod that exits with a permanent status until
-its backoff limit, a TrainJob's condition names only the podFailurePolicy rule, and neither says
-that no node fits: the pods are where a user learns it early.
+why a pod waits for a node (the scheduler's Unschedulable reason) or why its container does not
+start (an image that cannot be pulled), and that a run whose pods all wait is Pending, not Running.
+A PyTorchJob restarts a pod that exits with a permanent status until its backoff limit, a
+TrainJob's condition names only the podFailurePolicy rule, and neither says that no node fits or
+that no image can be pulled: the pods are where a user learns it early.
 
 One pod list per `ops status`, whatever the number of runs: the pods carry their run's name
 (JOB_LABEL, on PyTorchJob and TrainJob pods alike)."""
@@ -52,6 +53,7 @@ def _all_wait(pods: list) -> bool:
 def _notes(run: str, pods: list, container: str, flags: str) -> list[str]:
     exits: dict[tuple[int, str], list[str]] = {}
     waiting: dict[str, int] = {}
+    stuck: dict[str, int] = {}
     for pod in pods:
         terminated = _last_terminated(pod, container)
         if terminated is not None:
@@ -59,6 +61,9 @@ def _notes(run: str, pods: list, container: str, flags: str) -> list[str]:
         unschedulable = _unschedulable(pod)
         if unschedulable is not None:
             waiting[unschedulable] = waiting.get(unschedulable, 0) + 1
+        cannot_start = _cannot_start(pod, container)
+        if cannot_start is not None:
+            stuck[cannot_start] = stuck.get(cannot_start, 0) + 1
     notes = [f"{', '.join(names)} exited {code} ({STATUS_MEANINGS.get(code) or reason or 'unknown'})"
              for (code, reason), names in exits.items()]
     permanent = sorted({code for code, _ in exits if code in PERMANENT_EXITS})
@@ -66,6 +71,9 @@ def _notes(run: str, pods: list, container: str, flags: str) -> list[str]:
         notes.append(f"exit {', '.join(map(str, permanent))} will not get better by restarting: "
                      f"`python -m ops logs {run}{flags}` says why")
     notes.extend(f"{n} pod{'s' if n > 1 else ''} unschedulable: {why}" for why, n in waiting.items())
+    notes.extend(f"{n} pod{'s' if n > 1 else ''} {why}" for why, n in stuck.items())
+    if any(why.startswith("cannot pull") for why in stuck):
+        notes.append(f"a run keeps its image: push it, or `python -m ops delete {run}{flags}` and start again")
     return notes
 
 
@@ -76,6 +84,25 @@ def _unschedulable(pod: Any) -> str | None:
         if (condition.type, condition.status, condition.reason) == ("PodScheduled", "False", "Unschedulable"):
             message = " ".join((condition.message or "").split())
             return message.split(" preemption:")[0].rstrip(".") or "no reason given"
+    return None
+
+
+# The kubelet's reasons for a container that waits because its image cannot be pulled.
+_PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
+# Reasons of a container that is on its way (or, CrashLoopBackOff, whose exit the notes already give).
+_STARTING = ("ContainerCreating", "PodInitializing", "CrashLoopBackOff")
+
+
+def _cannot_start(pod: Any, container: str) -> str | None:
+    """Why the container of a scheduled pod does not start, with the kubelet's reason and message:
+    its pod stays Pending, and neither a PyTorchJob nor a TrainJob says so."""
+    for status in (pod.status.container_statuses if pod.status else None) or []:
+        waiting = status.state.waiting if status.name == container and status.state else None
+        if waiting is not None and waiting.reason and waiting.reason not in _STARTING:
+            pull = waiting.reason in _PULL_FAILURES
+            what = f"cannot pull image {status.image}" if pull else "cannot start its container"
+            message = " ".join((waiting.message or "").split())
+            return f"{what} ({waiting.reason}{': ' + message if message else ''})"
     return None
 
 

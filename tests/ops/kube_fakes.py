@@ -162,15 +162,23 @@ def created_jobs(server: FakeApiServer) -> list[dict]:
 
 
 def worker_status(container: str, *, exited: int | None = None, last_exited: int | None = None,
-                  unschedulable: str | None = None) -> dict:
+                  unschedulable: str | None = None, waiting: tuple[str, str] | None = None,
+                  image: str = "i") -> dict:
     """A training pod's status as the kubelet and scheduler write it: its container `exited` (state
     terminated), or running again after it `last_exited` (lastState terminated, a restart in place),
-    or the pod `unschedulable` (PodScheduled False with the scheduler's message)."""
+    or the pod `unschedulable` (PodScheduled False with the scheduler's message), or its container
+    `waiting` (reason, message): a pod scheduled whose container has not started (Pending), or, after
+    `last_exited`, one restarted in place that waits to start again (Running)."""
     if unschedulable is not None:
         return {"phase": "Pending", "conditions": [
             {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": unschedulable}]}
     terminated = {"exitCode": exited if exited is not None else last_exited, "reason": "Error"}
     state = {"terminated": terminated} if exited is not None else {"running": {}}
-    return {"phase": "Failed" if exited is not None else "Running", "containerStatuses": [
-        {"name": container, "ready": exited is None, "restartCount": 0 if last_exited is None else 1, "image": "i",
-         "imageID": "", "state": state, "lastState": {"terminated": terminated} if last_exited is not None else {}}]}
+    phase = "Failed" if exited is not None else "Running"
+    if waiting is not None:
+        state = {"waiting": {"reason": waiting[0], "message": waiting[1]}}
+        phase = "Running" if last_exited is not None else "Pending"
+    return {"phase": phase, "conditions": [{"type": "PodScheduled", "status": "True"}], "containerStatuses": [
+        {"name": container, "ready": exited is None and waiting is None,
+         "restartCount": 0 if last_exited is None else 1, "image": image, "imageID": "", "state": state,
+         "lastState": {"terminated": terminated} if last_exited is not None else {}}]}

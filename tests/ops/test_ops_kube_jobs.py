@@ -399,6 +399,23 @@ def test_a_running_job_whose_pods_all_wait_for_nodes_again_is_shown_pending(api,
                         "nvidia.com/gpu"), row
 
 
+def test_status_says_why_a_job_whose_containers_cannot_start_waits_in_one_line(api, capsys):
+    """An image the registry does not have, and a container the kubelet cannot create: the pods are
+    scheduled and Pending, and the PyTorchJob stays Created without a word."""
+    api.on("GET", JOBS, listing(job("cpu-ddp-aaaaaaaa", "Created", preset="cpu-ddp")))
+    api.on("GET", PODS, pod_list(
+        exited("cpu-ddp-aaaaaaaa", 0, waiting=("ErrImagePull", "rpc error: code = NotFound desc = not found"),
+               image="registry/trainer:3"),
+        exited("cpu-ddp-aaaaaaaa", 1, waiting=("CreateContainerConfigError", 'secret "hf-token" not found'))))
+    assert cli.main(["status"]) == 0
+    [row] = capsys.readouterr().out.splitlines()[1:]
+    assert row.split()[:2] == ["cpu-ddp-aaaaaaaa", "Created"]
+    assert row.endswith("cpu-ddp-aaaaaaaa is created; 1 pod cannot pull image registry/trainer:3 (ErrImagePull: "
+                        "rpc error: code = NotFound desc = not found); 1 pod cannot start its container "
+                        '(CreateContainerConfigError: secret "hf-token" not found); a run keeps its image: push it, '
+                        "or `python -m ops delete cpu-ddp-aaaaaaaa` and start again"), row
+
+
 def test_status_of_one_run_reads_only_its_pods_and_none_for_a_run_that_has_none(api, capsys):
     api.on("GET", f"{JOBS}/cpu-ddp-aaaaaaaa", job("cpu-ddp-aaaaaaaa", "Created", "Running"))
     assert cli.main(["status", "cpu-ddp-aaaaaaaa"]) == 0

@@ -464,6 +464,25 @@ def test_a_run_whose_pods_all_wait_for_nodes_is_pending_not_running_with_how_man
     assert listed.query["labelSelector"] == "eks-distributed-training.io/job"
 
 
+PULL_FAILS = ("ImagePullBackOff", 'Back-off pulling image "registry/trainer:3": ErrImagePull: rpc error: code = '
+              'NotFound desc = failed to pull and unpack image "registry/trainer:3": not found')
+
+
+def test_status_says_a_run_whose_pods_cannot_pull_its_image_waits_for_it_naming_the_image(cluster, capsys):
+    """A run created with a tag the registry does not have (a second deploy whose push failed) waits
+    forever: its pods are scheduled and Pending, and neither the TrainJob nor the JobSet says why."""
+    cluster.put(TRAINJOBS, trainjob("p-pull", active=1))
+    for index in (0, 1):
+        cluster.put(PODS, node_pod("p-pull", index, waiting=PULL_FAILS, image="registry/trainer:3"))
+    assert ops("status") == 0
+    [row] = capsys.readouterr().out.splitlines()[1:]
+    assert row.split()[:2] == ["p-pull", "Pending"], row
+    assert row.endswith('  2 pods cannot pull image registry/trainer:3 (ImagePullBackOff: Back-off pulling image '
+                        '"registry/trainer:3": ErrImagePull: rpc error: code = NotFound desc = failed to pull and '
+                        'unpack image "registry/trainer:3": not found); a run keeps its image: push it, or '
+                        '`python -m ops delete p-pull --env ENV` and start again'), row
+
+
 def test_status_json_has_the_same_rows(cluster, capsys):
     import json
 

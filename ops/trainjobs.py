@@ -369,7 +369,13 @@ class Observed:
                 return "Stopped", "its Kueue Workload is deactivated (`python -m ops start` activates it)"
             if "Admitted" not in wl_true:
                 evicted = wl_true.get("Evicted")
-                return "Queued", f"evicted ({evicted.get('reason', '')}): {_message(evicted)}" if evicted else ""
+                if evicted:
+                    return "Queued", f"evicted ({evicted.get('reason', '')}): {_message(evicted)}"
+                # Why Kueue reserves no quota for it ("couldn't assign flavors ... request > maximum
+                # capacity": a run that asks for more than the ClusterQueue has waits forever).
+                unreserved = [c for c in (self.workload.get("status") or {}).get("conditions") or []
+                              if (c.get("type"), c.get("status")) == ("QuotaReserved", "False")]
+                return "Queued", _message(unreserved[0]) if unreserved else ""
         if "Suspended" in true or self.trainjob["spec"].get("suspend"):
             return "Suspended", _message(true["Suspended"]) if "Suspended" in true else ""
         jobs = (self.trainjob.get("status") or {}).get("jobsStatus") or []

@@ -388,6 +388,27 @@ def test_status_under_kueue_shows_a_queued_runs_position_in_the_cluster_queue(cl
     assert row.split()[:2] == ["cpu-ddp-a", "Queued"] and row.endswith("queued, position 3 in training")
 
 
+def test_status_under_kueue_says_why_kueue_does_not_admit_a_queued_run(cluster, capsys):
+    """A run that asks for more than the ClusterQueue's quota waits forever; Kueue's Workload says so
+    in its QuotaReserved condition (the TrainJob's own condition says only 'suspended')."""
+    cluster.queue_with_kueue()
+    cluster.put(TRAINJOBS, trainjob("cpu-ddp-a", "Suspended", suspend=True, queue=True))
+    waits = workload("cpu-ddp-a")
+    waits["status"]["conditions"] = [{
+        "type": "QuotaReserved", "status": "False", "reason": "Pending",
+        "message": "couldn't assign flavors to pod set node: insufficient quota for vpc.amazonaws.com/efa in flavor "
+                   "p5, request > maximum capacity (64 > 32)"}]
+    cluster.put(WORKLOADS, waits)
+    cluster.server.on("GET", PENDING, {"kind": "PendingWorkloadsSummary", "items": [
+        {"metadata": {"name": "trainjob-cpu-ddp-a-1a2b3", "ownerReferences": [{"kind": "TrainJob", "name": "cpu-ddp-a"}]},
+         "positionInClusterQueue": 0, "positionInLocalQueue": 0, "priority": 0, "localQueueName": "default"}]})
+    assert ops("status") == 0
+    [row] = capsys.readouterr().out.splitlines()[1:]
+    assert row.split()[:2] == ["cpu-ddp-a", "Queued"]
+    assert row.endswith("queued, position 1 in training; couldn't assign flavors to pod set node: insufficient "
+                        "quota for vpc.amazonaws.com/efa in flavor p5, request > maximum capacity (64 > 32)"), row
+
+
 def test_status_under_kueue_shows_a_trainjob_kueue_has_not_seen_yet_as_queued(cluster, capsys):
     cluster.queue_with_kueue()
     cluster.put(TRAINJOBS, trainjob("cpu-ddp-a", suspend=True, queue=True))

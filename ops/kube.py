@@ -472,10 +472,8 @@ def logs(client: Any, name: str, namespace: str | None = None, follow: bool = Fa
         phase, _ = phase_of(job)
         if phase in ("Succeeded", "Failed"):
             # cleanPodPolicy Running (k8s/pods/pytorchjob.py) deletes the pods still running when a
-            # run ends; the CloudWatch add-on has shipped each container's log as it was written.
-            raise OpsError(f"job {name} has ended ({phase}) and its worker 0 pod is gone; its log stays in "
-                           f"CloudWatch Logs: group /aws/containerinsights/ENV-training/application, "
-                           f"the streams that name {name}-worker-0")
+            # run ends.
+            raise OpsError(log_in_cloudwatch(f"job {name}", phase, "worker 0", f"{name}-worker-0"))
         raise OpsError(f"job {name} has no worker 0 pod (yet); see `python -m ops status {name}`")
     if all(p.status is not None and p.status.phase == "Pending" for p in pods):
         raise OpsError(f"worker pod {pods[0].metadata.name} is Pending; its log starts when it runs")
@@ -491,6 +489,13 @@ def logs(client: Any, name: str, namespace: str | None = None, follow: bool = Fa
         return
     found, _ = _call(lambda: client.get_job_logs(name, namespace=namespace, is_master=False, **leader))
     echo_logs(found, echo)
+
+
+def log_in_cloudwatch(run: str, phase: str, pod: str, streams: str) -> str:
+    """Where the log of an ended run's pod that is gone stays: the CloudWatch add-on has shipped each
+    container's log as it was written."""
+    return (f"{run} has ended ({phase}) and its {pod} pod is gone; its log stays in CloudWatch Logs: "
+            f"group /aws/containerinsights/ENV-training/application, the streams that name {streams}")
 
 
 def follow_log(core: Any, pod: str, namespace: str, container: str, echo: Callable[[str], None], *,

@@ -291,12 +291,17 @@ class TrainJobs:
 
     def logs(self, name: str, namespace: str, follow: bool, echo: Callable[[str], None]) -> None:
         """Rank 0's node pod (completion index 0, the newest JobSet attempt), container `node`."""
-        from ops.kube import echo_logs, follow_log
+        from ops.kube import echo_logs, follow_log, log_in_cloudwatch
 
         pods = _call(lambda: self.core.list_namespaced_pod(
             namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}")).items
         rank0 = [p for p in pods if (p.metadata.annotations or {}).get(COMPLETION_INDEX_ANNOTATION) == "0"]
         if not rank0:
+            # Read only here: the Job controller deletes the pods still running when another rank fails
+            # the Job, and the pods of nodes scaled away go with them.
+            phase, _ = Observed(self.trainjob(name, namespace), "", None, None).phase()
+            if phase in ("Succeeded", "Failed"):
+                raise OpsError(log_in_cloudwatch(f"TrainJob {name}", phase, "rank 0", f"{name}-{NODE}-0-0"))
             raise OpsError(f"TrainJob {name} has no pod of index 0 (yet); see `python -m ops status {name} --env ENV`")
         pod = max(rank0, key=lambda p: int((p.metadata.labels or {}).get(RESTART_ATTEMPT_LABEL) or 0))
         if pod.status is not None and pod.status.phase == "Pending":

@@ -560,8 +560,26 @@ def test_a_followed_log_that_breaks_is_one_line_after_what_came_through(cluster,
 
 
 def test_logs_of_a_run_without_pods_is_one_line(cluster, capsys):
+    cluster.put(TRAINJOBS, trainjob("r"))
     assert ops("logs", "r") == 2
     assert "has no pod of index 0 (yet)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("condition, phase", [("Complete", "Succeeded"), ("Failed", "Failed")])
+def test_logs_of_an_ended_run_whose_rank_0_pod_is_gone_say_where_the_log_is(cluster, capsys, condition, phase):
+    """The Job controller deletes the pods still running when another rank fails the Job, and pods on
+    nodes scaled away go with them: "no pod (yet)" sent the user waiting for one that never comes."""
+    cluster.put(TRAINJOBS, trainjob("r", condition))
+    assert ops("logs", "r") == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == (f"error: TrainJob r has ended ({phase}) and its rank 0 pod is gone; its log stays in CloudWatch "
+                    "Logs: group /aws/containerinsights/ENV-training/application, the streams that name r-node-0-0")
+
+
+def test_logs_of_a_run_that_is_not_there_say_where_the_runs_are_listed(cluster, capsys):
+    assert ops("logs", "nope") == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert "HTTP 404" in line and line.endswith("`python -m ops status --env ENV` lists the runs in training")
 
 
 def test_delete_removes_the_trainjob_its_runtime_and_its_peers_policy(cluster, capsys):

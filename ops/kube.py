@@ -476,7 +476,12 @@ def logs(client: Any, name: str, namespace: str | None = None, follow: bool = Fa
             raise OpsError(log_in_cloudwatch(f"job {name}", phase, "worker 0", f"{name}-worker-0"))
         raise OpsError(f"job {name} has no worker 0 pod (yet); see `python -m ops status {name}`")
     if all(p.status is not None and p.status.phase == "Pending" for p in pods):
-        raise OpsError(f"worker pod {pods[0].metadata.name} is Pending; its log starts when it runs")
+        from k8s.pods.names import PYTORCH_CONTAINER
+        from ops.pod_notes import waits_because
+
+        why = waits_because(pods[0], PYTORCH_CONTAINER)
+        raise OpsError(f"worker pod {pods[0].metadata.name} is Pending{f': it {why}' if why else ''}; its log starts "
+                       "when it runs")
     if follow:
         # Not the SDK's get_job_logs(follow=True): it reads each stream in a thread of its own, and a
         # stream that fails there (a reset, the pod deleted) leaves it waiting for lines forever.

@@ -77,6 +77,13 @@ def _notes(run: str, pods: list, container: str, flags: str) -> list[str]:
     return notes
 
 
+def waits_because(pod: Any, container: str) -> str | None:
+    """Why a Pending pod waits, as `ops logs` says it after "it": "is unschedulable: <the scheduler's
+    reason>", "cannot pull image <image> (<the kubelet's reason>)"; None when neither says."""
+    unschedulable = _unschedulable(pod)
+    return f"is unschedulable: {unschedulable}" if unschedulable is not None else _cannot_start(pod, container)
+
+
 def _unschedulable(pod: Any) -> str | None:
     """The scheduler's reason in one line, without the preemption half it appends ("preemption:
     0/3 nodes are available: 3 No preemption victims found ..."), which repeats the first."""

@@ -305,7 +305,11 @@ class TrainJobs:
             raise OpsError(f"TrainJob {name} has no pod of index 0 (yet); see `python -m ops status {name} --env ENV`")
         pod = max(rank0, key=lambda p: int((p.metadata.labels or {}).get(RESTART_ATTEMPT_LABEL) or 0))
         if pod.status is not None and pod.status.phase == "Pending":
-            raise OpsError(f"pod {pod.metadata.name} is Pending; its log starts when it runs")
+            from ops.pod_notes import waits_because
+
+            why = waits_because(pod, NODE)
+            raise OpsError(f"pod {pod.metadata.name} is Pending{f': it {why}' if why else ''}; its log starts when "
+                           "it runs")
         pod_name = pod.metadata.name
         if not follow:
             text = _call(lambda: self.core.read_namespaced_pod_log(pod_name, namespace, container=NODE))

@@ -154,6 +154,22 @@ def test_logs_of_a_pending_worker_say_so(api):
         kube.logs(client, "smoke")
 
 
+def test_logs_of_a_worker_that_cannot_pull_its_image_say_why_it_waits(api):
+    """"Its log starts when it runs" alone sent the user waiting for a pod that never runs."""
+    from kube_fakes import worker_status
+
+    client, server = api
+    pull_fails = ("ImagePullBackOff", 'Back-off pulling image "registry/trainer:3"')
+    waits = {**pod("smoke-worker-0", "Pending"),
+             "status": worker_status("pytorch", waiting=pull_fails, image="registry/trainer:3")}
+    server.on("GET", PODS, {"kind": "PodList", "items": [waits]})
+    with pytest.raises(OpsError) as caught:
+        kube.logs(client, "smoke")
+    assert str(caught.value) == ('worker pod smoke-worker-0 is Pending: it cannot pull image registry/trainer:3 '
+                                 '(ImagePullBackOff: Back-off pulling image "registry/trainer:3"); its log starts when '
+                                 'it runs')
+
+
 @pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
 def test_logs_of_an_ended_run_whose_pods_are_gone_say_where_the_log_is(api, phase):
     """cleanPodPolicy Running deletes the pods still running when a run ends: a Failed run's worker 0

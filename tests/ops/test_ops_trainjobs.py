@@ -559,6 +559,16 @@ def test_a_followed_log_that_breaks_is_one_line_after_what_came_through(cluster,
     assert "Connection reset by peer" in line and "`python -m ops logs r -f --env ENV` follows it again" in line
 
 
+def test_logs_of_a_rank_0_pod_the_scheduler_cannot_place_say_why_it_waits(cluster, capsys):
+    waits = pod("r-node-0-0-y", "r", 0, 0)
+    waits["status"] = worker_status("node", unschedulable="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+    cluster.put(PODS, waits)
+    assert ops("logs", "r") == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == ("error: pod r-node-0-0-y is Pending: it is unschedulable: 0/3 nodes are available: 3 Insufficient "
+                    "nvidia.com/gpu; its log starts when it runs")
+
+
 def test_logs_of_a_run_without_pods_is_one_line(cluster, capsys):
     cluster.put(TRAINJOBS, trainjob("r"))
     assert ops("logs", "r") == 2

@@ -12,7 +12,8 @@ and PET_* options unchanged) and exits with `pod_exit_status` of what its worker
 torchrun's agent also restarts its workers (--max-restarts) whatever their status, so a permanent
 one ran again as many times as allowed before the pod could report it: each attempt waiting up to
 140 s for another run's lease, or loading a model for minutes, to stop the same way. The agent
-this runs (`stop_restarting_on_permanent_failures`) stops at the first permanent status instead.
+this runs (`stop_restarting_on_permanent_failures`) stops at the first permanent status instead,
+and leaves the rendezvous open after any other failure, for the pod's restart to join.
 """
 
 from __future__ import annotations
@@ -60,14 +61,31 @@ def stop_restarting_on_permanent_failures() -> None:
     the permanent rank has exited ends that round as retryable, and the next round's permanent
     exit stops the agent.
 
+    torch 2.13's launch_agent closes the rendezvous for good (its handler's shutdown) when the
+    agent returns a failed run, and keeps it open only when the agent got a signal. A pod that
+    stopped retryably (143 after a peer's preemption, 1, 75) is restarted by its job under the same
+    rendezvous id (a PyTorchJob's rdzvId, OnFailure), and every restart then found the rendezvous
+    closed and stopped at once, the run never to resume: the agent leaves it open then. A permanent
+    status still closes it, so that the other pods' agents stop instead of waiting for this pod.
+
     torch is pinned (requirements.txt): the hook is torch 2.13's SimpleElasticAgent._invoke_run,
-    which restarts a FAILED round only while `_remaining_restarts` is above 0, and launch_agent's
-    module-level `LocalElasticAgent`. tests/trainer/test_launch.py runs real torchrun against both
-    (test_a_permanent_worker_status_is_not_restarted_inside_the_pod)."""
+    which restarts a FAILED round only while `_remaining_restarts` is above 0, launch_agent's
+    module-level `LocalElasticAgent`, and its `spec.rdzv_handler.shutdown()` after run() returns.
+    tests/trainer/test_launch.py runs real torchrun against them
+    (test_a_permanent_worker_status_is_not_restarted_inside_the_pod,
+    test_a_pod_that_stops_retryably_leaves_the_rendezvous_open_and_the_restarted_pods_resume)."""
+    from torch.distributed.elastic.agent.server.api import DEFAULT_ROLE
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
     from torch.distributed.launcher import api
 
     class StopOnPermanentFailure(LocalElasticAgent):
+        def run(self, role: str = DEFAULT_ROLE):
+            result = super().run(role)
+            statuses = [failure.exitcode for failure in result.failures.values()]
+            if result.is_failed() and pod_exit_status(statuses) not in PERMANENT_EXITS:
+                self._worker_group.spec.rdzv_handler.shutdown = lambda: False
+            return result
+
         def _monitor_workers(self, worker_group):
             result = super()._monitor_workers(worker_group)
             permanent = sorted({failure.exitcode for failure in result.failures.values()

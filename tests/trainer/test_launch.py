@@ -3,9 +3,13 @@ of torchrun's 1, so that a permanent fault can end the job while a crash or a pr
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import signal
 import sys
 import textwrap
+import uuid
 
 import pytest
 
@@ -13,8 +17,11 @@ from config.kubernetes import (
     EXIT_CHECKPOINT_READ_FAILED, EXIT_CHECKPOINTS_UNLOADABLE, EXIT_CRASH, EXIT_INTERRUPTED, EXIT_NONFINITE,
     EXIT_NOT_ON_EFA, EXIT_PREEMPTED, EXIT_USAGE, PERMANENT_EXITS, STATUS_MEANINGS, TORCHRUN_FAILED,
 )
+from k8s.pods.torchrun_env import AGENT_ENV
+from ops import local
+from trainer.checkpoint import list_steps
 from trainer.launch import pod_exit_status
-from trainer_procs import Job, llm_args, run
+from trainer_procs import Job, elastic_agent_args, llm_args, run, wait_any
 
 # Statuses a worker's failure shows in torchrun's report: a signal that killed it is negative.
 KILLED_BY_TORCHRUN = -signal.SIGTERM
@@ -176,3 +183,136 @@ def test_one_rank_stopping_permanently_ends_the_pods_restarts_though_its_peer_st
     attempts = tmp_path / "attempts"
     rc, out = run(_launch(worker, str(attempts), max_restarts=2), timeout=120)
     assert (rc, _rounds(attempts)) == (EXIT_USAGE, {0}), out[-3000:]
+
+
+# Pods of one job, each a trainer.launch agent with one worker, on a real etcd (etcd-v2 rendezvous).
+needs_etcd = pytest.mark.skipif(not (shutil.which("etcd") or os.path.exists("/usr/bin/etcd")),
+                                reason="etcd not installed (make etcd installs it)")
+RESUMED = re.compile(r"Resumed from checkpoint \S+ \(step (\d+)\)")
+SAVED = re.compile(rf"SIGTERM: checkpoint saved at step (\d+); exiting with status {EXIT_PREEMPTED}")
+STEPS = 100
+
+
+def _pod(endpoint: str, run_id: str, ckpt, *, nnodes: str, max_restarts: int, env: dict | None = None) -> Job:
+    """One pod of the job as its container runs it. The global batch, 4, is two micro-batches of 2
+    on one rank and one on each of two, so a round of either size resumes the other's checkpoint."""
+    # min < max waits out the last call before a round closes: 30 s by default (NOTES.md).
+    agent = elastic_agent_args(endpoint, run_id, nnodes=nnodes, max_restarts=max_restarts,
+                               rdzv_conf="timeout=120,last_call_timeout=1", launcher="trainer.launch")
+    return Job([*agent, "-m", "trainer.llm", *llm_args(ckpt, "--global-batch-size", "4", steps=STEPS, every=20)],
+               env={**AGENT_ENV, **(env or {})})
+
+
+def _finished(out: str) -> bool:
+    return f'"steps": {STEPS}, "steps_this_run": ' in out
+
+
+@pytest.mark.slow
+@needs_etcd
+def test_a_pod_joining_restarts_the_running_pods_workers_without_spending_a_restart_and_both_finish(tmp_path):
+    """nnodes 1:2, one pod training: its agent sees the second pod waiting and restarts its workers
+    for a round of two (they get SIGTERM, save and exit 143). That is no failure: with
+    --max-restarts=0 the job goes on, both ranks resume from that save, and both pods exit 0."""
+    ckpt = tmp_path / "ckpt"
+    with local.etcd_server(local.find_etcd(None)) as etcd:
+        run_id = f"join-{uuid.uuid4().hex[:8]}"
+        # torchrun's INFO lines: the agent's "Detected 1 new nodes" and each round's restart_count.
+        first = _pod(etcd.endpoint, run_id, ckpt, nnodes="1:2", max_restarts=0, env={"LOGLEVEL": "INFO"})
+        pods = [first]
+        try:
+            first.wait_for(r"Checkpoint saved: \S+step-00000020", timeout=120)
+            # Alone, the pod trains faster than a second one starts: it is held until its agent has
+            # seen the joiner, so that the join lands mid-run and not after the last step.
+            worker = first.workers()[0]
+            os.kill(worker, signal.SIGSTOP)
+            pods.append(_pod(etcd.endpoint, run_id, ckpt, nnodes="1:2", max_restarts=0))
+            first.wait_for(r"Detected 1 new nodes", timeout=120)
+            os.kill(worker, signal.SIGCONT)
+            codes = [pod.finish(timeout=180) for pod in pods]
+        finally:
+            for pod in pods:
+                pod.stop()
+    out = first.output
+    assert codes == [0, 0], "\n---\n".join(pod.output[-3000:] for pod in pods)
+    [saved] = [int(step) for step in SAVED.findall(out)]
+    # Two rounds, neither of them a restart; the second of two ranks, from the membership change's save.
+    assert re.findall(r"restart_count=(\d+)", out) == ["0", "0"], out[-4000:]
+    assert re.findall(r"on (\d) rank\(s\)", out) == ["1", "2"]
+    assert [int(step) for step in RESUMED.findall(out)] == [saved]
+    assert _finished(out) and list_steps(ckpt)[-1] == STEPS
+
+
+@pytest.mark.slow
+@needs_etcd
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["drained", "lost"])
+def test_a_pod_leaving_for_good_leaves_the_survivor_to_resume_alone_from_the_last_save_and_finish(tmp_path, sig):
+    """nnodes 1:2, two pods training, one never to come back. Drained (the kubelet's SIGTERM to its
+    command): every rank saves and exits 143; the drained pod reports 143, and the survivor's agent
+    restarts alone from that save. Lost (the node gone: the agent and its worker SIGKILLed): the
+    survivor's worker stops with 1 (a peer gone), and its agent restarts alone from the last
+    periodic save. Either way the survivor finishes and exits 0."""
+    ckpt = tmp_path / "ckpt"
+    with local.etcd_server(local.find_etcd(None)) as etcd:
+        run_id = f"leave-{uuid.uuid4().hex[:8]}"
+        pods = [_pod(etcd.endpoint, run_id, ckpt, nnodes="1:2", max_restarts=1) for _ in range(2)]
+        try:
+            wait_any(pods, r"Checkpoint saved: \S+step-00000020", timeout=120)
+            # The drained pod is rank 1's; the lost one rank 0's, whose worker hosts the round's store.
+            victim = next(pod for pod in pods if (1 if sig == signal.SIGTERM else 0) in pod.workers())
+            survivor = next(pod for pod in pods if pod is not victim)
+            if sig == signal.SIGTERM:
+                victim.proc.send_signal(signal.SIGTERM)
+            else:
+                workers = list(victim.workers().values())
+                saved_before = list_steps(ckpt)[-1]
+                # torchrun starts workers in sessions of their own: killing the agent alone would
+                # leave its worker training.
+                for pid in (victim.proc.pid, *workers):
+                    os.kill(pid, signal.SIGKILL)
+            codes = [victim.finish(timeout=120), survivor.finish(timeout=180)]
+        finally:
+            for pod in pods:
+                pod.stop()
+    out = survivor.output
+    [resumed] = [int(step) for step in RESUMED.findall(out)]
+    if sig == signal.SIGTERM:
+        assert codes == [EXIT_PREEMPTED, 0], out[-4000:]
+        assert [int(step) for step in SAVED.findall(victim.output)] == [resumed]
+        assert [int(step) for step in SAVED.findall(out)] == [resumed]
+    else:
+        assert codes == [-signal.SIGKILL, 0], out[-4000:]
+        assert "another rank of the run stopped first" in out
+        assert resumed >= saved_before  # nothing trained before the last complete save is lost
+    assert re.findall(r"on (\d) rank\(s\)", out)[-1] == "1"
+    assert _finished(out) and list_steps(ckpt)[-1] == STEPS
+
+
+@pytest.mark.slow
+@needs_etcd
+def test_a_pod_that_stops_retryably_leaves_the_rendezvous_open_and_the_restarted_pods_resume(tmp_path):
+    """A PyTorchJob restarts a failed pod in place (OnFailure), under the same rdzvId. torch 2.13's
+    launcher closes the rendezvous for good when its agent returns a failed run: after a preemption
+    of one of two pods with no in-pod restart left, the other pod, having saved and exited 143 'so
+    that the job restarts and resumes from it', had closed it, and every restarted pod stopped at
+    once with a RendezvousClosedError traceback and 1, never to resume."""
+    ckpt = tmp_path / "ckpt"
+    with local.etcd_server(local.find_etcd(None)) as etcd:
+        run_id = f"reopen-{uuid.uuid4().hex[:8]}"
+        pods = [_pod(etcd.endpoint, run_id, ckpt, nnodes="2", max_restarts=0) for _ in range(2)]
+        restarted: list[Job] = []
+        try:
+            wait_any(pods, r"Checkpoint saved: \S+step-00000020", timeout=120)
+            pods[0].proc.send_signal(signal.SIGTERM)
+            codes = [pod.finish(timeout=120) for pod in pods]
+            restarted = [_pod(etcd.endpoint, run_id, ckpt, nnodes="2", max_restarts=0) for _ in range(2)]
+            codes_after = [pod.finish(timeout=180) for pod in restarted]
+        finally:
+            for pod in pods + restarted:
+                pod.stop()
+    assert codes == [EXIT_PREEMPTED, EXIT_PREEMPTED], "\n---\n".join(pod.output[-3000:] for pod in pods)
+    saved = {int(step) for pod in pods for step in SAVED.findall(pod.output)}
+    assert len(saved) == 1
+    out = "\n".join(pod.output for pod in restarted)
+    assert codes_after == [0, 0], out[-4000:]
+    assert {int(step) for step in RESUMED.findall(out)} == saved
+    assert _finished(out) and list_steps(ckpt)[-1] == STEPS

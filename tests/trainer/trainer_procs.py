@@ -65,9 +65,10 @@ def file_size_limited(argv: list[str], limit: int) -> list[str]:
 
 
 def elastic_agent_args(endpoint: str, run_id: str, *, nnodes: str = "2", max_restarts: int = 0,
-                       rdzv_conf: str = "timeout=120") -> list[str]:
-    """One torchrun agent (a pod, here) of a multi-node job on the etcd-v2 rendezvous."""
-    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", "--nproc-per-node=1",
+                       rdzv_conf: str = "timeout=120", launcher: str = "torch.distributed.run") -> list[str]:
+    """One torchrun agent (a pod, here) of a multi-node job on the etcd-v2 rendezvous; `launcher`
+    "trainer.launch" runs it as the pod's command does."""
+    return [sys.executable, "-m", launcher, f"--nnodes={nnodes}", "--nproc-per-node=1",
             "--rdzv-backend=etcd-v2", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}",
             f"--rdzv-conf={rdzv_conf}", "--local-addr=127.0.0.1", f"--max-restarts={max_restarts}",
             "--monitor-interval=0.2"]

@@ -54,9 +54,11 @@ def stop_restarting_on_permanent_failures() -> None:
     The permanent cases (a usage error, bad data every rank agrees on, the other run's lease,
     checkpoints none of which loads) stop every rank, so every pod's agent stops. Where one rank
     alone stops permanently, its pod exits with that status (2 or 65) while the other pods' agents
-    see their workers fail with 1 (a peer gone) and restart them without this pod; what ends them
+    see their workers fail with 1 (a peer gone) and restart them without this pod, or stop with 1
+    once this pod's agent has closed the rendezvous (below); what ends them otherwise
     is the job's answer to this pod's status (a TrainJob's podFailurePolicy fails the job and
-    deletes them; a PyTorchJob restarts this pod in place, OnFailure, and it stops the same way).
+    deletes them; a PyTorchJob restarts this pod in place, OnFailure, and the restart finds the
+    rendezvous closed and says so in one line, exiting 1).
     Within a pod the agent judges the statuses of one poll: a peer exiting 1 that is seen before
     the permanent rank has exited ends that round as retryable, and the next round's permanent
     exit stops the agent.
@@ -104,6 +106,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     from torch.distributed import run
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousClosedError
 
     stop_restarting_on_permanent_failures()
     try:
@@ -123,6 +126,13 @@ def main(argv: list[str] | None = None) -> NoReturn:
         log(f"error: torchrun got {signalled.sigval.name} and stopped its workers; the pod exits {code}",
             sys.stderr)
         raise SystemExit(code) from None
+    except RendezvousClosedError:
+        # A pod that finished, or stopped with a permanent status, closed it (the agent above);
+        # torch's exception carries no message, and its traceback would be the pod's last lines.
+        log(f"error: torchrun: the rendezvous of run {run.parse_args(argv).rdzv_id} is closed: another pod of "
+            f"this job ended it (it finished, or stopped with a status no restart cures; its log says which), "
+            f"so there is no round to join; the pod exits {TORCHRUN_FAILED}", sys.stderr)
+        raise SystemExit(TORCHRUN_FAILED) from None
     raise SystemExit(0)
 
 

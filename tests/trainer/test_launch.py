@@ -193,14 +193,14 @@ SAVED = re.compile(rf"SIGTERM: checkpoint saved at step (\d+); exiting with stat
 STEPS = 100
 
 
-def _pod(endpoint: str, run_id: str, ckpt, *, nnodes: str, max_restarts: int, env: dict | None = None) -> Job:
+def _pod(endpoint: str, run_id: str, ckpt, *extra: str, nnodes: str, max_restarts: int, env: dict | None = None) -> Job:
     """One pod of the job as its container runs it. The global batch, 4, is two micro-batches of 2
     on one rank and one on each of two, so a round of either size resumes the other's checkpoint."""
     # min < max waits out the last call before a round closes: 30 s by default (NOTES.md).
     agent = elastic_agent_args(endpoint, run_id, nnodes=nnodes, max_restarts=max_restarts,
                                rdzv_conf="timeout=120,last_call_timeout=1", launcher="trainer.launch")
-    return Job([*agent, "-m", "trainer.llm", *llm_args(ckpt, "--global-batch-size", "4", steps=STEPS, every=20)],
-               env={**AGENT_ENV, **(env or {})})
+    workload = llm_args(ckpt, "--global-batch-size", "4", *extra, steps=STEPS, every=20)
+    return Job([*agent, "-m", "trainer.llm", *workload], env={**AGENT_ENV, **(env or {})})
 
 
 def _finished(out: str) -> bool:
@@ -316,3 +316,28 @@ def test_a_pod_that_stops_retryably_leaves_the_rendezvous_open_and_the_restarted
     assert codes_after == [0, 0], out[-4000:]
     assert {int(step) for step in RESUMED.findall(out)} == saved
     assert _finished(out) and list_steps(ckpt)[-1] == STEPS
+
+
+@pytest.mark.slow
+@needs_etcd
+def test_a_pod_restarted_after_a_permanent_stop_finds_the_rendezvous_closed_and_says_so_in_one_line(tmp_path):
+    """A permanent status closes the rendezvous, so that no pod waits for a round that cannot run;
+    a PyTorchJob still restarts the pod in place (OnFailure). The restart stopped with torchrun's
+    traceback, whose last line, what the pod's termination message and `kubectl logs --tail` show,
+    was a bare 'torch.distributed.elastic.rendezvous.api.RendezvousClosedError'."""
+    ckpt = tmp_path / "ckpt"
+    with local.etcd_server(local.find_etcd(None)) as etcd:
+        run_id = f"closed-{uuid.uuid4().hex[:8]}"
+        pods = [_pod(etcd.endpoint, run_id, ckpt, "--seq-len", "0", nnodes="2", max_restarts=3) for _ in range(2)]
+        try:
+            codes = [pod.finish(timeout=120) for pod in pods]
+            pods.append(_pod(etcd.endpoint, run_id, ckpt, nnodes="2", max_restarts=3))
+            codes.append(pods[-1].finish(timeout=120))
+        finally:
+            for pod in pods:
+                pod.stop()
+    out = pods[-1].output
+    assert codes == [EXIT_USAGE, EXIT_USAGE, TORCHRUN_FAILED], out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    [line] = out.strip().splitlines()
+    assert line.startswith("error: torchrun: ") and run_id in line and "closed" in line, line

@@ -67,8 +67,11 @@ def stop_restarting_on_permanent_failures() -> None:
     agent returns a failed run, and keeps it open only when the agent got a signal. A pod that
     stopped retryably (143 after a peer's preemption, 1, 75) is restarted by its job under the same
     rendezvous id (a PyTorchJob's rdzvId, OnFailure), and every restart then found the rendezvous
-    closed and stopped at once, the run never to resume: the agent leaves it open then. A permanent
-    status still closes it, so that the other pods' agents stop instead of waiting for this pod.
+    closed and stopped at once, the run never to resume: the agent leaves it open then, and after
+    any exception of its own (launch_agent closes it then too): a round that timed out because a
+    pod still waited for its node past the join timeout (etcd-v2 is torch's dynamic rendezvous:
+    join_timeout, 600 s by default) left the run unable ever to start. A permanent status still
+    closes it, so that the other pods' agents stop instead of waiting for this pod.
 
     torch is pinned (requirements.txt): the hook is torch 2.13's SimpleElasticAgent._invoke_run,
     which restarts a FAILED round only while `_remaining_restarts` is above 0, launch_agent's
@@ -82,11 +85,20 @@ def stop_restarting_on_permanent_failures() -> None:
 
     class StopOnPermanentFailure(LocalElasticAgent):
         def run(self, role: str = DEFAULT_ROLE):
-            result = super().run(role)
+            try:
+                result = super().run(role)
+            except Exception:
+                # launch_agent closes it after any exception of the agent's too: a round that timed
+                # out while a pod was still on its way to a node, etcd out of reach.
+                self._leave_rendezvous_open()
+                raise
             statuses = [failure.exitcode for failure in result.failures.values()]
             if result.is_failed() and pod_exit_status(statuses) not in PERMANENT_EXITS:
-                self._worker_group.spec.rdzv_handler.shutdown = lambda: False
+                self._leave_rendezvous_open()
             return result
+
+        def _leave_rendezvous_open(self):
+            self._worker_group.spec.rdzv_handler.shutdown = lambda: False
 
         def _monitor_workers(self, worker_group):
             result = super()._monitor_workers(worker_group)
@@ -106,7 +118,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     from torch.distributed import run
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.elastic.rendezvous.api import RendezvousClosedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousClosedError, RendezvousError
 
     stop_restarting_on_permanent_failures()
     try:
@@ -132,6 +144,15 @@ def main(argv: list[str] | None = None) -> NoReturn:
         log(f"error: torchrun: the rendezvous of run {run.parse_args(argv).rdzv_id} is closed: another pod of "
             f"this job ended it (it finished, or stopped with a status no restart cures; its log says which), "
             f"so there is no round to join; the pod exits {TORCHRUN_FAILED}", sys.stderr)
+        raise SystemExit(TORCHRUN_FAILED) from None
+    except RendezvousError as failed:
+        # A round that timed out (the other pods not all there within the rendezvous timeout, one
+        # still waiting for a node or pulling its image) or etcd out of reach: the rendezvous stays
+        # open (the agent above), and the pod's restart joins it again.
+        why = " ".join(str(failed).split())[:300] or "no message"
+        log(f"error: torchrun: the rendezvous of run {run.parse_args(argv).rdzv_id} failed "
+            f"({type(failed).__name__}: {why}); it stays open for this pod's restart to join; the pod exits "
+            f"{TORCHRUN_FAILED}", sys.stderr)
         raise SystemExit(TORCHRUN_FAILED) from None
     raise SystemExit(0)
 

@@ -193,12 +193,15 @@ SAVED = re.compile(rf"SIGTERM: checkpoint saved at step (\d+); exiting with stat
 STEPS = 100
 
 
-def _pod(endpoint: str, run_id: str, ckpt, *extra: str, nnodes: str, max_restarts: int, env: dict | None = None) -> Job:
+def _pod(endpoint: str, run_id: str, ckpt, *extra: str, nnodes: str, max_restarts: int, env: dict | None = None,
+         join_timeout: int | None = None) -> Job:
     """One pod of the job as its container runs it. The global batch, 4, is two micro-batches of 2
     on one rank and one on each of two, so a round of either size resumes the other's checkpoint."""
-    # min < max waits out the last call before a round closes: 30 s by default (NOTES.md).
+    # min < max waits out the last call before a round closes: 30 s by default (NOTES.md). etcd-v2 is
+    # torch's dynamic rendezvous on etcd: its join_timeout (600 s by default) bounds a round's wait.
     agent = elastic_agent_args(endpoint, run_id, nnodes=nnodes, max_restarts=max_restarts,
-                               rdzv_conf="timeout=120,last_call_timeout=1", launcher="trainer.launch")
+                               rdzv_conf="last_call_timeout=1" + (f",join_timeout={join_timeout}" if join_timeout else ""),
+                               launcher="trainer.launch")
     workload = llm_args(ckpt, "--global-batch-size", "4", *extra, steps=STEPS, every=20)
     return Job([*agent, "-m", "trainer.llm", *workload], env={**AGENT_ENV, **(env or {})})
 
@@ -341,3 +344,30 @@ def test_a_pod_restarted_after_a_permanent_stop_finds_the_rendezvous_closed_and_
     assert "Traceback" not in out, out[-3000:]
     [line] = out.strip().splitlines()
     assert line.startswith("error: torchrun: ") and run_id in line and "closed" in line, line
+
+
+@pytest.mark.slow
+@needs_etcd
+def test_a_round_that_times_out_waiting_for_a_pod_leaves_the_rendezvous_open_for_the_restart(tmp_path):
+    """nnodes 2, one pod there and the other still waiting for a node past the rendezvous timeout
+    (torch's default is 600 s; a p5 node and its image take about that). torch's launcher closed
+    the rendezvous after the agent's RendezvousTimeoutError, with a traceback: the PyTorchJob's
+    restart of the pod in place, and the late pod, then found it closed, and the run never began."""
+    ckpt = tmp_path / "ckpt"
+    with local.etcd_server(local.find_etcd(None)) as etcd:
+        run_id = f"late-{uuid.uuid4().hex[:8]}"
+        alone = _pod(etcd.endpoint, run_id, ckpt, nnodes="2", max_restarts=0, join_timeout=2)
+        pods = [alone]
+        try:
+            code = alone.finish(timeout=60)
+            pods += [_pod(etcd.endpoint, run_id, ckpt, nnodes="2", max_restarts=0) for _ in range(2)]
+            codes = [pod.finish(timeout=180) for pod in pods[1:]]
+        finally:
+            for pod in pods:
+                pod.stop()
+    assert code == TORCHRUN_FAILED, alone.output[-3000:]
+    assert "Traceback" not in alone.output, alone.output[-3000:]
+    [line] = alone.output.strip().splitlines()
+    assert line.startswith("error: torchrun: ") and run_id in line and "RendezvousTimeoutError" in line, line
+    assert codes == [0, 0], "\n---\n".join(pod.output[-3000:] for pod in pods[1:])
+    assert _finished("\n".join(pod.output for pod in pods[1:])) and list_steps(ckpt)[-1] == STEPS

@@ -73,6 +73,9 @@ def stop_restarting_on_permanent_failures() -> None:
     join_timeout, 600 s by default) left the run unable ever to start. A permanent status still
     closes it, so that the other pods' agents stop instead of waiting for this pod.
 
+    Workers stopped for a restarted round get the pod's shutdown timeout to save, as on the pod's
+    own SIGTERM (`_stop_workers`).
+
     torch is pinned (requirements.txt): the hook is torch 2.13's SimpleElasticAgent._invoke_run,
     which restarts a FAILED round only while `_remaining_restarts` is above 0, launch_agent's
     module-level `LocalElasticAgent`, and its `spec.rdzv_handler.shutdown()` after run() returns.
@@ -99,6 +102,14 @@ def stop_restarting_on_permanent_failures() -> None:
 
         def _leave_rendezvous_open(self):
             self._worker_group.spec.rdzv_handler.shutdown = lambda: False
+
+        def _stop_workers(self, worker_group):
+            # A round restarted for a membership change (a pod joining, or one restarted after its
+            # peer's preemption) or after a failure SIGTERMs the workers still running, which save
+            # first: LocalElasticAgent gave them a fixed 30 s before SIGKILL there, not the
+            # TORCH_ELASTIC_SHUTDOWN_TIMEOUT the pod sets from its model's save time
+            # (config/checkpoint_time.py), which only the agent's own SIGTERM used.
+            self._shutdown(timeout=self._shutdown_timeout)
 
         def _monitor_workers(self, worker_group):
             result = super()._monitor_workers(worker_group)

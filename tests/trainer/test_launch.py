@@ -371,3 +371,37 @@ def test_a_round_that_times_out_waiting_for_a_pod_leaves_the_rendezvous_open_for
     assert line.startswith("error: torchrun: ") and run_id in line and "RendezvousTimeoutError" in line, line
     assert codes == [0, 0], "\n---\n".join(pod.output[-3000:] for pod in pods[1:])
     assert _finished("\n".join(pod.output for pod in pods[1:])) and list_steps(ckpt)[-1] == STEPS
+
+
+class _RecordedProcesses:
+    """The agent's process context as far as stopping goes: what it was asked to close with."""
+
+    def __init__(self):
+        self.closed = []
+
+    def close(self, death_sig, timeout):
+        self.closed.append((death_sig, timeout))
+
+
+def test_workers_stopped_for_a_restarted_round_get_the_pods_shutdown_timeout_to_save_not_30_s():
+    """A pod joining or coming back, or a failed peer, restarts the round: the agent SIGTERMs the
+    workers still running and they save before exiting. torch 2.13's LocalElasticAgent gave them a
+    fixed 30 s there, where the pod sets TORCH_ELASTIC_SHUTDOWN_TIMEOUT from its model's save time
+    (k8s/pods/pytorchjob.py, config/checkpoint_time.py): a bigger model's save was SIGKILLed."""
+    from torch.distributed.elastic.agent.server.api import WorkerSpec
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.launcher import api
+
+    from trainer.launch import stop_restarting_on_permanent_failures
+
+    built = api.LocalElasticAgent
+    try:
+        stop_restarting_on_permanent_failures()
+        spec = WorkerSpec(role="default", local_world_size=1, rdzv_handler=None, entrypoint=sys.executable)
+        agent = api.LocalElasticAgent(spec=spec, logs_specs=DefaultLogsSpecs(), start_method="spawn",
+                                      shutdown_timeout=150)
+    finally:
+        api.LocalElasticAgent = built
+    agent._pcontext = processes = _RecordedProcesses()
+    agent._stop_workers(agent._worker_group)
+    assert processes.closed == [(signal.SIGTERM, 150)]

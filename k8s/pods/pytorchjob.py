@@ -31,7 +31,7 @@ from k8s.pods.devices import device_resources, pod_resource_claims
 from k8s.pods.kueue_queues import queue_labels
 from k8s.pods.resources import gpu_toleration, node_share, shm_size
 from k8s.pods.security import TRAINER_UID, container_security_context, pod_security_context
-from k8s.pods.torchrun_env import AGENT_ENV
+from k8s.pods.torchrun_env import AGENT_ENV, RENDEZVOUS_CONF
 
 FLIGHT_RECORDER_DIR = "nccl-flight-recorder"
 API_VERSION = "kubeflow.org/v1"
@@ -287,6 +287,8 @@ def pytorchjob_manifest(config: Environment, spec: JobSpec) -> dict:
         "minReplicas": spec.nodes_min,
         "maxReplicas": spec.nodes_max,
         "maxRestarts": spec.max_restarts,
+        # The operator joins these into PET_RDZV_CONF, key=value with commas (v1.9 elastic.go).
+        "rdzvConf": [{"key": key, "value": value} for key, value in RENDEZVOUS_CONF.items()],
         # Deprecated upstream in favour of spec.nprocPerNode, but v1.9 still honours it and the
         # two may not both be set; keeping the whole torchrun topology in one block.
         "nProcPerNode": spec.nproc_per_node,

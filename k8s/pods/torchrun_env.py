@@ -5,7 +5,7 @@ torch/distributed/argparse_util.py env), so a container command without topology
 wherever these variables are set. Kubeflow Trainer v2.3.0's torch plugin sets five of them on a
 TrainJob's `node` container (pkg/runtime/framework/plugins/torch/torch.go; the names are
 pkg/constants TorchRunReservedEnvNames, and a TrainJob that sets one itself is refused); our
-TrainingRuntime adds the rendezvous four (k8s/pods/trainjob.py). `ops local` sets all nine, so the
+TrainingRuntime adds the rendezvous five (k8s/pods/trainjob.py). `ops local` sets all ten, so the
 laptop and the cluster differ in values only.
 """
 
@@ -19,11 +19,20 @@ TRAINER_MASTER_PORT = 29500
 # What our runtime sets: a dynamic rendezvous (etcd-v2 or c10d) keeps torchrun's in-pod worker
 # restarts, which the static rendezvous the plugin's variables describe would not have. torchrun
 # ignores PET_MASTER_* and PET_NODE_RANK once a non-static backend and its endpoint are set.
-RENDEZVOUS = ("PET_RDZV_BACKEND", "PET_RDZV_ENDPOINT", "PET_RDZV_ID", "PET_MAX_RESTARTS")
+RENDEZVOUS = ("PET_RDZV_BACKEND", "PET_RDZV_ENDPOINT", "PET_RDZV_ID", "PET_MAX_RESTARTS", "PET_RDZV_CONF")
+# How long a round of torch's dynamic rendezvous (etcd-v2 and c10d) waits for its minimum of pods
+# (join_timeout; torch 2.13's default is 600 s, dynamic_rendezvous.py RendezvousTimeout). A pod that
+# a scale-up from zero places waits for its instance to launch and join and for the trainer image
+# (tens of GB) to be pulled before its agent joins, and a round waits for the replacement of a lost
+# pod the same way. A round that times out costs its pods a restart (the rendezvous stays open for
+# it, trainer/launch.py): one of backoffLimit under v1, a restart of every pod under v2.
+RENDEZVOUS_JOIN_TIMEOUT_S = 1800
+RENDEZVOUS_CONF = {"join_timeout": str(RENDEZVOUS_JOIN_TIMEOUT_S)}
 
 
 def rendezvous_env(*, backend: str, endpoint: str, run_id: str, max_restarts: int) -> dict[str, str]:
-    return dict(zip(RENDEZVOUS, (backend, endpoint, run_id, str(max_restarts))))
+    conf = ",".join(f"{key}={value}" for key, value in RENDEZVOUS_CONF.items())  # torchrun's --rdzv-conf form
+    return dict(zip(RENDEZVOUS, (backend, endpoint, run_id, str(max_restarts), conf)))
 
 
 def local_env(*, nproc_per_node: int, master_port: int, backend: str, endpoint: str, run_id: str,

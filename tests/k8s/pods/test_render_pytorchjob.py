@@ -298,3 +298,34 @@ def test_a_presets_own_max_restarts_past_the_int32_bound_names_the_preset_field(
     preset = replace(PRESETS["cpu-ddp"], max_restarts=2**31)
     with pytest.raises(ConfigError, match=r"presets\.cpu-ddp\.max_restarts"):
         job_spec(dev, preset, image=IMAGE)
+
+
+def operator_rdzv_conf(elastic_policy: dict) -> str | None:
+    """Training Operator v1.9's PET_RDZV_CONF from elasticPolicy.rdzvConf (release-1.9
+    pkg/controller.v1/pytorch/elastic.go generateEnvRDZVConf): each `key=value`, joined by commas."""
+    conf = elastic_policy.get("rdzvConf")
+    return ",".join(f"{c['key']}={c['value']}" for c in conf) if conf else None
+
+
+def test_a_rendezvous_round_waits_for_pods_still_on_their_way_to_a_node_half_an_hour_under_either_api(dev):
+    """torch's dynamic rendezvous reads join_timeout (600 s by default; a 'timeout' key it ignores):
+    a pod placed by a scale-up from zero joins after its instance launches and its image is pulled,
+    and a round that times out costs its pods a restart. Both APIs' pods hand torchrun the same
+    --rdzv-conf, and torchrun turns it into the handler's join timeout."""
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _get_timeout
+    from torch.distributed.elastic.rendezvous.api import RendezvousParameters
+    from torch.distributed.run import config_from_args, get_args_parser
+
+    from k8s.pods.torchrun_env import RENDEZVOUS_JOIN_TIMEOUT_S
+    from k8s.pods.trainjob import node_pod_template, render_trainjob_run
+
+    v1 = operator_rdzv_conf(render_pytorchjob(dev, "llm-tiny", image=IMAGE)["spec"]["elasticPolicy"])
+    runtime, _ = render_trainjob_run(dev, "llm-tiny", image=IMAGE)
+    v2 = {e["name"]: e.get("value") for e in node_pod_template(runtime)["spec"]["containers"][0]["env"]}["PET_RDZV_CONF"]
+    assert v1 == v2 == f"join_timeout={RENDEZVOUS_JOIN_TIMEOUT_S}"
+    args = get_args_parser().parse_args(["--nnodes=1:2", "--rdzv-backend=etcd-v2", "--rdzv-endpoint=127.0.0.1:2379",
+                                         f"--rdzv-conf={v2}", "train.py"])
+    config, _, _ = config_from_args(args)
+    params = RendezvousParameters(backend="etcd-v2", endpoint="127.0.0.1:2379", run_id="r", min_nodes=1,
+                                  max_nodes=2, **config.rdzv_configs)
+    assert _get_timeout(params, "join").total_seconds() == RENDEZVOUS_JOIN_TIMEOUT_S

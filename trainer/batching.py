@@ -94,17 +94,22 @@ class NonFiniteSteps:
         self.skipped = torch.zeros((), device=rt.device)  # in this run; read once, at its end
         self.late = LateRead(rt.device)
 
-    def check(self, step: int, *values: torch.Tensor) -> torch.Tensor:
-        """1.0 (a float tensor on the device) when any of `values` is not finite on any rank, else
-        0.0; the optimizer's next step() applies nothing when it is 1.0."""
+    def check(self, step: int, *values: torch.Tensor, abandon: bool = False) -> torch.Tensor:
+        """1.0 (a float tensor on the device) when any of `values` is not finite on any rank, or any
+        rank `abandon`s the step (it has no data for it: trainer.vision), else 0.0; the optimizer's
+        next step() applies nothing when it is 1.0. An abandoned step is not counted against the
+        limit: its loss says nothing of the model."""
         bad = torch.stack([(~torch.isfinite(v.detach())).any() for v in values]).any().to(torch.float32)
+        # fill_: the host's flag goes to the device as a kernel's argument, no copy that would synchronise
+        flags = torch.stack([bad, torch.empty_like(bad).fill_(float(abandon))])
         if dist.is_initialized():
-            dist.all_reduce(bad, op=dist.ReduceOp.MAX)
-        self.optimizer.found_inf = bad
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        bad, skip = flags[0], flags.max()
+        self.optimizer.found_inf = skip
         self.in_a_row = (self.in_a_row + 1) * bad
         self.skipped += bad
         self.late.push(self.in_a_row, tag=step)
-        return bad
+        return skip
 
     @property
     def total(self) -> int:

@@ -34,9 +34,10 @@ class WorkerExit(Exception):
     """A failure that is not the user's typo but still deserves one line and its own exit status
     (config/kubernetes.py), not a traceback: e.g. checkpoints that exist and do not load."""
 
-    def __init__(self, message: str, code: int):
+    def __init__(self, message: str, code: int, *, consequence: bool = False):
+        """`consequence`: this rank stops because another rank met the problem, whose own line names it."""
         super().__init__(message)
-        self.code = code
+        self.code, self.consequence = code, consequence
 
 
 class Parser(argparse.ArgumentParser):
@@ -204,6 +205,8 @@ def _exit_status(main: Callable, exc: BaseException) -> int:
         # Every rank raises it (they agree before they stop); one line per pod's log is enough.
         if os.environ.get("LOCAL_RANK", "0") == "0":
             log(f"error: {exc}", sys.stderr)
+        if exc.consequence:
+            _record_as_consequence(f"error: {exc}")
         return exc.code
     gone = peer_gone(exc)
     if gone is not None:

@@ -39,8 +39,8 @@ from trainer.log import log
 from trainer.metrics import check_metrics_file
 from trainer.optim import build_sgd, image_learning_rate
 from trainer.preemption import Preemption
-from trainer.vision_data import (IN_A_ROW, ElasticSampler, FolderUnreadable, Progress, UnreadableImages,
-                                 build_datasets, train_loader, val_loader)
+from trainer.vision_data import (ElasticSampler, FolderUnreadable, Progress, UnreadableImages, build_datasets,
+                                 train_loader, val_loader)
 from trainer.vision_decode import model_inputs
 from trainer.vision_input import check_decode, device_input
 from trainer.vision_metrics import VisionMetrics
@@ -85,33 +85,58 @@ def main(argv=None) -> int:
     rt = tdist.init(job.dist, checkpoint_group=bool(job.checkpoint.directory))
     try:
         return train(job, rt, train_set, val_set, classes, {**record, GLOBAL_BATCH: global_batch})
-    except FolderUnreadable:
-        raise UsageError("--data", f"{IN_A_ROW} files in a row of {job.data.source} could not be read (a volume "
-                                   f"gone or a wrong folder?); this rank's warnings name {IN_A_ROW - 1} of them"
-                         ) from None
     finally:
         tdist.shutdown()
 
 
 def accumulate_gradients(ddp, forward, micro_batches, accumulation: int, job: VisionJobConfig,
-                         metrics: VisionMetrics, device: torch.device) -> torch.Tensor:
-    """Forward and backward over this rank's micro-batches of the step; DDP reduces the gradients
+                         metrics: VisionMetrics, device: torch.device, unreadable: UnreadableImages,
+                         step: int) -> torch.Tensor:
+    """Forward and backward over this rank's micro-batches of step `step`; DDP reduces the gradients
     once, after the last. `forward` is `ddp` or its compiled form; `micro_batches` yields the
     model's inputs on the device (vision_decode.model_inputs), and the time waited for each is the
     data wait. Returns this rank's mean loss of the step (micro-batches are equal, so the mean over
-    the global batch is the mean of their means; DDP averages over ranks)."""
+    the global batch is the mean of their means; DDP averages over ranks). Once the loader raised
+    FolderUnreadable (recorded in `unreadable`), this rank has no data: without_data stands in."""
     loss = torch.zeros((), device=device)
     for k in range(accumulation):
         fetch_start = time.perf_counter()
-        images, labels = next(micro_batches)
+        batch = None
+        if unreadable.gone is None:
+            try:
+                batch = next(micro_batches)
+            except FolderUnreadable:  # from a loader process as well, or a GPU decoder's thread
+                unreadable.folder_gone(f"in step {step}", step=step)
         metrics.data_wait(time.perf_counter() - fetch_start)
         with micro_batch_sync(ddp, last=k == accumulation - 1):
-            with autocast(device):
-                micro_loss = F.cross_entropy(forward(images), labels,
-                                             label_smoothing=job.optimizer.label_smoothing) / accumulation
+            if batch is None:
+                micro_loss = without_data(ddp, job, device) / accumulation
+            else:
+                images, labels = batch
+                with autocast(device):
+                    micro_loss = F.cross_entropy(forward(images), labels,
+                                                 label_smoothing=job.optimizer.label_smoothing) / accumulation
             micro_loss.backward()
         loss += micro_loss.detach()
     return loss
+
+
+def without_data(ddp, job: VisionJobConfig, device: torch.device) -> torch.Tensor:
+    """A micro-batch's forward on zeros, for a rank whose data is gone: its peers' DDP still waits
+    for its collectives (the buffers' broadcast, the gradients' all-reduce), and every rank then
+    skips the step (NonFiniteSteps.check's abandon), so these gradients are never applied. In eval
+    mode, so that the zeros move no BatchNorm statistics (rank 0's are the ones saved); uncompiled,
+    so that the mode costs no recompilation."""
+    size, micro = job.data.image_size, job.batch.batch_size
+    images = torch.zeros(micro, 3, size, size, device=device)
+    if device.type == "cuda":
+        images = images.contiguous(memory_format=torch.channels_last)
+    ddp.eval()
+    try:
+        with autocast(device):
+            return F.cross_entropy(ddp(images), torch.zeros(micro, dtype=torch.long, device=device))
+    finally:
+        ddp.train()
 
 
 def seed_dropout(seed: int, rank: int, step: int) -> None:
@@ -179,6 +204,8 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
         return iter(loader)
 
     stopped = False
+    gone_ranks: list[int] = []  # the ranks whose data was gone, once they stop (UnreadableImages.agree_gone)
+    stop_step = None
     last = None
     micro_batches = None
     batches = start_reading(progress.epoch, progress.epoch_images_done) if progress.epoch < job.epochs else None
@@ -194,11 +221,12 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 optimizer.zero_grad(set_to_none=True)
-                loss = accumulate_gradients(ddp, forward, micro_batches, accumulation, job, metrics, rt.device)
+                loss = accumulate_gradients(ddp, forward, micro_batches, accumulation, job, metrics, rt.device,
+                                            unreadable, step + 1)
                 # Decided on the device, the same on every rank; fused SGD skips the step itself when
                 # it is 1.0 (found_inf). Nothing in a step waits for the device: the metrics and the
                 # non-finite limit read their values LAG_STEPS steps late (trainer/late_read.py).
-                skipped = nonfinite.check(step + 1, loss)
+                skipped = nonfinite.check(step + 1, loss, abandon=unreadable.gone_step is not None)
                 ckpt.wait_staging()  # an asynchronous save's copy of the weights must finish first
                 optimizer.step()
                 step += 1
@@ -206,14 +234,25 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
                 progress.images_seen += global_batch
                 metrics.step_done(step, epoch, loss, lr, skipped=skipped)
                 nonfinite.stop_at_limit(step, now=epoch == job.epochs - 1 and i + 1 == steps_left)
-                if i + 1 < steps_left:  # the epoch's last step saves after the evaluation, below
+                # The epoch's last step saves after the evaluation, below; no rank saves a step after
+                # one whose data was gone (agree_gone): it was skipped, not trained.
+                if i + 1 < steps_left and not (ckpt.due(step) and unreadable.agree_gone()[1]):
                     ckpt.step_done(step)
                 if step == first_step:
                     tdist.end_startup(rt)  # start-up, the first step included, is over
-                # A rank's unreadable images past the limit ride on the flag too (UnreadableImages: when they stop).
-                if preemption.agreed(now=i + 1 == steps_left, bad_data=unreadable.over_limit()):
+                # A rank's unreadable images past the limit, or its data gone, ride on the flag too
+                # (UnreadableImages: when they stop).
+                bad_data = unreadable.over_limit() or unreadable.gone is not None
+                if preemption.agreed(now=i + 1 == steps_left, bad_data=bad_data):
+                    stop_step = step
+                    gone_at, gone_ranks = unreadable.agree_gone()
+                    if gone_at is not None:  # skipped from there on, on every rank: saved as it was before
+                        back = (step - gone_at + 1) * global_batch
+                        progress.epoch_images_done -= back
+                        progress.images_seen -= back
+                        step = gone_at - 1
                     ckpt.save_now(step)
-                    if not preemption.bad_data:
+                    if not preemption.bad_data and not gone_ranks:
                         preemption.stopped_at(f"step {step} (epoch {epoch})")
                     stopped = True
                     break
@@ -225,10 +264,12 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
             # step does not wait for them to fill (a whole micro-batch per process, a second or more
             # on a GPU node, where an ImageNet epoch over many GPUs is a few hundred steps or fewer).
             batches = start_reading(epoch + 1, 0) if epoch + 1 < job.epochs else None
-            result = evaluate(model, evaluation, to_input, rt)
-            # Once an epoch, what the evaluation met: past the limit, the epoch is saved as trained,
-            # not evaluated. A stop request read here stays requested: the next step's flag sends it again.
-            if preemption.agreed(now=True, bad_data=unreadable.over_limit()) and preemption.bad_data:
+            result = evaluate(model, evaluation, to_input, rt, unreadable)
+            # Once an epoch, what the evaluation met: past the limit or gone, the epoch is saved as
+            # trained, not evaluated. A stop request read here stays requested: the next step's flag sends it again.
+            if preemption.agreed(now=True, bad_data=unreadable.over_limit() or unreadable.gone is not None) and \
+                    preemption.bad_data:
+                stop_step, gone_ranks = step, unreadable.agree_gone()[1]
                 ckpt.save_now(step)
                 stopped = True
                 break
@@ -246,6 +287,8 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
             micro_batches.close()
     ckpt.close(finished=not stopped)
     metrics.close()
+    if gone_ranks:
+        unreadable.raise_gone(gone_ranks, job.data.source, stopped_with(ckpt, stop_step, step))
     if preemption.bad_data:
         unreadable.raise_agreed_problem()
     if rt.is_main:
@@ -260,17 +303,42 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
     return preemption.exit_status(finished=not stopped)
 
 
-def evaluate(model, loader, to_input, rt: tdist.Runtime) -> dict:
+def stopped_with(ckpt: CheckpointManager, stop_step: int, saved: int) -> str:
+    """Where a run whose data was gone stopped, and the step its checkpoints resume from."""
+    if saved == stop_step:  # the evaluation's: the end of the epoch's training
+        held = f"the checkpoint of step {saved}, the epoch's training (a resume evaluates it again)"
+    else:
+        held = f"the checkpoint of step {saved}, the last step before it"
+    if not ckpt.enabled:
+        held = "no checkpoint (no --checkpoint-dir)"
+    elif saved == 0:
+        held = "no step trained before it"
+    return f"every rank stopped at step {stop_step} with {held}"
+
+
+def evaluate(model, loader, to_input, rt: tdist.Runtime, unreadable: UnreadableImages | None = None) -> dict:
     """Loss, top-1 and top-5 over the validation set, every image counted once over all ranks, of
     rank 0's model. Each rank's BatchNorm running statistics last moved with its own micro-batch
     (DDP broadcasts rank 0's only at the next training forward): rank 0's are broadcast first, so
     every rank evaluates the model the checkpoint saves, whatever the world size. (SyncBatchNorm's
-    are already the same on every rank.)"""
+    are already the same on every rank.) A loader that raises FolderUnreadable ends this rank's
+    share early, recorded in `unreadable`: the others still meet its all-reduce, and trainer.vision
+    then stops every rank without counting the evaluation."""
     tdist.same_buffers(model)
     model.eval()
     totals = torch.zeros(4, dtype=torch.float64, device=rt.device)  # loss sum, top-1, top-5, count
+    batches = iter(loader)
     with torch.no_grad(), autocast(rt.device):
-        for batch in loader:
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                break
+            except FolderUnreadable:
+                if unreadable is None:
+                    raise
+                unreadable.folder_gone(f"in epoch {unreadable.epoch.value}'s evaluation")
+                break
             images, labels = to_input(*batch)
             logits = model(images).float()
             top5 = logits.topk(min(5, logits.shape[1]), dim=1).indices

@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from config.paths import PathProblem, is_dir, walk
 from config.workloads.vision import GPU_DECODERS, ImageDataConfig, SyntheticImagesConfig
 from trainer import dist as tdist
-from trainer.cli import UsageError, checked_path
+from trainer.cli import UsageError, WorkerExit, checked_path
 from trainer.encoded_images import EncodedImages
 from trainer.imagenet_reencode import check_serves
 from trainer.log import log
@@ -216,8 +216,8 @@ class FolderUnreadable(Exception):
     """IN_A_ROW files in a row could not be read (the last one's error is its cause). Raised in a
     loader process, it reaches the training process as its own type (torch re-raises a loader
     process's exception as its type, built from one argument, the process's traceback as its text),
-    where trainer.vision turns it into the --data line; UsageError, which takes two, would come back
-    as a RuntimeError."""
+    where trainer.vision records it (UnreadableImages.folder_gone) and every rank stops at an agreed
+    step; UsageError, which takes two, would come back as a RuntimeError."""
 
 
 def unreadable_errors() -> tuple[type[BaseException], ...]:
@@ -258,6 +258,8 @@ class UnreadableImages:
         self.counts = multiprocessing.Array("q", 2)
         self.epoch = multiprocessing.Value("q", 0)  # the epoch the training process trains or evaluates
         self.found: str | None = None  # the line of the first check that saw the count past the limit
+        self.gone: str | None = None  # where this rank's reads met FolderUnreadable ("in step 7")
+        self.gone_step: int | None = None  # the training step it was met in (None: in an evaluation, or never)
 
     def reading(self, epoch: int) -> None:
         """Epoch `epoch`'s loader is about to read its first image: its count starts at 0 (the
@@ -297,6 +299,42 @@ class UnreadableImages:
         memory read on the host: no collective, no wait for the device."""
         self.found = self.found or self.problem()
         return self.found is not None
+
+    def folder_gone(self, where: str, *, step: int | None = None) -> None:
+        """This rank's loader raised FolderUnreadable `where`: in training step `step` (trainer.vision
+        then skips that step and every later one on every rank, and saves the one before), or in an
+        evaluation. It rides on the preemption flag as the limit does (over_limit's callers)."""
+        if self.gone is None:
+            self.gone, self.gone_step = where, step
+
+    def agree_gone(self) -> tuple[int | None, list[int]]:
+        """On every rank at once (one collective, made only when a save is due or the ranks stop):
+        the first training step any rank's data was gone in (None: none, or only in an
+        evaluation), and the ranks whose data was gone."""
+        mine = [(self.gone_step, self.gone is not None)]
+        everyone = mine
+        if torch.distributed.is_initialized():
+            everyone = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(everyone, mine[0])
+        steps = [step for step, _ in everyone if step is not None]
+        return min(steps, default=None), [rank for rank, (_, gone) in enumerate(everyone) if gone]
+
+    def raise_gone(self, ranks: list[int], source: str, stopped: str) -> None:
+        """On every rank at once, when agree_gone named `ranks`: a rank among them raises UsageError
+        naming --data and what it met, any other WorkerExit with EXIT_USAGE pointing at them, so
+        that every pod exits with the same permanent status and the cause is said once, where it
+        was seen. `stopped`: where the ranks stopped and what the checkpoints hold."""
+        from config.kubernetes import EXIT_USAGE
+
+        if self.gone is not None:
+            raise UsageError("--data", f"{IN_A_ROW} files in a row of {source} could not be read on rank {self.rank} "
+                                       f"{self.gone} (a volume gone or a wrong folder?); this rank's warnings name "
+                                       f"{IN_A_ROW - 1} of them; {stopped}")
+        if ranks:
+            who, whose = (f"rank {ranks[0]}", "its log says") if len(ranks) == 1 else (
+                f"ranks {', '.join(map(str, ranks))}", "their logs say")
+            raise WorkerExit(f"{who} could not read the training data ({whose} why); {stopped}", EXIT_USAGE,
+                             consequence=True)
 
     def raise_agreed_problem(self) -> None:
         """On every rank at once, when the agreed flag said BAD_DATA: UsageError with the lowest

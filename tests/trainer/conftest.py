@@ -6,13 +6,12 @@ import pytest
 import torch
 
 
-@pytest.fixture(scope="module")
-def image_folder(tmp_path_factory):
-    """A small ImageFolder root: train/ and val/ with two classes of 30x40 PNG images."""
+def write_image_folder(root, *, train: int = 24, val: int = 8):
+    """An ImageFolder root at `root`: train/ and val/ with two classes ("cat", "dog") of `train`
+    and `val` 30x40 PNG images each, the same pixels every time."""
     from PIL import Image
-    root = tmp_path_factory.mktemp("imagefolder")
     g = torch.Generator().manual_seed(0)
-    for split, count in (("train", 24), ("val", 8)):
+    for split, count in (("train", train), ("val", val)):
         for label, name in enumerate(("cat", "dog")):
             folder = root / split / name
             folder.mkdir(parents=True)
@@ -21,3 +20,15 @@ def image_folder(tmp_path_factory):
                 pixels = (base + 30 * torch.randn(30, 40, 3, generator=g)).clamp(0, 255).to(torch.uint8)
                 Image.fromarray(pixels.numpy()).save(folder / f"{i}.png")
     return root
+
+
+@pytest.fixture(scope="module")
+def image_folder(tmp_path_factory):
+    """A small ImageFolder root: train/ and val/ with two classes of 30x40 PNG images."""
+    return write_image_folder(tmp_path_factory.mktemp("imagefolder"))
+
+
+@pytest.fixture
+def make_image_folder():
+    """write_image_folder, for a test that needs other counts."""
+    return write_image_folder

@@ -256,13 +256,14 @@ def unreadable_in_a_row_on_rank_1(image_folder, root) -> None:
         Path(path).write_bytes(b"<html>404 Not Found</html>" * 8)
 
 
-def test_a_rank_that_cannot_read_its_folder_stops_in_one_line_and_its_peer_in_one_line_naming_it(image_folder,
-                                                                                                    tmp_path):
-    """IN_A_ROW unreadable files in a row on rank 1: before, that rank crashed with the read error's
-    traceback (exit 1), and rank 0, whose collective lost its peer, crashed with gloo's ('Connection
-    closed by peer'), two crash reports hiding the reason. Now rank 1 names --data, the folder and
-    the files in a row (exit 2), and rank 0 says in one line that another rank stopped first
-    (exit 1, which torchrun restarts on)."""
+def test_without_a_checkpoint_dir_a_rank_that_cannot_read_its_folder_stops_every_rank_naming_it_once(image_folder,
+                                                                                                      tmp_path):
+    """IN_A_ROW unreadable files in a row on rank 1, no --checkpoint-dir: before, rank 1 stopped
+    alone inside its step (exit 2) and rank 0 met a broken collective ('another rank of the run
+    stopped first', exit 1, which torchrun restarts on into the same folder). Now both stop at the
+    same step, LAG_STEPS after the one rank 1 met it in, and exit 2; rank 1 names --data, the folder
+    and the files in a row, and rank 0 points at rank 1."""
+    from trainer.late_read import LAG_STEPS
     from trainer.vision_data import IN_A_ROW
 
     data = tmp_path / "data"
@@ -273,13 +274,52 @@ def test_a_rank_that_cannot_read_its_folder_stops_in_one_line_and_its_peer_in_on
     assert rc == TORCHRUN_FAILED, out[-3000:]
     errors = sorted(line for line in out.splitlines() if line.startswith("error:"))
     assert len(errors) == 2, out[-3000:]
-    assert errors[0] == (f"error: --data: {IN_A_ROW} files in a row of {data} could not be read (a volume gone or a "
-                         f"wrong folder?); this rank's warnings name {IN_A_ROW - 1} of them"), out[-3000:]
-    assert re.fullmatch(r"error: rank 0 stops: another rank of the run stopped first \(gloo: Connection (closed|reset) "
-                        r"by peer\); that rank's log says why", errors[1]), out[-3000:]
+    m = re.fullmatch(rf"error: --data: {IN_A_ROW} files in a row of {re.escape(str(data))} could not be read on "
+                     r"rank 1 in step (\d+) \(a volume gone or a wrong folder\?\); this rank's warnings name "
+                     rf"{IN_A_ROW - 1} of them; every rank stopped at step (\d+) with no checkpoint \(no "
+                     r"--checkpoint-dir\)", errors[0])
+    assert m and int(m[2]) == min(int(m[1]) + LAG_STEPS, 6), out[-3000:]  # 6 steps an epoch: its last reads at once
+    assert errors[1] == (f"error: rank 1 could not read the training data (its log says why); every rank stopped at "
+                         f"step {m[2]} with no checkpoint (no --checkpoint-dir)"), out[-3000:]
     assert "traceback follows" not in out and "failed unexpectedly" not in out, out[-3000:]
-    assert dict(re.findall(r"^\s*rank\s*: (\d) .*\n\s*exitcode\s*: (-?\d+) ", out, re.M)) == {"0": "1", "1": "2"}, \
+    assert dict(re.findall(r"^\s*rank\s*: (\d) .*\n\s*exitcode\s*: (-?\d+) ", out, re.M)) == {"0": "2", "1": "2"}, \
         out[-3000:]
+
+
+def test_a_validation_folder_that_cannot_be_read_stops_every_rank_after_saving_the_epochs_training(image_folder,
+                                                                                                      tmp_path):
+    """Every file of val/ unreadable (loader processes read it): before, each rank's evaluation
+    raised FolderUnreadable, and the rank that met it first stopped alone. Now each rank ends its
+    share of the evaluation, meets the all-reduce, and every rank stops with exit 2, each naming
+    what it met in one line, the epoch saved as trained, not evaluated: the resume on the repaired
+    folder evaluates it again."""
+    from trainer.vision_data import IN_A_ROW
+
+    data, ck = tmp_path / "data", tmp_path / "ck"
+    shutil.copytree(image_folder, data)
+    val = sorted((data / "val").rglob("*.png"))
+    for path in val:
+        shutil.copy(path, path.with_suffix(".orig"))
+        path.write_bytes(b"<html>404 Not Found</html>" * 8)
+    args = ["--data", str(data), "--image-size", "16", "--batch-size", "4", "--workers", "2", "--epochs", "1",
+            "--lr", "0.2", "--warmup-epochs", "0", "--log-every", "1", "--dist-timeout", "60",
+            "--checkpoint-dir", str(ck), "--checkpoint-every", "1000"]
+    rc, out = run(torchrun_args("trainer.vision", args), timeout=120)
+    assert rc == TORCHRUN_FAILED, out[-3000:]
+    errors = sorted(line for line in out.splitlines() if line.startswith("error:"))
+    assert errors == [f"error: --data: {IN_A_ROW} files in a row of {data} could not be read on rank {rank} in epoch "
+                      f"0's evaluation (a volume gone or a wrong folder?); this rank's warnings name {IN_A_ROW - 1} "
+                      "of them; every rank stopped at step 6 with the checkpoint of step 6, the epoch's training (a "
+                      "resume evaluates it again)" for rank in (0, 1)], out[-3000:]
+    assert dict(re.findall(r"^\s*rank\s*: (\d) .*\n\s*exitcode\s*: (-?\d+) ", out, re.M)) == {"0": "2", "1": "2"}, \
+        out[-3000:]
+    assert list_steps(ck) == [6] and "epoch 0 done" not in out, out[-3000:]
+
+    for path in val:
+        shutil.copy(path.with_suffix(".orig"), path)
+    rc, out = run(torchrun_args("trainer.vision", args), timeout=120)
+    assert rc == 0, out[-3000:]
+    assert starts(out) == [(2, 0, 48, 6)] and "epoch 0 done" in out, out[-3000:]
 
 
 def test_the_validation_two_ranks_report_is_that_of_the_model_they_save(tmp_path):
@@ -314,3 +354,78 @@ def test_the_validation_two_ranks_report_is_that_of_the_model_they_save(tmp_path
     assert saved["val_images"] == reported[0]["val_images"] == 64
     assert saved["top1"] == reported[0]["top1"]
     assert saved["val_loss"] == pytest.approx(reported[0]["val_loss"], abs=1e-4)
+
+
+def folder_whose_volume_goes_for_rank_1_in_step(make_image_folder, root) -> tuple[int, list[Path]]:
+    """An ImageFolder root (96 training images, a global batch of 8, seed 0: 12 steps an epoch) in
+    which IN_A_ROW training images in a row of the dataset's order are unreadable, the first of them
+    one that rank 1 of 2 reads in step S >= 3 and none of them read in an earlier step: steps 1 to
+    S - 1 train on the images themselves, as a run on the intact folder does, and only rank 1 meets
+    the whole run (rank 0 meets a few and uses their stand-ins). Returns S and the files made
+    unreadable; their intact bytes are kept beside each as .orig."""
+    from config.workloads.vision import ImageDataConfig, SyntheticImagesConfig
+    from trainer.vision_data import IN_A_ROW, build_datasets
+
+    make_image_folder(root, train=48, val=4)
+    train, _, _ = build_datasets(ImageDataConfig(source=str(root), image_size=16), SyntheticImagesConfig(), seed=0)
+    n, order = len(train), torch.randperm(len(train), generator=torch.Generator().manual_seed(0)).tolist()
+    step, first = next((s, x) for s in range(3, 10) for x in order[(s - 1) * 8 + 4:s * 8]
+                       if not {(x + k) % n for k in range(IN_A_ROW)} & set(order[:(s - 1) * 8]))
+    bad = [Path(train.samples[(first + k) % n][0]) for k in range(IN_A_ROW)]
+    for path in bad:
+        shutil.copy(path, path.with_suffix(".orig"))
+        path.write_bytes(b"<html>404 Not Found</html>" * 8)
+    return step, bad
+
+
+LOSS = re.compile(r"^step\s+(\d+) \| epoch \d+ \| loss (\S+) ", re.M)
+
+
+@pytest.mark.parametrize("workers, periodic, decode", [("0", False, "cpu"), ("2", True, "cpu"), ("2", False, "dali")])
+def test_a_rank_whose_folder_cannot_be_read_stops_every_rank_at_one_step_after_saving_the_step_before(
+        make_image_folder, tmp_path, workers, periodic, decode):
+    """IN_A_ROW unreadable files in a row on rank 1 in step S: before, that rank alone stopped
+    (exit 2) inside the step, its peer met a broken collective (exit 1, 'another rank stopped
+    first') and nothing was saved, so the work since the last checkpoint was lost. Now the step
+    and the LAG_STEPS steps until every rank learns of it (the preemption flag) are skipped on
+    every rank, all ranks stop at the same step with exit 2 (permanent: the restart would read the
+    same folder), the checkpoint of step S - 1, the last complete step, is saved (a periodic save
+    due in between is not: it would hold skipped steps as trained), rank 1 names the cause in one
+    line, and the run resumed on the repaired folder logs the losses of a run that never stopped.
+    With loader processes the error reaches the step loop from a process a few batches ahead; with a
+    GPU decoder (here DALI's CPU operators) through its decode-ahead thread."""
+    from trainer.late_read import LAG_STEPS
+    from trainer.vision_data import IN_A_ROW
+
+    data, ck = tmp_path / "data", tmp_path / "ck"
+    step, bad = folder_whose_volume_goes_for_rank_1_in_step(make_image_folder, data)
+    stop = step + LAG_STEPS
+    args = ["--data", str(data), "--image-size", "16", "--batch-size", "4", "--workers", workers, "--epochs", "1",
+            "--lr", "0.2", "--warmup-epochs", "0", "--log-every", "1", "--max-bad-images", "1000",
+            "--checkpoint-every", str(step + 1 if periodic else 1000), "--dist-timeout", "120", "--decode", decode]
+    rc, out = run(torchrun_args("trainer.vision", [*args, "--checkpoint-dir", str(ck)]), timeout=120)
+    assert rc == TORCHRUN_FAILED, out[-3000:]
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    cause = (f"error: --data: {IN_A_ROW} files in a row of {data} could not be read on rank 1 in step {step} (a "
+             f"volume gone or a wrong folder?); this rank's warnings name {IN_A_ROW - 1} of them; every rank stopped "
+             f"at step {stop} with the checkpoint of step {step - 1}, the last step before it")
+    assert errors.count(cause) == 1 and len(errors) == 2, out[-3000:]
+    assert errors[1 - errors.index(cause)] == (
+        f"error: rank 1 could not read the training data (its log says why); every rank stopped at step {stop} with "
+        f"the checkpoint of step {step - 1}, the last step before it"), out[-3000:]
+    assert dict(re.findall(r"^\s*rank\s*: (\d) .*\n\s*exitcode\s*: (-?\d+) ", out, re.M)) == {"0": "2", "1": "2"}, \
+        out[-3000:]
+    assert "traceback follows" not in out and "SIGTERM: checkpoint" not in out, out[-3000:]
+    assert list_steps(ck) == [step - 1]
+
+    for path in bad:  # the volume is back
+        shutil.copy(path.with_suffix(".orig"), path)
+    rc, out = run(torchrun_args("trainer.vision", [*args, "--checkpoint-dir", str(ck)]), timeout=120)
+    assert rc == 0, out[-3000:]
+    assert [int(s) for s in RESUMED.findall(out)] == [step - 1]
+    assert starts(out) == [(2, 0, (step - 1) * 8, step - 1)]
+    resumed = {int(s): loss for s, loss in LOSS.findall(out)}
+    rc, out = run(torchrun_args("trainer.vision", [*args, "--checkpoint-dir", str(tmp_path / "whole")]), timeout=120)
+    assert rc == 0, out[-3000:]
+    whole = {int(s): loss for s, loss in LOSS.findall(out)}
+    assert sorted(resumed) == list(range(step, 13)) and resumed == {s: whole[s] for s in resumed}, (resumed, whole)

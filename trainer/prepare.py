@@ -33,6 +33,11 @@ TEXT_BLOCK_BYTES = 1 << 20  # plain text is read and tokenized a block of whole 
 # The longest line read, a JSON line (one document) or a line of text: a book is a few MB. A gzip
 # of 70 KB inflates to a line of 64 MiB, and a line is held in memory whole.
 LINE_LIMIT_BYTES = 64 << 20
+# The most a Parquet file's text column may decode to, counting each document as at least one byte,
+# times the file's size: gzip's ceiling (about 1,030). Real text compresses 3 to 10 times; past this
+# it is a bomb (a zstd page of one long repeated value, or a dictionary entry repeated by an RLE run
+# of millions of rows), which would take the Job's memory or hours for a file of a few KB.
+PARQUET_EXPANSION = 1024
 
 
 def _kind(path: Path) -> str | None:
@@ -80,30 +85,8 @@ def documents(path: Path, text_field: str, progress) -> Iterator[list[str]]:
                 yield [block.decode("utf-8", errors="replace")]
         return
     if kind == ".parquet":
-        import pyarrow.parquet as pq
-        try:
-            table = pq.ParquetFile(path)
-        except Exception as exc:
-            raise UsageError("--input", f"{path} is not a Parquet file ({exc})") from None
-        if text_field not in table.schema_arrow.names:
-            raise UsageError("--text-field", f"{path} has no column {text_field!r} (columns: "
-                                             f"{', '.join(table.schema_arrow.names)})")
-        size, rows, rows_done, reported = path.stat().st_size, max(1, table.metadata.num_rows), 0, 0
-        batches = table.iter_batches(batch_size=BATCH_DOCUMENTS, columns=[text_field])
-        while True:
-            try:
-                batch = next(batches, None)
-            except Exception as exc:  # pyarrow's errors for a damaged page (ArrowInvalid, OSError, ...)
-                raise UsageError("--input", f"{path}: damaged Parquet data ({str(exc).splitlines()[0][:160]})"
-                                 ) from None
-            if batch is None:
-                return
-            texts = [t for t in batch.column(0).to_pylist() if t]
-            rows_done += batch.num_rows
-            # Whole bytes in proportion to rows, so the file's share of the bar adds up exactly.
-            progress(size * rows_done // rows - reported)
-            reported = size * rows_done // rows
-            yield texts
+        yield from _parquet_documents(path, text_field, progress)
+        return
     number = 0
     try:
         # One handle: raw.tell() is the progress in the file's own bytes, compressed or not.
@@ -145,6 +128,67 @@ def documents(path: Path, text_field: str, progress) -> Iterator[list[str]]:
         raise UsageError("--input", f"{path}: corrupt gzip data after line {number} ({exc})") from None
     except OSError as exc:
         raise UsageError("--input", f"{path}: unreadable after line {number} ({exc.strerror or exc})") from None
+
+
+def _parquet_documents(path: Path, text_field: str, progress) -> Iterator[list[str]]:
+    """Row batches of the text column, bounded before anything is decoded by the metadata's
+    claims (sizes, rows, the column's type) and while decoding by what the batches really hold."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.ParquetFile(path)
+    except Exception as exc:
+        raise UsageError("--input", f"{path} is not a Parquet file ({exc})") from None
+    if text_field not in table.schema_arrow.names:
+        raise UsageError("--text-field", f"{path} has no column {text_field!r} (columns: "
+                                         f"{', '.join(table.schema_arrow.names)})")
+    kind = table.schema_arrow.field(text_field).type
+    values = kind.value_type if pa.types.is_dictionary(kind) else kind
+    if not (pa.types.is_string(values) or pa.types.is_large_string(values) or pa.types.is_string_view(values)):
+        raise UsageError("--input", f"{path}: its {text_field!r} column holds {kind}, expected strings "
+                                    "(see --text-field)")
+    meta, size = table.metadata, path.stat().st_size
+    bound = PARQUET_EXPANSION * size
+
+    def bomb(claim: str) -> UsageError:
+        return UsageError("--input", f"{path}: {claim}, more than {PARQUET_EXPANSION:,} times the file's {size:,} "
+                                     "bytes (a Parquet bomb, or damaged metadata)")
+
+    leaf = next(i for i in range(meta.num_columns) if meta.schema.column(i).path == text_field)
+    claimed = sum(meta.row_group(g).column(leaf).total_uncompressed_size for g in range(meta.num_row_groups))
+    if claimed > bound:
+        raise bomb(f"its {text_field!r} column claims {claimed:,} bytes of text")
+    if meta.num_rows > bound:
+        raise bomb(f"its {text_field!r} column claims {meta.num_rows:,} rows")
+    rows, rows_done, reported, decoded = max(1, meta.num_rows), 0, 0, 0
+    batches = table.iter_batches(batch_size=BATCH_DOCUMENTS, columns=[text_field])
+    while True:
+        try:
+            batch = next(batches, None)
+        except Exception as exc:  # pyarrow's errors for a damaged page (ArrowInvalid, OSError, ...)
+            raise UsageError("--input", f"{path}: damaged Parquet data ({str(exc).splitlines()[0][:160]})"
+                             ) from None
+        if batch is None:
+            return
+        column = batch.column(0)
+        # Measured in Arrow's buffers, before a Python string of any of them exists.
+        lengths = (pc.take(pc.binary_length(column.dictionary), column.indices) if pa.types.is_dictionary(column.type)
+                   else pc.binary_length(column))
+        longest = pc.max(lengths).as_py() or 0
+        if longest > LINE_LIMIT_BYTES:
+            row = rows_done + pc.index(lengths, longest).as_py() + 1
+            raise UsageError("--input", f"{path}: row {row:,}: a document longer than {LINE_LIMIT_BYTES:,} bytes")
+        decoded += (pc.sum(lengths).as_py() or 0) + batch.num_rows
+        if decoded > bound:
+            raise bomb(f"decodes to {decoded:,} bytes of text")
+        texts = [t for t in column.to_pylist() if t]
+        rows_done += batch.num_rows
+        # Whole bytes in proportion to rows, so the file's share of the bar adds up exactly.
+        progress(size * rows_done // rows - reported)
+        reported = size * rows_done // rows
+        yield texts
 
 
 def _read_block(f, path: Path) -> bytes:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import subprocess
+import sys
 from array import array
 
 import pyarrow as pa
@@ -18,6 +20,7 @@ from trainer.cli import UsageError, run_main
 from trainer.hf_config import TOKENIZER_LIMIT_BYTES
 from trainer.hf_tiny import write_tiny
 from trainer.prepare import main, prepare
+from trainer_procs import REPO, job_env
 
 DOCS = [f"document {i}: the ranks average their gradients and checkpoint to FSx, step {i * 7}." for i in range(700)]
 
@@ -296,3 +299,104 @@ def test_an_output_folder_this_user_may_enter_but_not_list_is_one_line_naming_ou
                                  "--output", str(output)], capsys)
     assert (code, err) == (2, f"error: --output: cannot list {output} (Permission denied)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.parametrize("column, got", [
+    (pa.array([1, 2]), "int64"),
+    (pa.array([["a", "b"], ["c"]]), "list<element: string>"),
+    (pa.array([{"x": "a"}, {"x": "b"}]), "struct<x: string>"),
+    (pa.array([b"\xff\xfe", b"ok"]), "binary"),
+    (pa.array([None, None], pa.null()), "null"),
+])
+def test_a_parquet_text_column_that_does_not_hold_strings_is_one_line_naming_its_type(corpus, tmp_path, capsys,
+                                                                                      column, got):
+    """Numbers, lists, structs and bytes ended in the tokenizer's TypeError, a crash report; a column
+    of nulls only was 'wrote 0 tokens of 0 documents', exit 0."""
+    bad = tmp_path / "in" / "bad.parquet"
+    bad.parent.mkdir()
+    pq.write_table(pa.table({"text": column}), bad)
+    code, err = run_prepare(["--tokenizer", str(corpus / "model"), "--input", str(bad),
+                             "--output", str(tmp_path / "out")], capsys)
+    assert (code, err) == (2, f"error: --input: {bad}: its 'text' column holds {got}, expected strings "
+                              "(see --text-field)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+def test_a_parquet_text_column_of_dictionary_encoded_or_large_strings_is_read(corpus, tmp_path):
+    data = tmp_path / "in"
+    data.mkdir()
+    pq.write_table(pa.table({"text": pa.array(DOCS[:3]).dictionary_encode()}), data / "a.parquet",
+                   store_schema=True)
+    pq.write_table(pa.table({"text": pa.array(DOCS[3:5], pa.large_string())}), data / "b.parquet")
+    meta = prepare(corpus / "model", [data], tmp_path / "out", 5000, None)
+    tok = Tokenizer.from_file(str(corpus / "model" / "tokenizer.json"))
+    eos = tok.token_to_id("</s>")
+    assert _read_shards(tmp_path / "out", meta) == [i for d in DOCS[:5] for i in tok.encode(d, add_special_tokens=False).ids + [eos]]
+
+
+@pytest.mark.parametrize("dictionary", [False, True], ids=["plain", "dictionary-typed"])
+def test_a_parquet_document_past_the_line_bound_is_one_line_naming_its_row(corpus, tmp_path, capsys, monkeypatch,
+                                                                          dictionary):
+    """A JSON line is bounded; a Parquet value was not (at a small bound here: both check the same)."""
+    from trainer import prepare as prepare_module
+
+    monkeypatch.setattr(prepare_module, "LINE_LIMIT_BYTES", 4096)
+    bad = tmp_path / "in" / "long.parquet"
+    bad.parent.mkdir()
+    column = pa.array(["short", "x" * 5000, "short"])
+    pq.write_table(pa.table({"text": column.dictionary_encode() if dictionary else column}), bad)
+    code, err = run_prepare(["--tokenizer", str(corpus / "model"), "--input", str(bad),
+                             "--output", str(tmp_path / "out")], capsys)
+    assert (code, err) == (2, f"error: --input: {bad}: row 2: a document longer than 4,096 bytes")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+def _one_value_repeated(path, value: str, rows: int, **kw):
+    """A Parquet file whose column is one dictionary entry and `rows` indices to it (an RLE run):
+    a few hundred bytes on disk, value * rows once decoded."""
+    column = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()), pa.array([value]))
+    pq.write_table(pa.table({"text": column}), path, compression="zstd", dictionary_pagesize_limit=64 << 20,
+                   max_rows_per_page=rows, **kw)
+
+
+def _prepare_in_two_gib(args) -> subprocess.CompletedProcess:
+    """The command in a child with 2 GiB of address space, as a Job's memory limit would bound it: an
+    unbounded read dies there fast instead of taking this machine's memory."""
+    def two_gib():
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    return subprocess.run([sys.executable, "-m", "trainer.data", "prepare", *args], cwd=REPO, env=job_env(),
+                          capture_output=True, text=True, timeout=120, preexec_fn=two_gib)
+
+
+@pytest.mark.parametrize("bomb", ["zstd-of-one-long-value", "dictionary-value-repeated", "empty-value-repeated",
+                                  "short-value-repeated-past-what-the-metadata-claims"])
+def test_a_small_parquet_file_that_decodes_to_far_more_than_its_size_is_one_line_in_bounded_memory(
+        corpus, tmp_path, bomb):
+    """8 KB of zstd held one document of 256 MiB: the tokenizer aborted ('memory allocation failed',
+    SIGABRT) and left its staging folder; of 64 MiB here, a MemoryError traceback. 1 KB held a
+    dictionary page of one 4 MiB value and 200,000 indices to it (800 GB of text): a MemoryError
+    traceback under a memory limit, the OOM killer without one. 600 bytes held 10 million empty values:
+    17 s of reading to write 'wrote 0 tokens', and a few more KB hold billions. 100 KB repeated
+    20,000 times passes every check of the metadata and decodes to 2 GB."""
+    bad = tmp_path / "in" / "bomb.parquet"
+    bad.parent.mkdir()
+    if bomb == "zstd-of-one-long-value":
+        pq.write_table(pa.table({"text": ["a" * (64 << 20)]}), bad, compression="zstd", use_dictionary=False)
+    elif bomb == "dictionary-value-repeated":
+        _one_value_repeated(bad, "b" * (4 << 20), 200_000)
+    elif bomb == "empty-value-repeated":
+        _one_value_repeated(bad, "", 10_000_000, row_group_size=10_000_000)
+    else:  # the metadata's sizes and row count are within the bound: the text decoded is not
+        _one_value_repeated(bad, "c" * 100_000, 20_000)
+    done = _prepare_in_two_gib(["--tokenizer", str(corpus / "model"), "--input", str(bad),
+                                "--output", str(tmp_path / "out")])
+    assert done.returncode == 2, done.stderr[-2000:]
+    from trainer.prepare import PARQUET_EXPANSION
+
+    size = bad.stat().st_size
+    assert size < 10_000
+    assert re.fullmatch(rf"error: --input: {re.escape(str(bad))}: (its 'text' column claims|decodes to) [\d,]+ "
+                        rf"(bytes|rows)( of text)?, more than {PARQUET_EXPANSION:,} times the file's {size:,} bytes "
+                        r"\(a Parquet bomb, or damaged metadata\)", done.stderr.splitlines()[-1]), done.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]

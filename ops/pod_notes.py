@@ -54,6 +54,7 @@ def _notes(run: str, pods: list, container: str, flags: str) -> list[str]:
     exits: dict[tuple[int, str], list[str]] = {}
     waiting: dict[str, int] = {}
     stuck: dict[str, int] = {}
+    looping: dict[str, int] = {}  # pod name: its container's restarts so far
     for pod in pods:
         terminated = _last_terminated(pod, container)
         if terminated is not None:
@@ -64,12 +65,19 @@ def _notes(run: str, pods: list, container: str, flags: str) -> list[str]:
         cannot_start = _cannot_start(pod, container)
         if cannot_start is not None:
             stuck[cannot_start] = stuck.get(cannot_start, 0) + 1
+        restarts = _crash_looping(pod, container)
+        if restarts is not None:
+            looping[pod.metadata.name] = restarts
     notes = [f"{', '.join(names)} exited {code} ({STATUS_MEANINGS.get(code) or reason or 'unknown'})"
              for (code, reason), names in exits.items()]
     permanent = sorted({code for code, _ in exits if code in PERMANENT_EXITS})
     if permanent:
         notes.append(f"exit {', '.join(map(str, permanent))} will not get better by restarting: "
                      f"`python -m ops logs {run}{flags}` says why")
+    if looping:
+        # A crash and a recovery read alike in the exit notes; this says the pod keeps failing.
+        notes.append(f"{', '.join(looping)} in CrashLoopBackOff after {max(looping.values())} restart(s) in place: "
+                     "the kubelet starts it again after each exit, waiting longer each time, up to 5 minutes")
     notes.extend(f"{n} pod{'s' if n > 1 else ''} unschedulable: {why}" for why, n in waiting.items())
     notes.extend(f"{n} pod{'s' if n > 1 else ''} {why}" for why, n in stuck.items())
     if any(why.startswith("cannot pull") for why in stuck):
@@ -110,6 +118,17 @@ def _cannot_start(pod: Any, container: str) -> str | None:
             what = f"cannot pull image {status.image}" if pull else "cannot start its container"
             message = " ".join((waiting.message or "").split())
             return f"{what} ({waiting.reason}{': ' + message if message else ''})"
+    return None
+
+
+def _crash_looping(pod: Any, container: str) -> int | None:
+    """The container's restarts when the kubelet holds it back between restarts in place
+    (CrashLoopBackOff: 10 s, doubled after each exit, capped at 300 s; Kubernetes "Pod Lifecycle",
+    container restarts); None otherwise."""
+    for status in (pod.status.container_statuses if pod.status else None) or []:
+        waiting = status.state.waiting if status.name == container and status.state else None
+        if waiting is not None and waiting.reason == "CrashLoopBackOff":
+            return status.restart_count or 0
     return None
 
 

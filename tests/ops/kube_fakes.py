@@ -163,7 +163,7 @@ def created_jobs(server: FakeApiServer) -> list[dict]:
 
 def worker_status(container: str, *, exited: int | None = None, last_exited: int | None = None,
                   unschedulable: str | None = None, waiting: tuple[str, str] | None = None,
-                  image: str = "i") -> dict:
+                  image: str = "i", restarts: int | None = None) -> dict:
     """A training pod's status as the kubelet and scheduler write it: its container `exited` (state
     terminated), or running again after it `last_exited` (lastState terminated, a restart in place),
     or the pod `unschedulable` (PodScheduled False with the scheduler's message), or its container
@@ -180,5 +180,5 @@ def worker_status(container: str, *, exited: int | None = None, last_exited: int
         phase = "Running" if last_exited is not None else "Pending"
     return {"phase": phase, "conditions": [{"type": "PodScheduled", "status": "True"}], "containerStatuses": [
         {"name": container, "ready": exited is None and waiting is None,
-         "restartCount": 0 if last_exited is None else 1, "image": image, "imageID": "", "state": state,
+         "restartCount": restarts if restarts is not None else 0 if last_exited is None else 1, "image": image, "imageID": "", "state": state,
          "lastState": {"terminated": terminated} if last_exited is not None else {}}]}

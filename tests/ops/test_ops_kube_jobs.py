@@ -370,6 +370,21 @@ def test_status_shows_each_worker_pods_last_exit_and_what_it_means_and_when_rest
     assert listed.query["labelSelector"] == "eks-distributed-training.io/job"
 
 
+def test_status_tells_a_pod_that_keeps_crashing_from_one_that_crashed_once(api, capsys):
+    """Under OnFailure a crashed worker restarts in place: one that recovered and one the kubelet
+    holds back between ever longer restarts both read 'exited 1' from their last exit."""
+    back_off = ("CrashLoopBackOff", "back-off 2m40s restarting failed container=pytorch")
+    api.on("GET", JOBS, listing(job("cpu-ddp-aaaaaaaa", "Created", "Running", preset="cpu-ddp")))
+    api.on("GET", PODS, pod_list(exited("cpu-ddp-aaaaaaaa", 0, last_exited=1),
+                                 exited("cpu-ddp-aaaaaaaa", 1, last_exited=1, waiting=back_off, restarts=5)))
+    assert cli.main(["status"]) == 0
+    [row] = capsys.readouterr().out.splitlines()[1:]
+    assert row.endswith("exited 1 (a crash, or a peer stopped first); cpu-ddp-aaaaaaaa-worker-1 in CrashLoopBackOff "
+                        "after 5 restart(s) in place: the kubelet starts it again after each exit, waiting longer "
+                        "each time, up to 5 minutes"), row
+    assert row.count("CrashLoopBackOff") == 1 and "worker-0 in CrashLoopBackOff" not in row, row
+
+
 SCHEDULER_SAYS = ("0/3 nodes are available: 3 Insufficient nvidia.com/gpu.\n preemption: 0/3 nodes are available: "
                   "3 No preemption victims found for incoming pod.")
 

@@ -105,8 +105,8 @@ def accumulate_gradients(ddp, forward, micro_batches, accumulation: int, job: Vi
         if unreadable.gone is None:
             try:
                 batch = next(micro_batches)
-            except FolderUnreadable:  # from a loader process as well, or a GPU decoder's thread
-                unreadable.folder_gone(f"in step {step}", step=step)
+            except FolderUnreadable as gone:  # from a loader process as well, or a GPU decoder's thread
+                unreadable.folder_gone(f"in step {step}", step=step, problem=gone.problem)
         metrics.data_wait(time.perf_counter() - fetch_start)
         with micro_batch_sync(ddp, last=k == accumulation - 1):
             if batch is None:
@@ -334,10 +334,10 @@ def evaluate(model, loader, to_input, rt: tdist.Runtime, unreadable: UnreadableI
                 batch = next(batches)
             except StopIteration:
                 break
-            except FolderUnreadable:
+            except FolderUnreadable as gone:
                 if unreadable is None:
                     raise
-                unreadable.folder_gone(f"in epoch {unreadable.epoch.value}'s evaluation")
+                unreadable.folder_gone(f"in epoch {unreadable.epoch.value}'s evaluation", problem=gone.problem)
                 break
             images, labels = to_input(*batch)
             logits = model(images).float()

@@ -64,7 +64,7 @@ import torch
 
 from config.workloads.vision import DALI_REGIONS
 from trainer.cli import UsageError
-from trainer.vision_data import DeviceImages, UnreadableImages
+from trainer.vision_data import DecoderStopped, DeviceImages, UnreadableImages
 from trainer.image_files import probe_jpeg, region_stays_on_gpu
 from trainer.log import log
 from trainer.vision_decode import DECODED, CodecImages, crops_of, indexed, release_finished
@@ -316,7 +316,7 @@ class DaliImages:
         else:
             self.refused_in_a_row += 1
             if self.refused_in_a_row >= RETRIES:
-                raise UsageError("--decode", f"dali failed on {RETRIES} micro-batches in a row that nvImageCodec "
+                raise DecoderStopped("--decode", f"dali failed on {RETRIES} micro-batches in a row that nvImageCodec "
                                              f"decoded without a bad file (the last: {name}: {reason}); use --decode "
                                              "nvimgcodec") from error
         return out

@@ -219,6 +219,19 @@ class FolderUnreadable(Exception):
     where trainer.vision records it (UnreadableImages.folder_gone) and every rank stops at an agreed
     step; UsageError, which takes two, would come back as a RuntimeError."""
 
+    problem: tuple[str, str] | None = None  # (argument, what was met) where it is not IN_A_ROW files
+
+
+class DecoderStopped(FolderUnreadable):
+    """A GPU decoder's micro-batches this rank cannot go on with (none of a micro-batch decoded;
+    DALI failing on good files): raised in the training process's decode-ahead thread, and stopped
+    on as FolderUnreadable is, every rank at an agreed step after a save, the line naming
+    `argument` and `what`, not IN_A_ROW unreadable files."""
+
+    def __init__(self, argument: str, what: str):
+        super().__init__(f"{argument}: {what}")
+        self.problem = (argument, what)
+
 
 def unreadable_errors() -> tuple[type[BaseException], ...]:
     """What reading an image raises when the file is bad: PIL's UnidentifiedImageError (not an image)
@@ -260,6 +273,7 @@ class UnreadableImages:
         self.found: str | None = None  # the line of the first check that saw the count past the limit
         self.gone: str | None = None  # where this rank's reads met FolderUnreadable ("in step 7")
         self.gone_step: int | None = None  # the training step it was met in (None: in an evaluation, or never)
+        self.gone_problem: tuple[str, str] | None = None  # a DecoderStopped's (argument, what)
 
     def reading(self, epoch: int) -> None:
         """Epoch `epoch`'s loader is about to read its first image: its count starts at 0 (the
@@ -300,12 +314,13 @@ class UnreadableImages:
         self.found = self.found or self.problem()
         return self.found is not None
 
-    def folder_gone(self, where: str, *, step: int | None = None) -> None:
+    def folder_gone(self, where: str, *, step: int | None = None, problem: tuple[str, str] | None = None) -> None:
         """This rank's loader raised FolderUnreadable `where`: in training step `step` (trainer.vision
         then skips that step and every later one on every rank, and saves the one before), or in an
-        evaluation. It rides on the preemption flag as the limit does (over_limit's callers)."""
+        evaluation. It rides on the preemption flag as the limit does (over_limit's callers).
+        `problem`: the (argument, what) of a DecoderStopped, said instead of IN_A_ROW files."""
         if self.gone is None:
-            self.gone, self.gone_step = where, step
+            self.gone, self.gone_step, self.gone_problem = where, step, problem
 
     def agree_gone(self) -> tuple[int | None, list[int]]:
         """On every rank at once (one collective, made only when a save is due or the ranks stop):
@@ -326,6 +341,9 @@ class UnreadableImages:
         was seen. `stopped`: where the ranks stopped and what the checkpoints hold."""
         from config.kubernetes import EXIT_USAGE
 
+        if self.gone_problem is not None:
+            argument, what = self.gone_problem
+            raise UsageError(argument, f"{what}, on rank {self.rank} {self.gone}; {stopped}")
         if self.gone is not None:
             raise UsageError("--data", f"{IN_A_ROW} files in a row of {source} could not be read on rank {self.rank} "
                                        f"{self.gone} (a volume gone or a wrong folder?); this rank's warnings name "

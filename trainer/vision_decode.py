@@ -48,7 +48,7 @@ from trainer.encoded_images import NO_CROP
 from trainer.image_files import JPEG_MAGIC, probe_jpeg, region_stays_on_gpu
 from trainer.log import log, warn
 from trainer.torchvision_compat import import_torchvision
-from trainer.vision_data import DeviceImages, UnreadableImages, unreadable_errors
+from trainer.vision_data import DecoderStopped, DeviceImages, UnreadableImages, unreadable_errors
 from trainer.vision_resize import resized_crops
 
 # What a GPU decoder decodes of each training image, by its `regions` (the log line says it).
@@ -100,13 +100,21 @@ def stand_ins(decoded: list, names: list[str] | None, unreadable: UnreadableImag
     the same micro-batch, so a run resumed on as many ranks sees the same (on another number, the
     micro-batches differ, and so may the stand-in). Each bad file is named on stderr and
     counted against --max-bad-images (vision_data.UnreadableImages, checked every step). None where
-    all decoded. Without an `unreadable` to count in (a benchmark), or where none of the micro-batch
-    decoded (a volume gone is not a few bad files), the first error is raised."""
+    all decoded. Without an `unreadable` to count in (a benchmark), the first error is raised; where
+    none of the micro-batch decoded (not a few bad files, but data this decoder cannot read),
+    DecoderStopped, on which every rank stops at an agreed step (trainer.vision)."""
     bad = [i for i, image in enumerate(decoded) if isinstance(image, BaseException)]
     if not bad:
         return None
-    if unreadable is None or len(bad) == len(decoded):
+    if unreadable is None:
         raise decoded[bad[0]]
+    if len(bad) == len(decoded):
+        first = names[bad[0]] if names else "the first"
+        cause = decoded[bad[0]]
+        error = " ".join(str(cause).split())[:200]
+        raise DecoderStopped("--data", f"none of the {len(decoded)} images of a micro-batch decoded (the first, "
+                                       f"{first}: {type(cause).__name__}: {error}): not a few bad files but data the "
+                                       "decoder cannot read (--decode cpu decodes with PIL)") from cause
     order = []
     for i in range(len(decoded)):
         j = i

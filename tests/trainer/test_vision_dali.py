@@ -15,8 +15,8 @@ import torch
 pytest.importorskip("torchvision", reason="torchvision is a pinned dependency")
 pytest.importorskip("nvidia.dali", reason="nvidia-dali-cuda120 is a pinned dependency")
 
-from trainer.cli import UsageError  # noqa: E402
 from trainer.vision_dali import DaliImages  # noqa: E402
+from trainer.vision_data import DecoderStopped  # noqa: E402
 from trainer.encoded_images import NO_CROP  # noqa: E402
 from trainer.vision_decode import augment, decoded_by_pil  # noqa: E402
 
@@ -123,7 +123,7 @@ def test_a_file_dali_cannot_decode_is_decoded_again_by_nvimgcodec_which_stands_i
     DALI's run fails for the whole micro-batch, names the file in one line, and nvImageCodec decodes
     the micro-batch again, standing in the next image for the bad one and counting it. DALI's
     pipeline is built anew, and the next micro-batch is DALI's again. A micro-batch of nothing but
-    such files raises; so does a bad file where nothing counts them (a benchmark)."""
+    such files stops the run (DecoderStopped); a bad file where nothing counts them (a benchmark) raises."""
     from trainer.vision_data import UnreadableImages
 
     unreadable = UnreadableImages(limit=5)
@@ -143,7 +143,7 @@ def test_a_file_dali_cannot_decode_is_decoded_again_by_nvimgcodec_which_stands_i
     images, labels = dali(files, torch.tensor([0, 1, 2, 3]), crops, list("abcd"))
     assert labels.tolist() == [0, 1, 2, 3] and dali.pipes[True].max_batch_size == 4
     assert "warning" not in capsys.readouterr().err and unreadable.this_epoch() == 1
-    with pytest.raises(OSError):
+    with pytest.raises(DecoderStopped, match="none of the 2 images of a micro-batch decoded"):
         dali([bad, bad], torch.tensor([0, 1]), crops[:2], ["x.jpg", "y.jpg"])
     uncounted = DaliImages(CPU, 16, hw_decoder_load=0.9, threads=1)
     with pytest.raises(RuntimeError, match="Failed to decode sample #1"):
@@ -264,7 +264,7 @@ def test_dali_failing_on_good_files_stops_the_run_after_a_few_micro_batches_in_a
     """Where nvImageCodec decodes what DALI failed on without a bad file, DALI is failing on good
     files: nvImageCodec decodes those micro-batches, a DALI success in between starts the count
     again, and the third such micro-batch in a row stops the run in one line naming --decode and
-    DALI's reason (trainer.cli prints a UsageError so and exits 2)."""
+    DALI's reason (DecoderStopped: every rank stops at an agreed step, the line naming --decode, exit 2)."""
     from trainer.vision_data import UnreadableImages
     from trainer.vision_dali import RETRIES
 
@@ -283,10 +283,11 @@ def test_dali_failing_on_good_files_stops_the_run_after_a_few_micro_batches_in_a
     dali.pipes.clear()  # the working pipeline goes, as after a failure
     for _ in range(RETRIES - 1):
         dali(*batch)
-    with pytest.raises(UsageError) as stopped:
+    with pytest.raises(DecoderStopped) as stopped:  # every rank stops at an agreed step (trainer.vision)
         dali(*batch)
-    assert str(stopped.value) == (f"--decode: dali failed on {RETRIES} micro-batches in a row that nvImageCodec "
-                                  "decoded without a bad file (the last: a.jpg: unsupported); use --decode nvimgcodec")
+    assert stopped.value.problem == (
+        "--decode", f"dali failed on {RETRIES} micro-batches in a row that nvImageCodec decoded without a bad file "
+                    "(the last: a.jpg: unsupported); use --decode nvimgcodec")
     assert unreadable.this_epoch() == 0
     assert capsys.readouterr().err.count("warning: DALI could not decode a.jpg (unsupported)") == 2 * RETRIES - 1
 
@@ -313,6 +314,6 @@ def test_a_bad_file_the_loader_counts_meanwhile_does_not_reset_dalis_count(monke
     files = [_bytes(_smooth(quality=q)) for q in (70, 80)]
     for _ in range(RETRIES - 1):
         dali(files, torch.tensor([0, 1]), torch.tensor([BOXES[0]] * 2), ["a.jpg", "b.jpg"])
-    with pytest.raises(UsageError, match="^--decode: dali failed on"):
+    with pytest.raises(DecoderStopped, match="^--decode: dali failed on"):
         dali(files, torch.tensor([0, 1]), torch.tensor([BOXES[0]] * 2), ["a.jpg", "b.jpg"])
     assert unreadable.this_epoch() == RETRIES

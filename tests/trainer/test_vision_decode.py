@@ -302,9 +302,9 @@ def test_a_file_only_the_decoder_finds_bad_is_named_counted_and_stood_in_for(cod
     """A micro-batch of four whose second file passes every check the loader makes and does not
     decode: the next image of the micro-batch takes its place, label and crop too; the file is
     named on stderr and counted against --max-bad-images. A micro-batch of nothing but such files
-    raises the decode's error (a volume gone), as does a decoder with nowhere to count."""
+    stops the run (DecoderStopped); a decoder with nowhere to count raises the decode's error."""
     from PIL import Image
-    from trainer.vision_data import UnreadableImages
+    from trainer.vision_data import DecoderStopped, UnreadableImages
 
     good = _encoded(quality=90)
     bad = undecodable_jpeg(good)
@@ -330,7 +330,7 @@ def test_a_file_only_the_decoder_finds_bad_is_named_counted_and_stood_in_for(cod
     assert err.count("warning: cannot read train/c/1.jpg (OSError: ") == 1
     assert "another image of its micro-batch is used in its place (--max-bad-images)" in err
 
-    with pytest.raises(OSError):  # all of the micro-batch
+    with pytest.raises(DecoderStopped, match="none of the 2 images"):  # all of the micro-batch: every rank stops
         codec([encoded[1], encoded[1]], labels[:2], boxes[:2], names[:2])
     monkeypatch.setattr(codec, "unreadable", None)
     with pytest.raises(OSError):  # nowhere to count
@@ -346,6 +346,30 @@ def test_stand_ins_are_the_next_decoded_image_round_the_micro_batch():
     assert stand_ins(["a", "b"], None, None) is None
     labels = torch.tensor([5, 6, 7])
     assert relabelled(labels, None) is labels and relabelled(labels, [0, 2, 2]).tolist() == [5, 7, 7]
+
+
+def test_a_micro_batch_none_of_which_decodes_stops_every_rank_in_one_line_naming_the_data():
+    """Not a few bad files: the decoder cannot read this data. The first error was raised in the
+    decode-ahead thread, so one rank stopped with its traceback while its peers met a broken
+    collective; DecoderStopped is what trainer.vision stops every rank on, at an agreed step
+    after a save, as for IN_A_ROW unreadable files (tests/trainer/test_vision_faults.py)."""
+    from trainer.cli import UsageError
+    from trainer.vision_data import DecoderStopped, FolderUnreadable, UnreadableImages
+
+    unreadable = UnreadableImages(limit=10)
+    with pytest.raises(DecoderStopped) as stopped:
+        stand_ins([OSError("broken data\nstream"), RuntimeError("unsupported")], ["a.jpg", "b.jpg"], unreadable)
+    assert isinstance(stopped.value, FolderUnreadable) and unreadable.this_epoch() == 0
+    argument, what = stopped.value.problem
+    assert argument == "--data" and what.startswith(
+        "none of the 2 images of a micro-batch decoded (the first, a.jpg: OSError: broken data stream)"), what
+    unreadable.folder_gone("in step 7", step=7, problem=stopped.value.problem)
+    with pytest.raises(UsageError) as said:
+        unreadable.raise_gone([0], "/fsx/imagenet", "every rank stopped at step 9 with the checkpoint of step 6")
+    assert str(said.value) == f"--data: {what}, on rank 0 in step 7; every rank stopped at step 9 with the " \
+                              "checkpoint of step 6"
+    with pytest.raises(OSError):  # nowhere to count (a benchmark): the decoder's own error
+        stand_ins([OSError("broken"), OSError("broken")], None, None)
 
 
 def test_nvjpeg_decodes_each_file_alone_when_one_fails_the_batch_and_pil_has_the_last_word(monkeypatch, capsys):

@@ -5,6 +5,7 @@ loader processes and with a GPU decoder's thread."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -284,6 +285,48 @@ def test_without_a_checkpoint_dir_a_rank_that_cannot_read_its_folder_stops_every
     assert "traceback follows" not in out and "failed unexpectedly" not in out, out[-3000:]
     assert dict(re.findall(r"^\s*rank\s*: (\d) .*\n\s*exitcode\s*: (-?\d+) ", out, re.M)) == {"0": "2", "1": "2"}, \
         out[-3000:]
+
+
+def test_a_micro_batch_no_gpu_decoder_can_decode_stops_every_rank_at_one_step_naming_the_data(
+        make_image_folder, tmp_path):
+    """Rank 1's whole micro-batch of step S passes the loader's checks and does not decode (DALI
+    fails on it, and nvImageCodec, decoding it again, stands in for nothing): not a few bad files.
+    Before, rank 1 raised the decode's error in its decode-ahead thread, a traceback, while rank 0
+    met a broken collective and nothing was saved; now every rank stops as for a folder gone."""
+    from PIL import Image
+
+    from config.workloads.vision import ImageDataConfig, SyntheticImagesConfig
+    from test_vision_decode import undecodable_jpeg
+    from trainer.late_read import LAG_STEPS
+    from trainer.vision_data import build_datasets
+
+    data, ck = tmp_path / "data", tmp_path / "ck"
+    make_image_folder(data, train=48, val=4)
+    train, _, _ = build_datasets(ImageDataConfig(source=str(data), image_size=16), SyntheticImagesConfig(), seed=0)
+    order, step = torch.randperm(len(train), generator=torch.Generator().manual_seed(0)).tolist(), 3
+    first = None
+    for index in order[(step - 1) * 8 + 4:step * 8]:  # rank 1's micro-batch of step 3 (folder_whose_volume_goes...)
+        path, jpeg = Path(train.samples[index][0]), io.BytesIO()
+        with Image.open(path) as image:
+            image.save(jpeg, format="JPEG")
+        path.write_bytes(undecodable_jpeg(jpeg.getvalue()))  # decoders read the content, whatever the name
+        first = first or path
+    args = ["--data", str(data), "--image-size", "16", "--batch-size", "4", "--workers", "2", "--epochs", "1",
+            "--lr", "0.2", "--warmup-epochs", "0", "--log-every", "1", "--max-bad-images", "1000",
+            "--checkpoint-every", "1000", "--dist-timeout", "120", "--decode", "dali", "--checkpoint-dir", str(ck)]
+    rc, out = run(torchrun_args("trainer.vision", args), timeout=120)
+    assert rc == TORCHRUN_FAILED, out[-3000:]
+    stopped = f"every rank stopped at step {step + LAG_STEPS} with the checkpoint of step {step - 1}, the last step " \
+              "before it"
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    [cause] = [line for line in errors if line.startswith("error: --data: none of the 4 images of a micro-batch")]
+    assert cause.endswith(f"(--decode cpu decodes with PIL), on rank 1 in step {step}; {stopped}"), cause
+    assert sorted(errors) == sorted([cause, f"error: rank 1 could not read the training data (its log says why); "
+                                            f"{stopped}"]), out[-3000:]
+    assert dict(re.findall(r"^\s*rank\s*: (\d) .*\n\s*exitcode\s*: (-?\d+) ", out, re.M)) == {"0": "2", "1": "2"}, \
+        out[-3000:]
+    assert "traceback follows" not in out and "OSError" not in out.replace(cause, ""), out[-3000:]  # no crash report
+    assert list_steps(ck) == [step - 1]
 
 
 def test_a_validation_folder_that_cannot_be_read_stops_every_rank_after_saving_the_epochs_training(image_folder,

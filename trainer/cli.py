@@ -9,10 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import signal
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, NoReturn, TypeVar
 
@@ -88,6 +92,57 @@ def staging_folder(out: Path, field: str) -> Path:
         return Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     except OSError as exc:
         raise UsageError(field, f"cannot create {out}: {exc.strerror or exc}") from None
+
+
+def stale_staging(out: Path) -> list[Path]:
+    """The staging folders of `out` beside it (staging_folder's names: mkdtemp's 8 characters of
+    [a-z0-9_] after the prefix, so `.out.v2.xxxxxxxx`, which belongs to out.v2, is not one of them)."""
+    name = re.compile(rf"\.{re.escape(out.name)}\.[a-z0-9_]{{8}}")
+    try:
+        return sorted(p for p in out.parent.iterdir() if name.fullmatch(p.name) and p.is_dir())
+    except OSError:  # no parent yet, or one this user may not list: staging_folder says so
+        return []
+
+
+class Stopped(BaseException):
+    """SIGTERM or SIGINT inside `stopped_by_signals`. A BaseException, as KeyboardInterrupt is, so
+    that no `except Exception` takes it for a failure of its own."""
+
+    def __init__(self, signum: int):
+        from config.kubernetes import EXIT_INTERRUPTED, EXIT_PREEMPTED
+
+        self.name = signal.Signals(signum).name
+        super().__init__(self.name)
+        # 128 + the signal, as a shell reports a process it ended: interrupted, run it again.
+        self.code = EXIT_PREEMPTED if signum == signal.SIGTERM else EXIT_INTERRUPTED
+
+
+@contextmanager
+def stopped_by_signals() -> Iterator[None]:
+    """SIGTERM (a deleted or preempted pod, `timeout`) and SIGINT raise Stopped in the block, so that
+    the cleanup of a half-made output runs: Python's default for SIGTERM ends the process at once.
+    Later signals are ignored until the block ends (a second Ctrl-C must not cut that cleanup short);
+    a signal the process was started ignoring stays ignored."""
+    if threading.current_thread() is not threading.main_thread():  # only it receives Python's signals
+        yield
+        return
+    wanted = (signal.SIGTERM, signal.SIGINT)
+
+    def stop(signum, frame):
+        for s in wanted:
+            if previous[s] is not signal.SIG_IGN:
+                signal.signal(s, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    previous = {s: signal.getsignal(s) for s in wanted}
+    for s in wanted:
+        if previous[s] is not signal.SIG_IGN:
+            signal.signal(s, stop)
+    try:
+        yield
+    finally:
+        for s in wanted:
+            signal.signal(s, signal.SIG_DFL if previous[s] is None else previous[s])  # None: not set from Python
 
 
 def write_whole(path: Path, content: str | Callable[[BinaryIO], object]) -> None:

@@ -23,8 +23,10 @@ from pathlib import Path
 
 from config.options import positive_int
 from config.paths import exists, input_dir, is_dir, is_file, walk
-from trainer.cli import Parser, UsageError, checked_path, staging_folder
+from trainer.cli import (Parser, Stopped, UsageError, WorkerExit, checked_path, stale_staging, staging_folder,
+                         stopped_by_signals)
 from trainer.hf_config import read_tokenizer
+from trainer.log import warn
 
 SUFFIXES = (".txt", ".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
 EOS_CANDIDATES = ("<|end_of_text|>", "</s>", "<|endoftext|>", "<eos>")
@@ -258,6 +260,12 @@ def prepare(tokenizer_path: Path, inputs: list[Path], output: Path, shard_tokens
         raise UsageError("--output", f"{output} exists and is not an empty folder")
     vocab = tok.get_vocab_size()
     dtype = "uint16" if vocab <= 2**16 else "uint32"
+    stale = stale_staging(output)
+    if stale:
+        # Nothing keeps two prepares of one output apart, so a folder here may be a live run's.
+        warn(f"{', '.join(map(str, stale))}: staging folders of a prepare of {output} that did not finish "
+             f"(killed, or out of memory), or of one still running; left in place: remove them when no prepare "
+             f"of {output} runs")
     staging = staging_folder(output, "--output")
     writer = ShardWriter(staging, shard_tokens, "H" if dtype == "uint16" else "I")
     docs = 0
@@ -341,7 +349,14 @@ def main(argv=None) -> int:
     if not checked_path("--tokenizer", exists, args.tokenizer):
         raise UsageError("--tokenizer", f"{args.tokenizer} does not exist")
     output = Path(args.output)
-    meta = prepare(Path(args.tokenizer), [Path(i) for i in args.input], output, args.shard_tokens,
-                   args.eos_token, args.text_field)
+    try:
+        # Installed before the staging folder exists, so that no signal can leave one behind
+        # (prepare removes it on any exception).
+        with stopped_by_signals():
+            meta = prepare(Path(args.tokenizer), [Path(i) for i in args.input], output, args.shard_tokens,
+                           args.eos_token, args.text_field)
+    except Stopped as stop:
+        raise WorkerExit(f"stopped by {stop.name} before it finished; nothing was written to {output}",
+                         stop.code) from None
     print(summary(meta, output))
     return 0

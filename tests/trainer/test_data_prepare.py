@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import signal
 import subprocess
 import sys
 from array import array
@@ -20,7 +21,7 @@ from trainer.cli import UsageError, run_main
 from trainer.hf_config import TOKENIZER_LIMIT_BYTES
 from trainer.hf_tiny import write_tiny
 from trainer.prepare import main, prepare
-from trainer_procs import REPO, job_env
+from trainer_procs import REPO, Job, job_env
 
 DOCS = [f"document {i}: the ranks average their gradients and checkpoint to FSx, step {i * 7}." for i in range(700)]
 
@@ -400,3 +401,54 @@ def test_a_small_parquet_file_that_decodes_to_far_more_than_its_size_is_one_line
                         rf"(bytes|rows)( of text)?, more than {PARQUET_EXPANSION:,} times the file's {size:,} bytes "
                         r"\(a Parquet bomb, or damaged metadata\)", done.stderr.splitlines()[-1]), done.stderr[-2000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+def _long_corpus(folder, documents: int = 200_000):
+    """JSON lines that take seconds to tokenize: a signal sent once the progress bar has moved
+    reaches the run in the middle of its shards."""
+    folder.mkdir()
+    with open(folder / "long.jsonl", "w") as f:
+        f.writelines(json.dumps({"text": f"document {i}: checkpoints on FSx, step {i}."}) + "\n"
+                     for i in range(documents))
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_prepare_stopped_by_a_signal_removes_its_staging_folder_and_says_so_in_one_line(corpus, tmp_path, sig, code):
+    """A deleted or preempted data Job, or `timeout`, sends SIGTERM: Python's default ended the process
+    at once and its staging folder of partial shards stayed beside --output, one more per retry.
+    Ctrl-C cleaned up, with a KeyboardInterrupt traceback."""
+    _long_corpus(tmp_path / "in")
+    out = tmp_path / "out"
+    job = Job([sys.executable, "-m", "trainer.data", "prepare", "--tokenizer", str(corpus / "model"),
+               "--input", str(tmp_path / "in"), "--output", str(out)])
+    try:
+        job.wait_for(r"tokenizing:\s+[1-9]\d?%", timeout=60)  # in the loop, with shards in staging
+        job.proc.send_signal(sig)
+        rc = job.finish(timeout=30)
+    finally:
+        job.stop()
+    assert "Traceback" not in job.output, job.output[-3000:]
+    assert (rc, job.output.splitlines()[-1]) == (
+        code, f"error: stopped by {sig.name} before it finished; nothing was written to {out}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+def test_staging_folders_an_earlier_killed_prepare_left_are_named_in_one_warning_and_left_alone(corpus, tmp_path,
+                                                                                                   capsys):
+    """SIGKILL (the OOM killer, a pod past its grace period) leaves a staging folder no handler can
+    remove. Nothing stops two prepares of one --output at once, so one of them may be another live
+    run's: named, not removed."""
+    out = tmp_path / "out"
+    stale = [tmp_path / ".out.k1ll3d_a", tmp_path / ".out.k1ll3d_b"]
+    for folder in stale:
+        folder.mkdir()
+        (folder / "shard-00000.bin").write_bytes(b"\0\0")
+    other = tmp_path / ".out.v2.abcdefgh"  # the staging folder of --output out.v2, not of out
+    other.mkdir()
+    assert main(["prepare", "--tokenizer", str(corpus / "model"), "--input", str(corpus / "in" / "a.jsonl"),
+                 "--output", str(out)]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "WARNING" in line]
+    assert warnings == [f"WARNING: {stale[0]}, {stale[1]}: staging folders of a prepare of {out} that did not finish "
+                        "(killed, or out of memory), or of one still running; left in place: remove them when no "
+                        f"prepare of {out} runs"]
+    assert all(folder.is_dir() for folder in (*stale, other)) and (out / "meta.json").is_file()

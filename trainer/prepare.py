@@ -31,6 +31,10 @@ from trainer.log import warn
 SUFFIXES = (".txt", ".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
 EOS_CANDIDATES = ("<|end_of_text|>", "</s>", "<|endoftext|>", "<eos>")
 BATCH_DOCUMENTS = 256  # documents tokenized per call (the tokenizer parallelises over a batch)
+# A batch of JSON lines ends once its lines pass this many bytes, whatever their count: BATCH_DOCUMENTS
+# lines of up to LINE_LIMIT_BYTES each are 16 GiB (a gzip of about 18 MB). Ordinary documents (a few
+# KB) never reach it, so their batches, and how fast they go, stay as they were.
+BATCH_BYTES = 16 << 20
 TEXT_BLOCK_BYTES = 1 << 20  # plain text is read and tokenized a block of whole lines at a time
 # The longest line read, a JSON line (one document) or a line of text: a book is a few MB. A gzip
 # of 70 KB inflates to a line of 64 MiB, and a line is held in memory whole.
@@ -93,11 +97,12 @@ def documents(path: Path, text_field: str, progress) -> Iterator[list[str]]:
     try:
         # One handle: raw.tell() is the progress in the file's own bytes, compressed or not.
         with open(path, "rb") as raw, (gzip.open(raw, "rb") if kind.endswith(".gz") else nullcontext(raw)) as f:
-            batch, last = [], 0
+            batch, last, size = [], 0, 0
             while line := f.readline(LINE_LIMIT_BYTES + 1):
                 number += 1
                 if len(line) > LINE_LIMIT_BYTES:
                     raise UsageError("--input", f"{path}:{number}: a line longer than {LINE_LIMIT_BYTES:,} bytes")
+                size += len(line)
                 line = line.decode("utf-8")  # per line, so an error names its line
                 if not line.strip():
                     continue
@@ -110,11 +115,11 @@ def documents(path: Path, text_field: str, progress) -> Iterator[list[str]]:
                     raise UsageError("--input", f"{path}:{number}: its {text_field!r} field must be a string, got "
                                                 f"{'null' if text is None else type(text).__name__}")
                 batch.append(text)
-                if len(batch) == BATCH_DOCUMENTS:
+                if len(batch) == BATCH_DOCUMENTS or size >= BATCH_BYTES:
                     progress(raw.tell() - last)
                     last = raw.tell()
                     yield batch
-                    batch = []
+                    batch, size = [], 0
             progress(raw.tell() - last)
             if batch:
                 yield batch

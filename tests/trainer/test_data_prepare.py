@@ -452,3 +452,19 @@ def test_staging_folders_an_earlier_killed_prepare_left_are_named_in_one_warning
                         "(killed, or out of memory), or of one still running; left in place: remove them when no "
                         f"prepare of {out} runs"]
     assert all(folder.is_dir() for folder in (*stale, other)) and (out / "meta.json").is_file()
+
+
+def test_a_batch_of_json_lines_is_bounded_in_bytes_whatever_the_lines_lengths(tmp_path):
+    """A batch was BATCH_DOCUMENTS lines of up to LINE_LIMIT_BYTES each: 16 GiB in memory at once,
+    from a gzip of about 18 MB. Ordinary documents still go BATCH_DOCUMENTS at a time."""
+    from trainer.prepare import BATCH_BYTES, BATCH_DOCUMENTS, documents
+
+    long = tmp_path / "long.jsonl"
+    texts = [chr(ord("a") + i % 26) * (3 << 20) for i in range(BATCH_BYTES // (3 << 20) * 3)]
+    long.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    batches = list(documents(long, "text", lambda done: None))
+    assert [t for b in batches for t in b] == texts and len(batches) >= 3
+    assert max(sum(len(t) for t in b) for b in batches) <= BATCH_BYTES + (3 << 20)
+    short = tmp_path / "short.jsonl"
+    short.write_text("".join(json.dumps({"text": d}) + "\n" for d in DOCS))
+    assert [len(b) for b in documents(short, "text", lambda done: None)] == [BATCH_DOCUMENTS] * 2 + [700 - 512]

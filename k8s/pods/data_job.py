@@ -52,7 +52,11 @@ def data_job_manifest(config: Environment, source: DataSource, *, image: str) ->
     cpu, memory = node_share(config.nodegroup(source.nodegroup).instance_type)
     where = (f"copy {source.s3_uri} to {source.raw_path}" if source.copies
              else f"read {source.raw_path} (FSx shows {source.s3_uri})")
-    script = "\n".join(shlex.join(command) for command in steps(config, source))
+    commands = steps(config, source)
+    # The last step replaces the shell (exec): the kubelet's SIGTERM goes to the container's first
+    # process, and sh, PID 1 there, neither forwards it nor dies of it, so the step went on until the
+    # SIGKILL at the end of the grace period instead of removing its staging folder (trainer.prepare).
+    script = "\n".join(shlex.join(command) for command in [*commands[:-1], ["exec", *commands[-1]]])
     metadata = {
         "generateName": f"data-{source.name}-",
         # Copying reaches S3 over HTTPS with the Pod Identity agent's credentials (k8s/pods/network_policy.py);

@@ -3,6 +3,8 @@ group with the FSx claim, the trainer image, and the steps each data source asks
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shlex
 
 import kubernetes_validate
@@ -27,7 +29,40 @@ def environment(**changes):
 def script(manifest: dict) -> list[list[str]]:
     [container] = manifest["spec"]["template"]["spec"]["containers"]
     assert container["command"][:2] == ["sh", "-ec"]  # a failed step stops the pod
-    return [shlex.split(line) for line in container["command"][2].splitlines()]
+    lines = [shlex.split(line) for line in container["command"][2].splitlines()]
+    assert lines[-1][0] == "exec" and all(line[0] != "exec" for line in lines[:-1])  # the last step takes SIGTERM
+    return [*lines[:-1], lines[-1][1:]]
+
+
+def test_the_kubelets_sigterm_reaches_the_last_step_that_cleans_up_on_it(dev, monkeypatch):
+    """The pod's command, run as the container runs it, with a last step that records SIGTERM and
+    exits 143 on it (trainer.data prepare removes its staging folder so). Before, the shell held the
+    signal: in the pod (sh is PID 1) it ignored it, and the step ran until the grace period's
+    SIGKILL; here (not PID 1) it died of it and left the step running orphaned."""
+    import signal
+    import subprocess
+    import sys
+
+    from k8s.pods import data_job
+
+    waits = ("import signal, sys\n"
+             "signal.signal(signal.SIGTERM, lambda *_: (print('got SIGTERM', flush=True), sys.exit(143)))\n"
+             "print('ready', flush=True)\n"
+             "signal.pause()\n")
+    monkeypatch.setattr(data_job, "steps", lambda config, source: [[sys.executable, "-c", "pass"],
+                                                                   [sys.executable, "-c", waits]])
+    [container] = data_job_manifest(dev, dev.data_source("c4"), image=IMAGE)["spec"]["template"]["spec"]["containers"]
+    pod = subprocess.Popen(container["command"], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert pod.stdout.readline() == "ready\n"
+        pod.send_signal(signal.SIGTERM)  # the kubelet's, to the container's first process
+        assert pod.wait(timeout=30) == 143
+        assert pod.stdout.read() == "got SIGTERM\n"
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the steps too: they share the session's group
+            os.killpg(pod.pid, signal.SIGKILL)
+        pod.wait(timeout=30)
+        pod.stdout.close()
 
 
 def test_the_job_is_a_strictly_valid_hardened_batch_job_on_the_cpu_group_with_fsx(dev):

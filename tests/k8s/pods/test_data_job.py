@@ -39,11 +39,13 @@ def test_the_kubelets_sigterm_reaches_the_last_step_that_cleans_up_on_it(dev, mo
     exits 143 on it (trainer.data prepare removes its staging folder so). Before, the shell held the
     signal: in the pod (sh is PID 1) it ignored it, and the step ran until the grace period's
     SIGKILL; here (not PID 1) it died of it and left the step running orphaned."""
+    import select
     import signal
     import subprocess
     import sys
 
     from k8s.pods import data_job
+    from ops import proc
 
     waits = ("import signal, sys\n"
              "signal.signal(signal.SIGTERM, lambda *_: (print('got SIGTERM', flush=True), sys.exit(143)))\n"
@@ -52,8 +54,9 @@ def test_the_kubelets_sigterm_reaches_the_last_step_that_cleans_up_on_it(dev, mo
     monkeypatch.setattr(data_job, "steps", lambda config, source: [[sys.executable, "-c", "pass"],
                                                                    [sys.executable, "-c", waits]])
     [container] = data_job_manifest(dev, dev.data_source("c4"), image=IMAGE)["spec"]["template"]["spec"]["containers"]
-    pod = subprocess.Popen(container["command"], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    pod = proc.start(container["command"], stdout=subprocess.PIPE, text=True)  # a group of its own, dies with us
     try:
+        assert select.select([pod.stdout], [], [], 30)[0], "the last step never started"
         assert pod.stdout.readline() == "ready\n"
         pod.send_signal(signal.SIGTERM)  # the kubelet's, to the container's first process
         assert pod.wait(timeout=30) == 143

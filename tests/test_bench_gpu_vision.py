@@ -141,6 +141,10 @@ def test_a_decode_only_row_is_the_median_of_its_rounds_and_says_how_far_apart_th
     assert row["slowest_batch_ms"] == 260.0 and row["median_batch_ms"] == 30.0
     assert spread_words(row) == " (rounds 5,024, 9,772 and 8,000: 1.95x apart)"
     assert spread_words(row_of([result(5024.0, 41.0)], gpu=4000.0)) == ""  # one round: nothing to compare
+    # Rounds whose micro-batches took alike: the median never reads above the slowest (the clean-clone
+    # CI's dry run once had 40.0 against 39.99).
+    alike = [dict(result(100.0, 39.99), median_batch_ms=39.99) for _ in range(2)]
+    assert row_of(alike, gpu=4000.0)["median_batch_ms"] <= row_of(alike, gpu=4000.0)["slowest_batch_ms"] == 39.99
 
 
 def test_the_mixed_files_alternate_the_two_kinds_and_an_unknown_kind_is_refused():

@@ -92,6 +92,7 @@ class NonFiniteSteps:
         self.rt, self.limit, self.optimizer = rt, limit, optimizer
         self.in_a_row = torch.zeros((), device=rt.device)
         self.skipped = torch.zeros((), device=rt.device)  # in this run; read once, at its end
+        self.abandoned = torch.zeros((), device=rt.device)  # 1.0 once any rank abandoned a step
         self.late = LateRead(rt.device)
 
     def check(self, step: int, *values: torch.Tensor, abandon: bool = False) -> torch.Tensor:
@@ -108,8 +109,15 @@ class NonFiniteSteps:
         self.optimizer.found_inf = skip
         self.in_a_row = (self.in_a_row + 1) * bad
         self.skipped += bad
+        self.abandoned = torch.maximum(self.abandoned, flags[1])
         self.late.push(self.in_a_row, tag=step)
         return skip
+
+    @property
+    def any_abandoned(self) -> bool:
+        """Whether any rank abandoned a step of this run, up to the last one checked: the same on
+        every rank. Waits for the device, so it is read only where the host waits anyway (a save)."""
+        return bool(self.abandoned.item())
 
     @property
     def total(self) -> int:

@@ -235,8 +235,9 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
                 metrics.step_done(step, epoch, loss, lr, skipped=skipped)
                 nonfinite.stop_at_limit(step, now=epoch == job.epochs - 1 and i + 1 == steps_left)
                 # The epoch's last step saves after the evaluation, below; no rank saves a step after
-                # one whose data was gone (agree_gone): it was skipped, not trained.
-                if i + 1 < steps_left and not (ckpt.due(step) and unreadable.agree_gone()[1]):
+                # one whose data was gone: it was skipped, not trained. The ranks agreed on that with
+                # the step's flags, on the device; a due save waits for the device anyway.
+                if i + 1 < steps_left and not (ckpt.due(step) and nonfinite.any_abandoned):
                     ckpt.step_done(step)
                 if step == first_step:
                     tdist.end_startup(rt)  # start-up, the first step included, is over

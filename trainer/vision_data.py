@@ -323,7 +323,7 @@ class UnreadableImages:
             self.gone, self.gone_step, self.gone_problem = where, step, problem
 
     def agree_gone(self) -> tuple[int | None, list[int]]:
-        """On every rank at once (one collective, made only when a save is due or the ranks stop):
+        """On every rank at once (one collective, made only when the ranks stop):
         the first training step any rank's data was gone in (None: none, or only in an
         evaluation), and the ranks whose data was gone."""
         mine = [(self.gone_step, self.gone is not None)]

@@ -227,3 +227,38 @@ class _Draws(torch.utils.data.Dataset):
 
     def __getitem__(self, key):
         return torch.rand(4)
+
+
+def test_periodic_saves_of_a_run_whose_data_stays_readable_make_no_agreement_of_their_own(tmp_path, monkeypatch):
+    """Whether any rank's data was gone (its steps skipped, not to be saved) rides on the step's
+    flags, all-reduced on the device anyway; a save due every step asks no rank for more. Before,
+    each periodic save made every rank gather every rank's state (all_gather_object: pickling and,
+    under NCCL, a copy and a synchronisation) in every vision run. The stop still agrees
+    (test_vision_faults.py)."""
+    from trainer import dist as tdist
+    from trainer import vision
+    from trainer.batching import GLOBAL_BATCH
+    from trainer.checkpoint import list_steps
+    from trainer.vision_data import UnreadableImages, build_datasets
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):  # tdist.init sets them for its one-process job
+        monkeypatch.setenv(name, "0")
+        monkeypatch.delenv(name)
+    agreements = []
+    agree = UnreadableImages.agree_gone
+    monkeypatch.setattr(UnreadableImages, "agree_gone", lambda self: agreements.append(1) or agree(self))
+    steps, batch = 4, 8
+    job = vision.parse_job(["--model", "resnet18", "--image-size", "16", "--batch-size", str(batch), "--workers", "0",
+                            "--train-samples", str(steps * batch), "--val-samples", str(batch), "--epochs", "1",
+                            "--warmup-epochs", "0", "--log-every", "1000", "--checkpoint-dir", str(tmp_path / "ck"),
+                            "--checkpoint-every", "1", "--keep-checkpoints", "10"])
+    train_set, val_set, classes = build_datasets(job.data, job.synthetic, job.seed)
+    (tmp_path / "ck").mkdir()  # trainer.vision's main makes it
+    rt = tdist.init()
+    try:
+        status = vision.train(job, rt, train_set, val_set, classes,
+                              {"workload": "vision", "model": job.model.name, "classes": classes, GLOBAL_BATCH: batch})
+    finally:
+        tdist.shutdown()
+    assert status == 0 and list_steps(tmp_path / "ck") == [1, 2, 3, 4]
+    assert agreements == []

@@ -332,7 +332,8 @@ def evaluate(model, loader, to_input, rt: tdist.Runtime, unreadable: UnreadableI
     with torch.no_grad(), autocast(rt.device):
         while True:
             try:
-                batch = next(batches)
+                # A GPU decoder decodes here, and stops here where it decodes none of a micro-batch
+                images, labels = to_input(*next(batches))
             except StopIteration:
                 break
             except FolderUnreadable as gone:
@@ -340,7 +341,6 @@ def evaluate(model, loader, to_input, rt: tdist.Runtime, unreadable: UnreadableI
                     raise
                 unreadable.folder_gone(f"in epoch {unreadable.epoch.value}'s evaluation", problem=gone.problem)
                 break
-            images, labels = to_input(*batch)
             logits = model(images).float()
             top5 = logits.topk(min(5, logits.shape[1]), dim=1).indices
             hits = top5 == labels[:, None]

@@ -3,6 +3,7 @@ are in test_vision_faults.py, the global batch in test_vision_global_batch.py.""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
@@ -262,3 +263,34 @@ def test_periodic_saves_of_a_run_whose_data_stays_readable_make_no_agreement_of_
         tdist.shutdown()
     assert status == 0 and list_steps(tmp_path / "ck") == [1, 2, 3, 4]
     assert agreements == []
+
+
+@pytest.mark.slow
+def test_a_validation_micro_batch_the_gpu_decoder_cannot_decode_stops_the_run_with_the_epochs_training_saved(
+        make_image_folder, tmp_path):
+    """Every val JPEG passes the loader's checks and does not decode: nvImageCodec, decoding in the
+    training process, has nothing to stand in with (DecoderStopped). In the training loop that stops
+    every rank at an agreed step; in the evaluation the decode ran outside its guard, so the error
+    left the epoch's training unsaved (no checkpoint is due before the epoch's end)."""
+    from PIL import Image
+
+    from test_vision_decode import undecodable_jpeg
+    from trainer.checkpoint import list_steps
+
+    data, ck = tmp_path / "data", tmp_path / "ck"
+    make_image_folder(data, train=8, val=2)  # 16 training images: 4 steps of 4; 4 val images: 1 micro-batch
+    for path in sorted((data / "val").rglob("*.png")):
+        jpeg = io.BytesIO()
+        with Image.open(path) as image:
+            image.save(jpeg, format="JPEG")
+        path.write_bytes(undecodable_jpeg(jpeg.getvalue()))  # decoders read the content, whatever the name
+    p = _vision("--data", str(data), "--image-size", "16", "--batch-size", "4", "--workers", "1", "--epochs", "1",
+                "--model", "resnet18", "--warmup-epochs", "0", "--decode", "nvimgcodec", "--max-bad-images", "100",
+                "--checkpoint-dir", str(ck), "--checkpoint-every", "1000")
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stdout[-3000:] + p.stderr[-3000:]
+    line = p.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: --data: none of the 4 images of a micro-batch decoded") and \
+        "on rank 0 in epoch 0's evaluation" in line and line.endswith(
+            "every rank stopped at step 4 with the checkpoint of step 4, the epoch's training (a resume evaluates "
+            "it again)"), line
+    assert list_steps(ck) == [4] and "epoch 0 done" not in p.stdout

@@ -78,10 +78,12 @@ def stop_restarting_on_permanent_failures() -> None:
 
     torch is pinned (requirements.txt): the hook is torch 2.13's SimpleElasticAgent._invoke_run,
     which restarts a FAILED round only while `_remaining_restarts` is above 0, launch_agent's
-    module-level `LocalElasticAgent`, and its `spec.rdzv_handler.shutdown()` after run() returns.
+    module-level `LocalElasticAgent`, its `spec.rdzv_handler.shutdown()` after run() returns, and
+    DynamicRendezvousHandler's `_stop_heartbeats`, which that shutdown calls.
     tests/trainer/test_launch.py runs real torchrun against them
     (test_a_permanent_worker_status_is_not_restarted_inside_the_pod,
-    test_a_pod_that_stops_retryably_leaves_the_rendezvous_open_and_the_restarted_pods_resume)."""
+    test_a_pod_that_stops_retryably_leaves_the_rendezvous_open_and_the_restarted_pods_resume,
+    test_a_rendezvous_left_open_still_stops_this_pods_keep_alive_heartbeats)."""
     from torch.distributed.elastic.agent.server.api import DEFAULT_ROLE
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
     from torch.distributed.launcher import api
@@ -101,7 +103,14 @@ def stop_restarting_on_permanent_failures() -> None:
             return result
 
         def _leave_rendezvous_open(self):
-            self._worker_group.spec.rdzv_handler.shutdown = lambda: False
+            handler = self._worker_group.spec.rdzv_handler
+            # The shutdown skipped here is also what stops the dynamic rendezvous' (etcd-v2's)
+            # keep-alive heartbeats: this pod is leaving the round, so they stop all the same.
+            # Other handlers (static, etcd v1) have none.
+            stop_heartbeats = getattr(handler, "_stop_heartbeats", None)
+            if callable(stop_heartbeats):
+                stop_heartbeats()
+            handler.shutdown = lambda: False
 
         def _stop_workers(self, worker_group):
             # A round restarted for a membership change (a pod joining, or one restarted after its

@@ -9,6 +9,7 @@ import shutil
 import signal
 import sys
 import textwrap
+import threading
 import uuid
 
 import pytest
@@ -373,6 +374,23 @@ def test_a_round_that_times_out_waiting_for_a_pod_leaves_the_rendezvous_open_for
     assert _finished("\n".join(pod.output for pod in pods[1:])) and list_steps(ckpt)[-1] == STEPS
 
 
+def _launchers_agent(rdzv_handler, **options):
+    """The agent torchrun's launcher builds once trainer.launch has hooked it, without running it."""
+    from torch.distributed.elastic.agent.server.api import WorkerSpec
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.launcher import api
+
+    from trainer.launch import stop_restarting_on_permanent_failures
+
+    built = api.LocalElasticAgent
+    try:
+        stop_restarting_on_permanent_failures()
+        spec = WorkerSpec(role="default", local_world_size=1, rdzv_handler=rdzv_handler, entrypoint=sys.executable)
+        return api.LocalElasticAgent(spec=spec, logs_specs=DefaultLogsSpecs(), start_method="spawn", **options)
+    finally:
+        api.LocalElasticAgent = built
+
+
 class _RecordedProcesses:
     """The agent's process context as far as stopping goes: what it was asked to close with."""
 
@@ -388,20 +406,31 @@ def test_workers_stopped_for_a_restarted_round_get_the_pods_shutdown_timeout_to_
     workers still running and they save before exiting. torch 2.13's LocalElasticAgent gave them a
     fixed 30 s there, where the pod sets TORCH_ELASTIC_SHUTDOWN_TIMEOUT from its model's save time
     (k8s/pods/pytorchjob.py, config/checkpoint_time.py): a bigger model's save was SIGKILLed."""
-    from torch.distributed.elastic.agent.server.api import WorkerSpec
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
-    from torch.distributed.launcher import api
-
-    from trainer.launch import stop_restarting_on_permanent_failures
-
-    built = api.LocalElasticAgent
-    try:
-        stop_restarting_on_permanent_failures()
-        spec = WorkerSpec(role="default", local_world_size=1, rdzv_handler=None, entrypoint=sys.executable)
-        agent = api.LocalElasticAgent(spec=spec, logs_specs=DefaultLogsSpecs(), start_method="spawn",
-                                      shutdown_timeout=150)
-    finally:
-        api.LocalElasticAgent = built
+    agent = _launchers_agent(None, shutdown_timeout=150)
     agent._pcontext = processes = _RecordedProcesses()
     agent._stop_workers(agent._worker_group)
     assert processes.closed == [(signal.SIGTERM, 150)]
+
+
+@needs_etcd
+def test_a_rendezvous_left_open_still_stops_this_pods_keep_alive_heartbeats():
+    """The launcher's shutdown of the rendezvous, which the agent leaves open after a retryable
+    failure, is also what stops the handler's keep-alive heartbeats (torch 2.13's dynamic
+    rendezvous, which etcd-v2 is): without it this pod's thread went on telling etcd it was alive
+    while the pod was on its way out."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters, registry
+
+    def heartbeats():
+        return [thread for thread in threading.enumerate() if thread.name.startswith("RendezvousKeepAliveTimer")]
+
+    with local.etcd_server(local.find_etcd(None)) as etcd:
+        handler = registry.get_rendezvous_handler(RendezvousParameters(
+            backend="etcd-v2", endpoint=etcd.endpoint, run_id=f"open-{uuid.uuid4().hex[:8]}", min_nodes=1,
+            max_nodes=1, local_addr="127.0.0.1"))
+        handler.next_rendezvous()
+        assert heartbeats()
+        agent = _launchers_agent(handler)
+        agent._leave_rendezvous_open()
+        handler.shutdown()  # what launch_agent calls once the agent has returned
+        assert heartbeats() == []
+        assert not handler.is_closed()

@@ -66,6 +66,10 @@ class PyTorchJobs:
         return kube.api_call(lambda: self.client.core_api.list_namespaced_pod(
             namespace, label_selector=label_selector)).items
 
+    def status(self, namespace: str, name: str | None = None) -> tuple[list, str | None]:
+        """`ops status`'s rows, and no problem line: a PyTorchJob has no queue position to miss."""
+        return kube.status(self.client, name, namespace), None
+
 
 Runs = Any  # PyTorchJobs or ops.trainjobs.TrainJobs
 Manifest = Union[dict, Any]  # a PyTorchJob, or an ops.trainjobs.TrainJobRun
@@ -160,7 +164,15 @@ def _resume(api: Runs, run: Run, namespace: str, preset: str) -> str:
                        f"why); {delete} and start again to resume from {folder}")
     if run.suspended:
         _refuse_while_pods_of_another_run_stop(api, run.name, namespace, preset)
-    return api.set_suspended(run.name, False, namespace)
+        return api.set_suspended(run.name, False, namespace)
+    # Started already: what `ops status NAME` says of it, its pods' notes included. A user starts it
+    # again to learn why nothing happens, and its condition says Running while its pods wait for a
+    # node or its image, or crash in a loop; under Kueue, Queued, without Kueue's reason.
+    [row], _ = api.status(namespace, run.name)
+    if row.phase in ("Suspended", "Stopped"):  # stopped since it was listed
+        return api.set_suspended(run.name, False, namespace)
+    said = f": {row.message}" if row.message else ""
+    return f"{api.kind} {namespace}/{run.name} is already started ({row.phase}){said}"
 
 
 def stop(client: Any, target: str, namespace: str) -> list[str]:

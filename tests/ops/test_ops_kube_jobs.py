@@ -126,8 +126,46 @@ def test_starting_a_running_run_changes_nothing(api, dev, capsys):
     api.on("GET", JOBS, listing(job(name, "Created", "Running", suspend=False, preset="cpu-ddp")))
     api.on("GET", f"{JOBS}/{name}", job(name, "Created", "Running", suspend=False))
     assert start("cpu-ddp") == 0
-    assert [c.method for c in api.calls] == ["GET", "GET"]
-    assert capsys.readouterr().out == f"PyTorchJob training/{name} is already started (Running)\n"
+    assert [c.method for c in api.calls] == ["GET", "GET", "GET"]
+    assert capsys.readouterr().out == f"PyTorchJob training/{name} is already started (Running): {name} is running\n"
+
+
+BACK_OFF = ("CrashLoopBackOff", "back-off 2m40s restarting failed container=pytorch")
+
+
+@pytest.mark.parametrize("statuses, says", [
+    ([{"unschedulable": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}] * 2,
+     "(Pending): {name} is running; 2 pods unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu"),
+    ([{"waiting": ("ErrImagePull", "not found"), "image": "registry/trainer:2"}] * 2,
+     "(Pending): {name} is running; 2 pods cannot pull image registry/trainer:2 (ErrImagePull: not found); a run "
+     "keeps its image: push it, or `python -m ops delete {name}` and start again"),
+    ([{}, {"last_exited": 1, "waiting": BACK_OFF, "restarts": 5}],
+     "(Running): {name} is running; {name}-worker-1 exited 1 (a crash, or a peer stopped first); {name}-worker-1 in "
+     "CrashLoopBackOff after 5 restart(s) in place"),
+], ids=["unschedulable", "image-pull", "crash-loop"])
+def test_starting_a_started_run_says_what_its_pods_say_as_status_does(api, dev, capsys, statuses, says):
+    """A user starts a run again to learn why nothing happens: its pods wait for a node or an image,
+    or crash in a loop, while the PyTorchJob's condition still says Running."""
+    name = run_name(dev, "cpu-ddp")
+    api.on("GET", JOBS, listing(job(name, "Created", "Running", suspend=False, preset="cpu-ddp")))
+    api.on("GET", f"{JOBS}/{name}", job(name, "Created", "Running", suspend=False))
+    api.on("GET", PODS, pod_list(*(exited(name, i, **s) for i, s in enumerate(statuses))))
+    assert start("cpu-ddp") == 0
+    [line] = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"PyTorchJob training/{name} is already started {says.format(name=name)}"), line
+    [listed] = [c for c in api.calls if c.path == PODS]  # one pod list, of this run only
+    assert listed.query["labelSelector"] == f"eks-distributed-training.io/job={name}"
+    assert not [c for c in api.calls if c.method != "GET"], "nothing changed"
+
+
+def test_start_resumes_a_run_that_was_stopped_after_it_was_listed(api, dev, capsys):
+    name = run_name(dev, "cpu-ddp")
+    api.on("GET", JOBS, listing(job(name, "Created", "Running", suspend=False, preset="cpu-ddp")))
+    api.on("GET", f"{JOBS}/{name}", job(name, "Created", "Suspended", suspend=True))
+    api.on("PATCH", f"{JOBS}/{name}", job(name, "Created", suspend=False))
+    assert start("cpu-ddp") == 0
+    assert [c.body for c in api.calls if c.method == "PATCH"] == [{"spec": {"runPolicy": {"suspend": False}}}]
+    assert capsys.readouterr().out == f"PyTorchJob training/{name} resumed: its pods start\n"
 
 
 def test_start_refuses_while_a_run_of_older_code_is_active_and_names_the_choice(api, capsys):

@@ -504,6 +504,40 @@ def test_status_says_a_run_whose_pods_cannot_pull_its_image_waits_for_it_naming_
                         '`python -m ops delete p-pull --env ENV` and start again'), row
 
 
+def test_starting_a_started_run_says_what_its_pods_say_as_status_does(cluster, capsys, dev):
+    """A user starts a run again to learn why nothing happens; its child Job counts its pods that wait
+    for the image as active, so the TrainJob alone reads as Running."""
+    from ops import runs
+
+    name = runs.run_manifest(dev, "cpu-ddp", name=None, image=IMAGE, overrides=None).name
+    cluster.put(TRAINJOBS, trainjob(name, active=2))
+    for index in (0, 1):
+        cluster.put(PODS, node_pod(name, index, waiting=PULL_FAILS, image="registry/trainer:3"))
+    assert ops("start", "cpu-ddp", "--image", IMAGE) == 0
+    [line] = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"TrainJob training/{name} is already started (Pending): 2 pods cannot pull image "
+                           "registry/trainer:3 (ImagePullBackOff: "), line
+    assert not cluster.writes()
+
+
+def test_under_kueue_starting_a_queued_run_says_why_kueue_does_not_admit_it(cluster, capsys, dev):
+    from ops import runs
+
+    cluster.queue_with_kueue()
+    name = runs.run_manifest(dataclasses.replace(dev, queueing="kueue"), "cpu-ddp", name=None, image=IMAGE,
+                             overrides=None).name
+    cluster.put(TRAINJOBS, trainjob(name, "Suspended", suspend=True, queue=True))
+    waits = workload(name)
+    waits["status"]["conditions"] = [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                                      "message": "couldn't assign flavors to pod set node: request > maximum capacity"}]
+    cluster.put(WORKLOADS, waits)
+    assert ops("start", "cpu-ddp", "--image", IMAGE) == 0
+    [line] = capsys.readouterr().out.splitlines()
+    assert line == (f"TrainJob training/{name} is already started (Queued): queued (position unknown); couldn't "
+                    "assign flavors to pod set node: request > maximum capacity"), line
+    assert not cluster.writes()
+
+
 def test_status_json_has_the_same_rows(cluster, capsys):
     import json
 

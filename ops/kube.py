@@ -562,7 +562,8 @@ def _call(fn: Callable[[], Any], hints: dict[int, str] | None = None) -> Any:
 
 
 def _one_line(err: Exception) -> str:
-    cause = err.__cause__
+    # The SDK raises some of its errors inside the handler of the API's, not from it (its log reads)
+    cause = err.__cause__ if err.__cause__ is not None or err.__suppress_context__ else err.__context__
     status_code = getattr(cause, "status", None)
     if status_code is not None:
         head = str(err).split(". Error:", 1)[0]

@@ -784,6 +784,27 @@ def test_a_followed_log_that_breaks_or_whose_pod_is_gone_ends_in_one_line(broken
         assert "`python -m ops logs cpu-ddp-aaaaaaaa -f` follows it again" in line
 
 
+@pytest.mark.parametrize("gone, words", [
+    (Answer(404, status_body(404, "NotFound", 'pods "cpu-ddp-aaaaaaaa-worker-0" not found')),
+     'HTTP 404 pods "cpu-ddp-aaaaaaaa-worker-0" not found'),
+    (Answer(500, status_body(500, "InternalError", "dial tcp 10.0.1.5:10250: i/o timeout")),
+     "HTTP 500 dial tcp 10.0.1.5:10250: i/o timeout")], ids=["pod deleted", "kubelet unreachable"])
+def test_a_log_that_cannot_be_read_says_why_in_one_line(gone, words, tmp_path):
+    """The SDK raises its own "Failed to read logs for pod ..." inside the handler of the API's
+    error, not from it: the line said that much and dropped the reason."""
+    server = RecordingApiServer(answer=answering(gone, path=WORKER_0_LOG))
+    try:
+        server.add("kubeflow.org/v1", "pytorchjobs", "training", job("cpu-ddp-aaaaaaaa", "Created", "Running"))
+        server.add("v1", "pods", "training", worker_0("cpu-ddp-aaaaaaaa"))
+        result = run_ops(["logs", "cpu-ddp-aaaaaaaa", "--kubeconfig", str(server.kubeconfig(tmp_path / "kubeconfig"))],
+                         isolated_aws_env(tmp_path), timeout=60)
+    finally:
+        server.close()
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: Failed to read logs for pod training/cpu-ddp-aaaaaaaa-worker-0") and words in line, line
+
+
 def test_a_followed_log_that_ends_ends_the_command(tmp_path):
     server = RecordingApiServer(logs="epoch 1 loss 0.9\nepoch 2 loss 0.5")
     try:

@@ -53,9 +53,16 @@ def _split(arn: str) -> tuple[str, str, str] | None:
     return m["account"], kind, rest.rsplit("/", 1)[-1] if kind in ("role", "user") else rest
 
 
+def _principal_key(arn: str) -> tuple[str, str, str] | None:
+    split = _split(arn)
+    return (split[0], split[1], split[2].lower()) if split else None
+
+
 def same_principal(a: str, b: str) -> bool:
-    """Same account, type and name: an assumed-role session's ARN carries no path."""
-    return a == b or (_split(a) is not None and _split(a) == _split(b))
+    """Same account, type and name: an assumed-role session's ARN carries no path, and IAM names
+    are unique per account whatever their case (IAM User Guide, reference_iam-quotas.html), so
+    role/Deployer and role/deployer are one role, as config's duplicate check holds too."""
+    return a == b or (_principal_key(a) is not None and _principal_key(a) == _principal_key(b))
 
 
 def caller(aws: AwsClients) -> Caller:

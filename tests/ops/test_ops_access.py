@@ -188,3 +188,29 @@ def test_whoami_for_another_account_exits_1(aws, tmp_path):
     result = run_ops(["whoami", "--env", "dev"], isolated_aws_env(tmp_path, aws))
     assert result.returncode == 1
     assert f"account    {ACCOUNT}, but environments.dev.account is 111111111111" in result.stdout
+
+
+@pytest.mark.parametrize("configured", [f"arn:aws:iam::{ACCOUNT}:role/teams/developer",
+                                        f"arn:aws:iam::{ACCOUNT}:role/DEVELOPER"])
+def test_the_deployer_principal_is_the_caller_whatever_the_case_of_its_name(aws, prod, configured):
+    """IAM User Guide, reference_iam-quotas.html ("IAM name requirements"): names of users and roles
+    are unique within the account and "are not distinguished by case". EKS stores the principal's
+    role or user id with the access entry (EKS API Reference, AccessEntry: principalArn), so both
+    spellings name the one role; config refuses listing it twice for the same reason."""
+    make_role(DEV_ROLE)
+    env = replace(prod, deployer_principal_arn=configured)
+    row = rows(env, clients_as(DEV_ROLE))["cluster admin"]
+    assert row.status == PASS and f"you are {configured} (deployerPrincipalArn)" in row.reason, row
+
+
+def test_a_trust_policy_naming_the_caller_in_another_case_names_the_caller(aws, prod):
+    make_role(DEV_ROLE)
+    make_role(ADMIN, f"arn:aws:iam::{ACCOUNT}:role/teams/DEVELOPER")
+    row = rows(prod, clients_as(DEV_ROLE))["cluster admin"]
+    assert row.status == PASS and "its trust policy names you" in row.reason, row
+
+
+@pytest.mark.parametrize("other", [f"arn:aws:iam::{ACCOUNT}:user/Developer", "arn:aws:iam::999999999999:role/Developer",
+                                   f"arn:aws:iam::{ACCOUNT}:role/Developers"])
+def test_a_principal_of_another_kind_account_or_name_is_not_the_caller(other):
+    assert not access.same_principal(other, DEV_ROLE)

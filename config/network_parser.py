@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from config.cidrs import refuse_every_address
+from config.cidrs import refuse_every_address, refuse_reserved, refuse_too_many
 from config.environment import ENDPOINT_ACCESS_TYPES, PUBLIC_SUBNET_MASK, EndpointAccess, private_subnet_mask
 from config.errors import ConfigError
 from config.reader import ObjectReader, one_of, string_list
@@ -69,6 +69,7 @@ def parse_endpoint(raw: dict, path: str) -> EndpointAccess:
         raise ConfigError(r.at("publicCidrs"),
                           "is required with type public: list the CIDR blocks allowed to reach the API "
                           "(0.0.0.0/0 is not accepted)")
+    refuse_too_many(cidrs, r.at("publicCidrs"))
     networks = []
     for i, cidr in enumerate(cidrs):
         try:
@@ -83,4 +84,7 @@ def parse_endpoint(raw: dict, path: str) -> EndpointAccess:
                               f"{net} is already publicCidrs[{networks.index(net)}]; list each block once")
         networks.append(net)
     refuse_every_address(networks, r.at("publicCidrs"))
+    # After the check above, so that blocks covering every address are named as that.
+    for i, net in enumerate(networks):
+        refuse_reserved(net, f"{r.at('publicCidrs')}[{i}]")
     return EndpointAccess(kind, cidrs)

@@ -426,9 +426,53 @@ def test_a_source_under_the_fsx_import_path_is_read_through_the_link_not_copied(
 
 
 def test_public_cidrs_that_leave_addresses_out_are_accepted():
-    raw = put(dev(), "endpointAccess.publicCidrs", ["0.0.0.0/1", "128.0.0.0/2", "203.0.113.0/24"])
+    raw = put(dev(), "endpointAccess.publicCidrs", ["1.0.0.0/8", "2.0.0.0/7", "203.0.113.0/24"])
     env = load_environment({"dev": raw}, "dev")
-    assert env.endpoint_access.public_cidrs == ("0.0.0.0/1", "128.0.0.0/2", "203.0.113.0/24")
+    assert env.endpoint_access.public_cidrs == ("1.0.0.0/8", "2.0.0.0/7", "203.0.113.0/24")
+
+
+def test_public_cidrs_take_at_most_the_40_blocks_eks_allows_a_cluster():
+    """Amazon EKS User Guide, service-quotas.html: "Public endpoint access CIDR ranges per cluster",
+    40 in each Region, not adjustable (config-cluster-endpoint.html points there). A 41st block
+    passed config and reached the deploy, where EKS refuses the list."""
+    forty = [f"198.51.100.{i}/32" for i in range(40)]
+    assert load_environment({"dev": put(dev(), "endpointAccess.publicCidrs", forty)}, "dev")
+    assert error_line(("endpointAccess.publicCidrs", [*forty, "203.0.113.0/24"])) == (
+        P + "endpointAccess.publicCidrs: lists 41 CIDR blocks; EKS takes at most 40 per cluster (a quota that cannot "
+            "be raised): merge neighbouring blocks")
+
+
+# Amazon EKS User Guide, config-cluster-endpoint.html: a public access CIDR block "cannot include
+# reserved addresses" (the page links the list of reserved IPv4 blocks); such a block passed config
+# and reached the deploy, where EKS refuses it. The documentation blocks of that list stay accepted
+# (see config/cidrs.py): the page's own example is 203.0.113.5/32.
+RESERVED_CASES = [
+    ("10.0.0.0/8", "10.0.0.0/8", "RFC 1918 private"),
+    ("172.20.0.0/16", "172.16.0.0/12", "RFC 1918 private"),
+    ("192.168.1.0/24", "192.168.0.0/16", "RFC 1918 private"),
+    ("127.0.0.1/32", "127.0.0.0/8", "loopback"),
+    ("169.254.0.0/16", "169.254.0.0/16", "link-local"),
+    ("100.64.0.0/10", "100.64.0.0/10", "carrier-grade NAT shared"),
+    ("0.0.0.0/8", "0.0.0.0/8", "this network"),
+    ("224.0.0.0/4", "224.0.0.0/4", "multicast"),
+    ("255.255.255.255/32", "240.0.0.0/4", "reserved for future use"),
+    ("198.18.0.0/15", "198.18.0.0/15", "benchmarking"),
+    ("8.0.0.0/6", "10.0.0.0/8", "RFC 1918 private"),  # a wider block holding one
+    ("0.0.0.0/1", "0.0.0.0/8", "this network"),
+]
+
+
+@pytest.mark.parametrize("block, reserved, what", RESERVED_CASES)
+def test_a_public_cidr_holding_reserved_addresses_is_refused_naming_the_reserved_block(block, reserved, what):
+    assert error_line(("endpointAccess.publicCidrs", ["198.51.100.0/24", block])) == (
+        P + f"endpointAccess.publicCidrs[1]: {block} includes {reserved} ({what} addresses), which EKS does not "
+            "take in publicAccessCidrs; list public ranges only")
+
+
+def test_documentation_ranges_stay_accepted_as_public_cidrs():
+    blocks = ["192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"]
+    env = load_environment({"dev": put(dev(), "endpointAccess.publicCidrs", blocks)}, "dev")
+    assert env.endpoint_access.public_cidrs == tuple(blocks)
 
 
 # Python's `$` also matches before a final newline, and `\d` and `\w` match any script's digits and

@@ -92,13 +92,15 @@ def parse_environment(name: str, raw: Any) -> Environment:
     for i, arn in enumerate(admin_roles):
         if not ROLE_ARN.fullmatch(arn):
             raise ConfigError(f"{r.at('adminRoleArns')}[{i}]", f"{_ROLE_ARN_RULE}, got {arn!r}")
+        _refuse_other_partition(arn, region, f"{r.at('adminRoleArns')}[{i}]")
         if arn in admin_roles[:i]:
             raise ConfigError(f"{r.at('adminRoleArns')}[{i}]",
                               f"{arn} is already adminRoleArns[{admin_roles.index(arn)}] (a principal can have "
                               "only one access entry); remove one of them")
         _refuse_same_principal(arn, admin_roles[:i], f"{r.at('adminRoleArns')}[{i}]")
 
-    deployer = _parse_deployer(r.optional("deployerPrincipalArn", str), r.at("deployerPrincipalArn"), admin_roles)
+    deployer = _parse_deployer(r.optional("deployerPrincipalArn", str), r.at("deployerPrincipalArn"), admin_roles,
+                               region)
     endpoint = parse_endpoint(r.required("endpointAccess", dict), r.at("endpointAccess"))
     system = parse_system_nodegroup(r.required("systemNodegroup", dict), r.at("systemNodegroup"))
     gpu_groups = tuple(
@@ -165,7 +167,7 @@ def _parse_addon_versions(raw: dict, path: str) -> tuple[tuple[str, str], ...]:
     return tuple(pins)
 
 
-def _parse_deployer(arn: str | None, path: str, admin_roles: tuple[str, ...]) -> str | None:
+def _parse_deployer(arn: str | None, path: str, admin_roles: tuple[str, ...], region: str) -> str | None:
     """EKS access entries take an IAM role or user ARN, never an STS session (Amazon EKS API
     Reference, CreateAccessEntry: principalArn), and one principal belongs to one access entry
     (Amazon EKS User Guide, creating-access-entries.html)."""
@@ -182,6 +184,7 @@ def _parse_deployer(arn: str | None, path: str, admin_roles: tuple[str, ...]) ->
     if not _PRINCIPAL_ARN.fullmatch(arn):
         raise ConfigError(path, f"must be an IAM role or user ARN (arn:aws:iam::<12 digits>:role/<name> or :user/<name>), "
                                 f"got {arn!r}")
+    _refuse_other_partition(arn, region, path)
     if arn in admin_roles:
         raise ConfigError(path, f"{arn} is already in adminRoleArns (a principal can have only one access entry); "
                                 "remove one of them")
@@ -191,6 +194,26 @@ def _parse_deployer(arn: str | None, path: str, admin_roles: tuple[str, ...]) ->
 
 _ROLE_ARN_RULE = ("must be an IAM role ARN (arn:aws:iam::<12 digits>:role/<name> or :role/<path>/<name>, the name "
                   "1-64 letters, digits or +=,.@_-)")
+
+
+def _region_partition(region: str) -> str | None:
+    """The partition of `region`'s ARNs: aws-cn in the China Regions (AWS General Reference, "ARNs for
+    Amazon Web Services in China"), aws-us-gov in GovCloud (US) (GovCloud User Guide,
+    using-govcloud-arns.html), aws in the standard Regions; None for the isolated Regions, left
+    unchecked."""
+    if region.startswith("cn-"):
+        return "aws-cn"
+    if "-gov-" in region:
+        return "aws-us-gov"
+    return None if "-iso" in region else "aws"
+
+
+def _refuse_other_partition(arn: str, region: str, path: str) -> None:
+    """An IAM principal lives in one partition, and the cluster's access entries in the region's."""
+    partition, expected = arn.split(":")[1], _region_partition(region)
+    if expected and partition != expected:
+        raise ConfigError(path, f"{arn} is in partition {partition}, but region {region} is in partition {expected}: "
+                                f"use arn:{expected}:iam::... (an IAM principal belongs to one partition)")
 
 
 def _principal_key(arn: str) -> tuple[str, ...]:

@@ -618,3 +618,51 @@ def test_a_cidr_block_is_refused_unless_written_as_address_and_prefix_length_onc
 def test_every_rfc_1918_range_makes_a_vpc():
     for block in ("10.0.0.0/16", "172.16.0.0/16", "172.31.0.0/16", "192.168.0.0/16"):
         assert load_environment({"dev": put(dev(), "vpcCidr", block)}, "dev").vpc_cidr == block
+
+
+def _in_region(region: str) -> dict:
+    raw = put(dev(), "region", region)
+    raw["availabilityZones"] = [f"{region}a", f"{region}b"]
+    raw["trainingAvailabilityZone"] = f"{region}a"
+    return raw
+
+
+# An IAM principal belongs to one partition: ARNs begin arn:aws in the standard Regions, arn:aws-cn in
+# the China Regions (AWS General Reference, ARNs.html for China) and arn:aws-us-gov in GovCloud (US)
+# (GovCloud User Guide, using-govcloud-arns.html). An access entry for another partition's ARN passed
+# config and reached the deploy, where EKS cannot create it; preflight even called the caller
+# arn:aws:iam::...:role/X that admin, since it compared names and accounts only.
+PARTITION_CASES = [
+    ("deployer of china in us-west-2", "us-west-2", "deployerPrincipalArn",
+     "arn:aws-cn:iam::111111111111:role/Deployer", "aws-cn", "aws"),
+    ("admin role of govcloud in us-west-2", "us-west-2", "adminRoleArns[0]",
+     "arn:aws-us-gov:iam::111111111111:role/PlatformAdmin", "aws-us-gov", "aws"),
+    ("admin role of a made-up partition", "us-west-2", "adminRoleArns[0]",
+     "arn:aws-moon:iam::111111111111:role/PlatformAdmin", "aws-moon", "aws"),
+    ("standard admin role in china", "cn-north-1", "adminRoleArns[0]",
+     "arn:aws:iam::111111111111:role/PlatformAdmin", "aws", "aws-cn"),
+    ("standard deployer in govcloud", "us-gov-west-1", "deployerPrincipalArn",
+     "arn:aws:iam::111111111111:user/bob", "aws", "aws-us-gov"),
+]
+
+
+@pytest.mark.parametrize("region, field, arn, partition, expected",
+                         [pytest.param(*case[1:], id=case[0]) for case in PARTITION_CASES])
+def test_a_principal_of_another_partition_than_the_region_is_refused(region, field, arn, partition, expected):
+    raw = put(_in_region(region), field, arn)
+    if field == "deployerPrincipalArn":
+        raw["adminRoleArns"] = []  # dev's admin role is of the standard partition
+    with pytest.raises(ConfigError) as err:
+        load_environment({"dev": raw}, "dev")
+    assert err.value.line() == (
+        P + f"{field}: {arn} is in partition {partition}, but region {region} is in partition {expected}: "
+            f"use arn:{expected}:iam::... (an IAM principal belongs to one partition)")
+
+
+@pytest.mark.parametrize("region, partition", [("cn-north-1", "aws-cn"), ("us-gov-west-1", "aws-us-gov"),
+                                               ("eu-west-1", "aws")])
+def test_principals_of_the_regions_partition_are_accepted(region, partition):
+    raw = put(_in_region(region), "adminRoleArns[0]", f"arn:{partition}:iam::111111111111:role/PlatformAdmin")
+    raw["deployerPrincipalArn"] = f"arn:{partition}:iam::111111111111:user/bob"
+    env = load_environment({"dev": raw}, "dev")
+    assert env.admin_role_arns[0].startswith(f"arn:{partition}:")

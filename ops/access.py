@@ -183,6 +183,8 @@ def trust_admits(trust: dict | None, who: Caller) -> str | None:
     """'direct' when the trust policy names the caller's principal, 'account' when it names the
     caller's account (identity policies must then allow it too), None when it admits neither."""
     found = None
+    caller_arn = _ARN.match(who.arn)
+    account_root = f"arn:{caller_arn['partition'] if caller_arn else 'aws'}:iam::{who.account}:root"
     for statement in _listify((trust or {}).get("Statement", [])):
         actions = _listify(statement.get("Action", []))
         if statement.get("Effect") != "Allow" or not any(a in ("sts:AssumeRole", "sts:*", "*") for a in actions):
@@ -192,7 +194,7 @@ def trust_admits(trust: dict | None, who: Caller) -> str | None:
         for name in names:
             if who.principal_arn and same_principal(name, who.principal_arn):
                 return "direct"
-            if name in ("*", who.account) or name == f"arn:aws:iam::{who.account}:root":
+            if name in ("*", who.account, account_root):
                 found = "account"
     return found
 

@@ -214,3 +214,14 @@ def test_a_trust_policy_naming_the_caller_in_another_case_names_the_caller(aws, 
                                    f"arn:aws:iam::{ACCOUNT}:role/Developers"])
 def test_a_principal_of_another_kind_account_or_name_is_not_the_caller(other):
     assert not access.same_principal(other, DEV_ROLE)
+
+
+@pytest.mark.parametrize("partition", ["aws", "aws-cn", "aws-us-gov"])
+def test_a_trust_policy_naming_the_account_root_is_read_in_the_callers_partition(partition):
+    """IAM User Guide, reference_policies_elements_principal.html: arn:PARTITION:iam::ACCOUNT:root
+    names the account. In China or GovCloud the partition is aws-cn or aws-us-gov, and such a trust
+    policy was read as admitting no one: preflight failed a caller whose account the role trusts."""
+    who = access.Caller(f"arn:{partition}:sts::{ACCOUNT}:assumed-role/Developer/alice", ACCOUNT,
+                        f"arn:{partition}:iam::{ACCOUNT}:role/teams/Developer", "role")
+    assert access.trust_admits(json.loads(trust(f"arn:{partition}:iam::{ACCOUNT}:root")), who) == "account"
+    assert access.trust_admits(json.loads(trust(f"arn:{partition}:iam::999999999999:root")), who) is None

@@ -141,12 +141,13 @@ def without_data(ddp, job: VisionJobConfig, device: torch.device) -> torch.Tenso
 
 def seed_dropout(seed: int, rank: int, step: int) -> None:
     """Seeds this rank's torch generators (CPU and GPU), which draw the dropout and stochastic depth
-    masks, from (seed, rank, the step the run starts after): each rank's micro-batches get their
-    own masks, as one GPU's would over the whole global batch, and a resume at step N does not
-    replay step 1's. Re-seeding rather than saving each rank's generator state: a resume may be on
-    another number of ranks, where saved per-rank states have no rank to go to, and the masks are
-    noise whose only duty is to be independent. Augmentations do not draw from this stream
-    (trainer.vision_data.SeededAugmentation)."""
+    masks, from (seed, rank, the steps done), before each step: each rank's micro-batches get their
+    own masks, as one GPU's would over the whole global batch, a resume at step N does not replay
+    step 1's, and it draws the masks of the run that went on (a host-side reset, no device work).
+    Re-seeding rather than saving each rank's generator state: a resume may be on another number of
+    ranks, where saved per-rank states have no rank to go to. Augmentations do not draw from this
+    stream (trainer.vision_data.SeededAugmentation), and nothing else between steps (the loader's
+    worker seeds) moves the masks."""
     torch.manual_seed(((seed * 1_000_003 + step) * 1_000_000_007 + rank) % 2**63)
 
 
@@ -166,7 +167,6 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
     state = {"app": ModelAndOptimizer(model, optimizer, replicated_buffers=True), "train": progress}
     ckpt = CheckpointManager(job.checkpoint, rt, state, model_record=record)
     step = ckpt.resume()
-    seed_dropout(job.seed, rt.rank, step)
     first_step = step + 1
     start = (progress.epoch, progress.epoch_images_done)
     # Gradients live in DDP's buckets (no second copy to reduce from, and no copy back).
@@ -217,6 +217,7 @@ def train(job: VisionJobConfig, rt: tdist.Runtime, train_set, val_set, classes: 
             unreadable.epoch_start(epoch)
             micro_batches = model_inputs(batches, to_input, rt.device)
             for i in range(steps_left):
+                seed_dropout(job.seed, rt.rank, step)
                 lr = image_learning_rate(job.optimizer, job.epochs, global_batch, progress.images_seen, epoch_images)
                 for group in optimizer.param_groups:
                     group["lr"] = lr

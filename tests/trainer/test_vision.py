@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -230,39 +231,84 @@ class _Draws(torch.utils.data.Dataset):
         return torch.rand(4)
 
 
+def _train_in_process(monkeypatch, ck, *argv, steps: int = 4, batch: int = 8) -> int:
+    """trainer.vision's train() in this process, one rank, on synthetic images: `steps` steps of
+    `batch`, checkpoints in `ck` (made here, as main makes it)."""
+    from trainer import dist as tdist
+    from trainer import vision
+    from trainer.batching import GLOBAL_BATCH
+    from trainer.vision_data import build_datasets
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):  # tdist.init sets them for its one-process job
+        monkeypatch.setenv(name, "0")
+        monkeypatch.delenv(name)
+    job = vision.parse_job(["--model", "resnet18", "--image-size", "16", "--batch-size", str(batch), "--workers", "0",
+                            "--train-samples", str(steps * batch), "--val-samples", str(batch), "--epochs", "1",
+                            "--warmup-epochs", "0", "--log-every", "1000", "--checkpoint-dir", str(ck),
+                            "--keep-checkpoints", "10", *argv])
+    train_set, val_set, classes = build_datasets(job.data, job.synthetic, job.seed)
+    ck.mkdir(exist_ok=True)
+    rt = tdist.init()
+    try:
+        return vision.train(job, rt, train_set, val_set, classes,
+                            {"workload": "vision", "model": job.model.name, "classes": classes, GLOBAL_BATCH: batch})
+    finally:
+        tdist.shutdown()
+
+
 def test_periodic_saves_of_a_run_whose_data_stays_readable_make_no_agreement_of_their_own(tmp_path, monkeypatch):
     """Whether any rank's data was gone (its steps skipped, not to be saved) rides on the step's
     flags, all-reduced on the device anyway; a save due every step asks no rank for more. Before,
     each periodic save made every rank gather every rank's state (all_gather_object: pickling and,
     under NCCL, a copy and a synchronisation) in every vision run. The stop still agrees
     (test_vision_faults.py)."""
-    from trainer import dist as tdist
-    from trainer import vision
-    from trainer.batching import GLOBAL_BATCH
     from trainer.checkpoint import list_steps
-    from trainer.vision_data import UnreadableImages, build_datasets
+    from trainer.vision_data import UnreadableImages
 
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):  # tdist.init sets them for its one-process job
-        monkeypatch.setenv(name, "0")
-        monkeypatch.delenv(name)
     agreements = []
     agree = UnreadableImages.agree_gone
     monkeypatch.setattr(UnreadableImages, "agree_gone", lambda self: agreements.append(1) or agree(self))
-    steps, batch = 4, 8
-    job = vision.parse_job(["--model", "resnet18", "--image-size", "16", "--batch-size", str(batch), "--workers", "0",
-                            "--train-samples", str(steps * batch), "--val-samples", str(batch), "--epochs", "1",
-                            "--warmup-epochs", "0", "--log-every", "1000", "--checkpoint-dir", str(tmp_path / "ck"),
-                            "--checkpoint-every", "1", "--keep-checkpoints", "10"])
-    train_set, val_set, classes = build_datasets(job.data, job.synthetic, job.seed)
-    (tmp_path / "ck").mkdir()  # trainer.vision's main makes it
-    rt = tdist.init()
-    try:
-        status = vision.train(job, rt, train_set, val_set, classes,
-                              {"workload": "vision", "model": job.model.name, "classes": classes, GLOBAL_BATCH: batch})
-    finally:
-        tdist.shutdown()
-    assert status == 0 and list_steps(tmp_path / "ck") == [1, 2, 3, 4]
+    assert _train_in_process(monkeypatch, tmp_path / "ck", "--checkpoint-every", "1") == 0
+    assert list_steps(tmp_path / "ck") == [1, 2, 3, 4]
     assert agreements == []
+
+
+class _WithDropout(torch.nn.Module):
+    """A classifier that drops half its features in training, as EfficientNet's head does."""
+
+    def __init__(self, classes: int):
+        super().__init__()
+        self.features = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=4), torch.nn.Flatten())
+        self.drop = torch.nn.Dropout(0.5)
+        self.head = torch.nn.LazyLinear(classes)
+        self.head(torch.zeros(1, 8 * 4 * 4))
+
+    def forward(self, images):
+        return self.head(self.drop(self.features(images)))
+
+
+def test_a_resumed_run_draws_the_dropout_masks_of_the_uninterrupted_run(tmp_path, monkeypatch):
+    """Each step's masks come from (seed, rank, step). Before, the generators were seeded once, at
+    the step a run started after, so a run resumed at step 2 drew other masks for steps 3 and 4 than
+    the run that went on, and its losses (and weights) parted from it."""
+    from trainer import vision
+    from trainer.checkpoint import step_dir
+
+    monkeypatch.setattr(vision, "build_classifier", lambda cfg, classes: _WithDropout(classes))
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    losses = {}
+    for ck in (whole, resumed):
+        if ck == resumed:
+            resumed.mkdir()
+            shutil.copytree(step_dir(whole, 2), step_dir(resumed, 2))
+            shutil.copy(whole / "model.json", resumed / "model.json")
+        metrics = tmp_path / f"{ck.name}.jsonl"
+        assert _train_in_process(monkeypatch, ck, "--checkpoint-every", "2", "--log-every", "1", "--lr", "0.5",
+                                 "--metrics-file", str(metrics)) == 0
+        records = [json.loads(line) for line in metrics.read_text().splitlines()]
+        losses[ck.name] = {r["step"]: r["loss"] for r in records if r["kind"] == "step"}
+    assert sorted(losses["resumed"]) == [3, 4]
+    assert [losses["resumed"][step] for step in (3, 4)] == [losses["whole"][step] for step in (3, 4)], losses
 
 
 @pytest.mark.slow

@@ -10,7 +10,8 @@ complete checkpoint of ours as config.json, sharded safetensors and their index,
 transformers' `from_pretrained` and by serving engines. Tensors are read from the distributed
 checkpoint a few at a time, so memory stays near one output shard. The tokenizer files of the
 directory the run started from (or of --tokenizer DIR) are copied along, and its bos/eos/pad ids
-go into config.json and generation_config.json. The output appears whole or not at all.
+go into config.json and generation_config.json. The output appears whole or not at all: SIGTERM
+or Ctrl-C removes what was written and exits 143 or 130 in one line.
 
 Also: `tiny --out DIR` (a small random model in that format, for local runs and tests) and
 `verify DIR` (load an export with transformers and run it).
@@ -33,7 +34,8 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from config.models import ModelConfig
 from config.options import positive_float
-from trainer.cli import Parser, UsageError, checked_path, run_main, staging_folder
+from trainer.cli import (Parser, Stopped, UsageError, WorkerExit, checked_path, run_main, staging_folder,
+                         stopped_by_signals)
 from config.paths import exists, input_dir, is_dir, is_plain_name, read_json
 from trainer.hf_config import HF_KEYS, TOKENIZER_FILES, hf_names, special_token_ids, to_hf_config
 
@@ -428,7 +430,14 @@ def main(argv=None) -> int:
         if tokenizer is not None and not checked_path("--tokenizer", is_dir, tokenizer):
             raise UsageError("--tokenizer", f"{tokenizer} is not a directory (a Hugging Face model directory "
                                             "holding tokenizer.json and tokenizer_config.json)")
-        step, note = export(checkpoint, out, DTYPES[args.dtype], args.max_shard_gb, tokenizer)
+        try:
+            # Installed before the staging folder exists, so that no signal can leave one behind
+            # (export removes it on any exception).
+            with stopped_by_signals():
+                step, note = export(checkpoint, out, DTYPES[args.dtype], args.max_shard_gb, tokenizer)
+        except Stopped as stop:
+            raise WorkerExit(f"stopped by {stop.name} before it finished; nothing was written to {out}",
+                             stop.code) from None
         if note:
             print(f"note: {note}", file=sys.stderr)
         print(f"Exported {step} to {out} ({args.dtype})")

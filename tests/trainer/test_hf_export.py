@@ -9,6 +9,8 @@ import io
 import json
 import pickle
 import shutil
+import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -192,6 +194,24 @@ def test_a_huge_tokenizer_json_is_refused_at_a_bound_not_read_whole(run_dirs, tm
     assert (code, err) == (2, f"error: --tokenizer: {bare / 'tokenizer.json'} is larger than "
                               f"{TOKENIZER_LIMIT_BYTES:,} bytes\n")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_an_export_stopped_by_a_signal_removes_its_staging_folder_and_says_so_in_one_line(run_dirs, tmp_path, sig,
+                                                                                          code):
+    """SIGTERM (a deleted pod, `timeout`) ended the export at once and left its staging folder of
+    part of the shards beside --out; Ctrl-C cleaned up behind a KeyboardInterrupt traceback."""
+    from trainer_procs import preempt
+
+    _, ckpt = run_dirs
+    out = tmp_path / "out"
+    rc, output = preempt([sys.executable, str(Path(__file__).with_name("export_held.py")), "export", "--checkpoint",
+                          str(ckpt), "--out", str(out)],
+                         after=r"^held after writing .*model-00001-of-00001\.safetensors$", timeout=30, sig=sig)
+    assert "Traceback" not in output, output[-3000:]
+    assert (rc, output.splitlines()[-1]) == (
+        code, f"error: stopped by {sig.name} before it finished; nothing was written to {out}")
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("damage", ["truncated-data", "no-metadata", "crafted-metadata"])

@@ -194,13 +194,13 @@ class Job:
         proc.stop(self.proc)
 
 
-def preempt(argv: list[str], after: str, timeout: float = 120.0) -> tuple[int, str]:
-    """Run a job, SIGTERM its torchrun (what the kubelet sends a pod's PID 1 on preemption) once a
-    line matches `after`, and return its exit status and output."""
+def preempt(argv: list[str], after: str, timeout: float = 120.0, sig: int = signal.SIGTERM) -> tuple[int, str]:
+    """Run a job, SIGTERM its torchrun (what the kubelet sends a pod's PID 1 on preemption), or send
+    it `sig`, once a line matches `after`, and return its exit status and output."""
     job = Job(argv)
     try:
         job.wait_for(after)
-        job.proc.send_signal(signal.SIGTERM)
+        job.proc.send_signal(sig)
         rc = job.finish(timeout=timeout)
     finally:
         job.stop()

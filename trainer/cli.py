@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 import tempfile
@@ -88,10 +89,17 @@ def staging_folder(out: Path, field: str) -> Path:
 
     checked_path(field, refuse_dangling_link, out)
     create_folder(out.parent, field, wanted=out)
-    try:
-        return Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    except OSError as exc:
-        raise UsageError(field, f"cannot create {out}: {exc.strerror or exc}") from None
+    # A signal between mkdtemp making the folder and its caller holding the path would leave it
+    # behind: inside stopped_by_signals it is raised once the folder is on the list that block
+    # removes.
+    with _signals_held() as stopping:
+        try:
+            folder = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        except OSError as exc:
+            raise UsageError(field, f"cannot create {out}: {exc.strerror or exc}") from None
+        if stopping is not None:
+            stopping.staging.append(folder)
+    return folder
 
 
 def stale_staging(out: Path) -> list[Path]:
@@ -117,32 +125,83 @@ class Stopped(BaseException):
         self.code = EXIT_PREEMPTED if signum == signal.SIGTERM else EXIT_INTERRUPTED
 
 
+class _Stopping:
+    """The stopped_by_signals block under way (signals reach only the main thread: one at a time)."""
+
+    def __init__(self):
+        self.held = False  # a signal now waits for the end of _signals_held
+        self.pending: int | None = None
+        self.in_place = False  # the output is renamed into place: a signal stops nothing any more
+        self.staging: list[Path] = []  # made by staging_folder in the block
+
+
+_stopping: _Stopping | None = None
+
+
 @contextmanager
 def stopped_by_signals() -> Iterator[None]:
     """SIGTERM (a deleted or preempted pod, `timeout`) and SIGINT raise Stopped in the block, so that
     the cleanup of a half-made output runs: Python's default for SIGTERM ends the process at once.
     Later signals are ignored until the block ends (a second Ctrl-C must not cut that cleanup short);
-    a signal the process was started ignoring stays ignored."""
+    a signal the process was started ignoring stays ignored. A Stopped leaving the block removes the
+    staging folders made in it (its raiser's cleanup may not have known one yet)."""
+    global _stopping
     if threading.current_thread() is not threading.main_thread():  # only it receives Python's signals
         yield
         return
     wanted = (signal.SIGTERM, signal.SIGINT)
+    stopping = _Stopping()
 
     def stop(signum, frame):
         for s in wanted:
             if previous[s] is not signal.SIG_IGN:
                 signal.signal(s, signal.SIG_IGN)
+        if stopping.in_place:
+            return
+        if stopping.held:
+            stopping.pending = signum
+            return
         raise Stopped(signum)
 
     previous = {s: signal.getsignal(s) for s in wanted}
     for s in wanted:
         if previous[s] is not signal.SIG_IGN:
             signal.signal(s, stop)
+    _stopping = stopping
     try:
         yield
+    except Stopped:
+        for folder in stopping.staging:
+            shutil.rmtree(folder, ignore_errors=True)  # one renamed into place is not there any more
+        raise
     finally:
+        _stopping = None
         for s in wanted:
             signal.signal(s, signal.SIG_DFL if previous[s] is None else previous[s])  # None: not set from Python
+
+
+@contextmanager
+def _signals_held() -> Iterator[_Stopping | None]:
+    """Inside stopped_by_signals, a signal in this block raises Stopped at its end, not in the middle."""
+    stopping = _stopping
+    if stopping is None:
+        yield None
+        return
+    stopping.held = True
+    try:
+        yield stopping
+    finally:
+        stopping.held = False
+    if stopping.pending is not None:
+        raise Stopped(stopping.pending)
+
+
+def output_in_place() -> None:
+    """Said just before the rename that puts a finished output in place: inside stopped_by_signals, a
+    signal from then on is ignored, for it stops nothing, and a Stopped would report the complete
+    output as not written (exit 143 beside it, a retry refusing it as not empty)."""
+    if _stopping is not None:
+        _stopping.in_place = True
 
 
 def write_whole(path: Path, content: str | Callable[[BinaryIO], object]) -> None:

@@ -34,8 +34,8 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from config.models import ModelConfig
 from config.options import positive_float
-from trainer.cli import (Parser, Stopped, UsageError, WorkerExit, checked_path, run_main, staging_folder,
-                         stopped_by_signals)
+from trainer.cli import (Parser, Stopped, UsageError, WorkerExit, checked_path, output_in_place, run_main,
+                         staging_folder, stopped_by_signals)
 from config.paths import exists, input_dir, is_dir, is_plain_name, read_json
 from trainer.hf_config import HF_KEYS, TOKENIZER_FILES, hf_names, special_token_ids, to_hf_config
 
@@ -396,6 +396,7 @@ def export(checkpoint: Path, out: Path, dtype: torch.dtype, max_shard_gb: float 
             (staging / "generation_config.json").write_text(json.dumps(token_ids, indent=2) + "\n")
         if out.exists():
             out.rmdir()
+        output_in_place()
         os.replace(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from config.options import positive_int
 from config.paths import exists, input_dir, is_dir, is_file, walk
-from trainer.cli import (Parser, Stopped, UsageError, WorkerExit, checked_path, stale_staging, staging_folder,
-                         stopped_by_signals)
+from trainer.cli import (Parser, Stopped, UsageError, WorkerExit, checked_path, output_in_place, stale_staging,
+                         staging_folder, stopped_by_signals)
 from trainer.hf_config import read_tokenizer
 from trainer.log import warn
 
@@ -298,6 +298,7 @@ def prepare(tokenizer_path: Path, inputs: list[Path], output: Path, shard_tokens
         (staging / "meta.json").write_text(json.dumps(meta, indent=2))
         if output.exists():
             output.rmdir()
+        output_in_place()
         os.replace(staging, output)
     except OSError as exc:  # reading errors are UsageErrors already: this is the output failing
         _discard(writer, staging)

@@ -433,6 +433,52 @@ def test_a_prepare_stopped_by_a_signal_removes_its_staging_folder_and_says_so_in
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
 
 
+def test_a_signal_just_after_the_staging_folder_is_made_still_removes_it(corpus, tmp_path, monkeypatch):
+    """A signal between mkdtemp making the folder and prepare holding its path raised Stopped where
+    nothing knew the folder: it stayed beside --output. raise_signal runs the handler at once, in
+    this process, right after the folder is made."""
+    import tempfile
+
+    from trainer.cli import WorkerExit
+
+    made = tempfile.mkdtemp
+
+    def mkdtemp_then_sigterm(*args, **kwargs):
+        folder = made(*args, **kwargs)
+        if kwargs.get("prefix") == ".out.":  # the staging folder, not a writability probe
+            signal.raise_signal(signal.SIGTERM)
+        return folder
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp_then_sigterm)
+    out = tmp_path / "out"
+    with pytest.raises(WorkerExit) as stopped:
+        main(["prepare", "--tokenizer", str(corpus / "model"), "--input", str(corpus / "in" / "a.jsonl"),
+              "--output", str(out)])
+    assert (stopped.value.code, str(stopped.value)) == (
+        143, f"stopped by SIGTERM before it finished; nothing was written to {out}")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_signal_once_the_output_is_in_place_leaves_it_and_reports_success(corpus, tmp_path, monkeypatch, capsys):
+    """A signal just after the final rename raised Stopped: exit 143 and 'nothing was written to OUT'
+    beside a complete OUT, which a retry then refused as not empty."""
+    import os
+
+    out = tmp_path / "out"
+    rename = os.replace
+
+    def replace_then_sigterm(src, dst):
+        rename(src, dst)
+        if dst == out:
+            signal.raise_signal(signal.SIGTERM)
+
+    monkeypatch.setattr(os, "replace", replace_then_sigterm)
+    assert main(["prepare", "--tokenizer", str(corpus / "model"), "--input", str(corpus / "in" / "a.jsonl"),
+                 "--output", str(out)]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote {json.loads((out / 'meta.json').read_text())['tokens']:,} ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
 def test_staging_folders_an_earlier_killed_prepare_left_are_named_in_one_warning_and_left_alone(corpus, tmp_path,
                                                                                                    capsys):
     """SIGKILL (the OOM killer, a pod past its grace period) leaves a staging folder no handler can

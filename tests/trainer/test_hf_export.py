@@ -214,6 +214,26 @@ def test_an_export_stopped_by_a_signal_removes_its_staging_folder_and_says_so_in
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_signal_once_the_export_is_in_place_leaves_it_and_reports_success(run_dirs, tmp_path, monkeypatch, capsys):
+    """A signal just after the final rename raised Stopped: exit 143 and 'nothing was written to OUT'
+    beside a complete OUT. raise_signal runs the handler at once, in this process."""
+    import os
+
+    _, ckpt = run_dirs
+    out = tmp_path / "out"
+    rename = os.replace
+
+    def replace_then_sigterm(src, dst):
+        rename(src, dst)
+        if dst == out:
+            signal.raise_signal(signal.SIGTERM)
+
+    monkeypatch.setattr(os, "replace", replace_then_sigterm)
+    code, stdout, _ = run_cli(["export", "--checkpoint", str(ckpt), "--out", str(out)], capsys)
+    assert (code, stdout) == (0, f"Exported {ckpt / 'step-00000002'} to {out} (bf16)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and (out / "config.json").is_file()
+
+
 @pytest.mark.parametrize("damage", ["truncated-data", "no-metadata", "crafted-metadata"])
 def test_a_damaged_checkpoint_is_one_line_and_leaves_no_output(run_dirs, tmp_path, capsys, damage):
     _, ckpt = run_dirs

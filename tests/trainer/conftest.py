@@ -32,3 +32,23 @@ def image_folder(tmp_path_factory):
 def make_image_folder():
     """write_image_folder, for a test that needs other counts."""
     return write_image_folder
+
+
+@pytest.fixture
+def sigterm_once_renamed_onto(monkeypatch):
+    """Call with a path: from then on, os.replace onto it sends this process SIGTERM just after the
+    rename. signal.raise_signal runs a Python handler at once, so it runs right there."""
+    import os
+    import signal
+
+    rename = os.replace
+
+    def arm(target):
+        def replace_then_sigterm(src, dst):
+            rename(src, dst)
+            if dst == target:
+                signal.raise_signal(signal.SIGTERM)
+
+        monkeypatch.setattr(os, "replace", replace_then_sigterm)
+
+    return arm

@@ -459,20 +459,12 @@ def test_a_signal_just_after_the_staging_folder_is_made_still_removes_it(corpus,
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_signal_once_the_output_is_in_place_leaves_it_and_reports_success(corpus, tmp_path, monkeypatch, capsys):
+def test_a_signal_once_the_output_is_in_place_leaves_it_and_reports_success(corpus, tmp_path, sigterm_once_renamed_onto,
+                                                                           capsys):
     """A signal just after the final rename raised Stopped: exit 143 and 'nothing was written to OUT'
     beside a complete OUT, which a retry then refused as not empty."""
-    import os
-
     out = tmp_path / "out"
-    rename = os.replace
-
-    def replace_then_sigterm(src, dst):
-        rename(src, dst)
-        if dst == out:
-            signal.raise_signal(signal.SIGTERM)
-
-    monkeypatch.setattr(os, "replace", replace_then_sigterm)
+    sigterm_once_renamed_onto(out)
     assert main(["prepare", "--tokenizer", str(corpus / "model"), "--input", str(corpus / "in" / "a.jsonl"),
                  "--output", str(out)]) == 0
     assert capsys.readouterr().out.startswith(f"wrote {json.loads((out / 'meta.json').read_text())['tokens']:,} ")

@@ -214,21 +214,13 @@ def test_an_export_stopped_by_a_signal_removes_its_staging_folder_and_says_so_in
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_signal_once_the_export_is_in_place_leaves_it_and_reports_success(run_dirs, tmp_path, monkeypatch, capsys):
+def test_a_signal_once_the_export_is_in_place_leaves_it_and_reports_success(run_dirs, tmp_path,
+                                                                           sigterm_once_renamed_onto, capsys):
     """A signal just after the final rename raised Stopped: exit 143 and 'nothing was written to OUT'
-    beside a complete OUT. raise_signal runs the handler at once, in this process."""
-    import os
-
+    beside a complete OUT."""
     _, ckpt = run_dirs
     out = tmp_path / "out"
-    rename = os.replace
-
-    def replace_then_sigterm(src, dst):
-        rename(src, dst)
-        if dst == out:
-            signal.raise_signal(signal.SIGTERM)
-
-    monkeypatch.setattr(os, "replace", replace_then_sigterm)
+    sigterm_once_renamed_onto(out)
     code, stdout, _ = run_cli(["export", "--checkpoint", str(ckpt), "--out", str(out)], capsys)
     assert (code, stdout) == (0, f"Exported {ckpt / 'step-00000002'} to {out} (bf16)\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and (out / "config.json").is_file()

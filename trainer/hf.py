@@ -37,7 +37,8 @@ from config.options import positive_float
 from trainer.cli import (Parser, Stopped, UsageError, WorkerExit, checked_path, output_in_place, run_main,
                          staging_folder, stopped_by_signals)
 from config.paths import exists, input_dir, is_dir, is_plain_name, read_json
-from trainer.hf_config import HF_KEYS, TOKENIZER_FILES, hf_names, special_token_ids, to_hf_config
+from trainer.hf_config import (HF_KEYS, TOKENIZER_FILES, hf_names, id_count, read_tokenizer, special_token_ids,
+                               to_hf_config)
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
@@ -261,6 +262,12 @@ def tokenizer_files(source: Path, field: str, vocab_size: int) -> tuple[list[Pat
     for key, value in ids.items():
         if any(i >= vocab_size for i in (value if isinstance(value, list) else [value])):
             raise UsageError(field, f"{source}: {key} {value} is outside the model's vocabulary of {vocab_size}")
+    file = source / "tokenizer.json"
+    if file.is_file():
+        top = id_count(read_tokenizer(file, field)) - 1
+        if top >= vocab_size:  # the export's first use would index past its embedding
+            raise UsageError(field, f"{file}: its token ids go up to {top}, outside the model's vocabulary of "
+                                    f"{vocab_size}")
     return [source / name for name in TOKENIZER_FILES if (source / name).is_file()], ids
 
 

@@ -61,6 +61,12 @@ def read_tokenizer(file: Path, field: str):
         raise UsageError(field, f"{file} is not a tokenizer.json ({exc})") from None
 
 
+def id_count(tokenizer) -> int:
+    """One past the tokenizer's highest token id: the vocabulary a model needs for it. Not
+    get_vocab_size, which counts the tokens, fewer than that where the ids have gaps."""
+    return max(tokenizer.get_vocab(with_added_tokens=True).values(), default=-1) + 1
+
+
 def special_token_ids(directory: Path, field: str) -> dict[str, int | list[int]]:
     """bos/eos/pad token ids of a Hugging Face directory: those its config.json sets, else the
     ids of the special tokens its tokenizer_config.json names, numbered by its tokenizer.json."""

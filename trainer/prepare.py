@@ -25,7 +25,7 @@ from config.options import positive_int
 from config.paths import exists, input_dir, is_dir, is_file, walk
 from trainer.cli import (Parser, Stopped, UsageError, WorkerExit, checked_path, output_in_place, stale_staging,
                          staging_folder, stopped_by_signals)
-from trainer.hf_config import read_tokenizer
+from trainer.hf_config import id_count, read_tokenizer
 from trainer.log import warn
 
 SUFFIXES = (".txt", ".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
@@ -263,7 +263,7 @@ def prepare(tokenizer_path: Path, inputs: list[Path], output: Path, shard_tokens
     if checked_path("--output", exists, output) and (not checked_path("--output", is_dir, output)
                                                      or any(checked_path("--output", input_dir, output).iterdir())):
         raise UsageError("--output", f"{output} exists and is not an empty folder")
-    vocab = tok.get_vocab_size()
+    vocab = id_count(tok)
     dtype = "uint16" if vocab <= 2**16 else "uint32"
     stale = stale_staging(output)
     if stale:

@@ -471,6 +471,23 @@ def test_a_signal_once_the_output_is_in_place_leaves_it_and_reports_success(corp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def test_a_sparse_tokenizers_highest_id_sets_the_vocab_size_and_the_shard_type(corpus, tmp_path):
+    """A tokenizer.json whose ids have gaps: its token count chose uint16 shards for ids past 65,535,
+    and prepare crashed with an OverflowError traceback; meta.json's vocab_size was the count, below
+    the ids in the shards."""
+    tokenizer = json.loads((corpus / "model" / "tokenizer.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    vocab.update({name: i + 70_000 for name, i in vocab.items() if i >= 2})  # <s> and </s> stay 0 and 1
+    sparse = tmp_path / "tokenizer.json"
+    sparse.write_text(json.dumps(tokenizer))
+    out = tmp_path / "out"
+    meta = prepare(sparse, [corpus / "in" / "a.jsonl"], out, 100_000, None)
+    assert (meta["dtype"], meta["vocab_size"]) == ("uint32", max(vocab.values()) + 1)
+    tok = Tokenizer.from_str(sparse.read_text())
+    expected = [i for d in DOCS[:300] for i in tok.encode(d, add_special_tokens=False).ids + [1]]
+    assert array("I", (out / "shard-00000.bin").read_bytes()).tolist() == expected
+
+
 def test_staging_folders_an_earlier_killed_prepare_left_are_named_in_one_warning_and_left_alone(corpus, tmp_path,
                                                                                                    capsys):
     """SIGKILL (the OOM killer, a pod past its grace period) leaves a staging folder no handler can

@@ -100,7 +100,11 @@ def test_import_then_export_gives_back_every_tensor_bit_for_bit(kind, tmp_path):
     import torch.distributed.checkpoint as dcp
     src, ckpt, out = tmp_path / "hf", tmp_path / "ckpt", tmp_path / "out"
     save_hf(kind, src)
-    (src / "tokenizer.json").write_text("{}")  # stands for the tokenizer files next to the weights
+    from tokenizers import Tokenizer, models
+
+    # Stands for the tokenizer files next to the weights: export checks its ids against the model's.
+    tokenizer = Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>")).to_str()
+    (src / "tokenizer.json").write_text(tokenizer)
     model = ours(src)
     step = ckpt / "step-00000001"
     dcp.save({"app": {"model": model.state_dict()}}, checkpoint_id=str(step), no_dist=True)
@@ -115,7 +119,7 @@ def test_import_then_export_gives_back_every_tensor_bit_for_bit(kind, tmp_path):
         exported.update(load_file(out / f))
     for name, tensor in original.items():
         assert exported[name].dtype == tensor.dtype and torch.equal(exported[name], tensor), name
-    assert (out / "tokenizer.json").read_text() == "{}"
+    assert (out / "tokenizer.json").read_text() == tokenizer
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(out)
     assert type(reloaded).__name__ == type(transformers.AutoModelForCausalLM.from_config(hf_configs()[kind])).__name__
 

@@ -226,6 +226,26 @@ def test_a_signal_once_the_export_is_in_place_leaves_it_and_reports_success(run_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and (out / "config.json").is_file()
 
 
+def test_a_tokenizer_whose_ids_pass_the_models_vocabulary_is_one_line_and_exit_2(run_dirs, tmp_path, capsys):
+    """A sparse tokenizer.json (its ids have gaps) holds fewer tokens than the model's vocabulary but
+    ids past it: the export was written, and failed in transformers with an IndexError at its first
+    use. Only the special ids were compared with the vocabulary."""
+    source, ckpt = run_dirs
+    sparse = tmp_path / "hf"
+    shutil.copytree(source, sparse)
+    tokenizer = json.loads((sparse / "tokenizer.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    vocab.update({name: i + 2000 for name, i in vocab.items() if i >= 2})  # <s> and </s> stay 0 and 1
+    (sparse / "tokenizer.json").write_text(json.dumps(tokenizer))
+    top = max(vocab.values())
+    assert len(vocab) < 1024 <= top  # the tiny model's vocabulary
+    code, _, err = run_cli(["export", "--checkpoint", str(ckpt), "--out", str(tmp_path / "out"),
+                            "--tokenizer", str(sparse)], capsys)
+    assert (code, err) == (2, f"error: --tokenizer: {sparse / 'tokenizer.json'}: its token ids go up to {top}, "
+                              "outside the model's vocabulary of 1024\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
+
+
 @pytest.mark.parametrize("damage", ["truncated-data", "no-metadata", "crafted-metadata"])
 def test_a_damaged_checkpoint_is_one_line_and_leaves_no_output(run_dirs, tmp_path, capsys, damage):
     _, ckpt = run_dirs

@@ -7,13 +7,14 @@ needs; here every user error is a single `error: --field: what is wrong` line an
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
+import random
 import re
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -94,12 +95,30 @@ def staging_folder(out: Path, field: str) -> Path:
     # removes.
     with _signals_held() as stopping:
         try:
-            folder = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+            folder = _new_folder(out.parent, f".{out.name}.")
         except OSError as exc:
             raise UsageError(field, f"cannot create {out}: {exc.strerror or exc}") from None
         if stopping is not None:
             stopping.staging.append(folder)
     return folder
+
+
+_NAME_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+
+
+def _new_folder(parent: Path, prefix: str) -> Path:
+    """A folder of a new name, `prefix` and 8 random characters of [a-z0-9_] (stale_staging's
+    pattern), made with the mode of any new folder (the umask's), not mkdtemp's 0700: it becomes the
+    output, which other users of the file system (a serving pod's, a colleague's) read."""
+    pick = random.SystemRandom()
+    for _ in range(100):
+        folder = parent / (prefix + "".join(pick.choices(_NAME_CHARACTERS, k=8)))
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, f"no free name {prefix}XXXXXXXX in {parent}")
 
 
 def stale_staging(out: Path) -> list[Path]:

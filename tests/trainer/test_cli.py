@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.cli import UsageError, create_folder, open_for_append, staging_folder
+from trainer.cli import UsageError, create_folder, open_for_append, stale_staging, staging_folder
 from trainer_procs import REPO, job_env
 
 
@@ -40,6 +40,23 @@ def test_a_staging_folder_is_made_beside_the_output_and_named_for_it(tmp_path, b
     assert staging.parent == tmp_path / "new" and staging.name.startswith(".out.") and staging.is_dir()
     with pytest.raises(UsageError, match=rf"^--output: cannot create {blocker / 'out'}: {blocker} is a file"):
         staging_folder(blocker / "out", "--output")
+
+
+def test_an_output_made_in_a_staging_folder_gets_the_mode_of_any_new_folder_not_0700(tmp_path):
+    """The staging folder becomes the output (prepare's token shards, hf export's model). mkdtemp's
+    0700 made every output readable by its writer alone: a serving pod or a colleague of another
+    uid on the same FSx could not read the exported model."""
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        staging = staging_folder(tmp_path / "out", "--output")
+        plain = tmp_path / "plain"
+        plain.mkdir()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(staging.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode) == 0o755
+    assert stale_staging(tmp_path / "out") == [staging]
 
 
 def test_a_folder_this_user_cannot_write_is_refused(tmp_path):

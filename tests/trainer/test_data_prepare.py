@@ -434,22 +434,20 @@ def test_a_prepare_stopped_by_a_signal_removes_its_staging_folder_and_says_so_in
 
 
 def test_a_signal_just_after_the_staging_folder_is_made_still_removes_it(corpus, tmp_path, monkeypatch):
-    """A signal between mkdtemp making the folder and prepare holding its path raised Stopped where
-    nothing knew the folder: it stayed beside --output. raise_signal runs the handler at once, in
-    this process, right after the folder is made."""
-    import tempfile
-
+    """A signal between the staging folder being made and prepare holding its path raised Stopped
+    where nothing knew the folder: it stayed beside --output. raise_signal runs the handler at
+    once, in this process, right after the folder is made."""
+    from trainer import cli
     from trainer.cli import WorkerExit
 
-    made = tempfile.mkdtemp
+    made = cli._new_folder
 
-    def mkdtemp_then_sigterm(*args, **kwargs):
-        folder = made(*args, **kwargs)
-        if kwargs.get("prefix") == ".out.":  # the staging folder, not a writability probe
-            signal.raise_signal(signal.SIGTERM)
+    def made_then_sigterm(parent, prefix):
+        folder = made(parent, prefix)
+        signal.raise_signal(signal.SIGTERM)
         return folder
 
-    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp_then_sigterm)
+    monkeypatch.setattr(cli, "_new_folder", made_then_sigterm)
     out = tmp_path / "out"
     with pytest.raises(WorkerExit) as stopped:
         main(["prepare", "--tokenizer", str(corpus / "model"), "--input", str(corpus / "in" / "a.jsonl"),

@@ -168,6 +168,9 @@ def read_json(path: str | Path, kind: type = dict, limit: int = TEXT_LIMIT_BYTES
     except RecursionError:  # both recurse per level: a few hundred KB of brackets reach Python's limit
         raise PathProblem(f"{path} nests arrays or objects more deeply than Python's parser allows (about "
                           f"{sys.getrecursionlimit()} levels)") from None
+    except ValueError:  # not a JSONDecodeError: int() refuses a number past sys.get_int_max_str_digits()
+        raise PathProblem(f"{path} holds a number of more than {sys.get_int_max_str_digits():,} digits, more "
+                          "than Python reads") from None
     if found:
         where, key = found
         raise PathProblem(f"{path} repeats the key {key!r} in {where or 'its top-level object'} (JSON keeps only "

@@ -160,3 +160,13 @@ def test_json_nested_past_the_parsers_depth_is_refused_in_one_line_not_a_recursi
     (tmp_path / "f.json").write_text(opening * 100_000 + "1" + closing * 100_000)
     with pytest.raises(PathProblem, match=r"f\.json nests arrays or objects more deeply than"):
         paths.read_json(tmp_path / "f.json")
+
+
+@pytest.mark.parametrize("number", ["9" * 5000, "-" + "1" * 4301])
+def test_json_holding_a_number_past_pythons_digit_limit_is_refused_in_one_line_not_a_value_error(tmp_path, number):
+    """Python refuses to turn more than 4300 digits into an int (a guard against slow conversion)
+    with a ValueError that is no JSONDecodeError; the CDK CLI's JSON.parse reads the same cdk.json
+    as a float, so app.py, run by `cdk synth`, was the first to fail, with a traceback."""
+    (tmp_path / "f.json").write_text('{"context": {"n": ' + number + "}}")
+    with pytest.raises(PathProblem, match=r"f\.json holds a number of more than 4,300 digits"):
+        paths.read_json(tmp_path / "f.json")

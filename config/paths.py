@@ -191,6 +191,11 @@ def read_yaml(path: str | Path, limit: int = TEXT_LIMIT_BYTES) -> list[Any]:
     except yaml.YAMLError as err:
         where = getattr(err, "problem_mark", None)
         raise PathProblem(f"{path} is not YAML" + (f" (line {where.line + 1})" if where else "")) from None
+    except RecursionError:  # PyYAML's composer recurses per level, as json does
+        raise PathProblem(f"{path} nests sequences or mappings more deeply than Python's parser allows (about "
+                          f"{sys.getrecursionlimit()} levels)") from None
+    except ValueError as err:  # not a YAMLError: a number past sys.get_int_max_str_digits(), a date 2001-13-45
+        raise PathProblem(f"{path} holds a value Python cannot read ({str(err).split(';')[0]})") from None
 
 
 def _stat(path: str | Path, follow_symlinks: bool = True) -> os.stat_result | None:

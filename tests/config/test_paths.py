@@ -170,3 +170,16 @@ def test_json_holding_a_number_past_pythons_digit_limit_is_refused_in_one_line_n
     (tmp_path / "f.json").write_text('{"context": {"n": ' + number + "}}")
     with pytest.raises(PathProblem, match=r"f\.json holds a number of more than 4,300 digits"):
         paths.read_json(tmp_path / "f.json")
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("x: " + "9" * 5000, r"holds a value Python cannot read \(Exceeds the limit \(4300 digits\)"),
+    ("x: 2001-13-45", r"holds a value Python cannot read \(month must be in 1\.\.12\)"),
+    ("x: " + "[" * 100_000 + "]" * 100_000, "nests sequences or mappings more deeply than"),
+])
+def test_yaml_past_pythons_digit_or_depth_limit_is_refused_in_one_line(tmp_path, text, problem):
+    """A kubeconfig or a dist/ manifest: PyYAML's int() and datetime() raise a ValueError, and its
+    composer a RecursionError, none a YAMLError, so `ops status --kubeconfig` reported a bug in ops."""
+    (tmp_path / "f.yaml").write_text(text + "\n")
+    with pytest.raises(PathProblem, match=rf"f\.yaml {problem}"):
+        paths.read_yaml(tmp_path / "f.yaml")

@@ -11,16 +11,18 @@ import json
 import logging
 import os
 import re
+import stat
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from config import Environment
 from config.environment import CLUSTER_NAME_SUFFIX
 from config.kubernetes import EFA_CHECK_FAILED, EFA_CHECK_PASSED, TRAINING_NAMESPACE
-from config.paths import PathProblem, exists, read_yaml
+from config.paths import TEXT_LIMIT_BYTES, PathProblem, exists, file_status, read_yaml
 from ops.errors import OpsError
 
 PYTORCHJOB_MODEL = "KubeflowOrgV1PyTorchJob"
+DEFAULT_KUBECONFIG = "~/.kube/config"  # the kubernetes client's, without --kubeconfig or KUBECONFIG
 # Condition types the operator sets on a job.
 _PHASES = ("Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
 
@@ -29,9 +31,11 @@ def training_client(kubeconfig: str | None = None, context: str | None = None,
                     namespace: str = TRAINING_NAMESPACE, environment: Environment | None = None) -> Any:
     """With `environment` (the command's --env), the context must be that environment's cluster
     (check_cluster)."""
+    check_kubeconfig(kubeconfig)
+    if kubeconfig:
+        _refuse_a_pipe_at_the_default_kubeconfig()
     from kubeflow.training import TrainingClient
 
-    check_kubeconfig(kubeconfig)
     check_cluster(environment, kubeconfig, context)
     client = _from_kubeconfig(lambda: TrainingClient(config_file=kubeconfig, context=context, namespace=namespace),
                               kubeconfig)
@@ -54,9 +58,7 @@ def check_kubeconfig(kubeconfig: str | None, *, allow_empty: bool = False) -> No
     `allow_empty` (a file `aws eks update-kubeconfig` fills). The client raises something different
     for a directory, a binary file and a YAML list, and not always an error it documents; here each
     is one line naming where the file came from."""
-    named = [("--kubeconfig", kubeconfig)] if kubeconfig else \
-        [("KUBECONFIG", p) for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
-    for name, path in named:
+    for name, path in [("--kubeconfig", kubeconfig)] if kubeconfig else _default_kubeconfigs():
         try:
             if not exists(path, follow_symlinks=False):
                 continue  # a missing one is the client's "no usable kubeconfig", which says how to make one
@@ -74,6 +76,45 @@ def check_kubeconfig(kubeconfig: str | None, *, allow_empty: bool = False) -> No
             raise OpsError(f"{name}: {path} holds {len(documents)} YAML documents; a kubeconfig is one YAML mapping")
         if not isinstance(documents[0], dict):
             raise OpsError(f"{name}: {path} must hold a kubeconfig (a YAML mapping), got {type(documents[0]).__name__}")
+        _check_token_files(name, path, documents[0])
+
+
+def _default_kubeconfigs() -> list[tuple[str, str]]:
+    """(name, path) of each file the client reads without --kubeconfig: KUBECONFIG's, else ~/.kube/config."""
+    return [("KUBECONFIG", p) for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p] or \
+        [(DEFAULT_KUBECONFIG, os.path.expanduser(DEFAULT_KUBECONFIG))]
+
+
+def _refuse_a_pipe_at_the_default_kubeconfig() -> None:
+    """Importing the Kubeflow SDK reads the default kubeconfig whatever --kubeconfig says (for
+    TrainingClient's default namespace), and waits for ever on a named pipe there. Whatever else is
+    wrong with that file the SDK passes over, so only a pipe is refused."""
+    for name, path in _default_kubeconfigs():
+        try:
+            pipe = stat.S_ISFIFO(os.stat(path).st_mode)
+        except OSError:
+            continue  # the SDK falls back to its default namespace
+        if pipe:
+            raise OpsError(f"{name}: {path} is a named pipe, expected a regular file")
+
+
+def _check_token_files(name: str, path: str, kubeconfig: dict) -> None:
+    """The client reads a user's tokenFile whole with a plain open().read(): a named pipe there
+    waits for ever, and /dev/zero fills the memory. A missing or unreadable one is the client's to
+    report (one line through _from_kubeconfig); a token given inline wins over the file."""
+    users = kubeconfig.get("users")
+    for i, entry in enumerate(users if isinstance(users, list) else []):
+        user = entry.get("user") if isinstance(entry, dict) else None
+        token_file = user.get("tokenFile") if isinstance(user, dict) and "token" not in user else None
+        if not isinstance(token_file, str) or not token_file:
+            continue
+        token_path = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(path)), token_file))
+        try:
+            found = file_status(token_path)
+            if found is not None and found.st_size > TEXT_LIMIT_BYTES:
+                raise PathProblem(f"{token_path} is larger than {TEXT_LIMIT_BYTES:,} bytes")
+        except PathProblem as problem:
+            raise OpsError(f"{name}: {path}: users[{i}].user.tokenFile: {problem}") from None
 
 
 # The cluster entry `aws eks update-kubeconfig` (so `ops kubeconfig`) writes, and its context's

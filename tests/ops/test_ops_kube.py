@@ -7,6 +7,8 @@ runs as it would against a cluster.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import yaml
 from kubeflow.training import TrainingClient
@@ -226,6 +228,74 @@ def test_a_kubeconfig_that_is_no_mapping_is_one_line_saying_what_it_holds(tmp_pa
     with pytest.raises(OpsError) as err:
         kube.check_kubeconfig(str(path))
     assert str(err.value).startswith(f"--kubeconfig: {path} ") and says in str(err.value)
+
+
+def _api_client_problem(kubeconfig: str | None) -> str:
+    """The OpsError line of kube.api_client, in this process under a deadline: the client opens the
+    files a kubeconfig names with a plain open(), which waits for ever on a named pipe."""
+    from cli_sweep import run_in_process
+
+    problems = []
+
+    def attempt(_):
+        with pytest.raises(OpsError) as err:
+            kube.api_client(kubeconfig)
+        problems.append(str(err.value))
+
+    outcome = run_in_process(attempt, [], timeout_s=30)
+    assert not outcome.hung and not outcome.escaped, outcome.escaped or "no answer in 30 s"
+    return problems[0]
+
+
+def _kubeconfig(path, **user) -> str:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": "https://cluster.example:443"}}],
+        "users": [{"name": "u", "user": user or {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+    return str(path)
+
+
+def test_the_default_kubeconfig_is_checked_like_a_named_one(tmp_path, monkeypatch):
+    """Without --kubeconfig or KUBECONFIG the client reads ~/.kube/config: /dev/zero there reported
+    a bug in ops."""
+    (tmp_path / ".kube").mkdir()
+    (tmp_path / ".kube" / "config").symlink_to("/dev/zero")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    assert _api_client_problem(None) == (f"~/.kube/config: {tmp_path}/.kube/config is a character device, "
+                                         "expected a regular file")
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_a_named_pipe_at_the_default_kubeconfig_is_refused_not_waited_on(tmp_path, given):
+    """Importing the Kubeflow SDK reads the default kubeconfig (for TrainingClient's default
+    namespace), whatever --kubeconfig says: a pipe at ~/.kube/config hung `ops status` with or
+    without --kubeconfig. A fresh process, as the import happens once."""
+    from ops_fakes import isolated_aws_env, run_ops
+
+    (tmp_path / ".kube").mkdir()
+    os.mkfifo(tmp_path / ".kube" / "config")
+    flag = ["--kubeconfig", _kubeconfig(tmp_path / "good")] if given else []
+    done = run_ops(["status", *flag], isolated_aws_env(tmp_path), timeout=30)
+    assert (done.returncode, done.stderr) == (2, f"error: ~/.kube/config: {tmp_path}/.kube/config is a named pipe, "
+                                                 "expected a regular file\n")
+
+
+@pytest.mark.parametrize("special, what", [("fifo", "is a named pipe, expected a regular file"),
+                                           ("sparse", "is larger than 16,777,216 bytes")])
+def test_a_token_file_the_kubeconfig_names_is_checked_before_the_client_reads_it_whole(tmp_path, special, what):
+    """The client reads a user's tokenFile whole with open().read(): a pipe waited for ever, and
+    /dev/zero or a huge file filled the memory. A relative name is the kubeconfig's folder's, as
+    the client reads it."""
+    token = tmp_path / "token"
+    if special == "fifo":
+        os.mkfifo(token)
+    else:  # just past the limit: read whole by the unchecked client, it costs no more than that
+        with open(token, "wb") as f:
+            f.truncate((16 << 20) + 1)
+    path = _kubeconfig(tmp_path / "config", tokenFile="token")
+    assert _api_client_problem(path) == f"--kubeconfig: {path}: users[0].user.tokenFile: {token} {what}"
 
 
 def test_submit_checks_the_pod_template_against_the_podspec_schema_with_the_overrides_applied(monkeypatch):

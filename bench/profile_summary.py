@@ -21,6 +21,9 @@ import collections
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from config import paths  # noqa: E402
+
 OURS = ("trainer/", "bench/", "config/", "ops/")
 
 
@@ -28,7 +31,9 @@ def read_stacks(path: Path) -> list[tuple[str, list[str], int]]:
     """(thread, frames, samples) per line, the thread as thread_name gives it, "child " before a child
     process's; ValueError naming the line that is not py-spy's raw format."""
     rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    # Line by line: a profile is a few MB, and a file that is none must not be read whole first.
+    for number, line in paths.read_lines(path):
+        line = line.rstrip("\r\n")
         if not line.strip():
             continue
         stack, _, count = line.rpartition(" ")
@@ -82,7 +87,9 @@ def main(argv=None) -> int:
         p.error(f"profile: {path} is not a file")
     try:
         rows = read_stacks(path)
-    except (ValueError, OSError) as problem:  # UnicodeDecodeError is a ValueError
+    except paths.PathProblem as problem:  # it names the path and the line
+        p.error(f"profile: {problem}")
+    except ValueError as problem:
         p.error(f"profile: {path}: {problem}")
     if not args.thread:
         names = collections.Counter()

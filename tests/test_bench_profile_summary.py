@@ -49,7 +49,8 @@ def test_threads_are_summed_apart_and_a_child_process_is_named_so(tmp_path):
 @pytest.mark.parametrize("kind, make, says", [
     ("missing", lambda tmp: tmp / "missing", "is not a file"),
     ("a directory", lambda tmp: tmp, "is not a file"),
-    ("binary", lambda tmp: _write(tmp / "b", b"\x00\xff\xfe" * 50), "codec can't decode"),
+    ("binary", lambda tmp: _write(tmp / "b", b"\x00\xff\xfe" * 50), "holds binary data"),
+    ("not UTF-8", lambda tmp: _write(tmp / "b", b"\xff\xfe" * 50), "not UTF-8 text"),
     ("not py-spy's", lambda tmp: _write(tmp / "t", b"hello world 3\n"), "line 1 is not py-spy's raw format"),
     ("empty", lambda tmp: _write(tmp / "e", b""), "it holds no samples"),
 ])
@@ -62,3 +63,20 @@ def test_a_bad_profile_is_one_line_and_exit_2(tmp_path, kind, make, says):
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+def test_a_huge_profile_is_refused_at_its_first_bad_line_not_read_whole(tmp_path):
+    """The whole file was read into memory first: a 20 GB file (sparse, of NUL bytes) was killed by
+    the OOM killer. Under a 1 GiB address-space limit, 2 GiB of NUL bytes must end in one line."""
+    import resource
+
+    profile = tmp_path / "profile.txt"
+    with open(profile, "wb") as f:
+        f.truncate(2 << 30)
+    limit = 1 << 30
+    got = subprocess.run([sys.executable, "bench/profile_summary.py", str(profile)], cwd=REPO, capture_output=True,
+                         text=True, timeout=60,
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    assert got.returncode == 2 and "Traceback" not in got.stderr, got.stderr
+    assert got.stderr.strip().splitlines()[-1].endswith(f"profile: {profile}:1 holds binary data (a NUL byte), "
+                                                        "expected text")

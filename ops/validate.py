@@ -105,37 +105,55 @@ def runtime_pod_template(runtime: dict) -> dict:
 
 
 def checks_from_objects(objects: list[dict]) -> list[Check]:
-    checks = []
-    runtimes = {(o.get("metadata", {}).get("namespace", "default"), o.get("metadata", {}).get("name")): o
+    runtimes = {(_metadata(o).get("namespace", "default"), _metadata(o).get("name")): o
                 for o in objects if o.get("kind") == "TrainingRuntime"}
+    checks = []
     for obj in objects:
-        runtime = None
-        kind, meta = obj.get("kind"), obj.get("metadata", {})
-        if kind == "Job":
-            group = _pod_nodegroup(obj["spec"]["template"]["spec"])
-            nodes = 1
-        elif kind == "MPIJob":
-            worker = obj["spec"]["mpiReplicaSpecs"]["Worker"]
-            group = _pod_nodegroup(worker["template"]["spec"])
-            nodes = int(worker.get("replicas", 1))
-        elif kind == "PyTorchJob":
-            worker = obj["spec"]["pytorchReplicaSpecs"]["Worker"]
-            group = _pod_nodegroup(worker["template"]["spec"])
-            nodes = int((obj["spec"].get("elasticPolicy") or {}).get("minReplicas") or worker.get("replicas", 1))
-        elif kind == "TrainJob":
-            ref = obj["spec"].get("runtimeRef") or {}
-            runtime = runtimes.get((meta.get("namespace", "default"), ref.get("name")))
-            if ref.get("kind") != "TrainingRuntime" or runtime is None:
-                raise ValueError(f"TrainJob {meta.get('name')} uses {ref.get('kind')} {ref.get('name')}, which is "
-                                 "not beside it (rerun make synth with this checkout)")
-            group = _pod_nodegroup(runtime_pod_template(runtime)["spec"])
-            nodes = int((obj["spec"].get("trainer") or {}).get("numNodes") or runtime["spec"]["mlPolicy"]["numNodes"])
-        else:
-            continue
-        if group is None:
-            raise ValueError(f"{kind} {meta.get('name')} selects no node group ({NODEGROUP_LABEL})")
-        checks.append(Check(kind, meta["name"], meta.get("namespace", "default"), group, nodes, obj, runtime))
+        try:
+            check = _check_of(obj, runtimes)
+        # dist/ is make synth's, but a hand-edited or truncated file is indexed into here as well
+        except (KeyError, TypeError, AttributeError, IndexError) as err:
+            what = f"no {err}" if isinstance(err, KeyError) else str(err)
+            raise ValueError(f"{obj.get('kind')} {_metadata(obj).get('name')} is not of the shape make synth writes "
+                             f"({what}); rerun make synth") from None
+        if check is not None:
+            checks.append(check)
     return checks
+
+
+def _metadata(obj: dict) -> dict:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _check_of(obj: dict, runtimes: dict) -> Check | None:
+    """The check an object of dist/ stands for; None for the objects beside the checks."""
+    runtime = None
+    kind, meta = obj.get("kind"), obj.get("metadata", {})
+    if kind == "Job":
+        group = _pod_nodegroup(obj["spec"]["template"]["spec"])
+        nodes = 1
+    elif kind == "MPIJob":
+        worker = obj["spec"]["mpiReplicaSpecs"]["Worker"]
+        group = _pod_nodegroup(worker["template"]["spec"])
+        nodes = int(worker.get("replicas", 1))
+    elif kind == "PyTorchJob":
+        worker = obj["spec"]["pytorchReplicaSpecs"]["Worker"]
+        group = _pod_nodegroup(worker["template"]["spec"])
+        nodes = int((obj["spec"].get("elasticPolicy") or {}).get("minReplicas") or worker.get("replicas", 1))
+    elif kind == "TrainJob":
+        ref = obj["spec"].get("runtimeRef") or {}
+        runtime = runtimes.get((meta.get("namespace", "default"), ref.get("name")))
+        if ref.get("kind") != "TrainingRuntime" or runtime is None:
+            raise ValueError(f"TrainJob {meta.get('name')} uses {ref.get('kind')} {ref.get('name')}, which is "
+                             "not beside it (rerun make synth with this checkout)")
+        group = _pod_nodegroup(runtime_pod_template(runtime)["spec"])
+        nodes = int((obj["spec"].get("trainer") or {}).get("numNodes") or runtime["spec"]["mlPolicy"]["numNodes"])
+    else:
+        return None
+    if group is None:
+        raise ValueError(f"{kind} {meta.get('name')} selects no node group ({NODEGROUP_LABEL})")
+    return Check(kind, meta["name"], meta.get("namespace", "default"), group, nodes, obj, runtime)
 
 
 def plan(checks: list[Check], ready_nodes: dict[str, list[str]],

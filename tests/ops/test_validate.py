@@ -21,6 +21,7 @@ import yaml
 
 from config.kubernetes import NODEGROUP_LABEL
 from ops import envconfig
+from ops.errors import OpsError
 from ops.validate import checks_from_objects, plan, ready_nodes_by_group
 from tests.conftest import REPO_ROOT
 
@@ -233,6 +234,24 @@ def test_missing_dist_folder_is_one_line_and_exit_2(tmp_path):
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "--dist: no cluster-validation YAML" in done.stderr
+
+
+@pytest.mark.parametrize("obj", [
+    {"kind": "Job", "metadata": {"name": "gpu-check"}},
+    {"kind": "PyTorchJob", "metadata": {"name": "smoke"}, "spec": []},
+    {"kind": "MPIJob", "metadata": {"name": "nccl"}, "spec": {"mpiReplicaSpecs": {"Worker": {"template": None}}}},
+    {"kind": "Job", "metadata": ["gpu-check"], "spec": {"template": {"spec": {"nodeSelector": {NODEGROUP_LABEL: "p5"}}}}},
+])
+def test_a_validation_object_not_of_the_shape_make_synth_writes_is_one_line_naming_dist(tmp_path, obj):
+    """A hand-edited or truncated dist/ file: the checks indexed into it and `ops validate` reported
+    a bug in ops (KeyError: 'spec')."""
+    from ops.validate import load_checks
+
+    (tmp_path / "cluster-validation.yaml").write_text(yaml.safe_dump(obj))
+    with pytest.raises(OpsError) as err:
+        load_checks(tmp_path)
+    assert str(err.value).startswith(f"--dist: {obj['kind']} ") and "\n" not in str(err.value)
+    assert "is not of the shape make synth writes" in str(err.value)
 
 
 def test_kubectl_missing_is_one_line_and_exit_2(tmp_path, dev_objects):

@@ -12,6 +12,8 @@ import logging
 import os
 import re
 import stat
+import subprocess
+import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -154,8 +156,45 @@ def check_cluster(environment: Environment | None, kubeconfig: str | None, conte
                    f"--context of {environment.name}'s cluster")
 
 
+# The kubernetes client runs a kubeconfig's exec credential command (`aws eks get-token`, one STS
+# call) and waits for it without a bound (kubernetes/config/exec_provider.py, ExecProvider.run:
+# communicate()). Long enough for an interactive plugin's prompt (an MFA code).
+CREDENTIAL_TIMEOUT_S = 120.0
+
+
+def _credential_command(argv, **popen) -> subprocess.Popen:
+    """ExecProvider's Popen: the command in a process group of its own that dies with ops
+    (ops.proc.start), whose communicate() gives up after CREDENTIAL_TIMEOUT_S, ends the group and
+    raises what the client logs for a failed command ("exec: ...")."""
+    from kubernetes.config.config_exception import ConfigException
+
+    from ops import proc
+
+    child = proc.start(argv, **popen)
+    wait = child.communicate
+
+    def communicate(input=None, timeout=None):
+        try:
+            return wait(input, timeout=CREDENTIAL_TIMEOUT_S if timeout is None else timeout)
+        except subprocess.TimeoutExpired:
+            proc.stop(child)
+            raise ConfigException(f"exec: {argv[0]} did not answer within {CREDENTIAL_TIMEOUT_S:g} s") from None
+
+    child.communicate = communicate
+    return child
+
+
+def _bound_credential_commands() -> None:
+    from kubernetes.config import exec_provider
+
+    if exec_provider.subprocess is subprocess:  # the module's only uses: Popen and PIPE
+        exec_provider.subprocess = types.SimpleNamespace(Popen=_credential_command, PIPE=subprocess.PIPE)
+
+
 def _from_kubeconfig(make: Callable[[], Any], kubeconfig: str | None) -> Any:
     from kubernetes.config.config_exception import ConfigException
+
+    _bound_credential_commands()
 
     # The kubernetes client logs a failed credential command (`aws eks get-token`) through the root
     # logger and carries on without a token; that call would also turn on logging for every
@@ -174,6 +213,10 @@ def _from_kubeconfig(make: Callable[[], Any], kubeconfig: str | None) -> Any:
     finally:
         logging.getLogger().removeHandler(records)
     failed = [m for m in records.messages if m.startswith("exec:")]
+    if failed and "did not answer within" in failed[0]:
+        raise OpsError(f"the kubeconfig's credential command {failed[0].removeprefix('exec: ')}: run it alone to "
+                       "see what it waits for (`aws eks get-token --cluster-name NAME` for the kubeconfig "
+                       "`python -m ops kubeconfig` writes)")
     if failed:
         raise OpsError(f"the kubeconfig's credential command failed ({' '.join(failed[0].split())[:200]}): "
                        "the AWS credentials have expired or are missing; refresh them (`aws sso login`, or new "

@@ -8,6 +8,7 @@ needs a real socket: a closed loopback port, and a name that cannot resolve.
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 
@@ -585,6 +586,26 @@ def test_expired_aws_credentials_behind_the_kubeconfig_are_one_line(tmp_path):
                            "An error occurred (ExpiredToken)")
     assert line.endswith("the AWS credentials have expired or are missing; refresh them (`aws sso login`, "
                          "or new keys) and retry")
+
+
+def test_a_credential_command_that_never_answers_is_ended_and_one_line(tmp_path, monkeypatch, capsys):
+    """The kubernetes client waits for a kubeconfig's exec command without a bound: a plugin that
+    waited on something (a prompt nobody sees, a network that drops packets) hung `ops status`.
+    Now it is given CREDENTIAL_TIMEOUT_S, then ended with everything it started."""
+    from ops import kube
+
+    monkeypatch.setattr(kube, "CREDENTIAL_TIMEOUT_S", 1.0)
+    path, pid = kubeconfig_for(tmp_path, f"https://127.0.0.1:{closed_port()}"), tmp_path / "pid"
+    doc = yaml.safe_load(path.read_text())
+    doc["users"][0]["user"] = {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": "sh",
+                                        "args": ["-c", f"echo $$ > {pid}; exec sleep 600"]}}
+    path.write_text(yaml.safe_dump(doc))
+    assert cli.main(["status", "--kubeconfig", str(path)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: the kubeconfig's credential command sh did not answer within 1 s: run it alone"), \
+        line
+    with pytest.raises(ProcessLookupError):  # ended, not left behind
+        os.kill(int(pid.read_text()), 0)
 
 
 # ---- the environment's cluster ----------------------------------------------------------------

@@ -16,7 +16,7 @@ Both namespaces deny everything by default, in and out. Then, exactly:
 | an NCCL sweep pair's pods | the pods of the same node group's sweep | every TCP port | mpirun's daemons and NCCL bootstrap; a sweep's pairs are named at run time |
 | pods labelled ETCD_CLIENT_LABEL | etcd | 2379 | etcd rendezvous; etcd itself admits only them (k8s/addons/etcd.py) |
 | pods labelled API_CLIENT_LABEL | the API server | 443 | the MPI launcher's kubectl |
-| pods labelled HTTPS_EGRESS_LABEL | outside the VPC | 443 | S3 (data Jobs), the Hugging Face hub (model download) |
+| pods labelled HTTPS_EGRESS_LABEL | outside the VPC and the service ranges | 443 | S3 (data Jobs), the Hugging Face hub (model download) |
 | pods labelled POD_IDENTITY_LABEL | the Pod Identity agent | 80 | AWS credentials of the data Jobs |
 | the API server (its ENIs in the VPC) | the Training Operator | 9443 | the validating webhook |
 | the Training Operator | the API server | 443 | it reconciles jobs |
@@ -54,7 +54,8 @@ NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on
 KUBE_DNS_LABELS = {"k8s-app": "kube-dns"}  # the coredns add-on's pods
 DNS_PORT = 53
 HTTPS_PORT = 443
-# The `kubernetes` Service's ClusterIP in either service range EKS picks.
+# The service ranges EKS picks from, and the `kubernetes` Service's ClusterIP in each.
+SERVICE_RANGES = ("10.100.0.0/16", "172.20.0.0/16")
 API_SERVICE_ADDRESSES = ("10.100.0.1/32", "172.20.0.1/32")
 # "Understand how EKS Pod Identity works": the agent serves credentials at 169.254.170.23, port 80.
 POD_IDENTITY_AGENT = "169.254.170.23/32"
@@ -112,7 +113,10 @@ def training_policies(vpc_cidr: str, namespace: str = TRAINING_NAMESPACE) -> lis
             "to": api_server_peers(vpc_cidr), "ports": tcp_ports(HTTPS_PORT)}],
             description="pods that call the Kubernetes API (the MPI launcher) reach it"),
         network_policy("https-egress", namespace, match_labels(**{HTTPS_EGRESS_LABEL: "true"}), egress=[{
-            "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [vpc_cidr]}}], "ports": tcp_ports(HTTPS_PORT)}],
+            # Services too: a ClusterIP lies outside the VPC, and the agent filters on it (the API
+            # server's `kubernetes` Service, every webhook's Service on 443).
+            "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [vpc_cidr, *SERVICE_RANGES]}}],
+            "ports": tcp_ports(HTTPS_PORT)}],
             description="the data and model-download Jobs reach S3 and the Hugging Face hub, nothing in the VPC"),
         network_policy("pod-identity", namespace, match_labels(**{POD_IDENTITY_LABEL: "true"}), egress=[{
             "to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": tcp_ports(POD_IDENTITY_PORT)}],

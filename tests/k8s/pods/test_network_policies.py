@@ -72,6 +72,8 @@ def world(dev):
         "hub": Address("the Hugging Face hub", "18.160.10.20"),
         "pod-identity": Address("the Pod Identity agent", "169.254.170.23"),
         "imds": Address("the instance metadata service", "169.254.169.254"),
+        "kubelet": Address("a node's kubelet", str(next(hosts))),
+        "service-range": Address("another Service's ClusterIP (a webhook's, on 443)", "172.20.77.7"),
     }
     namespaces = {o["metadata"]["name"]: o["metadata"].get("labels", {}) for o in chart_objects if o["kind"] == "Namespace"}
     namespaces |= {KUBE_SYSTEM_NAMESPACE: {}, STRANGER_NAMESPACE: {}}
@@ -117,6 +119,7 @@ TABLE = [
     ("PyTorchJob/run-a/Worker/0", "addr:pod-identity", 80, "TCP", False, "no AWS credentials"),
     ("PyTorchJob/run-a/Worker/0", "addr:imds", 80, "TCP", False, "no instance metadata"),
     ("PyTorchJob/run-a/Worker/0", "addr:api-service", 443, "TCP", False, "workers never call the API"),
+    ("PyTorchJob/run-a/Worker/0", "addr:kubelet", 10250, "TCP", False, "no kubelet API"),
     ("PyTorchJob/run-a/Worker/0", "addr:fsx", 988, "TCP", False, "Lustre traffic leaves from the node"),
     ("PyTorchJob/run-a/Worker/0", "Deployment/training-operator", 9443, "TCP", False, "egress is closed"),
     ("stranger", "PyTorchJob/run-a/Worker/0", 29400, "TCP", False, "nobody outside the job"),
@@ -145,8 +148,15 @@ TABLE = [
     ("Job/data-imagenet", "addr:s3", 80, "TCP", False, "HTTPS only"),
     ("Job/data-imagenet", "addr:api-eni", 443, "TCP", False, "nothing in the VPC"),
     ("Job/data-imagenet", "svc:etcd", 2379, "TCP", False, "not a rendezvous client"),
+    ("Job/data-imagenet", "addr:api-service", 443, "TCP", False, "the API server by its Service address either"),
+    ("Job/data-imagenet", "addr:api-service-10.100", 443, "TCP", False, "the API server by its Service address either"),
+    ("Job/data-imagenet", "addr:service-range", 443, "TCP", False, "no Service of the cluster"),
+    ("Job/data-imagenet", "addr:kubelet", 10250, "TCP", False, "no kubelet API"),
     ("Job/model-download-", "addr:hub", 443, "TCP", True, "downloads from the hub"),
     ("Job/model-download-", "addr:pod-identity", 80, "TCP", False, "no AWS role"),
+    ("Job/model-download-", "addr:imds", 80, "TCP", False, "not the node's credentials"),
+    ("Job/model-download-", "addr:api-service", 443, "TCP", False, "the API server by its Service address either"),
+    ("Job/model-download-", "addr:service-range", 443, "TCP", False, "no Service of the cluster"),
     ("Job/model-download-", "PyTorchJob/run-a/Worker/0", 29400, "TCP", False, "nothing in the VPC"),
     ("Job/gpu-check-p5", "addr:hub", 443, "TCP", False, "the GPU check reaches nothing"),
     ("addr:api-eni", "Deployment/training-operator", 9443, "TCP", True, "the API server calls the webhook"),

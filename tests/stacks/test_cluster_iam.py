@@ -89,12 +89,20 @@ def test_addon_roles_name_the_addons_own_namespace_and_service_account(dev):
 def test_node_role_has_exactly_the_policies_the_eks_guide_lists():
     """"Amazon EKS node IAM role" (https://docs.aws.amazon.com/eks/latest/userguide/create-node-role.html):
     AmazonEKSWorkerNodePolicy and AmazonEC2ContainerRegistryPullOnly; the CNI policy goes on a
-    separate role for the aws-node service account rather than on the node role."""
+    separate role for the aws-node service account rather than on the node role. Nothing else: no
+    inline policy and no grant (an AWS::IAM::Policy naming the role, as `bucket.grant_read(role)`
+    makes), since a hostNetwork pod on any node holds these credentials."""
     dev = synth("dev")
-    node_role = _resources(dev)[dev.logical_id("cluster", dev.stage.cluster.node_role)]
+    node_id = dev.logical_id("cluster", dev.stage.cluster.node_role)
+    node_role = _resources(dev)[node_id]
     assert node_role["Properties"]["AssumeRolePolicyDocument"]["Statement"] == [
         {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}}]
     assert _managed_policy_names(node_role) == {"AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly"}
+    assert "Policies" not in node_role["Properties"]
+    grants = [f"{stack}/{logical_id}" for stack in dev.templates
+              for logical_id, r in dev.template_json(stack)["Resources"].items()
+              if r["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy") and node_id in json.dumps(r["Properties"])]
+    assert grants == []
 
 
 def test_the_vpc_cni_addon_gets_the_cni_policy_through_its_own_pod_identity_role(dev):

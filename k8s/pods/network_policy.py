@@ -15,7 +15,7 @@ Both namespaces deny everything by default, in and out. Then, exactly:
 | a job's pods | the same job's pods | every TCP port | torchrun's c10d store, gloo and NCCL bootstrap, Open MPI: ephemeral ports |
 | an NCCL sweep pair's pods | the pods of the same node group's sweep | every TCP port | mpirun's daemons and NCCL bootstrap; a sweep's pairs are named at run time |
 | pods labelled ETCD_CLIENT_LABEL | etcd | 2379 | etcd rendezvous; etcd itself admits only them (k8s/addons/etcd.py) |
-| pods labelled API_CLIENT_LABEL | the API server | 443 | the MPI launcher's kubectl |
+| pods labelled API_CLIENT_LABEL | the API server | 443 | the MPI launcher's and the capacity-block stop CronJob's kubectl |
 | pods labelled HTTPS_EGRESS_LABEL | outside the VPC and the service ranges | 443 | S3 (data Jobs), the Hugging Face hub (model download) |
 | pods labelled POD_IDENTITY_LABEL | the Pod Identity agent | 80 | AWS credentials of the data Jobs |
 | the API server (its ENIs in the VPC) | the Training Operator | 9443 | the validating webhook |

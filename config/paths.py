@@ -10,6 +10,7 @@ UsageError).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -18,7 +19,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 TEXT_LIMIT_BYTES = 16 << 20  # a context file or kubeconfig is kilobytes; /dev/zero is endless
 LINE_LIMIT_BYTES = 1 << 20  # a line of a log read line by line (a metrics line is a few hundred bytes)
@@ -50,6 +51,31 @@ def file_status(path: str | Path) -> os.stat_result | None:
     if found is not None and (what := _special(found.st_mode)):
         raise PathProblem(f"{path} is {what}, expected a regular file")
     return found
+
+
+def open_regular(path: str | Path) -> BinaryIO:
+    """A regular file opened to read, for a caller that tells what open() raises (a missing file,
+    a directory, an I/O error: the OSError) from a named pipe, socket or device there (a
+    PathProblem): a checkpoint's metadata is damaged when missing, not when the volume fails.
+    O_NONBLOCK lets opening a pipe return at once instead of waiting for a writer for ever, and
+    the open file's own status is judged, so nothing can replace it between a check and the open."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:  # a socket file cannot be opened at all (ENXIO)
+        if err.errno == errno.ENXIO and (what := _special(os.stat(path).st_mode)):
+            raise PathProblem(f"{path} is {what}, expected a regular file") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if what := _special(mode):
+            raise PathProblem(f"{path} is {what}, expected a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def is_plain_name(name: object) -> bool:

@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 
+from config.paths import PathProblem, open_regular
 from trainer.safe_load import UnsafeCheckpoint, read_metadata
 
 METADATA_FILE = ".metadata"  # torch.distributed.checkpoint's FileSystemWriter names it so
@@ -76,10 +77,12 @@ def precheck(path: Path, entries: Iterable[str] = ()) -> None:
     missing or shorter than its data; Refused when the metadata asks to run code or lacks one of
     the state's top-level `entries`; any other OSError (EIO, ESTALE, EACCES) propagates."""
     try:
-        with open(path / METADATA_FILE, "rb") as f:
+        with open_regular(path / METADATA_FILE) as f:  # a named pipe there would hold the resume for ever
             metadata = read_metadata(f)
     except FileNotFoundError:
         raise Damaged(f"{METADATA_FILE} is missing") from None
+    except PathProblem as problem:
+        raise Damaged(str(problem)) from None
     except UnsafeCheckpoint as exc:
         raise Refused(f"{exc}; inspect it, and move it out of the directory to resume from the one before") from None
     except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, IndexError, TypeError) as exc:

@@ -26,6 +26,8 @@ from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
+from config.paths import open_regular
+
 # What DCP's metadata pickle refers to (found by listing the globals of checkpoints that torch
 # 2.13 writes for our models, optimizers and progress records): its record dataclasses, tensor
 # shapes, dtypes and layouts, and the checkpoint's path. None of them can run a command.
@@ -73,8 +75,9 @@ def read_metadata(stream: io.BufferedIOBase) -> Metadata:
 
 class SafeFileSystemReader(FileSystemReader):
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        # As FileSystemReader.read_metadata (torch 2.13), with the restricted unpickler.
-        with self.fs.create_stream(self._get_metadata_path(kwargs.get("rank")), "rb") as stream:
+        # As FileSystemReader.read_metadata (torch 2.13), with the restricted unpickler, and opened
+        # as a regular file only: a named pipe there held `trainer.hf export` in open() for ever.
+        with open_regular(self._get_metadata_path(kwargs.get("rank"))) as stream:
             metadata = read_metadata(stream)
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()

@@ -36,7 +36,7 @@ def _special_files(tmp_path):
     return [(fifo, "a named pipe"), (sock, "a socket"), (Path("/dev/null"), "a character device")]
 
 
-@pytest.mark.parametrize("check", [paths.read_bytes, paths.read_text, paths.read_json, paths.read_yaml,
+@pytest.mark.parametrize("check", [paths.read_bytes, paths.read_text, paths.read_json, paths.read_yaml, paths.open_regular,
                                    paths.output_file])
 def test_a_pipe_socket_or_device_where_a_regular_file_belongs_is_refused_without_opening_it(tmp_path, check):
     """Opening a named pipe, to read or to write, waits for its other end, for ever when none

@@ -6,6 +6,7 @@ DCP checkpoints and the errors DCP raises."""
 from __future__ import annotations
 
 import errno
+import os
 import pickle
 
 import pytest
@@ -16,7 +17,8 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from crafted import CreatesMarker
 from trainer import safe_load
-from trainer.checkpoint_load import DAMAGED, FAILED, METADATA_FILE, REFUSED, Damaged, Refused, classify, precheck
+from trainer.checkpoint_load import (DAMAGED, FAILED, METADATA_FILE, REFUSED, Damaged, Refused, Verdict, classify,
+                                     precheck)
 from trainer.safe_load import UnsafeCheckpoint
 
 
@@ -68,6 +70,29 @@ def test_an_io_error_on_the_metadata_is_not_damage(saved, tmp_path):
         precheck(path)
     verdict = classify(info.value)
     assert verdict.kind == FAILED and "IsADirectoryError" in verdict.reason
+
+
+@pytest.mark.parametrize("special, what", [("pipe", "a named pipe"), ("device", "a character device")])
+def test_a_metadata_file_that_is_a_pipe_or_a_device_is_damage_found_without_waiting(saved, tmp_path, special, what):
+    # Opened to read, a named pipe waits for a writer for ever: the resume hung before any line.
+    from cli_sweep import run_in_process
+
+    path = copy(saved, tmp_path)
+    (path / METADATA_FILE).unlink()
+    if special == "pipe":
+        os.mkfifo(path / METADATA_FILE)
+    else:
+        (path / METADATA_FILE).symlink_to("/dev/zero")
+    verdicts = []
+
+    def attempt(_):
+        with pytest.raises(Damaged) as info:
+            precheck(path)
+        verdicts.append(classify(info.value))
+
+    outcome = run_in_process(attempt, [], timeout_s=20)
+    assert not outcome.hung and not outcome.escaped, outcome.escaped or "precheck gave no answer in 20 s"
+    assert verdicts == [Verdict(DAMAGED, f"{path / METADATA_FILE} is {what}, expected a regular file")]
 
 
 def test_bytes_that_do_not_decode_are_damage_even_at_full_length(saved, tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pickle
 import shutil
 import signal
@@ -262,6 +263,23 @@ def test_a_damaged_checkpoint_is_one_line_and_leaves_no_output(run_dirs, tmp_pat
     if damage == "crafted-metadata":
         assert "unsafe checkpoint" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no staging folder, no marker
+
+
+def test_a_checkpoint_whose_metadata_is_a_named_pipe_is_one_line_not_waited_on(run_dirs, tmp_path):
+    # Opened to read, the pipe waited for a writer for ever: the export hung without a word.
+    from cli_sweep import entry, run_in_process
+
+    _, ckpt = run_dirs
+    damaged = copy_checkpoint(ckpt, tmp_path)
+    metadata = damaged / "step-00000002" / ".metadata"
+    metadata.unlink()
+    os.mkfifo(metadata)
+    outcome = run_in_process(entry("trainer.hf"), ["export", "--checkpoint", str(damaged), "--out",
+                                                   str(tmp_path / "out")], timeout_s=20)
+    assert not outcome.hung, "no answer in 20 s"
+    assert (outcome.code, outcome.lines) == (2, [f"error: --checkpoint: {damaged / 'step-00000002'} cannot be read "
+                                                 f"(PathProblem: {metadata} is a named pipe, expected a regular file)"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
 
 
 def test_verify_accepts_the_export_and_answers_a_broken_one_in_one_line(run_dirs, tmp_path, capsys):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import stat
 from concurrent.futures import Future
 from contextlib import nullcontext
 from pathlib import Path
@@ -36,13 +37,13 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 from config.kubernetes import EXIT_CHECKPOINT_READ_FAILED, EXIT_CHECKPOINTS_UNLOADABLE, EXIT_USAGE
 from config.models import ModelConfig, shape_difference
-from config.paths import read_json
+from config.paths import file_status, read_json
 from config.workloads.common import CheckpointConfig
 from trainer import safe_load
 from trainer.checkpoint_load import FAILED, REFUSED, Verdict, agree, classify, describe, precheck
 from trainer.cli import UsageError, WorkerExit, checked_path, create_folder, write_whole
 from trainer.dist import Runtime, same_buffers
-from trainer.lease import WAIT_S, Lease, LeaseHeld, Owner
+from trainer.lease import LEASE_FILE, LOCK_FILE, WAIT_S, Lease, LeaseHeld, Owner
 from trainer.log import log, warn
 from trainer.retention import TRASH, BackgroundRemover
 
@@ -134,6 +135,13 @@ def existing_checkpoints(cfg: CheckpointConfig) -> tuple[Path, dict | None] | No
             what = "a symbolic link" if entry.is_symlink() else "not a folder"
             raise UsageError("--checkpoint-dir", f"{entry} is {what}, but the trainer keeps folders of its "
                                                  f"own under that name; move it out of {path}")
+    for name in (LEASE_FILE, LOCK_FILE):
+        # Rank 0 reads the lease, and opens its lock, before resuming: a named pipe there held the
+        # run in open() for ever, and a link to /dev/zero was read until memory ran out.
+        found = checked_path("--checkpoint-dir", file_status, path / name)
+        if found is not None and stat.S_ISDIR(found.st_mode):
+            raise UsageError("--checkpoint-dir", f"{path / name} is a folder, but the trainer keeps its lease in a "
+                                                 f"file of that name; move it out of {path}")
     record = checked_path("--checkpoint-dir", read_model_record, path)
     return (path, record) if list_steps(path) else None
 

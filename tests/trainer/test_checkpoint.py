@@ -3,6 +3,7 @@ step it was taken at, even while training goes on; only complete checkpoints are
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ import pytest
 from config.workloads.common import CheckpointConfig
 from trainer.checkpoint import MARKER, existing_checkpoints, list_steps, step_dir
 from trainer.cli import UsageError
+from trainer.lease import LEASE_FILE, LOCK_FILE
 from trainer.retention import TRASH
 from trainer_procs import REPO, file_size_limited, job_env, lone_rank_env
 
@@ -237,6 +239,29 @@ def test_a_symlink_where_the_trainer_keeps_a_folder_is_refused_in_one_line_and_i
     assert str(refused.value) == (f"--checkpoint-dir: {ckpt / name} is a symbolic link, but the trainer keeps "
                                   f"folders of its own under that name; move it out of {ckpt}")
     assert (ckpt / name).is_symlink() and (elsewhere / "data" / MARKER).exists()
+
+
+@pytest.mark.parametrize("name", [LEASE_FILE, LOCK_FILE])
+@pytest.mark.parametrize("special", ["pipe", "device", "folder"])
+def test_a_lease_file_that_is_a_pipe_a_device_or_a_folder_is_refused_in_one_line_before_it_is_read(
+        tmp_path, name, special):
+    # Rank 0 read LEASE with open(): a named pipe held the run there for ever (trainer.llm and
+    # trainer.vision printed nothing), a link to /dev/zero was read until memory ran out, and a
+    # folder stopped it with "cannot take the lease" as a read failure to retry.
+    step_dir(tmp_path, 4).mkdir()
+    (step_dir(tmp_path, 4) / MARKER).write_text("4\n")
+    if special == "pipe":
+        os.mkfifo(tmp_path / name)
+    elif special == "device":
+        (tmp_path / name).symlink_to("/dev/zero")
+    else:
+        (tmp_path / name).mkdir()
+    with pytest.raises(UsageError) as refused:
+        existing_checkpoints(CheckpointConfig(str(tmp_path)))
+    what = {"pipe": "is a named pipe, expected a regular file", "device": "is a character device, expected a regular "
+            "file", "folder": f"is a folder, but the trainer keeps its lease in a file of that name; move it out of "
+                              f"{tmp_path}"}[special]
+    assert str(refused.value) == f"--checkpoint-dir: {tmp_path / name} {what}"
 
 
 def test_every_rank_refuses_a_file_where_a_checkpoint_folder_belongs_before_the_process_group(tmp_path):

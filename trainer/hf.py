@@ -36,7 +36,7 @@ from config.models import ModelConfig
 from config.options import positive_float
 from trainer.cli import (Parser, Stopped, UsageError, WorkerExit, checked_path, output_in_place, run_main,
                          staging_folder, stopped_by_signals)
-from config.paths import exists, input_dir, is_dir, is_plain_name, read_json
+from config.paths import exists, file_status, input_dir, is_dir, is_plain_name, read_json
 from trainer.hf_config import (HF_KEYS, TOKENIZER_FILES, hf_names, id_count, read_tokenizer, special_token_ids,
                                to_hf_config)
 
@@ -63,6 +63,8 @@ class SafetensorsDirectory:
                 raise UsageError("--init-from-hf", f"{index}: weight_map must name files in its own folder (no '/', "
                                                    f"'.' or '..'), got {outside[1]!r} for {outside[0]}")
             self.files = {name: directory / f for name, f in weight_map.items()}
+            for file in sorted(set(self.files.values())):  # safetensors' open() waits on a named pipe for ever
+                checked_path("--init-from-hf", file_status, file)
         else:
             single = directory / "model.safetensors"
             if not single.is_file():

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from config.models import MODELS
-from config.paths import input_dir, output_dir
+from config.paths import file_status, input_dir, output_dir
 from trainer.cli import UsageError, checked_path
 from trainer.hf_config import hf_names, read_config, to_hf_config
 
@@ -61,6 +61,9 @@ def verify(directory: Path) -> str:
     except ImportError:
         raise UsageError("DIRECTORY", "verify needs the transformers package (pip install -r requirements.txt)") from None
     checked_path("DIRECTORY", input_dir, directory)
+    for entry in sorted(directory.iterdir()):  # transformers opens the weights with open(): a named pipe waits for ever
+        if not entry.is_dir():
+            checked_path("DIRECTORY", file_status, entry)
     config = read_config(directory, "DIRECTORY")
     tokenizer = None
     try:

@@ -6,6 +6,7 @@ FSDP2 load must compute what a 1-rank load computes."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -174,6 +175,22 @@ def test_an_index_naming_a_weights_file_outside_the_folder_is_one_usage_error_na
         ours(src)
     assert str(err.value) == (f"--init-from-hf: {src / 'model.safetensors.index.json'}: weight_map must name files "
                               f"in its own folder (no '/', '.' or '..'), got {name!r} for model.norm.weight")
+
+
+def test_an_index_naming_a_weights_file_that_is_a_named_pipe_is_one_usage_error_not_waited_on(tmp_path):
+    """safetensors opened the file with open(), which waits for the pipe's writer for ever: trainer.llm
+    hung without a line. In a process of its own: open() in Rust retries after a signal, so no
+    deadline in this process could end the wait."""
+    save_hf("llama", tmp_path)
+    shard = tmp_path / "model-00001-of-00001.safetensors"
+    index = {"metadata": {}, "weight_map": {t: shard.name for t in load_file(tmp_path / "model.safetensors")}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    os.mkfifo(shard)
+    script = ("import sys; from pathlib import Path; from trainer.cli import run_main; from trainer.hf import "
+              "SafetensorsDirectory; run_main(lambda: SafetensorsDirectory(Path(sys.argv[1])).shape('lm_head.weight'))")
+    p = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=REPO, env=job_env(), capture_output=True,
+                       text=True, timeout=60)
+    assert (p.returncode, p.stderr) == (2, f"error: --init-from-hf: {shard} is a named pipe, expected a regular file\n")
 
 
 SCRIPT = r"""

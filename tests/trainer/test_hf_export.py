@@ -11,6 +11,7 @@ import os
 import pickle
 import shutil
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from trainer.hf_config import TOKENIZER_LIMIT_BYTES, from_hf_config, read_config
 from trainer.hf_tiny import write_tiny  # noqa: E402
 from trainer.model import Transformer  # noqa: E402
 from trainer.torchvision_compat import prepare  # noqa: E402
+from trainer_procs import REPO, job_env  # noqa: E402
 
 prepare()  # transformers' Auto classes import torchvision when it is installed
 CPU = type("Runtime", (), {"device": torch.device("cpu"), "is_main": False})()
@@ -299,6 +301,24 @@ def test_verify_accepts_the_export_and_answers_a_broken_one_in_one_line(run_dirs
     code, _, err = run_cli(["verify", str(out)], capsys)
     assert code == 2 and err.startswith(f"error: DIRECTORY: {out} does not load and run in transformers (")
     assert err.count("\n") == 1
+
+
+def test_verify_refuses_a_weights_file_that_is_a_named_pipe_in_one_line_not_waited_on(tmp_path):
+    """transformers (safetensors) opened it with open(), which waits for the pipe's writer for ever.
+    In a process of its own: open() in Rust retries after a signal, so no deadline here could end it."""
+    from safetensors.torch import load_file
+
+    out = tmp_path / "hf"
+    write_tiny(out)
+    shard = out / "model-00001-of-00001.safetensors"
+    names = load_file(out / "model.safetensors")
+    (out / "model.safetensors").unlink()
+    (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {n: shard.name for n in names}}))
+    os.mkfifo(shard)
+    p = subprocess.run([sys.executable, "-m", "trainer.hf", "verify", str(out)], cwd=REPO, env=job_env(),
+                       capture_output=True, text=True, timeout=60)
+    assert (p.returncode, p.stderr.splitlines()[-1:]) == (
+        2, [f"error: DIRECTORY: {shard} is a named pipe, expected a regular file"])
 
 
 @pytest.mark.parametrize("carrier", ["config.json", "tokenizer_config.json"])

@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from config.paths import creatable_dir, input_dir, is_dir
+from config.paths import PathProblem, creatable_dir, input_dir, is_dir
 from trainer import imagenet_reencode
 from trainer.cli import UsageError, checked_path, create_folder
 
@@ -183,6 +183,8 @@ def rearrange(src: Path, out: Path, reencode=None, workers: int = 1) -> Report:
         try:
             outcome = imagenet_reencode.place(source, target)
             setattr(report, outcome, getattr(report, outcome) + 1)
+        except PathProblem as problem:
+            raise UsageError("--src", str(problem)) from None
         except OSError as exc:  # every file already placed is whole: a rerun goes on from there
             if str(exc.filename) == str(source):
                 raise UsageError("--src", f"cannot read {source}: {exc.strerror or exc}") from None

@@ -48,7 +48,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from config.paths import input_dir
+from config.paths import file_status, input_dir
 from trainer.cli import UsageError, checked_path, write_whole
 
 MANIFEST = "reencode.json"
@@ -219,7 +219,9 @@ def _write(target: Path, data: bytes) -> None:
 def place(source: Path, target: Path) -> str:
     """Put `source` at `target` unless an equal file is there: a hard link, else a copy through
     a temporary name. Which it was: "present", "linked" or "copied" (trainer.imagenet.Report's
-    counts)."""
+    counts). A source that is not a regular file is a PathProblem: copied, a link to /dev/zero
+    filled the disk."""
+    file_status(source)
     if target.exists():
         # A copy newer than its source is current; a source replaced since (a new download is a
         # new file) is placed again, even at the same size.

@@ -88,6 +88,24 @@ def test_across_file_systems_it_copies_through_a_temporary_name(release, tmp_pat
     assert not list((tmp_path / "out").rglob("*.partial"))
 
 
+@pytest.mark.parametrize("special, what", [("pipe", "a named pipe"), ("device", "a character device")])
+def test_a_training_image_that_is_a_pipe_or_a_device_is_one_line_naming_src_not_copied(
+        release, tmp_path, monkeypatch, special, what):
+    # Across file systems the image is copied: a link to /dev/zero was copied until the disk was
+    # full (12 GB in 6 s here), a link to /dev/null became an empty image, and a pipe was blamed on --out.
+    src, _ = release
+    bad = next((src / "ILSVRC/Data/CLS-LOC/train").iterdir()) / "bad.JPEG"
+    if special == "pipe":
+        os.mkfifo(bad)
+    else:
+        bad.symlink_to("/dev/null")  # /dev/zero's stand-in: the same device kind, and an old copy of it ends
+    monkeypatch.setattr(imagenet_reencode.os, "link", lambda a, b: (_ for _ in ()).throw(OSError(18, "EXDEV")))
+    with pytest.raises(UsageError) as refused:
+        imagenet.rearrange(src, tmp_path / "out")
+    assert str(refused.value) == f"--src: {bad} is {what}, expected a regular file"
+    assert not list((tmp_path / "out").rglob("bad.JPEG*"))
+
+
 def test_the_flat_layout_without_the_ILSVRC_folders_works_too(tmp_path):
     src = tmp_path / "src"
     write_tiny_ilsvrc(src, classes=2)

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from config.workloads.llm import SequenceBatchConfig, TokenDataConfig
-from config.paths import is_dir, is_plain_name, read_json
+from config.paths import file_status, is_dir, is_plain_name, read_json
 from trainer import dist as tdist
 from trainer.cli import UsageError, checked_path, run_main
 
@@ -75,6 +75,8 @@ class TokenShards:
         if (meta_vocab or 0) > vocab_size:
             raise UsageError("--data", f"tokens go up to {meta_vocab} but the model's vocabulary has {vocab_size}")
         dtype, width = _DTYPES[dtype_name]
+        for name in names:  # mapped, a pipe or a device has no bytes: the run trained on the rest without a word
+            checked_path("--data", file_status, directory / name)
         try:
             # Private memory maps: pages load on first touch, so a 100 GB corpus costs no RAM up front.
             self.shards = [torch.from_file(str(directory / name), shared=False,

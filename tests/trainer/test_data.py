@@ -4,6 +4,7 @@ ranks, a permutation of the windows per epoch, and a position that is the global
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -100,6 +101,20 @@ def test_a_shard_name_that_leaves_the_data_folder_is_one_usage_error_naming_data
         _batches(shards)
     assert str(err.value) == (f"--data: {Path(shards) / 'meta.json'}: shards must name files in its own folder "
                               f"(no '/', '.' or '..'), got {name!r}")
+
+
+@pytest.mark.parametrize("special, what", [("pipe", "a named pipe"), ("device", "a character device")])
+def test_a_shard_that_is_a_pipe_or_a_device_is_one_usage_error_not_trained_around(shards, special, what):
+    """Mapped, a pipe or a device has no bytes: the run trained on the other shards without a word."""
+    shard = Path(shards) / "shard-00001.bin"
+    shard.unlink()
+    if special == "pipe":
+        os.mkfifo(shard)
+    else:
+        shard.symlink_to("/dev/zero")
+    with pytest.raises(UsageError) as err:
+        _batches(shards)
+    assert str(err.value) == f"--data: {shard} is {what}, expected a regular file"
 
 
 @pytest.mark.parametrize("vocab_size", [None, 50])  # missing, or smaller than the ids in the shards

@@ -20,6 +20,7 @@ background thread over its own gloo group while training goes on.
 from __future__ import annotations
 
 import json
+import os
 import re
 import stat
 from concurrent.futures import Future
@@ -182,6 +183,7 @@ class CheckpointManager:
         self.stager = None
         self.lease: Lease | None = None  # rank 0's, taken by resume()
         self.unmarked: str | None = None  # rank 0's: a save left incomplete because the lease was lost
+        self.held_directory: int | None = None  # rank 0's descriptor of the directory it resumed in
         self.remover = None  # rank 0 deletes old and incomplete checkpoint folders in the background
         if self.enabled and rt.is_main:
             self.remover = BackgroundRemover(self.directory,
@@ -230,6 +232,7 @@ class CheckpointManager:
         candidates = [None]
         if self.rt.is_main:
             self.directory.mkdir(parents=True, exist_ok=True)
+            self._hold_directory()
             self._remove_incomplete()
             candidates = [list_steps(self.directory)]
         # Every rank must try the same checkpoints in the same order: take rank 0's listing.
@@ -290,14 +293,46 @@ class CheckpointManager:
         if refusal[0]:
             raise WorkerExit(*refusal[0])
 
-    def _check_lease(self) -> None:
+    def _check_lease(self, step: int) -> None:
         """Before each save: a run that lost its lease (it stalled past the lease's life and
-        another run took the directory over) must not write into it."""
-        lost = [self.lease.lost_to if self.lease is not None else None]
-        dist.broadcast_object_list(lost, src=0, group=self.rt.checkpoint_group)
-        if lost[0]:
-            raise WorkerExit(f"the lease on {self.directory} was taken over by {lost[0]}; this run stops without "
-                             "writing another checkpoint there", EXIT_USAGE)
+        another run took the directory over) must not write into it; nor one whose directory is
+        gone or is another folder (deleted, its file system unmounted): DCP would make the folder
+        anew and write checkpoints there that no lease guards and no resume accepts."""
+        stop = [None]
+        if self.rt.is_main:
+            if self.lease is not None and self.lease.lost_to:
+                stop = [(f"the lease on {self.directory} was taken over by {self.lease.lost_to}; this run stops "
+                         "without writing another checkpoint there", EXIT_USAGE)]
+            elif (what := self._directory_lost()) is not None:
+                stop = [(f"--checkpoint-dir: {self.directory} {what} (deleted, or its file system unmounted); this "
+                         f"run stops without writing {step_dir(self.directory, step)}: a folder made anew holds "
+                         f"neither the run's {MODEL_FILE} nor its lease, and no run would resume from its "
+                         "checkpoints", EXIT_USAGE)]
+        dist.broadcast_object_list(stop, src=0, group=self.rt.checkpoint_group)
+        if stop[0]:
+            raise WorkerExit(*stop[0])
+
+    def _hold_directory(self) -> None:
+        """Keep the directory open while the run lives: its inode cannot be reused meanwhile, so a
+        folder made again at its path is never taken for it (_directory_lost)."""
+        if self.held_directory is not None:
+            os.close(self.held_directory)
+        self.held_directory = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+
+    def _directory_lost(self) -> str | None:
+        """How the directory at the path differs from the one held since resume; None: the same."""
+        if self.held_directory is None:
+            return None
+        try:
+            now = os.stat(self.directory)
+        except FileNotFoundError:
+            return "is gone"
+        except OSError as exc:
+            return f"cannot be read ({exc.strerror or exc})"
+        held = os.fstat(self.held_directory)
+        if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+            return "is no longer the folder this run resumed in"
+        return None
 
     def _load(self, path: Path) -> Verdict:
         """Load `path` into the state; the verdict all ranks agree on (loaded: Verdict(None))."""
@@ -341,7 +376,7 @@ class CheckpointManager:
         if not self.enabled or step == self.last_saved:
             return
         self.wait()  # one save in flight at a time keeps host memory bounded
-        self._check_lease()
+        self._check_lease(step)
         path = str(step_dir(self.directory, step))
         if self.rt.is_main:
             # A folder left by an earlier save of this step must not look complete while this one
@@ -390,6 +425,9 @@ class CheckpointManager:
                 self.lease.release()
             else:
                 self.lease.stop_renewing()
+        if self.held_directory is not None:
+            os.close(self.held_directory)
+            self.held_directory = None
         if finished and unmarked[0]:
             raise WorkerExit(unmarked[0], EXIT_USAGE)
 

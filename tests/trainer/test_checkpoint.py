@@ -4,16 +4,20 @@ step it was taken at, even while training goes on; only complete checkpoints are
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
+from config.kubernetes import EXIT_USAGE
 from config.workloads.common import CheckpointConfig
-from trainer.checkpoint import MARKER, existing_checkpoints, list_steps, step_dir
-from trainer.cli import UsageError
+from trainer import dist as tdist
+from trainer.checkpoint import MARKER, MODEL_FILE, CheckpointManager, existing_checkpoints, list_steps, step_dir
+from trainer.cli import UsageError, WorkerExit
 from trainer.lease import LEASE_FILE, LOCK_FILE
 from trainer.retention import TRASH
+from test_retention import Weights
 from trainer_procs import REPO, file_size_limited, job_env, lone_rank_env
 
 SCRIPT = r"""
@@ -274,3 +278,38 @@ def test_every_rank_refuses_a_file_where_a_checkpoint_folder_belongs_before_the_
     assert p.returncode == 2
     assert p.stderr.strip() == (f"error: --checkpoint-dir: {tmp_path / 'step-00000008'} is not a folder, but the "
                                 f"trainer keeps folders of its own under that name; move it out of {tmp_path}")
+
+
+@pytest.fixture
+def rt():
+    runtime = tdist.init(checkpoint_group=True)
+    yield runtime
+    tdist.shutdown()
+
+
+@pytest.mark.parametrize("replaced", [False, True])
+def test_a_checkpoint_directory_gone_mid_run_stops_the_run_in_one_line_not_saving_into_a_new_one(rt, tmp_path,
+                                                                                                 replaced):
+    # Deleted, or its file system unmounted (FSx lost): DCP made the folder again and the run went
+    # on saving there, exit 0 at the end, into checkpoints without model.json (which no resume
+    # accepts: "written by a trainer with another rotary layout") and without a lease.
+    directory = tmp_path / "ckpt"
+    directory.mkdir()
+    ckpt = CheckpointManager(CheckpointConfig(str(directory), every=1, synchronous=True), rt, {"app": Weights()},
+                             model_record={"model": {}})
+    assert ckpt.resume() == 0
+    ckpt.save(1)
+    ckpt.remover.wait()
+    shutil.rmtree(directory)
+    if replaced:  # made again at the same path, or another file system mounted there
+        directory.mkdir()
+    with pytest.raises(WorkerExit) as stopped:
+        ckpt.save(2)
+    ckpt.close()
+    assert stopped.value.code == EXIT_USAGE
+    what = "is no longer the folder this run resumed in" if replaced else "is gone"
+    assert str(stopped.value) == (
+        f"--checkpoint-dir: {directory} {what} (deleted, or its file system unmounted); this run stops without "
+        f"writing {step_dir(directory, 2)}: a folder made anew holds neither the run's {MODEL_FILE} nor its lease, "
+        "and no run would resume from its checkpoints")
+    assert list(directory.iterdir()) == [] if replaced else not directory.exists()

@@ -24,7 +24,7 @@ import os
 import re
 import stat
 from concurrent.futures import Future
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemWriter
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
@@ -385,13 +386,13 @@ class CheckpointManager:
             Path(path, MARKER).unlink(missing_ok=True)
         if blocking or self.cfg.synchronous:
             try:
-                dcp.save(self.state, checkpoint_id=path, process_group=self.rt.checkpoint_group)
+                dcp.save(self.state, storage_writer=_writer(path), process_group=self.rt.checkpoint_group)
             except CheckpointException as exc:
                 raise CheckpointWriteFailed(path, exc) from exc
             self._finalize(step)
         else:
-            response = dcp.async_save(self.state, checkpoint_id=path, process_group=self.rt.checkpoint_group,
-                                      async_stager=self.stager)
+            response = dcp.async_save(self.state, storage_writer=_writer(path),
+                                      process_group=self.rt.checkpoint_group, async_stager=self.stager)
             self.staging = getattr(response, "staging_completion", None)
             self.pending = (step, getattr(response, "upload_completion", response))
         self.last_saved = step
@@ -489,6 +490,35 @@ class CheckpointManager:
         for step in list_steps(self.directory, complete=False):
             self.remover.discard(step_dir(self.directory, step))
         self.remover.run(self.remover.empty_trash)
+
+
+class _WriteErrorsNamed(FileSystem):
+    """DCP's file system, with a write that the disk refuses raised as the disk's OSError (a full
+    disk's ENOSPC, EFBIG, EIO). torch.save's zip writer turns it into "RuntimeError: [enforce fail
+    at inline_container.cc:672] . unexpected pos 704 vs 598", and the OSError survives only as that
+    error's context on the rank it happened on: DCP pickles each rank's error to gather them, which
+    drops the context."""
+
+    @contextmanager
+    def create_stream(self, path, mode):
+        try:
+            with super().create_stream(path, mode) as stream:
+                yield stream
+        except RuntimeError as exc:
+            cause = exc.__cause__ or exc.__context__
+            while cause is not None and not isinstance(cause, OSError):
+                cause = cause.__cause__ or cause.__context__
+            if cause is None:
+                raise
+            # Without the file's name: the checkpoint's path is in the line already, and a crash's
+            # line is cut at 300 characters (trainer.cli.report_crash).
+            raise OSError(cause.errno, cause.strerror) from exc
+
+
+def _writer(path: str) -> FileSystemWriter:
+    writer = FileSystemWriter(path)
+    writer.fs = _WriteErrorsNamed()
+    return writer
 
 
 def _async_staging_supported() -> bool:

@@ -125,6 +125,20 @@ def test_a_model_record_that_the_disk_refuses_ends_the_run_and_leaves_no_tempora
     assert sorted(p.name for p in tmp_path.iterdir()) == [".LEASE.lock", "LEASE"]
 
 
+
+def test_a_checkpoint_write_the_disk_refuses_names_the_disk_s_error_not_the_zip_writer_s(tmp_path):
+    # torch.save's zip writer turns the failed write into "RuntimeError: [enforce fail at
+    # inline_container.cc:672] . unexpected pos 704 vs 598": on a full disk (ENOSPC, seen on a
+    # small tmpfs) as under this file-size limit (EFBIG), no line of the log said why.
+    p = subprocess.run(file_size_limited([sys.executable, "-m", "trainer.llm", "--seq-len", "32", "--batch-size", "2",
+                                          "--steps", "2", "--checkpoint-dir", str(tmp_path)], 200_000),
+                       cwd=REPO, env=job_env(), capture_output=True, text=True, timeout=120)
+    last = p.stderr.splitlines()[-1]
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert (f"CheckpointWriteFailed: checkpoint {step_dir(tmp_path, 2)} was not written; the checkpoints before it "
+            "are kept (rank 0: OSError: [Errno 27] File too large)); the traceback is above") in last, last
+    assert list_steps(tmp_path) == [] and list_steps(tmp_path, complete=False) == [2]
+
 BUFFERS_SCRIPT = r"""
 import sys, threading, torch
 import torch.distributed.checkpoint as dcp

@@ -60,12 +60,16 @@ class CheckpointWriteFailed(RuntimeError):
     any unexpected error (trainer.cli.report_crash), but its line names the checkpoint and each
     rank's cause: DCP's own CheckpointException puts every rank's traceback into its message."""
 
-    def __init__(self, path: str, exc: CheckpointException):
-        ranks: dict[str, list[int]] = {}  # a full disk fails every rank alike: one reason, the ranks it stopped
-        for rank, (error, _) in sorted(exc.failures.items()):
-            ranks.setdefault(describe(error), []).append(rank)
-        why = "; ".join(f"rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))}: {reason}"
-                        for reason, r in ranks.items())
+    def __init__(self, path: str, exc: CheckpointException | OSError):
+        """`exc`: DCP's, or the OSError of rank 0's marker, written once every rank's files are on disk."""
+        if isinstance(exc, OSError):
+            why = f"rank 0, its {MARKER} marker: {describe(exc)}"
+        else:
+            ranks: dict[str, list[int]] = {}  # a full disk fails every rank alike: one reason, the ranks it stopped
+            for rank, (error, _) in sorted(exc.failures.items()):
+                ranks.setdefault(describe(error), []).append(rank)
+            why = "; ".join(f"rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))}: {reason}"
+                            for reason, r in ranks.items())
         super().__init__(f"checkpoint {path} was not written; the checkpoints before it are kept ({why})")
 
 
@@ -458,7 +462,10 @@ class CheckpointManager:
             # A run that stalled past the lease's life with this save in flight: the run that took
             # the directory over would resume from it at its next restart.
             if held:
-                write_whole(path / MARKER, f"{step}\n")
+                try:
+                    write_whole(path / MARKER, f"{step}\n")
+                except OSError as exc:
+                    raise CheckpointWriteFailed(str(path), exc) from exc
         if not held:
             # The next save stops every rank (_check_lease); when there is none, close() does.
             self.unmarked = (f"this run reached its end, but the lease on {self.directory} was taken over by "

@@ -13,7 +13,9 @@ import pytest
 from config.kubernetes import EXIT_USAGE
 from config.workloads.common import CheckpointConfig
 from trainer import dist as tdist
-from trainer.checkpoint import MARKER, MODEL_FILE, CheckpointManager, existing_checkpoints, list_steps, step_dir
+from trainer.checkpoint import (
+    MARKER, MODEL_FILE, CheckpointManager, CheckpointWriteFailed, existing_checkpoints, list_steps, step_dir,
+)
 from trainer.cli import UsageError, WorkerExit
 from trainer.lease import LEASE_FILE, LOCK_FILE
 from trainer.retention import TRASH
@@ -327,3 +329,20 @@ def test_a_checkpoint_directory_gone_mid_run_stops_the_run_in_one_line_not_savin
         f"writing {step_dir(directory, 2)}: a folder made anew holds neither the run's {MODEL_FILE} nor its lease, "
         "and no run would resume from its checkpoints")
     assert list(directory.iterdir()) == [] if replaced else not directory.exists()
+
+
+def test_a_completion_marker_the_disk_refuses_names_the_checkpoint_and_keeps_the_one_before(rt, tmp_path):
+    # The disk filled up between a save's data and its COMPLETE marker (seen on a small tmpfs): the
+    # run's last line was "OSError: [Errno 28] No space left on device", naming no checkpoint or
+    # directory. Here the marker's temporary name is taken by a folder, so its write fails alike.
+    ckpt = CheckpointManager(CheckpointConfig(str(tmp_path), every=1, keep=1, synchronous=True), rt,
+                             {"app": Weights()})
+    assert ckpt.resume() == 0
+    ckpt.save(1)
+    (step_dir(tmp_path, 2) / f".{MARKER}.tmp-{os.getpid()}").mkdir(parents=True)
+    with pytest.raises(CheckpointWriteFailed) as failed:
+        ckpt.save(2)
+    ckpt.close()
+    assert str(failed.value).startswith(f"checkpoint {step_dir(tmp_path, 2)} was not written; the checkpoints before "
+                                        f"it are kept (rank 0, its {MARKER} marker: IsADirectoryError: "), failed.value
+    assert list_steps(tmp_path) == [1]

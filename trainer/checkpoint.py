@@ -460,12 +460,22 @@ class CheckpointManager:
         path = step_dir(self.directory, step)
         with self.lease.held() if self.lease is not None else nullcontext(True) as held:
             # A run that stalled past the lease's life with this save in flight: the run that took
-            # the directory over would resume from it at its next restart.
-            if held:
+            # the directory over would resume from it at its next restart. A directory deleted after
+            # the save's check (_check_lease) was made anew by DCP, without the run's record.
+            lost = self._directory_lost() if held else None
+            if held and lost is None:
                 try:
                     write_whole(path / MARKER, f"{step}\n")
                 except OSError as exc:
                     raise CheckpointWriteFailed(str(path), exc) from exc
+        if lost is not None:
+            self.unmarked = (f"this run reached its end, but --checkpoint-dir {self.directory} {lost} (deleted, or its "
+                             f"file system unmounted) while its last checkpoint {path} was being written: that "
+                             "checkpoint is left incomplete (not marked COMPLETE), so this run's final model is not "
+                             "there")
+            warn(f"--checkpoint-dir {self.directory} {lost}; checkpoint {path} is left incomplete (not marked "
+                 "COMPLETE) and this run writes no more checkpoints there")
+            return
         if not held:
             # The next save stops every rank (_check_lease); when there is none, close() does.
             self.unmarked = (f"this run reached its end, but the lease on {self.directory} was taken over by "

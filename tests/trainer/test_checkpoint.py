@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -346,3 +347,30 @@ def test_a_completion_marker_the_disk_refuses_names_the_checkpoint_and_keeps_the
     assert str(failed.value).startswith(f"checkpoint {step_dir(tmp_path, 2)} was not written; the checkpoints before "
                                         f"it are kept (rank 0, its {MARKER} marker: IsADirectoryError: "), failed.value
     assert list_steps(tmp_path) == [1]
+
+
+def test_a_final_save_whose_directory_is_deleted_while_it_stages_is_not_marked_and_the_run_fails(rt, tmp_path):
+    # The directory deleted after the save's check but before DCP made the step's folder (it does,
+    # with its parents, once the background staging is done): the final checkpoint was written and
+    # marked COMPLETE in a folder made anew, without model.json, and the run ended as finished.
+    directory = tmp_path / "ckpt"
+    directory.mkdir()
+    ckpt = CheckpointManager(CheckpointConfig(str(directory), every=1), rt, {"app": Weights()}, last_step=2,
+                             model_record={"model": {}})
+    assert ckpt.resume() == 0 and ckpt.stager is not None
+    ckpt.save(1)
+    ckpt.wait()
+    gate, stage = threading.Event(), ckpt.stager._stage
+    ckpt.stager._stage = lambda state, **kw: (gate.wait(60), stage(state, **kw))[1]
+    ckpt.save(2)
+    ckpt.remover.wait()
+    shutil.rmtree(directory)
+    gate.set()
+    with pytest.raises(WorkerExit) as stopped:
+        ckpt.close(finished=True)
+    assert stopped.value.code == EXIT_USAGE
+    assert str(stopped.value) == (
+        f"this run reached its end, but --checkpoint-dir {directory} is no longer the folder this run resumed in "
+        f"(deleted, or its file system unmounted) while its last checkpoint {step_dir(directory, 2)} was being "
+        "written: that checkpoint is left incomplete (not marked COMPLETE), so this run's final model is not there")
+    assert not (step_dir(directory, 2) / MARKER).exists()

@@ -37,7 +37,7 @@ from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
 
-from config.kubernetes import EXIT_CHECKPOINT_READ_FAILED, EXIT_CHECKPOINTS_UNLOADABLE, EXIT_USAGE
+from config.kubernetes import EXIT_CHECKPOINT_READ_FAILED, EXIT_CHECKPOINTS_UNLOADABLE, EXIT_CRASH, EXIT_USAGE
 from config.models import ModelConfig, shape_difference
 from config.paths import file_status, read_json
 from config.workloads.common import CheckpointConfig
@@ -53,6 +53,13 @@ MARKER = "COMPLETE"
 MODEL_FILE = "model.json"
 RUN_SETTINGS = ("global_batch_size",)  # record entries a resume may change (trainer/batching.py)
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
+
+
+# The status of a run whose checkpoint directory went away under it (deleted, or FSx unmounted):
+# retryable, as a full disk is. A lost mount is cured by the restart, on this node or another, which
+# resumes from the directory's checkpoints; a deleted directory's run begins again, as the next run
+# in an empty directory would. Not EXIT_USAGE: under a TrainJob that fails the job for good.
+DIRECTORY_LOST = EXIT_CRASH
 
 
 class CheckpointWriteFailed(RuntimeError):
@@ -187,7 +194,8 @@ class CheckpointManager:
         self.last_saved = 0
         self.stager = None
         self.lease: Lease | None = None  # rank 0's, taken by resume()
-        self.unmarked: str | None = None  # rank 0's: a save left incomplete because the lease was lost
+        # rank 0's: a save left incomplete (the lease lost, or the directory), and the status it ends the run with
+        self.unmarked: tuple[str, int] | None = None
         self.held_directory: int | None = None  # rank 0's descriptor of the directory it resumed in
         self.remover = None  # rank 0 deletes old and incomplete checkpoint folders in the background
         if self.enabled and rt.is_main:
@@ -312,7 +320,7 @@ class CheckpointManager:
                 stop = [(f"--checkpoint-dir: {self.directory} {what} (deleted, or its file system unmounted); this "
                          f"run stops without writing {step_dir(self.directory, step)}: a folder made anew holds "
                          f"neither the run's {MODEL_FILE} nor its lease, and no run would resume from its "
-                         "checkpoints", EXIT_USAGE)]
+                         "checkpoints", DIRECTORY_LOST)]
         dist.broadcast_object_list(stop, src=0, group=self.rt.checkpoint_group)
         if stop[0]:
             raise WorkerExit(*stop[0])
@@ -434,7 +442,7 @@ class CheckpointManager:
             os.close(self.held_directory)
             self.held_directory = None
         if finished and unmarked[0]:
-            raise WorkerExit(unmarked[0], EXIT_USAGE)
+            raise WorkerExit(*unmarked[0])
 
     def poll(self) -> None:
         """Finalise a background save that has finished; never blocks the training loop."""
@@ -472,7 +480,7 @@ class CheckpointManager:
             self.unmarked = (f"this run reached its end, but --checkpoint-dir {self.directory} {lost} (deleted, or its "
                              f"file system unmounted) while its last checkpoint {path} was being written: that "
                              "checkpoint is left incomplete (not marked COMPLETE), so this run's final model is not "
-                             "there")
+                             "there", DIRECTORY_LOST)
             warn(f"--checkpoint-dir {self.directory} {lost}; checkpoint {path} is left incomplete (not marked "
                  "COMPLETE) and this run writes no more checkpoints there")
             return
@@ -481,7 +489,7 @@ class CheckpointManager:
             self.unmarked = (f"this run reached its end, but the lease on {self.directory} was taken over by "
                              f"{self.lease.lost_to} while its last checkpoint {path} was being written: that "
                              "checkpoint is left incomplete (not marked COMPLETE), so this run's final model is not "
-                             "there")
+                             "there", EXIT_USAGE)
             warn(f"the lease on {self.directory} was taken over by {self.lease.lost_to}; checkpoint {path} is left "
                  "incomplete (not marked COMPLETE) and this run writes no more checkpoints there")
             return

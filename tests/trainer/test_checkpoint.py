@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from config.kubernetes import EXIT_USAGE
+from config.kubernetes import EXIT_CRASH, EXIT_USAGE
 from config.workloads.common import CheckpointConfig
 from trainer import dist as tdist
 from trainer.checkpoint import (
@@ -323,7 +323,7 @@ def test_a_checkpoint_directory_gone_mid_run_stops_the_run_in_one_line_not_savin
     with pytest.raises(WorkerExit) as stopped:
         ckpt.save(2)
     ckpt.close()
-    assert stopped.value.code == EXIT_USAGE
+    assert stopped.value.code == EXIT_CRASH  # retryable: the restart of a lost mount resumes
     what = "is no longer the folder this run resumed in" if replaced else "is gone"
     assert str(stopped.value) == (
         f"--checkpoint-dir: {directory} {what} (deleted, or its file system unmounted); this run stops without "
@@ -368,7 +368,7 @@ def test_a_final_save_whose_directory_is_deleted_while_it_stages_is_not_marked_a
     gate.set()
     with pytest.raises(WorkerExit) as stopped:
         ckpt.close(finished=True)
-    assert stopped.value.code == EXIT_USAGE
+    assert stopped.value.code == EXIT_CRASH
     assert str(stopped.value) == (
         f"this run reached its end, but --checkpoint-dir {directory} is no longer the folder this run resumed in "
         f"(deleted, or its file system unmounted) while its last checkpoint {step_dir(directory, 2)} was being "

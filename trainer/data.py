@@ -87,6 +87,18 @@ class TokenShards:
         self.names = [directory / name for name in names]
         self.vocab_size = vocab_size
         self.sizes = [len(s) for s in self.shards]
+        counts = meta.get("shard_tokens")  # written by prepare; an index made by hand may leave it out
+        if counts is not None:
+            if not isinstance(counts, list) or len(counts) != len(names) or \
+                    any(type(c) is not int or c < 0 for c in counts):
+                raise UsageError("--data", f"{meta_path}: shard_tokens must list one token count per shard, got "
+                                           f"{counts!r}"[:300])
+            for name, size, count, file in zip(names, self.sizes, counts, self.names):
+                # A copy cut short (an interrupted sync to FSx) trained on what was left without a word
+                if size != count or file.stat().st_size % width:
+                    raise UsageError("--data", f"{file} holds {file.stat().st_size:,} bytes, {count:,} tokens of "
+                                               f"{width} bytes in {meta_path}: a copy cut short or changed; copy "
+                                               "it again, or prepare the shards again")
 
     def num_windows(self, length: int) -> int:
         return sum(size // length for size in self.sizes)

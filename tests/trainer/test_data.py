@@ -117,6 +117,23 @@ def test_a_shard_that_is_a_pipe_or_a_device_is_one_usage_error_not_trained_aroun
     assert str(err.value) == f"--data: {shard} is {what}, expected a regular file"
 
 
+@pytest.mark.parametrize("cut", [2, 1])  # a whole token short; half a token short
+def test_a_shard_shorter_than_its_index_says_is_one_usage_error_not_trained_on_what_is_left(shards, cut):
+    """prepare records each shard's token count. A copy cut short (an interrupted sync to FSx)
+    was mapped as it was, and the run trained on what was left without a word."""
+    meta_path, shard = Path(shards) / "meta.json", Path(shards) / "shard-00001.bin"
+    meta = json.loads(meta_path.read_text())
+    meta["shard_tokens"] = [5 * (SEQ + 1) + 3, 8 * (SEQ + 1)]
+    meta_path.write_text(json.dumps(meta))
+    assert _batches(shards).accumulation == 4  # whole, it is read
+    shard.write_bytes(shard.read_bytes()[:-cut])
+    with pytest.raises(UsageError) as err:
+        _batches(shards)
+    assert str(err.value) == (f"--data: {shard} holds {16 * (SEQ + 1) - cut:,} bytes, {8 * (SEQ + 1):,} tokens of 2 "
+                              f"bytes in {meta_path}: a copy cut short or changed; copy it again, or prepare the "
+                              "shards again")
+
+
 @pytest.mark.parametrize("vocab_size", [None, 50])  # missing, or smaller than the ids in the shards
 def test_token_ids_outside_the_models_vocabulary_are_a_usage_error_naming_data_and_the_shard(shards, vocab_size):
     """The shards hold ids up to 103: an embedding of 64 rows would fail at the first step with

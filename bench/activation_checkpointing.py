@@ -28,8 +28,10 @@ import torch  # noqa: E402
 
 from config.memory import CHECKPOINTING_MODES, GIB, estimate_memory  # noqa: E402
 from config.models import ModelConfig  # noqa: E402
+from config.options import positive_int  # noqa: E402
 from config.workloads.llm import EfficiencyConfig  # noqa: E402
 from trainer import dist as tdist  # noqa: E402
+from trainer.cli import Parser  # noqa: E402
 from ops import proc  # noqa: E402
 from trainer.parallel import build_decoder  # noqa: E402
 
@@ -85,21 +87,27 @@ def peak_rss(args, mode: str) -> int:
     return int(p.stdout.split()[-1])
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--dim", type=int, default=512)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--vocab", type=int, default=8192)
-    p.add_argument("--seq-len", type=int, default=256)
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=3)
+def main(argv=None) -> int:
+    p = Parser(description=__doc__.split("\n")[0])
+    p.add_argument("--dim", type=positive_int, default=512, help="model width; its heads are 64 wide")
+    p.add_argument("--layers", type=positive_int, default=4)
+    p.add_argument("--vocab", type=positive_int, default=8192)
+    p.add_argument("--seq-len", type=positive_int, default=256)
+    p.add_argument("--batch", type=positive_int, default=4)
+    p.add_argument("--steps", type=positive_int, default=3)
+    p.add_argument("--rounds", type=positive_int, default=3)
     p.add_argument("--child", choices=[*CHECKPOINTING_MODES, "params-only"], help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    if args.layers < 2:  # the modes' estimates are then equal, and measured/estimate divided by their 0 difference
+        p.error(f"--layers: must be at least 2 (one layer's activations are the peak whether checkpointed or not, "
+                f"so the modes' memory cannot differ), got {args.layers}")
+    try:
+        cfg = bench_config(args)
+    except ValueError as problem:  # the heads follow --dim: one per 64, a kv head per 4 of them
+        p.error(f"--dim: {args.dim} makes no model ({problem}); a multiple of 256 does")
     torch.manual_seed(0)
     if args.child:
         return child(args)
-    cfg = bench_config(args)
     rt = tdist.Runtime(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend="gloo")
     data = torch.randint(cfg.vocab_size, (args.steps, args.batch, args.seq_len + 1))
     models = {mode: model_in_mode(cfg, rt, mode) for mode in CHECKPOINTING_MODES}

@@ -26,7 +26,6 @@ state, the memory it keeps for the run (bytes per parameter).
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
@@ -43,11 +42,13 @@ from torch.distributed.checkpoint.state_dict import get_state_dict  # noqa: E402
 
 from config import paths  # noqa: E402
 from config.models import ModelConfig  # noqa: E402
+from config.options import positive_int  # noqa: E402
 from config.workloads.common import CheckpointConfig  # noqa: E402
 from config.workloads.llm import FsdpConfig  # noqa: E402
 from trainer import checkpoint as checkpoint_module  # noqa: E402
 from trainer import dist as tdist  # noqa: E402
 from trainer.checkpoint import CheckpointManager, ModelAndOptimizer  # noqa: E402
+from trainer.cli import Parser  # noqa: E402
 from trainer.model import loss_fn  # noqa: E402
 from trainer.parallel import build_decoder  # noqa: E402
 
@@ -89,22 +90,26 @@ def state_bytes(state) -> int:
     return 0
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--dim", type=int, default=768)
-    p.add_argument("--layers", type=int, default=6)
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--seq-len", type=int, default=128)
+def main(argv=None) -> int:
+    p = Parser(description=__doc__.split("\n")[0])
+    p.add_argument("--dim", type=positive_int, default=768, help="model width; its heads are 64 wide")
+    p.add_argument("--layers", type=positive_int, default=6)
+    p.add_argument("--rounds", type=positive_int, default=5)
+    p.add_argument("--seq-len", type=positive_int, default=128)
     p.add_argument("--dir", default=None, help="where to write (default: a temporary folder)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.dir:
         try:
             paths.output_dir(args.dir)
         except paths.PathProblem as problem:
             p.error(f"--dir: {problem}")
+    try:
+        cfg = ModelConfig(dim=args.dim, n_layers=args.layers, n_heads=args.dim // 64,
+                          n_kv_heads=max(1, args.dim // 256), vocab_size=32000,
+                          ffn_dim=int(args.dim * 8 / 3) // 64 * 64, max_seq_len=args.seq_len)
+    except ValueError as problem:  # the heads follow --dim: one per 64, a kv head per 4 of them
+        p.error(f"--dim: {args.dim} makes no model ({problem}); a multiple of 256 does")
     rt = tdist.init(checkpoint_group=True)
-    cfg = ModelConfig(dim=args.dim, n_layers=args.layers, n_heads=args.dim // 64, n_kv_heads=max(1, args.dim // 256),
-                      vocab_size=32000, ffn_dim=int(args.dim * 8 / 3) // 64 * 64, max_seq_len=args.seq_len)
     model = build_decoder(cfg, rt, fsdp=FsdpConfig(mode="always"))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     n_params = sum(p.numel() for p in model.parameters())

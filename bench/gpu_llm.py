@@ -54,7 +54,9 @@ sys.path.insert(0, str(REPO))
 from config import paths  # noqa: E402
 from config.memory import GIB, estimate_memory  # noqa: E402
 from config.models import MODELS, model_config  # noqa: E402
+from config.options import non_negative_int, positive_int, timeout_seconds  # noqa: E402
 from ops import proc  # noqa: E402
+from trainer.cli import Parser  # noqa: E402
 
 # Run order: the comparisons that matter most first, so that a tight budget drops the least.
 CONFIGS = (("bf16", "full"), ("bf16", "selective"), ("float8", "selective"), ("bf16", "none"))
@@ -194,26 +196,23 @@ def write_json(path: Path, payload: dict) -> None:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, default=None, help="write the results here as JSON")
     p.add_argument("--dry-run", action="store_true",
                    help="the tiny model at seq 128 on whatever device there is, without compile: checks the script")
     p.add_argument("--model", default="llama3.1-8b", choices=sorted(MODELS), help="a trainer.llm --model whose layer shape is measured")
-    p.add_argument("--layers", type=int, default=8, help="decoder layers (the 8B has 32; 8 at batch 2 fit an H100 without recompute, bench/RESULTS.md)")
-    p.add_argument("--batch", type=int, default=2)
-    p.add_argument("--seq-len", type=int, default=8192)
-    p.add_argument("--loss-chunk-tokens", type=int, default=0, help="trainer.llm --loss-chunk-tokens (0: plain loss)")
-    p.add_argument("--window", type=int, default=5, help="steps per metrics window; the first window is warm-up")
-    p.add_argument("--timed-windows", type=int, default=2, help="windows timed after the warm-up one")
+    p.add_argument("--layers", type=positive_int, default=8, help="decoder layers (the 8B has 32; 8 at batch 2 fit an H100 without recompute, bench/RESULTS.md)")
+    p.add_argument("--batch", type=positive_int, default=2)
+    p.add_argument("--seq-len", type=positive_int, default=8192)
+    p.add_argument("--loss-chunk-tokens", type=non_negative_int, default=0, help="trainer.llm --loss-chunk-tokens (0: plain loss)")
+    p.add_argument("--window", type=positive_int, default=5, help="steps per metrics window; the first window is warm-up")
+    p.add_argument("--timed-windows", type=positive_int, default=2, help="windows timed after the warm-up one")
     p.add_argument("--no-compile", dest="compile", action="store_false", help="eager (float8 is slow without compile)")
-    p.add_argument("--budget-s", type=float, default=270.0, help="wall-clock bound of the whole script")
+    p.add_argument("--budget-s", type=timeout_seconds, default=270.0, help="wall-clock bound of the whole script")
     args = p.parse_args(argv)
     if args.dry_run:
         args.model, args.layers, args.batch, args.seq_len, args.compile = "tiny", 2, 2, 128, False
         args.window, args.timed_windows = 2, 1
-    for name in ("layers", "batch", "seq_len", "window", "timed_windows"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.out:
         try:  # before minutes of GPU time, not after them
             paths.output_file(args.out)

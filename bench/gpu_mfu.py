@@ -22,10 +22,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from config.options import non_negative_int, positive_int, timeout_seconds  # noqa: E402
 from ops import proc  # noqa: E402
+from trainer.cli import Parser  # noqa: E402
 
 
-def run_config(layers: int, batch: int, compile_: bool, ac: bool, steps: int, timeout: int,
+def run_config(layers: int, batch: int, compile_: bool, ac: bool, steps: int, timeout: float,
                loss_chunk_tokens: int = 0, alloc_conf: str | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         metrics = Path(tmp) / "m.jsonl"
@@ -41,7 +43,7 @@ def run_config(layers: int, batch: int, compile_: bool, ac: bool, steps: int, ti
         try:
             p = proc.run(argv, cwd=REPO, env=env, timeout=timeout)
         except subprocess.TimeoutExpired:
-            return {"ok": False, "why": f"timeout {timeout}s"}
+            return {"ok": False, "why": f"timeout {timeout:g}s"}
         records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
         if p.returncode != 0 or len(records) < 2:
             oom = "OutOfMemoryError" in p.stderr or "CUDA out of memory" in p.stderr
@@ -52,17 +54,31 @@ def run_config(layers: int, batch: int, compile_: bool, ac: bool, steps: int, ti
                 "peak_mem_gib": last["peak_mem_gib"], "loss": last["loss"]}
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--configs", nargs="+", default=["13:1", "12:1", "10:2", "8:2", "8:1"],
+def run_spec(text: str) -> str:
+    """One --configs entry, checked here: main reads it only on a GPU, after the runs before it."""
+    parts = text.split(":")
+    try:
+        numbers = len(parts) in (2, 3) and positive_int(parts[0]) and positive_int(parts[1])
+    except (ValueError, argparse.ArgumentTypeError):
+        numbers = False
+    if not numbers or parts[2:] not in ([], ["ac"]):
+        raise argparse.ArgumentTypeError(f"{text!r} is not LAYERS:BATCH[:ac] (two positive whole numbers, "
+                                         "then ac for activation checkpointing: 8:2 or 8:2:ac)")
+    return text
+
+
+def main(argv=None) -> int:
+    p = Parser(description=__doc__.split("\n")[0])
+    p.add_argument("--configs", nargs="+", type=run_spec, default=["13:1", "12:1", "10:2", "8:2", "8:1"],
                    help="LAYERS:BATCH[:ac] per run; larger first, an out-of-memory run is reported and skipped")
-    p.add_argument("--steps", type=int, default=15)
+    p.add_argument("--steps", type=positive_int, default=15)
     p.add_argument("--no-compile", action="store_true")
-    p.add_argument("--timeout", type=int, default=240)
-    p.add_argument("--loss-chunk-tokens", type=int, default=0, help="pass through to trainer.llm (0 = plain loss)")
+    p.add_argument("--timeout", type=timeout_seconds, default=240, help="seconds per run")
+    p.add_argument("--loss-chunk-tokens", type=non_negative_int, default=0,
+                   help="pass through to trainer.llm (0 = plain loss)")
     p.add_argument("--alloc-conf", default="expandable_segments:True",
                    help="PYTORCH_CUDA_ALLOC_CONF for the runs ('' = the allocator's defaults)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     import torch
     if not torch.cuda.is_available():
         print("gpu_mfu: skipped, no CUDA device on this machine")

@@ -74,7 +74,9 @@ from bench.vision_loader import IMAGENET_ENCODING, imagenet_sizes, loader_rate, 
 from bench.vision_runs import (DEFAULT_RUNS, REPO, Budget, Run, RunResult, describe, linked_folder,  # noqa: E402
                                parse_runs, trainer_run)
 from config import paths  # noqa: E402
+from config.options import positive_int, timeout_seconds  # noqa: E402
 from config.workloads.vision import ImageDataConfig, SgdConfig  # noqa: E402
+from trainer.cli import Parser  # noqa: E402
 from trainer.optim import build_sgd  # noqa: E402
 from trainer.torchvision_compat import import_torchvision  # noqa: E402
 from trainer.vision_data import DeviceImages  # noqa: E402
@@ -197,28 +199,28 @@ def decoders(text: str) -> list[Run]:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--out", help="also write the result here as JSON")
-    p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1), help="loader processes")
-    p.add_argument("--steps", type=int, default=20, help="timed GPU steps")
-    p.add_argument("--loader-images", type=int, default=6000, help="images the loader delivers in its timing")
+    p.add_argument("--workers", type=positive_int, default=max(1, (os.cpu_count() or 2) - 1), help="loader processes")
+    p.add_argument("--steps", type=positive_int, default=20, help="timed GPU steps")
+    p.add_argument("--loader-images", type=positive_int, default=6000, help="images the loader delivers in its timing")
     p.add_argument("--loader-path", choices=("uint8-reduced", "uint8"), default="uint8-reduced",
                    help="uint8-reduced: trainer.vision's loader (reduced-size JPEG decode where the crop allows); "
                         "uint8: full decode, as the 2026-11-26 H200 figures were measured")
     p.add_argument("--decoders", type=decoders, default=parse_runs(DEFAULT_RUNS), metavar="LIST",
                    help=f"trainer runs, in this order: trainer.vision --decode values, nvimgcodec:LOAD or "
                         f"dali:LOAD for their --hw-decoder-load (default {DEFAULT_RUNS})")
-    p.add_argument("--epochs", type=int, default=2, help="epochs per trainer run; the first is warm-up")
+    p.add_argument("--epochs", type=positive_int, default=2, help="epochs per trainer run; the first is warm-up")
     p.add_argument("--trainer-files", choices=tuple(FILE_KINDS), default="4:4:4",
                    help="the JPEGs the trainer runs read: the ImageNet-like q96 4:4:4 files, their q90 4:2:0 copy, "
                         "or both alternating (raw ImageNet mixes them)")
-    p.add_argument("--epoch-images", type=int, default=16384,
+    p.add_argument("--epoch-images", type=positive_int, default=16384,
                    help="training images per epoch of a trainer run (down to whole metrics windows: 2,048 on a GPU)")
-    p.add_argument("--decode-images", type=int, default=4096, help="images per decode-only measurement")
-    p.add_argument("--decode-rounds", type=int, default=2,
+    p.add_argument("--decode-images", type=positive_int, default=4096, help="images per decode-only measurement")
+    p.add_argument("--decode-rounds", type=positive_int, default=2,
                    help="times the decode-only list is measured, round after round: a row that moves between "
                         "rounds (the hardware decoder's rows moved 1.9x between two H100 runs) shows its spread")
-    p.add_argument("--budget-s", type=float, default=200.0, help="wall-clock bound of the whole script")
+    p.add_argument("--budget-s", type=timeout_seconds, default=200.0, help="wall-clock bound of the whole script")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU: checks the script only")
     p.add_argument("--profile", metavar="DIR",
                    help="run each trainer under py-spy (on PATH): every process's and thread's Python stacks, "
@@ -226,9 +228,6 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "folded stacks); the rates then carry py-spy's cost, and a run's exit status is py-spy's, so a "
                         "trainer that fails shows as its missing or short metrics")
     args = p.parse_args(argv)
-    for name in ("workers", "steps", "loader_images", "epoch_images", "decode_images", "decode_rounds", "budget_s"):
-        if getattr(args, name) <= 0:
-            p.error(f"--{name.replace('_', '-')} must be above 0, got {getattr(args, name)}")
     if args.epochs < 2:
         p.error(f"--epochs must be at least 2 (the first is warm-up), got {args.epochs}")
     if args.out:

@@ -15,7 +15,6 @@ compile_cache_env): the first repeat is then the cold compile, printed apart.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import selectors
@@ -29,7 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+from config.options import positive_int  # noqa: E402
 from ops.proc import run as proc_run, start as proc_start, stop as proc_stop  # noqa: E402
+from trainer.cli import Parser  # noqa: E402
 
 TIMEOUT_S = 600
 FIRST_LINE = re.compile(r"^Model ")
@@ -77,12 +78,12 @@ def import_time(module: str, env: dict) -> float:
     return time.perf_counter() - start
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--nproc", type=int, default=2)
+def main(argv=None) -> int:
+    p = Parser(description=__doc__.split("\n")[0])
+    p.add_argument("--repeats", type=positive_int, default=3)
+    p.add_argument("--nproc", type=positive_int, default=2)
     p.add_argument("--compile", action="store_true", help="trainer.llm --compile, the compile cache kept between repeats")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO),
                "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor", "TRITON_CACHE_DIR": f"{cache}/triton"}

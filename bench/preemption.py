@@ -14,7 +14,6 @@ period.
 
 from __future__ import annotations
 
-import argparse
 import signal
 import statistics
 import sys
@@ -25,11 +24,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.recovery import running  # noqa: E402
 from config.checkpoint_time import stop_budget  # noqa: E402
+from config.options import positive_int  # noqa: E402
 from config.presets import PRESETS  # noqa: E402
 from k8s.pods.pytorchjob import presets_for  # noqa: E402
 from ops.envconfig import load, read_environments  # noqa: E402
-from recovery import running  # noqa: E402
+from trainer.cli import Parser  # noqa: E402
 
 
 def table() -> list[str]:
@@ -64,10 +65,10 @@ def one_preemption() -> tuple[float, float, int]:
             return saved - signalled, time.monotonic() - signalled, rc
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--repeats", type=int, default=2)
-    args = p.parse_args()
+def main(argv=None) -> int:
+    p = Parser(description=__doc__.split("\n")[0])
+    p.add_argument("--repeats", type=positive_int, default=2)
+    args = p.parse_args(argv)
     print("\n".join(table()))
     runs = [one_preemption() for _ in range(args.repeats)]
     envs = [load(name) for name in read_environments()]

@@ -16,13 +16,14 @@ listed with its share of them.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from config import paths  # noqa: E402
+from config.options import positive_int  # noqa: E402
+from trainer.cli import Parser  # noqa: E402
 
 OURS = ("trainer/", "bench/", "config/", "ops/")
 
@@ -74,14 +75,12 @@ def summary(rows, thread: str, top: int, exact: bool = False) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("profile", help="py-spy raw folded stacks (bench/gpu_vision.py --profile)")
     p.add_argument("--thread", action="append", default=[], help="a thread name or part of one (repeatable)")
-    p.add_argument("--top", type=int, default=10, help="frames listed per view")
+    p.add_argument("--top", type=positive_int, default=10, help="frames listed per view")
     p.add_argument("--exact", action="store_true", help="--thread names whole thread names")
     args = p.parse_args(argv)
-    if args.top <= 0:
-        p.error(f"--top must be above 0, got {args.top}")
     path = Path(args.profile)
     if not path.is_file():
         p.error(f"profile: {path} is not a file")

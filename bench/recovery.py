@@ -10,7 +10,6 @@ restarted workers print. Synchronised on log lines, not on sleeps.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import signal
@@ -27,8 +26,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from config.options import positive_int  # noqa: E402
 from ops import proc  # noqa: E402
 from ops.local import etcd_server, find_etcd  # noqa: E402
+from trainer.cli import Parser  # noqa: E402
 
 
 class TimedLines:
@@ -102,10 +103,10 @@ def one_recovery(backend: str, endpoint: str) -> float:
             return first - killed
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--repeats", type=int, default=2)
-    args = p.parse_args()
+def main(argv=None) -> int:
+    p = Parser(description=__doc__.split("\n")[0])
+    p.add_argument("--repeats", type=positive_int, default=2)
+    args = p.parse_args(argv)
     results = {}
     with etcd_server(find_etcd(None)) as etcd:
         for backend, endpoint in (("c10d", "127.0.0.1:0"), ("etcd-v2", etcd.endpoint)):

@@ -13,7 +13,6 @@ these two runs of this one invocation.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -23,9 +22,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from config import paths  # noqa: E402
+from config.options import positive_int  # noqa: E402
 from config.presets import get_preset  # noqa: E402
 from ops import proc  # noqa: E402
 from ops.local import child_env  # noqa: E402
+from trainer.cli import Parser  # noqa: E402
 from trainer.plot import plot_scaling, run_point, scaling_table  # noqa: E402
 
 
@@ -42,11 +43,11 @@ def run(nproc: int, root: Path, epochs: int) -> Path:
     return Path(preset.job_dir(str(root / f"n{nproc}"))) / "metrics.jsonl"
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--epochs", type=int, default=3, help="epochs per run (the first is left out of the median)")
+def main(argv=None) -> int:
+    p = Parser(description=__doc__.split("\n")[0])
+    p.add_argument("--epochs", type=positive_int, default=3, help="epochs per run (the first is left out of the median)")
     p.add_argument("--output", default=str(REPO / "bench" / "scaling-vision-tiny.png"))
-    args = p.parse_args()
+    args = p.parse_args(argv)
     try:  # before minutes of training, not after
         paths.output_file(args.output)
     except paths.PathProblem as problem:

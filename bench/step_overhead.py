@@ -17,7 +17,6 @@ check. Ratios = trainer tokens/s / bare tokens/s (target >= 0.97):
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -31,10 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from config.models import MODELS, ModelConfig  # noqa: E402
-from config.options import build  # noqa: E402
+from config.options import build, positive_int  # noqa: E402
 from config.workloads.llm import FsdpConfig, LlmJobConfig  # noqa: E402
 from trainer import dist as tdist  # noqa: E402
 from trainer import llm  # noqa: E402
+from trainer.cli import Parser  # noqa: E402
 from trainer.llm_job import resolve  # noqa: E402
 from trainer.parallel import build_decoder  # noqa: E402
 
@@ -94,19 +94,22 @@ def trainer_loop(model: str, batch: int, seq: int, steps: int, rt, fsdp: str) ->
     return statistics.mean(r["tokens_per_sec_per_device"] for r in steady)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--dim", type=int, default=256)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--vocab", type=int, default=8192)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--rounds", type=int, default=5)
-    args = p.parse_args()
-    dense = ModelConfig(dim=args.dim, n_layers=args.layers, n_heads=max(1, args.dim // 128),
-                        n_kv_heads=max(1, args.dim // 512), vocab_size=args.vocab,
-                        ffn_dim=int(args.dim * 8 / 3) // 64 * 64, max_seq_len=args.seq_len)
+def main(argv=None) -> int:
+    p = Parser(description=__doc__.split("\n")[0])
+    p.add_argument("--dim", type=positive_int, default=256, help="model width; its heads are 128 wide")
+    p.add_argument("--layers", type=positive_int, default=2)
+    p.add_argument("--vocab", type=positive_int, default=8192)
+    p.add_argument("--seq-len", type=positive_int, default=128)
+    p.add_argument("--batch", type=positive_int, default=4)
+    p.add_argument("--steps", type=positive_int, default=20)
+    p.add_argument("--rounds", type=positive_int, default=5)
+    args = p.parse_args(argv)
+    try:
+        dense = ModelConfig(dim=args.dim, n_layers=args.layers, n_heads=max(1, args.dim // 128),
+                            n_kv_heads=max(1, args.dim // 512), vocab_size=args.vocab,
+                            ffn_dim=int(args.dim * 8 / 3) // 64 * 64, max_seq_len=args.seq_len)
+    except ValueError as problem:  # the heads follow --dim: one per 128, a kv head per 4 of them
+        p.error(f"--dim: {args.dim} makes no model ({problem}); a multiple of 512 does")
     moe = replace(dense, ffn_dim=dense.ffn_dim // 2, n_experts=8, experts_per_token=2, router_aux_loss_coef=0.02,
                   family="mixtral")
     MODELS.update({"bench": dense, "bench-moe": moe})  # the trainer resolves --model from the table

@@ -49,7 +49,6 @@ rows measure the same graphs there.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -66,6 +65,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
+from config.options import positive_int  # noqa: E402
+from trainer.cli import Parser, UsageError  # noqa: E402
 from trainer.torchvision_compat import import_torchvision  # noqa: E402
 from trainer.vision_data import MEAN, STD, DeviceImages, transforms  # noqa: E402
 from trainer.vision_jpeg import open_image  # noqa: E402
@@ -436,21 +437,23 @@ def dali_regions_case(root: Path, args) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--case", choices=("dtype", "reduced", "both", "reencoded", "encoded", "transfer", "epoch-start",
                                       "dali-regions"), default="both")
-    p.add_argument("--images", type=int, default=256, help="images read per measurement")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--workers", type=int, default=1, help="loader processes (1: images/s per worker core)")
-    p.add_argument("--short-side", type=int, default=None,
+    p.add_argument("--images", type=positive_int, default=256, help="images read per measurement")
+    p.add_argument("--rounds", type=positive_int, default=3)
+    p.add_argument("--workers", type=positive_int, default=1, help="loader processes (1: images/s per worker core)")
+    p.add_argument("--short-side", type=positive_int, default=None,
                    help="reencoded: the copy's --short-side (default: trainer.data imagenet --reencode's)")
-    p.add_argument("--batch", type=int, default=64,
+    p.add_argument("--batch", type=positive_int, default=64,
                    help="epoch-start, dali-regions: the micro-batch (trainer.vision --batch-size)")
     args = p.parse_args(argv)
-    if args.case == "epoch-start" and (args.workers < 1 or args.batch < 1):
-        p.error("epoch-start: --workers and --batch must be at least 1 (the loader processes read ahead)")
-    if args.case == "dali-regions" and (args.workers < 1 or args.batch < 1 or args.images < 1):
-        p.error("dali-regions: --workers (DALI's threads), --batch and --images must be at least 1")
+    if args.short_side is not None:
+        from trainer.imagenet_reencode import settings_for
+        try:  # before the JPEGs are written and read, not after
+            settings_for(args.short_side, None, "resnet50-imagenet")
+        except UsageError as problem:
+            p.error(str(problem))
     torch.set_num_threads(1)
     result = {"workers": args.workers, "images": args.images, "crop": 224, "cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="vision-loader-") as tmp:

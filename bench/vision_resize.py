@@ -13,7 +13,6 @@ micro-batch and the GPU's time to run it, both paths.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -23,6 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
+from config.options import positive_int  # noqa: E402
+from trainer.cli import Parser  # noqa: E402
 from trainer.torchvision_compat import prepare  # noqa: E402
 from trainer.encoded_images import NO_CROP  # noqa: E402
 from trainer.vision_decode import augment  # noqa: E402
@@ -91,12 +92,10 @@ def compare(images, boxes, size, rounds: int, cuda: bool) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=64, help="images per micro-batch (default 64)")
-    parser.add_argument("--rounds", type=int, default=7, help="rounds, each path once a round (default 7)")
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=positive_int, default=64, help="images per micro-batch")
+    parser.add_argument("--rounds", type=positive_int, default=7, help="rounds, each path once a round")
     args = parser.parse_args(argv)
-    if args.images < 1 or args.rounds < 1:
-        parser.error("--images and --rounds must be at least 1")
     prepare()
     torch.set_num_threads(1)  # the host's own work, not how well a CPU kernel spreads over cores
     cpu = torch.device("cpu")

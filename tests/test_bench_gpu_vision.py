@@ -115,15 +115,9 @@ def test_the_decoders_list_keeps_its_order_defaults_to_the_trainers_load_and_nam
 def test_a_bad_decoders_list_is_a_usage_error_before_any_work():
     p = proc.run([sys.executable, str(SCRIPT), "--decoders", "cpu,pil"], cwd=REPO_ROOT, timeout=120)
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert p.stderr.strip().splitlines()[-1] == (
-        "gpu_vision.py: error: argument --decoders: 'pil' is not one of cpu, nvjpeg, nvimgcodec, dali "
-        "(nvimgcodec:LOAD or dali:LOAD for a --hw-decoder-load between 0 and 1)")
-
-
-def test_a_bad_decode_rounds_is_a_usage_error_before_any_work():
-    p = proc.run([sys.executable, str(SCRIPT), "--decode-rounds", "0"], cwd=REPO_ROOT, timeout=120)
-    assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert p.stderr.strip().splitlines()[-1] == "gpu_vision.py: error: --decode-rounds must be above 0, got 0"
+    assert p.stderr.strip().splitlines() == [
+        "error: --decoders: 'pil' is not one of cpu, nvjpeg, nvimgcodec, dali "
+        "(nvimgcodec:LOAD or dali:LOAD for a --hw-decoder-load between 0 and 1)"]
 
 
 def test_a_decode_only_row_is_the_median_of_its_rounds_and_says_how_far_apart_they_were():
@@ -156,7 +150,8 @@ def test_the_mixed_files_alternate_the_two_kinds_and_an_unknown_kind_is_refused(
     assert [f.name for f in kinds["mixed"]] == ["a0.jpg", "b0.jpg", "a1.jpg", "b1.jpg", "a2.jpg", "b2.jpg"]
     p = proc.run([sys.executable, str(SCRIPT), "--trainer-files", "4:2:2"], cwd=REPO_ROOT, timeout=120)
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert "argument --trainer-files: invalid choice: '4:2:2'" in p.stderr.strip().splitlines()[-1]
+    assert p.stderr.strip().splitlines() == [
+        "error: --trainer-files: invalid choice: '4:2:2' (choose from '4:4:4', '4:2:0', 'mixed')"]
 
 
 def test_a_run_starts_only_where_the_time_left_holds_the_longest_run_so_far():

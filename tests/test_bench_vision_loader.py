@@ -1,7 +1,7 @@
 """bench/vision_loader.py --case epoch-start and dali-regions, tiny, on the CPU: they run
 trainer.vision's own loaders in both orders, and DALI's three training graphs, and print every
-figure (a benchmark: the figures are not judged here), and refuse what they cannot measure in one
-line."""
+figure (a benchmark: the figures are not judged here). A --workers, --batch or --images of 0 is
+refused in one line with every other bench number (tests/test_bench_arguments.py)."""
 
 from __future__ import annotations
 
@@ -35,14 +35,6 @@ def test_epoch_start_times_the_boundary_in_both_orders():
     assert p.stdout.count("round ") == 2
 
 
-@pytest.mark.parametrize("flag", ["--workers", "--batch"])
-def test_epoch_start_refuses_no_loader_process_or_an_empty_micro_batch(flag):
-    p = proc.run([sys.executable, str(SCRIPT), "--case", "epoch-start", flag, "0"], timeout=120)
-    assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert p.stderr.strip().splitlines()[-1].endswith(
-        "error: epoch-start: --workers and --batch must be at least 1 (the loader processes read ahead)")
-
-
 @pytest.mark.slow
 def test_dali_regions_times_the_three_graphs_on_both_sets():
     """--case dali-regions, tiny: every graph measured on the 4:4:4 set and the 4:2:0 copy, each
@@ -57,10 +49,3 @@ def test_dali_regions_times_the_three_graphs_on_both_sets():
         assert all(out[name][f"{mode}_images_per_s"] > 0 for mode in ("per-file", "all", "none")), name
         assert out[name][f"per_file_over_{pick}"] > 0 and len(out[name]) == 4, name
     assert p.stdout.count("round ") == 2
-
-
-def test_dali_regions_refuses_an_empty_micro_batch_in_one_line():
-    p = proc.run([sys.executable, str(SCRIPT), "--case", "dali-regions", "--batch", "0"], timeout=120)
-    assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert p.stderr.strip().splitlines()[-1].endswith(
-        "error: dali-regions: --workers (DALI's threads), --batch and --images must be at least 1")

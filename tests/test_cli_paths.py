@@ -48,7 +48,7 @@ NOT_SWEPT = {
     "bench.vision_loader": "benchmark: no path arguments",
     "bench.vision_resize": "benchmark: no path arguments",
     "bench.gpu_vision": "benchmark run by the lead on a GPU: --out is checked with config.paths.output_file first",
-    # Their main() reads sys.argv and starts minutes of work; each checks its path before starting.
+    # Each starts minutes of work once its arguments parse; each checks its path before starting.
     "bench.dcp_async": "benchmark run by a developer: --dir is checked with config.paths.output_dir first",
     "bench.scaling": "benchmark run by a developer: --output is checked with config.paths.output_file first",
     "bench.gpu_llm": "benchmark run by a developer: --out is checked with config.paths.output_file first",
